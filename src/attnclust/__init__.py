@@ -1,0 +1,56 @@
+"""attnclust: attention layers as clustering and quantization operators.
+
+The public names below are the library's contract; everything else is private.
+"""
+
+from .clustering import AttentionClustering
+from .heads import AttentionHeads, attention_heads, head_weights
+from .metrics import (
+    AssignmentError,
+    CentroidDistance,
+    adjusted_rand_index,
+    assignment_error,
+    centroid_distance,
+    distortion,
+)
+from .mixture import GaussianMixture
+from .pgd import PGDHistory, PGDResult, init_on_manifold, init_on_sphere, pgd
+from .quantize import identity_attention, infinite_prompt_limit
+from .quantizer import AttentionQuantizer
+from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
+from .sphere import normalize, random_sphere, riemannian_gradient, tangent
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AssignmentError",
+    "AttentionClustering",
+    "AttentionHeads",
+    "AttentionQuantizer",
+    "CentroidDistance",
+    "GaussianMixture",
+    "PGDHistory",
+    "PGDResult",
+    "RiskEstimate",
+    "__version__",
+    "adjusted_rand_index",
+    "assignment_error",
+    "attention_heads",
+    "balance",
+    "centroid_distance",
+    "distortion",
+    "empirical_risk",
+    "head_weights",
+    "identity_attention",
+    "infinite_prompt_limit",
+    "init_on_manifold",
+    "init_on_sphere",
+    "normalize",
+    "pgd",
+    "population_risk",
+    "qmc_risk",
+    "random_sphere",
+    "repulsion",
+    "riemannian_gradient",
+    "tangent",
+]

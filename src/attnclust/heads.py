@@ -1,0 +1,121 @@
+"""The trainable K-head attention layer.
+
+Each head ``h`` holds one unit vector ``mu_h``, which is both its key and its value. A
+token ``x`` queries the heads:
+
+    a_h(x)  = softmax_h( lambda * <x, mu_h> )
+    T_mu(x) = sum_h a_h(x) * mu_h
+
+so the output lies in the convex hull of the heads. Applied to a prompt the layer acts
+token-wise, on any leading batch shape.
+
+Notation
+--------
+============  ==================  ===========================================
+paper         code                meaning
+============  ==================  ===========================================
+``mu_h``      ``heads[h]``        head ``h``, a unit vector, shape ``(K, d)``
+``lambda``    ``temperature``     inverse temperature, ``> 0``
+``a_h(x)``    ``head_weights``    attention of token ``x`` on head ``h``
+``T_mu(x)``   ``attention_heads`` output of the layer
+============  ==================  ===========================================
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._validation import as_tensor, check_temperature
+from .sphere import normalize
+
+__all__ = ["head_weights", "attention_heads", "AttentionHeads"]
+
+
+def head_weights(x: torch.Tensor, heads: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Attention weights ``a_h(x) = softmax_h(lambda <x, mu_h>)``.
+
+    Parameters
+    ----------
+    x : Tensor of shape (..., d)
+    heads : Tensor of shape (K, d)
+    temperature : float
+        Inverse temperature ``lambda``.
+
+    Returns
+    -------
+    Tensor of shape (..., K), rows summing to one.
+
+    Examples
+    --------
+    >>> import torch
+    >>> heads = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    >>> head_weights(torch.tensor([1.0, 0.0]), heads, temperature=2.0)
+    tensor([0.8808, 0.1192])
+    """
+    return torch.softmax(temperature * (x @ heads.transpose(-1, -2)), dim=-1)
+
+
+def attention_heads(x: torch.Tensor, heads: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Output of the K-head layer, ``T_mu(x) = sum_h a_h(x) mu_h``.
+
+    Parameters
+    ----------
+    x : Tensor of shape (..., d)
+    heads : Tensor of shape (K, d)
+    temperature : float
+
+    Returns
+    -------
+    Tensor of shape (..., d)
+
+    Examples
+    --------
+    >>> import torch
+    >>> heads = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
+    >>> attention_heads(torch.tensor([[0.0, 5.0]], dtype=torch.float64), heads, 1.0)
+    tensor([[0., 0.]], dtype=torch.float64)
+    """
+    return head_weights(x, heads, temperature) @ heads
+
+
+class AttentionHeads(nn.Module):
+    """The K-head attention layer as a ``torch.nn.Module``, ``(..., d) -> (..., d)``.
+
+    The heads are a trainable parameter; keep them on the sphere with
+    :func:`attnclust.sphere.normalize` after each optimizer step (or train them with
+    :func:`attnclust.pgd`, which does).
+
+    Parameters
+    ----------
+    heads : array-like of shape (K, d)
+        Initial heads; normalized to unit norm.
+    temperature : float
+        Inverse temperature ``lambda``.
+
+    Examples
+    --------
+    >>> import torch, attnclust as ac
+    >>> layer = ac.AttentionHeads([[1.0, 0.0], [-1.0, 0.0]], temperature=30.0)
+    >>> layer(torch.tensor([[0.9, 0.1]], dtype=torch.float64)).round(decimals=3)
+    tensor([[1., 0.]], dtype=torch.float64, grad_fn=<RoundBackward1>)
+    """
+
+    def __init__(self, heads, temperature: float):
+        super().__init__()
+        heads = as_tensor(heads, name="heads")
+        if heads.ndim != 2:
+            raise ValueError(f"heads must have shape (K, d), got {tuple(heads.shape)}")
+        self.heads = nn.Parameter(normalize(heads.detach().clone()))
+        self.temperature = check_temperature(temperature)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return attention_heads(x, self.heads, self.temperature)
+
+    def weights(self, x: torch.Tensor) -> torch.Tensor:
+        """Attention weights of ``x`` on each head, shape ``(..., K)``."""
+        return head_weights(x, self.heads, self.temperature)
+
+    def extra_repr(self) -> str:
+        k, d = self.heads.shape
+        return f"n_heads={k}, d={d}, temperature={self.temperature:g}"

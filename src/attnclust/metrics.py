@@ -1,0 +1,168 @@
+"""How well heads recover centroids, and how well a layer quantizes.
+
+- *Centroid distance up to relabelling*: heads and centroids are matched by the
+  Hungarian algorithm on Euclidean distances; we report the largest and the
+  root-mean-square matched distance.
+- *Distortion*: ``E ||X - T(X)||^2``, estimated on tokens.
+- *Assignment error*: the fraction of tokens whose most-attended head is not the head
+  matched to their true cluster, next to the Bayes error of the mixture.
+
+Notation
+--------
+===========  ==============  ==========================================
+paper        code            meaning
+===========  ==============  ==========================================
+``mu``       ``heads``       trained heads, shape ``(K, d)``
+``mu*``      ``centroids``   true centroids, shape ``(K, d)``
+``sigma``    permutation     ``heads[matching[k]]`` is matched to ``mu*_k``
+===========  ==============  ==========================================
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from scipy.optimize import linear_sum_assignment
+from sklearn.metrics import adjusted_rand_score
+
+from ._validation import as_tensor
+from .heads import head_weights
+
+__all__ = [
+    "CentroidDistance",
+    "AssignmentError",
+    "centroid_distance",
+    "match_heads",
+    "distortion",
+    "assignment_error",
+    "adjusted_rand_index",
+]
+
+
+class CentroidDistance(NamedTuple):
+    """Matched distance between heads and centroids."""
+
+    max: float
+    """Largest matched Euclidean distance."""
+    rms: float
+    """Root-mean-square of the matched distances."""
+    matching: np.ndarray
+    """``matching[k]`` is the index of the head matched to centroid ``k``."""
+
+
+class AssignmentError(NamedTuple):
+    """Matched classification error of the most-attended head, and the Bayes error."""
+
+    error: float
+    bayes_error: float
+
+
+def _to_numpy(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().double().numpy()
+    return np.asarray(x, dtype=np.float64)
+
+
+def match_heads(heads, centroids) -> np.ndarray:
+    """Hungarian matching: ``matching[k]`` is the head matched to ``centroids[k]``.
+
+    With more heads than centroids the extra heads stay unmatched.
+
+    Examples
+    --------
+    >>> match_heads([[0.0, 1.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]])
+    array([1, 0])
+    """
+    heads, centroids = _to_numpy(heads), _to_numpy(centroids)
+    if heads.ndim != 2 or centroids.ndim != 2 or heads.shape[1] != centroids.shape[1]:
+        raise ValueError(
+            f"heads (K, d) and centroids (K', d) must share d, got {heads.shape}, "
+            f"{centroids.shape}"
+        )
+    if len(heads) < len(centroids):
+        raise ValueError(f"need at least as many heads as centroids, got {len(heads)} < "
+                         f"{len(centroids)}")
+    cost = np.linalg.norm(centroids[:, None, :] - heads[None, :, :], axis=-1)  # (K', K)
+    rows, cols = linear_sum_assignment(cost)
+    matching = np.empty(len(centroids), dtype=np.int64)
+    matching[rows] = cols
+    return matching
+
+
+def centroid_distance(heads, centroids) -> CentroidDistance:
+    """Distance between heads and centroids up to relabelling.
+
+    Parameters
+    ----------
+    heads : array-like of shape (K, d)
+    centroids : array-like of shape (K, d)
+
+    Returns
+    -------
+    CentroidDistance
+        ``max`` and ``rms`` of the matched Euclidean distances, and the matching.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> dist = centroid_distance([[0.0, 1.0], [1.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]])
+    >>> dist.max, dist.rms
+    (0.0, 0.0)
+    """
+    heads_np, centroids_np = _to_numpy(heads), _to_numpy(centroids)
+    matching = match_heads(heads_np, centroids_np)
+    dist = np.linalg.norm(heads_np[matching] - centroids_np, axis=1)
+    return CentroidDistance(float(dist.max()), float(np.sqrt(np.mean(dist**2))), matching)
+
+
+def distortion(X, outputs) -> float:
+    """Quantization distortion ``mean_i ||X_i - T(X_i)||^2`` over tokens.
+
+    Examples
+    --------
+    >>> distortion([[1.0, 0.0]], [[0.0, 0.0]])
+    1.0
+    """
+    X, outputs = _to_numpy(X), _to_numpy(outputs)
+    if X.shape != outputs.shape:
+        raise ValueError(f"X and outputs must have the same shape, got {X.shape}, "
+                         f"{outputs.shape}")
+    return float(np.mean(np.sum((X - outputs) ** 2, axis=-1)))
+
+
+def assignment_error(heads, X, labels, *, temperature: float, mixture=None) -> AssignmentError:
+    """Matched error of ``argmax_h a_h(x)`` against true labels, next to the Bayes error.
+
+    Heads are matched to clusters by majority vote (Hungarian on the confusion
+    matrix). The Bayes error is that of the mixture's own Bayes classifier on the same
+    tokens (``nan`` when ``mixture`` is not given).
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> mix = ac.GaussianMixture.antipodal(d=3, sigma=0.2)
+    >>> X, z = mix.sample(500, rng=0, return_labels=True)
+    >>> res = assignment_error(mix.centroids[::-1], X, z, temperature=5.0, mixture=mix)
+    >>> res.error == res.bayes_error == 0.0
+    True
+    """
+    X_t = as_tensor(X, name="X")
+    heads_t = as_tensor(heads, name="heads", dtype=X_t.dtype)
+    labels = np.asarray(labels)
+    pred = head_weights(X_t, heads_t, temperature).argmax(-1).cpu().numpy()
+    k = max(int(labels.max()) + 1, heads_t.shape[0])
+    confusion = np.zeros((k, k))
+    np.add.at(confusion, (labels, pred), 1)
+    rows, cols = linear_sum_assignment(-confusion)
+    error = 1.0 - confusion[rows, cols].sum() / len(labels)
+    bayes = float("nan")
+    if mixture is not None:
+        bayes = float(np.mean(mixture.predict(_to_numpy(X)) != labels))
+    return AssignmentError(float(error), bayes)
+
+
+def adjusted_rand_index(labels_true, labels_pred) -> float:
+    """Adjusted Rand index (scikit-learn's), invariant to relabelling."""
+    return float(adjusted_rand_score(labels_true, labels_pred))
