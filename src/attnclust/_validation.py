@@ -28,7 +28,8 @@ def as_tensor(x, *, name: str = "x", dtype=None, device=None) -> torch.Tensor:
             t = t.to(torch.get_default_dtype() if dtype is None else dtype)
     else:
         try:
-            t = torch.as_tensor(np.asarray(x, dtype=np.float64))
+            # copies only read-only or non-contiguous arrays, which torch cannot wrap
+            t = torch.from_numpy(np.require(np.asarray(x, dtype=np.float64), requirements="CW"))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{name} must be numeric, got {type(x).__name__}") from exc
     if dtype is not None or device is not None:
