@@ -1,0 +1,97 @@
+import numpy as np
+import pytest
+
+from attnclust import GaussianMixture
+
+
+def test_orthogonal_running_example():
+    mix = GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
+    e10, minus_e1 = np.eye(10)[9], -np.eye(10)[0]
+    np.testing.assert_array_equal(mix.centroids, np.stack([e10, minus_e1]))
+    np.testing.assert_allclose(mix.weights, [0.5, 0.5])
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 7])
+def test_orthogonal_centroids_are_orthonormal(k):
+    c = GaussianMixture.orthogonal(d=7, k=k).centroids
+    np.testing.assert_allclose(c @ c.T, np.eye(k))
+
+
+def test_random_respects_min_angle_and_seed():
+    a = GaussianMixture.random(d=6, k=5, min_angle=np.deg2rad(60), rng=3)
+    b = GaussianMixture.random(d=6, k=5, min_angle=np.deg2rad(60), rng=3)
+    np.testing.assert_array_equal(a.centroids, b.centroids)
+    cos = a.centroids @ a.centroids.T
+    assert np.all(cos[~np.eye(5, dtype=bool)] <= np.cos(np.deg2rad(60)) + 1e-12)
+    np.testing.assert_allclose(np.linalg.norm(a.centroids, axis=1), 1.0)
+
+
+def test_random_impossible_angle_raises():
+    with pytest.raises(ValueError, match="min_angle"):
+        GaussianMixture.random(d=2, k=5, min_angle=np.deg2rad(100), rng=0, max_tries=200)
+
+
+def test_sample_moments_match_model():
+    mix = GaussianMixture(np.eye(3)[:2], sigma=0.5, weights=[0.25, 0.75])
+    X, z = mix.sample(200_000, rng=0, return_labels=True)
+    assert X.shape == (200_000, 3)
+    assert abs(np.mean(z == 1) - 0.75) < 0.005
+    resid = X - mix.centroids[z]
+    np.testing.assert_allclose(resid.std(axis=0), 0.5, rtol=0.01)
+    np.testing.assert_allclose(resid.mean(axis=0), 0.0, atol=0.005)
+
+
+def test_dirac_tokens_are_centroids_and_prompts_have_shape():
+    mix = GaussianMixture.orthogonal(d=4, k=3, sigma=0.0)
+    X, z = mix.sample_prompts(3, 7, rng=1, return_labels=True)
+    assert X.shape == (3, 7, 4) and z.shape == (3, 7)
+    np.testing.assert_array_equal(X, mix.centroids[z])
+
+
+def test_sampling_is_reproducible():
+    mix = GaussianMixture.antipodal(d=3, sigma=0.2)
+    np.testing.assert_array_equal(mix.sample(10, rng=5), mix.sample(10, rng=5))
+    assert not np.array_equal(mix.sample(10, rng=5), mix.sample(10, rng=6))
+
+
+def test_posterior_matches_bayes_rule():
+    mix = GaussianMixture(np.eye(2), sigma=0.7, weights=[0.3, 0.7])
+    x = np.array([[0.2, -0.4]])
+    # direct Gaussian densities (the normalizing constant cancels)
+    dens = mix.weights * np.exp(-np.sum((x - mix.centroids) ** 2, axis=1) / (2 * 0.7**2))
+    np.testing.assert_allclose(mix.posterior(x)[0], dens / dens.sum(), rtol=1e-12)
+
+
+def test_bayes_error_of_antipodal_matches_normal_tail():
+    from scipy.stats import norm
+
+    mix = GaussianMixture.antipodal(d=5, sigma=0.8)
+    # error = P(N(1, sigma^2) < 0) = Phi(-1/sigma)
+    assert abs(mix.bayes_error(400_000, rng=0) - norm.cdf(-1 / 0.8)) < 0.003
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(centroids=[[2.0, 0.0]]), "unit norm"),
+        (dict(centroids=[[1.0, 0.0]], sigma=-0.1), "sigma"),
+        (dict(centroids=[[1.0, 0.0], [0.0, 1.0]], weights=[0.5, 0.6]), "sum to 1"),
+        (dict(centroids=[[1.0, 0.0], [0.0, 1.0]], weights=[1.0]), "shape"),
+        (dict(centroids=[[1.0, 0.0], [0.0, 1.0]], weights=[1.5, -0.5]), ">= 0"),
+        (dict(centroids=[1.0, 0.0]), r"\(k, d\)"),
+        (dict(centroids=[[np.nan, 1.0]]), "NaN"),
+    ],
+)
+def test_validation_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GaussianMixture(**kwargs)
+
+
+def test_bad_sample_sizes():
+    mix = GaussianMixture.antipodal(d=2)
+    with pytest.raises(ValueError, match="n must be"):
+        mix.sample(-1)
+    with pytest.raises(ValueError, match="X must have shape"):
+        mix.posterior(np.zeros((3, 5)))
+    with pytest.raises(ValueError, match="k <= d"):
+        GaussianMixture.orthogonal(d=2, k=3)

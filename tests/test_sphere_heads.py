@@ -1,0 +1,84 @@
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from attnclust import AttentionHeads, attention_heads, head_weights
+from attnclust.sphere import normalize, random_sphere, retract, riemannian_gradient, tangent
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 12), st.integers(0, 10_000))
+def test_tangent_is_orthogonal_and_idempotent(k, d, seed):
+    mu = random_sphere(k, d, rng=seed)
+    v = torch.as_tensor(np.random.default_rng(seed + 1).standard_normal((k, d)))
+    t = tangent(mu, v)
+    assert torch.allclose((t * mu).sum(-1), torch.zeros(k, dtype=t.dtype), atol=1e-12)
+    assert torch.allclose(tangent(mu, t), t, atol=1e-12)
+    # the retraction lands on the sphere
+    assert torch.allclose(retract(mu, 0.3 * t).norm(dim=-1), torch.ones(k, dtype=t.dtype),
+                          atol=1e-14)
+
+
+def test_riemannian_gradient_is_directional_derivative_along_geodesics():
+    # f(mu) = <a, mu>^2 ; along mu(t) = cos t mu + sin t u (u unit tangent),
+    # d/dt f(mu(t)) at 0 equals <grad_R f, u>.
+    rng = np.random.default_rng(0)
+    mu = random_sphere(1, 5, rng=1)[0]
+    a = torch.as_tensor(rng.standard_normal(5))
+    u = normalize(tangent(mu, torch.as_tensor(rng.standard_normal(5))))
+    x = mu.clone().requires_grad_(True)
+    (torch.dot(a, x) ** 2).backward()
+    g = riemannian_gradient(mu, x.grad)
+
+    def f(t):
+        return float(torch.dot(a, np.cos(t) * mu + np.sin(t) * u) ** 2)
+
+    h = 1e-6
+    assert abs((f(h) - f(-h)) / (2 * h) - float(torch.dot(g, u))) < 1e-8
+
+
+def test_normalize_rejects_zero_rows():
+    with pytest.raises(ValueError, match="zero vector"):
+        normalize(torch.zeros(2, 3))
+
+
+def test_random_sphere_is_uniform_enough():
+    x = random_sphere(20_000, 3, rng=0).numpy()
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-14)
+    np.testing.assert_allclose(x.mean(axis=0), 0.0, atol=0.02)
+    np.testing.assert_allclose(x.T @ x / len(x), np.eye(3) / 3, atol=0.01)
+
+
+def test_head_layer_matches_explicit_sum_and_is_in_convex_hull():
+    rng = np.random.default_rng(0)
+    heads = random_sphere(3, 4, rng=2)
+    x = torch.as_tensor(rng.standard_normal((2, 5, 4)))  # (B, L, d)
+    lam = 2.5
+    out = attention_heads(x, heads, lam)
+    assert out.shape == (2, 5, 4)
+    for b in range(2):
+        for i in range(5):
+            s = torch.stack([lam * torch.dot(x[b, i], h) for h in heads])
+            w = torch.exp(s - s.max())
+            w = w / w.sum()
+            ref = sum(w[h] * heads[h] for h in range(3))
+            assert torch.allclose(out[b, i], ref, atol=1e-14)
+    a = head_weights(x, heads, lam)
+    assert torch.allclose(a.sum(-1), torch.ones(2, 5, dtype=a.dtype))
+    assert bool((out.norm(dim=-1) <= 1 + 1e-12).all())  # convex hull of unit vectors
+
+
+def test_module_matches_function_and_trains():
+    heads = random_sphere(2, 3, rng=0)
+    layer = AttentionHeads(heads, temperature=4.0)
+    x = torch.randn(7, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(layer(x), attention_heads(x, heads, 4.0))
+    layer(x).pow(2).sum().backward()
+    assert layer.heads.grad is not None and layer.heads.grad.shape == (2, 3)
+    assert "n_heads=2" in repr(layer)
+    with pytest.raises(ValueError, match="temperature"):
+        AttentionHeads(heads, temperature=0.0)
+    with pytest.raises(ValueError, match="heads must have shape"):
+        AttentionHeads([1.0, 0.0], temperature=1.0)
