@@ -1,0 +1,122 @@
+"""Run a figure, cache its result as ``.npz`` + ``.json``, and plot it.
+
+A figure module defines ``NAME``, ``DESCRIPTION``, ``CONFIG``, ``QUICK``,
+``run(config, rng) -> FigureResult`` and ``plot(result, out)``, which writes
+``out.png`` and ``out.pdf`` through :func:`attnclust.experiments._style.save`.
+Computing and plotting are separate: a cached result whose config and seed match is
+re-plotted, not recomputed. Every file is written to a temporary name and renamed, so an interrupted
+run never leaves a corrupt cache.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from .._io import atomic_path
+
+__all__ = ["FigureResult", "FigurePaths", "reproduce", "track", "load_result"]
+
+_SHOW_PROGRESS = contextvars.ContextVar("show_progress", default=False)
+
+
+@dataclass
+class FigureResult:
+    """What a figure computed: its config, the arrays it plots and its summary numbers."""
+
+    config: dict
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FigurePaths:
+    """The files of one reproduced figure."""
+
+    png: Path
+    pdf: Path
+    json: Path
+    npz: Path
+
+
+def track(iterable, *, desc: str, total: int | None = None):
+    """Wrap ``iterable`` in a progress bar when the runner asks for one."""
+    return tqdm(iterable, desc=desc, total=total, leave=False, disable=not _SHOW_PROGRESS.get())
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _jsonable(value.tolist())
+    if isinstance(value, (np.floating, float)):
+        value = float(value)
+        return value if np.isfinite(value) else None  # JSON has no NaN
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def _stem(out: Path, name: str, quick: bool) -> Path:
+    return out / (f"{name}-quick" if quick else name)
+
+
+def load_result(path: str | Path) -> tuple[FigureResult, dict]:
+    """Read a cached result from its ``.json`` (metadata) and ``.npz`` (arrays)."""
+    path = Path(path)
+    meta = json.loads(path.with_suffix(".json").read_text())
+    with np.load(path.with_suffix(".npz"), allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    return FigureResult(meta["config"], arrays, meta["summary"]), meta
+
+
+def _save(result: FigureResult, stem: Path, meta: dict) -> None:
+    with atomic_path(stem.with_suffix(".npz")) as tmp:
+        np.savez_compressed(tmp, **result.arrays)
+    document = {**meta, "config": _jsonable(result.config), "summary": _jsonable(result.summary),
+                "plotted": _jsonable(result.arrays)}
+    # the JSON is written last: its presence marks a complete cache entry
+    with atomic_path(stem.with_suffix(".json")) as tmp:
+        tmp.write_text(json.dumps(document, indent=1))
+
+
+def reproduce(module: ModuleType, *, out: str | Path = "results", quick: bool = False,
+              seed: int = 0, recompute: bool = False, progress: bool = False) -> FigurePaths:
+    """Compute (or load from cache) and plot one figure; return its file paths."""
+    out = Path(out)
+    stem = _stem(out, module.NAME, quick)
+    config = module.QUICK if quick else module.CONFIG
+    cached = None
+    if not recompute and stem.with_suffix(".json").exists() and stem.with_suffix(".npz").exists():
+        try:
+            cached, meta = load_result(stem)
+        except (OSError, ValueError, KeyError):
+            cached = None
+        if cached is not None and (meta.get("seed") != seed
+                                   or meta.get("config") != _jsonable(config)):
+            cached = None
+    if cached is None:
+        token = _SHOW_PROGRESS.set(progress)
+        try:
+            start = time.perf_counter()
+            result = module.run(config, np.random.default_rng(seed))
+            wall = time.perf_counter() - start
+        finally:
+            _SHOW_PROGRESS.reset(token)
+        meta = {"figure": module.NAME, "description": module.DESCRIPTION, "seed": seed,
+                "quick": quick, "wall_time_s": round(wall, 2)}
+        _save(result, stem, meta)
+    else:
+        result = cached
+    module.plot(result, stem)
+    return FigurePaths(*(stem.with_suffix(s) for s in (".png", ".pdf", ".json", ".npz")))
+

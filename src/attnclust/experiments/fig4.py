@@ -1,0 +1,41 @@
+"""Figure 4: inputs vs outputs of the identity attention layer (in-context quantization).
+
+The same prompt as figure 3 (``d = 10``, ``sigma = 0.3``, ``L = 500``,
+``lambda = 1/(1 + 2 sigma^2)``), passed through one step of attention whose query, key
+and value matrices are the identity: no parameter is trained, the clusters are read
+off the prompt itself. PCA fitted on the inputs projects both to 2-D.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..quantize import identity_attention, limit_distance, spread_ratio
+from . import fig3
+from ._runner import FigureResult
+
+NAME = "fig4"
+DESCRIPTION = "inputs vs outputs of the identity attention layer (PCA of the inputs)"
+
+CONFIG = {"d": 10, "sigma": 0.3, "length": 500, "temperature": "1/(1+2 sigma^2)"}
+QUICK = dict(CONFIG)
+
+
+def run(config: dict, rng: np.random.Generator) -> FigureResult:
+    lam = fig3.temperature_of(config)
+    mix, X, z = fig3.prompt(config, rng)
+    Y = identity_attention(X, lam, backend="dense")
+    arrays = {**fig3.projected(X, Y), "labels": z}
+    summary = {
+        "temperature": lam,
+        "within_cluster_spread_ratio": spread_ratio(X, Y, z).ratio,
+        "mean_distance_to_infinite_prompt_limit": limit_distance(X, Y, mix, lam).mean,
+    }
+    return FigureResult(config, arrays, summary)
+
+
+def plot(result: FigureResult, out) -> None:
+    s = result.summary
+    fig3.inputs_vs_outputs(result, out, title=(
+        rf"identity attention, $\lambda={s['temperature']:.3g}$: "
+        f"within-cluster spread x{s['within_cluster_spread_ratio']:.2f}"))

@@ -1,0 +1,110 @@
+"""The reproducible study: every figure's quick config runs, caches and plots.
+
+``attnclust reproduce all --quick`` runs once per test session (module fixture); the
+JSON sanity checks then read its output, so a broken figure turns CI red.
+"""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from attnclust.cli import main
+from attnclust.experiments import FIGURES, load_result, reproduce
+
+
+@pytest.fixture(scope="module")
+def quick_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("results")
+    assert main(["reproduce", "all", "--quick", "--quiet", "--out", str(out)]) == 0
+    return out
+
+
+def _numbers(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _numbers(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _numbers(v)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        yield value
+
+
+@pytest.mark.parametrize("name", list(FIGURES))
+def test_quick_figure_files_and_json(quick_results, name):
+    for suffix in ("png", "pdf", "json", "npz"):
+        path = quick_results / f"{name}-quick.{suffix}"
+        assert path.exists() and path.stat().st_size > 0, path
+    doc = json.loads((quick_results / f"{name}-quick.json").read_text())
+    assert {"figure", "description", "config", "summary", "plotted", "seed", "quick",
+            "wall_time_s"} <= set(doc)
+    assert doc["figure"] == name and doc["quick"] is True
+    numbers = list(_numbers(doc["summary"]))
+    assert numbers and all(math.isfinite(v) for v in numbers)
+    for key, values in doc["plotted"].items():
+        arr = np.asarray(values, dtype=float)
+        assert np.all(np.isfinite(arr)), key
+        if "distance" in key or key == "error":
+            assert np.all((arr >= 0) & (arr <= 2 + 1e-9)), key
+
+
+def test_quick_headlines_hold(quick_results):
+    """The qualitative claims the README makes survive even the quick configs."""
+    summary = {name: json.loads((quick_results / f"{name}-quick.json").read_text())["summary"]
+               for name in FIGURES}
+    # figure 1 and 5: PGD from an init on M reaches the centroids up to the temperature bias
+    for name in ("fig1", "fig5"):
+        assert summary[name]["lambda_30"]["final_distance_max"] < 0.05
+    # figure 3 and 4: both layers shrink the within-cluster spread
+    assert summary["fig3"]["within_cluster_spread_ratio"] < 0.5
+    assert summary["fig4"]["within_cluster_spread_ratio"] < 0.1
+    # figure 8: the distance to the infinite-prompt limit decays like L^(-1/2)
+    assert -0.7 < summary["fig8"]["log_log_slope"] < -0.35
+
+
+def test_cache_is_reused_and_replotted(quick_results, monkeypatch):
+    module = FIGURES["fig4"]
+    before = (quick_results / "fig4-quick.npz").stat().st_mtime_ns
+    (quick_results / "fig4-quick.png").unlink()
+
+    def fail(*args, **kwargs):
+        raise AssertionError("cached figure was recomputed")
+
+    monkeypatch.setattr(module, "run", fail)
+    paths = reproduce("fig4", out=quick_results, quick=True)
+    assert paths.png.exists()
+    assert (quick_results / "fig4-quick.npz").stat().st_mtime_ns == before
+    result, meta = load_result(paths.json)
+    assert meta["seed"] == 0 and set(result.arrays) >= {"inputs_2d", "outputs_2d", "labels"}
+
+
+def test_changed_seed_recomputes(tmp_path):
+    reproduce("fig4", out=tmp_path, quick=True, seed=1)
+    first = json.loads((tmp_path / "fig4-quick.json").read_text())
+    reproduce("fig4", out=tmp_path, quick=True, seed=2)
+    second = json.loads((tmp_path / "fig4-quick.json").read_text())
+    assert first["seed"] == 1 and second["seed"] == 2
+    assert first["plotted"]["inputs_2d"] != second["plotted"]["inputs_2d"]
+
+
+def test_interrupted_run_leaves_no_cache(tmp_path, monkeypatch):
+    module = FIGURES["fig4"]
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce("fig4", out=tmp_path, quick=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_list_and_unknown_figure(capsys):
+    assert main(["list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listed] == list(FIGURES)
+    assert main(["reproduce", "fig42", "--quick"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown figure 'fig42'" in err and err.count("\n") == 1
