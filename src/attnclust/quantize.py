@@ -1,10 +1,503 @@
-"""STUB (contract for the implementer; replace this whole file)."""
+"""The parameter-free attention layer: in-context quantization.
 
-__all__ = ["identity_attention", "infinite_prompt_limit"]
+Query, key and value matrices are the identity. For a prompt ``X`` of ``L`` tokens,
+
+    Q_lambda(X)_i = sum_j softmax_j( lambda * <X_i, X_j> ) X_j
+
+so every output is a convex combination of the prompt's own tokens, weighted towards
+the tokens that look like it: the centroids are read off the prompt itself. Options:
+exclude the token itself (``j != i``), apply the layer ``n_steps`` times (the
+self-attention dynamics, optionally renormalizing tokens to the sphere after each step).
+
+Infinite-prompt limit. When the ``L`` tokens are i.i.d. from the mixture, the law of
+large numbers turns the sums into expectations; for ``X | Z=k ~ N(mu*_k, sigma^2 I)``
+Gaussian tilting gives ``E[e^{lambda <x, X>} | k] = e^{lambda <x, mu*_k> +
+lambda^2 sigma^2 ||x||^2 / 2}`` and ``E[X e^{lambda <x, X>} | k] = (mu*_k + lambda
+sigma^2 x) E[e^{lambda <x, X>} | k]``, hence
+
+    Q_inf(x) = lambda sigma^2 x + sum_k softmax_k( log pi_k + lambda <x, mu*_k> ) mu*_k.
+
+A finite prompt is a Monte Carlo estimate of the two expectations (a self-normalized
+one), so ``Q_lambda(X)_i - Q_inf(X_i)`` is of order ``1 / sqrt(L)``.
+
+Backends (all give the same numbers; ``"auto"`` picks the fastest valid one):
+
+- ``dense``: the reference, materializes the ``L x L`` score matrix per prompt.
+- ``fused``: ``torch.nn.functional.scaled_dot_product_attention`` with
+  ``scale=lambda`` on a contiguous ``(B, 1, L, d)`` view, restricted to the kernels
+  that never build an ``L x L`` matrix (flash on CPU; flash or memory-efficient on
+  CUDA). It raises instead of silently falling back to the ``L x L`` math kernel, so
+  it refuses ``exclude_self`` (which would need an ``L x L`` mask) and CUDA float64.
+- ``chunked``: online softmax over blocks of queries and keys in plain PyTorch, memory
+  ``O(chunk_q * chunk_k + L d)``; handles ``exclude_self`` and any dtype/device.
+
+Notation
+--------
+=================  ==========================  ===========================================
+paper              code                        meaning
+=================  ==========================  ===========================================
+``X``              ``X``                       prompt, ``(L, d)`` or batch ``(B, L, d)``
+``lambda``         ``temperature``             inverse temperature, ``> 0``
+``Q_lambda(X)``    ``identity_attention``      output of the layer, same shape as ``X``
+``Q_inf(x)``       ``infinite_prompt_limit``   limit of ``Q_lambda(X)_i`` as ``L -> inf``
+``mu*_k, pi_k``    ``mix.centroids, weights``  mixture that generated the prompt
+``sigma``          ``mix.sigma``               isotropic noise level
+=================  ==========================  ===========================================
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ._validation import as_tensor, check_finite, check_temperature
+from .mixture import GaussianMixture
+from .sphere import normalize
+
+__all__ = [
+    "BACKENDS",
+    "ClusterCount",
+    "LimitDistance",
+    "SpreadRatio",
+    "count_clusters",
+    "fused_available",
+    "identity_attention",
+    "infinite_prompt_limit",
+    "limit_distance",
+    "spread_ratio",
+]
+
+BACKENDS = ("auto", "dense", "fused", "chunked")
+
+# Score-block budget of the chunked path, in elements: 2**20 floats (4 MiB in float32)
+# keeps one block within the L2/L3 caches; measured in benchmarks/bench_identity_attention.
+_BLOCK_ELEMENTS = 2**20
+_KEY_BLOCK = 1024
+# Below this many score elements per batch (B * L * L) ``auto`` uses the dense
+# reference for exclude_self: fewer kernel launches than the blocked loop.
+_DENSE_AUTO_ELEMENTS = 2**22
 
 
-def identity_attention(*args, **kwargs):
-    raise NotImplementedError
+# --------------------------------------------------------------------------------------
+# identity attention
+# --------------------------------------------------------------------------------------
+def identity_attention(
+    X,
+    temperature: float,
+    *,
+    n_steps: int = 1,
+    exclude_self: bool = False,
+    renormalize: bool = False,
+    backend: str = "auto",
+    chunk_size: int | tuple[int, int] | None = None,
+):
+    """Apply the identity attention layer ``Q_lambda`` to a prompt, ``n_steps`` times.
+
+    ``Q_lambda(X)_i = sum_j softmax_j(lambda <X_i, X_j>) X_j`` (``j != i`` with
+    ``exclude_self``).
+
+    Parameters
+    ----------
+    X : array-like or Tensor of shape (L, d) or (B, L, d)
+        One prompt or a batch of prompts. NumPy input gives NumPy output (float32 stays
+        float32, anything else becomes float64); a tensor gives a tensor on the same
+        device with the same dtype.
+    temperature : float
+        Inverse temperature ``lambda > 0``.
+    n_steps : int, default=1
+        Number of repeated applications (the self-attention dynamics).
+    exclude_self : bool, default=False
+        Leave the token itself out of its own softmax (needs ``L >= 2``).
+    renormalize : bool, default=False
+        Project tokens back to the unit sphere after each step.
+    backend : {"auto", "dense", "fused", "chunked"}, default="auto"
+        ``auto`` uses ``fused`` when it can run without an ``L x L`` matrix, else
+        ``dense`` for small problems and ``chunked`` otherwise.
+    chunk_size : int or (int, int), optional
+        Query and key block sizes of the chunked path (one int sets both).
+
+    Returns
+    -------
+    array or Tensor, same shape as ``X``
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> w = np.exp(1.0) / (np.exp(1.0) + 1.0)
+    >>> np.allclose(identity_attention(X, 1.0), [[w, 1 - w], [1 - w, w]])
+    True
+    >>> identity_attention(X, 1.0, exclude_self=True)
+    array([[0., 1.],
+           [1., 0.]])
+    """
+    lam = check_temperature(temperature)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
+        raise ValueError(f"n_steps must be an integer >= 1, got {n_steps!r}")
+    is_tensor = isinstance(X, torch.Tensor)
+    keep_f32 = not is_tensor and getattr(X, "dtype", None) == np.float32
+    x = as_tensor(X, name="X", dtype=torch.float32 if keep_f32 else None)
+    if x.ndim not in (2, 3):
+        raise ValueError(f"X must have shape (L, d) or (B, L, d), got ndim={x.ndim} "
+                         f"(shape {tuple(x.shape)})")
+    if x.numel() == 0:
+        raise ValueError(f"X is empty (shape {tuple(x.shape)}): a prompt needs at least one "
+                         "token of dimension >= 1")
+    check_finite(x, "X")
+    if exclude_self and x.shape[-2] < 2:
+        raise ValueError(f"exclude_self needs a prompt of at least 2 tokens, got L={x.shape[-2]}")
+    cq, ck = _chunk_sizes(chunk_size)
+
+    batched = x.ndim == 3
+    y = x if batched else x.unsqueeze(0)  # (B, L, d)
+    name = _resolve_backend(backend, y, exclude_self)
+    for _ in range(int(n_steps)):
+        if name == "dense":
+            y = _dense(y, lam, exclude_self)
+        elif name == "fused":
+            y = _fused(y, lam, exclude_self)
+        else:
+            y = _chunked(y, lam, exclude_self, cq, ck)
+        if renormalize:
+            y = normalize(y)
+    y = y if batched else y.squeeze(0)
+    return y if is_tensor else y.detach().cpu().numpy()
 
 
-infinite_prompt_limit = identity_attention
+def fused_available(dtype: torch.dtype, device: torch.device | str) -> bool:
+    """Whether the fused backend has an ``O(L d)``-memory kernel for ``dtype`` on ``device``.
+
+    CPU: the flash kernel (float32, float64, bfloat16, float16). CUDA: flash or
+    memory-efficient attention (float16, bfloat16, float32); float64 has only the math
+    kernel there.
+
+    Examples
+    --------
+    >>> import torch
+    >>> fused_available(torch.float64, "cpu")
+    True
+    """
+    kind = torch.device(device).type
+    if kind == "cpu":
+        return dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+    if kind == "cuda":
+        return dtype in (torch.float32, torch.float16, torch.bfloat16)
+    return False
+
+
+def _resolve_backend(backend: str, y: torch.Tensor, exclude_self: bool) -> str:
+    if backend == "fused":
+        if exclude_self:
+            raise ValueError("backend='fused' cannot exclude the token itself without an L x L "
+                             "mask; use backend='chunked' (or 'auto') for exclude_self=True")
+        if not fused_available(y.dtype, y.device):
+            raise ValueError(f"backend='fused' has no O(L d) kernel for {y.dtype} on "
+                             f"{y.device.type}; use backend='chunked'")
+    if backend == "chunked" and y.requires_grad and torch.is_grad_enabled():
+        raise ValueError("backend='chunked' works in place and does not support autograd; "
+                         "use backend='dense' or 'fused' for gradients")
+    if backend != "auto":
+        return backend
+    if not exclude_self and fused_available(y.dtype, y.device):
+        return "fused"
+    B, L, _ = y.shape
+    if B * L * L <= _DENSE_AUTO_ELEMENTS or (y.requires_grad and torch.is_grad_enabled()):
+        return "dense"
+    return "chunked"
+
+
+def _chunk_sizes(chunk_size) -> tuple[int | None, int | None]:
+    if chunk_size is None:
+        return None, None
+    sizes = (chunk_size, chunk_size) if np.ndim(chunk_size) == 0 else tuple(chunk_size)
+    if len(sizes) != 2 or any(isinstance(s, bool) or not isinstance(s, (int, np.integer))
+                              or s < 1 for s in sizes):
+        raise ValueError(f"chunk_size must be a positive int or a pair of them, got "
+                         f"{chunk_size!r}")
+    return int(sizes[0]), int(sizes[1])
+
+
+def _dense(x: torch.Tensor, lam: float, exclude_self: bool) -> torch.Tensor:
+    """Reference: the full ``(B, L, L)`` softmax."""
+    scores = lam * (x @ x.transpose(-1, -2))  # (B, L, L)
+    if exclude_self:
+        eye = torch.eye(x.shape[-2], dtype=torch.bool, device=x.device)
+        scores = scores.masked_fill(eye, -math.inf)
+    return torch.softmax(scores, dim=-1) @ x
+
+
+def _fused(x: torch.Tensor, lam: float, exclude_self: bool) -> torch.Tensor:
+    """Scaled-dot-product attention restricted to the kernels without an L x L matrix."""
+    if exclude_self:  # guarded in _resolve_backend; kept for direct callers
+        raise ValueError("the fused backend cannot exclude the token itself")
+    q = x.unsqueeze(1).contiguous()  # (B, 1, L, d): one head, contiguous for flash
+    allowed = [SDPBackend.FLASH_ATTENTION]
+    if q.device.type == "cuda":
+        allowed.append(SDPBackend.EFFICIENT_ATTENTION)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # torch explains each refusal
+            with sdpa_kernel(allowed):
+                out = F.scaled_dot_product_attention(q, q, q, scale=lam)
+    except RuntimeError as exc:
+        raise ValueError(f"backend='fused' found no O(L d) attention kernel for "
+                         f"{q.dtype} on {q.device.type}: {exc}") from exc
+    return out.squeeze(1)
+
+
+def _chunked(x: torch.Tensor, lam: float, exclude_self: bool, cq: int | None,
+             ck: int | None) -> torch.Tensor:
+    """Online softmax over query blocks and key blocks; memory O(cq * ck + L d).
+
+    Each query row keeps ``m`` (the log of its running softmax normalizer) and ``acc``
+    (its running weighted sum divided by ``e^m``, with the weight itself in the last
+    column, so ``acc[:, d] == 1`` after every block). Scores enter as
+    ``lambda <x_i, x_j> - m_i`` straight out of one matmul (``-m_i`` rides in an extra
+    column of the queries against a column of ones in the keys), are exponentiated in
+    place and multiplied by ``[x_j, 1]``: one matmul, one ``exp`` and one matmul per
+    block. As ``m`` is a log-sum-exp it bounds every score seen so far, so the
+    exponentials cannot overflow unless a new score exceeds it by ~88 (float32); that
+    case, the first block, and rows with no finite score yet take the exact path that
+    subtracts the block's row maximum first.
+    """
+    B, L, d = x.shape
+    dev, dt = x.device, x.dtype
+    if ck is None:
+        ck = min(L, _KEY_BLOCK)
+    if cq is None:
+        cq = max(1, min(L, _BLOCK_ELEMENTS // (B * ck)))
+    ones = torch.ones(B, L, 1, dtype=dt, device=dev)
+    keys = torch.cat([x, ones], dim=-1).transpose(1, 2).contiguous()  # (B, d+1, L): [x; 1]
+    values = torch.cat([x, ones], dim=-1)  # (B, L, d+1): [x, 1]
+    out = torch.empty_like(x)
+    with torch.no_grad():
+        for q0 in range(0, L, cq):
+            q1 = min(q0 + cq, L)
+            queries = torch.cat([lam * x[:, q0:q1], torch.zeros(B, q1 - q0, 1, dtype=dt,
+                                                                 device=dev)], dim=-1)
+            m = torch.full((B, q1 - q0, 1), -math.inf, dtype=dt, device=dev)  # (B, cq, 1)
+            acc = torch.zeros(B, q1 - q0, d + 1, dtype=dt, device=dev)  # (B, cq, d+1)
+            for k0 in range(0, L, ck):
+                k1 = min(k0 + ck, L)
+                diag = exclude_self and q0 < k1 and k0 < q1
+                contrib = None
+                if k0 > 0 and bool(torch.isfinite(m).all()):
+                    queries[..., d:] = -m
+                    scores = torch.bmm(queries, keys[:, :, k0:k1])  # (B, cq, ck): s - m
+                    if diag:
+                        scores.diagonal(q0 - k0, -2, -1).fill_(-math.inf)
+                    contrib = torch.bmm(scores.exp_(), values[:, k0:k1])  # (B, cq, d+1)
+                    if not bool(torch.isfinite(contrib).all()):
+                        contrib = None  # overflow: redo this block on the exact path
+                    else:
+                        acc += contrib
+                if contrib is None:
+                    acc, m = _exact_block(queries, keys, values, acc, m, d, q0, k0, k1, diag)
+                # keep acc's weight column at 1 by moving its log into m
+                weight = acc[..., d:]
+                seen = weight > 0
+                m = torch.where(seen, m + torch.log(torch.where(seen, weight, 1.0)), m)
+                acc = torch.where(seen, acc / torch.where(seen, weight, 1.0), acc)
+            out[:, q0:q1] = acc[..., :d]
+    return out
+
+
+def _exact_block(queries, keys, values, acc, m, d, q0, k0, k1, diag):
+    """One key block of the textbook online softmax (running maximum)."""
+    scores = torch.bmm(queries[..., :d], keys[:, :d, k0:k1])  # (B, cq, ck)
+    if diag:
+        scores.diagonal(q0 - k0, -2, -1).fill_(-math.inf)
+    m_new = torch.maximum(m, scores.amax(dim=-1, keepdim=True))
+    shift = torch.where(torch.isfinite(m_new), m_new, 0.0)
+    scale = torch.exp(m - shift)  # exp(-inf) = 0 for rows with nothing seen yet
+    scores.sub_(shift).exp_()
+    acc = acc * scale + torch.bmm(scores, values[:, k0:k1])
+    return acc, torch.where(torch.isfinite(m_new), shift, m_new)
+
+
+# --------------------------------------------------------------------------------------
+# infinite-prompt limit and quantization metrics
+# --------------------------------------------------------------------------------------
+def infinite_prompt_limit(x, mix: GaussianMixture, temperature: float):
+    """Limit of ``Q_lambda(X)_i`` as the prompt length grows, for a query ``x``.
+
+    ``Q_inf(x) = lambda sigma^2 x + sum_k softmax_k(log pi_k + lambda <x, mu*_k>) mu*_k``.
+
+    Parameters
+    ----------
+    x : array-like or Tensor of shape (..., d)
+    mix : GaussianMixture
+        The mixture the prompt's tokens are drawn from.
+    temperature : float
+        Inverse temperature ``lambda``.
+
+    Returns
+    -------
+    array or Tensor of shape (..., d), the type of ``x``
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> mix = ac.GaussianMixture.antipodal(d=2, sigma=0.5)
+    >>> infinite_prompt_limit([0.0, 1.0], mix, temperature=2.0)
+    array([0. , 0.5])
+    """
+    lam = check_temperature(temperature)
+    if not isinstance(mix, GaussianMixture):
+        raise ValueError(f"mix must be a GaussianMixture, got {type(mix).__name__}")
+    is_tensor = isinstance(x, torch.Tensor)
+    t = as_tensor(x, name="x")
+    if t.ndim == 0 or t.shape[-1] != mix.d:
+        raise ValueError(f"x must have shape (..., {mix.d}), got {tuple(t.shape)}")
+    check_finite(t, "x")
+    centroids = as_tensor(mix.centroids, dtype=t.dtype, device=t.device)  # (K, d)
+    log_pi = torch.log(as_tensor(mix.weights, dtype=t.dtype, device=t.device))  # (K,)
+    post = torch.softmax(log_pi + lam * (t @ centroids.T), dim=-1)  # (..., K)
+    out = lam * mix.sigma**2 * t + post @ centroids
+    return out if is_tensor else out.detach().cpu().numpy()
+
+
+class SpreadRatio(NamedTuple):
+    """Within-cluster spread of the outputs over that of the inputs."""
+
+    ratio: float
+    """Pooled ratio ``sum_k sum_{i in k} ||Y_i - Ybar_k||^2 / (same for X)``."""
+    per_cluster: np.ndarray
+    """The same ratio cluster by cluster (``nan`` where the input spread is zero)."""
+    input_spread: float
+    """Mean squared distance of the inputs to their cluster mean."""
+    output_spread: float
+    """Mean squared distance of the outputs to their cluster mean."""
+
+
+class LimitDistance(NamedTuple):
+    """Distances ``||Y_i - Q_inf(X_i)||`` between outputs and their limit points."""
+
+    mean: float
+    rms: float
+    max: float
+
+
+class ClusterCount(NamedTuple):
+    """Groups of (nearly) coincident tokens."""
+
+    n_clusters: int
+    labels: np.ndarray
+    """Group of each token, numbered in order of first appearance."""
+    centers: np.ndarray
+    """Mean of each group, shape ``(n_clusters, d)``."""
+
+
+def _rows(a, name: str) -> np.ndarray:
+    arr = a.detach().cpu().double().numpy() if isinstance(a, torch.Tensor) else np.asarray(
+        a, dtype=np.float64)
+    if arr.ndim not in (2, 3) or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty (L, d) or (B, L, d) array, got shape "
+                         f"{arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr.reshape(-1, arr.shape[-1])
+
+
+def spread_ratio(X, Y, labels) -> SpreadRatio:
+    """Within-cluster spread of the outputs ``Y`` relative to that of the inputs ``X``.
+
+    ``ratio = sum_k sum_{i: z_i = k} ||Y_i - Ybar_k||^2 / sum_k sum_{i: z_i = k}
+    ||X_i - Xbar_k||^2``; a quantizer sends each cluster close to one point, so the
+    ratio is small.
+
+    Parameters
+    ----------
+    X, Y : array-like of shape (L, d) or (B, L, d)
+        Inputs and outputs of a layer (pooled over the batch).
+    labels : array-like of shape (L,) or (B, L)
+        Cluster of each token.
+
+    Examples
+    --------
+    >>> X = [[0.0, 1.0], [0.0, -1.0], [5.0, 1.0], [5.0, -1.0]]
+    >>> Y = [[0.0, 0.1], [0.0, -0.1], [5.0, 0.1], [5.0, -0.1]]
+    >>> round(spread_ratio(X, Y, [0, 0, 1, 1]).ratio, 6)
+    0.01
+    """
+    x, y = _rows(X, "X"), _rows(Y, "Y")
+    z = np.asarray(labels).reshape(-1)
+    if x.shape != y.shape or z.shape != (len(x),):
+        raise ValueError(f"X, Y and labels must describe the same tokens, got shapes "
+                         f"{np.shape(X)}, {np.shape(Y)}, {np.shape(labels)}")
+    clusters = np.unique(z)
+    sx = np.array([np.sum((x[z == k] - x[z == k].mean(0)) ** 2) for k in clusters])
+    sy = np.array([np.sum((y[z == k] - y[z == k].mean(0)) ** 2) for k in clusters])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_cluster = np.where(sx > 0, sy / np.where(sx > 0, sx, 1.0), np.nan)
+        ratio = float(sy.sum() / sx.sum()) if sx.sum() > 0 else float("nan")
+    return SpreadRatio(ratio, per_cluster, float(sx.sum() / len(x)), float(sy.sum() / len(x)))
+
+
+def limit_distance(X, Y, mix: GaussianMixture, temperature: float) -> LimitDistance:
+    """Distance of each output ``Y_i`` to its infinite-prompt limit ``Q_inf(X_i)``.
+
+    Parameters
+    ----------
+    X, Y : array-like of shape (L, d) or (B, L, d)
+        A prompt drawn from ``mix`` and its one-step output ``identity_attention(X,
+        temperature)``.
+    mix : GaussianMixture
+    temperature : float
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
+    >>> X = mix.sample(2000, rng=0)
+    >>> res = limit_distance(X, identity_attention(X, 0.85), mix, 0.85)
+    >>> res.mean < 0.05
+    True
+    """
+    x, y = _rows(X, "X"), _rows(Y, "Y")
+    if x.shape != y.shape:
+        raise ValueError(f"X and Y must have the same shape, got {np.shape(X)}, {np.shape(Y)}")
+    dist = np.linalg.norm(y - infinite_prompt_limit(x, mix, temperature), axis=1)
+    return LimitDistance(float(dist.mean()), float(np.sqrt(np.mean(dist**2))), float(dist.max()))
+
+
+def count_clusters(Y, tol: float = 1e-3) -> ClusterCount:
+    """Number of distinct clusters among tokens, grouping tokens closer than ``tol``.
+
+    Greedy leader grouping: the first token not yet grouped opens a group and takes
+    every ungrouped token within ``tol`` of it. When every true group has diameter
+    below ``tol`` and distinct groups are more than ``tol`` apart (collapsed or
+    metastable clusters after repeated steps), the count does not depend on the order.
+
+    Parameters
+    ----------
+    Y : array-like of shape (L, d)
+    tol : float, default=1e-3
+
+    Examples
+    --------
+    >>> count_clusters([[0.0, 0.0], [1e-6, 0.0], [1.0, 0.0]], tol=1e-3).n_clusters
+    2
+    """
+    y = _rows(Y, "Y")
+    if np.ndim(Y) != 2:
+        raise ValueError(f"Y must be one prompt of shape (L, d), got shape {np.shape(Y)}")
+    if not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a positive number, got {tol!r}")
+    labels = np.full(len(y), -1, dtype=np.int64)
+    left = np.arange(len(y))
+    centers = []
+    while left.size:
+        close = np.linalg.norm(y[left] - y[left[0]], axis=1) < tol
+        labels[left[close]] = len(centers)
+        centers.append(y[left[close]].mean(0))
+        left = left[~close]
+    return ClusterCount(len(centers), labels, np.array(centers))

@@ -1,0 +1,367 @@
+"""Identity attention: backends against an independent reference, the infinite-prompt
+limit, the quantization metrics and input checks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.cluster.hierarchy import fcluster, linkage
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+import attnclust as ac
+from attnclust.quantize import (
+    count_clusters,
+    fused_available,
+    identity_attention,
+    infinite_prompt_limit,
+    limit_distance,
+    spread_ratio,
+)
+
+SIGMA = 0.3
+LAM = 1.0 / (1.0 + 2.0 * SIGMA**2)  # the running example's temperature
+TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+@pytest.fixture(scope="module")
+def mix():
+    return ac.GaussianMixture.orthogonal(d=10, k=2, sigma=SIGMA)
+
+
+def loop_reference(X: np.ndarray, lam: float, exclude_self: bool = False) -> np.ndarray:
+    """Q(X)_i token by token, written from the formula with NumPy only."""
+    out = np.empty_like(X)
+    for i, x in enumerate(X):
+        logits = lam * (X @ x)
+        if exclude_self:
+            logits[i] = -np.inf
+        w = np.exp(logits - logits.max())
+        out[i] = (w / w.sum()) @ X
+    return out
+
+
+# -- the reference ---------------------------------------------------------------------
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_dense_matches_the_formula(mix, exclude_self):
+    X = mix.sample(40, rng=1)
+    np.testing.assert_allclose(identity_attention(X, 2.0, backend="dense",
+                                                  exclude_self=exclude_self),
+                               loop_reference(X, 2.0, exclude_self), rtol=0, atol=1e-13)
+
+
+# -- backends agree ----------------------------------------------------------------------
+CASES = [  # (backend, chunk_size)
+    ("fused", None),
+    ("chunked", None),
+    ("chunked", 37),  # blocks that do not divide L, diagonal crossing block edges
+    ("chunked", (16, 64)),
+    ("auto", None),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("exclude_self", [False, True])
+@pytest.mark.parametrize("batched", [False, True])
+@pytest.mark.parametrize(("backend", "chunk_size"), CASES)
+def test_backends_agree_with_dense(mix, dtype, exclude_self, batched, backend, chunk_size):
+    if backend == "fused" and exclude_self:
+        pytest.skip("fused refuses exclude_self (tested below)")
+    X = torch.as_tensor(mix.sample_prompts(3, 150, rng=2) if batched else mix.sample(150, rng=2),
+                        dtype=dtype)
+    ref = identity_attention(X, LAM, exclude_self=exclude_self, backend="dense")
+    out = identity_attention(X, LAM, exclude_self=exclude_self, backend=backend,
+                             chunk_size=chunk_size)
+    assert out.dtype == dtype and out.shape == X.shape
+    torch.testing.assert_close(out, ref, rtol=0, atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("backend", ["fused", "chunked"])
+def test_repeated_steps_and_renormalization_agree(mix, backend):
+    X = mix.sample(120, rng=3)
+    kw = dict(n_steps=4, renormalize=True)
+    out = identity_attention(X, 3.0, backend=backend, **kw)
+    np.testing.assert_allclose(out, identity_attention(X, 3.0, backend="dense", **kw), atol=1e-10)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-12)
+    # n_steps applications are n_steps compositions of one step
+    step = X
+    for _ in range(4):
+        step = loop_reference(step, 3.0)
+        step /= np.linalg.norm(step, axis=1, keepdims=True)
+    np.testing.assert_allclose(out, step, atol=1e-10)
+
+
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_chunked_survives_scores_that_grow_along_the_prompt(exclude_self):
+    # Token norms grow along the prompt, so every later key block holds scores far above
+    # the running normalizer of the first: the optimistic exponentials overflow and the
+    # exact (running maximum) path must take over.
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((300, 5)) * np.linspace(0.1, 6.0, 300)[:, None]
+    ref = loop_reference(X, 5.0, exclude_self)
+    for dtype, tol in ((np.float64, 1e-10), (np.float32, 1e-3)):
+        out = identity_attention(X.astype(dtype), 5.0, backend="chunked",
+                                 exclude_self=exclude_self, chunk_size=32)
+        assert np.all(np.isfinite(out))
+        # float32 scores reach ~1e3 here; its rounding of them sets the tolerance
+        np.testing.assert_allclose(out, ref, rtol=0, atol=tol * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("exclude_self", [False, True])
+@pytest.mark.parametrize("chunk_size", [1, (1, 3), (5, 1)])
+def test_chunked_with_one_token_blocks(exclude_self, chunk_size):
+    # blocks holding a single key: with exclude_self a row's first block can be all -inf
+    X = np.random.default_rng(10).standard_normal((2, 13, 3))
+    out = identity_attention(X, 1.5, backend="chunked", exclude_self=exclude_self,
+                             chunk_size=chunk_size)
+    for b in range(2):
+        np.testing.assert_allclose(out[b], loop_reference(X[b], 1.5, exclude_self), atol=1e-12)
+
+
+def test_exclude_self_two_tokens_swap():
+    X = np.array([[1.0, 2.0], [3.0, -1.0]])
+    for backend in ("dense", "chunked", "auto"):
+        np.testing.assert_array_equal(
+            identity_attention(X, 7.0, exclude_self=True, backend=backend), X[::-1])
+
+
+# -- which kernel runs -----------------------------------------------------------------
+def _sdpa_ops(fn) -> set[str]:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.key for e in prof.key_averages() if "attention" in e.key}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("shape", [(200, 10), (3, 200, 10)])
+def test_fused_runs_the_flash_kernel_not_the_math_fallback(dtype, shape):
+    # A non-contiguous input, the one a naive (B, L, d) -> (B, 1, L, d) view gives
+    # after a transpose, is exactly what makes the dispatcher fall back to math.
+    X = torch.randn(*shape[:-2], shape[-1], shape[-2], dtype=dtype).transpose(-1, -2)
+    ops = _sdpa_ops(lambda: identity_attention(X, 1.0, backend="fused"))
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in ops, ops
+    assert not any("math" in op for op in ops), ops
+    # the detector tells the kernels apart: forced onto math, the op names change
+    q = X.unsqueeze(-3).contiguous()
+    with sdpa_kernel(SDPBackend.MATH):
+        ops = _sdpa_ops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    assert "aten::_scaled_dot_product_attention_math" in ops
+    assert not any("flash" in op for op in ops), ops
+
+
+def test_auto_uses_fused_without_exclude_self_and_never_an_l_by_l_mask():
+    X = torch.randn(300, 8, dtype=torch.float64)
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in _sdpa_ops(
+        lambda: identity_attention(X, 1.0))
+    assert not _sdpa_ops(lambda: identity_attention(X, 1.0, exclude_self=True))
+
+
+def _largest_allocation(fn) -> int:
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return max(e.cpu_memory_usage for e in prof.events())
+
+
+@pytest.mark.parametrize(("backend", "exclude_self"), [("fused", False), ("chunked", False),
+                                                      ("chunked", True)])
+def test_fused_and_chunked_memory_grows_linearly_not_quadratically(backend, exclude_self):
+    # Largest single allocation at L and 4L: an L x L matrix would grow 16x; what these
+    # backends allocate (O(L d) tensors, fixed-size blocks or kernel workspaces) at most 4x.
+    def largest(L, backend):
+        X = torch.randn(L, 10, dtype=torch.float64)
+        return _largest_allocation(lambda: identity_attention(
+            X, 1.0, backend=backend, exclude_self=exclude_self, chunk_size=(500, 500)))
+
+    assert largest(4000, "dense") >= 4000**2 * 8  # the detector sees an L x L matrix
+    small, big = largest(1000, backend), largest(4000, backend)
+    assert big <= 4.2 * small, (small, big)
+    assert big < 4000**2 * 8 / 20, big
+
+
+def test_fused_refuses_exclude_self():
+    with pytest.raises(ValueError, match="exclude_self"):
+        identity_attention(np.eye(3), 1.0, backend="fused", exclude_self=True)
+
+
+def test_fused_availability_table():
+    assert fused_available(torch.float32, "cpu") and fused_available(torch.float64, "cpu")
+    assert fused_available(torch.float32, "cuda") and not fused_available(torch.float64, "cuda")
+
+
+# -- types -------------------------------------------------------------------------------
+def test_numpy_in_numpy_out_keeps_float32():
+    X = np.random.default_rng(0).standard_normal((20, 3))
+    assert identity_attention(X, 1.0).dtype == np.float64
+    out32 = identity_attention(X.astype(np.float32), 1.0)
+    assert isinstance(out32, np.ndarray) and out32.dtype == np.float32
+    assert identity_attention(X.tolist(), 1.0).dtype == np.float64
+
+
+def test_autograd_through_dense_and_fused():
+    X = torch.randn(30, 4, dtype=torch.float64, requires_grad=True)
+    for backend in ("dense", "fused"):
+        assert torch.autograd.gradcheck(
+            lambda x, b=backend: identity_attention(x, 0.7, backend=b), (X,))
+    with pytest.raises(ValueError, match="autograd"):
+        identity_attention(X, 1.0, backend="chunked")
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("exclude_self", [False, True])
+def test_cuda_backends_agree_with_cpu_dense(mix, dtype, exclude_self):
+    X = torch.as_tensor(mix.sample_prompts(2, 500, rng=5), dtype=dtype)
+    ref = identity_attention(X, LAM, backend="dense", exclude_self=exclude_self)
+    backends = ["auto", "dense", "chunked"]
+    if not exclude_self and fused_available(dtype, "cuda"):
+        backends.append("fused")
+    for backend in backends:
+        out = identity_attention(X.cuda(), LAM, backend=backend, exclude_self=exclude_self)
+        assert out.device.type == "cuda" and out.dtype == dtype
+        # float32 on CUDA may use TF32-free kernels with other summation orders
+        torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=TOL[dtype] * 10)
+
+
+@cuda
+def test_cuda_fused_float64_refuses_instead_of_falling_back():
+    with pytest.raises(ValueError, match="fused"):
+        identity_attention(torch.eye(4, dtype=torch.float64, device="cuda"), 1.0,
+                           backend="fused")
+
+
+# -- the infinite-prompt limit -----------------------------------------------------------
+def test_limit_matches_gaussian_tilting_by_monte_carlo():
+    # Independent route: E[X e^{lam<x,X>}] / E[e^{lam<x,X>}] by plain Monte Carlo on
+    # 400,000 tokens, against the closed form. Monte Carlo error ~ 1/sqrt(n) ~ 2e-3.
+    mix = ac.GaussianMixture(np.array([[0.0, 1.0, 0.0], [0.6, -0.8, 0.0]]), sigma=0.4,
+                             weights=[0.3, 0.7])
+    tokens = mix.sample(400_000, rng=6)
+    queries = np.array([[0.2, 0.5, -0.1], [1.0, 0.0, 0.3]])
+    for x in queries:
+        w = np.exp(1.3 * tokens @ x)
+        mc = (w @ tokens) / w.sum()
+        np.testing.assert_allclose(infinite_prompt_limit(x, mix, 1.3), mc, atol=1e-2)
+    batch = infinite_prompt_limit(torch.as_tensor(queries), mix, 1.3)
+    assert isinstance(batch, torch.Tensor) and batch.shape == (2, 3)
+
+
+def test_limit_of_the_dirac_mixture_is_the_posterior_mean():
+    mix = ac.GaussianMixture.antipodal(d=2, sigma=0.0)
+    x = np.array([0.3, 0.0])
+    expected = np.tanh(0.3 * 2.0) * np.array([1.0, 0.0])  # softmax of +-0.6 on +-e_1
+    np.testing.assert_allclose(infinite_prompt_limit(x, mix, 2.0), expected, atol=1e-15)
+
+
+def test_finite_prompts_converge_to_the_limit_like_one_over_sqrt_l(mix):
+    # The output is a self-normalized Monte Carlo estimate over L tokens, so its error is
+    # ~ c / sqrt(L) (plus an O(1/L) bias, from the ratio and from the token's own term).
+    # Measured over three seeds: slopes of log(error) vs log(L) in [-0.57, -0.54] and
+    # sqrt(L) * error between 0.94 and 1.31. We assert the slope within +-0.15 of -1/2
+    # (the O(1/L) bias steepens it at L = 100) and sqrt(L) * error constant within a
+    # factor 1.6, which leaves about 5x the seed-to-seed spread we measured.
+    lengths, batches = (100, 1000, 10_000), (16, 4, 1)
+    errors = []
+    for L, B in zip(lengths, batches, strict=True):
+        X = mix.sample_prompts(B, L, rng=L)
+        errors.append(limit_distance(X, identity_attention(X, LAM), mix, LAM).mean)
+    errors = np.array(errors)
+    assert np.all(np.diff(errors) < 0), errors
+    slope = np.polyfit(np.log(lengths), np.log(errors), 1)[0]
+    assert -0.65 <= slope <= -0.35, (slope, errors)
+    scaled = errors * np.sqrt(lengths)
+    assert scaled.max() / scaled.min() < 1.6, scaled
+
+
+# -- quantization metrics ------------------------------------------------------------------
+def test_outputs_of_one_cluster_are_squeezed(mix):
+    # Measured on the running example (L = 500): the within-cluster spread of the
+    # outputs is 2.2% of that of the inputs (and 2.3% for the infinite-prompt limit).
+    # We assert below 5%, and that the finite prompt agrees with the limit's ratio.
+    X, z = mix.sample(500, rng=0, return_labels=True)
+    res = spread_ratio(X, identity_attention(X, LAM), z)
+    assert res.ratio < 0.05, res
+    assert np.all(res.per_cluster < 0.05)
+    np.testing.assert_allclose(res.input_spread, 10 * SIGMA**2, rtol=0.1)
+    limit = spread_ratio(X, infinite_prompt_limit(X, mix, LAM), z)
+    assert abs(res.ratio - limit.ratio) < 0.25 * limit.ratio, (res.ratio, limit.ratio)
+
+
+def test_spread_ratio_by_hand():
+    X = np.array([[0.0, 0.0], [2.0, 0.0], [9.0, 9.0], [9.0, 11.0]])
+    Y = np.array([[0.0, 0.0], [1.0, 0.0], [9.0, 9.0], [9.0, 9.0]])
+    res = spread_ratio(X, Y, [0, 0, 1, 1])
+    np.testing.assert_allclose(res.per_cluster, [0.25, 0.0])
+    assert res.ratio == pytest.approx(0.5 / 4.0)
+    assert res.input_spread == pytest.approx(1.0) and res.output_spread == pytest.approx(0.125)
+
+
+def test_count_clusters_matches_single_linkage():
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((5, 4)) * 3
+    Y = centers[rng.integers(0, 5, 300)] + 1e-5 * rng.standard_normal((300, 4))
+    res = count_clusters(Y, tol=1e-3)
+    reference = fcluster(linkage(Y, "single"), t=1e-3, criterion="distance")
+    assert res.n_clusters == len(np.unique(reference)) == 5
+    assert ac.adjusted_rand_index(reference, res.labels) == 1.0
+    np.testing.assert_allclose(np.sort(res.centers[:, 0]), np.sort(centers[:, 0]), atol=1e-5)
+
+
+@pytest.mark.parametrize(("lam", "expected"), [(LAM, 1), (10.0, 2)])
+def test_repeated_steps_collapse_or_keep_metastable_clusters(lam, expected):
+    # One step moves every token (no two coincide); repeated steps on the sphere merge
+    # the two clusters at the running example's temperature, while at lambda = 10 the
+    # cross-cluster weight e^{-10} is too small to merge them within 100 steps.
+    X = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3).sample(200, rng=8)
+    one = identity_attention(X, lam, renormalize=True)
+    assert count_clusters(one, tol=1e-3).n_clusters == 200
+    counts = [count_clusters(identity_attention(X, lam, n_steps=n, renormalize=True),
+                             tol=1e-3).n_clusters for n in (30, 100)]
+    assert counts == [expected, expected]
+
+
+def test_limit_distance_is_zero_on_the_limit_itself(mix):
+    X = mix.sample(50, rng=9)
+    res = limit_distance(X, infinite_prompt_limit(X, mix, LAM), mix, LAM)
+    assert res.max == pytest.approx(0.0, abs=1e-15) and res.rms <= res.max
+
+
+# -- bad input -------------------------------------------------------------------------
+@pytest.mark.parametrize(("X", "kwargs", "match"), [
+    (np.array([[1.0, np.nan]]), {}, "NaN or inf"),
+    (np.array([[1.0, np.inf], [0.0, 1.0]]), {}, "NaN or inf"),
+    (np.ones(3), {}, "ndim=1"),
+    (np.ones((1, 2, 3, 4)), {}, "ndim=4"),
+    (np.ones((0, 3)), {}, "empty"),
+    (np.ones((3, 0)), {}, "empty"),
+    (np.ones((2, 0, 3)), {}, "empty"),
+    (np.ones((2, 3)), {"temperature": 0.0}, "temperature"),
+    (np.ones((2, 3)), {"temperature": -1.0}, "temperature"),
+    (np.ones((2, 3)), {"temperature": math.nan}, "temperature"),
+    (np.ones((2, 3)), {"temperature": "hot"}, "temperature"),
+    (np.ones((2, 3)), {"backend": "flash"}, "backend"),
+    (np.ones((2, 3)), {"n_steps": 0}, "n_steps"),
+    (np.ones((2, 3)), {"chunk_size": 0}, "chunk_size"),
+    (np.ones((1, 3)), {"exclude_self": True}, "at least 2 tokens"),
+    ([["a", "b"]], {}, "numeric"),
+])
+def test_bad_input_names_the_problem(X, kwargs, match):
+    kwargs = {"temperature": 1.0, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        identity_attention(X, **kwargs)
+
+
+def test_metric_inputs_are_checked(mix):
+    with pytest.raises(ValueError, match="NaN"):
+        limit_distance([[np.nan] * 10], [[0.0] * 10], mix, LAM)
+    with pytest.raises(ValueError, match="shape"):
+        infinite_prompt_limit(np.ones(3), mix, LAM)
+    with pytest.raises(ValueError, match="temperature"):
+        infinite_prompt_limit(np.ones(10), mix, 0.0)
+    with pytest.raises(ValueError, match="same tokens"):
+        spread_ratio(np.ones((3, 2)), np.ones((3, 2)), [0, 1])
+    with pytest.raises(ValueError, match="tol"):
+        count_clusters(np.ones((3, 2)), tol=0.0)
