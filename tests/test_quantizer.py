@@ -1,0 +1,103 @@
+"""AttentionQuantizer: the temperature rule, the sigma estimate, the scikit-learn contract."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.utils.estimator_checks import check_estimator
+
+import attnclust as ac
+from attnclust.quantize import identity_attention
+from attnclust.quantizer import AttentionQuantizer, estimate_sigma
+
+
+@pytest.mark.parametrize(("mix", "n"), [
+    (ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3), 2000),  # the running example
+    (ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.1), 2000),
+    (ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.6), 2000),
+    (ac.GaussianMixture.antipodal(d=2, sigma=0.2), 2000),  # d = K: no noise-only direction
+    (ac.GaussianMixture.random(d=3, k=6, sigma=0.1, min_angle=0.8, rng=0), 2000),  # d < K
+    (ac.GaussianMixture.random(d=50, k=8, sigma=0.2, rng=0), 2000),
+])
+def test_sigma_estimate_recovers_sigma(mix, n):
+    # sigma_hat^2 = (mean ||x||^2 - 1) / d averages n i.i.d. terms of variance
+    # 4 s^2 + 2 d s^4 (the cross term 2 s <mu, xi> and the chi-square), so its standard
+    # error is sqrt((4 s^2 + 2 d s^4) / n) / d: 0.9% of sigma for the running example,
+    # 7% for d = 3, sigma = 0.1. We assert each estimate within 4 standard errors
+    # (chance of a false failure over these 18 draws ~ 1e-3), and the running example
+    # within 3% of sigma.
+    s2, d = mix.sigma**2, mix.d
+    se = np.sqrt((4 * s2 + 2 * d * s2**2) / n) / d
+    for seed in range(3):
+        sigma_hat = estimate_sigma(mix.sample(n, rng=seed))
+        assert abs(sigma_hat**2 - s2) < 4 * se, (seed, sigma_hat, se)
+        if d == 10 and mix.sigma == 0.3:
+            assert sigma_hat == pytest.approx(0.3, rel=0.03)
+
+
+def test_sigma_estimate_of_the_dirac_mixture_is_zero():
+    X = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.0).sample(100, rng=0)
+    assert estimate_sigma(X) == 0.0
+    q = AttentionQuantizer().fit(X)
+    assert q.sigma_ == 0.0 and q.temperature_ == 1.0
+
+
+def test_auto_temperature_is_the_running_example_rule():
+    mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
+    X = mix.sample(2000, rng=1)
+    q = AttentionQuantizer().fit(X)
+    assert q.n_features_in_ == 10
+    assert q.temperature_ == pytest.approx(1.0 / (1.0 + 2.0 * q.sigma_**2), rel=1e-15)
+    assert q.temperature_ == pytest.approx(1.0 / (1.0 + 2.0 * 0.3**2), rel=0.01)
+
+
+def test_transform_is_identity_attention_on_the_prompt():
+    mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
+    X, z = mix.sample(300, rng=2, return_labels=True)
+    q = AttentionQuantizer(temperature=2.0, n_steps=2, exclude_self=True, backend="chunked",
+                           chunk_size=64)
+    Y = q.fit_transform(X)
+    assert isinstance(Y, np.ndarray) and not hasattr(q, "sigma_")
+    np.testing.assert_allclose(Y, identity_attention(X, 2.0, n_steps=2, exclude_self=True,
+                                                     backend="dense"), atol=1e-10)
+    assert ac.quantize.spread_ratio(X, Y, z).ratio < 0.05
+
+
+def test_float32_is_preserved():
+    X = np.random.default_rng(3).standard_normal((50, 4)).astype(np.float32)
+    assert AttentionQuantizer(temperature=1.0).fit_transform(X).dtype == np.float32
+
+
+def test_scikit_learn_contract():
+    # Every check passes but one that cannot hold by design: the output of a token
+    # depends on the whole prompt, so transforming a subset changes it.
+    expected = {"check_methods_subset_invariance":
+                "in-context: each output depends on every token of the prompt"}
+    check_estimator(AttentionQuantizer(), expected_failed_checks=expected)
+    # and that check does fail, for the stated reason
+    X = np.random.default_rng(4).standard_normal((20, 3))
+    q = AttentionQuantizer(temperature=1.0).fit(X)
+    assert not np.allclose(q.transform(X)[:10], q.transform(X[:10]))
+
+
+@pytest.mark.parametrize(("params", "X", "match"), [
+    ({"temperature": "hot"}, np.ones((3, 2)), "temperature"),
+    ({"temperature": -1.0}, np.ones((3, 2)), "temperature"),
+    ({"temperature": 0.0}, np.ones((3, 2)), "temperature"),
+    ({"backend": "flash"}, np.ones((3, 2)), "backend"),
+    ({}, np.array([[1.0, np.nan]]), "NaN"),
+    ({}, np.array([[1.0, np.inf]]), "infinity"),
+    ({}, np.ones((0, 2)), "0 sample"),
+    ({}, np.ones(3), "2D array"),
+])
+def test_fit_rejects_bad_input(params, X, match):
+    with pytest.raises(ValueError, match=match):
+        AttentionQuantizer(**params).fit(X)
+
+
+def test_transform_checks_the_dimension():
+    q = AttentionQuantizer().fit(np.ones((4, 3)))
+    with pytest.raises(ValueError, match="3 features"):
+        q.transform(np.ones((4, 2)))
+    with pytest.raises(ValueError, match="n_steps"):
+        AttentionQuantizer(n_steps=0).fit(np.ones((4, 3))).transform(np.ones((4, 3)))
