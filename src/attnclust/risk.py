@@ -1,22 +1,632 @@
-"""STUB (contract for the implementer; replace this whole file).
+"""Population and empirical risk of the K-head layer, and the penalties of ``R_rho``.
 
-population_risk(heads, mix, temperature, *, method="auto", n_samples=2**14, rng=0) -> Tensor
-    0-dim tensor, differentiable w.r.t. ``heads`` ((K, d) tensor). method in
-    {"auto", "exact", "qmc"}; "auto" = exact for K <= 3, QMC otherwise.
-qmc_risk(heads, mix, temperature, *, n_samples=2**14, rng=0) -> RiskEstimate(value, stderr)
-empirical_risk(heads, X, temperature, *, batch_size=None) -> Tensor
-repulsion(heads) -> Tensor ; balance(heads, data_or_mix, temperature, *, target=None) -> Tensor
+The risk of heads ``mu = (mu_1..mu_K)`` at inverse temperature ``lambda`` is
+
+    R(mu) = E || X - T_mu(X) ||^2,     T_mu(x) = sum_h a_h(x) mu_h,
+    a(x) = softmax(lambda P),          P_h = <x, mu_h>.
+
+Expanding the square, ``R = E||X||^2 - 2 E[a . P] + E[a^T G a]`` with ``G = mu mu^T``
+the heads' Gram matrix, and ``E||X||^2 = sum_k pi_k ||mu*_k||^2 + d sigma^2``. Given
+``Z = k`` the projections are Gaussian, ``P ~ N(mu mu*_k, sigma^2 G)``, so ``R`` is a
+``K``-dimensional Gaussian integral whatever ``d`` is. Better still, the softmax only
+sees the differences ``D_h = P_h - P_K = <X, mu_h - mu_K>`` (``h < K``), and
+``a . P = P_K + sum_{h<K} a_h D_h`` with ``E[P_K] = <mu*_k, mu_K>``, so
+
+    R = E||X||^2 + sum_k pi_k ( -2 <mu*_k, mu_K> + E_k[ -2 sum_{h<K} a_h D_h + a^T G a ] ),
+
+an integral over ``K - 1`` variables ``D = W X`` (rows of ``W``: ``mu_h - mu_K``).
+
+**Exact rule** (``K <= 3``). Write ``D = W mu*_k + sigma (W Q) z`` with ``z ~ N(0, I)``
+and ``Q`` an orthonormal basis of the span of the rows of ``W`` (Householder QR, so
+``W Q`` is lower triangular). The softmax is sharp, with width ``1 / (lambda sigma
+||w||)`` in ``z``, across the lines where two logits tie; for ``K = 2`` there is one
+such point per mixture component, for ``K = 3`` the first coordinate sees one point
+and, for each outer node, the inner coordinate sees two. Each 1-D integral uses a
+composite Gauss-Legendre rule on ``[-8.5, 8.5]`` (Gaussian mass outside: ``1e-17``)
+whose breakpoints are the union of a uniform grid of width 1 and the points
+``c +- eps * (0.5, 1, 2, ..., 32)`` graded toward each sharp point ``c`` of width
+``eps``, with 6 nodes per panel: a fixed-size rule (so vectorized) whose panels
+resolve the softmax at any ``lambda sigma`` (plain Gauss-Hermite does not). The
+nodes are placed from detached values and the gradient is the integral of the
+integrand's gradient (differentiation under the integral sign), which equals the
+derivative of ``R`` to quadrature accuracy. ``sigma = 0`` is the finite sum over the
+centroids; equal heads (singular ``G``) make ``D`` degenerate and the rule exact.
+
+Measured accuracy of the exact rule (float64), relative to a rule four times finer in
+panel width with 12 nodes per panel and ratio-``sqrt 2`` grading (max over random
+heads, ``d = 10``, orthogonal centroids, ``s = lambda sigma``):
+
+    ========  =========  =========
+    s         K = 2      K = 3
+    ========  =========  =========
+    0.1       < 1e-15    < 1e-15
+    1         < 1e-15    < 1e-15
+    10        < 1e-14    < 1e-14
+    100       < 1e-14    < 1e-13
+    1000      < 1e-13    < 1e-12
+    ========  =========  =========
+
+(``tests/test_risk.py`` re-measures this table.) The rule is therefore at the
+1e-8 target with a wide margin for every ``lambda sigma`` we tried.
+
+**QMC rule** (any ``K``). ``P = mu mu*_k + sigma C z`` with ``C`` the Cholesky factor of
+``G`` (for a singular ``G``: ``mu Q``, ``Q`` an orthonormal basis of the heads' span)
+and ``z`` scrambled Sobol points mapped to normals; the same
+points are reused for the same ``rng`` (common random numbers across PGD
+iterations); the standard error comes from 4 independent scrambles.
+
+Notation
+--------
+================  ===================  ==========================================
+paper             code                 meaning
+================  ===================  ==========================================
+``mu_h``          ``heads[h]``         head ``h``, shape ``(K, d)``
+``lambda``        ``temperature``      inverse temperature
+``G``             ``gram``             ``heads @ heads.T``
+``D_h``           ``D[..., h]``        ``P_h - P_K``, logit differences / lambda
+``R(mu)``         ``population_risk``  ``E||X - T_mu(X)||^2``
+``Pen(mu)``       ``repulsion``,       penalties of ``R_rho = R + rho Pen``
+                  ``balance``
+================  ===================  ==========================================
 """
 
-__all__ = ["RiskEstimate", "population_risk", "qmc_risk", "empirical_risk", "repulsion", "balance"]
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from scipy.special import expit
+
+from ._validation import as_generator, as_tensor, check_finite, check_temperature
+from .heads import head_weights
+from .mixture import GaussianMixture
+
+__all__ = [
+    "RiskEstimate",
+    "population_risk",
+    "qmc_risk",
+    "empirical_risk",
+    "repulsion",
+    "balance",
+]
+
+_METHODS = ("auto", "exact", "qmc")
+_N_SCRAMBLES = 4
 
 
-class RiskEstimate:  # noqa: D101
-    pass
+class RiskEstimate(NamedTuple):
+    """A quasi-Monte Carlo estimate with its standard error."""
+
+    value: torch.Tensor
+    """The estimate, a 0-dim tensor differentiable w.r.t. the heads."""
+    stderr: float
+    """Standard error over independent scrambles."""
 
 
-def population_risk(*args, **kwargs):
-    raise NotImplementedError
+# --------------------------------------------------------------------------------------
+# Composite Gauss-Legendre rule graded toward sharp points (numpy; nodes are detached)
+# --------------------------------------------------------------------------------------
+class _Rule(NamedTuple):
+    gl_x: np.ndarray  # (m,) Gauss-Legendre nodes on [-1, 1]
+    gl_w: np.ndarray  # (m,)
+    grid: np.ndarray  # (U,) uniform breakpoints on [-trunc, trunc]
+    offsets: np.ndarray  # (O,) graded offsets in units of eps, both signs and 0
+    trunc: float
 
 
-qmc_risk = empirical_risk = repulsion = balance = population_risk
+@functools.lru_cache(maxsize=8)
+def _rule(n_gauss: int = 6, width: float = 1.0, trunc: float = 8.5, ratio: float = 2.0,
+          first: float = 1.0, last: float = 32.0) -> _Rule:
+    """Fixed pieces of the rule, computed once per setting (module-level cache)."""
+    gl_x, gl_w = np.polynomial.legendre.leggauss(n_gauss)
+    n_panels = int(np.ceil(2 * trunc / width))
+    grid = np.linspace(-trunc, trunc, n_panels + 1)
+    n_graded = int(np.floor(np.log(last / first) / np.log(ratio) + 1e-9)) + 1
+    pos = first * ratio ** np.arange(n_graded)
+    offsets = np.concatenate([-pos[::-1], [0.0], pos])
+    return _Rule(gl_x, gl_w, grid, offsets, trunc)
+
+
+_EPS_MAX = 1e6  # wider than this, a "sharp" point is flat on [-trunc, trunc]
+
+
+def _graded_nodes(center: np.ndarray, eps: np.ndarray, rule: _Rule):
+    """Nodes and Gaussian-weighted weights of the rule for N(0, 1).
+
+    ``center``, ``eps`` have shape ``(..., F)``: ``F`` sharp points per integral.
+    Returns ``z`` and ``w`` of shape ``(..., N)`` with ``sum w ~ 1``.
+    """
+    center = np.clip(np.nan_to_num(center), -_EPS_MAX, _EPS_MAX)
+    eps = np.clip(np.nan_to_num(eps, nan=_EPS_MAX, posinf=_EPS_MAX), 0.0, _EPS_MAX)
+    graded = center[..., None] + eps[..., None] * rule.offsets  # (..., F, O)
+    graded = graded.reshape(*center.shape[:-1], -1)
+    grid = np.broadcast_to(rule.grid, (*center.shape[:-1], rule.grid.size))
+    bp = np.sort(np.clip(np.concatenate([grid, graded], axis=-1), -rule.trunc, rule.trunc))
+    half = 0.5 * (bp[..., 1:] - bp[..., :-1])  # (..., P)
+    mid = 0.5 * (bp[..., 1:] + bp[..., :-1])
+    z = (mid[..., None] + half[..., None] * rule.gl_x).reshape(*mid.shape[:-1], -1)
+    w = (half[..., None] * rule.gl_w).reshape(z.shape) * np.exp(-0.5 * z * z)
+    return z, w / np.sqrt(2 * np.pi)
+
+
+# --------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------
+def _check_heads(heads, d: int | None = None) -> torch.Tensor:
+    heads = as_tensor(heads, name="heads")
+    if heads.ndim != 2 or heads.shape[0] < 1:
+        raise ValueError(f"heads must have shape (K, d), got {tuple(heads.shape)}")
+    if d is not None and heads.shape[1] != d:
+        raise ValueError(f"heads must have d={d} columns to match the data, got "
+                         f"{heads.shape[1]}")
+    if not heads.requires_grad:
+        check_finite(heads, "heads")
+    return heads
+
+
+def _check_mixture(mix) -> GaussianMixture:
+    if not isinstance(mix, GaussianMixture):
+        raise ValueError(f"mix must be an attnclust.GaussianMixture, got {type(mix).__name__}")
+    return mix
+
+
+def _const(x: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    """A constant array as a tensor with the heads' dtype and device (copied)."""
+    return torch.tensor(x, dtype=like.dtype, device=like.device)
+
+
+def _second_moment(mix: GaussianMixture) -> float:
+    """``E||X||^2 = sum_k pi_k ||mu*_k||^2 + d sigma^2``."""
+    return float(mix.weights @ (mix.centroids**2).sum(1) + mix.d * mix.sigma**2)
+
+
+# --------------------------------------------------------------------------------------
+# Expectations over the mixture of functions of the logit differences D
+# --------------------------------------------------------------------------------------
+def _exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _Rule):
+    """Quadrature nodes in ``D`` space for ``K = 2, 3``.
+
+    Returns ``order`` (head permutation: the last one is the reference ``mu_K``),
+    ``D``, a list of ``K - 1`` differentiable tensors of shape ``(k_mix, N)``, and the
+    weights ``(k_mix, N)`` (detached, each row summing to ~1).
+    """
+    order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
+    K = heads.shape[0]
+    # D_h = delta_h + sigma sum_j L_hj z_j, one (k_mix, N) tensor per difference
+    D = [delta[:, h, None] + mix.sigma * sum(L[h, j] * z[j] for j in range(K - 1))
+         for h in range(K - 1)]
+    return order, D, weights
+
+
+def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _Rule):
+    """Pieces of the exact rule: ``D = delta_k + sigma L z`` at nodes ``z``.
+
+    Returns ``order``, ``delta`` ``(k_mix, K-1)`` and ``L`` ``(K-1, K-1)`` (both
+    differentiable), ``z`` (list of ``K - 1`` constant ``(k_mix, N)`` tensors) and the
+    weights ``(k_mix, N)``.
+    """
+    K = heads.shape[0]
+    cents = _const(mix.centroids, heads)
+    hd = heads.detach().cpu().double().numpy()
+    # pivot: the pair of heads furthest apart gives the first difference, so that the
+    # triangular factor below has its largest entry first
+    dist = np.linalg.norm(hd[:, None] - hd[None], axis=-1)
+    i, j = np.unravel_index(np.argmax(dist), dist.shape)
+    if i == j:  # all heads equal
+        i, j = 0, K - 1
+    order = [int(i)] + [h for h in range(K) if h not in (i, j)] + [int(j)]
+    W = heads[order[:-1]] - heads[order[-1]]  # (K-1, d)
+    delta = cents @ W.T  # (k_mix, K-1)
+    sigma = mix.sigma
+    if sigma == 0.0:
+        zero = heads.new_zeros(mix.k, 1)
+        return order, delta, heads.new_zeros(K - 1, K - 1), [zero] * (K - 1), \
+            heads.new_ones(mix.k, 1)
+    Wd = W.detach().cpu().double().numpy()
+    Q = np.linalg.qr(Wd.T)[0]  # (d, K-1) orthonormal, span contains the rows of W
+    L = W @ _const(Q, heads)  # (K-1, K-1) lower
+    Ld, dd = L.detach().cpu().double().numpy(), delta.detach().cpu().double().numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s0 = sigma * abs(Ld[0, 0])
+        c0 = -dd[:, 0] / (sigma * Ld[0, 0])
+        z0, w0 = _graded_nodes(c0[:, None], np.full((mix.k, 1), 1.0 / (lam * s0)), rule)
+        if K == 2:
+            z = [_const(z0, heads)]  # (k_mix, N)
+            weights = _const(w0, heads)
+        else:
+            # inner variable: sharp where D_1 = 0 and where D_1 = D_0
+            D0 = dd[:, 0, None] + sigma * Ld[0, 0] * z0  # (k_mix, N0)
+            base = dd[:, 1, None] + sigma * Ld[1, 0] * z0
+            s1 = sigma * Ld[1, 1]
+            centers = np.stack([-base / s1, (D0 - base) / s1], axis=-1)  # (k_mix, N0, 2)
+            eps1 = np.full(centers.shape, 1.0 / (lam * abs(s1)))
+            z1, w1 = _graded_nodes(centers, eps1, rule)  # (k_mix, N0, N1)
+            z = [_const(np.broadcast_to(z0[..., None], z1.shape).reshape(mix.k, -1), heads),
+                 _const(z1.reshape(mix.k, -1), heads)]  # (k_mix, N0 * N1) each
+            weights = _const((w0[..., None] * w1).reshape(mix.k, -1), heads)
+    return order, delta, L, z, weights
+
+
+def _softmax_weights(D: list[torch.Tensor], lam: float) -> list[torch.Tensor]:
+    """Attention weights for logits ``lambda (D_0, .., D_{K-2}, 0)``, one tensor per head.
+
+    Written out per head: a softmax over a last axis of size 2 or 3 is slow in torch.
+    """
+    if len(D) == 1:
+        a0 = torch.sigmoid(lam * D[0])
+        return [a0, 1.0 - a0]
+    logits = [lam * x for x in D]
+    top = torch.maximum(torch.maximum(logits[0], logits[1]), torch.zeros_like(logits[0]))
+    e = [torch.exp(x - top) for x in logits] + [torch.exp(-top)]
+    total = e[0] + e[1] + e[2]
+    return [x / total for x in e]
+
+
+def _risk_integrand(D: list[torch.Tensor], gram: torch.Tensor, lam: float) -> torch.Tensor:
+    """``-2 sum_{h<K} a_h D_h + a^T G a`` at logit differences ``D`` (list of K-1)."""
+    a = _softmax_weights(D, lam)
+    K = len(a)
+    out = -2.0 * sum(a[h] * D[h] for h in range(K - 1))
+    for h in range(K):
+        out = out + gram[h, h] * a[h] * a[h]
+        for g in range(h + 1, K):
+            out = out + 2.0 * gram[h, g] * a[h] * a[g]
+    return out
+
+
+class _FusedIntegral(torch.autograd.Function):
+    """``sum_k pi_k sum_n w_kn F(D_kn)`` with ``D = delta_k + sigma L z``, fused.
+
+    ``F = -2 sum_{h<K} a_h D_h + a^T G a``; its gradients are written out
+    (``dF/du = a * (g - a.g)`` with ``g = dF/da``, ``u`` the logits), which is several
+    times faster than recording the few dozen elementwise ops for autograd.
+    """
+
+    @staticmethod
+    def forward(ctx, delta, L, gram, z, pw, sigma: float, lam: float):
+        # z: (K-1, k_mix, N) nodes, pw: (k_mix, N) weights times pi_k
+        m = z.shape[0]
+        D = [delta[:, h, None] + sigma * sum(L[h, j] * z[j] for j in range(m))
+             for h in range(m)]
+        a = _softmax_weights(D, lam)
+        K = len(a)
+        Ga = [sum(gram[h, g] * a[g] for g in range(K)) for h in range(K)]
+        F = sum(a[h] * Ga[h] for h in range(K)) - 2.0 * sum(a[h] * D[h] for h in range(m))
+        value = (pw * F).sum()
+        if any(ctx.needs_input_grad[:3]):
+            g = [2.0 * Ga[h] - 2.0 * D[h] for h in range(m)] + [2.0 * Ga[m]]
+            abar = sum(a[h] * g[h] for h in range(K))
+            gD = [pw * a[h] * (lam * (g[h] - abar) - 2.0) for h in range(m)]  # (k_mix, N)
+            ctx.grads = (
+                torch.stack([x.sum(-1) for x in gD], dim=-1),  # (k_mix, K-1)
+                sigma * torch.stack([torch.stack([(gD[h] * z[j]).sum() for j in range(m)])
+                                     for h in range(m)]),  # (K-1, K-1)
+                torch.stack([torch.stack([(pw * a[h] * a[q]).sum() for q in range(K)])
+                             for h in range(K)]),  # (K, K)
+            )
+        return value
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        gd, gl, gg = ctx.grads
+        return grad_out * gd, grad_out * gl, grad_out * gg, None, None, None, None
+
+
+def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _Rule, *,
+                fused: bool = True) -> torch.Tensor:
+    """Exact rule; ``fused=False`` records every op for autograd (the reference)."""
+    K = heads.shape[0]
+    cents = _const(mix.centroids, heads)
+    pi = _const(mix.weights, heads)
+    if K == 1:
+        mean = pi @ cents
+        return _second_moment(mix) - 2.0 * (mean @ heads[0]) + heads[0] @ heads[0]
+    h_mean = pi @ (cents @ heads.T)  # (K,) E<X, mu_h>
+    if fused:
+        order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
+        h = heads[order]
+        integral = _FusedIntegral.apply(delta, L, h @ h.T, torch.stack(z),
+                                        pi[:, None] * weights, mix.sigma, lam)
+    else:
+        order, D, weights = _exact_samples(heads, mix, lam, rule)
+        h = heads[order]
+        integral = pi @ (weights * _risk_integrand(D, h @ h.T, lam)).sum(-1)
+    return _second_moment(mix) + integral - 2.0 * h_mean[order[-1]]
+
+
+# --------------------------------------------------------------------------------------
+# Quasi-Monte Carlo
+# --------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=32)
+def _sobol_normals(dim: int, n: int, seed: int) -> torch.Tensor:
+    """``(S, n // S, dim)`` normals from ``S`` independent scrambled Sobol sequences."""
+    seeds = np.random.SeedSequence(seed).generate_state(_N_SCRAMBLES)
+    per = max(n // _N_SCRAMBLES, 1)
+    out = []
+    for s in seeds:
+        engine = torch.quasirandom.SobolEngine(dim, scramble=True, seed=int(s))
+        u = engine.draw(per, dtype=torch.float64).clamp(1e-16, 1 - 1e-16)
+        out.append(torch.special.ndtri(u))
+    return torch.stack(out)
+
+
+def _qmc_points(heads, mix: GaussianMixture, n_samples: int, rng):
+    """Projections ``P`` of shape ``(S, k_mix, n/S, K)`` on common random numbers."""
+    if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or \
+            n_samples < _N_SCRAMBLES:
+        raise ValueError(f"n_samples must be an integer >= {_N_SCRAMBLES}, got {n_samples!r}")
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        seed = int(rng)
+    else:
+        seed = int(as_generator(rng).integers(2**63))
+    K = heads.shape[0]
+    z = _sobol_normals(K, int(n_samples), seed).to(heads.device, heads.dtype)  # (S, n', K)
+    cents = _const(mix.centroids, heads)
+    mean = cents @ heads.T  # (k_mix, K)
+    if mix.sigma == 0.0:
+        return mean[None, :, None, :].expand(z.shape[0], -1, 1, -1)
+    # factor F with F F^T = G: the Cholesky factor (smooth in the heads, so the
+    # estimator's autograd gradient is its exact derivative); for a singular G, heads
+    # times a detached orthonormal basis of their span (same law, same expected gradient)
+    factor, info = torch.linalg.cholesky_ex(heads @ heads.T)
+    if int(info) != 0 or float(torch.diagonal(factor).detach().min()) < 1e-6:
+        Q = np.linalg.qr(heads.detach().cpu().double().numpy().T)[0]  # (d, K)
+        factor = heads @ _const(Q, heads)  # (K, K)
+    return mean[None, :, None, :] + mix.sigma * (z @ factor.T)[:, None]
+
+
+def _qmc_risk(heads, mix, lam, n_samples, rng) -> RiskEstimate:
+    P = _qmc_points(heads, mix, n_samples, rng)  # (S, k_mix, n', K)
+    pi = _const(mix.weights, heads)
+    a = torch.softmax(lam * P, dim=-1)
+    f = -2.0 * (a * P).sum(-1) + ((a @ (heads @ heads.T)) * a).sum(-1)
+    per_scramble = _second_moment(mix) + f.mean(-1) @ pi  # (S,)
+    value = per_scramble.mean()
+    stderr = float(per_scramble.detach().std()) / np.sqrt(per_scramble.numel())
+    return RiskEstimate(value, stderr)
+
+
+# --------------------------------------------------------------------------------------
+# Public functions
+# --------------------------------------------------------------------------------------
+def population_risk(
+    heads,
+    mix: GaussianMixture,
+    temperature: float,
+    *,
+    method: str = "auto",
+    n_samples: int = 2**14,
+    rng=0,
+) -> torch.Tensor:
+    """Population risk ``R(mu) = E || X - T_mu(X) ||^2`` over a Gaussian mixture.
+
+    Parameters
+    ----------
+    heads : Tensor of shape (K, d)
+        Heads ``mu``; may require grad (the result is differentiable).
+    mix : GaussianMixture
+    temperature : float
+        Inverse temperature ``lambda > 0``.
+    method : {"auto", "exact", "qmc"}, default="auto"
+        ``"exact"``: graded composite Gauss-Legendre rule (``K <= 3``; relative error
+        below 1e-12 for ``lambda sigma <= 1000``, see the module notes); ``"qmc"``:
+        randomized quasi-Monte Carlo; ``"auto"``: exact for ``K <= 3``, else QMC.
+    n_samples, rng :
+        QMC sample size and seed (the same seed gives the same points).
+
+    Returns
+    -------
+    Tensor
+        0-dim tensor.
+
+    Examples
+    --------
+    >>> import torch, attnclust as ac
+    >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.0)
+    >>> heads = torch.tensor(mix.centroids)
+    >>> float(ac.population_risk(heads, mix, temperature=50.0)) < 1e-20
+    True
+    """
+    mix = _check_mixture(mix)
+    heads = _check_heads(heads, mix.d)
+    lam = check_temperature(temperature)
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    K = heads.shape[0]
+    if method == "auto":
+        method = "exact" if K <= 3 else "qmc"
+    if method == "exact":
+        if K > 3:
+            raise ValueError(f"method='exact' needs K <= 3 heads, got K={K}; use 'qmc'")
+        return _exact_risk(heads, mix, lam, _rule())
+    return _qmc_risk(heads, mix, lam, n_samples, rng).value
+
+
+def qmc_risk(
+    heads, mix: GaussianMixture, temperature: float, *, n_samples: int = 2**14, rng=0
+) -> RiskEstimate:
+    """Randomized quasi-Monte Carlo estimate of the population risk, any ``K``.
+
+    ``n_samples`` scrambled Sobol points in ``K`` dimensions (split over 4 independent
+    scrambles, which give the standard error) are mapped to normals and reused for
+    every mixture component and, for the same integer ``rng``, for every call
+    (common random numbers).
+
+    Examples
+    --------
+    >>> import torch, attnclust as ac
+    >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
+    >>> heads = torch.tensor(mix.centroids)
+    >>> est = ac.qmc_risk(heads, mix, temperature=5.0)
+    >>> exact = ac.population_risk(heads, mix, temperature=5.0, method="exact")
+    >>> abs(float(est.value) - float(exact)) < 5 * est.stderr + 1e-9
+    True
+    """
+    mix = _check_mixture(mix)
+    heads = _check_heads(heads, mix.d)
+    lam = check_temperature(temperature)
+    return _qmc_risk(heads, mix, lam, n_samples, rng)
+
+
+def empirical_risk(heads, X, temperature: float, *, batch_size: int | None = None):
+    """Empirical risk ``mean_i || x_i - T_mu(x_i) ||^2`` over the rows of ``X``.
+
+    With ``batch_size`` the mean is accumulated over mini-batches (same value, less
+    memory); the result is differentiable w.r.t. ``heads``.
+
+    Examples
+    --------
+    >>> import torch, attnclust as ac
+    >>> heads = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
+    >>> float(ac.empirical_risk(heads, [[1.0, 0.0], [-1.0, 0.0]], temperature=40.0)) < 1e-30
+    True
+    """
+    X_t = as_tensor(X, name="X")
+    if X_t.ndim != 2 or X_t.shape[0] == 0:
+        raise ValueError(f"X must be a non-empty (n, d) array, got shape {tuple(X_t.shape)}")
+    check_finite(X_t, "X")
+    heads = _check_heads(heads, X_t.shape[1])
+    X_t = X_t.to(heads.dtype)
+    lam = check_temperature(temperature)
+    n = X_t.shape[0]
+    step = n if batch_size is None else _check_batch(batch_size)
+    total = heads.new_zeros(())
+    for start in range(0, n, step):
+        xb = X_t[start:start + step]  # (b, d)
+        total = total + ((xb - head_weights(xb, heads, lam) @ heads) ** 2).sum()
+    return total / n
+
+
+def _check_batch(batch_size) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or \
+            batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    return int(batch_size)
+
+
+def repulsion(heads) -> torch.Tensor:
+    """Repulsion penalty ``sum_{h < h'} <mu_h, mu_h'>^2``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> float(repulsion(torch.eye(3, dtype=torch.float64)))
+    0.0
+    """
+    heads = _check_heads(heads)
+    gram = heads @ heads.T
+    return 0.5 * ((gram**2).sum() - (torch.diagonal(gram) ** 2).sum())
+
+
+def balance(
+    heads,
+    data,
+    temperature: float,
+    *,
+    target=None,
+    method: str = "auto",
+    n_samples: int = 2**14,
+    rng=0,
+    batch_size: int | None = None,
+) -> torch.Tensor:
+    """Balance penalty ``sum_h (E[a_h(X)] - pi_h)^2``: no knowledge of the centroids.
+
+    ``E`` is over a :class:`GaussianMixture` (the exact rule of this module for
+    ``K <= 3``, QMC with common random numbers otherwise, or as ``method`` says) or
+    the mean over the rows of a data array ``(n, d)``. ``target`` defaults to the
+    uniform proportions ``1 / K``.
+
+    Examples
+    --------
+    >>> import torch, attnclust as ac
+    >>> mix = ac.GaussianMixture.antipodal(d=3, sigma=0.3)
+    >>> heads = torch.tensor(mix.centroids)
+    >>> float(ac.balance(heads, mix, temperature=10.0)) < 1e-20
+    True
+    """
+    lam = check_temperature(temperature)
+    if isinstance(data, GaussianMixture):
+        heads = _check_heads(heads, data.d)
+        K = heads.shape[0]
+        if method not in _METHODS:
+            raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+        if method == "exact" and K > 3:
+            raise ValueError(f"method='exact' needs K <= 3 heads, got K={K}; use 'qmc'")
+        pi = _const(data.weights, heads)
+        if K == 1:
+            mean_a = heads.new_ones(1)
+        elif method == "qmc" or (method == "auto" and K > 3):
+            P = _qmc_points(heads, data, n_samples, rng)  # (S, k_mix, n', K)
+            mean_a = torch.einsum("k,skh->h", pi, torch.softmax(lam * P, -1).mean(2))
+            mean_a = mean_a / P.shape[0]
+        else:
+            order, D, weights = _exact_samples(heads, data, lam, _rule())
+            a = torch.stack(_softmax_weights(D, lam), dim=-1)  # (k_mix, N, K)
+            mean_perm = torch.einsum("k,kn,knh->h", pi, weights, a)
+            mean_a = torch.empty_like(mean_perm)
+            mean_a[order] = mean_perm
+    else:
+        X_t = as_tensor(data, name="data")
+        if X_t.ndim != 2 or X_t.shape[0] == 0:
+            raise ValueError(f"data must be a GaussianMixture or a non-empty (n, d) array, "
+                             f"got shape {tuple(X_t.shape)}")
+        heads = _check_heads(heads, X_t.shape[1])
+        X_t = X_t.to(heads.dtype)
+        n = X_t.shape[0]
+        step = n if batch_size is None else _check_batch(batch_size)
+        mean_a = sum(head_weights(X_t[s:s + step], heads, lam).sum(0)
+                     for s in range(0, n, step)) / n
+    K = heads.shape[0]
+    if target is None:
+        tgt = torch.full((K,), 1.0 / K, dtype=heads.dtype, device=heads.device)
+    else:
+        tgt = as_tensor(target, name="target", dtype=heads.dtype)
+        if tgt.shape != (K,):
+            raise ValueError(f"target must have shape ({K},), got {tuple(tgt.shape)}")
+    return ((mean_a - tgt) ** 2).sum()
+
+
+# --------------------------------------------------------------------------------------
+# Fast path: value and analytic gradient of the exact K = 2 risk (numpy, no autograd)
+# --------------------------------------------------------------------------------------
+def _risk_and_grad_k2(heads: np.ndarray, centroids: np.ndarray, pi: np.ndarray,
+                      sigma: float, lam: float, second_moment: float, rule: _Rule):
+    """Exact ``K = 2`` risk and its Euclidean gradient ``(2, d)``, in a few numpy ops.
+
+    Same rule as the autograd path; the gradient differentiates under the integral
+    sign: ``R = E||X||^2 + sum_k pi_k (-2 <mu*_k, mu_1> + E[F(D)])`` with ``D = delta_k +
+    s z``, ``delta_k = <mu*_k, w>``, ``s = sigma ||w||``, ``w = mu_0 - mu_1`` and
+    ``F(D) = -2 a D + G00 a^2 + G11 b^2 + 2 G01 a b``, ``a = expit(lambda D)``, ``b = 1 - a``.
+    """
+    mu0, mu1 = heads
+    w = mu0 - mu1
+    nw = float(np.sqrt(w @ w))
+    delta = centroids @ w  # (k_mix,)
+    g00, g11, g01 = mu0 @ mu0, mu1 @ mu1, mu0 @ mu1
+    s = sigma * nw
+    if s > 0.0:
+        z, wt = _graded_nodes((-delta / s)[:, None], np.full((len(delta), 1), 1.0 / (lam * s)),
+                              rule)
+        D = delta[:, None] + s * z  # (k_mix, N)
+    else:
+        z = np.zeros((len(delta), 1))
+        wt = np.ones((len(delta), 1))
+        D = delta[:, None]
+    a = expit(lam * D)
+    b = 1.0 - a
+    ab = a * b
+    F = -2.0 * a * D + g00 * a * a + g11 * b * b + 2.0 * g01 * ab
+    value = second_moment + pi @ ((wt * F).sum(1) - 2.0 * (centroids @ mu1))
+    # dF/dD = -2a - 2 lam ab D + lam ab (2 G00 a - 2 G11 b + 2 G01 (b - a))
+    FD = lam * ab * (2.0 * (g00 * a - g11 * b + g01 * (b - a)) - 2.0 * D) - 2.0 * a
+    wFD = wt * FD
+    pA = pi * wFD.sum(1)  # (k_mix,)
+    gs = pi @ (wFD * z).sum(1)  # dR/ds
+    q00, q11, q01 = pi @ (wt * a * a).sum(1), pi @ (wt * b * b).sum(1), pi @ (wt * ab).sum(1)
+    dw = pA @ centroids + (gs * sigma / nw * w if nw > 0 else 0.0)
+    grad = np.empty_like(heads)
+    grad[0] = dw + 2.0 * q00 * mu0 + 2.0 * q01 * mu1
+    grad[1] = -dw - 2.0 * (pi @ centroids) + 2.0 * q11 * mu1 + 2.0 * q01 * mu0
+    return float(value), grad

@@ -1,0 +1,214 @@
+"""Population risk (exact rule, QMC), empirical risk and penalties."""
+
+import numpy as np
+import pytest
+import torch
+
+import attnclust as ac
+from attnclust import risk as R
+
+D = 10
+
+
+def _mc_risk(heads, mix, lam, n=10**6, rng=123):
+    """Plain Monte Carlo in d dimensions: independent of the quadrature code."""
+    X = torch.from_numpy(mix.sample(n, rng=rng))
+    err = ((X - ac.attention_heads(X, heads.detach(), lam)) ** 2).sum(1)
+    return float(err.mean()), float(err.std()) / np.sqrt(n)
+
+
+def _heads(K, seed, mix=None):
+    return ac.init_on_manifold(mix, rng=seed) if mix is not None else \
+        ac.init_on_sphere(K, D, rng=seed)
+
+
+CASES = [  # (K, sigma, lambda, heads: "sphere" | "manifold" | "equal")
+    (2, 0.3, 1.0, "sphere"),
+    (2, 0.3, 30.0, "manifold"),
+    (2, 0.8, 10.0, "sphere"),
+    (2, 0.0, 5.0, "sphere"),
+    (2, 0.3, 10.0, "equal"),
+    (3, 0.3, 3.0, "sphere"),
+    (3, 0.5, 30.0, "manifold"),
+    (3, 0.0, 10.0, "sphere"),
+    (3, 0.3, 10.0, "equal"),
+]
+
+
+def _case_heads(K, sigma, kind, seed=0):
+    mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=sigma)
+    if kind == "manifold":
+        heads = ac.init_on_manifold(mix, rng=seed)
+    else:
+        heads = ac.init_on_sphere(K, D, rng=seed)
+        if kind == "equal":
+            heads[1] = heads[0]
+    return mix, heads
+
+
+@pytest.mark.parametrize("K,sigma,lam,kind", CASES)
+def test_exact_matches_monte_carlo(K, sigma, lam, kind):
+    mix, heads = _case_heads(K, sigma, kind)
+    exact = float(ac.population_risk(heads, mix, lam, method="exact"))
+    mc, se = _mc_risk(heads, mix, lam)
+    assert abs(exact - mc) < 4 * se, (exact, mc, se)
+
+
+@pytest.mark.parametrize("K,sigma,lam,kind", CASES[:3] + CASES[4:7] + CASES[8:])
+def test_exact_gradient_matches_finite_differences(K, sigma, lam, kind):
+    mix, heads = _case_heads(K, sigma, kind, seed=1)
+    h = heads.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(ac.population_risk(h, mix, lam), h)
+    assert torch.isfinite(grad).all()
+    step = 1e-5
+    gen = torch.Generator().manual_seed(K)
+    # directional derivatives along the coordinate axes of two heads' first entries
+    # and along random directions (cheap for K = 3)
+    directions = [torch.randn(K, D, dtype=torch.float64, generator=gen) for _ in range(2)]
+    for i in range(K if K == 2 else 1):
+        e = torch.zeros(K, D, dtype=torch.float64)
+        e[i, -1] = 1.0
+        directions.append(e)
+    for e in directions:
+        fd = (float(ac.population_risk(heads + step * e, mix, lam))
+              - float(ac.population_risk(heads - step * e, mix, lam))) / (2 * step)
+        exact = float((grad * e).sum())
+        assert abs(exact - fd) < 1e-6 * max(abs(fd), float(grad.norm() * e.norm())), (exact, fd)
+
+
+@pytest.mark.parametrize("K,sigma,lam,kind", [CASES[1], CASES[4], CASES[6], CASES[8]])
+def test_fused_gradient_matches_plain_autograd(K, sigma, lam, kind):
+    mix, heads = _case_heads(K, sigma, kind, seed=2)
+    out = []
+    for fused in (True, False):
+        h = heads.clone().requires_grad_(True)
+        value = R._exact_risk(h, mix, lam, R._rule(), fused=fused)
+        out.append((value.item(), torch.autograd.grad(value, h)[0]))
+    assert out[0][0] == pytest.approx(out[1][0], rel=1e-13)
+    torch.testing.assert_close(out[0][1], out[1][1], rtol=1e-11, atol=1e-12)
+
+
+@pytest.mark.parametrize("sigma,lam,kind", [(0.3, 30.0, "sphere"), (0.0, 5.0, "sphere"),
+                                            (0.3, 10.0, "equal"), (1.0, 0.5, "manifold")])
+def test_fast_k2_value_and_gradient_match_autograd(sigma, lam, kind):
+    mix, heads = _case_heads(2, sigma, kind, seed=3)
+    h = heads.clone().requires_grad_(True)
+    value = ac.population_risk(h, mix, lam)
+    (grad,) = torch.autograd.grad(value, h)
+    fast_value, fast_grad = R._risk_and_grad_k2(heads.numpy(), mix.centroids, mix.weights,
+                                                mix.sigma, lam, R._second_moment(mix), R._rule())
+    assert fast_value == pytest.approx(value.item(), rel=1e-13)
+    np.testing.assert_allclose(fast_grad, grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_accuracy_against_a_much_finer_rule(K):
+    """The accuracy table of the module docstring, re-measured (margin: 1e-9 < 1e-8)."""
+    mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=0.3)
+    if K == 2:
+        fine, scales = R._rule(12, 0.25, 9.5, 2**0.5, 0.25, 40.0), [0.1, 1.0, 10.0, 100.0, 1e3]
+    else:
+        fine, scales = R._rule(10, 0.5, 9.5, 2**0.5, 0.5, 40.0), [0.1, 10.0, 1e3]
+    heads = ac.init_on_sphere(K, D, rng=4)
+    for s in scales:
+        lam = s / mix.sigma
+        ref = float(R._exact_risk(heads, mix, lam, fine))
+        got = float(R._exact_risk(heads, mix, lam, R._rule()))
+        assert abs(got - ref) < 1e-9 * ref, (s, got, ref)
+
+
+def test_dirac_is_a_finite_sum():
+    mix = ac.GaussianMixture.orthogonal(d=D, k=3, sigma=0.0)
+    heads = ac.init_on_sphere(3, D, rng=5)
+    lam = 7.0
+    X = torch.tensor(mix.centroids)
+    direct = float(mix.weights @ ((X - ac.attention_heads(X, heads, lam)) ** 2).sum(1).numpy())
+    assert float(ac.population_risk(heads, mix, lam)) == pytest.approx(direct, rel=1e-14)
+    assert abs(float(ac.population_risk(mix.centroids, mix, 1e4))) < 1e-12
+
+
+@pytest.mark.parametrize("K,sigma,lam", [(2, 0.3, 10.0), (3, 0.3, 3.0), (3, 0.0, 10.0)])
+def test_qmc_agrees_with_exact(K, sigma, lam):
+    mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=sigma)
+    heads = ac.init_on_sphere(K, D, rng=6)
+    exact = float(ac.population_risk(heads, mix, lam, method="exact"))
+    est = ac.qmc_risk(heads, mix, lam, n_samples=2**14, rng=0)
+    assert abs(float(est.value) - exact) < 4 * est.stderr + 1e-12
+    again = ac.qmc_risk(heads, mix, lam, n_samples=2**14, rng=0)
+    assert float(again.value) == float(est.value)  # common random numbers
+
+
+def test_qmc_matches_monte_carlo_for_many_heads():
+    mix = ac.GaussianMixture.random(d=D, k=6, sigma=0.3, min_angle=1.0, rng=0)
+    heads = ac.init_on_sphere(6, D, rng=7)
+    est = ac.qmc_risk(heads, mix, 5.0)
+    mc, se = _mc_risk(heads, mix, 5.0, n=400_000)
+    assert abs(float(est.value) - mc) < 4 * np.hypot(se, est.stderr)
+    assert float(ac.population_risk(heads, mix, 5.0)) == float(est.value)  # auto -> qmc
+    h = heads.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(ac.qmc_risk(h, mix, 5.0).value, h)
+    e = torch.randn(6, D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    step = 1e-6
+    fd = (float(ac.qmc_risk(heads + step * e, mix, 5.0).value)
+          - float(ac.qmc_risk(heads - step * e, mix, 5.0).value)) / (2 * step)
+    assert float((grad * e).sum()) == pytest.approx(fd, rel=1e-6)
+
+
+def test_empirical_risk_batches_and_gradient():
+    mix = ac.GaussianMixture.orthogonal(d=D, k=2, sigma=0.3)
+    X = mix.sample(1001, rng=0)
+    heads = ac.init_on_sphere(2, D, rng=8).requires_grad_(True)
+    full = ac.empirical_risk(heads, X, 4.0)
+    batched = ac.empirical_risk(heads, X, 4.0, batch_size=100)
+    Xt = torch.from_numpy(X)
+    direct = ((Xt - ac.attention_heads(Xt, heads, 4.0)) ** 2).sum(1).mean()
+    assert float(full) == pytest.approx(float(direct), rel=1e-14)
+    assert float(batched) == pytest.approx(float(direct), rel=1e-13)
+    g1, g2 = (torch.autograd.grad(v, heads)[0] for v in (batched, direct))
+    torch.testing.assert_close(g1, g2, rtol=1e-12, atol=1e-14)
+
+
+def test_repulsion_and_balance():
+    heads = ac.init_on_sphere(3, D, rng=9)
+    G = (heads @ heads.T).numpy()
+    assert float(ac.repulsion(heads)) == pytest.approx(G[0, 1]**2 + G[0, 2]**2 + G[1, 2]**2)
+    for K in (2, 3):
+        mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=0.4)
+        heads = ac.init_on_sphere(K, D, rng=10)
+        X = mix.sample(400_000, rng=1)
+        a = ac.head_weights(torch.from_numpy(X), heads, 3.0)
+        mean, se = a.mean(0), a.std(0) / np.sqrt(len(X))
+        target = torch.full((K,), 1.0 / K, dtype=torch.float64)
+        exact = float(ac.balance(heads, mix, 3.0))
+        data = float(ac.balance(heads, X, 3.0, batch_size=50_000))
+        assert data == pytest.approx(float(((mean - target) ** 2).sum()), rel=1e-10)
+        # the exact balance differs from the data one by at most ~ 2 |m - t| * 4 se
+        assert abs(exact - data) < 8 * float(((mean - target).abs() * se).sum()) + 1e-6
+        qmc = float(ac.balance(heads, mix, 3.0, method="qmc"))
+        assert qmc == pytest.approx(exact, abs=1e-4)
+    assert float(ac.balance(heads, mix, 3.0, target=[0.2, 0.3, 0.5])) > 0
+
+
+def test_bad_inputs():
+    mix = ac.GaussianMixture.orthogonal(d=D, k=2, sigma=0.3)
+    good = torch.tensor(mix.centroids)
+    with pytest.raises(ValueError, match="heads"):
+        ac.population_risk(good[0], mix, 1.0)
+    with pytest.raises(ValueError, match="d=10"):
+        ac.population_risk(good[:, :5], mix, 1.0)
+    with pytest.raises(ValueError, match="temperature"):
+        ac.population_risk(good, mix, 0.0)
+    with pytest.raises(ValueError, match="method"):
+        ac.population_risk(good, mix, 1.0, method="simpson")
+    with pytest.raises(ValueError, match="K <= 3"):
+        ac.population_risk(ac.init_on_sphere(4, D, rng=0), mix, 1.0, method="exact")
+    with pytest.raises(ValueError, match="GaussianMixture"):
+        ac.population_risk(good, "mixture", 1.0)
+    with pytest.raises(ValueError, match="n_samples"):
+        ac.qmc_risk(good, mix, 1.0, n_samples=0)
+    with pytest.raises(ValueError, match="batch_size"):
+        ac.empirical_risk(good, np.ones((3, D)), 1.0, batch_size=0)
+    with pytest.raises(ValueError, match="target"):
+        ac.balance(good, mix, 1.0, target=[1.0])
+    with pytest.raises(ValueError, match="NaN"):
+        ac.population_risk(good * float("nan"), mix, 1.0)
