@@ -1,0 +1,184 @@
+"""PGD on the sphere: invariants, convergence, temperature bias, schedules, inputs."""
+
+import numpy as np
+import pytest
+import torch
+
+import attnclust as ac
+
+SIGMA = 0.3
+RUNNING = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=SIGMA)
+OFF_SPAN = slice(1, 9)  # coordinates orthogonal to e_1 and e_10
+
+
+def _angle(heads):
+    h = heads.numpy()
+    return float(np.degrees(np.arccos(np.clip(h[0] @ h[1], -1.0, 1.0))))
+
+
+def _collect(seen):
+    def callback(step, heads):
+        seen.append(heads.numpy().copy())
+    return callback
+
+
+@pytest.mark.parametrize("penalty", [None, "balance"])  # fused K=2 path, autograd path
+def test_iterates_stay_on_the_sphere_and_on_the_manifold(penalty):
+    seen = []
+    heads0 = ac.init_on_manifold(RUNNING, rng=3)
+    n_steps = 400 if penalty is None else 150
+    ac.pgd(RUNNING, heads0, temperature=10.0, step_size=0.3, n_steps=n_steps,
+           penalty=penalty, rho=0.5, callback=_collect(seen))
+    path = np.stack(seen)  # (T, K, d)
+    assert len(path) == n_steps
+    assert np.abs(np.linalg.norm(path, axis=-1) - 1.0).max() < 1e-12
+    assert np.abs(path[..., OFF_SPAN]).max() < 1e-10
+
+
+def test_manifold_invariance_three_heads():
+    mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.0)
+    seen = []
+    ac.pgd(mix, ac.init_on_manifold(mix, rng=0), temperature=5.0, step_size=0.3,
+           n_steps=300, callback=_collect(seen))
+    path = np.stack(seen)
+    assert np.abs(np.linalg.norm(path, axis=-1) - 1.0).max() < 1e-12
+    assert np.abs(path[..., 2:9]).max() < 1e-10  # span is e_1, e_2, e_10
+
+
+def test_init_on_manifold_and_sphere():
+    mix = ac.GaussianMixture.random(d=6, k=3, rng=1)
+    heads = ac.init_on_manifold(mix, rng=0, n_heads=5)
+    assert heads.shape == (5, 6)
+    np.testing.assert_allclose(heads.norm(dim=1).numpy(), 1.0, atol=1e-14)
+    coef, *_ = np.linalg.lstsq(mix.centroids.T, heads.numpy().T, rcond=None)
+    np.testing.assert_allclose(mix.centroids.T @ coef, heads.numpy().T, atol=1e-12)
+    sphere = ac.init_on_sphere(4, 6, rng=0)
+    np.testing.assert_allclose(sphere.norm(dim=1).numpy(), 1.0, atol=1e-14)
+
+
+def test_running_example_converges_for_ten_seeds():
+    for seed in range(10):
+        res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=seed), temperature=30.0,
+                     step_size=0.5, n_steps=1000, tol=1e-9)
+        assert res.converged, seed
+        assert ac.centroid_distance(res.heads, RUNNING.centroids).max < 1e-2, seed
+        assert res.history.distance_max[-1] < 1e-2
+        assert res.history.step[-1] == res.n_iter
+
+
+def test_temperature_bias_pushes_the_heads_apart():
+    """The table of the pgd module notes: bias decreasing in lambda, heads beyond 90 deg."""
+    table = {1 / (1 + 2 * SIGMA**2): (0.2343, 116.9), 1.0: (0.2237, 115.7),
+             3.0: (0.0747, 98.6), 10.0: (0.00811, 90.93), 30.0: (0.00330, 90.38)}
+    biases = []
+    for lam, (bias, angle) in table.items():
+        res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=1), temperature=lam,
+                     step_size=0.5, n_steps=3000, tol=1e-10)
+        assert res.converged
+        got = ac.centroid_distance(res.heads, RUNNING.centroids)
+        biases.append(got.max)
+        # direction, with a margin: at least half the measured excess over 90 degrees
+        assert _angle(res.heads) - 90.0 > 0.5 * (angle - 90.0), lam
+        assert got.max == pytest.approx(bias, rel=0.01)
+        # the heads stay in the plane of the centroids and symmetric
+        assert got.rms == pytest.approx(got.max, rel=1e-6)
+    assert np.all(np.diff(biases) < 0)
+
+
+def test_dirac_mixture_converges():
+    mix = RUNNING.with_sigma(0.0)
+    for seed in range(3):
+        res = ac.pgd(mix, ac.init_on_manifold(mix, rng=seed), temperature=10.0,
+                     step_size=0.5, n_steps=2000, tol=1e-10)
+        assert res.converged
+        assert ac.centroid_distance(res.heads, mix.centroids).max < 1e-3
+
+
+def test_empirical_risk_lands_near_the_population_solution():
+    lam = 10.0
+    pop = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=lam,
+                 step_size=0.5, n_steps=2000, tol=1e-10).heads
+    X = RUNNING.sample(20_000, rng=0)
+    heads0 = ac.init_on_manifold(RUNNING, rng=1)
+    full = ac.pgd(X, heads0, temperature=lam, step_size=0.5, n_steps=30, record_every=10)
+    assert ac.centroid_distance(full.heads, pop).max < 0.05
+    assert np.isnan(full.history.distance_max).all()  # no centroids given
+    sgd = ac.pgd(X, heads0, temperature=lam, step_size=0.2, n_steps=150, batch_size=500,
+                 rng=0, centroids=RUNNING.centroids, record_every=50)
+    assert ac.centroid_distance(sgd.heads, pop).max < 0.05
+    assert sgd.history.distance_max[-1] < 0.05
+    runs = [ac.pgd(X, heads0, temperature=lam, step_size=0.2, n_steps=15, batch_size=500,
+                   rng=0, record_every=100).heads for _ in range(2)]
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_fused_path_matches_the_autograd_path():
+    heads0 = ac.init_on_sphere(2, 10, rng=5)
+    kwargs = dict(temperature=10.0, step_size=0.2, n_steps=60, rho=0.3)
+    fast = ac.pgd(RUNNING, heads0, penalty="repulsion", **kwargs)
+    slow = ac.pgd(RUNNING, heads0, penalty=ac.repulsion, **kwargs)  # a callable: autograd
+    torch.testing.assert_close(fast.heads, slow.heads, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(fast.history.risk, slow.history.risk, rtol=1e-11)
+    np.testing.assert_allclose(fast.history.grad_norm, slow.history.grad_norm, rtol=1e-8)
+
+
+def test_schedules_history_and_stopping():
+    n = 200
+    res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=20.0,
+                 step_size=0.5, n_steps=n, rho=1.0, penalty="repulsion",
+                 rho_schedule="decay", temperature_schedule="anneal", record_every=7,
+                 tol=1e-6)
+    h = res.history
+    assert h.step[0] == 0 and h.step[-1] == res.n_iter
+    assert res.converged and res.n_iter >= n // 2  # tol only once schedules are done
+    assert h.temperature[0] == pytest.approx(20.0 / 100)
+    assert np.all(np.diff(h.temperature) >= 0) and h.temperature[-1] == 20.0
+    assert h.rho[0] == 1.0 and np.all(h.rho[h.step >= n // 2] == 0.0)
+    assert h.gram.shape == (len(h.step), 2, 2)
+    np.testing.assert_allclose(h.gram[:, 0, 0], 1.0, atol=1e-13)
+    assert h.grad_norm[-1] < 1e-6
+    custom = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=20.0,
+                    n_steps=20, temperature_schedule=lambda t: 1.0 + t, rho_schedule=lambda t: 0.0)
+    assert custom.history.temperature[1] == 11.0
+    assert len(custom.history.step) == 3  # steps 0, 10, 20
+    euclid = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=30.0,
+                    step_size=0.3, n_steps=1000, riemannian=False, tol=1e-9)
+    assert euclid.converged
+    assert ac.centroid_distance(euclid.heads, RUNNING.centroids).max < 1e-2
+
+
+def test_many_heads_use_qmc():
+    mix = ac.GaussianMixture.random(d=8, k=4, sigma=0.1, min_angle=1.2, rng=0)
+    res = ac.pgd(mix, ac.init_on_manifold(mix, rng=0), temperature=10.0, step_size=0.5,
+                 n_steps=40, n_samples=2**11, rng=0, record_every=20)
+    assert np.all(np.diff(res.history.risk) < 0)
+    same_points = ac.population_risk(res.heads, mix, 10.0, n_samples=2**11, rng=0)
+    assert float(same_points) == pytest.approx(res.history.risk[-1], rel=1e-12)
+
+
+def test_bad_inputs():
+    good = ac.init_on_manifold(RUNNING, rng=0)
+    cases = [
+        (dict(heads0=good[0]), "heads0"),
+        (dict(heads0=good[:, :5]), "d=10"),
+        (dict(temperature=0.0), "temperature"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(step_size=0.0), "step_size"),
+        (dict(penalty="lasso"), "penalty"),
+        (dict(rho_schedule="cosine"), "rho_schedule"),
+        (dict(temperature_schedule="cool"), "temperature_schedule"),
+        (dict(n_steps=-1), "n_steps"),
+        (dict(record_every=0), "record_every"),
+        (dict(batch_size=10), "batch_size"),
+        (dict(heads0=torch.zeros(2, 10)), "zero row"),
+        (dict(rho=-1.0), "rho"),
+        (dict(method="simpson"), "method"),
+    ]
+    for override, match in cases:
+        kwargs = dict(heads0=good, temperature=1.0, n_steps=2)
+        kwargs.update(override)
+        heads0 = kwargs.pop("heads0")
+        with pytest.raises(ValueError, match=match):
+            ac.pgd(RUNNING, heads0, **kwargs)
+    with pytest.raises(ValueError, match="objective"):
+        ac.pgd(np.ones((0, 10)), good, temperature=1.0)
