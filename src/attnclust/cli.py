@@ -37,6 +37,35 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(handler=_cmd_reproduce)
 
+    p = sub.add_parser("fit", help="cluster the rows of a .npy/.csv file with AttentionClustering")
+    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    p.add_argument("--n-clusters", "-k", type=int, required=True, metavar="K",
+                   help="number of clusters (heads)")
+    p.add_argument("--out", default=None, metavar="PREFIX",
+                   help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
+                        "(default: DATA without its suffix)")
+    p.add_argument("--temperature", default="auto",
+                   help="inverse temperature lambda, or 'auto' (default)")
+    p.add_argument("--normalize", default="rows", choices=["rows", "center-scale", "none"],
+                   help="preprocessing of the rows (default: rows, i.e. onto the unit sphere)")
+    p.add_argument("--no-anneal", action="store_true", help="fit at the target temperature only")
+    p.add_argument("--max-iter", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(handler=_cmd_fit)
+
+    p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
+    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    p.add_argument("--temperature", type=float, required=True, metavar="T",
+                   help="inverse temperature lambda")
+    p.add_argument("--out", required=True, metavar="FILE", help="output file (.npy or .csv)")
+    p.add_argument("--n-steps", type=int, default=1, help="repeated applications (default: 1)")
+    p.add_argument("--exclude-self", action="store_true", help="a token does not attend to itself")
+    p.add_argument("--renormalize", action="store_true",
+                   help="project tokens back to the sphere after each step")
+    p.add_argument("--backend", default="auto", help="auto, dense, fused or chunked")
+    p.set_defaults(handler=_cmd_quantize)
+
     p = sub.add_parser("bench", help="run the benchmarks under benchmarks/ and print tables")
     p.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     p.add_argument("--only", default=None, help="run only benchmarks whose name contains this")
@@ -53,6 +82,114 @@ def _cmd_bench(args) -> int:
                                      only=args.only):
         print(f"\n== {name}")
         print(format_table(rows), flush=True)
+    return 0
+
+
+def _progress_callback(total: int, quiet: bool):
+    """A tqdm bar fed by the estimator's callback; None when quiet or stderr is no terminal."""
+    if quiet or not sys.stderr.isatty():
+        return None, None
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc="fit", unit="step", leave=False, file=sys.stderr)
+
+    def callback(info) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{info.loss:.4g}", lam=f"{info.temperature:.3g}", refresh=False)
+    return bar, callback
+
+
+def _write_all(outputs: dict) -> None:
+    """Write every ``path -> array`` under a temporary name; rename all only if all succeed."""
+    import contextlib
+
+    from ._io import atomic_path, save_matrix
+
+    with contextlib.ExitStack() as stack:
+        for path, array in outputs.items():
+            save_matrix(array, stack.enter_context(atomic_path(path)))
+
+
+def _cmd_fit(args) -> int:
+    import time
+    from pathlib import Path
+
+    import numpy as np
+
+    from ._io import load_matrix
+    from .clustering import AttentionClustering
+
+    if args.n_clusters < 1:
+        raise CommandError(f"--n-clusters must be a positive integer, got {args.n_clusters}")
+    temperature = args.temperature
+    if temperature != "auto":
+        try:
+            temperature = float(temperature)
+        except ValueError:
+            raise CommandError(f"--temperature must be a positive number or 'auto', got "
+                               f"{args.temperature!r}") from None
+    X = load_matrix(args.data, min_columns=2)
+    if args.n_clusters > X.shape[0]:
+        raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
+                           f"({X.shape[0]}) of {args.data}")
+    prefix = args.out if args.out is not None else str(Path(args.data).with_suffix(""))
+    bar, callback = _progress_callback(args.max_iter, args.quiet)
+    est = AttentionClustering(args.n_clusters, temperature=temperature,
+                              normalize=None if args.normalize == "none" else args.normalize,
+                              anneal=not args.no_anneal, max_iter=args.max_iter,
+                              random_state=args.seed, callback=callback)
+    start = time.perf_counter()
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)   # reported in the summary instead
+            est.fit(X)
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start
+    outputs = {Path(f"{prefix}.centers.npy"): est.cluster_centers_,
+               Path(f"{prefix}.centers.csv"): est.cluster_centers_,
+               Path(f"{prefix}.labels.npy"): est.labels_,
+               Path(f"{prefix}.labels.csv"): est.labels_}
+    _write_all(outputs)
+
+    confidence = est.predict_proba(X).max(1)
+    sizes = np.bincount(est.labels_, minlength=args.n_clusters)
+    print(f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
+          f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
+          f"converged={'yes' if est.converged_ else 'no'}  risk={-est.score(X):.4g}  "
+          f"time={seconds:.2f}s")
+    print(f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}")
+    for k in range(args.n_clusters):
+        mask = est.labels_ == k
+        conf = float(confidence[mask].mean()) if mask.any() else float("nan")
+        print(f"{k:7d} {sizes[k]:8d} {sizes[k] / X.shape[0]:7.3f} {conf:19.3f}")
+    print("wrote " + ", ".join(str(p) for p in outputs))
+    return 0
+
+
+def _cmd_quantize(args) -> int:
+    from pathlib import Path
+
+    from ._io import load_matrix
+    from .quantize import identity_attention
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".npy", ".csv"):
+        raise CommandError(f"--out must end in .npy or .csv, got {args.out!r}")
+    if not (args.temperature > 0 and args.temperature < float("inf")):
+        raise CommandError(f"--temperature must be a positive number, got {args.temperature}")
+    if args.n_steps < 1:
+        raise CommandError(f"--n-steps must be a positive integer, got {args.n_steps}")
+    X = load_matrix(args.data, min_columns=2)
+    Y = identity_attention(X, args.temperature, n_steps=args.n_steps,
+                           exclude_self=args.exclude_self, renormalize=args.renormalize,
+                           backend=args.backend)
+    _write_all({out: Y})
+    print(f"n={X.shape[0]}  d={X.shape[1]}  lambda={args.temperature:g}  "
+          f"steps={args.n_steps}  wrote {out}")
     return 0
 
 

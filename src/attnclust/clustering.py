@@ -1,7 +1,634 @@
-"""STUB (contract for the implementer; replace this whole file)."""
+"""Clustering with the trained K-head attention layer: the ``AttentionClustering`` estimator.
 
-__all__ = ["AttentionClustering"]
+The model is the K-head layer of :mod:`attnclust.heads`, with unit heads ``mu_h``:
+
+    a_h(x)  = softmax_h( lambda <x, mu_h> ),      T_mu(x) = sum_h a_h(x) mu_h,
+
+fitted by minimizing the empirical risk ``f(mu) = (1/n) sum_i ||x_i - T_mu(x_i)||^2``
+(plus ``rho * Pen(mu)`` when a penalty is asked for) over the product of spheres.
+A point is assigned to its most-attended head, ``argmax_h a_h(x)``.
+
+Solver (``solver="fixed-point"``, the default)
+----------------------------------------------
+Write ``P = X mu^T`` (the projections, ``(n, K)``), ``A = softmax(lambda P)``,
+``T = A mu``, ``r_i = x_i - T_i`` and ``c_ih = <r_i, mu_h - T_i>``. The Euclidean
+gradient of ``f`` with respect to head ``h`` is
+
+    grad_h f = -(2/n) [ sum_i (a_ih + lambda a_ih c_ih) x_i - sum_g (A^T A)_hg mu_g ],
+
+where everything but the two ``(K, d)`` products is computed in the ``K``-dimensional
+space of projections: ``<r_i, mu_h> = P_ih - (A G)_ih`` and ``<r_i, T_i> =
+sum_h a_ih (P_ih - (A G)_ih)`` with ``G = mu mu^T``. One pass over the data therefore
+costs two ``n x d x K`` matrix products, like one Lloyd iteration of k-means.
+
+The step is projected gradient descent with a *per-head* step ``1 / (2 N_h)``, where
+``N_h = (1/n) sum_i a_ih`` is the soft proportion of head ``h``:
+
+    mu_h  <-  normalize( mu_h - grad_h f / (2 N_h) ).
+
+Two facts make this step the right one. (i) For fixed attention weights the risk is the
+quadratic ``(1/n) ||X - A mu||^2`` in the values, whose Hessian ``(2/n) A^T A`` is
+dominated by ``2 diag(N)`` (a symmetric matrix with non-negative entries is below the
+diagonal matrix of its row sums), so the step minimizes a majorizer of the value part on
+the sphere. (ii) When the attention is hard (``a_ih`` in ``{0, 1}``, the limit of large
+``lambda``) the step is *exactly* the spherical Lloyd step ``mu_h <- normalize(mean of
+the points of head h)``, so well-separated data converge in a handful of passes. The
+attention (key) part is not majorized, so every step is safeguarded: if the risk does
+not decrease, the step is halved (``normalize(mu - t grad / (2N))``, ``t = 1/2, 1/4,
+...``), which for small ``t`` moves along minus the Riemannian gradient and therefore
+decreases the risk. The risk is thus non-increasing along ``loss_curve_`` at a fixed
+temperature, and a fixed point satisfies ``grad_h f = (scalar) mu_h``: its Riemannian
+gradient is zero. The iteration stops when no head moves by more than ``tol``.
+``solver="pgd"`` runs plain projected gradient descent (:func:`attnclust.pgd.pgd`).
+
+Temperature
+-----------
+On the sphere, ``a_h(x)`` are exactly the E-step responsibilities of an equal-weight
+isotropic Gaussian mixture with variance ``1/lambda`` (``||x - mu_h||^2 = ||x||^2 + 1 -
+2 <x, mu_h>``), so ``lambda`` is an inverse squared length. ``temperature="auto"`` sets
+
+    lambda = 1 / s^2,   s^2 = (1 / (n K)) sum_i sum_h ( <x_i, mu_h> - m_{z_i h} )^2,
+
+the within-cluster variance of the projections on the heads (the only directions the
+layer sees), after the initialization and two hard spherical Lloyd steps (``z_i`` the
+hard labels, ``m_kh`` the mean projection of cluster ``k`` on head ``h``). For an
+isotropic mixture with noise ``sigma`` this gives ``lambda ~ 1/sigma^2``, the
+temperature at which ``a_h`` is the Bayes posterior.
+
+Annealing (``anneal=True``)
+---------------------------
+The temperature follows ``lambda/8, lambda/4, lambda/2, lambda`` (a few steps at each of
+the first three, then until convergence). At small ``lambda`` the attention is diffuse,
+heads are pulled together and nearby heads merge; as ``lambda`` grows they split again
+along the directions of largest spread, which moves heads out of poor starting
+positions (deterministic annealing, started warm from the initialization).
+
+Notation
+--------
+=============  ====================  =============================================
+paper          code                  meaning
+=============  ====================  =============================================
+``mu_h``       ``cluster_centers_``  unit heads, shape ``(K, d)``
+``lambda``     ``temperature_``      inverse temperature
+``a_h(x)``     ``predict_proba``     attention of ``x`` on head ``h``
+``T_mu(x)``    ``transform``         output of the layer
+``R(mu)``      ``-score``            empirical risk
+``N_h``        ``counts``            soft proportion of head ``h``
+=============  ====================  =============================================
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
+from sklearn.cluster import kmeans_plusplus
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from ._validation import as_generator, check_temperature
+
+__all__ = ["AttentionClustering", "IterationInfo", "FixedPointResult", "auto_temperature",
+           "fixed_point_fit"]
+
+_logger = logging.getLogger("attnclust")
+
+_NORMALIZE = ("rows", "center-scale", None)
+_PENALTIES = (None, "repulsion", "balance")
+_ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)
+_ANNEAL_STEPS = 5          # fixed-point steps at each intermediate temperature
+_MAX_HALVINGS = 30
 
 
-class AttentionClustering:  # noqa: D101
-    pass
+class IterationInfo(NamedTuple):
+    """What the ``callback`` of :class:`AttentionClustering` receives after each step."""
+
+    iteration: int
+    loss: float
+    temperature: float
+    shift: float
+
+
+class FixedPointResult(NamedTuple):
+    """Result of :func:`fixed_point_fit`."""
+
+    heads: torch.Tensor
+    """Fitted unit heads, ``(K, d)``."""
+    loss_curve: list[float]
+    """Objective after each accepted step (first entry: at the start)."""
+    temperature_curve: list[float]
+    """Temperature at which each entry of ``loss_curve`` was evaluated."""
+    n_iter: int
+    converged: bool
+
+
+# -- one pass over the data -------------------------------------------------------------
+class _Pass(NamedTuple):
+    loss: torch.Tensor       # 0-dim, objective (risk + rho * penalty)
+    grad: torch.Tensor       # (K, d) Euclidean gradient of the objective
+    counts: torch.Tensor     # (K,) soft proportions N_h
+
+
+def _risk_pass(X, sq_norms, heads, lam, *, chunk, penalty=None, rho=0.0) -> _Pass:
+    """Risk, gradient and soft proportions in one pass, all in the K-dim projection space."""
+    n, _ = X.shape
+    K = heads.shape[0]
+    gram = heads @ heads.T                                   # (K, K)
+    loss = X.new_zeros(())
+    lin = X.new_zeros(K, X.shape[1])                         # sum_i (a + lam a c)_i x_i
+    ata = X.new_zeros(K, K)                                  # A^T A
+    counts = X.new_zeros(K)
+    need_pairs = penalty == "balance" and rho > 0
+    pair_x = X.new_zeros(K, K, X.shape[1]) if need_pairs else None
+    for start in range(0, n, chunk):
+        Xc = X[start:start + chunk]                          # (m, d)
+        P = Xc @ heads.T                                     # (m, K)
+        A = torch.softmax(lam * P, dim=1)                    # (m, K)
+        AG = A @ gram                                        # (m, K) = <T_i, mu_h>
+        RM = P - AG                                          # <r_i, mu_h>
+        RT = (A * RM).sum(1, keepdim=True)                   # <r_i, T_i>
+        xt = (A * P).sum(1)                                  # <x_i, T_i>
+        tt = (A * AG).sum(1)                                 # ||T_i||^2
+        loss = loss + (sq_norms[start:start + chunk] - 2 * xt + tt).sum()
+        W = A + lam * A * (RM - RT)                          # a + lam a c
+        lin = lin + W.T @ Xc
+        ata = ata + A.T @ A
+        counts = counts + A.sum(0)
+        if need_pairs:
+            pair_x = pair_x + torch.einsum("nh,ng,nd->hgd", A, A, Xc)
+    loss, lin, ata, counts = loss / n, lin / n, ata / n, counts / n
+    grad = -2.0 * (lin - ata @ heads)
+    if penalty == "repulsion" and rho > 0:
+        off = gram - torch.diag(torch.diagonal(gram))
+        loss = loss + rho * 0.5 * (off**2).sum()             # sum_{h<h'} <mu_h, mu_h'>^2
+        grad = grad + rho * 2.0 * off @ heads
+    elif need_pairs:
+        w = counts - 1.0 / K                                 # dPen/dN_h / 2
+        loss = loss + rho * (w**2).sum()
+        # dN_h/dmu_g = lam [delta_hg sum_i a_ih x_i - sum_i a_ih a_ig x_i] / n, and
+        # sum_g pair_x[h, g] = sum_i a_ih x_i since the weights of a row sum to one
+        pair_x = pair_x / n                                  # (K_h, K_g, d)
+        own = pair_x.sum(1)                                  # (K, d)
+        grad = grad + 2.0 * rho * lam * (w[:, None] * own - torch.einsum("h,hgd->gd", w, pair_x))
+    return _Pass(loss, grad, counts)
+
+
+def _fixed_point_step(heads, p: _Pass, t: float) -> torch.Tensor:
+    step = p.grad / (2.0 * p.counts.clamp_min(torch.finfo(heads.dtype).tiny))[:, None]
+    new = heads - t * step
+    norm = torch.linalg.vector_norm(new, dim=1, keepdim=True)
+    # a head whose step lands on the origin keeps its position
+    return torch.where(norm > 0, new / norm.clamp_min(torch.finfo(heads.dtype).tiny), heads)
+
+
+def fixed_point_fit(
+    X: torch.Tensor,
+    heads0: torch.Tensor,
+    *,
+    temperatures: list[float],
+    steps_per_temperature: list[int],
+    tol: float = 1e-6,
+    chunk_size: int | None = None,
+    penalty: str | None = None,
+    rho: float = 0.0,
+    callback: Callable[[IterationInfo], None] | None = None,
+) -> FixedPointResult:
+    """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
+
+    ``mu_h <- normalize(mu_h - grad_h f / (2 N_h))`` with step halving whenever the
+    objective would increase (see the module docstring for the derivation).
+
+    Parameters
+    ----------
+    X : Tensor of shape (n, d)
+        Data, on the device and in the dtype of the computation.
+    heads0 : Tensor of shape (K, d)
+        Unit initial heads.
+    temperatures, steps_per_temperature : lists of the same length
+        Annealing schedule: at most ``steps_per_temperature[s]`` steps at
+        ``temperatures[s]`` (the last stage also stops when converged).
+    tol : float
+        Stop when no head moves by more than ``tol`` (Euclidean) in one step.
+    chunk_size : int, optional
+        Rows per chunk of each pass (memory bound only; the steps are full-batch).
+
+    Returns
+    -------
+    FixedPointResult
+
+    Examples
+    --------
+    >>> import torch, attnclust as ac
+    >>> X = torch.as_tensor(ac.GaussianMixture.antipodal(d=3, sigma=0.1).sample(200, rng=0))
+    >>> h0 = torch.tensor([[0.6, 0.8, 0.0], [-0.6, 0.0, 0.8]], dtype=torch.float64)
+    >>> res = fixed_point_fit(X, h0, temperatures=[50.0], steps_per_temperature=[100])
+    >>> res.converged, bool(res.heads[:, 0].abs().min() > 0.99)
+    (True, True)
+    """
+    n = X.shape[0]
+    chunk = n if chunk_size is None else max(1, int(chunk_size))
+    sq_norms = (X * X).sum(1)                                # (n,)
+    heads = heads0
+    losses: list[float] = []
+    temps: list[float] = []
+    n_iter, converged = 0, False
+    eps = 1e-12 if X.dtype == torch.float64 else 1e-5
+    for stage, (lam, n_steps) in enumerate(zip(temperatures, steps_per_temperature,
+                                               strict=True)):
+        last = stage == len(temperatures) - 1
+        cur = _risk_pass(X, sq_norms, heads, lam, chunk=chunk, penalty=penalty, rho=rho)
+        losses.append(float(cur.loss))
+        temps.append(lam)
+        t_prev = 1.0
+        for _ in range(n_steps):
+            # start from twice the last accepted step (at most the full step 1), so that a
+            # run of damped steps does not pay for the same halvings again and again
+            t, accepted = min(1.0, 2.0 * t_prev), False
+            if float(torch.linalg.vector_norm(_fixed_point_step(heads, cur, 1.0) - heads,
+                                              dim=1).max()) <= tol:
+                converged = last
+                break
+            for _ in range(_MAX_HALVINGS):
+                cand = _fixed_point_step(heads, cur, t)
+                new = _risk_pass(X, sq_norms, cand, lam, chunk=chunk, penalty=penalty, rho=rho)
+                if float(new.loss) <= float(cur.loss) + eps * abs(float(cur.loss)):
+                    accepted = True
+                    break
+                t *= 0.5
+            n_iter += 1
+            if not accepted:                                 # no descent left: stationary
+                converged = last
+                break
+            shift = float(torch.linalg.vector_norm(cand - heads, dim=1).max())
+            heads, cur, t_prev = cand, new, t
+            losses.append(float(cur.loss))
+            temps.append(lam)
+            if callback is not None:
+                callback(IterationInfo(n_iter, losses[-1], lam, shift))
+            _logger.debug("iter %d  lambda %.4g  loss %.8g  shift %.2e", n_iter, lam,
+                          losses[-1], shift)
+            if shift <= tol:
+                converged = last
+                break
+    return FixedPointResult(heads, losses, temps, n_iter, converged)
+
+
+# -- helpers of the estimator ------------------------------------------------------------
+def _torch_dtype(dtype) -> torch.dtype:
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", str(dtype))
+    name = str(np.dtype(name)) if not isinstance(dtype, torch.dtype) else str(dtype)
+    name = name.removeprefix("torch.")
+    if name not in ("float32", "float64"):
+        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+    return getattr(torch, name)
+
+
+def _hard_lloyd(X, heads, n_steps: int):
+    """Hard spherical Lloyd steps; returns heads and labels of the last assignment."""
+    for _ in range(n_steps):
+        labels = (X @ heads.T).argmax(1)
+        sums = torch.zeros_like(heads).index_add_(0, labels, X)
+        norm = torch.linalg.vector_norm(sums, dim=1, keepdim=True)
+        heads = torch.where(norm > 0, sums / norm.clamp_min(torch.finfo(X.dtype).tiny), heads)
+    return heads, (X @ heads.T).argmax(1)
+
+
+def auto_temperature(X: torch.Tensor, heads: torch.Tensor) -> float:
+    """``1 / s^2`` with ``s^2`` the within-cluster variance of the projections on the heads.
+
+    Clusters are the hard assignments ``argmax_h <x, mu_h>``; ``s^2`` is floored at
+    ``1e-6`` times the mean squared norm of the rows (so ``lambda`` stays finite on
+    duplicated points).
+
+    Examples
+    --------
+    >>> import torch, attnclust as ac
+    >>> mix = ac.GaussianMixture.orthogonal(d=20, k=2, sigma=0.1)
+    >>> X = torch.as_tensor(mix.sample(20_000, rng=0))
+    >>> round(auto_temperature(X, torch.as_tensor(mix.centroids)), -1)
+    100.0
+    """
+    P = X @ heads.T                                          # (n, K)
+    labels = P.argmax(1)
+    K = heads.shape[0]
+    counts = torch.bincount(labels, minlength=K).to(X.dtype)
+    means = torch.zeros(K, K, dtype=X.dtype, device=X.device).index_add_(0, labels, P)
+    means = means / counts.clamp_min(1)[:, None]
+    s2 = float(((P - means[labels]) ** 2).mean())
+    floor = 1e-6 * float((X * X).sum(1).mean())
+    return 1.0 / max(s2, floor, torch.finfo(X.dtype).tiny)
+
+
+class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+    """Clustering by a trained K-head attention layer with unit heads.
+
+    Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h>) mu_h`` by
+    minimizing the empirical risk ``mean ||x - T_mu(x)||^2`` on the sphere (see the
+    module docstring for the solver, the ``"auto"`` temperature and annealing).
+
+    Parameters
+    ----------
+    n_clusters : int, default=8
+        Number of heads ``K``.
+    temperature : float or "auto", default="auto"
+        Inverse temperature ``lambda``; ``"auto"`` is ``1 / s^2`` with ``s^2`` the
+        within-cluster variance of the projections on the initial heads.
+    init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
+        Initial heads: k-means++ seeding (scikit-learn's) normalized to unit norm,
+        uniform random unit vectors, or given heads (normalized).
+    normalize : {"rows", "center-scale"} or None, default="rows"
+        Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
+        each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
+        subtracts the column means and divides by the root-mean-square row norm, both
+        learned in ``fit`` (``mean_``, ``scale_``); ``None`` uses the rows as given and
+        warns when their mean squared norm is outside ``[1/4, 4]`` (the heads have unit
+        norm and cannot then follow the data's scale).
+    penalty : {None, "repulsion", "balance"}, default=None
+        Regularizer added with weight ``rho``: ``sum_{h<h'} <mu_h, mu_h'>^2``, or
+        ``sum_h (N_h - 1/K)^2`` with ``N_h`` the mean attention of head ``h``.
+    rho : float, default=0.0
+    anneal : bool, default=True
+        Start at ``lambda/8`` and double the temperature up to ``lambda``.
+    solver : {"fixed-point", "pgd"}, default="fixed-point"
+        Safeguarded fixed-point steps (fast) or plain projected gradient descent.
+    max_iter : int, default=300
+        Steps at the final temperature.
+    tol : float, default=1e-6
+        Stop when no head moves by more than ``tol`` in one step.
+    batch_size : int, optional
+        Rows per chunk of each pass (memory only: steps stay full-batch); for
+        ``solver="pgd"``, the mini-batch size of stochastic steps.
+    step_size : float, default=0.5
+        Step of ``solver="pgd"`` (ignored by the fixed-point solver).
+    device : str, default="cpu"
+        Torch device of the computation; fitted attributes are NumPy arrays.
+    dtype : {"float64", "float32"}, default="float64"
+    random_state : int, Generator or None
+        Seeds the initialization.
+    verbose : int, default=0
+        ``> 0`` logs each step on the ``"attnclust"`` logger (level INFO).
+    callback : callable, optional
+        Called with an :class:`IterationInfo` after each fixed-point step (progress bars).
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        Unit-norm heads, in the preprocessed space.
+    labels_ : ndarray of shape (n_samples,)
+        ``argmax_h a_h(x)`` of the training rows.
+    temperature_ : float
+        The temperature used (the resolved value of ``"auto"``).
+    n_iter_ : int
+        Steps taken, all temperatures together.
+    loss_curve_ : ndarray
+        Objective after each accepted step, at the temperature in ``temperature_curve_``
+        (non-increasing while the temperature is constant).
+    temperature_curve_ : ndarray
+    converged_ : bool
+    n_features_in_ : int
+    mean_, scale_ : preprocessing of ``normalize="center-scale"`` (None otherwise)
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1)
+    >>> X, z = mix.sample(600, rng=0, return_labels=True)
+    >>> est = ac.AttentionClustering(n_clusters=3, normalize=None, random_state=0).fit(X)
+    >>> ac.adjusted_rand_index(z, est.labels_)
+    1.0
+    >>> ac.centroid_distance(est.cluster_centers_, mix.centroids).max < 0.05
+    True
+    """
+
+    def __init__(self, n_clusters=8, *, temperature="auto", init="kmeans++", normalize="rows",
+                 penalty=None, rho=0.0, anneal=True, solver="fixed-point", max_iter=300,
+                 tol=1e-6, batch_size=None, step_size=0.5, device="cpu", dtype="float64",
+                 random_state=None, verbose=0, callback=None):
+        self.n_clusters = n_clusters
+        self.temperature = temperature
+        self.init = init
+        self.normalize = normalize
+        self.penalty = penalty
+        self.rho = rho
+        self.anneal = anneal
+        self.solver = solver
+        self.max_iter = max_iter
+        self.tol = tol
+        self.batch_size = batch_size
+        self.step_size = step_size
+        self.device = device
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callback = callback
+
+    # -- input handling -------------------------------------------------------------------
+    def _check_params(self, n_samples: int) -> None:
+        if isinstance(self.n_clusters, bool) or not isinstance(self.n_clusters, (int, np.integer)) \
+                or self.n_clusters < 1:
+            raise ValueError(f"n_clusters must be a positive integer, got {self.n_clusters!r}")
+        if n_samples < self.n_clusters:
+            raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
+        if self.normalize not in _NORMALIZE:
+            raise ValueError(f"normalize must be 'rows', 'center-scale' or None, got "
+                             f"{self.normalize!r}")
+        if self.penalty not in _PENALTIES:
+            raise ValueError(f"penalty must be None, 'repulsion' or 'balance', got "
+                             f"{self.penalty!r}")
+        if not (np.isfinite(self.rho) and self.rho >= 0):
+            raise ValueError(f"rho must be a non-negative number, got {self.rho!r}")
+        if self.solver not in ("fixed-point", "pgd"):
+            raise ValueError(f"solver must be 'fixed-point' or 'pgd', got {self.solver!r}")
+        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
+            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
+        if not (np.isfinite(self.tol) and self.tol >= 0):
+            raise ValueError(f"tol must be a non-negative number, got {self.tol!r}")
+        if self.batch_size is not None and (not isinstance(self.batch_size, (int, np.integer))
+                                            or self.batch_size < 1):
+            raise ValueError(f"batch_size must be None or a positive integer, got "
+                             f"{self.batch_size!r}")
+        if not (self.temperature == "auto" if isinstance(self.temperature, str) else True):
+            raise ValueError(f"temperature must be a positive number or 'auto', got "
+                             f"{self.temperature!r}")
+        if not isinstance(self.temperature, str):
+            check_temperature(self.temperature)
+
+    def _preprocess(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
+        """Apply ``normalize`` to validated rows (float64 NumPy)."""
+        if self.normalize == "rows":
+            norms = np.linalg.norm(X, axis=1)
+            zero = np.flatnonzero(norms == 0)
+            if zero.size:
+                raise ValueError(f"row {zero[0]} (0-based) of X is all zeros and has no direction; "
+                                 "normalize='rows' needs non-zero rows")
+            return X / norms[:, None]
+        if self.normalize == "center-scale":
+            if fitting:
+                self.mean_ = X.mean(0)
+                scale = float(np.sqrt(np.mean(np.sum((X - self.mean_) ** 2, axis=1))))
+                self.scale_ = scale if scale > 0 else 1.0
+            return (X - self.mean_) / self.scale_
+        if fitting:
+            msq = float(np.mean(np.sum(X**2, axis=1)))
+            if not 0.25 <= msq <= 4.0:
+                warnings.warn(
+                    f"normalize=None but the rows' mean squared norm is {msq:.3g}, far from 1: "
+                    "the heads have unit norm; pass normalize='rows' or 'center-scale' to "
+                    "bring the data to the sphere's scale", UserWarning, stacklevel=3)
+        return X
+
+    def _tensor(self, X: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(np.ascontiguousarray(X), dtype=_torch_dtype(self.dtype),
+                               device=self.device)
+
+    def _initial_heads(self, Xt: torch.Tensor, Xn: np.ndarray, gen) -> torch.Tensor:
+        K, d = self.n_clusters, Xn.shape[1]
+        if isinstance(self.init, str):
+            if self.init == "kmeans++":
+                seed = int(gen.integers(2**31 - 1))
+                centers, _ = kmeans_plusplus(Xn, K, random_state=seed)
+            elif self.init == "sphere":
+                centers = gen.standard_normal((K, d))
+            else:
+                raise ValueError(f"init must be 'kmeans++', 'sphere' or an array, got "
+                                 f"{self.init!r}")
+        else:
+            centers = np.array(self.init, dtype=np.float64)
+            if centers.shape != (K, d):
+                raise ValueError(f"init array must have shape (n_clusters, n_features) = "
+                                 f"{(K, d)}, got {centers.shape}")
+            if not np.all(np.isfinite(centers)):
+                raise ValueError("init array contains NaN or inf")
+        norms = np.linalg.norm(centers, axis=1)
+        bad = norms == 0
+        if bad.any():  # a center at the origin has no direction: draw one at random
+            centers[bad] = gen.standard_normal((int(bad.sum()), d))
+            norms = np.linalg.norm(centers, axis=1)
+        return self._tensor(centers / norms[:, None])
+
+    # -- fitting ----------------------------------------------------------------------------
+    def fit(self, X, y=None):
+        """Fit the heads to ``X`` (n_samples, n_features); ``y`` is ignored."""
+        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=1)
+        self._check_params(X.shape[0])
+        self.mean_, self.scale_ = None, None
+        Xn = self._preprocess(X, fitting=True)
+        gen = as_generator(self.random_state)
+        Xt = self._tensor(Xn)
+        heads0 = self._initial_heads(Xt, Xn, gen)
+        if self.temperature == "auto":
+            heads0, _ = _hard_lloyd(Xt, heads0, 2)
+            lam = auto_temperature(Xt, heads0)
+        else:
+            lam = check_temperature(self.temperature)
+        temps = [lam * f for f in _ANNEAL_FACTORS] + [lam] if self.anneal else [lam]
+        steps = [_ANNEAL_STEPS] * (len(temps) - 1) + [int(self.max_iter)]
+        if self.solver == "fixed-point":
+            res = fixed_point_fit(Xt, heads0, temperatures=temps, steps_per_temperature=steps,
+                                  tol=float(self.tol), chunk_size=self.batch_size,
+                                  penalty=self.penalty, rho=float(self.rho),
+                                  callback=self._callback_fn())
+            heads, losses, temp_curve = res.heads, res.loss_curve, res.temperature_curve
+            n_iter, converged = res.n_iter, res.converged
+        else:
+            heads, losses, temp_curve, n_iter, converged = self._fit_pgd(Xt, heads0, temps,
+                                                                         steps, gen)
+        self.cluster_centers_ = heads.detach().cpu().numpy().astype(np.float64)
+        self.temperature_ = float(lam)
+        self.loss_curve_ = np.asarray(losses, dtype=np.float64)
+        self.temperature_curve_ = np.asarray(temp_curve, dtype=np.float64)
+        self.n_iter_ = int(n_iter)
+        self.converged_ = bool(converged)
+        if not converged:
+            warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
+                          "steps; increase max_iter or tol", UserWarning, stacklevel=2)
+        self.labels_ = self._weights(Xn).argmax(1).cpu().numpy().astype(np.int64)
+        return self
+
+    def _callback_fn(self):
+        if self.callback is None and not self.verbose:
+            return None
+
+        def call(info: IterationInfo) -> None:
+            if self.verbose:
+                _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info)
+            if self.callback is not None:
+                self.callback(info)
+        return call
+
+    def _fit_pgd(self, Xt, heads0, temps, steps, gen):
+        """Plain PGD (:func:`attnclust.pgd.pgd`, float64 on the data's device)."""
+        from .pgd import pgd
+
+        # one temperature per step: the annealing stages, then the target
+        schedule = [t for t, s in zip(temps[:-1], steps[:-1], strict=True) for _ in range(s)]
+        n_anneal = len(schedule)
+        schedule += [temps[-1]] * int(self.max_iter)
+        user = self._callback_fn()
+
+        def on_step(step: int, heads: torch.Tensor) -> None:
+            if user is not None:
+                user(IterationInfo(step + 1, float("nan"), schedule[min(step, n_anneal)],
+                                   float("nan")))
+
+        common = dict(step_size=float(self.step_size), penalty=self.penalty,
+                      rho=float(self.rho), record_every=1, batch_size=self.batch_size, rng=gen,
+                      callback=on_step)
+        losses: list[float] = []
+        temp_curve: list[float] = []
+        n_iter = 0
+        if n_anneal:  # the annealing stages, without stopping rule
+            res = pgd(Xt, heads0, temperature=temps[-1], n_steps=n_anneal, tol=0.0,
+                      temperature_schedule=lambda t: schedule[min(t, n_anneal - 1)], **common)
+            losses += [float(v) for v in res.history.risk]
+            temp_curve += [float(v) for v in res.history.temperature]
+            heads0, n_iter = res.heads, res.n_iter
+        res = pgd(Xt, heads0, temperature=temps[-1], n_steps=int(self.max_iter),
+                  tol=float(self.tol), **common)
+        losses += [float(v) for v in res.history.risk]
+        temp_curve += [float(v) for v in res.history.temperature]
+        n_iter += res.n_iter
+        heads = torch.as_tensor(res.heads, dtype=Xt.dtype, device=Xt.device)
+        return heads, losses, temp_curve, int(n_iter), bool(res.converged)
+
+    # -- prediction -------------------------------------------------------------------------
+    def _validated(self, X) -> np.ndarray:
+        check_is_fitted(self)
+        X = validate_data(self, X, dtype=np.float64, reset=False)
+        return self._preprocess(X, fitting=False)
+
+    def _weights(self, Xn: np.ndarray) -> torch.Tensor:
+        heads = self._tensor(self.cluster_centers_)
+        return torch.softmax(self.temperature_ * (self._tensor(Xn) @ heads.T), dim=1)
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""
+        return self._weights(self._validated(X)).cpu().numpy()
+
+    def predict(self, X) -> np.ndarray:
+        """Index of the most-attended head, ``argmax_h a_h(x)``."""
+        return self._weights(self._validated(X)).argmax(1).cpu().numpy().astype(np.int64)
+
+    def fit_predict(self, X, y=None) -> np.ndarray:
+        """Fit and return ``labels_``."""
+        return self.fit(X).labels_
+
+    def transform(self, X) -> np.ndarray:
+        """Layer outputs ``T_mu(x)`` of the preprocessed rows, shape (n_samples, n_features)."""
+        Xn = self._validated(X)
+        return (self._weights(Xn) @ self._tensor(self.cluster_centers_)).cpu().numpy()
+
+    def score(self, X, y=None) -> float:
+        """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better)."""
+        Xn = self._validated(X)
+        out = (self._weights(Xn) @ self._tensor(self.cluster_centers_)).cpu().numpy()
+        return -float(np.mean(np.sum((Xn - out) ** 2, axis=1)))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags

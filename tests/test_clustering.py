@@ -1,0 +1,312 @@
+"""Tests of AttentionClustering and its fixed-point solver."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_digits, load_iris, load_wine
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import attnclust as ac
+from attnclust.clustering import (
+    AttentionClustering,
+    _fixed_point_step,
+    _risk_pass,
+    auto_temperature,
+    fixed_point_fit,
+)
+
+
+def _risk_autograd(heads, X, lam):
+    """Independent reference: mean ||x - softmax(lam X mu^T) mu||^2 by plain torch."""
+    A = torch.softmax(lam * X @ heads.T, dim=1)
+    return ((X - A @ heads) ** 2).sum(1).mean()
+
+
+def _riemannian_grad_norm(heads, X, lam) -> float:
+    h = torch.as_tensor(heads, dtype=torch.float64).clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(_risk_autograd(h, torch.as_tensor(X), lam), h)
+    h = h.detach()
+    return float((g - (g * h).sum(1, keepdim=True) * h).norm())
+
+
+@pytest.fixture(scope="module")
+def mixture_fit():
+    mix = ac.GaussianMixture.random(d=50, k=5, sigma=0.2, min_angle=np.pi / 3, rng=0)
+    X, z = mix.sample(20_000, rng=1, return_labels=True)
+    est = AttentionClustering(5, normalize=None, random_state=0).fit(X)
+    return mix, X, z, est
+
+
+# -- the acceptance test of the issue ----------------------------------------------------
+def test_mixture_recovers_centroids_and_labels(mixture_fit):
+    mix, X, z, est = mixture_fit
+    dist = ac.centroid_distance(est.cluster_centers_, mix.centroids)
+    assert dist.max < 0.05
+    assert ac.adjusted_rand_index(z, est.labels_) >= 0.99
+    np.testing.assert_allclose(np.linalg.norm(est.cluster_centers_, axis=1), 1.0, atol=1e-12)
+
+
+def test_row_normalized_mixture_recovers_directions():
+    mix = ac.GaussianMixture.random(d=50, k=5, sigma=0.2, min_angle=np.pi / 3, rng=0)
+    X, z = mix.sample(5_000, rng=2, return_labels=True)
+    est = AttentionClustering(5, random_state=0).fit(X)  # normalize="rows"
+    assert ac.centroid_distance(est.cluster_centers_, mix.centroids).max < 0.06
+    assert ac.adjusted_rand_index(z, est.labels_) >= 0.99
+
+
+# -- the solver ---------------------------------------------------------------------------
+def test_fit_ends_at_stationary_point_of_the_risk(mixture_fit):
+    _, X, _, est = mixture_fit
+    assert est.converged_
+    gnorm = _riemannian_grad_norm(est.cluster_centers_, X, est.temperature_)
+    # compare with the gradient at the true centroids' neighbourhood scale: ~ 1e-1
+    assert gnorm < 1e-5
+
+
+@pytest.mark.parametrize("anneal", [True, False])
+def test_loss_curve_non_increasing_at_fixed_temperature(anneal):
+    d = load_wine()
+    X = d.data / np.linalg.norm(d.data, axis=1, keepdims=True)
+    est = AttentionClustering(3, anneal=anneal, random_state=1).fit(X)
+    temps = est.temperature_curve_
+    assert len(est.loss_curve_) == len(temps) >= 2
+    for lam in np.unique(temps):
+        seg = est.loss_curve_[temps == lam]
+        assert np.all(np.diff(seg) <= 1e-12 * abs(seg[0]))
+    if anneal:
+        np.testing.assert_allclose(temps[0], est.temperature_ / 8)
+    assert temps[-1] == est.temperature_
+    # the curve's last value is the fitted objective: minus the score
+    assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-10)
+
+
+def test_stationary_with_overlapping_clusters():
+    """Soft attention (overlapping clusters): the key part of the gradient matters."""
+    mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.35)
+    X = mix.sample(3000, rng=0)
+    est = AttentionClustering(3, normalize=None, random_state=0, tol=1e-10,
+                              max_iter=1000).fit(X)
+    assert est.converged_
+    start = ac.normalize(torch.as_tensor(X[:3]))
+    g_start = _riemannian_grad_norm(start, X, est.temperature_)
+    assert _riemannian_grad_norm(est.cluster_centers_, X, est.temperature_) < 1e-7 * g_start
+
+
+@pytest.mark.parametrize("penalty", [None, "repulsion", "balance"])
+def test_pass_gradient_matches_autograd(penalty):
+    gen = np.random.default_rng(0)
+    X = torch.as_tensor(gen.standard_normal((300, 6)))
+    heads = ac.normalize(torch.as_tensor(gen.standard_normal((4, 6))))
+    lam, rho = 2.5, 0.7
+    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=97, penalty=penalty, rho=rho)
+    h = heads.clone().requires_grad_(True)
+    ref = _risk_autograd(h, X, lam)
+    if penalty == "repulsion":
+        G = h @ h.T
+        ref = ref + rho * ((G - torch.diag(torch.diagonal(G))) ** 2).sum() / 2
+    elif penalty == "balance":
+        N = torch.softmax(lam * X @ h.T, dim=1).mean(0)
+        ref = ref + rho * ((N - 0.25) ** 2).sum()
+    (g,) = torch.autograd.grad(ref, h)
+    assert float(p.loss) == pytest.approx(float(ref), rel=1e-12)
+    torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(p.counts, torch.softmax(lam * X @ heads.T, 1).mean(0))
+    if penalty is None:
+        assert float(p.loss) == pytest.approx(float(ac.empirical_risk(heads, X, lam)), rel=1e-12)
+
+
+def test_step_is_spherical_lloyd_when_attention_is_hard():
+    gen = np.random.default_rng(1)
+    X = torch.as_tensor(gen.standard_normal((400, 5)))
+    heads = ac.normalize(torch.as_tensor(gen.standard_normal((3, 5))))
+    top2 = (X @ heads.T).sort(1).values
+    X = X[top2[:, -1] - top2[:, -2] > 0.05]  # every point at least 0.05 from a boundary
+    lam = 2000.0  # attention is one-hot up to exp(-100)
+    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=100)
+    labels = (X @ heads.T).argmax(1)
+    lloyd = ac.normalize(torch.stack([X[labels == h].sum(0) for h in range(3)]))
+    torch.testing.assert_close(_fixed_point_step(heads, p, 1.0), lloyd, rtol=0, atol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:AttentionClustering did not converge")
+def test_chunked_passes_give_the_same_fit():
+    d = load_wine()
+    X = d.data / np.linalg.norm(d.data, axis=1, keepdims=True)
+    a = AttentionClustering(3, random_state=0, max_iter=30).fit(X)
+    b = AttentionClustering(3, random_state=0, max_iter=30, batch_size=17).fit(X)
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-9)
+
+
+def test_fixed_point_fit_example_converges_from_far():
+    X = torch.as_tensor(ac.GaussianMixture.antipodal(d=3, sigma=0.1).sample(400, rng=0))
+    h0 = ac.normalize(torch.tensor([[0.2, 1.0, 0.0], [0.1, 0.0, 1.0]], dtype=torch.float64))
+    res = fixed_point_fit(X, h0, temperatures=[1.0, 10.0, 50.0],
+                          steps_per_temperature=[5, 5, 500], tol=1e-10)
+    assert res.converged
+    assert ac.centroid_distance(res.heads, [[1, 0, 0], [-1, 0, 0]]).max < 0.05
+
+
+def test_pgd_solver_reaches_the_same_heads():
+    mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1)
+    X = mix.sample(600, rng=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        pgd_est = AttentionClustering(3, normalize=None, solver="pgd", step_size=0.5,
+                                      max_iter=2000, tol=1e-9, random_state=0).fit(X)
+    fp_est = AttentionClustering(3, normalize=None, tol=1e-10, random_state=0).fit(X)
+    assert pgd_est.temperature_ == fp_est.temperature_
+    np.testing.assert_allclose(pgd_est.cluster_centers_, fp_est.cluster_centers_, atol=1e-6)
+
+
+# -- temperature ----------------------------------------------------------------------------
+@pytest.mark.parametrize("sigma", [0.05, 0.1, 0.3])
+def test_auto_temperature_is_inverse_noise_variance(sigma):
+    mix = ac.GaussianMixture.orthogonal(d=20, k=3, sigma=sigma)
+    X = torch.as_tensor(mix.sample(30_000, rng=0))
+    lam = auto_temperature(X, torch.as_tensor(mix.centroids))
+    assert lam == pytest.approx(1 / sigma**2, rel=0.05)
+
+
+def test_auto_temperature_is_a_scale():
+    """Scaling the data by c scales lambda by 1/c^2 ... up to the unit heads: with rows
+    normalized first, the fitted temperature does not depend on the data's scale at all."""
+    d = load_iris()
+    a = AttentionClustering(3, random_state=0).fit(d.data)
+    b = AttentionClustering(3, random_state=0).fit(1000 * d.data)
+    assert a.temperature_ == pytest.approx(b.temperature_, rel=1e-9)
+    tight = AttentionClustering(3, normalize=None, random_state=0)
+    mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.02)
+    assert tight.fit(mix.sample(3000, rng=0)).temperature_ > 1000
+
+
+def test_fixed_temperature_is_used():
+    X = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1).sample(300, rng=0)
+    est = AttentionClustering(3, temperature=7.0, anneal=False, normalize=None,
+                              random_state=0).fit(X)
+    assert est.temperature_ == 7.0 and np.all(est.temperature_curve_ == 7.0)
+
+
+# -- estimator behaviour on real data --------------------------------------------------------
+@pytest.mark.parametrize("loader", [load_iris, load_wine, load_digits])
+def test_real_data_properties(loader):
+    data = loader()
+    X = data.data / np.linalg.norm(data.data, axis=1, keepdims=True)
+    K = len(np.unique(data.target))
+    with warnings.catch_warnings():  # properties, not convergence, are checked here
+        warnings.simplefilter("ignore", UserWarning)
+        est = AttentionClustering(K, random_state=3, max_iter=40).fit(X)
+        again = AttentionClustering(K, random_state=3, max_iter=40).fit(X)
+    assert est.cluster_centers_.shape == (K, X.shape[1])
+    assert est.labels_.shape == (len(X),) and est.n_features_in_ == X.shape[1]
+    np.testing.assert_array_equal(est.cluster_centers_, again.cluster_centers_)
+    np.testing.assert_array_equal(est.labels_, est.predict(X))
+    proba = est.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=1e-12)
+    np.testing.assert_array_equal(proba.argmax(1), est.labels_)
+    np.testing.assert_allclose(est.transform(X), proba @ est.cluster_centers_, atol=1e-12)
+    out = est.transform(X)
+    assert est.score(X) == pytest.approx(-np.mean(np.sum((X - out) ** 2, axis=1)))
+    assert est.score(X) == pytest.approx(
+        -float(ac.empirical_risk(est.cluster_centers_, X, est.temperature_)), rel=1e-10)
+    # predict on raw (unnormalized) rows equals predict on normalized rows
+    np.testing.assert_array_equal(est.predict(data.data), est.labels_)
+
+
+def test_center_scale_preprocessing():
+    X = load_iris().data
+    est = AttentionClustering(3, normalize="center-scale", random_state=0).fit(X)
+    np.testing.assert_allclose(est.mean_, X.mean(0))
+    Xn = (X - X.mean(0)) / est.scale_
+    assert np.mean(np.sum(Xn**2, axis=1)) == pytest.approx(1.0)
+    np.testing.assert_allclose(est.transform(X),
+                               est.predict_proba(X) @ est.cluster_centers_, atol=1e-12)
+
+
+def test_float32_matches_float64():
+    mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.2)
+    X = mix.sample(2000, rng=0)
+    a = AttentionClustering(3, normalize=None, random_state=0).fit(X)
+    b = AttentionClustering(3, normalize=None, random_state=0, dtype="float32", tol=1e-5).fit(X)
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-3)
+    assert np.mean(a.labels_ == b.labels_) > 0.999
+
+
+def test_callback_receives_every_step():
+    infos = []
+    X = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1).sample(300, rng=0)
+    est = AttentionClustering(3, normalize=None, random_state=0, callback=infos.append).fit(X)
+    assert len(infos) == est.n_iter_ == len(est.loss_curve_) - len(set(est.temperature_curve_))
+    assert [i.loss for i in infos] == pytest.approx(
+        [v for i, v in enumerate(est.loss_curve_) if i not in _stage_starts(est)])
+
+
+def _stage_starts(est):
+    t = est.temperature_curve_
+    return {0} | {i for i in range(1, len(t)) if t[i] != t[i - 1]}
+
+
+# -- bad input -------------------------------------------------------------------------------
+def test_zero_row_with_row_normalization_names_the_row():
+    X = np.ones((10, 3))
+    X[4] = 0
+    with pytest.raises(ValueError, match="row 4"):
+        AttentionClustering(2).fit(X)
+    est = AttentionClustering(2, random_state=0).fit(np.abs(X) + 1e-3 * np.arange(30).reshape(10,
+                                                                                              3))
+    with pytest.raises(ValueError, match="row 4"):
+        est.predict(X)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(n_clusters=11), "n_clusters=11"),
+    (dict(n_clusters=0), "n_clusters"),
+    (dict(normalize="l2"), "normalize"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(temperature="hot"), "temperature"),
+    (dict(init=np.ones((2, 2))), "init"),
+    (dict(penalty="ridge"), "penalty"),
+    (dict(dtype="float16"), "dtype"),
+    (dict(solver="newton"), "solver"),
+])
+def test_bad_parameters(bad, match):
+    X = np.random.default_rng(0).uniform(size=(10, 3)) + 0.1
+    with pytest.raises(ValueError, match=match):
+        AttentionClustering(**{"n_clusters": 2, **bad}).fit(X)
+
+
+def test_nan_and_wrong_features():
+    X = np.random.default_rng(0).uniform(size=(20, 3)) + 0.1
+    bad = X.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        AttentionClustering(2).fit(bad)
+    est = AttentionClustering(2, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="3 features"):
+        est.predict(X[:, :2])
+
+
+def test_off_scale_rows_warn_without_normalization():
+    X = 10 * load_iris().data
+    with pytest.warns(UserWarning, match="mean squared norm"):
+        AttentionClustering(3, normalize=None, random_state=0).fit(X)
+
+
+# -- scikit-learn's estimator checks --------------------------------------------------------
+_DTYPES_REASON = ("integer data with an all-zero row cannot be row-normalized (no direction); "
+                  "the same check passes with normalize='center-scale'")
+
+
+@parametrize_with_checks(
+    # few steps: these checks test the API, the other tests test convergence
+    [AttentionClustering(max_iter=20), AttentionClustering(normalize="center-scale", max_iter=20)],
+    expected_failed_checks=lambda est: (
+        {"check_estimators_dtypes": _DTYPES_REASON} if est.normalize == "rows" else {}),
+)
+def test_sklearn_compatible(estimator, check):
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*did not converge", category=UserWarning)
+        check(estimator)
