@@ -72,7 +72,7 @@ def _parse_csv(path: Path) -> np.ndarray:
 
 
 def load_matrix(path: str | os.PathLike, *, min_columns: int = 1) -> np.ndarray:
-    """Read a data matrix, one point per row, from ``.npy`` or ``.csv`` (header optional).
+    r"""Read a data matrix, one point per row, from ``.npy`` or ``.csv`` (header optional).
 
     A CSV header is recognized as a first line that is not all numbers; fields are
     separated by commas (or semicolons, or whitespace when the first line has neither).
