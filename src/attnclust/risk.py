@@ -194,6 +194,7 @@ def _exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: 
     """
     order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
     K = heads.shape[0]
+    z, weights = _const(z, heads), _const(weights, heads)
     # D_h = delta_h + sigma sum_j L_hj z_j, one (k_mix, N) tensor per difference
     D = [delta[:, h, None] + mix.sigma * sum(L[h, j] * z[j] for j in range(K - 1))
          for h in range(K - 1)]
@@ -204,8 +205,8 @@ def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _R
     """Pieces of the exact rule: ``D = delta_k + sigma L z`` at nodes ``z``.
 
     Returns ``order``, ``delta`` ``(k_mix, K-1)`` and ``L`` ``(K-1, K-1)`` (both
-    differentiable), ``z`` (list of ``K - 1`` constant ``(k_mix, N)`` tensors) and the
-    weights ``(k_mix, N)``.
+    differentiable tensors), the nodes ``z`` ``(K-1, k_mix, N)`` and the weights
+    ``(k_mix, N)`` (numpy arrays).
     """
     K = heads.shape[0]
     cents = _const(mix.centroids, heads)
@@ -221,9 +222,8 @@ def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _R
     delta = cents @ W.T  # (k_mix, K-1)
     sigma = mix.sigma
     if sigma == 0.0:
-        zero = heads.new_zeros(mix.k, 1)
-        return order, delta, heads.new_zeros(K - 1, K - 1), [zero] * (K - 1), \
-            heads.new_ones(mix.k, 1)
+        return order, delta, heads.new_zeros(K - 1, K - 1), np.zeros((K - 1, mix.k, 1)), \
+            np.ones((mix.k, 1))
     Wd = W.detach().cpu().double().numpy()
     Q = np.linalg.qr(Wd.T)[0]  # (d, K-1) orthonormal, span contains the rows of W
     L = W @ _const(Q, heads)  # (K-1, K-1) lower
@@ -233,8 +233,8 @@ def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _R
         c0 = -dd[:, 0] / (sigma * Ld[0, 0])
         z0, w0 = _graded_nodes(c0[:, None], np.full((mix.k, 1), 1.0 / (lam * s0)), rule)
         if K == 2:
-            z = [_const(z0, heads)]  # (k_mix, N)
-            weights = _const(w0, heads)
+            z = z0[None]  # (1, k_mix, N)
+            weights = w0
         else:
             # inner variable: sharp where D_1 = 0 and where D_1 = D_0
             D0 = dd[:, 0, None] + sigma * Ld[0, 0] * z0  # (k_mix, N0)
@@ -243,9 +243,9 @@ def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _R
             centers = np.stack([-base / s1, (D0 - base) / s1], axis=-1)  # (k_mix, N0, 2)
             eps1 = np.full(centers.shape, 1.0 / (lam * abs(s1)))
             z1, w1 = _graded_nodes(centers, eps1, rule)  # (k_mix, N0, N1)
-            z = [_const(np.broadcast_to(z0[..., None], z1.shape).reshape(mix.k, -1), heads),
-                 _const(z1.reshape(mix.k, -1), heads)]  # (k_mix, N0 * N1) each
-            weights = _const((w0[..., None] * w1).reshape(mix.k, -1), heads)
+            z = np.stack([np.broadcast_to(z0[..., None], z1.shape).reshape(mix.k, -1),
+                          z1.reshape(mix.k, -1)])  # (2, k_mix, N0 * N1)
+            weights = (w0[..., None] * w1).reshape(mix.k, -1)
     return order, delta, L, z, weights
 
 
@@ -276,37 +276,53 @@ def _risk_integrand(D: list[torch.Tensor], gram: torch.Tensor, lam: float) -> to
     return out
 
 
+def _softmax_weights_np(D: list[np.ndarray], lam: float) -> list[np.ndarray]:
+    """Numpy twin of :func:`_softmax_weights`."""
+    if len(D) == 1:
+        a0 = expit(lam * D[0])
+        return [a0, 1.0 - a0]
+    logits = [lam * x for x in D]
+    top = np.maximum(np.maximum(logits[0], logits[1]), 0.0)
+    e = [np.exp(x - top) for x in logits] + [np.exp(-top)]
+    total = e[0] + e[1] + e[2]
+    return [x / total for x in e]
+
+
 class _FusedIntegral(torch.autograd.Function):
     """``sum_k pi_k sum_n w_kn F(D_kn)`` with ``D = delta_k + sigma L z``, fused.
 
     ``F = -2 sum_{h<K} a_h D_h + a^T G a``; its gradients are written out
-    (``dF/du = a * (g - a.g)`` with ``g = dF/da``, ``u`` the logits), which is several
-    times faster than recording the few dozen elementwise ops for autograd.
+    (``dF/du = a * (g - a.g)`` with ``g = dF/da``, ``u`` the logits). The node-wise
+    work runs in numpy: a few dozen single-threaded passes, much faster than
+    recording them for autograd, and immune to the thread oversubscription that
+    slows torch's parallel elementwise kernels on a busy CPU.
     """
 
     @staticmethod
-    def forward(ctx, delta, L, gram, z, pw, sigma: float, lam: float):
+    def forward(ctx, delta, L, gram, z: np.ndarray, pw: np.ndarray, sigma: float, lam: float):
         # z: (K-1, k_mix, N) nodes, pw: (k_mix, N) weights times pi_k
+        dl, Ln, Gn = (t.detach().cpu().double().numpy() for t in (delta, L, gram))
         m = z.shape[0]
-        D = [delta[:, h, None] + sigma * sum(L[h, j] * z[j] for j in range(m))
+        D = [dl[:, h, None] + sigma * sum(Ln[h, j] * z[j] for j in range(m))
              for h in range(m)]
-        a = _softmax_weights(D, lam)
+        a = _softmax_weights_np(D, lam)
         K = len(a)
-        Ga = [sum(gram[h, g] * a[g] for g in range(K)) for h in range(K)]
+        Ga = [sum(Gn[h, g] * a[g] for g in range(K)) for h in range(K)]
         F = sum(a[h] * Ga[h] for h in range(K)) - 2.0 * sum(a[h] * D[h] for h in range(m))
-        value = (pw * F).sum()
+        value = float((pw * F).sum())
         if any(ctx.needs_input_grad[:3]):
             g = [2.0 * Ga[h] - 2.0 * D[h] for h in range(m)] + [2.0 * Ga[m]]
             abar = sum(a[h] * g[h] for h in range(K))
             gD = [pw * a[h] * (lam * (g[h] - abar) - 2.0) for h in range(m)]  # (k_mix, N)
-            ctx.grads = (
-                torch.stack([x.sum(-1) for x in gD], dim=-1),  # (k_mix, K-1)
-                sigma * torch.stack([torch.stack([(gD[h] * z[j]).sum() for j in range(m)])
-                                     for h in range(m)]),  # (K-1, K-1)
-                torch.stack([torch.stack([(pw * a[h] * a[q]).sum() for q in range(K)])
-                             for h in range(K)]),  # (K, K)
+            pa = [pw * a[h] for h in range(K)]
+            grads = (
+                np.stack([x.sum(-1) for x in gD], axis=-1),  # (k_mix, K-1)
+                sigma * np.array([[(gD[h] * z[j]).sum() for j in range(m)] for h in range(m)]),
+                np.array([[(pa[h] * a[q]).sum() for q in range(K)] for h in range(K)]),
             )
-        return value
+            ctx.grads = tuple(torch.as_tensor(x, dtype=delta.dtype, device=delta.device)
+                              for x in grads)
+        return torch.tensor(value, dtype=delta.dtype, device=delta.device)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -327,8 +343,8 @@ def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _Rule, *,
     if fused:
         order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
         h = heads[order]
-        integral = _FusedIntegral.apply(delta, L, h @ h.T, torch.stack(z),
-                                        pi[:, None] * weights, mix.sigma, lam)
+        integral = _FusedIntegral.apply(delta, L, h @ h.T, z, mix.weights[:, None] * weights,
+                                        mix.sigma, lam)
     else:
         order, D, weights = _exact_samples(heads, mix, lam, rule)
         h = heads[order]
@@ -384,7 +400,7 @@ def _qmc_risk(heads, mix, lam, n_samples, rng) -> RiskEstimate:
     f = -2.0 * (a * P).sum(-1) + ((a @ (heads @ heads.T)) * a).sum(-1)
     per_scramble = _second_moment(mix) + f.mean(-1) @ pi  # (S,)
     value = per_scramble.mean()
-    stderr = float(per_scramble.detach().std()) / np.sqrt(per_scramble.numel())
+    stderr = float(per_scramble.detach().std() / per_scramble.numel() ** 0.5)
     return RiskEstimate(value, stderr)
 
 
