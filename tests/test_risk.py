@@ -162,8 +162,8 @@ def test_empirical_risk_batches_and_gradient():
     batched = ac.empirical_risk(heads, X, 4.0, batch_size=100)
     Xt = torch.from_numpy(X)
     direct = ((Xt - ac.attention_heads(Xt, heads, 4.0)) ** 2).sum(1).mean()
-    assert float(full) == pytest.approx(float(direct), rel=1e-14)
-    assert float(batched) == pytest.approx(float(direct), rel=1e-13)
+    assert full.item() == pytest.approx(direct.item(), rel=1e-14)
+    assert batched.item() == pytest.approx(direct.item(), rel=1e-13)
     g1, g2 = (torch.autograd.grad(v, heads)[0] for v in (batched, direct))
     torch.testing.assert_close(g1, g2, rtol=1e-12, atol=1e-14)
 
