@@ -75,8 +75,8 @@ __all__ = [
 
 BACKENDS = ("auto", "dense", "fused", "chunked")
 
-# Score-block budget of the chunked path, in elements: 2**20 floats (4 MiB in float32)
-# keeps one block within the L2/L3 caches; measured in benchmarks/bench_identity_attention.
+# Score-block budget of the chunked path, in elements: 2**20 floats (4 MiB in float32),
+# chosen to keep one block near the L2 cache size; not yet tuned on an idle machine.
 _BLOCK_ELEMENTS = 2**20
 _KEY_BLOCK = 1024
 # Below this many score elements per batch (B * L * L) ``auto`` uses the dense
