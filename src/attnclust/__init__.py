@@ -15,8 +15,17 @@ from .metrics import (
 )
 from .mixture import GaussianMixture
 from .pgd import PGDHistory, PGDResult, init_on_manifold, init_on_sphere, pgd
-from .quantize import identity_attention, infinite_prompt_limit
-from .quantizer import AttentionQuantizer
+from .quantize import (
+    ClusterCount,
+    LimitDistance,
+    SpreadRatio,
+    count_clusters,
+    identity_attention,
+    infinite_prompt_limit,
+    limit_distance,
+    spread_ratio,
+)
+from .quantizer import AttentionQuantizer, estimate_sigma
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent
 
@@ -28,21 +37,27 @@ __all__ = [
     "AttentionHeads",
     "AttentionQuantizer",
     "CentroidDistance",
+    "ClusterCount",
     "GaussianMixture",
+    "LimitDistance",
     "PGDHistory",
     "PGDResult",
     "RiskEstimate",
+    "SpreadRatio",
     "__version__",
     "adjusted_rand_index",
     "assignment_error",
     "attention_heads",
     "balance",
     "centroid_distance",
+    "count_clusters",
     "distortion",
     "empirical_risk",
+    "estimate_sigma",
     "head_weights",
     "identity_attention",
     "infinite_prompt_limit",
+    "limit_distance",
     "init_on_manifold",
     "init_on_sphere",
     "normalize",
@@ -52,5 +67,6 @@ __all__ = [
     "random_sphere",
     "repulsion",
     "riemannian_gradient",
+    "spread_ratio",
     "tangent",
 ]

@@ -48,7 +48,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
         distance[i, j] = centroid_distance(best, mix.centroids).max
         angle[i, j] = np.degrees(np.arccos(np.clip(best[0] @ best[1], -1.0, 1.0)))
         risk[i, j] = min(risks)
-        risk_at_centroids[i, j] = float(population_risk(torch.as_tensor(mix.centroids), mix,
+        risk_at_centroids[i, j] = float(population_risk(torch.tensor(mix.centroids), mix,
                                                         lams[j]))
     summary = {}
     for i, sigma in enumerate(sigmas):

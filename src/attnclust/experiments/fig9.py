@@ -60,7 +60,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
             error[m, r, j] = centroid_distance(_estimate(method, X, config, child),
                                                mix.centroids).max
     # the population minimizer at the same temperature: the floor of the layer's error
-    pop = pgd(mix, torch.as_tensor(mix.centroids), temperature=config["temperature"],
+    pop = pgd(mix, torch.tensor(mix.centroids), temperature=config["temperature"],
               step_size=config["step_size"], n_steps=config["population_steps"],
               record_every=config["population_steps"])
     bias = centroid_distance(pop.heads, mix.centroids).max
