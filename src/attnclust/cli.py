@@ -52,6 +52,15 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-iter", type=int, default=300)
     p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: cpu)")
+    p.add_argument("--distributed", action="store_true",
+                   help="data-parallel fit, one process per rank, launched by torchrun "
+                        "(gloo on CPU, NCCL on CUDA); each rank memory-maps only its rows "
+                        "of a .npy (a .csv is read whole, then sliced); rank 0 alone prints "
+                        "and writes")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="with --distributed: how long a rank waits for the others before "
+                        "failing (rendezvous and each collective; default: 300)")
     p.set_defaults(handler=_cmd_fit)
 
     p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
@@ -111,6 +120,8 @@ def _write_all(outputs: dict) -> None:
 
 
 def _cmd_fit(args) -> int:
+    if args.distributed:
+        return _cmd_fit_distributed(args)
     import time
     from pathlib import Path
 
@@ -119,25 +130,14 @@ def _cmd_fit(args) -> int:
     from ._io import load_matrix
     from .clustering import AttentionClustering
 
-    if args.n_clusters < 1:
-        raise CommandError(f"--n-clusters must be a positive integer, got {args.n_clusters}")
-    temperature = args.temperature
-    if temperature != "auto":
-        try:
-            temperature = float(temperature)
-        except ValueError:
-            raise CommandError(f"--temperature must be a positive number or 'auto', got "
-                               f"{args.temperature!r}") from None
+    _fit_params(args)
     X = load_matrix(args.data, min_columns=2)
     if args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
     prefix = args.out if args.out is not None else str(Path(args.data).with_suffix(""))
     bar, callback = _progress_callback(args.max_iter, args.quiet)
-    est = AttentionClustering(args.n_clusters, temperature=temperature,
-                              normalize=None if args.normalize == "none" else args.normalize,
-                              anneal=not args.no_anneal, max_iter=args.max_iter,
-                              random_state=args.seed, callback=callback)
+    est = AttentionClustering(args.n_clusters, callback=callback, **_fit_params(args))
     start = time.perf_counter()
     try:
         import warnings
@@ -168,6 +168,122 @@ def _cmd_fit(args) -> int:
         print(f"{k:7d} {sizes[k]:8d} {sizes[k] / X.shape[0]:7.3f} {conf:19.3f}")
     print("wrote " + ", ".join(str(p) for p in outputs))
     return 0
+
+
+def _fit_params(args) -> dict:
+    """Estimator parameters from the ``fit`` arguments (checked here, before any work)."""
+    if args.n_clusters < 1:
+        raise CommandError(f"--n-clusters must be a positive integer, got {args.n_clusters}")
+    temperature = args.temperature
+    if temperature != "auto":
+        try:
+            temperature = float(temperature)
+        except ValueError:
+            raise CommandError(f"--temperature must be a positive number or 'auto', got "
+                               f"{args.temperature!r}") from None
+    return dict(temperature=temperature,
+                normalize=None if args.normalize == "none" else args.normalize,
+                anneal=not args.no_anneal, max_iter=args.max_iter, random_state=args.seed,
+                device=args.device)
+
+
+def _load_shard(path: str, rank: int, world_size: int):
+    """This rank's rows: a memory-mapped block of a .npy, or a slice of a whole .csv."""
+    from pathlib import Path
+
+    from ._io import load_matrix
+    from .distributed import shard_bounds, shard_rows
+
+    if Path(path).suffix.lower() == ".npy":
+        X = shard_rows(path, rank, world_size)
+        if X.shape[1] < 2:
+            raise ValueError(f"{path}: {X.shape[1]} column(s), need at least 2 (one point per "
+                             "row, one feature per column)")
+        return X
+    X = load_matrix(path, min_columns=2)
+    start, stop = shard_bounds(X.shape[0], rank, world_size)
+    return X[start:stop]
+
+
+def _cmd_fit_distributed(args) -> int:
+    """``fit --distributed``: every rank fits its shard; rank 0 prints and writes."""
+    import time
+    import warnings
+    from pathlib import Path
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from . import distributed as ddp
+
+    params = _fit_params(args)
+    if not args.timeout > 0:
+        raise CommandError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    backend = "nccl" if str(args.device).startswith("cuda") else "gloo"
+    try:
+        rank, world = ddp.init_from_env(backend=backend, timeout=args.timeout)
+    except ddp.DistributedError as exc:
+        print(f"attnclust fit: error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        try:
+            X, error = _load_shard(args.data, rank, world), None
+        except (ValueError, OSError) as exc:
+            X, error = None, exc
+        bad = ddp.failed_ranks(error is None)
+        if error is not None:
+            raise CommandError(f"rank {rank}: {error}")
+        if bad:
+            raise CommandError(f"rank {rank}: rank(s) {bad} could not read {args.data}")
+        prefix = args.out if args.out is not None else str(Path(args.data).with_suffix(""))
+        bar, callback = _progress_callback(args.max_iter, args.quiet or rank != 0)
+        stats = ddp.CommStats()
+        start = time.perf_counter()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)   # reported in the summary
+                est = ddp.fit_distributed(X, args.n_clusters, stats=stats, callback=callback,
+                                          **params)
+        finally:
+            if bar is not None:
+                bar.close()
+        seconds = time.perf_counter() - start
+        n_calls, n_bytes = stats.calls, stats.bytes
+        labels = ddp.gather_rows(est.labels_)
+        # summary statistics of all rows: sizes, summed max attention, summed risk
+        Xn = np.asarray(X, dtype=np.float64)
+        proba = est.predict_proba(Xn)
+        K = args.n_clusters
+        conf_sum = np.bincount(est.labels_, weights=proba.max(1), minlength=K)
+        local = np.concatenate([np.bincount(est.labels_, minlength=K), conf_sum,
+                                [-est.score(Xn) * Xn.shape[0]]])
+        total = ddp.make_reduce()(torch.from_numpy(local)).numpy()
+        sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-1] / est.n_samples_total_
+        if rank == 0:
+            outputs = {Path(f"{prefix}.centers.npy"): est.cluster_centers_,
+                       Path(f"{prefix}.centers.csv"): est.cluster_centers_,
+                       Path(f"{prefix}.labels.npy"): labels,
+                       Path(f"{prefix}.labels.csv"): labels}
+            _write_all(outputs)
+            n = est.n_samples_total_
+            print(f"n={n}  d={Xn.shape[1]}  K={K}  ranks={world} ({dist.get_backend()})  "
+                  f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
+                  f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
+                  f"time={seconds:.2f}s")
+            print(f"communicated per rank: {n_bytes} bytes in {n_calls} all-reduces "
+                  f"({ddp.pass_bytes(K, Xn.shape[1]):d} bytes per pass)")
+            print(f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}")
+            for k in range(K):
+                conf = conf_sum[k] / sizes[k] if sizes[k] else float("nan")
+                print(f"{k:7d} {int(sizes[k]):8d} {sizes[k] / n:7.3f} {conf:19.3f}")
+            print("wrote " + ", ".join(str(p) for p in outputs))
+        return 0
+    except ddp.DistributedError as exc:
+        print(f"attnclust fit: error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        dist.destroy_process_group()
 
 
 def _cmd_quantize(args) -> int:

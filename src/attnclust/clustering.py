@@ -55,6 +55,24 @@ hard labels, ``m_kh`` the mean projection of cluster ``k`` on head ``h``). For a
 isotropic mixture with noise ``sigma`` this gives ``lambda ~ 1/sigma^2``, the
 temperature at which ``a_h`` is the Bayes posterior.
 
+Initialization
+--------------
+``init="kmeans++"`` runs scikit-learn's k-means++ seeding on the rows, normalized to
+unit norm; above ``100,000`` rows it seeds from ``100,000`` rows drawn without
+replacement with the estimator's generator (seeding cost stays bounded, and a
+data-parallel fit can assemble exactly the same rows on every rank).
+
+Data-parallel fitting
+---------------------
+Every statistic the fit needs is a sum over rows: the pass above (loss, ``sum_i w_i
+x_i``, ``A^T A``, ``N``), the hard Lloyd sums and the projections' moments of the
+``"auto"`` temperature, the column sums of ``"center-scale"``. With each rank holding a
+shard of the rows, summing these over ranks (one all-reduce per pass, see
+:mod:`attnclust.distributed`) gives every rank the same numbers as one process on all
+rows, up to the order of floating-point additions; the safeguard and the stopping rule
+then take the same branch on every rank. Single-process fitting is the case "no
+reduction" of the same code.
+
 Annealing (``anneal=True``)
 ---------------------------
 The temperature follows ``lambda/8, lambda/4, lambda/2, lambda`` (a few steps at each of
@@ -102,6 +120,7 @@ _PENALTIES = (None, "repulsion", "balance")
 _ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)
 _ANNEAL_STEPS = 5          # fixed-point steps at each intermediate temperature
 _MAX_HALVINGS = 30
+_INIT_SAMPLE = 100_000     # k-means++ seeds on at most this many rows (drawn with the seed)
 
 
 class IterationInfo(NamedTuple):
@@ -133,9 +152,17 @@ class _Pass(NamedTuple):
     counts: torch.Tensor     # (K,) soft proportions N_h
 
 
-def _risk_pass(X, sq_norms, heads, lam, *, chunk, penalty=None, rho=0.0) -> _Pass:
-    """Risk, gradient and soft proportions in one pass, all in the K-dim projection space."""
-    n, _ = X.shape
+def _risk_pass(X, sq_norms, heads, lam, *, chunk, penalty=None, rho=0.0, reduce=None,
+               n_total=None) -> _Pass:
+    """Risk, gradient and soft proportions in one pass, all in the K-dim projection space.
+
+    The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) and divides by
+    ``n`` at the end. With ``reduce`` (a sum over data-parallel ranks, see
+    :mod:`attnclust.distributed`) the sums of the local rows are summed over ranks in one
+    flat buffer of ``1 + K d + K^2 + K`` numbers (``+ K^2 d`` for the balance penalty)
+    before dividing by ``n_total``, the number of rows of all ranks.
+    """
+    n = X.shape[0] if n_total is None else n_total
     K = heads.shape[0]
     gram = heads @ heads.T                                   # (K, K)
     loss = X.new_zeros(())
@@ -160,6 +187,15 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, penalty=None, rho=0.0) -> _Pas
         counts = counts + A.sum(0)
         if need_pairs:
             pair_x = pair_x + torch.einsum("nh,ng,nd->hgd", A, A, Xc)
+    if reduce is not None:
+        parts = [loss, lin, ata, counts] + ([pair_x] if need_pairs else [])
+        flat = reduce(torch.cat([t.reshape(-1) for t in parts]))
+        pieces = [q.reshape(t.shape)
+                  for q, t in zip(torch.split(flat, [t.numel() for t in parts]), parts,
+                                  strict=True)]
+        loss, lin, ata, counts = pieces[:4]
+        if need_pairs:
+            pair_x = pieces[4]
     loss, lin, ata, counts = loss / n, lin / n, ata / n, counts / n
     grad = -2.0 * (lin - ata @ heads)
     if penalty == "repulsion" and rho > 0:
@@ -196,6 +232,7 @@ def fixed_point_fit(
     penalty: str | None = None,
     rho: float = 0.0,
     callback: Callable[[IterationInfo], None] | None = None,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> FixedPointResult:
     """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
 
@@ -215,6 +252,17 @@ def fixed_point_fit(
         Stop when no head moves by more than ``tol`` (Euclidean) in one step.
     chunk_size : int, optional
         Rows per chunk of each pass (memory bound only; the steps are full-batch).
+    penalty, rho :
+        Regularizer (``None``, ``"repulsion"`` or ``"balance"``) and its weight.
+    callback : callable, optional
+        Called with an :class:`IterationInfo` after each accepted step.
+    reduce : callable, optional
+        Data-parallel fitting: ``X`` holds this rank's rows and ``reduce(t)`` returns the
+        sum of ``t`` over all ranks (the same tensor on every rank, e.g. an all-reduce).
+        Each pass then sums its per-row statistics over ranks, so every quantity that
+        decides a branch (the objective of the safeguard, the shift of the heads) is the
+        global one and all ranks take the same steps. ``None`` (one process) is the same
+        code with no reduction.
 
     Returns
     -------
@@ -230,8 +278,11 @@ def fixed_point_fit(
     (True, True)
     """
     n = X.shape[0]
-    chunk = n if chunk_size is None else max(1, int(chunk_size))
+    chunk = max(1, n) if chunk_size is None else max(1, int(chunk_size))
     sq_norms = (X * X).sum(1)                                # (n,)
+    n_total = n if reduce is None else int(reduce(torch.tensor([n], dtype=torch.float64,
+                                                               device=X.device)).item())
+    pass_args = dict(chunk=chunk, penalty=penalty, rho=rho, reduce=reduce, n_total=n_total)
     heads = heads0
     losses: list[float] = []
     temps: list[float] = []
@@ -240,7 +291,7 @@ def fixed_point_fit(
     for stage, (lam, n_steps) in enumerate(zip(temperatures, steps_per_temperature,
                                                strict=True)):
         last = stage == len(temperatures) - 1
-        cur = _risk_pass(X, sq_norms, heads, lam, chunk=chunk, penalty=penalty, rho=rho)
+        cur = _risk_pass(X, sq_norms, heads, lam, **pass_args)
         losses.append(float(cur.loss))
         temps.append(lam)
         t_prev = 1.0
@@ -254,7 +305,7 @@ def fixed_point_fit(
                 break
             for _ in range(_MAX_HALVINGS):
                 cand = _fixed_point_step(heads, cur, t)
-                new = _risk_pass(X, sq_norms, cand, lam, chunk=chunk, penalty=penalty, rho=rho)
+                new = _risk_pass(X, sq_norms, cand, lam, **pass_args)
                 if float(new.loss) <= float(cur.loss) + eps * abs(float(cur.loss)):
                     accepted = True
                     break
@@ -287,22 +338,45 @@ def _torch_dtype(dtype) -> torch.dtype:
     return getattr(torch, name)
 
 
-def _hard_lloyd(X, heads, n_steps: int):
+class _DataParallel(NamedTuple):
+    """How a data-parallel fit sees the other ranks (built by :mod:`attnclust.distributed`).
+
+    The local rows are rows ``offset .. offset + n_local - 1`` of the concatenation of all
+    ranks' rows in rank order.
+    """
+
+    reduce: Callable[[torch.Tensor], torch.Tensor]     # sum over ranks, same on every rank
+    broadcast: Callable[[torch.Tensor], torch.Tensor]  # rank 0's tensor on every rank
+    offset: int                                        # global index of the first local row
+    n_total: int                                       # rows of all ranks
+
+
+def _sum(t: torch.Tensor, reduce) -> torch.Tensor:
+    return t if reduce is None else reduce(t)
+
+
+def _sum_array(a: np.ndarray, dp: _DataParallel) -> np.ndarray:
+    """Sum of a NumPy array over the ranks of a data-parallel fit."""
+    return dp.reduce(torch.from_numpy(np.array(a, dtype=np.float64))).cpu().numpy()
+
+
+def _hard_lloyd(X, heads, n_steps: int, *, reduce=None):
     """Hard spherical Lloyd steps; returns heads and labels of the last assignment."""
     for _ in range(n_steps):
         labels = (X @ heads.T).argmax(1)
-        sums = torch.zeros_like(heads).index_add_(0, labels, X)
+        sums = _sum(torch.zeros_like(heads).index_add_(0, labels, X), reduce)
         norm = torch.linalg.vector_norm(sums, dim=1, keepdim=True)
         heads = torch.where(norm > 0, sums / norm.clamp_min(torch.finfo(X.dtype).tiny), heads)
     return heads, (X @ heads.T).argmax(1)
 
 
-def auto_temperature(X: torch.Tensor, heads: torch.Tensor) -> float:
+def auto_temperature(X: torch.Tensor, heads: torch.Tensor, *, reduce=None) -> float:
     """``1 / s^2`` with ``s^2`` the within-cluster variance of the projections on the heads.
 
     Clusters are the hard assignments ``argmax_h <x, mu_h>``; ``s^2`` is floored at
     ``1e-6`` times the mean squared norm of the rows (so ``lambda`` stays finite on
-    duplicated points).
+    duplicated points). With ``reduce`` (a sum over data-parallel ranks), ``X`` holds one
+    rank's rows and every statistic is summed over ranks first.
 
     Examples
     --------
@@ -316,10 +390,16 @@ def auto_temperature(X: torch.Tensor, heads: torch.Tensor) -> float:
     labels = P.argmax(1)
     K = heads.shape[0]
     counts = torch.bincount(labels, minlength=K).to(X.dtype)
-    means = torch.zeros(K, K, dtype=X.dtype, device=X.device).index_add_(0, labels, P)
-    means = means / counts.clamp_min(1)[:, None]
-    s2 = float(((P - means[labels]) ** 2).mean())
-    floor = 1e-6 * float((X * X).sum(1).mean())
+    sums = torch.zeros(K, K, dtype=X.dtype, device=X.device).index_add_(0, labels, P)
+    stats = _sum(torch.cat([counts, sums.reshape(-1)]), reduce)
+    counts, sums = stats[:K], stats[K:].reshape(K, K)
+    means = sums / counts.clamp_min(1)[:, None]
+    # squared deviations, squared norms, number of rows
+    stats = _sum(torch.stack([((P - means[labels]) ** 2).sum(), (X * X).sum(),
+                              X.new_tensor(float(X.shape[0]))]), reduce)
+    n = float(stats[2])
+    s2 = float(stats[0]) / (n * K)
+    floor = 1e-6 * float(stats[1]) / n
     return 1.0 / max(s2, floor, torch.finfo(X.dtype).tiny)
 
 
@@ -338,8 +418,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         Inverse temperature ``lambda``; ``"auto"`` is ``1 / s^2`` with ``s^2`` the
         within-cluster variance of the projections on the initial heads.
     init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
-        Initial heads: k-means++ seeding (scikit-learn's) normalized to unit norm,
-        uniform random unit vectors, or given heads (normalized).
+        Initial heads: k-means++ seeding (scikit-learn's; on a seeded sample of 100,000
+        rows when there are more) normalized to unit norm, uniform random unit vectors,
+        or given heads (normalized).
     normalize : {"rows", "center-scale"} or None, default="rows"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
         each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
@@ -457,8 +538,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if not isinstance(self.temperature, str):
             check_temperature(self.temperature)
 
-    def _preprocess(self, X: np.ndarray, *, fitting: bool) -> np.ndarray:
-        """Apply ``normalize`` to validated rows (float64 NumPy)."""
+    def _preprocess(self, X: np.ndarray, *, fitting: bool, dp=None) -> np.ndarray:
+        """Apply ``normalize`` to validated rows (float64 NumPy); ``dp``: data-parallel fit."""
         if self.normalize == "rows":
             norms = np.linalg.norm(X, axis=1)
             zero = np.flatnonzero(norms == 0)
@@ -467,13 +548,19 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                                  "normalize='rows' needs non-zero rows")
             return X / norms[:, None]
         if self.normalize == "center-scale":
-            if fitting:
+            if fitting and dp is None:
                 self.mean_ = X.mean(0)
                 scale = float(np.sqrt(np.mean(np.sum((X - self.mean_) ** 2, axis=1))))
                 self.scale_ = scale if scale > 0 else 1.0
+            elif fitting:  # column sums, then squared deviations, summed over ranks
+                self.mean_ = _sum_array(X.sum(0), dp) / dp.n_total
+                dev = float(_sum_array(np.sum((X - self.mean_) ** 2), dp))
+                scale = float(np.sqrt(dev / dp.n_total))
+                self.scale_ = scale if scale > 0 else 1.0
             return (X - self.mean_) / self.scale_
         if fitting:
-            msq = float(np.mean(np.sum(X**2, axis=1)))
+            msq = (float(np.mean(np.sum(X**2, axis=1))) if dp is None else
+                   float(_sum_array(np.sum(X**2), dp)) / dp.n_total)
             if not 0.25 <= msq <= 4.0:
                 warnings.warn(
                     f"normalize=None but the rows' mean squared norm is {msq:.3g}, far from 1: "
@@ -485,12 +572,29 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         return torch.as_tensor(np.ascontiguousarray(X), dtype=_torch_dtype(self.dtype),
                                device=self.device)
 
-    def _initial_heads(self, Xt: torch.Tensor, Xn: np.ndarray, gen) -> torch.Tensor:
+    def _init_rows(self, Xn: np.ndarray, gen, dp) -> np.ndarray:
+        """Rows the k-means++ seeding sees: all rows, or ``_INIT_SAMPLE`` of them.
+
+        The sample is drawn with the estimator's generator from the global row indices,
+        so a data-parallel fit (where each rank fills in the sampled rows it holds and a
+        sum over ranks assembles them) seeds from exactly the rows one process would.
+        """
+        n = Xn.shape[0] if dp is None else dp.n_total
+        idx = None if n <= _INIT_SAMPLE else np.sort(gen.choice(n, _INIT_SAMPLE, replace=False))
+        if dp is None:
+            return Xn if idx is None else Xn[idx]
+        idx = np.arange(n) if idx is None else idx
+        mine = (idx >= dp.offset) & (idx < dp.offset + Xn.shape[0])
+        rows = np.zeros((idx.size, Xn.shape[1]))                 # (m, d), zero where not ours
+        rows[mine] = Xn[idx[mine] - dp.offset]
+        return _sum_array(rows, dp)                              # x + 0 = x exactly
+
+    def _initial_heads(self, Xt: torch.Tensor, Xn: np.ndarray, gen, dp=None) -> torch.Tensor:
         K, d = self.n_clusters, Xn.shape[1]
         if isinstance(self.init, str):
             if self.init == "kmeans++":
                 seed = int(gen.integers(2**31 - 1))
-                centers, _ = kmeans_plusplus(Xn, K, random_state=seed)
+                centers, _ = kmeans_plusplus(self._init_rows(Xn, gen, dp), K, random_state=seed)
             elif self.init == "sphere":
                 centers = gen.standard_normal((K, d))
             else:
@@ -508,21 +612,31 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if bad.any():  # a center at the origin has no direction: draw one at random
             centers[bad] = gen.standard_normal((int(bad.sum()), d))
             norms = np.linalg.norm(centers, axis=1)
-        return self._tensor(centers / norms[:, None])
+        heads = self._tensor(centers / norms[:, None])
+        # every rank computed the same heads; rank 0's copy makes sure they agree bitwise
+        return heads if dp is None else dp.broadcast(heads)
 
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, X, y=None):
         """Fit the heads to ``X`` (n_samples, n_features); ``y`` is ignored."""
+        return self._fit(X)
+
+    def _fit(self, X, dp: _DataParallel | None = None):
+        """``fit``; with ``dp``, ``X`` is this rank's shard of a data-parallel fit."""
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=1)
-        self._check_params(X.shape[0])
+        self._check_params(X.shape[0] if dp is None else dp.n_total)
+        if dp is not None and self.solver != "fixed-point":
+            raise ValueError(f"data-parallel fitting needs solver='fixed-point', got "
+                             f"{self.solver!r}")
+        reduce = None if dp is None else dp.reduce
         self.mean_, self.scale_ = None, None
-        Xn = self._preprocess(X, fitting=True)
+        Xn = self._preprocess(X, fitting=True, dp=dp)
         gen = as_generator(self.random_state)
         Xt = self._tensor(Xn)
-        heads0 = self._initial_heads(Xt, Xn, gen)
+        heads0 = self._initial_heads(Xt, Xn, gen, dp)
         if self.temperature == "auto":
-            heads0, _ = _hard_lloyd(Xt, heads0, 2)
-            lam = auto_temperature(Xt, heads0)
+            heads0, _ = _hard_lloyd(Xt, heads0, 2, reduce=reduce)
+            lam = auto_temperature(Xt, heads0, reduce=reduce)
         else:
             lam = check_temperature(self.temperature)
         temps = [lam * f for f in _ANNEAL_FACTORS] + [lam] if self.anneal else [lam]
@@ -531,7 +645,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             res = fixed_point_fit(Xt, heads0, temperatures=temps, steps_per_temperature=steps,
                                   tol=float(self.tol), chunk_size=self.batch_size,
                                   penalty=self.penalty, rho=float(self.rho),
-                                  callback=self._callback_fn())
+                                  callback=self._callback_fn(), reduce=reduce)
             heads, losses, temp_curve = res.heads, res.loss_curve, res.temperature_curve
             n_iter, converged = res.n_iter, res.converged
         else:

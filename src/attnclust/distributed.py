@@ -1,0 +1,351 @@
+"""Data-parallel fitting of :class:`~attnclust.AttentionClustering` with ``torch.distributed``.
+
+Each of the ``W`` ranks of a process group holds a shard ``X_r`` of the rows (the shards,
+in rank order, concatenate to the data ``X``). The fixed-point solver needs the data only
+through row sums (see :mod:`attnclust.clustering`), so one pass over the data is
+
+    S_r   = sum_{i in shard r} s(x_i; mu)          (local sums, one flat buffer)
+    S     = sum_r S_r                              (one all-reduce, the same S on every rank)
+
+with ``s(x; mu)`` the per-row statistics: loss, ``w(x) x`` (``K x d``), ``a a^T``
+(``K x K``) and ``a`` (``K``). Every rank then takes the same step, so every rank ends
+with the same heads, and they are those of one process on ``X`` up to the order of the
+floating-point additions. The k-means++ seeding sees the same rows as one process (the
+sampled rows are assembled by a sum over ranks in which each row is non-zero on exactly
+one rank), and the ``"auto"`` temperature is computed from summed statistics.
+
+Per pass, the all-reduce carries ``1 + K d + K^2 + K`` numbers (plus ``K^2 d`` with the
+``"balance"`` penalty): 2,632 bytes in float64 for ``K = 8, d = 32``, whatever ``n``.
+
+Notation
+--------
+=============  ==================  ===============================================
+symbol         code                meaning
+=============  ==================  ===============================================
+``W``          ``world_size``      number of ranks (processes)
+``r``          ``rank``            index of this process in the group
+``X_r``        ``X_shard``         rows held by rank ``r``, ``(n_r, d)``
+``S``          ``reduce(t)``       sum over ranks (all-reduce)
+=============  ==================  ===============================================
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .clustering import AttentionClustering, _DataParallel
+
+__all__ = ["CommStats", "DistributedError", "failed_ranks", "fit_distributed", "gather_rows",
+           "init_from_env", "make_reduce", "pass_bytes", "shard_bounds", "shard_rows"]
+
+
+class DistributedError(RuntimeError):
+    """A collective failed: another rank exited, failed, or did not answer in time."""
+
+
+@dataclass
+class CommStats:
+    """Counts of the all-reduces made through :func:`make_reduce`."""
+
+    calls: int = 0
+    """Number of all-reduce calls."""
+    bytes: int = 0
+    """Payload bytes all-reduced (each rank's buffer size, summed over calls)."""
+
+    def add(self, t: torch.Tensor) -> None:
+        self.calls += 1
+        self.bytes += t.numel() * t.element_size()
+
+
+def pass_bytes(n_clusters: int, n_features: int, *, dtype=torch.float64,
+               penalty: str | None = None) -> int:
+    """Bytes each rank all-reduces in one pass of the fixed-point solver.
+
+    ``(1 + K d + K^2 + K)`` numbers, plus ``K^2 d`` with ``penalty="balance"``.
+
+    Examples
+    --------
+    >>> pass_bytes(8, 32)
+    2632
+    """
+    K, d = int(n_clusters), int(n_features)
+    numel = 1 + K * d + K * K + K + (K * K * d if penalty == "balance" else 0)
+    return numel * torch.empty((), dtype=dtype).element_size()
+
+
+# -- sharding ----------------------------------------------------------------------------
+def shard_bounds(n_rows: int, rank: int, world_size: int) -> tuple[int, int]:
+    """Rows ``[start, stop)`` of rank ``rank``: contiguous blocks whose sizes differ by <= 1.
+
+    Examples
+    --------
+    >>> [shard_bounds(10, r, 3) for r in range(3)]
+    [(0, 3), (3, 6), (6, 10)]
+    """
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, "
+                         f"world_size={world_size}")
+    return n_rows * rank // world_size, n_rows * (rank + 1) // world_size
+
+
+def shard_rows(path, rank: int, world_size: int) -> np.memmap:
+    """Rows of rank ``rank`` of a 2-D ``.npy`` file, memory-mapped (only they are read).
+
+    Parameters
+    ----------
+    path : path of a ``.npy`` file holding an ``(n, d)`` numeric array
+    rank, world_size : int
+        This rank and the number of ranks; the blocks are those of :func:`shard_bounds`.
+
+    Returns
+    -------
+    numpy.memmap of shape ``(stop - start, d)``
+        A read-only view: pages outside the block are never read from disk.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib, numpy as np
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.npy"
+    >>> np.save(path, np.arange(20.0).reshape(10, 2))
+    >>> shard_rows(path, 1, 3)[:, 0]
+    memmap([ 6.,  8., 10.])
+    """
+    path = Path(path)
+    if path.suffix.lower() != ".npy":
+        raise ValueError(f"{path}: shard_rows reads .npy files, got {path.suffix or '(none)'!r}")
+    if not path.is_file():
+        raise ValueError(f"{path}: no such file")
+    try:
+        data = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, EOFError) as exc:
+        raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
+    if data.ndim != 2:
+        raise ValueError(f"{path}: expected a 2-D array (one point per row), got shape "
+                         f"{data.shape}")
+    if not (np.issubdtype(data.dtype, np.number) or data.dtype == bool):
+        raise ValueError(f"{path}: non-numeric array of dtype {data.dtype}")
+    start, stop = shard_bounds(data.shape[0], rank, world_size)
+    return data[start:stop]
+
+
+# -- the process group ---------------------------------------------------------------------
+def init_from_env(*, backend: str | None = None, timeout: float = 300.0) -> tuple[int, int]:
+    """Join the process group described by the ``torchrun`` environment variables.
+
+    Reads ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` (and ``LOCAL_RANK``
+    for the GPU of an NCCL rank). ``backend`` defaults to ``"nccl"`` when CUDA is
+    available and ``"gloo"`` otherwise. ``timeout`` (seconds) bounds the rendezvous and
+    every collective: a rank that waits longer on a stuck peer raises instead of hanging.
+    Returns ``(rank, world_size)``; does nothing but return them if already initialized.
+    """
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+               if v not in os.environ]
+    if missing:
+        raise ValueError(f"--distributed needs the environment set by torchrun; missing "
+                         f"{', '.join(missing)} (launch with: torchrun --nproc_per_node N "
+                         "-m attnclust fit ...)")
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    try:
+        dist.init_process_group(backend, timeout=timedelta(seconds=float(timeout)))
+    except Exception as exc:  # rendezvous timeout, refused connection, ...
+        raise DistributedError(f"could not join the process group of rank "
+                               f"{os.environ['RANK']}/{os.environ['WORLD_SIZE']} at "
+                               f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
+                               f"within {timeout:g} s: {_first_line(exc)}") from exc
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _comm_device(group) -> torch.device:
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _collective(fn, what: str, group):
+    try:
+        return fn()
+    except Exception as exc:
+        raise DistributedError(
+            f"rank {dist.get_rank()}: {what} failed; another rank has exited, failed or not "
+            f"answered within the process group's timeout ({_first_line(exc)})") from exc
+
+
+def make_reduce(group=None, *, stats: CommStats | None = None):
+    """The hook of the fixed-point solver: ``t -> sum of t over the ranks of group``.
+
+    Returns a new tensor on ``t``'s device (``t`` is not modified). With an NCCL group
+    the buffer goes through the current CUDA device (no copy when ``t`` is already
+    there); with gloo through the CPU. ``stats`` counts calls and bytes.
+
+    Examples
+    --------
+    >>> import torch
+    >>> reduce = make_reduce()          # doctest: +SKIP
+    >>> reduce(torch.ones(3))           # doctest: +SKIP
+    tensor([2., 2., 2.])                # on each of 2 ranks
+    """
+    device = _comm_device(group)
+
+    def reduce(t: torch.Tensor) -> torch.Tensor:
+        buf = t.detach().to(device, copy=True)
+        _collective(lambda: dist.all_reduce(buf, op=dist.ReduceOp.SUM, group=group),
+                    "all-reduce", group)
+        if stats is not None:
+            stats.add(buf)
+        return buf.to(t.device)
+    return reduce
+
+
+def _make_broadcast(group=None):
+    device = _comm_device(group)
+    src = 0 if group is None else dist.get_global_rank(group, 0)
+
+    def broadcast(t: torch.Tensor) -> torch.Tensor:
+        buf = t.detach().to(device, copy=True)
+        _collective(lambda: dist.broadcast(buf, src=src, group=group), "broadcast", group)
+        return buf.to(t.device)
+    return broadcast
+
+
+def _all_gather(t: torch.Tensor, group) -> list[torch.Tensor]:
+    device = _comm_device(group)
+    buf = t.to(device)
+    out = [torch.empty_like(buf) for _ in range(dist.get_world_size(group))]
+    _collective(lambda: dist.all_gather(out, buf, group=group), "all-gather", group)
+    return [o.to(t.device) for o in out]
+
+
+def gather_rows(a, *, group=None) -> np.ndarray:
+    """Concatenate every rank's rows of ``a`` in rank order (the result on every rank).
+
+    For the labels of a fit (``n`` integers), not for the data.
+
+    Examples
+    --------
+    >>> gather_rows(np.arange(3))   # doctest: +SKIP
+    array([0, 1, 2, 0, 1, 2])       # on each of 2 ranks
+    """
+    t = torch.as_tensor(np.ascontiguousarray(a))
+    sizes = _all_gather(torch.tensor([t.shape[0]], dtype=torch.int64), group)
+    sizes = [int(s) for s in sizes]
+    padded = t.new_zeros((max(sizes), *t.shape[1:]))
+    padded[:t.shape[0]] = t
+    parts = _all_gather(padded, group)
+    return torch.cat([p[:s] for p, s in zip(parts, sizes, strict=True)]).numpy()
+
+
+# -- fitting -------------------------------------------------------------------------------
+def failed_ranks(ok: bool, *, group=None) -> list[int]:
+    """Ranks of ``group`` that passed ``ok=False`` (every rank must call it).
+
+    Lets every rank stop together after a local failure (a missing file on one machine)
+    instead of waiting in the next collective for a rank that has given up.
+    """
+    flags = _all_gather(torch.tensor([int(bool(ok))], dtype=torch.int64), group)
+    return [r for r, f in enumerate(flags) if int(f) == 0]
+
+
+def _check_in(X_shard, group) -> tuple[np.ndarray, int, int]:
+    """Validate the local shard and agree with the other ranks before any real work.
+
+    Every rank shares ``(n_r, d_r, ok_r)``; a rank with bad data raises its own
+    ``ValueError`` and the others raise :class:`DistributedError` naming it, instead of
+    waiting for it in the first all-reduce.
+    """
+    error = None
+    try:
+        X = np.asarray(X_shard, dtype=np.float64)
+        if X.ndim != 2 or X.shape[0] == 0:
+            raise ValueError(f"X_shard must be a non-empty 2-D array (one point per row), "
+                             f"got shape {X.shape}")
+        if not np.all(np.isfinite(X)):
+            raise ValueError("X_shard contains NaN or inf")
+    except (ValueError, TypeError) as exc:
+        X, error = None, exc
+    shape = (0, 0) if X is None else X.shape
+    info = torch.tensor([shape[0], shape[1], error is None], dtype=torch.int64)
+    infos = torch.stack(_all_gather(info, group))           # (W, 3)
+    if error is not None:
+        raise ValueError(f"rank {dist.get_rank()}: {error}")
+    bad = torch.nonzero(infos[:, 2] == 0).flatten().tolist()
+    if bad:
+        raise DistributedError(f"rank {dist.get_rank()}: rank(s) {bad} of the group have "
+                               "invalid data (see their error messages)")
+    widths = sorted(set(infos[:, 1].tolist()))
+    if len(widths) > 1:
+        raise ValueError(f"the shards have different numbers of columns {widths}")
+    me = dist.get_rank(group)
+    offset = int(infos[:me, 0].sum())
+    return X, offset, int(infos[:, 0].sum())
+
+
+def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
+                    stats: CommStats | None = None, **params) -> AttentionClustering:
+    """Fit :class:`~attnclust.AttentionClustering` on rows spread over a process group.
+
+    Call it on every rank of ``group`` (default: the whole initialized group), each with
+    its own rows; the rows of all ranks, in rank order, are the data. Every rank returns
+    an estimator with the same ``cluster_centers_``, ``temperature_``, ``loss_curve_``
+    and ``n_iter_``, equal (up to floating-point summation order) to those of
+    ``AttentionClustering(n_clusters, **params).fit(X)`` on all the rows.
+
+    Parameters
+    ----------
+    X_shard : array-like of shape (n_r, n_features)
+        This rank's rows (a :func:`shard_rows` memmap is read here, once).
+    n_clusters : int, default=8
+    group : ProcessGroup, optional
+        The ranks that share the fit (gloo on CPU, NCCL with ``device="cuda"``).
+    stats : CommStats, optional
+        Counts the all-reduces and their bytes.
+    **params :
+        Any other parameter of :class:`~attnclust.AttentionClustering`
+        (``solver`` must be ``"fixed-point"``).
+
+    Returns
+    -------
+    AttentionClustering
+        Fitted; ``labels_`` holds the labels of this rank's rows only (see
+        :func:`gather_rows`); ``shard_offset_`` is the global index of its first row and
+        ``n_samples_total_`` the number of rows of all ranks.
+
+    Raises
+    ------
+    DistributedError
+        A collective failed or timed out (another rank exited or failed).
+
+    Examples
+    --------
+    >>> import attnclust as ac                                             # doctest: +SKIP
+    >>> rank, world = ac.distributed.init_from_env()                       # doctest: +SKIP
+    >>> X = ac.distributed.shard_rows("data.npy", rank, world)             # doctest: +SKIP
+    >>> est = ac.distributed.fit_distributed(X, 8, random_state=0)         # doctest: +SKIP
+    """
+    if not dist.is_initialized():
+        raise ValueError("fit_distributed needs an initialized process group "
+                         "(torch.distributed.init_process_group, or init_from_env)")
+    X, offset, n_total = _check_in(X_shard, group)
+    dp = _DataParallel(make_reduce(group, stats=stats), _make_broadcast(group), offset,
+                       n_total)
+    est = AttentionClustering(n_clusters, **params)
+    est._fit(X, dp)
+    est.shard_offset_ = offset
+    est.n_samples_total_ = n_total
+    return est
