@@ -143,12 +143,18 @@ def _graded_nodes(center: np.ndarray, eps: np.ndarray, rule: _Rule):
     ``center``, ``eps`` have shape ``(..., F)``: ``F`` sharp points per integral.
     Returns ``z`` and ``w`` of shape ``(..., N)`` with ``sum w ~ 1``.
     """
-    center = np.clip(np.nan_to_num(center), -_EPS_MAX, _EPS_MAX)
-    eps = np.clip(np.nan_to_num(eps, nan=_EPS_MAX, posinf=_EPS_MAX), 0.0, _EPS_MAX)
+    # a degenerate direction gives center = nan or +-inf and eps = inf: any finite
+    # placement is then right, the integrand being flat there
+    if not (np.isfinite(center).all() and np.isfinite(eps).all()):
+        center = np.nan_to_num(center)
+        eps = np.nan_to_num(eps, nan=_EPS_MAX, posinf=_EPS_MAX)
+    center = np.minimum(np.maximum(center, -_EPS_MAX), _EPS_MAX)
+    eps = np.minimum(eps, _EPS_MAX)
     graded = center[..., None] + eps[..., None] * rule.offsets  # (..., F, O)
     graded = graded.reshape(*center.shape[:-1], -1)
     grid = np.broadcast_to(rule.grid, (*center.shape[:-1], rule.grid.size))
-    bp = np.sort(np.clip(np.concatenate([grid, graded], axis=-1), -rule.trunc, rule.trunc))
+    bp = np.concatenate([grid, graded], axis=-1)
+    bp = np.sort(np.minimum(np.maximum(bp, -rule.trunc), rule.trunc))
     half = 0.5 * (bp[..., 1:] - bp[..., :-1])  # (..., P)
     mid = 0.5 * (bp[..., 1:] + bp[..., :-1])
     z = (mid[..., None] + half[..., None] * rule.gl_x).reshape(*mid.shape[:-1], -1)
@@ -650,14 +656,18 @@ def _risk_and_grad_k2(heads: np.ndarray, centroids: np.ndarray, pi: np.ndarray,
     a = expit(lam * D)
     b = 1.0 - a
     ab = a * b
-    F = -2.0 * a * D + g00 * a * a + g11 * b * b + 2.0 * g01 * ab
-    value = second_moment + pi @ ((wt * F).sum(1) - 2.0 * (centroids @ mu1))
+    aa, bb = a * a, b * b
     # dF/dD = -2a - 2 lam ab D + lam ab (2 G00 a - 2 G11 b + 2 G01 (b - a))
     FD = lam * ab * (2.0 * (g00 * a - g11 * b + g01 * (b - a)) - 2.0 * D) - 2.0 * a
-    wFD = wt * FD
-    pA = pi * wFD.sum(1)  # (k_mix,)
-    gs = pi @ (wFD * z).sum(1)  # dR/ds
-    q00, q11, q01 = pi @ (wt * a * a).sum(1), pi @ (wt * b * b).sum(1), pi @ (wt * ab).sum(1)
+    # one weighted reduction for the six integrals: E[a^2], E[b^2], E[ab], E[aD],
+    # E[F_D], E[F_D z] per component, then mixed over the components
+    pw = pi[:, None] * wt  # (k_mix, N)
+    terms = np.stack([aa, bb, ab, a * D, FD * z])  # (5, k_mix, N)
+    per_k = (terms * pw).sum(-1)  # (5, k_mix)
+    pA = (FD * pw).sum(-1)  # (k_mix,) pi_k E_k[F_D]
+    q00, q11, q01, ad, gs = per_k.sum(-1)
+    value = second_moment + g00 * q00 + g11 * q11 + 2.0 * g01 * q01 - 2.0 * ad \
+        - 2.0 * (pi @ (centroids @ mu1))
     dw = pA @ centroids + (gs * sigma / nw * w if nw > 0 else 0.0)
     grad = np.empty_like(heads)
     grad[0] = dw + 2.0 * q00 * mu0 + 2.0 * q01 * mu1
