@@ -271,8 +271,9 @@ def _cmd_fit_distributed(args) -> int:
                   f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
                   f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
                   f"time={seconds:.2f}s")
-            print(f"communicated per rank: {n_bytes} bytes in {n_calls} all-reduces "
-                  f"({ddp.pass_bytes(K, Xn.shape[1]):d} bytes per pass)")
+            per_pass = ddp.pass_bytes(K, Xn.shape[1], dtype=torch.float64)
+            print(f"communicated per rank: {n_bytes} bytes in {n_calls} all-reduces, of which "
+                  f"{stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes")
             print(f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}")
             for k in range(K):
                 conf = conf_sum[k] / sizes[k] if sizes[k] else float("nan")

@@ -32,7 +32,7 @@ symbol         code                meaning
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -58,10 +58,14 @@ class CommStats:
     """Number of all-reduce calls."""
     bytes: int = 0
     """Payload bytes all-reduced (each rank's buffer size, summed over calls)."""
+    by_size: dict[int, int] = field(default_factory=dict)
+    """Number of calls of each buffer size in bytes (the passes share one size)."""
 
     def add(self, t: torch.Tensor) -> None:
+        size = t.numel() * t.element_size()
         self.calls += 1
-        self.bytes += t.numel() * t.element_size()
+        self.bytes += size
+        self.by_size[size] = self.by_size.get(size, 0) + 1
 
 
 def pass_bytes(n_clusters: int, n_features: int, *, dtype=torch.float64,

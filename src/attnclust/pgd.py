@@ -123,7 +123,8 @@ class PGDResult(NamedTuple):
     """Outcome of :func:`pgd`."""
 
     heads: torch.Tensor
-    """Final heads, shape ``(K, d)``, float64, detached."""
+    """Final heads, shape ``(K, d)``, float64, detached, on the device of the data (of
+    ``heads0`` for a mixture)."""
     history: PGDHistory
     n_iter: int
     """Number of updates performed."""
@@ -314,7 +315,10 @@ def pgd(
     norms = heads.norm(dim=1, keepdim=True)
     if bool((norms == 0).any()):
         raise ValueError("heads0 has a zero row, which has no direction")
-    heads = (heads / norms).numpy()
+    # the gradient is evaluated on the device of the data (else of heads0); the (K, d)
+    # iterate itself lives on the host, where the fused K = 2 path computes
+    device = X.device if X is not None else heads.device
+    heads = (heads / norms).cpu().numpy()
     K = heads.shape[0]
     lam = check_temperature(temperature)
     step_size = float(step_size)
@@ -363,7 +367,7 @@ def pgd(
             return value, grad
     else:
         def evaluate(h: np.ndarray, lam_t: float, rho_t: float, batch):
-            ht = torch.from_numpy(h.copy()).requires_grad_(True)
+            ht = torch.from_numpy(h.copy()).to(device).requires_grad_(True)
             if is_mixture:
                 r = _risk.population_risk(ht, objective, lam_t, method=method,
                                           n_samples=n_samples, rng=qmc_seed)
@@ -380,11 +384,11 @@ def pgd(
                     pen = _risk.balance(ht, data, lam_t, n_samples=n_samples, rng=qmc_seed)
                 total = total + rho_t * pen
             (grad,) = torch.autograd.grad(total, ht)
-            return r.item(), grad.numpy()
+            return r.item(), grad.cpu().numpy()
 
     def full_risk(h: np.ndarray, lam_t: float) -> float:
         with torch.no_grad():
-            return float(_risk.empirical_risk(torch.from_numpy(h.copy()), X, lam_t,
+            return float(_risk.empirical_risk(torch.from_numpy(h.copy()).to(device), X, lam_t,
                                               batch_size=65536))
 
     # -- the loop ---------------------------------------------------------------------------
@@ -435,4 +439,4 @@ def pgd(
 
     history = PGDHistory(*(np.asarray(records[f], dtype=np.int64 if f == "step" else float)
                            for f in PGDHistory._fields))
-    return PGDResult(torch.from_numpy(heads.copy()), history, int(t), converged)
+    return PGDResult(torch.from_numpy(heads.copy()).to(device), history, int(t), converged)

@@ -1,0 +1,33 @@
+"""A rank of the data-parallel tests, launched by tests/test_distributed.py.
+
+Usage: python _distributed_worker.py MODE DATA.npy OUT_PREFIX, with the torchrun
+environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) set by the test.
+MODE: "fit" (save this rank's centers), "crash" (rank 1 exits mid-fit), "hang" (rank 1
+stops answering mid-fit).
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+from attnclust import distributed as ddp
+
+mode, data, out = sys.argv[1:4]
+rank, world = ddp.init_from_env(backend="gloo", timeout=float(os.environ.get("PG_TIMEOUT", 5)))
+
+
+def callback(info):
+    if rank == 1 and info.iteration == 2:
+        if mode == "crash":
+            os._exit(3)
+        if mode == "hang":
+            time.sleep(120)
+
+
+X = ddp.shard_rows(data, rank, world)
+est = ddp.fit_distributed(X, 4, init="sphere", normalize="center-scale", penalty="balance",
+                          rho=0.05, tol=1e-10, max_iter=200, random_state=7, callback=callback)
+np.save(f"{out}.rank{rank}.npy", est.cluster_centers_)
+np.save(f"{out}.labels{rank}.npy", est.labels_)

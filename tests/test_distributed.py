@@ -1,0 +1,292 @@
+"""Data-parallel fitting (gloo on loopback, real processes and simulated ranks) and devices."""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attnclust as ac
+from attnclust import clustering
+from attnclust.clustering import AttentionClustering, _DataParallel
+from attnclust.distributed import pass_bytes, shard_bounds, shard_rows
+
+WORKER = Path(__file__).with_name("_distributed_worker.py")
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
+                                                     reason="no CUDA device"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env(rank: int, world: int, port: int) -> dict:
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+               LOCAL_RANK=str(rank), WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
+    if sys.platform.startswith("linux"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"          # loopback only
+    return env
+
+
+def _launch(mode: str, data: Path, out: Path, *, world: int = 2):
+    port = _free_port()
+    return [subprocess.Popen([sys.executable, str(WORKER), mode, str(data), str(out)],
+                             env=_env(r, world, port), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for r in range(world)]
+
+
+def _finish(procs, timeout: float):
+    """Wait for every process; a hang fails the test (after killing what is left)."""
+    deadline = time.monotonic() + timeout
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            results.append((p.returncode, out, err))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"a rank did not finish within {timeout} s")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    X = ac.GaussianMixture.orthogonal(d=6, k=4, sigma=0.25).sample(2001, rng=0) + 0.3
+    path = tmp_path_factory.mktemp("dp") / "x.npy"
+    np.save(path, X)
+    return path, X
+
+
+# -- sharding ---------------------------------------------------------------------------
+@pytest.mark.parametrize("n, world", [(10, 3), (7, 7), (2001, 2), (5, 1)])
+def test_shards_partition_the_rows_in_rank_order(tmp_path, n, world):
+    X = np.arange(n * 3, dtype=np.float64).reshape(n, 3)
+    np.save(tmp_path / "x.npy", X)
+    parts = [shard_rows(tmp_path / "x.npy", r, world) for r in range(world)]
+    assert all(isinstance(p, np.memmap) for p in parts)
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+    np.testing.assert_array_equal(np.concatenate(parts), X)
+    assert [shard_bounds(n, r, world)[0] for r in range(world)] == list(np.cumsum([0] + sizes[:-1]))
+
+
+def test_shard_rows_bad_input(tmp_path):
+    np.save(tmp_path / "v.npy", np.zeros(5))
+    with pytest.raises(ValueError, match="2-D"):
+        shard_rows(tmp_path / "v.npy", 0, 2)
+    with pytest.raises(ValueError, match="no such file"):
+        shard_rows(tmp_path / "missing.npy", 0, 2)
+    with pytest.raises(ValueError, match="rank"):
+        shard_bounds(10, 2, 2)
+
+
+# -- simulated ranks: threads sharing a summing barrier ------------------------------------
+class _ThreadGroup:
+    """``world`` threads that sum (or broadcast) tensors in rank order, like an all-reduce."""
+
+    def __init__(self, world: int):
+        self.world, self.slots = world, [None] * world
+        self.barrier = threading.Barrier(world)
+        self.bytes = 0
+
+    def _exchange(self, rank, t, combine):
+        self.slots[rank] = t.clone()
+        self.barrier.wait()
+        out = combine(self.slots)
+        if rank == 0:
+            self.bytes += t.numel() * t.element_size()
+        self.barrier.wait()
+        return out
+
+    def context(self, rank, offset, n_total):
+        return _DataParallel(lambda t: self._exchange(rank, t, lambda s: sum(s[1:], s[0])),
+                             lambda t: self._exchange(rank, t, lambda s: s[0].clone()),
+                             offset, n_total)
+
+
+def _fit_simulated(X, world, **params):
+    group, results, errors = _ThreadGroup(world), [None] * world, []
+    bounds = [shard_bounds(len(X), r, world) for r in range(world)]
+
+    def run(r):
+        try:
+            est = AttentionClustering(**params)
+            results[r] = est._fit(X[slice(*bounds[r])], group.context(r, bounds[r][0], len(X)))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+            group.barrier.abort()
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return results, group
+
+
+@pytest.mark.parametrize("params", [
+    dict(n_clusters=4, random_state=0),
+    dict(n_clusters=4, init="sphere", normalize="center-scale", penalty="balance", rho=0.1,
+         random_state=1),
+    dict(n_clusters=3, temperature=20.0, penalty="repulsion", rho=0.1, anneal=False,
+         batch_size=300, random_state=2),
+])
+def test_simulated_ranks_match_one_process(data, params, monkeypatch):
+    _, X = data
+    monkeypatch.setattr(clustering, "_INIT_SAMPLE", 500)        # exercise the seeding sample
+    params = dict(params, tol=1e-10, max_iter=300)
+    one = AttentionClustering(**params).fit(X)
+    ests, group = _fit_simulated(X, 3, **params)
+    for est in ests:
+        np.testing.assert_allclose(est.cluster_centers_, one.cluster_centers_, atol=1e-6, rtol=0)
+        assert est.n_iter_ == one.n_iter_ and est.temperature_ == pytest.approx(one.temperature_)
+        np.testing.assert_array_equal(est.cluster_centers_, ests[0].cluster_centers_)
+    np.testing.assert_array_equal(np.concatenate([e.labels_ for e in ests]), one.labels_)
+    assert group.bytes > 0
+
+
+def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
+    _, X = data
+    seen = []
+    real = clustering.kmeans_plusplus
+    monkeypatch.setattr(clustering, "kmeans_plusplus",
+                        lambda rows, *a, **k: seen.append(rows.shape) or real(rows, *a, **k))
+    monkeypatch.setattr(clustering, "_INIT_SAMPLE", 500)
+    AttentionClustering(4, random_state=0, max_iter=5).fit(X[:400])
+    AttentionClustering(4, random_state=0, max_iter=5).fit(X)
+    assert seen == [(400, 6), (500, 6)]
+
+
+def test_pass_bytes_match_the_reduced_buffer():
+    X = torch.randn(50, 5, dtype=torch.float64)
+    heads = ac.normalize(torch.randn(3, 5, dtype=torch.float64))
+    for penalty in (None, "balance"):
+        sizes = []
+        clustering._risk_pass(X, (X * X).sum(1), heads, 2.0, chunk=50, penalty=penalty,
+                              rho=0.1, reduce=lambda t, s=sizes: s.append(t.numel() * 8) or t,
+                              n_total=50)
+        assert sizes == [pass_bytes(3, 5, penalty=penalty)]
+
+
+# -- real processes, gloo on loopback ----------------------------------------------------
+def test_torchrun_cli_matches_single_process(data, tmp_path):
+    path, X = data
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+           "-m", "attnclust", "fit", str(path), "-k", "4", "--seed", "5", "--distributed",
+           "--timeout", "30", "--out", str(tmp_path / "dp"), "--quiet"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if sys.platform.startswith("linux"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("wrote ") == 1 and "ranks=2 (gloo)" in proc.stdout
+    one = AttentionClustering(4, random_state=5).fit(X)
+    np.testing.assert_allclose(np.load(tmp_path / "dp.centers.npy"), one.cluster_centers_,
+                               atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(np.load(tmp_path / "dp.labels.npy"), one.labels_)
+
+
+def test_api_two_processes_identical_centers(data, tmp_path):
+    path, X = data
+    results = _finish(_launch("fit", path, tmp_path / "c"), timeout=120)
+    assert all(rc == 0 for rc, _, _ in results), [err[-1500:] for _, _, err in results]
+    c0, c1 = (np.load(tmp_path / f"c.rank{r}.npy") for r in range(2))
+    np.testing.assert_array_equal(c0, c1)
+    one = AttentionClustering(4, init="sphere", normalize="center-scale", penalty="balance",
+                              rho=0.05, tol=1e-10, max_iter=200, random_state=7).fit(X)
+    np.testing.assert_allclose(c0, one.cluster_centers_, atol=1e-6, rtol=0)
+    labels = np.concatenate([np.load(tmp_path / f"c.labels{r}.npy") for r in range(2)])
+    np.testing.assert_array_equal(labels, one.labels_)
+
+
+@pytest.mark.parametrize("mode", ["crash", "hang"])
+def test_a_failing_rank_stops_the_others(data, tmp_path, mode):
+    path, _ = data
+    procs = _launch(mode, path, tmp_path / "c")
+    start = time.monotonic()
+    rc0, _, err0 = _finish(procs[:1], timeout=90)[0]
+    elapsed = time.monotonic() - start
+    for p in procs[1:]:                               # the hanging rank is ours to stop
+        p.kill()
+        p.wait()
+    assert rc0 != 0
+    assert "DistributedError" in err0 and "rank 0" in err0, err0[-1500:]
+    assert elapsed < 60
+    assert not (tmp_path / "c.rank0.npy").exists()
+
+
+def test_cli_rank_without_data_stops_every_rank(data, tmp_path):
+    path, _ = data
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "attnclust", "fit",
+                               str(path if r == 0 else tmp_path / "missing.npy"), "-k", "4",
+                               "--distributed", "--timeout", "20", "--out",
+                               str(tmp_path / "o")],
+                              env=_env(r, 2, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    (rc0, _, err0), (rc1, _, err1) = _finish(procs, timeout=90)
+    assert rc0 == 2 and "rank(s) [1] could not read" in err0
+    assert rc1 == 2 and "no such file" in err1
+    assert len(err0.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("o.*"))
+
+
+def test_cli_distributed_without_launcher_is_a_clear_error(data, capsys, monkeypatch):
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(var, raising=False)
+    from attnclust.cli import main
+
+    assert main(["fit", str(data[0]), "-k", "2", "--distributed"]) == 2
+    assert "torchrun" in capsys.readouterr().err
+
+
+# -- devices: the same checks on CPU and, where present, CUDA --------------------------------
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_estimator_on_device(data, device):
+    _, X = data
+    ref = AttentionClustering(4, random_state=0).fit(X)
+    est = AttentionClustering(4, random_state=0, device=device).fit(X)
+    np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, atol=1e-8)
+    assert isinstance(est.cluster_centers_, np.ndarray)
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_pgd_on_device(device):
+    mix = ac.GaussianMixture.orthogonal(d=5, k=2, sigma=0.2)
+    X = torch.as_tensor(mix.sample(500, rng=0))
+    h0 = ac.init_on_manifold(mix, rng=0)
+    ref = ac.pgd(X, h0, temperature=10.0, step_size=0.5, n_steps=50)
+    res = ac.pgd(X.to(device), h0.to(device), temperature=10.0, step_size=0.5, n_steps=50)
+    torch.testing.assert_close(res.heads.cpu(), ref.heads, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_risk_and_layers_on_device(device):
+    mix = ac.GaussianMixture.orthogonal(d=6, k=2, sigma=0.3)
+    heads = ac.init_on_manifold(mix, rng=1)
+    ref = ac.population_risk(heads, mix, temperature=2.0)
+    val = ac.population_risk(heads.to(device), mix, temperature=2.0)
+    assert val.device.type == device and float(val) == pytest.approx(float(ref), rel=1e-10)
+    X = torch.as_tensor(mix.sample(300, rng=0))
+    emp = ac.empirical_risk(heads.to(device), X.to(device), 2.0)
+    assert float(emp) == pytest.approx(float(ac.empirical_risk(heads, X, 2.0)), rel=1e-12)
+    Y = ac.identity_attention(X.to(device), 1.5)
+    assert Y.device.type == device
+    torch.testing.assert_close(Y.cpu(), ac.identity_attention(X, 1.5))
+    layer = ac.AttentionHeads(heads, temperature=2.0).to(device)
+    out = layer(X.to(device))
+    assert out.device.type == device
+    torch.testing.assert_close(out.detach().cpu(), ac.attention_heads(X, heads, 2.0))
