@@ -157,6 +157,7 @@ def test_simulated_ranks_match_one_process(data, params, monkeypatch):
     assert group.bytes > 0
 
 
+@pytest.mark.filterwarnings("ignore:AttentionClustering did not converge")
 def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
     _, X = data
     seen = []
@@ -290,3 +291,12 @@ def test_risk_and_layers_on_device(device):
     out = layer(X.to(device))
     assert out.device.type == device
     torch.testing.assert_close(out.detach().cpu(), ac.attention_heads(X, heads, 2.0))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
+def test_quantizer_on_device(device):
+    X = ac.GaussianMixture.orthogonal(d=6, k=2, sigma=0.3).sample(400, rng=0)
+    ref = ac.identity_attention(X, 0.8)
+    out = ac.AttentionQuantizer(temperature=0.8, device=device).fit_transform(X)
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_allclose(out, ref, atol=1e-12)

@@ -39,6 +39,7 @@ paper         code                meaning
 from __future__ import annotations
 
 import numpy as np
+import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
@@ -98,6 +99,8 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
     backend : {"auto", "dense", "fused", "chunked"}, default="auto"
     chunk_size : int or (int, int), optional
         Block sizes of the chunked backend.
+    device : str, default="cpu"
+        Torch device of the computation (e.g. ``"cuda"``); ``transform`` returns NumPy.
 
     Attributes
     ----------
@@ -120,13 +123,14 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
     """
 
     def __init__(self, temperature="auto", *, n_steps=1, exclude_self=False, renormalize=False,
-                 backend="auto", chunk_size=None):
+                 backend="auto", chunk_size=None, device="cpu"):
         self.temperature = temperature
         self.n_steps = n_steps
         self.exclude_self = exclude_self
         self.renormalize = renormalize
         self.backend = backend
         self.chunk_size = chunk_size
+        self.device = device
 
     def fit(self, X, y=None):
         """Check ``X`` and fix the temperature (estimating ``sigma`` for ``"auto"``).
@@ -166,9 +170,11 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "temperature_")
         X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        return identity_attention(X, self.temperature_, n_steps=self.n_steps,
-                                  exclude_self=self.exclude_self, renormalize=self.renormalize,
-                                  backend=self.backend, chunk_size=self.chunk_size)
+        Y = identity_attention(torch.as_tensor(X, device=self.device), self.temperature_,
+                               n_steps=self.n_steps, exclude_self=self.exclude_self,
+                               renormalize=self.renormalize, backend=self.backend,
+                               chunk_size=self.chunk_size)
+        return Y.cpu().numpy()
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
