@@ -46,6 +46,7 @@ def pgd_figure(mix, config: dict, rng: np.random.Generator, name: str) -> Figure
         summary[f"lambda_{lam:g}"] = {
             "final_distance_median": float(np.median(final)),
             "final_distance_max": float(final.max()),
+            "runs_within_0.05": int(np.sum(final < 0.05)),
         }
     return FigureResult(config, arrays, summary)
 
