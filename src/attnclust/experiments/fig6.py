@@ -4,10 +4,10 @@ For each number of clusters ``K``, dimension ``d`` and inverse temperature ``lam
 we draw random unit centroids (pairwise at least 60 degrees apart), start the heads
 uniformly on ``S^{d-1}`` and run PGD on the population risk, estimated by quasi-Monte
 Carlo with common random numbers for every ``K`` (the exact rule for ``K = 3`` is more
-accurate than a success threshold needs, and slower). A run succeeds when every head is within ``success_tol`` of a distinct
-centroid (Hungarian matching). We compare plain PGD with PGD on the repulsion-
-regularized risk (balance or repulsion, ``rho`` decaying to 0), the latter with
-temperature annealing.
+accurate than a success threshold needs, and slower). A run succeeds when every head
+is within ``success_tol`` of a distinct centroid (Hungarian matching). We compare plain
+PGD with PGD on the balance-regularized risk (``rho`` decaying to 0) and with the
+repulsion penalty combined with temperature annealing.
 """
 
 from __future__ import annotations
