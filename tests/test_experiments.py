@@ -54,10 +54,11 @@ def test_quick_headlines_hold(quick_results):
     """The qualitative claims the README makes survive even the quick configs."""
     summary = {name: json.loads((quick_results / f"{name}-quick.json").read_text())["summary"]
                for name in FIGURES}
-    # figure 1 and 5: PGD from an init on M reaches the centroids up to the temperature bias
-    # (the median: on the Dirac mixture a head can start where it never wins a token)
-    for name in ("fig1", "fig5"):
-        assert summary[name]["lambda_30"]["final_distance_median"] < 0.05
+    # figure 1 and 5: PGD from an init on M reaches the centroids up to the temperature
+    # bias, in every run (on the Dirac mixture only up to lambda = 10: at lambda = 30 a
+    # head can start where it never wins a token, and stays there)
+    assert summary["fig1"]["lambda_30"]["final_distance_max"] < 0.01
+    assert summary["fig5"]["lambda_10"]["final_distance_max"] < 1e-3
     # figure 3 and 4: both layers shrink the within-cluster spread
     assert summary["fig3"]["within_cluster_spread_ratio"] < 0.5
     assert summary["fig4"]["within_cluster_spread_ratio"] < 0.1

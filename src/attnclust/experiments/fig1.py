@@ -21,9 +21,9 @@ DESCRIPTION = "distance to centroids vs PGD iterations, population risk, init on
 
 CONFIG = {
     "d": 10, "sigma": 0.3, "temperatures": [1.0, 3.0, 10.0, 30.0], "n_runs": 10,
-    "n_steps": 2000, "step_size": 0.5, "record_every": 10, "init": "manifold",
+    "n_steps": 400, "step_size": 0.5, "record_every": 2, "init": "manifold",
 }
-QUICK = {**CONFIG, "temperatures": [3.0, 30.0], "n_steps": 300}
+QUICK = {**CONFIG, "temperatures": [3.0, 10.0, 30.0], "n_steps": 200}
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
