@@ -1,12 +1,14 @@
 """Figure 9: the trained heads against classical estimators on the same samples.
 
 For growing sample sizes ``n`` we draw ``n`` tokens of the running example and estimate
-the centroids with (a) the two-head layer trained by PGD on the empirical risk, (b)
-scikit-learn's ``KMeans(n_init=1)`` and (c) its spherical ``GaussianMixture`` (EM). The
-error is the matched max distance to the true centroids; median and 95% band over 10
-samples. The layer at a finite temperature converges to its population minimizer,
-which is biased (dashed line): its error levels off where the classical estimators'
-keeps shrinking like ``1/sqrt(n)``.
+the centroids with (a) the two-head layer trained by PGD on the empirical risk, at two
+inverse temperatures, (b) scikit-learn's ``KMeans(n_init=1)`` and (c) its spherical
+``GaussianMixture`` (EM). The error is the matched max distance to the true centroids;
+median and 95% band over 10 samples. The layer converges to its population minimizer,
+which is biased at a finite temperature (dashed lines, from PGD on the population
+risk): at ``lambda = 3`` its error levels off at that bias, while at ``lambda = 30`` the
+bias lies below the sampling error of every ``n`` shown and the layer matches k-means
+and EM.
 """
 
 from __future__ import annotations
@@ -26,13 +28,17 @@ NAME = "fig9"
 DESCRIPTION = "centroid error vs sample size: trained heads, KMeans and spherical EM"
 
 CONFIG = {
-    "d": 10, "sigma": 0.3, "temperature": 30.0, "sizes": [30, 100, 300, 1000, 3000, 10000],
-    "n_runs": 10, "n_steps": 1000, "step_size": 0.5, "population_steps": 3000,
+    "d": 10, "sigma": 0.3, "temperatures": [3.0, 30.0],
+    "sizes": [30, 100, 300, 1000, 3000, 10000], "n_runs": 10, "n_steps": 1000,
+    "step_size": 0.5, "population_steps": 3000,
 }
 QUICK = {**CONFIG, "sizes": [30, 300, 3000], "n_runs": 3, "n_steps": 300,
          "population_steps": 600}
 
-METHODS = ("attention heads", "KMeans", "spherical EM")
+
+def _methods(config: dict) -> list[str]:
+    return [f"attention heads, lambda={lam:g}" for lam in config["temperatures"]] + [
+        "KMeans", "spherical EM"]
 
 
 def _estimate(method: str, X: np.ndarray, config: dict, rng: np.random.Generator) -> np.ndarray:
@@ -42,46 +48,51 @@ def _estimate(method: str, X: np.ndarray, config: dict, rng: np.random.Generator
     if method == "spherical EM":
         return SklearnGMM(2, covariance_type="spherical", random_state=seed).fit(X).means_
     # attention heads: PGD on the empirical risk, full batch, from a random init on S^{d-1}
-    heads0 = init_on_sphere(2, X.shape[1], rng)
-    res = pgd(X, heads0, temperature=config["temperature"], step_size=config["step_size"],
-              n_steps=config["n_steps"], record_every=config["n_steps"], rng=rng)
+    lam = float(method.rsplit("=", 1)[1])
+    res = pgd(X, init_on_sphere(2, X.shape[1], rng), temperature=lam,
+              step_size=config["step_size"], n_steps=config["n_steps"],
+              record_every=config["n_steps"], rng=rng)
     return res.heads.numpy()
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
     mix = running_example(config["sigma"], config["d"])
-    sizes = config["sizes"]
-    error = np.empty((len(METHODS), config["n_runs"], len(sizes)))
+    sizes, methods = config["sizes"], _methods(config)
+    error = np.empty((len(methods), config["n_runs"], len(sizes)))
     jobs = [(r, j) for r in range(config["n_runs"]) for j in range(len(sizes))]
     for (r, j), child in track(zip(jobs, rng.spawn(len(jobs)), strict=True), desc=NAME,
                                total=len(jobs)):
         X = mix.sample(sizes[j], child)
-        for m, method in enumerate(METHODS):
+        for m, method in enumerate(methods):
             error[m, r, j] = centroid_distance(_estimate(method, X, config, child),
                                                mix.centroids).max
-    # the population minimizer at the same temperature: the floor of the layer's error
-    pop = pgd(mix, torch.tensor(mix.centroids), temperature=config["temperature"],
-              step_size=config["step_size"], n_steps=config["population_steps"],
-              record_every=config["population_steps"])
-    bias = centroid_distance(pop.heads, mix.centroids).max
+    # the population minimizer at each temperature: the floor of the layer's error
+    bias = np.array([
+        centroid_distance(pgd(mix, torch.tensor(mix.centroids), temperature=lam,
+                              step_size=config["step_size"], n_steps=config["population_steps"],
+                              record_every=config["population_steps"]).heads,
+                          mix.centroids).max
+        for lam in config["temperatures"]])
     summary = {method: {f"n_{n}": float(np.median(error[m, :, j])) for j, n in enumerate(sizes)}
-               for m, method in enumerate(METHODS)}
-    summary["population_minimizer_distance"] = float(bias)
+               for m, method in enumerate(methods)}
+    summary["population_minimizer_distance"] = {
+        f"lambda_{lam:g}": float(b) for lam, b in zip(config["temperatures"], bias, strict=True)}
     return FigureResult(config, {"size": np.asarray(sizes), "error": error,
-                                 "population_bias": np.asarray(bias)}, summary)
+                                 "population_bias": bias}, summary)
 
 
 def plot(result: FigureResult, out) -> None:
     a = result.arrays
-    fig, (ax,) = new_figure()
-    for m, method in enumerate(METHODS):
-        band(ax, a["size"], a["error"][m], label=method, color=COLORS[m], log=True)
-    ax.axhline(float(a["population_bias"]), color=COLORS[0], ls="--", lw=1,
-               label="population minimizer of the layer")
+    fig, (ax,) = new_figure(width=4.8, height=3.6)
+    for m, method in enumerate(_methods(result.config)):
+        band(ax, a["size"], a["error"][m], label=method.replace("lambda", r"$\lambda$"),
+             color=COLORS[m], log=True)
+    for m, bias in enumerate(a["population_bias"]):
+        ax.axhline(float(bias), color=COLORS[m], ls="--", lw=1)
+    ax.plot([], [], "k--", lw=1, label="population minimizer of the layer")
     ax.set_xscale("log")
     ax.set_xlabel("sample size n")
     ax.set_ylabel("centroid error (matched max distance)")
-    lam = result.config["temperature"]
-    ax.set_title(rf"running example, $\sigma={result.config['sigma']:g}$, $\lambda={lam:g}$")
-    ax.legend()
+    ax.set_title(rf"running example, $\sigma={result.config['sigma']:g}$")
+    ax.legend(fontsize=7)
     save(fig, out)
