@@ -23,6 +23,15 @@ Schedules (``t = 0..n_steps-1``):
   ``lambda / 100`` to ``lambda`` over the first half of the steps, then constant.
 - A callable ``t -> value`` for either.
 
+**Data-parallel** (``reduce``, :func:`attnclust.distributed.pgd_distributed`): with the
+rows split into shards ``X_r`` of ``n_r`` rows, ``R = sum_r (n_r / n) R_r`` and so
+``g = sum_r (n_r / n) grad R_r``: one all-reduce of ``(R, g)`` per step, after which
+every rank takes the same step. Mini-batches are stratified: shard ``r`` draws
+``b n_r / n`` of the ``b`` rows.
+
+On data, the iterate stays on the data's device (CUDA included); the host reads a
+number only at recorded steps and, when ``tol > 0``, for the stopping test.
+
 The stopping rule ``||xi|| < tol`` is checked only once the named schedules have
 finished (from ``t = T/2`` for ``"decay"`` / ``"anneal"``; at every step for
 callables, whose caller owns them).
@@ -85,6 +94,7 @@ import torch
 
 from . import risk as _risk
 from ._validation import as_generator, as_tensor, check_finite, check_temperature
+from .heads import head_weights
 from .metrics import centroid_distance
 from .mixture import GaussianMixture
 from .sphere import random_sphere
@@ -237,6 +247,7 @@ def pgd(
     method: str = "auto",
     n_samples: int = 2**14,
     callback: Callable[[int, torch.Tensor], None] | None = None,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> PGDResult:
     """Projected (Riemannian) gradient descent of ``R + rho Pen`` on the sphere.
 
@@ -275,7 +286,16 @@ def pgd(
     n_samples : int, default=2**14
         QMC points.
     callback : callable ``(step, heads) -> None``, optional
-        Called after each update with the new heads.
+        Called after each update with the new heads (on the device of the data, except
+        on the fused ``K = 2`` population path, where they are on the CPU).
+    reduce : callable ``tensor -> tensor``, optional
+        Data-parallel hook: the sum of a tensor over the ranks of a process group, the
+        same result on every rank (see :func:`attnclust.distributed.pgd_distributed`).
+        ``objective`` is then this rank's rows; each step all-reduces the global risk
+        and its gradient (``1 + K d`` numbers), so every rank takes the same step and
+        records the global risk. With ``batch_size`` (the global batch), each rank
+        draws ``round(batch_size n_r / n)`` rows of its shard with its own ``rng``
+        (stratified sampling: the summed gradient is unbiased for the full one).
 
     Returns
     -------
@@ -304,8 +324,20 @@ def pgd(
                              f"array, got shape {tuple(X.shape)}")
         check_finite(X, "objective")
         d = X.shape[1]
-        if batch_size is not None:
-            batch_size = min(_check_positive_int(batch_size, "batch_size", 1), X.shape[0])
+    # data-parallel: X is this rank's shard; n_total rows over all ranks, and the shard's
+    # share n_r / n weighs its (mean) risk so that the shares sum to the global risk
+    n_total = None if X is None else X.shape[0]
+    if reduce is not None:
+        if is_mixture:
+            raise ValueError("reduce applies to data shards, not to a GaussianMixture")
+        if not callable(reduce):
+            raise ValueError(f"reduce must be a callable (sum over ranks), got {reduce!r}")
+        n_total = int(reduce(torch.tensor([float(X.shape[0])], dtype=torch.float64)).item())
+    share = 1.0 if X is None else X.shape[0] / n_total
+    if batch_size is not None:
+        batch_size = min(_check_positive_int(batch_size, "batch_size", 1), n_total)
+        # each shard draws its proportional part of the global batch (stratified sampling)
+        batch_size = min(X.shape[0], max(1, round(batch_size * share)))
     heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
     if heads.ndim != 2 or heads.shape[0] < 1:
         raise ValueError(f"heads0 must have shape (K, d), got {tuple(heads.shape)}")
@@ -315,10 +347,10 @@ def pgd(
     norms = heads.norm(dim=1, keepdim=True)
     if bool((norms == 0).any()):
         raise ValueError("heads0 has a zero row, which has no direction")
-    # the gradient is evaluated on the device of the data (else of heads0); the (K, d)
-    # iterate itself lives on the host, where the fused K = 2 path computes
+    # everything but the fused K = 2 path runs on the device of the data (else of
+    # heads0), the (K, d) iterate included; the fused path is NumPy on the host
     device = X.device if X is not None else heads.device
-    heads = (heads / norms).cpu().numpy()
+    heads = (heads / norms).to(device)
     K = heads.shape[0]
     lam = check_temperature(temperature)
     step_size = float(step_size)
@@ -342,7 +374,7 @@ def pgd(
     if centroids is None and is_mixture:
         centroids = objective.centroids
     if centroids is not None:
-        centroids = as_tensor(centroids, name="centroids", dtype=torch.float64).numpy()
+        centroids = as_tensor(centroids, name="centroids", dtype=torch.float64).cpu().numpy()
         if centroids.ndim != 2 or centroids.shape[1] != d:
             raise ValueError(f"centroids must have shape (K', {d}), got {centroids.shape}")
         if centroids.shape[0] > K:
@@ -351,6 +383,8 @@ def pgd(
     qmc_seed = int(rng) if isinstance(rng, (int, np.integer)) else int(gen.integers(2**31))
 
     # -- the gradient of one step ---------------------------------------------------------
+    # evaluate(heads, lam_t, rho_t, batch) -> (risk, Euclidean gradient of R + rho_t Pen),
+    # NumPy on the fused path, tensors on the device otherwise (no host round trip)
     fast = (is_mixture and K == 2 and method in ("auto", "exact")
             and penalty in (None, "repulsion"))
     if fast:
@@ -358,6 +392,7 @@ def pgd(
         second = _risk._second_moment(mix)
         rule = _risk._rule()
         cents, pi = mix.centroids.copy(), mix.weights.copy()
+        heads = heads.cpu().numpy()
 
         def evaluate(h: np.ndarray, lam_t: float, rho_t: float, _batch):
             value, grad = _risk._risk_and_grad_k2(h, cents, pi, mix.sigma, lam_t, second, rule)
@@ -366,46 +401,75 @@ def pgd(
                 grad = grad + rho_t * 2.0 * g01 * h[::-1]  # d <mu0, mu1>^2
             return value, grad
     else:
-        def evaluate(h: np.ndarray, lam_t: float, rho_t: float, batch):
-            ht = torch.from_numpy(h.copy()).to(device).requires_grad_(True)
+        def evaluate(h: torch.Tensor, lam_t: float, rho_t: float, batch):
+            ht = h.detach().requires_grad_(True)
+            xb = None if is_mixture else (X if batch is None else X[batch])
             if is_mixture:
                 r = _risk.population_risk(ht, objective, lam_t, method=method,
                                           n_samples=n_samples, rng=qmc_seed)
             else:
-                r = _risk.empirical_risk(ht, X if batch is None else X[batch], lam_t)
-            total = r
+                r = _risk.empirical_risk(ht, xb, lam_t)
+            data_part = r * share  # this shard's part of the (global) risk
+            pen = None
             if penalty is not None and rho_t > 0:
                 if callable(penalty):
                     pen = penalty(ht)
                 elif penalty == "repulsion":
                     pen = _risk.repulsion(ht)
+                elif reduce is not None:
+                    # Pen = |A - pi|^2 with A = sum_r share_r mean_{shard r} a: its gradient
+                    # is sum_r grad <c, A_r>, c = 2 (A - pi) fixed (one more all-reduce, K numbers)
+                    part = head_weights(xb, ht, lam_t).mean(0) * share  # (K,)
+                    coef = 2.0 * (reduce(part.detach()) - 1.0 / K)
+                    data_part = data_part + rho_t * (coef * part).sum()
                 else:
-                    data = objective if is_mixture else (X if batch is None else X[batch])
-                    pen = _risk.balance(ht, data, lam_t, n_samples=n_samples, rng=qmc_seed)
-                total = total + rho_t * pen
-            (grad,) = torch.autograd.grad(total, ht)
-            return r.item(), grad.cpu().numpy()
+                    pen = _risk.balance(ht, objective if is_mixture else xb, lam_t,
+                                        n_samples=n_samples, rng=qmc_seed)
+            if reduce is None:
+                total = data_part if pen is None else data_part + rho_t * pen
+                (grad,) = torch.autograd.grad(total, ht)
+                return r.detach(), grad
+            (grad,) = torch.autograd.grad(data_part, ht)
+            # one all-reduce of 1 + K d numbers: the global risk and its gradient
+            buf = reduce(torch.cat([(r * share).detach().reshape(1), grad.reshape(-1)]))
+            value, grad = buf[0], buf[1:].view_as(grad)
+            if pen is not None:  # the same on every rank: added after the sum
+                grad = grad + rho_t * torch.autograd.grad(pen, ht)[0]
+            return value, grad
 
-    def full_risk(h: np.ndarray, lam_t: float) -> float:
+    def full_risk(h: torch.Tensor, lam_t: float) -> float:
         with torch.no_grad():
-            return float(_risk.empirical_risk(torch.from_numpy(h.copy()).to(device), X, lam_t,
-                                              batch_size=65536))
+            r = _risk.empirical_risk(h, X, lam_t, batch_size=65536) * share
+            return float(r if reduce is None else reduce(r.reshape(1))[0])
+
+    def host(a) -> np.ndarray:
+        return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
 
     # -- the loop ---------------------------------------------------------------------------
+    # The update is written once for NumPy (fused path) and torch (the rest). On the torch
+    # path the host sees a number only when it needs one: at recorded steps and, with tol,
+    # for the stopping test (a scalar copy each step).
     records: dict[str, list] = {f: [] for f in PGDHistory._fields}
-    order = None if batch_size is None else gen.permutation(X.shape[0])
+    on_host = isinstance(heads, np.ndarray)
+
+    def permutation():
+        perm = gen.permutation(X.shape[0])
+        return perm if on_host else torch.from_numpy(perm).to(device)
+
+    order = None if batch_size is None else permutation()
     cursor = 0
 
     def record(t, h, risk_value, gnorm, lam_t, rho_t):
         if batch_size is not None:
             risk_value = full_risk(h, lam_t)
+        h = host(h)
         if centroids is not None:
             dist = centroid_distance(h, centroids)
             dmax, drms = dist.max, dist.rms
         else:
             dmax = drms = float("nan")
         for key, val in zip(PGDHistory._fields,
-                            (t, risk_value, dmax, drms, h @ h.T, gnorm, lam_t, rho_t),
+                            (t, float(risk_value), dmax, drms, h @ h.T, gnorm, lam_t, rho_t),
                             strict=True):
             records[key].append(val)
 
@@ -416,27 +480,33 @@ def pgd(
         batch = None
         if batch_size is not None:
             if cursor + batch_size > len(order):
-                order, cursor = gen.permutation(X.shape[0]), 0
+                order, cursor = permutation(), 0
             batch = order[cursor:cursor + batch_size]
             cursor += batch_size
         value, grad = evaluate(heads, lam_t, rho_t, batch)
-        rgrad = grad - (grad * heads).sum(1, keepdims=True) * heads  # tangent part
-        gnorm = float(np.sqrt((rgrad * rgrad).sum()))
-        if not np.isfinite(gnorm):
-            raise ValueError(f"the gradient became non-finite at step {t}; lower step_size")
-        stop = tol > 0 and t >= stop_from and gnorm < tol
-        if stop or t == n_steps or t % record_every == 0:
-            record(t, heads, value, gnorm, lam_t, rho_t)
-        if stop:
-            converged = True
-            break
+        rgrad = grad - (grad * heads).sum(1)[:, None] * heads  # tangent part
+        gnorm_sq = (rgrad * rgrad).sum()
+        check_stop = tol > 0 and t >= stop_from
+        due = t == n_steps or t % record_every == 0
+        if on_host or check_stop or due:
+            gnorm = float(gnorm_sq) ** 0.5
+            if not np.isfinite(gnorm):
+                raise ValueError(f"the gradient became non-finite at step {t}; "
+                                 "lower step_size")
+            stop = check_stop and gnorm < tol
+            if stop or due:
+                record(t, heads, value, gnorm, lam_t, rho_t)
+            if stop:
+                converged = True
+                break
         if t == n_steps:
             break
         heads = heads - step_size * (rgrad if riemannian else grad)
-        heads /= np.sqrt((heads * heads).sum(1, keepdims=True))
+        heads = heads / ((heads * heads).sum(1)[:, None]) ** 0.5
         if callback is not None:
-            callback(t + 1, torch.from_numpy(heads.copy()))
+            callback(t + 1, torch.from_numpy(heads.copy()) if on_host else heads.clone())
 
     history = PGDHistory(*(np.asarray(records[f], dtype=np.int64 if f == "step" else float)
                            for f in PGDHistory._fields))
-    return PGDResult(torch.from_numpy(heads.copy()).to(device), history, int(t), converged)
+    final = torch.from_numpy(heads.copy()).to(device) if on_host else heads.detach().clone()
+    return PGDResult(final, history, int(t), converged)
