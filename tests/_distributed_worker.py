@@ -1,9 +1,9 @@
 """A rank of the data-parallel tests, launched by tests/test_distributed.py.
 
-Usage: python _distributed_worker.py MODE DATA.npy OUT_PREFIX, with the torchrun
+Usage: python _distributed_worker.py MODE DATA.npy OUT_PREFIX [SPEC], with the torchrun
 environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) set by the test.
 MODE: "fit" (save this rank's centers), "crash" (rank 1 exits mid-fit), "hang" (rank 1
-stops answering mid-fit).
+stops answering mid-fit), "pgd" (save this rank's full-batch and mini-batch PGD results).
 """
 
 import os
@@ -16,6 +16,17 @@ from attnclust import distributed as ddp
 
 mode, data, out = sys.argv[1:4]
 rank, world = ddp.init_from_env(backend="gloo", timeout=float(os.environ.get("PG_TIMEOUT", 5)))
+
+if mode == "pgd":  # argv[4]: JSON {"heads0": [[...]], "full": {...}, "sgd": {...}}
+    import json
+
+    spec = json.loads(sys.argv[4])
+    X = ddp.shard_rows(data, rank, world)
+    full = ddp.pgd_distributed(X, spec["heads0"], **spec["full"])
+    sgd = ddp.pgd_distributed(X, spec["heads0"], **spec["sgd"])
+    np.savez(f"{out}.pgd{rank}.npz", full=full.heads.numpy(), full_risk=full.history.risk,
+             sgd=sgd.heads.numpy(), sgd_risk=sgd.history.risk)
+    sys.exit(0)
 
 
 def callback(info):

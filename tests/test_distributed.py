@@ -1,5 +1,6 @@
 """Data-parallel fitting (gloo on loopback, real processes and simulated ranks) and devices."""
 
+import json
 import os
 import socket
 import subprocess
@@ -14,8 +15,9 @@ import torch
 
 import attnclust as ac
 from attnclust import clustering
+from attnclust import risk as risk_module
 from attnclust.clustering import AttentionClustering, _DataParallel
-from attnclust.distributed import pass_bytes, shard_bounds, shard_rows
+from attnclust.distributed import pass_bytes, pgd_distributed, shard_bounds, shard_rows
 
 WORKER = Path(__file__).with_name("_distributed_worker.py")
 CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
@@ -36,9 +38,9 @@ def _env(rank: int, world: int, port: int) -> dict:
     return env
 
 
-def _launch(mode: str, data: Path, out: Path, *, world: int = 2):
+def _launch(mode: str, data: Path, out: Path, *, world: int = 2, extra: tuple = ()):
     port = _free_port()
-    return [subprocess.Popen([sys.executable, str(WORKER), mode, str(data), str(out)],
+    return [subprocess.Popen([sys.executable, str(WORKER), mode, str(data), str(out), *extra],
                              env=_env(r, world, port), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True) for r in range(world)]
 
@@ -179,6 +181,122 @@ def test_pass_bytes_match_the_reduced_buffer():
                               rho=0.1, reduce=lambda t, s=sizes: s.append(t.numel() * 8) or t,
                               n_total=50)
         assert sizes == [pass_bytes(3, 5, penalty=penalty)]
+
+
+# -- data-parallel pgd: simulated ranks ------------------------------------------------------
+def _pgd_simulated(X, bounds, heads0, *, seed=None, **kwargs):
+    """``pgd`` on the shards ``X[start:stop]``, one thread per shard, summing through ``reduce``."""
+    world = len(bounds)
+    group, results, errors = _ThreadGroup(world), [None] * world, []
+    streams = np.random.default_rng(seed).spawn(world)
+
+    def run(r):
+        try:
+            reduce = lambda t: group._exchange(r, t, lambda s: sum(s[1:], s[0]))  # noqa: E731
+            results[r] = ac.pgd(X[slice(*bounds[r])], heads0, reduce=reduce, rng=streams[r],
+                                **kwargs)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+            group.barrier.abort()
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert all(not t.is_alive() for t in threads), "a simulated rank hung"
+    return results, group
+
+
+UNEQUAL = [(0, 300), (300, 1250), (1250, 2001)]          # shards of unequal sizes
+
+
+@pytest.mark.parametrize("penalty", [None, "repulsion", "balance"])
+def test_pgd_simulated_ranks_match_one_process(data, penalty):
+    _, X = data
+    heads0 = ac.init_on_sphere(4, X.shape[1], rng=3)
+    kwargs = dict(temperature=5.0, step_size=0.5, n_steps=30, record_every=10,
+                  penalty=penalty, rho=0.2)
+    one = ac.pgd(X, heads0, **kwargs)
+    results, group = _pgd_simulated(X, UNEQUAL, heads0, **kwargs)
+    assert one.history.risk[-1] < one.history.risk[0] - 1e-3   # it moved: a real check
+    for res in results:
+        torch.testing.assert_close(res.heads, results[0].heads, rtol=0, atol=0)
+        np.testing.assert_array_equal(res.history.risk, results[0].history.risk)
+        torch.testing.assert_close(res.heads, one.heads, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(res.history.risk, one.history.risk, rtol=1e-12)
+        np.testing.assert_allclose(res.history.grad_norm, one.history.grad_norm, rtol=1e-8)
+    # one all-reduce of 1 + K d numbers per step (+ K for balance), + the row count
+    per_step = 1 + 4 * X.shape[1] + (4 if penalty == "balance" else 0)
+    assert group.bytes == 8 * (1 + (kwargs["n_steps"] + 1) * per_step)
+
+
+def test_pgd_simulated_minibatch_is_stratified(data, monkeypatch):
+    _, X = data
+    heads0 = ac.init_on_sphere(3, X.shape[1], rng=4)
+    kwargs = dict(temperature=5.0, step_size=0.3, n_steps=12, record_every=4)
+    # a global batch of all rows: every shard draws all its rows, weighted n_r / n
+    whole, _ = _pgd_simulated(X, UNEQUAL, heads0, batch_size=len(X), seed=0, **kwargs)
+    full = ac.pgd(X, heads0, **kwargs)
+    torch.testing.assert_close(whole[0].heads, full.heads, rtol=0, atol=1e-10)
+    drawn, real = [], risk_module.empirical_risk
+
+    def spy(heads, xb, lam, **kw):            # the steps' calls: no batch_size keyword
+        if not kw:
+            drawn.append(xb.shape[0])
+        return real(heads, xb, lam, **kw)
+    monkeypatch.setattr(risk_module, "empirical_risk", spy)
+    sgd, _ = _pgd_simulated(X, UNEQUAL, heads0, batch_size=300, seed=1, **kwargs)
+    # each shard draws its share round(300 n_r / n) of the global batch of 300 rows
+    assert sorted(set(drawn)) == [45, 113, 142]
+    for res in sgd:   # independent streams per rank, yet the same step on every rank
+        torch.testing.assert_close(res.heads, sgd[0].heads, rtol=0, atol=0)
+        np.testing.assert_array_equal(res.history.risk, sgd[0].history.risk)
+    # the recorded risk is the global full-data risk at the recorded heads
+    assert sgd[0].history.risk[-1] == pytest.approx(
+        float(real(sgd[0].heads, X, 5.0)), rel=1e-12)
+    assert not torch.equal(sgd[0].heads, full.heads)          # a stochastic path
+    assert ac.centroid_distance(sgd[0].heads, full.heads).max < 0.2
+
+
+def test_pgd_reduce_bad_inputs(data):
+    _, X = data
+    mix = ac.GaussianMixture.orthogonal(d=6, k=2)
+    with pytest.raises(ValueError, match="GaussianMixture"):
+        ac.pgd(mix, ac.init_on_manifold(mix, rng=0), temperature=1.0, reduce=lambda t: t)
+    with pytest.raises(ValueError, match="reduce must be a callable"):
+        ac.pgd(X, ac.init_on_sphere(2, 6, rng=0), temperature=1.0, reduce=3)
+    with pytest.raises(ValueError, match="initialized process group"):
+        pgd_distributed(X, ac.init_on_sphere(2, 6, rng=0), temperature=1.0)
+
+
+def test_pgd_reduce_of_one_rank_is_pgd(data):
+    _, X = data
+    heads0 = ac.init_on_sphere(2, X.shape[1], rng=0)
+    kwargs = dict(temperature=3.0, n_steps=10, batch_size=200, rng=5)
+    torch.testing.assert_close(ac.pgd(X, heads0, reduce=lambda t: t.clone(), **kwargs).heads,
+                               ac.pgd(X, heads0, **kwargs).heads, rtol=0, atol=1e-14)
+
+
+# -- real processes, gloo on loopback ----------------------------------------------------
+def test_pgd_two_processes_match_one_process(data, tmp_path):
+    path, X = data
+    heads0 = ac.init_on_sphere(4, X.shape[1], rng=3)
+    full = dict(temperature=5.0, step_size=0.5, n_steps=40, record_every=10)
+    sgd = dict(temperature=5.0, step_size=0.3, n_steps=20, record_every=10, batch_size=256,
+               rng=0)
+    spec = json.dumps({"heads0": heads0.tolist(), "full": full, "sgd": sgd})
+    results = _finish(_launch("pgd", path, tmp_path / "p", extra=(spec,)), timeout=120)
+    assert all(rc == 0 for rc, _, _ in results), [err[-1500:] for _, _, err in results]
+    r0, r1 = (np.load(tmp_path / f"p.pgd{r}.npz") for r in range(2))
+    for key in ("full", "full_risk", "sgd", "sgd_risk"):      # identical on every rank
+        np.testing.assert_array_equal(r0[key], r1[key])
+    one = ac.pgd(X, heads0, **full)
+    np.testing.assert_allclose(r0["full"], one.heads.numpy(), atol=1e-10, rtol=0)
+    np.testing.assert_allclose(r0["full_risk"], one.history.risk, rtol=1e-12)
+    assert r0["sgd_risk"][-1] == pytest.approx(
+        float(ac.empirical_risk(torch.from_numpy(r0["sgd"]), X, 5.0)), rel=1e-12)
+    assert r0["sgd_risk"][-1] < r0["sgd_risk"][0]
 
 
 # -- real processes, gloo on loopback ----------------------------------------------------

@@ -1,4 +1,6 @@
-"""Data-parallel fitting of :class:`~attnclust.AttentionClustering` with ``torch.distributed``.
+"""Data-parallel fitting with ``torch.distributed``: clustering and PGD.
+
+:class:`~attnclust.AttentionClustering` and :func:`~attnclust.pgd` on an empirical risk.
 
 Each of the ``W`` ranks of a process group holds a shard ``X_r`` of the rows (the shards,
 in rank order, concatenate to the data ``X``). The fixed-point solver needs the data only
@@ -14,8 +16,13 @@ floating-point additions. The k-means++ seeding sees the same rows as one proces
 sampled rows are assembled by a sum over ranks in which each row is non-zero on exactly
 one rank), and the ``"auto"`` temperature is computed from summed statistics.
 
-Per pass, the all-reduce carries ``1 + K d + K^2 + K`` numbers (plus ``K^2 d`` with the
-``"balance"`` penalty): 2,632 bytes in float64 for ``K = 8, d = 32``, whatever ``n``.
+The same holds for :func:`pgd_distributed`, projected gradient descent on the
+empirical risk: ``R = sum_r (n_r / n) R_r`` and its gradient are all-reduced each step
+(``1 + K d`` numbers; ``K`` more with the ``"balance"`` penalty).
+
+Per pass of the fixed-point solver, the all-reduce carries ``1 + K d + K^2 + K``
+numbers (plus ``K^2 d`` with the ``"balance"`` penalty): 2,632 bytes in float64 for
+``K = 8, d = 32``, whatever ``n``.
 
 Notation
 --------
@@ -40,10 +47,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from ._validation import as_generator, as_tensor
 from .clustering import AttentionClustering, _DataParallel
+from .pgd import PGDResult, pgd
 
 __all__ = ["CommStats", "DistributedError", "failed_ranks", "fit_distributed", "gather_rows",
-           "init_from_env", "make_reduce", "pass_bytes", "shard_bounds", "shard_rows"]
+           "init_from_env", "make_reduce", "pass_bytes", "pgd_distributed", "shard_bounds",
+           "shard_rows"]
 
 
 class DistributedError(RuntimeError):
@@ -266,20 +276,26 @@ def failed_ranks(ok: bool, *, group=None) -> list[int]:
     return [r for r, f in enumerate(flags) if int(f) == 0]
 
 
-def _check_in(X_shard, group) -> tuple[np.ndarray, int, int]:
+def _check_in(X_shard, group, *, keep_tensor: bool = False):
     """Validate the local shard and agree with the other ranks before any real work.
 
     Every rank shares ``(n_r, d_r, ok_r)``; a rank with bad data raises its own
     ``ValueError`` and the others raise :class:`DistributedError` naming it, instead of
-    waiting for it in the first all-reduce.
+    waiting for it in the first all-reduce. Returns ``(X, offset, n_total)``, ``X`` a
+    float64 NumPy array, or with ``keep_tensor`` a tensor left on its device.
     """
     error = None
     try:
-        X = np.asarray(X_shard, dtype=np.float64)
+        if keep_tensor:
+            X = as_tensor(X_shard, name="X_shard", dtype=torch.float64)
+            finite = bool(torch.isfinite(X).all())
+        else:
+            X = np.asarray(X_shard, dtype=np.float64)
+            finite = bool(np.all(np.isfinite(X)))
         if X.ndim != 2 or X.shape[0] == 0:
             raise ValueError(f"X_shard must be a non-empty 2-D array (one point per row), "
-                             f"got shape {X.shape}")
-        if not np.all(np.isfinite(X)):
+                             f"got shape {tuple(X.shape)}")
+        if not finite:
             raise ValueError("X_shard contains NaN or inf")
     except (ValueError, TypeError) as exc:
         X, error = None, exc
@@ -353,3 +369,60 @@ def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
     est.shard_offset_ = offset
     est.n_samples_total_ = n_total
     return est
+
+
+def pgd_distributed(X_shard, heads0, *, group=None, stats: CommStats | None = None,
+                    rng=None, **kwargs) -> PGDResult:
+    """:func:`~attnclust.pgd` on the empirical risk of rows spread over a process group.
+
+    Call it on every rank of ``group``, each with its own rows (in rank order they are
+    the data ``X``). Each step all-reduces the global risk and its gradient, so every
+    rank returns the same heads and the same history (the global risk); in full batch
+    they are those of ``pgd(X, heads0, **kwargs)`` up to the order of floating-point
+    additions. ``heads0`` of rank 0 is used on every rank.
+
+    Parameters
+    ----------
+    X_shard : array-like or tensor of shape (n_r, d)
+        This rank's rows; a tensor stays on its device (CUDA with NCCL).
+    heads0 : array-like of shape (K, d)
+        Initial heads (taken from rank 0).
+    group : ProcessGroup, optional
+        The ranks that share the descent (default: the whole initialized group).
+    stats : CommStats, optional
+        Counts the all-reduces and their bytes.
+    rng : int or numpy Generator, optional
+        Mini-batch sampling: rank ``r`` uses child ``r`` of ``rng``'s spawned streams, so
+        the ranks draw independent rows of their shards (``batch_size`` is the global
+        batch; each rank draws its share ``batch_size n_r / n``).
+    **kwargs :
+        Any other parameter of :func:`~attnclust.pgd` but ``reduce``.
+
+    Returns
+    -------
+    PGDResult
+        The same on every rank.
+
+    Raises
+    ------
+    DistributedError
+        A collective failed or timed out (another rank exited or failed).
+
+    Examples
+    --------
+    >>> import attnclust as ac                                             # doctest: +SKIP
+    >>> rank, world = ac.distributed.init_from_env()                       # doctest: +SKIP
+    >>> X = ac.distributed.shard_rows("data.npy", rank, world)             # doctest: +SKIP
+    >>> res = ac.distributed.pgd_distributed(X, ac.init_on_sphere(2, X.shape[1], rng=0),
+    ...                                      temperature=10.0)              # doctest: +SKIP
+    """
+    if not dist.is_initialized():
+        raise ValueError("pgd_distributed needs an initialized process group "
+                         "(torch.distributed.init_process_group, or init_from_env)")
+    if "reduce" in kwargs:
+        raise ValueError("pgd_distributed makes its own reduce hook; do not pass reduce")
+    X, _, _ = _check_in(X_shard, group, keep_tensor=True)
+    heads0 = _make_broadcast(group)(as_tensor(heads0, name="heads0", dtype=torch.float64))
+    stream = as_generator(rng).spawn(dist.get_world_size(group))[dist.get_rank(group)]
+    return pgd(X, heads0.to(X.device), reduce=make_reduce(group, stats=stats), rng=stream,
+               **kwargs)
