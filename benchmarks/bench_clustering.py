@@ -33,6 +33,12 @@ def _datasets(quick: bool):
         yield f"{name} (rows normalized)", X, data.target, len(np.unique(data.target)), "rows"
 
 
+def _attention(X, K, normalize, fitted):
+    est = ac.AttentionClustering(K, normalize=normalize, random_state=0).fit(X)
+    fitted.append(est)
+    return est.labels_
+
+
 def _timed(fit_predict):
     start = time.perf_counter()
     labels = fit_predict()
@@ -42,13 +48,14 @@ def _timed(fit_predict):
 def run(quick: bool) -> list[dict]:
     rows = []
     for name, X, z, K, normalize in _datasets(quick):
+        fitted: list = []
         methods = {
             "KMeans(n_init=1)": lambda X=X, K=K: KMeans(
                 K, n_init=1, random_state=0).fit_predict(X),
             "GaussianMixture(spherical)": lambda X=X, K=K: SkGaussianMixture(
                 K, covariance_type="spherical", random_state=0).fit(X).predict(X),
-            "AttentionClustering": lambda X=X, K=K, normalize=normalize: ac.AttentionClustering(
-                K, normalize=normalize, random_state=0).fit(X).labels_,
+            "AttentionClustering": lambda X=X, K=K, normalize=normalize, fitted=fitted:
+                _attention(X, K, normalize, fitted),
         }
         times = {}
         for method, fit_predict in methods.items():
@@ -60,5 +67,9 @@ def run(quick: bool) -> list[dict]:
             rows.append({"data": name, "method": method,
                          "ARI": float(adjusted_rand_score(z, labels)),
                          "time_s": float(seconds),
-                         "time / KMeans": float(seconds / times["KMeans(n_init=1)"])})
+                         "time / KMeans": float(seconds / times["KMeans(n_init=1)"]),
+                         # steps of the fixed-point solver (all temperatures), and lambda
+                         "n_iter": fitted[-1].n_iter_ if method == "AttentionClustering" else None,
+                         "temperature": (fitted[-1].temperature_
+                                         if method == "AttentionClustering" else None)})
     return rows

@@ -14,6 +14,7 @@ import attnclust as ac
 from attnclust.clustering import (
     AttentionClustering,
     _fixed_point_step,
+    _hard_lloyd,
     _risk_pass,
     auto_temperature,
     fixed_point_fit,
@@ -169,6 +170,34 @@ def test_auto_temperature_is_inverse_noise_variance(sigma):
     X = torch.as_tensor(mix.sample(30_000, rng=0))
     lam = auto_temperature(X, torch.as_tensor(mix.centroids))
     assert lam == pytest.approx(1 / sigma**2, rel=0.05)
+
+
+@pytest.mark.parametrize("cap", [1.0, 0.05])
+def test_auto_temperature_in_a_small_cap_is_still_inverse_noise_variance(cap):
+    """The defining property: lambda = 1/sigma^2 however close the clusters sit on the sphere.
+
+    With centroids in a cap of angular radius ``cap`` the projections on the heads vary
+    only to second order (``<x, mu> = 1 - ||x - mu||^2 / 2``); the rule measures the
+    spread across the boundaries between heads, which is first order, so it does not
+    blow up to ~1/sigma^4 when the cap is small (as row-normalized wine or iris are).
+    """
+    d, K, sigma = 12, 3, 0.1 * cap
+    base = np.eye(d)[0]
+    cent = np.stack([np.cos(cap) * base + np.sin(cap) * np.eye(d)[k + 1] for k in range(K)])
+    X = ac.normalize(torch.as_tensor(ac.GaussianMixture(cent, sigma=sigma).sample(30_000, rng=0)))
+    # rows on the sphere: the noise is tangent, of variance sigma^2 / (1 + d sigma^2) per
+    # direction (the von Mises-Fisher concentration is its inverse)
+    assert auto_temperature(X, torch.as_tensor(cent)) == pytest.approx((1 + d * sigma**2)
+                                                                       / sigma**2, rel=0.05)
+
+
+def test_hard_lloyd_stops_at_a_stable_partition():
+    X = torch.as_tensor(load_iris().data)
+    X = X / X.norm(dim=1, keepdim=True)
+    heads, labels = _hard_lloyd(X, ac.normalize(X[[0, 60, 120]]), 100)
+    torch.testing.assert_close(labels, (X @ heads.T).argmax(1), rtol=0, atol=0)
+    means = ac.normalize(torch.stack([X[labels == h].sum(0) for h in range(3)]))
+    torch.testing.assert_close(heads, means, rtol=0, atol=1e-12)
 
 
 def test_auto_temperature_is_a_scale():
