@@ -5,7 +5,8 @@ minimizing ``R`` without regularization (``rho = 0``), heads initialized uniform
 the unit circle of ``span(mu*_0, mu*_1)``. One curve per inverse temperature: the
 median over 10 runs with its 95% percentile band. At finite temperature the minimizer
 of ``R`` is biased away from the centroids, so each curve levels off at its own
-distance.
+distance. The summary also gives the fraction of ``n_rate_runs`` further inits that end
+farther than ``failure_distance`` from the centroids (a head that wins no token).
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ DESCRIPTION = "distance to centroids vs PGD iterations, population risk, init on
 CONFIG = {
     "d": 10, "sigma": 0.3, "temperatures": [1.0, 3.0, 10.0, 30.0], "n_runs": 10,
     "n_steps": 400, "step_size": 0.5, "record_every": 2, "init": "manifold",
+    "n_rate_runs": 100, "failure_distance": 0.5,
 }
-QUICK = {**CONFIG, "temperatures": [3.0, 10.0, 30.0], "n_steps": 200}
+QUICK = {**CONFIG, "temperatures": [3.0, 10.0, 30.0], "n_steps": 200, "n_rate_runs": 20}
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
@@ -43,10 +45,17 @@ def pgd_figure(mix, config: dict, rng: np.random.Generator, name: str) -> Figure
         arrays["step"] = runs["step"]
         arrays[f"distance_lambda_{lam:g}"] = runs["distance"]
         final = runs["distance"][:, -1]
+        # failure rate over many more inits (final distances only), from its own stream
+        many = pgd_runs(mix, init=config["init"], n_runs=config["n_rate_runs"],
+                        rng=child.spawn(1)[0], desc=f"{name} lambda={lam:g} rate",
+                        temperature=lam, step_size=config["step_size"],
+                        n_steps=config["n_steps"], record_every=config["n_steps"])
+        failed = many["distance"][:, -1] > config["failure_distance"]
         summary[f"lambda_{lam:g}"] = {
             "final_distance_median": float(np.median(final)),
             "final_distance_max": float(final.max()),
             "runs_within_0.05": int(np.sum(final < 0.05)),
+            f"failure_rate_over_{config['n_rate_runs']}_inits": float(failed.mean()),
         }
     return FigureResult(config, arrays, summary)
 
