@@ -160,6 +160,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._validation import as_generator, check_temperature
+from .heads import softmax_heads
 
 __all__ = ["AttentionClustering", "IterationInfo", "FixedPointResult", "auto_temperature",
            "fixed_point_fit"]
@@ -228,17 +229,18 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, penalty=None, rho=0.0, reduce=
     for start in range(0, n, chunk):
         Xc = X[start:start + chunk]                          # (m, d)
         P = Xc @ heads.T                                     # (m, K)
-        A = torch.softmax(lam * P, dim=1)                    # (m, K)
+        A = softmax_heads(lam * P)                           # (m, K)
         AG = A @ gram                                        # (m, K) = <T_i, mu_h>
         RM = P - AG                                          # <r_i, mu_h>
         RT = (A * RM).sum(1, keepdim=True)                   # <r_i, T_i>
-        xt = (A * P).sum(1)                                  # <x_i, T_i>
+        AP = A * P
+        xt = AP.sum(1)                                       # <x_i, T_i>
         tt = (A * AG).sum(1)                                 # ||T_i||^2
         loss = loss + (sq_norms[start:start + chunk] - 2 * xt + tt).sum()
         W = A + lam * A * (RM - RT)                          # a + lam a c
         lin = lin + W.T @ Xc
         ata = ata + A.T @ A
-        vproj = vproj + (A * P).sum(0)
+        vproj = vproj + AP.sum(0)
         if need_pairs:
             pair_x = pair_x + torch.einsum("nh,ng,nd->hgd", A, A, Xc)
     if reduce is not None:
@@ -812,7 +814,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     def _weights(self, Xn: np.ndarray) -> torch.Tensor:
         heads = self._tensor(self.cluster_centers_)
-        return torch.softmax(self.temperature_ * (self._tensor(Xn) @ heads.T), dim=1)
+        return softmax_heads(self.temperature_ * (self._tensor(Xn) @ heads.T))
 
     def predict_proba(self, X) -> np.ndarray:
         """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""

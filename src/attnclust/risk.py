@@ -85,7 +85,7 @@ import torch
 from scipy.special import expit
 
 from ._validation import as_generator, as_tensor, check_finite, check_temperature
-from .heads import head_weights
+from .heads import head_weights, softmax_heads
 from .mixture import GaussianMixture
 
 __all__ = [
@@ -418,7 +418,7 @@ def _qmc_points(heads, mix: GaussianMixture, n_samples: int, rng):
 def _qmc_risk(heads, mix, lam, n_samples, rng) -> RiskEstimate:
     P = _qmc_points(heads, mix, n_samples, rng)  # (S, k_mix, n', K)
     pi = _const(mix.weights, heads)
-    a = torch.softmax(lam * P, dim=-1)
+    a = softmax_heads(lam * P)
     f = -2.0 * (a * P).sum(-1) + ((a @ (heads @ heads.T)) * a).sum(-1)
     per_scramble = _second_moment(mix) + f.mean(-1) @ pi  # (S,)
     value = per_scramble.mean()
@@ -598,7 +598,7 @@ def balance(
             mean_a = heads.new_ones(1)
         elif method == "qmc" or (method == "auto" and K > 3):
             P = _qmc_points(heads, data, n_samples, rng)  # (S, k_mix, n', K)
-            mean_a = torch.einsum("k,skh->h", pi, torch.softmax(lam * P, -1).mean(2))
+            mean_a = torch.einsum("k,skh->h", pi, softmax_heads(lam * P).mean(2))
             mean_a = mean_a / P.shape[0]
         else:
             order, D, weights = _exact_samples(heads, data, lam, _rule())
