@@ -328,7 +328,8 @@ def _cmd_reproduce(args) -> int:
                            "or 'all'")
     for name in names:
         paths = reproduce(name, out=args.out, quick=args.quick, seed=args.seed,
-                          recompute=args.recompute, progress=not args.quiet)
+                          recompute=args.recompute,
+                          progress=not args.quiet and sys.stderr.isatty())
         print(f"{name}: {paths.png}")
     return 0
 
