@@ -231,13 +231,13 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, penalty=None, rho=0.0, reduce=
         P = Xc @ heads.T                                     # (m, K)
         A = softmax_heads(lam * P)                           # (m, K)
         AG = A @ gram                                        # (m, K) = <T_i, mu_h>
-        RM = P - AG                                          # <r_i, mu_h>
-        RT = (A * RM).sum(1, keepdim=True)                   # <r_i, T_i>
         AP = A * P
         xt = AP.sum(1)                                       # <x_i, T_i>
         tt = (A * AG).sum(1)                                 # ||T_i||^2
-        loss = loss + (sq_norms[start:start + chunk] - 2 * xt + tt).sum()
-        W = A + lam * A * (RM - RT)                          # a + lam a c
+        loss = loss + sq_norms[start:start + chunk].sum() - (2 * xt - tt).sum()
+        # W = a + lam a c with c = <r_i, mu_h> - <r_i, T_i> = (P - AG) - (xt - tt),
+        # built in place: the hot loop of the solver, whose gradient is explicit (no autograd)
+        W = (P - AG).sub_((xt - tt)[:, None]).mul_(lam).add_(1.0).mul_(A)
         lin = lin + W.T @ Xc
         ata = ata + A.T @ A
         vproj = vproj + AP.sum(0)
