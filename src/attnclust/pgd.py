@@ -159,8 +159,7 @@ def init_on_manifold(mix: GaussianMixture, rng=None, *, n_heads: int | None = No
     >>> heads.shape, float(heads[:, 1:9].abs().max())
     (torch.Size([2, 10]), 0.0)
     """
-    if not isinstance(mix, GaussianMixture):
-        raise ValueError(f"mix must be an attnclust.GaussianMixture, got {type(mix).__name__}")
+    _risk._check_mixture(mix)
     n_heads = mix.k if n_heads is None else n_heads
     if isinstance(n_heads, bool) or not isinstance(n_heads, (int, np.integer)) or n_heads < 1:
         raise ValueError(f"n_heads must be a positive integer, got {n_heads!r}")
@@ -366,8 +365,8 @@ def pgd(
     tol = float(tol)
     if not tol >= 0:
         raise ValueError(f"tol must be >= 0, got {tol!r}")
-    if method not in ("auto", "exact", "qmc"):
-        raise ValueError(f"method must be one of ('auto', 'exact', 'qmc'), got {method!r}")
+    if method not in _risk._METHODS:
+        raise ValueError(f"method must be one of {_risk._METHODS}, got {method!r}")
     rho_at, rho_done = _rho_schedule(rho_schedule, rho, n_steps)
     lam_at, lam_done = _temperature_schedule(temperature_schedule, lam, n_steps)
     stop_from = max(rho_done, lam_done)
