@@ -129,3 +129,208 @@ def test_quantize_bad_input(tmp_path, capsys):
                                          "--temperature", "-1", "--out",
                                          str(tmp_path / "q.npy")])
     assert _files(tmp_path) == ["nan.csv", "x.npy"]
+
+
+# -- review findings: output files, bad values, messages -------------------------------------
+@pytest.mark.parametrize("name", ["q.NPY", "q.CSV"])
+def test_quantize_upper_case_suffix_writes_the_data(blobs, name):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert main(["quantize", str(tmp / "x.npy"), "--temperature", "2.5",
+                 "--out", str(tmp / name)]) == 0
+    assert _files(tmp) == sorted([name, "x.npy"])        # no hidden file left behind
+    out = tmp / name
+    Y = np.load(out) if name.endswith("NPY") else np.loadtxt(out, delimiter=",")
+    np.testing.assert_allclose(Y, ac.identity_attention(X, 2.5))
+
+
+def test_outputs_have_ordinary_permissions(blobs):
+    import os
+    import stat
+    import sys
+
+    if sys.platform == "win32":
+        pytest.skip("POSIX permission bits")
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    old = os.umask(0o022)
+    try:
+        assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
+                     "--quiet"]) == 0
+        assert main(["quantize", str(tmp / "x.npy"), "--temperature", "2",
+                     "--out", str(tmp / "q.csv")]) == 0
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp.iterdir() if p.name != "x.npy"}
+    assert len(modes) == 5 and set(modes.values()) == {0o644}
+
+
+def test_fit_rejects_complex_npy(tmp_path, capsys):
+    path = tmp_path / "c.npy"
+    np.save(path, np.ones((6, 3)) * (1 + 1j))
+    line = _error(capsys, ["fit", str(path), "-k", "2", "--out", str(tmp_path / "res")])
+    assert str(path) in line and "complex" in line
+    assert _files(tmp_path) == ["c.npy"]
+
+
+def test_csv_first_row_with_one_bad_cell_is_not_a_header(tmp_path, capsys):
+    path = tmp_path / "d.csv"
+    path.write_text("1,x,3\n" + "".join(f"{i},{i + 1},{2 - i}\n" for i in range(6)))
+    line = _error(capsys, ["fit", str(path), "-k", "2", "--out", str(tmp_path / "res")])
+    assert "non-numeric value 'x' at line 1, column 2" in line
+    assert _files(tmp_path) == ["d.csv"]
+
+
+@pytest.mark.parametrize("scale, temperature", [(1e200, "1"), (2.0, "1e308")])
+def test_quantize_overflow_is_an_error_not_nan_output(tmp_path, capsys, scale, temperature):
+    X = np.random.default_rng(0).normal(size=(20, 3))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    np.save(tmp_path / "x.npy", X * scale)
+    line = _error(capsys, ["quantize", str(tmp_path / "x.npy"), "--temperature", temperature,
+                           "--out", str(tmp_path / "q.npy")])
+    assert "non-finite values (overflow)" in line and "--temperature" in line
+    assert _files(tmp_path) == ["x.npy"]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 2.0])
+def test_fit_never_writes_bad_centers(blobs, capsys, monkeypatch, bad):
+    """The CLI's own check, whatever the estimator returns: finite centers of unit norm."""
+    from attnclust.clustering import AttentionClustering
+
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    real_fit = AttentionClustering.fit
+
+    def fit(self, X, y=None):
+        real_fit(self, X)
+        self.cluster_centers_ = self.cluster_centers_ * bad
+        return self
+
+    monkeypatch.setattr(AttentionClustering, "fit", fit)
+    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
+                           "--quiet"])
+    assert ("non-finite" in line) if not np.isfinite(bad) else ("norm 2" in line)
+    assert _files(tmp) == ["x.npy"]
+
+
+def test_fit_failing_rename_leaves_no_partial_output(blobs, capsys, monkeypatch):
+    import os
+
+    from attnclust import _io
+
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(_io.os, "replace", replace)
+    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
+                           "--quiet"])
+    assert "No space left" in line and len(calls) == 3
+    assert _files(tmp) == ["x.npy"]
+
+
+@pytest.mark.parametrize("anneal", [True, False])
+def test_progress_total_counts_every_step(tmp_path, monkeypatch, capsys, anneal):
+    """A fit that runs to max_iter fills its progress bar exactly, annealing included."""
+    from attnclust import cli
+
+    seen = {}
+
+    class Bar:
+        def close(self):
+            pass
+
+    def progress(total, quiet):
+        seen["total"], seen["steps"] = total, 0
+
+        def callback(info):
+            seen["steps"] += 1
+        return Bar(), callback
+
+    monkeypatch.setattr(cli, "_progress_callback", progress)
+    X = np.random.default_rng(1).normal(size=(200, 5))       # no clusters: slow to converge
+    np.save(tmp_path / "x.npy", X)
+    argv = ["fit", str(tmp_path / "x.npy"), "-k", "4", "--max-iter", "3",
+            "--out", str(tmp_path / "res")] + ([] if anneal else ["--no-anneal"])
+    assert main(argv) == 0
+    assert "converged=no" in capsys.readouterr().out
+    assert seen["steps"] == seen["total"]
+    assert (seen["total"] > 3) == anneal
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["fit", "x.npy", "-k", "abc"], "invalid int value: 'abc'"),
+    (["reproduce"], "required: FIG"),
+    (["fit", "x.npy"], "--n-clusters"),
+    ([], "COMMAND"),
+    (["nosuch"], "invalid choice"),
+])
+def test_usage_errors_are_one_line(capsys, argv, match):
+    line = _error(capsys, argv)
+    assert line.startswith("attnclust") and ": error: " in line and match in line
+    assert "--help)" in line and not capsys.readouterr().out
+
+
+def test_help_exits_zero(capsys):
+    assert main(["fit", "--help"]) == 0
+    assert "--n-clusters" in capsys.readouterr().out
+
+
+def test_option_errors_name_the_option(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", np.eye(4) + 0.1)
+    assert "--seed must be a non-negative integer, got -1" in _error(
+        capsys, ["reproduce", "fig1", "--seed", "-1", "--out", str(tmp_path / "o")])
+    assert "--seed must be a non-negative integer" in _error(
+        capsys, ["fit", str(tmp_path / "x.npy"), "-k", "2", "--seed", "-1"])
+    assert "--max-iter" in _error(capsys, ["fit", str(tmp_path / "x.npy"), "-k", "2",
+                                           "--max-iter", "0"])
+    assert "'all' cannot be combined with figure names" in _error(
+        capsys, ["reproduce", "all", "fig4", "--out", str(tmp_path / "o")])
+    assert _files(tmp_path) == ["x.npy"]
+
+
+def test_bench_only_matching_nothing(capsys):
+    from attnclust._bench import find_benchmarks
+
+    line = _error(capsys, ["bench", "--only", "nomatch"])
+    assert "--only 'nomatch'" in line
+    for path in find_benchmarks():
+        assert path.stem.removeprefix("bench_") in line
+
+
+def test_failing_benchmark_is_one_line_not_a_traceback(tmp_path, capsys):
+    (tmp_path / "bench_a_ok.py").write_text(
+        "def run(quick):\n    return [{'case': 'x', 'ratio': 1.5}]\n")
+    (tmp_path / "bench_b_fail.py").write_text(
+        "import subprocess\n"
+        "def run(quick):\n"
+        "    raise subprocess.CalledProcessError(3, ['python', 'w.py'],\n"
+        "                                        stderr='Traceback ...\\nMemoryError: boom\\n')\n")
+    assert main(["bench", "--dir", str(tmp_path), "--quick"]) == 1
+    out, err = capsys.readouterr()
+    assert "== a_ok" in out and "1.5" in out
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "benchmark 'b_fail' failed" in lines[0]
+    assert "status 3" in lines[0] and "MemoryError: boom" in lines[0]
+
+
+@pytest.mark.parametrize("device, match", [("foo", "not a torch device"),
+                                           ("cuda", "CUDA is not available"),
+                                           ("cuda:1", "CUDA is not available"),
+                                           ("mps", "not supported")])
+def test_bad_device_is_one_line(tmp_path, capsys, monkeypatch, device, match):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    np.save(tmp_path / "x.npy", np.eye(4) + 0.1)
+    for cmd in (["fit", str(tmp_path / "x.npy"), "-k", "2"],
+                ["fit", str(tmp_path / "x.npy"), "-k", "2", "--distributed"]):
+        line = _error(capsys, cmd + ["--device", device])
+        assert f"--device {device!r}" in line and match in line
+    assert _files(tmp_path) == ["x.npy"]

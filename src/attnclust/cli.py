@@ -18,8 +18,20 @@ class CommandError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit status 2).
+
+    Its subcommand parsers are of the same class, so ``attnclust fit -k abc`` reads
+    ``attnclust fit: error: argument --n-clusters/-k: invalid int value: 'abc' (see
+    attnclust fit --help)``.
+    """
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="attnclust",
         description="Attention layers as clustering and quantization operators.",
     )
@@ -85,17 +97,49 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_bench(args) -> int:
+    import subprocess
+
     from ._bench import find_benchmarks, format_table, run_benchmarks
 
-    for name, rows in run_benchmarks(find_benchmarks(args.dir), quick=args.quick,
-                                     only=args.only):
-        print(f"\n== {name}")
-        print(format_table(rows), flush=True)
-    return 0
+    files = find_benchmarks(args.dir)
+    names = [path.stem.removeprefix("bench_") for path in files]
+    chosen = [path for path, name in zip(files, names, strict=True)
+              if not args.only or args.only in name]
+    if not chosen:
+        raise CommandError(f"--only {args.only!r} matches no benchmark; available: "
+                           f"{', '.join(names)}")
+    status = 0
+    for path in chosen:
+        name = path.stem.removeprefix("bench_")
+        try:
+            for name, rows in run_benchmarks([path], quick=args.quick):
+                print(f"\n== {name}")
+                print(format_table(rows), flush=True)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            what = (f"a subprocess timed out after {exc.timeout:g} s"
+                    if isinstance(exc, subprocess.TimeoutExpired)
+                    else f"a subprocess exited with status {exc.returncode}")
+            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) \
+                else (exc.stderr or "")
+            last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
+            print(f"attnclust bench: error: benchmark {name!r} failed: {what}"
+                  + (f": {last}" if last else ""), file=sys.stderr, flush=True)
+            status = 1
+    return status
+
+
+def _progress_total(max_iter: int, anneal: bool) -> int:
+    """Most callback steps of a fit: the annealing stages (when on) plus ``max_iter``."""
+    from .clustering import _ANNEAL_FACTORS, _ANNEAL_STEPS
+
+    return int(max_iter) + (len(_ANNEAL_FACTORS) * _ANNEAL_STEPS if anneal else 0)
 
 
 def _progress_callback(total: int, quiet: bool):
-    """A tqdm bar fed by the estimator's callback; None when quiet or stderr is no terminal."""
+    """A tqdm bar fed by the estimator's callback; None when quiet or stderr is no terminal.
+
+    ``total`` is the most steps the fit can take; it may stop earlier, having converged.
+    """
     if quiet or not sys.stderr.isatty():
         return None, None
     from tqdm.auto import tqdm
@@ -110,13 +154,25 @@ def _progress_callback(total: int, quiet: bool):
 
 def _write_all(outputs: dict) -> None:
     """Write every ``path -> array`` under a temporary name; rename all only if all succeed."""
-    import contextlib
+    from ._io import save_matrices
 
-    from ._io import atomic_path, save_matrix
+    save_matrices(outputs)
 
-    with contextlib.ExitStack() as stack:
-        for path, array in outputs.items():
-            save_matrix(array, stack.enter_context(atomic_path(path)))
+
+def _check_centers(centers) -> None:
+    """The CLI's last check before writing: finite centers of unit norm."""
+    import numpy as np
+
+    centers = np.asarray(centers, dtype=np.float64)
+    if not np.isfinite(centers).all():
+        raise CommandError("fit produced non-finite cluster centers (overflow); rescale the "
+                           "data or lower --temperature")
+    norms = np.linalg.norm(centers, axis=1)
+    if not np.allclose(norms, 1.0, rtol=0.0, atol=1e-6):
+        worst = int(np.argmax(np.abs(norms - 1.0)))
+        raise CommandError(f"fit produced a cluster center of norm {norms[worst]:.6g} "
+                           f"(center {worst}), not on the unit sphere; rescale the data or "
+                           "lower --temperature")
 
 
 def _cmd_fit(args) -> int:
@@ -136,7 +192,8 @@ def _cmd_fit(args) -> int:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
     prefix = args.out if args.out is not None else str(Path(args.data).with_suffix(""))
-    bar, callback = _progress_callback(args.max_iter, args.quiet)
+    bar, callback = _progress_callback(_progress_total(args.max_iter, not args.no_anneal),
+                                       args.quiet)
     est = AttentionClustering(args.n_clusters, callback=callback, **_fit_params(args))
     start = time.perf_counter()
     try:
@@ -149,6 +206,7 @@ def _cmd_fit(args) -> int:
         if bar is not None:
             bar.close()
     seconds = time.perf_counter() - start
+    _check_centers(est.cluster_centers_)
     outputs = {Path(f"{prefix}.centers.npy"): est.cluster_centers_,
                Path(f"{prefix}.centers.csv"): est.cluster_centers_,
                Path(f"{prefix}.labels.npy"): est.labels_,
@@ -174,6 +232,10 @@ def _fit_params(args) -> dict:
     """Estimator parameters from the ``fit`` arguments (checked here, before any work)."""
     if args.n_clusters < 1:
         raise CommandError(f"--n-clusters must be a positive integer, got {args.n_clusters}")
+    if args.max_iter < 1:
+        raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
+    _check_seed(args.seed)
+    _check_device(args.device)
     temperature = args.temperature
     if temperature != "auto":
         try:
@@ -185,6 +247,34 @@ def _fit_params(args) -> dict:
                 normalize=None if args.normalize == "none" else args.normalize,
                 anneal=not args.no_anneal, max_iter=args.max_iter, random_state=args.seed,
                 device=args.device)
+
+
+def _check_seed(seed: int) -> None:
+    if seed < 0:
+        raise CommandError(f"--seed must be a non-negative integer, got {seed}")
+
+
+def _check_device(device: str) -> None:
+    """``--device`` is cpu, or a CUDA device that exists on this machine."""
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise CommandError(f"--device {device!r} is not a torch device; use cpu, cuda or "
+                           "cuda:N") from None
+    if dev.type == "cpu":
+        return
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise CommandError(f"--device {device!r}: CUDA is not available on this machine; "
+                               "use --device cpu")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise CommandError(f"--device {device!r}: no such CUDA device, this machine has "
+                               f"{count} (cuda:0 .. cuda:{count - 1})")
+        return
+    raise CommandError(f"--device {device!r} is not supported; use cpu, cuda or cuda:N")
 
 
 def _load_shard(path: str, rank: int, world_size: int):
@@ -237,7 +327,8 @@ def _cmd_fit_distributed(args) -> int:
         if bad:
             raise CommandError(f"rank {rank}: rank(s) {bad} could not read {args.data}")
         prefix = args.out if args.out is not None else str(Path(args.data).with_suffix(""))
-        bar, callback = _progress_callback(args.max_iter, args.quiet or rank != 0)
+        bar, callback = _progress_callback(_progress_total(args.max_iter, not args.no_anneal),
+                                           args.quiet or rank != 0)
         stats = ddp.CommStats()
         start = time.perf_counter()
         try:
@@ -249,6 +340,7 @@ def _cmd_fit_distributed(args) -> int:
             if bar is not None:
                 bar.close()
         seconds = time.perf_counter() - start
+        _check_centers(est.cluster_centers_)   # the same centers on every rank
         n_calls, n_bytes = stats.calls, stats.bytes
         labels = ddp.gather_rows(est.labels_)
         # summary statistics of all rows: sizes, summed max attention, summed risk
@@ -290,6 +382,8 @@ def _cmd_fit_distributed(args) -> int:
 def _cmd_quantize(args) -> int:
     from pathlib import Path
 
+    import numpy as np
+
     from ._io import load_matrix
     from .quantize import identity_attention
 
@@ -304,6 +398,9 @@ def _cmd_quantize(args) -> int:
     Y = identity_attention(X, args.temperature, n_steps=args.n_steps,
                            exclude_self=args.exclude_self, renormalize=args.renormalize,
                            backend=args.backend)
+    if not np.isfinite(Y).all():
+        raise CommandError("identity attention produced non-finite values (overflow); "
+                           "rescale the data or lower --temperature")
     _write_all({out: Y})
     print(f"n={X.shape[0]}  d={X.shape[1]}  lambda={args.temperature:g}  "
           f"steps={args.n_steps}  wrote {out}")
@@ -321,6 +418,9 @@ def _cmd_list(args) -> int:
 def _cmd_reproduce(args) -> int:
     from .experiments import FIGURES, reproduce
 
+    if "all" in args.figures and len(args.figures) > 1:
+        raise CommandError("'all' cannot be combined with figure names")
+    _check_seed(args.seed)
     names = list(FIGURES) if args.figures == ["all"] else args.figures
     unknown = [n for n in names if n not in FIGURES]
     if unknown:
@@ -337,7 +437,10 @@ def _cmd_reproduce(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:          # --help (0) or a usage error, already printed (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     try:
         return args.handler(args)
     except (CommandError, ValueError, OSError) as exc:
