@@ -163,7 +163,44 @@ def test_pgd_solver_reaches_the_same_heads():
     np.testing.assert_allclose(pgd_est.cluster_centers_, fp_est.cluster_centers_, atol=1e-6)
 
 
+def test_pgd_callback_and_loss_curve_count_steps_once():
+    X = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1).sample(300, rng=0)
+    infos = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # tol=0: never converged
+        est = AttentionClustering(3, normalize=None, solver="pgd", max_iter=12, tol=0.0,
+                                  random_state=0, callback=infos.append).fit(X)
+    lam, n_anneal = est.temperature_, 15                   # 5 steps at lam/8, /4, /2
+    assert est.n_iter_ == n_anneal + 12
+    assert [i.iteration for i in infos] == list(range(1, est.n_iter_ + 1))
+    # the temperature of each reported step is the one its update used
+    expected = [lam / 8] * 5 + [lam / 4] * 5 + [lam / 2] * 5 + [lam] * 12
+    assert [i.temperature for i in infos] == pytest.approx(expected, rel=1e-15)
+    # one record per iterate: before each update (at its temperature), and the last
+    assert len(est.loss_curve_) == len(est.temperature_curve_) == est.n_iter_ + 1
+    np.testing.assert_allclose(est.temperature_curve_, expected + [lam], rtol=1e-15)
+    assert est.loss_curve_[-1] == pytest.approx(
+        float(ac.empirical_risk(est.cluster_centers_, X, lam)), rel=1e-10)
+
+
 # -- temperature ----------------------------------------------------------------------------
+def test_auto_temperature_keeps_a_given_init():
+    mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1)
+    X = mix.sample(600, rng=0)
+    init = mix.centroids + 0.4 * np.random.default_rng(1).standard_normal(mix.centroids.shape)
+    unit = init / np.linalg.norm(init, axis=1, keepdims=True)
+    est = AttentionClustering(3, init=init, normalize=None, anneal=False).fit(X)
+    # the fit starts from the given heads, not from the Lloyd warm start ...
+    assert est.loss_curve_[0] == pytest.approx(
+        float(ac.empirical_risk(unit, X, est.temperature_)), rel=1e-12)
+    # ... which is only used to estimate lambda, as for a seeding
+    Xt = torch.as_tensor(X)
+    lloyd, _ = _hard_lloyd(Xt, torch.as_tensor(unit), 20)
+    assert est.temperature_ == pytest.approx(auto_temperature(Xt, lloyd), rel=1e-12)
+    assert abs(est.loss_curve_[0] - float(ac.empirical_risk(lloyd, X, est.temperature_))) > 1e-3
+    assert ac.centroid_distance(est.cluster_centers_, mix.centroids).max < 0.05
+
+
 @pytest.mark.parametrize("sigma", [0.05, 0.1, 0.3])
 def test_auto_temperature_is_inverse_noise_variance(sigma):
     mix = ac.GaussianMixture.orthogonal(d=20, k=3, sigma=sigma)
@@ -300,11 +337,68 @@ def test_zero_row_with_row_normalization_names_the_row():
     (dict(penalty="ridge"), "penalty"),
     (dict(dtype="float16"), "dtype"),
     (dict(solver="newton"), "solver"),
+    (dict(rho="a"), "rho must be a finite number >= 0, got 'a'"),
+    (dict(rho=-1.0), "rho"),
+    (dict(tol=None), "tol must be a finite number >= 0, got None"),
+    (dict(max_iter=True), "max_iter must be an integer >= 1, got True"),
+    (dict(max_iter=2.5), "max_iter"),
+    (dict(n_clusters=True), "n_clusters"),
+    (dict(batch_size=0), "batch_size"),
+    (dict(device="foo"), "device 'foo'"),
 ])
 def test_bad_parameters(bad, match):
     X = np.random.default_rng(0).uniform(size=(10, 3)) + 0.1
     with pytest.raises(ValueError, match=match):
         AttentionClustering(**{"n_clusters": 2, **bad}).fit(X)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
+def test_cuda_device_without_cuda_is_a_value_error():
+    X = np.random.default_rng(0).uniform(size=(10, 3)) + 0.1
+    with pytest.raises(ValueError, match="device 'cuda'"):
+        AttentionClustering(2, device="cuda").fit(X)
+
+
+@pytest.mark.parametrize("factor", [1e200, 1e-200])
+def test_row_normalization_survives_huge_and_tiny_rows(factor):
+    # squares of 1e200 overflow and squares of 1e-200 underflow: the rows must still
+    # become unit vectors, giving the fit of the unscaled data
+    mix = ac.GaussianMixture.orthogonal(d=6, k=3, sigma=0.1)
+    X = mix.sample(300, rng=0)
+    ref = AttentionClustering(3, random_state=0).fit(X)
+    est = AttentionClustering(3, random_state=0).fit(X * factor)
+    assert np.all(np.isfinite(est.cluster_centers_))
+    np.testing.assert_allclose(np.linalg.norm(est.cluster_centers_, axis=1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, atol=1e-8)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    np.testing.assert_array_equal(est.predict(X * factor), ref.labels_)
+    X[5] = 0.0
+    with pytest.raises(ValueError, match="row 5"):
+        AttentionClustering(3).fit(X * factor)
+
+
+def test_overflowing_rows_without_normalization_are_an_error():
+    X = ac.GaussianMixture.orthogonal(d=6, k=3, sigma=0.1).sample(300, rng=0)
+    big = X.copy()
+    big[7] *= 1e200
+    with pytest.raises(ValueError, match="squared norm of row 7 .* overflows"):
+        AttentionClustering(3, normalize=None).fit(big)
+    est = AttentionClustering(3, normalize=None, random_state=0).fit(X)
+    with pytest.raises(ValueError, match="row 7"):
+        est.predict(big)
+
+
+def test_center_scale_is_scale_invariant_even_when_squares_overflow():
+    X = load_iris().data
+    ref = AttentionClustering(3, normalize="center-scale", random_state=0).fit(X)
+    est = AttentionClustering(3, normalize="center-scale", random_state=0).fit(X * 1e200)
+    assert np.isfinite(est.scale_) and est.scale_ == pytest.approx(1e200 * ref.scale_)
+    np.testing.assert_allclose(np.linalg.norm(est.cluster_centers_, axis=1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, atol=1e-8)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    # the column sums of 150 rows of ~1e307 overflow: no mean, an error
+    with pytest.raises(ValueError, match="overflow"):
+        AttentionClustering(3, normalize="center-scale").fit(X * 1e306)
 
 
 def test_nan_and_wrong_features():

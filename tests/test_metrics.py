@@ -52,3 +52,12 @@ def test_assignment_error_close_to_bayes_with_true_centroids():
 
 def test_adjusted_rand_index_relabelling():
     assert ac.adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0]) == 1.0
+
+
+@pytest.mark.parametrize("labels", [[], [0, 1], [[0, 1, 0]], [0.0, 1.0, 0.0], [0, -1, 0]])
+def test_assignment_error_rejects_bad_labels(labels):
+    X = np.eye(3)
+    with pytest.raises(ValueError, match="labels must be a non-empty 1-D array"):
+        ac.assignment_error(np.eye(3)[:2], X, labels, temperature=1.0)
+    with pytest.raises(ValueError, match="labels must be a non-empty 1-D array"):
+        ac.assignment_error(np.eye(3)[:2], X[:0], [], temperature=1.0)

@@ -62,6 +62,21 @@ def test_posterior_matches_bayes_rule():
     np.testing.assert_allclose(mix.posterior(x)[0], dens / dens.sum(), rtol=1e-12)
 
 
+def test_dirac_posterior_ignores_empty_clusters_and_breaks_ties_by_weight():
+    mix = GaussianMixture(np.eye(3), sigma=0.0, weights=[0.0, 0.3, 0.7])
+    # the nearest centroid is e_0, whose weight is zero: it can never be the cluster
+    x = np.array([[1.0, 0.2, 0.1], [0.0, 1.0, 0.0], [0.1, 0.5, 0.5], [1.0, 0.0, 0.0]])
+    post = mix.posterior(x)
+    np.testing.assert_array_equal(post, [[0, 1, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1]])
+    np.testing.assert_array_equal(mix.predict(x), [1, 1, 2, 2])
+    # it is the limit sigma -> 0 of the Gaussian posterior (away from exact ties)
+    np.testing.assert_allclose(mix.with_sigma(0.02).posterior(x[:2]), post[:2], atol=1e-12)
+    # tokens drawn from the mixture are never given to the empty cluster
+    X, z = mix.sample(200, rng=0, return_labels=True)
+    np.testing.assert_array_equal(mix.predict(X), z)
+    assert mix.bayes_error(1000) == 0.0
+
+
 def test_bayes_error_of_antipodal_matches_normal_tail():
     from scipy.stats import norm
 
@@ -75,6 +90,9 @@ def test_bayes_error_of_antipodal_matches_normal_tail():
     [
         (dict(centroids=[[2.0, 0.0]]), "unit norm"),
         (dict(centroids=[[1.0, 0.0]], sigma=-0.1), "sigma"),
+        (dict(centroids=[[1.0, 0.0]], sigma=True), "sigma.*True"),
+        (dict(centroids=[[1.0, 0.0]], sigma="0.1"), "sigma"),
+        (dict(centroids=[[1.0, 0.0]], sigma=np.inf), "sigma"),
         (dict(centroids=[[1.0, 0.0], [0.0, 1.0]], weights=[0.5, 0.6]), "sum to 1"),
         (dict(centroids=[[1.0, 0.0], [0.0, 1.0]], weights=[1.0]), "shape"),
         (dict(centroids=[[1.0, 0.0], [0.0, 1.0]], weights=[1.5, -0.5]), ">= 0"),

@@ -186,7 +186,55 @@ def test_repulsion_and_balance():
         assert abs(exact - data) < 8 * float(((mean - target).abs() * se).sum()) + 1e-6
         qmc = float(ac.balance(heads, mix, 3.0, method="qmc"))
         assert qmc == pytest.approx(exact, abs=1e-4)
-    assert float(ac.balance(heads, mix, 3.0, target=[0.2, 0.3, 0.5])) > 0
+
+
+
+def test_balance_with_target_matches_hand_computation():
+    # Dirac mixture, heads on the orthogonal centroids: <mu*_k, mu_h> = delta_kh, so
+    # E[a_h] = pi_h e^lam / (e^lam + 2) + (1 - pi_h) / (e^lam + 2)
+    pi, lam, target = np.array([0.5, 0.3, 0.2]), 2.0, np.array([0.2, 0.3, 0.5])
+    mix = ac.GaussianMixture(ac.GaussianMixture.orthogonal(d=D, k=3).centroids, weights=pi)
+    heads = torch.tensor(mix.centroids)
+    e = np.exp(lam)
+    mean_a = (pi * e + (1 - pi)) / (e + 2)
+    expected = float(((mean_a - target) ** 2).sum())
+    assert expected > 0.05  # far from zero: the comparison below can fail
+    assert float(ac.balance(heads, mix, lam, target=target)) == pytest.approx(expected,
+                                                                              rel=1e-12)
+    assert float(ac.balance(heads, mix, lam, target=target, method="qmc")) == \
+        pytest.approx(expected, rel=1e-12)
+    # the same on data: rows 0, 0, 0, 0, 0, 1, 1, 1, 2, 2 realize pi exactly
+    X = mix.centroids[[0] * 5 + [1] * 3 + [2] * 2]
+    assert float(ac.balance(heads, X, lam, target=target)) == pytest.approx(expected,
+                                                                            rel=1e-12)
+
+
+@pytest.mark.parametrize("d", [3, D])
+@pytest.mark.parametrize("method", ["qmc", "auto"])
+def test_qmc_with_singular_gram_agrees_with_monte_carlo(d, method):
+    # K = 4 heads with two equal ones: G is singular (and K > d when d = 3), so the
+    # factor of G falls back to the heads times a basis of their span, padded to (K, K)
+    mix = ac.GaussianMixture.random(d=d, k=3, sigma=0.4, min_angle=1.0, rng=1)
+    heads = ac.init_on_sphere(4, d, rng=2)
+    heads[3] = heads[0]
+    value = float(ac.population_risk(heads, mix, 4.0, method=method))
+    est = ac.qmc_risk(heads, mix, 4.0)
+    assert value == float(est.value) and np.isfinite(value)
+    mc, se = _mc_risk(heads, mix, 4.0, n=200_000)
+    assert abs(value - mc) < 4 * np.hypot(se, est.stderr)
+    # and a gradient exists (the fallback factor is differentiable in the heads)
+    h = heads.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(ac.qmc_risk(h, mix, 4.0).value, h)
+    assert grad.shape == (4, d) and bool(torch.isfinite(grad).all())
+
+
+def test_qmc_more_heads_than_dimensions():
+    mix = ac.GaussianMixture.orthogonal(d=3, k=2, sigma=0.3)
+    heads = ac.init_on_sphere(4, 3, rng=0)  # G is 4 x 4 of rank 3
+    est = ac.qmc_risk(heads, mix, 5.0)
+    mc, se = _mc_risk(heads, mix, 5.0, n=200_000)
+    assert abs(float(est.value) - mc) < 4 * np.hypot(se, est.stderr)
+    assert float(ac.population_risk(heads, mix, 5.0)) == float(est.value)
 
 
 def test_bad_inputs():
@@ -208,6 +256,10 @@ def test_bad_inputs():
         ac.qmc_risk(good, mix, 1.0, n_samples=0)
     with pytest.raises(ValueError, match="batch_size"):
         ac.empirical_risk(good, np.ones((3, D)), 1.0, batch_size=0)
+    with pytest.raises(ValueError, match="batch_size.*True"):
+        ac.balance(good, np.ones((3, D)), 1.0, batch_size=True)
+    with pytest.raises(ValueError, match="n_samples.*2.5"):
+        ac.qmc_risk(good, mix, 1.0, n_samples=2.5)
     with pytest.raises(ValueError, match="target"):
         ac.balance(good, mix, 1.0, target=[1.0])
     with pytest.raises(ValueError, match="NaN"):

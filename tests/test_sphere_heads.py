@@ -4,7 +4,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import attnclust as ac
 from attnclust import AttentionHeads, attention_heads, head_weights
+from attnclust._validation import check_finite, check_int
 from attnclust.sphere import normalize, random_sphere, retract, riemannian_gradient, tangent
 
 
@@ -39,9 +41,33 @@ def test_riemannian_gradient_is_directional_derivative_along_geodesics():
     assert abs((f(h) - f(-h)) / (2 * h) - float(torch.dot(g, u))) < 1e-8
 
 
-def test_normalize_rejects_zero_rows():
+def test_normalize_rejects_zero_rows_naming_the_first():
     with pytest.raises(ValueError, match="zero vector"):
         normalize(torch.zeros(2, 3))
+    x = torch.ones(4, 3)
+    x[2] = 0
+    with pytest.raises(ValueError, match="row 2 is zero"):
+        normalize(x)
+    y = torch.ones(2, 3, 2)  # (B, L, d): the index is (prompt, token)
+    y[1, 2] = 0
+    with pytest.raises(ValueError, match=r"row \(1, 2\) is zero"):
+        normalize(y)
+
+
+def test_check_finite_names_the_first_bad_index():
+    x = torch.zeros(3, 4)
+    x[2, 1], x[1, 3] = float("inf"), float("nan")
+    with pytest.raises(ValueError, match=r"X contains NaN or inf \(first at index \(1, 3\)"):
+        check_finite(x, "X")
+    with pytest.raises(ValueError, match=r"index 2: inf"):
+        check_finite(torch.tensor([0.0, 1.0, float("inf")]), "v")
+    assert check_finite(x[0], "ok") is not None
+
+
+@pytest.mark.parametrize("bad", [True, 2.0, "3", -1, None])
+def test_check_int_refuses_non_integers(bad):
+    with pytest.raises(ValueError, match=f"n must be an integer >= 0, got {bad!r}"):
+        check_int(bad, "n", 0)
 
 
 def test_random_sphere_is_uniform_enough():
@@ -70,15 +96,66 @@ def test_head_layer_matches_explicit_sum_and_is_in_convex_hull():
     assert bool((out.norm(dim=-1) <= 1 + 1e-12).all())  # convex hull of unit vectors
 
 
-def test_module_matches_function_and_trains():
+def test_module_matches_function():
     heads = random_sphere(2, 3, rng=0)
     layer = AttentionHeads(heads, temperature=4.0)
     x = torch.randn(7, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     assert torch.allclose(layer(x), attention_heads(x, heads, 4.0))
-    layer(x).pow(2).sum().backward()
-    assert layer.heads.grad is not None and layer.heads.grad.shape == (2, 3)
+    assert torch.allclose(layer.weights(x), head_weights(x, heads, 4.0))
     assert "n_heads=2" in repr(layer)
     with pytest.raises(ValueError, match="temperature"):
         AttentionHeads(heads, temperature=0.0)
     with pytest.raises(ValueError, match="heads must have shape"):
         AttentionHeads([1.0, 0.0], temperature=1.0)
+
+
+def test_module_trains_by_sgd_on_the_empirical_risk():
+    # a few SGD steps, heads renormalized after each, lower the empirical risk of a
+    # two-cluster mixture from a random start
+    mix = ac.GaussianMixture.orthogonal(d=5, k=2, sigma=0.1)
+    X = torch.from_numpy(mix.sample(500, rng=0))
+    layer = AttentionHeads(random_sphere(2, 5, rng=0), temperature=10.0)
+    opt = torch.optim.SGD(layer.parameters(), lr=0.5)
+
+    def risk() -> float:
+        with torch.no_grad():
+            return float(ac.empirical_risk(layer.heads, X, layer.temperature))
+
+    start = risk()
+    for _ in range(40):
+        opt.zero_grad()
+        ((X - layer(X)) ** 2).sum(1).mean().backward()
+        opt.step()
+        with torch.no_grad():
+            layer.heads.copy_(normalize(layer.heads))
+    assert risk() < 0.05 * start
+    # and the heads found the centroids (the minimizer is within ~sigma^2 of them)
+    assert ac.centroid_distance(layer.heads.detach(), mix.centroids).max < 0.05
+    assert torch.allclose(layer.heads.detach().norm(dim=1), torch.ones(2, dtype=X.dtype))
+
+
+def test_module_on_float32_input_keeps_gradients():
+    heads = random_sphere(3, 4, rng=1)
+    layer = AttentionHeads(heads, temperature=3.0)
+    x64 = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    out = layer(x64.float())
+    assert out.dtype == torch.float32 and layer.weights(x64.float()).dtype == torch.float32
+    torch.testing.assert_close(out, layer(x64).float(), rtol=1e-5, atol=1e-6)
+    out.sum().backward()
+    assert layer.heads.grad is not None and layer.heads.grad.dtype == torch.float64
+    assert float(layer.heads.grad.abs().sum()) > 0
+    # NumPy input follows the parameter's dtype
+    assert layer(x64.numpy()).dtype == torch.float64
+
+
+def test_functions_validate_temperature_and_accept_numpy():
+    heads = random_sphere(2, 3, rng=0)
+    x = np.random.default_rng(0).standard_normal((4, 3))
+    for fn in (head_weights, attention_heads):
+        out = fn(x, heads, 2.0)
+        assert isinstance(out, torch.Tensor)
+        torch.testing.assert_close(out, fn(torch.from_numpy(x), heads, 2.0))
+        assert isinstance(fn(x, heads.numpy(), 2.0), torch.Tensor)
+        for bad in (-1.0, 0.0, float("nan"), "hot", True):
+            with pytest.raises(ValueError, match="temperature"):
+                fn(x, heads, bad)

@@ -59,18 +59,20 @@ isotropic Gaussian mixture with variance ``1/lambda`` (``||x - mu_h||^2 = ||x||^
 
     lambda = 1 / s^2,   s^2 = (1/n) sum_h n_h s_h^2,
 
-where ``s_h^2`` is the within-cluster variance of the rows along the tangent direction at
-``mu_h`` pointing to its nearest head ``mu_g`` (``<x, mu_g - G_hg mu_h> / sqrt(1 -
-G_hg^2)``), pooled with the same quantity of cluster ``g`` at ``mu_g``: the spread across
-the boundary that the softmax has to resolve. Clusters are the hard labels after the
-initialization and hard spherical Lloyd steps to a stable partition (at most
-``_LLOYD_STEPS``). For isotropic noise ``sigma`` this is ``1/sigma^2`` (rows as given) or
-``(1 + d sigma^2) / sigma^2`` (rows normalized: the noise left is tangent), wherever the
-clusters sit on the sphere. An earlier rule used the variance of the projections on the
-heads themselves; on rows normalized into a small cap (wine, iris, breast cancer, whose
-rows point nearly the same way) those projections ``<x, mu_h> = 1 - ||x - mu_h||^2 / 2``
-vary only to second order and that rule gave ``lambda`` 10 to 100 times too large
-(``2e5`` on wine), with the slow convergence that comes with it.
+where ``s_h^2`` is the within-cluster variance of the rows along the tangent direction
+at ``mu_h`` pointing to its nearest head ``mu_g`` (``<x, mu_g - G_hg mu_h> / sqrt(1 -
+G_hg^2)``), pooled with the same quantity of cluster ``g`` at ``mu_g``: the spread
+across the boundary that the softmax has to resolve. Clusters are the hard labels after
+the initialization and hard spherical Lloyd steps to a stable partition (at most
+``_LLOYD_STEPS``); the fit then starts from these Lloyd heads, unless ``init`` gives the
+heads, which are then kept as the start. For isotropic noise ``sigma`` this is
+``1/sigma^2`` (rows as given) or ``(1 + d sigma^2) / sigma^2`` (rows normalized: the
+noise left is tangent), wherever the clusters sit on the sphere. An earlier rule used
+the variance of the projections on the heads themselves; on rows normalized into a small
+cap (wine, iris, breast cancer, whose rows point nearly the same way) those projections
+``<x, mu_h> = 1 - ||x - mu_h||^2 / 2`` vary only to second order and that rule gave
+``lambda`` 10 to 100 times too large (``2e5`` on wine), with the slow convergence that
+comes with it.
 
 Measured (ARI / matched centroid error, max over heads, against the true centroids or the
 normalized class means), rows normalized, ``random_state=0``; the sweep refits at
@@ -159,7 +161,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, Tran
 from sklearn.cluster import kmeans_plusplus
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import as_generator, check_temperature
+from ._validation import as_generator, check_int, check_nonnegative, check_temperature
 from .heads import softmax_heads
 
 __all__ = ["AttentionClustering", "IterationInfo", "FixedPointResult", "auto_temperature",
@@ -424,6 +426,44 @@ def _sum_array(a: np.ndarray, dp: _DataParallel) -> np.ndarray:
     return dp.reduce(torch.from_numpy(np.array(a, dtype=np.float64))).cpu().numpy()
 
 
+def _check_device(device) -> None:
+    """``ValueError`` naming ``device`` unless torch can allocate on it here."""
+    try:
+        torch.empty(0, device=torch.device(device))
+    except (RuntimeError, AssertionError, TypeError, ValueError) as exc:
+        raise ValueError(f"device {device!r} is not a usable torch device here "
+                         f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                         ) from exc
+
+
+def _normalize_rows(X: np.ndarray) -> np.ndarray:
+    """Rows divided by their norm; an all-zero row is an error naming it.
+
+    Rows are first divided by their largest absolute entry, so that no square overflows
+    (entries ~1e200) or underflows (~1e-200): the result is a unit vector for every
+    non-zero finite row.
+    """
+    big = np.abs(X).max(axis=1, initial=0.0)                 # (n,)
+    zero = np.flatnonzero(big == 0)
+    if zero.size:
+        raise ValueError(f"row {zero[0]} (0-based) of X is all zeros and has no direction; "
+                         "normalize='rows' needs non-zero rows")
+    Y = X / big[:, None]                                     # entries in [-1, 1], one is +-1
+    return Y / np.linalg.norm(Y, axis=1)[:, None]
+
+
+def _squared_norms(X: np.ndarray, how: str) -> np.ndarray:
+    """Squared row norms ``(n,)``; ``ValueError`` when one overflows float64."""
+    with np.errstate(over="ignore"):
+        sq = np.einsum("ij,ij->i", X, X)                     # (n,)
+    bad = np.flatnonzero(~np.isfinite(sq))
+    if bad.size:
+        raise ValueError(f"{how}: the squared norm of row {bad[0]} (0-based) of X overflows "
+                         f"float64 (largest entry {np.abs(X[bad[0]]).max():.3g}); rescale the "
+                         "data or use normalize='rows'")
+    return sq
+
+
 def _hard_lloyd(X, heads, n_steps: int, *, reduce=None):
     """Hard spherical Lloyd steps, at most ``n_steps``, stopping early once no label changes.
 
@@ -446,9 +486,11 @@ def auto_temperature(X: torch.Tensor, heads: torch.Tensor, *, reduce=None) -> fl
     """``1 / s^2`` with ``s^2`` the within-cluster variance across each head's nearest boundary.
 
     Clusters are the hard assignments ``z_i = argmax_h <x_i, mu_h>``. For cluster ``h``
-    with nearest other head ``g = argmax_{g != h} <mu_h, mu_g>``, ``s_h^2`` is the variance
-    of ``<x, u_hg>``, ``u_hg = (mu_h - mu_g) / ||mu_h - mu_g||``, pooled within clusters
-    ``h`` and ``g``; ``s^2`` is the mean of ``s_h^2`` weighted by cluster size. Only the
+    with nearest other head ``g = argmax_{g != h} <mu_h, mu_g>`` and ``G_hg = <mu_h,
+    mu_g>``, ``s_h^2`` is the variance of ``<x, u_hg>`` along the unit tangent at ``mu_h``
+    pointing to ``mu_g``, ``u_hg = (mu_g - G_hg mu_h) / sqrt(1 - G_hg^2)``, within cluster
+    ``h``, pooled (weighted by cluster size) with the same variance of cluster ``g`` along
+    ``u_gh``; ``s^2`` is the mean of ``s_h^2`` weighted by cluster size. Only the
     projections ``P = X mu^T`` are needed: the variance along ``u_hg`` follows from each
     cluster's ``K x K`` covariance of ``P``. ``s^2`` is floored at ``1e-6`` times the mean
     squared norm of the rows (so ``lambda`` stays finite on duplicated points); with one
@@ -517,7 +559,10 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
         Initial heads: k-means++ seeding (scikit-learn's; on a seeded sample of 100,000
         rows when there are more) normalized to unit norm, uniform random unit vectors,
-        or given heads (normalized).
+        or given heads (normalized). With ``temperature="auto"`` a seeding
+        (``"kmeans++"``, ``"sphere"``) is replaced by the hard Lloyd heads that estimate
+        ``lambda`` (a warm start); given heads are only used to estimate ``lambda`` that
+        way and the fit starts from them as given.
     normalize : {"rows", "center-scale"} or None, default="rows"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
         each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
@@ -606,9 +651,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     # -- input handling -------------------------------------------------------------------
     def _check_params(self, n_samples: int) -> None:
-        if isinstance(self.n_clusters, bool) or not isinstance(self.n_clusters, (int, np.integer)) \
-                or self.n_clusters < 1:
-            raise ValueError(f"n_clusters must be a positive integer, got {self.n_clusters!r}")
+        check_int(self.n_clusters, "n_clusters", 1)
         if n_samples < self.n_clusters:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
         if self.normalize not in _NORMALIZE:
@@ -617,18 +660,16 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if self.penalty not in _PENALTIES:
             raise ValueError(f"penalty must be None, 'repulsion' or 'balance', got "
                              f"{self.penalty!r}")
-        if not (np.isfinite(self.rho) and self.rho >= 0):
-            raise ValueError(f"rho must be a non-negative number, got {self.rho!r}")
+        check_nonnegative(self.rho, "rho")
         if self.solver not in ("fixed-point", "pgd"):
             raise ValueError(f"solver must be 'fixed-point' or 'pgd', got {self.solver!r}")
-        if not isinstance(self.max_iter, (int, np.integer)) or self.max_iter < 1:
-            raise ValueError(f"max_iter must be a positive integer, got {self.max_iter!r}")
-        if not (np.isfinite(self.tol) and self.tol >= 0):
-            raise ValueError(f"tol must be a non-negative number, got {self.tol!r}")
-        if self.batch_size is not None and (not isinstance(self.batch_size, (int, np.integer))
-                                            or self.batch_size < 1):
-            raise ValueError(f"batch_size must be None or a positive integer, got "
-                             f"{self.batch_size!r}")
+        check_int(self.max_iter, "max_iter", 1)
+        check_nonnegative(self.tol, "tol")
+        if self.batch_size is not None:
+            check_int(self.batch_size, "batch_size", 1)
+        if self.solver == "pgd":
+            check_nonnegative(self.step_size, "step_size")
+        _check_device(self.device)
         if not (self.temperature == "auto" if isinstance(self.temperature, str) else True):
             raise ValueError(f"temperature must be a positive number or 'auto', got "
                              f"{self.temperature!r}")
@@ -638,26 +679,31 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     def _preprocess(self, X: np.ndarray, *, fitting: bool, dp=None) -> np.ndarray:
         """Apply ``normalize`` to validated rows (float64 NumPy); ``dp``: data-parallel fit."""
         if self.normalize == "rows":
-            norms = np.linalg.norm(X, axis=1)
-            zero = np.flatnonzero(norms == 0)
-            if zero.size:
-                raise ValueError(f"row {zero[0]} (0-based) of X is all zeros and has no direction; "
-                                 "normalize='rows' needs non-zero rows")
-            return X / norms[:, None]
+            return _normalize_rows(X)
         if self.normalize == "center-scale":
-            if fitting and dp is None:
-                self.mean_ = X.mean(0)
-                scale = float(np.sqrt(np.mean(np.sum((X - self.mean_) ** 2, axis=1))))
-                self.scale_ = scale if scale > 0 else 1.0
-            elif fitting:  # column sums, then squared deviations, summed over ranks
-                self.mean_ = _sum_array(X.sum(0), dp) / dp.n_total
-                dev = float(_sum_array(np.sum((X - self.mean_) ** 2), dp))
-                scale = float(np.sqrt(dev / dp.n_total))
+            if fitting:
+                # mean, then RMS norm of the centred rows computed on rows divided by their
+                # largest entry (so that no square overflows), summed over ranks with dp
+                with np.errstate(over="ignore", invalid="ignore"):  # checked just below
+                    total = X.sum(0) if dp is None else _sum_array(X.sum(0), dp)
+                    n = X.shape[0] if dp is None else dp.n_total
+                    self.mean_ = total / n
+                    big = float(np.abs(X - self.mean_).max(initial=0.0))
+                if dp is not None:  # a unit common to all ranks, between max and R * max
+                    big = float(_sum_array(np.array([big]), dp)[0])
+                if not np.isfinite(big):
+                    raise ValueError("normalize='center-scale': the column sums or X - mean "
+                                     "overflow float64 (entries near 1e308); rescale the data")
+                unit = big if big > 0 else 1.0
+                dev = np.sum(((X - self.mean_) / unit) ** 2)
+                dev = float(dev if dp is None else _sum_array(dev, dp))
+                scale = unit * float(np.sqrt(dev / n))
                 self.scale_ = scale if scale > 0 else 1.0
             return (X - self.mean_) / self.scale_
+        sq = _squared_norms(X, "normalize=None")
         if fitting:
-            msq = (float(np.mean(np.sum(X**2, axis=1))) if dp is None else
-                   float(_sum_array(np.sum(X**2), dp)) / dp.n_total)
+            msq = (float(np.mean(sq)) if dp is None else
+                   float(_sum_array(np.sum(sq), dp)) / dp.n_total)
             if not 0.25 <= msq <= 4.0:
                 warnings.warn(
                     f"normalize=None but the rows' mean squared norm is {msq:.3g}, far from 1: "
@@ -731,9 +777,11 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         gen = as_generator(self.random_state)
         Xt = self._tensor(Xn)
         heads0 = self._initial_heads(Xt, Xn, gen, dp)
-        if self.temperature == "auto":
-            heads0, _ = _hard_lloyd(Xt, heads0, _LLOYD_STEPS, reduce=reduce)
-            lam = auto_temperature(Xt, heads0, reduce=reduce)
+        if isinstance(self.temperature, str):  # "auto", checked above
+            lloyd, _ = _hard_lloyd(Xt, heads0, _LLOYD_STEPS, reduce=reduce)
+            lam = auto_temperature(Xt, lloyd, reduce=reduce)
+            if isinstance(self.init, str):  # a seeding is warm-started; given heads are kept
+                heads0 = lloyd
         else:
             lam = check_temperature(self.temperature)
         temps = [lam * f for f in _ANNEAL_FACTORS] + [lam] if self.anneal else [lam]
@@ -781,25 +829,34 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         schedule += [temps[-1]] * int(self.max_iter)
         user = self._callback_fn()
 
-        def on_step(step: int, heads: torch.Tensor) -> None:
-            if user is not None:
-                user(IterationInfo(step + 1, float("nan"), schedule[min(step, n_anneal)],
+        def reporter(offset: int, temperature_of):
+            # pgd calls back with the number of updates of that call, ``step``, after the
+            # update made at temperature ``temperature_of(step - 1)``
+            if user is None:
+                return None
+
+            def on_step(step: int, heads: torch.Tensor) -> None:
+                user(IterationInfo(offset + step, float("nan"), temperature_of(step - 1),
                                    float("nan")))
+            return on_step
 
         common = dict(step_size=float(self.step_size), penalty=self.penalty,
-                      rho=float(self.rho), record_every=1, batch_size=self.batch_size, rng=gen,
-                      callback=on_step)
+                      rho=float(self.rho), record_every=1, batch_size=self.batch_size, rng=gen)
         losses: list[float] = []
         temp_curve: list[float] = []
         n_iter = 0
         if n_anneal:  # the annealing stages, without stopping rule
+            def anneal_at(t: int) -> float:
+                return schedule[min(t, n_anneal - 1)]
             res = pgd(Xt, heads0, temperature=temps[-1], n_steps=n_anneal, tol=0.0,
-                      temperature_schedule=lambda t: schedule[min(t, n_anneal - 1)], **common)
-            losses += [float(v) for v in res.history.risk]
-            temp_curve += [float(v) for v in res.history.temperature]
+                      temperature_schedule=anneal_at, callback=reporter(0, anneal_at), **common)
+            # record t is the heads before update t, at its temperature; the last record
+            # (after the last update) is the first record of the final phase, at lambda
+            losses += [float(v) for v in res.history.risk[:-1]]
+            temp_curve += [float(v) for v in res.history.temperature[:-1]]
             heads0, n_iter = res.heads, res.n_iter
         res = pgd(Xt, heads0, temperature=temps[-1], n_steps=int(self.max_iter),
-                  tol=float(self.tol), **common)
+                  tol=float(self.tol), callback=reporter(n_iter, lambda t: temps[-1]), **common)
         losses += [float(v) for v in res.history.risk]
         temp_curve += [float(v) for v in res.history.temperature]
         n_iter += res.n_iter
@@ -828,16 +885,18 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         """Fit and return ``labels_``."""
         return self.fit(X).labels_
 
+    def _outputs(self, Xn: np.ndarray) -> np.ndarray:
+        """``T_mu(x)`` of preprocessed rows, ``(n, d)``: what ``transform`` and ``score`` use."""
+        return (self._weights(Xn) @ self._tensor(self.cluster_centers_)).cpu().numpy()
+
     def transform(self, X) -> np.ndarray:
         """Layer outputs ``T_mu(x)`` of the preprocessed rows, shape (n_samples, n_features)."""
-        Xn = self._validated(X)
-        return (self._weights(Xn) @ self._tensor(self.cluster_centers_)).cpu().numpy()
+        return self._outputs(self._validated(X))
 
     def score(self, X, y=None) -> float:
         """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better)."""
         Xn = self._validated(X)
-        out = (self._weights(Xn) @ self._tensor(self.cluster_centers_)).cpu().numpy()
-        return -float(np.mean(np.sum((Xn - out) ** 2, axis=1)))
+        return -float(np.mean(np.sum((Xn - self._outputs(Xn)) ** 2, axis=1)))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -51,15 +51,28 @@ def softmax_heads(scores: torch.Tensor) -> torch.Tensor:
     return e / e.sum(dim=-1, keepdim=True)
 
 
+def _inputs(x, heads, temperature):
+    """Tensors ``x``, ``heads`` and the float ``lambda``; NumPy input follows the heads.
+
+    Cheap on the hot path: tensors pass through untouched, the temperature check is a
+    float comparison.
+    """
+    heads = as_tensor(heads, name="heads")
+    if not isinstance(x, torch.Tensor):
+        x = as_tensor(x, name="x", dtype=heads.dtype, device=heads.device)
+    return x, heads, check_temperature(temperature)
+
+
 def head_weights(x: torch.Tensor, heads: torch.Tensor, temperature: float) -> torch.Tensor:
     """Attention weights ``a_h(x) = softmax_h(lambda <x, mu_h>)``.
 
     Parameters
     ----------
-    x : Tensor of shape (..., d)
-    heads : Tensor of shape (K, d)
+    x : Tensor or array-like of shape (..., d)
+        Tokens; NumPy input is converted to a tensor of the heads' dtype.
+    heads : Tensor or array-like of shape (K, d)
     temperature : float
-        Inverse temperature ``lambda``.
+        Inverse temperature ``lambda > 0``.
 
     Returns
     -------
@@ -72,7 +85,8 @@ def head_weights(x: torch.Tensor, heads: torch.Tensor, temperature: float) -> to
     >>> head_weights(torch.tensor([1.0, 0.0]), heads, temperature=2.0)
     tensor([0.8808, 0.1192])
     """
-    return softmax_heads(temperature * (x @ heads.transpose(-1, -2)))
+    x, heads, lam = _inputs(x, heads, temperature)
+    return softmax_heads(lam * (x @ heads.transpose(-1, -2)))
 
 
 def attention_heads(x: torch.Tensor, heads: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -80,9 +94,11 @@ def attention_heads(x: torch.Tensor, heads: torch.Tensor, temperature: float) ->
 
     Parameters
     ----------
-    x : Tensor of shape (..., d)
-    heads : Tensor of shape (K, d)
+    x : Tensor or array-like of shape (..., d)
+        Tokens; NumPy input is converted to a tensor of the heads' dtype.
+    heads : Tensor or array-like of shape (K, d)
     temperature : float
+        Inverse temperature ``lambda > 0``.
 
     Returns
     -------
@@ -95,7 +111,8 @@ def attention_heads(x: torch.Tensor, heads: torch.Tensor, temperature: float) ->
     >>> attention_heads(torch.tensor([[0.0, 5.0]], dtype=torch.float64), heads, 1.0)
     tensor([[0., 0.]], dtype=torch.float64)
     """
-    return head_weights(x, heads, temperature) @ heads
+    x, heads, lam = _inputs(x, heads, temperature)
+    return softmax_heads(lam * (x @ heads.transpose(-1, -2))) @ heads
 
 
 class AttentionHeads(nn.Module):
@@ -128,12 +145,28 @@ class AttentionHeads(nn.Module):
         self.heads = nn.Parameter(normalize(heads.detach().clone()))
         self.temperature = check_temperature(temperature)
 
+    def _heads_like(self, x) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` as a tensor and the heads cast to its dtype (a differentiable cast)."""
+        if not isinstance(x, torch.Tensor):
+            x = as_tensor(x, name="x", dtype=self.heads.dtype, device=self.heads.device)
+        return x, self.heads.to(dtype=x.dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return attention_heads(x, self.heads, self.temperature)
+        x, heads = self._heads_like(x)
+        return attention_heads(x, heads, self.temperature)
 
     def weights(self, x: torch.Tensor) -> torch.Tensor:
-        """Attention weights of ``x`` on each head, shape ``(..., K)``."""
-        return head_weights(x, self.heads, self.temperature)
+        """Attention weights of ``x`` on each head, shape ``(..., K)``.
+
+        Examples
+        --------
+        >>> import torch
+        >>> layer = AttentionHeads([[1.0, 0.0], [0.0, 1.0]], temperature=2.0)
+        >>> layer.weights(torch.tensor([[1.0, 0.0]])).detach()
+        tensor([[0.8808, 0.1192]])
+        """
+        x, heads = self._heads_like(x)
+        return head_weights(x, heads, self.temperature)
 
     def extra_repr(self) -> str:
         k, d = self.heads.shape

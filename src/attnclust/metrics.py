@@ -120,6 +120,18 @@ def centroid_distance(heads, centroids) -> CentroidDistance:
 def distortion(X, outputs) -> float:
     """Quantization distortion ``mean_i ||X_i - T(X_i)||^2`` over tokens.
 
+    Parameters
+    ----------
+    X : array-like or Tensor of shape (..., d)
+        Tokens (any leading shape, e.g. ``(n, d)`` or prompts ``(B, L, d)``).
+    outputs : array-like or Tensor of the same shape
+        The layer's outputs ``T(X)``.
+
+    Returns
+    -------
+    float
+        The mean over all tokens of the squared Euclidean error.
+
     Examples
     --------
     >>> distortion([[1.0, 0.0]], [[0.0, 0.0]])
@@ -151,6 +163,11 @@ def assignment_error(heads, X, labels, *, temperature: float, mixture=None) -> A
     X_t = as_tensor(X, name="X")
     heads_t = as_tensor(heads, name="heads", dtype=X_t.dtype)
     labels = np.asarray(labels)
+    if labels.ndim != 1 or labels.size == 0 or labels.size != X_t.shape[0] or \
+            not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
+        shown = labels if labels.size <= 10 else f"shape {labels.shape}, dtype {labels.dtype}"
+        raise ValueError(f"labels must be a non-empty 1-D array of non-negative integers, one "
+                         f"per row of X ({X_t.shape[0] if X_t.ndim else 0}), got {shown!r}")
     pred = head_weights(X_t, heads_t, temperature).argmax(-1).cpu().numpy()
     k = max(int(labels.max()) + 1, heads_t.shape[0])
     confusion = np.zeros((k, k))
@@ -164,5 +181,13 @@ def assignment_error(heads, X, labels, *, temperature: float, mixture=None) -> A
 
 
 def adjusted_rand_index(labels_true, labels_pred) -> float:
-    """Adjusted Rand index (scikit-learn's), invariant to relabelling."""
+    """Adjusted Rand index (scikit-learn's), invariant to relabelling.
+
+    Examples
+    --------
+    >>> adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0])
+    1.0
+    >>> adjusted_rand_index([0, 0, 1, 1], [0, 1, 0, 1])
+    -0.5
+    """
     return float(adjusted_rand_score(labels_true, labels_pred))

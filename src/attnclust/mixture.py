@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import as_generator
+from ._validation import as_generator, check_int, check_nonnegative
 
 __all__ = ["GaussianMixture"]
 
@@ -69,9 +69,7 @@ class GaussianMixture:
         norms = np.linalg.norm(centroids, axis=1)
         if np.any(np.abs(norms - 1.0) > _UNIT_TOL):
             raise ValueError(f"centroids must have unit norm, got norms {np.round(norms, 6)}")
-        sigma = float(self.sigma)
-        if not np.isfinite(sigma) or sigma < 0:
-            raise ValueError(f"sigma must be a finite number >= 0, got {self.sigma!r}")
+        sigma = check_nonnegative(self.sigma, "sigma")
         k = centroids.shape[0]
         if self.weights is None:
             weights = np.full(k, 1.0 / k)
@@ -103,7 +101,7 @@ class GaussianMixture:
         array([[ 0.,  0.,  1.],
                [-1.,  0.,  0.]])
         """
-        d, k = _check_int(d, "d", 1), _check_int(k, "k", 1)
+        d, k = check_int(d, "d", 1), check_int(k, "k", 1)
         if k > d:
             raise ValueError(f"orthogonal needs k <= d, got k={k}, d={d}")
         centroids = np.zeros((k, d))
@@ -122,7 +120,7 @@ class GaussianMixture:
         array([[ 1.,  0.],
                [-1.,  0.]])
         """
-        d = _check_int(d, "d", 1)
+        d = check_int(d, "d", 1)
         centroids = np.zeros((2, d))
         centroids[0, 0], centroids[1, 0] = 1.0, -1.0
         return cls(centroids, sigma=sigma)
@@ -150,7 +148,7 @@ class GaussianMixture:
         >>> bool(np.all(mix.centroids @ mix.centroids.T - np.eye(3) <= np.cos(np.pi / 4)))
         True
         """
-        d, k = _check_int(d, "d", 1), _check_int(k, "k", 1)
+        d, k = check_int(d, "d", 1), check_int(k, "k", 1)
         if not 0.0 <= min_angle <= np.pi:
             raise ValueError(f"min_angle must be in [0, pi], got {min_angle}")
         gen = as_generator(rng)
@@ -185,7 +183,14 @@ class GaussianMixture:
         return self.sigma == 0.0
 
     def with_sigma(self, sigma: float) -> GaussianMixture:
-        """The same centroids and weights with another noise level."""
+        """The same centroids and weights with another noise level.
+
+        Examples
+        --------
+        >>> mix = GaussianMixture.antipodal(d=2, sigma=0.5).with_sigma(0.1)
+        >>> mix.sigma, mix.centroids[0]
+        (0.1, array([1., 0.]))
+        """
         return GaussianMixture(self.centroids, sigma=sigma, weights=self.weights)
 
     # -- sampling ------------------------------------------------------------------
@@ -213,7 +218,7 @@ class GaussianMixture:
         >>> bool((X == mix.centroids[z]).all())
         True
         """
-        n = _check_int(n, "n", 0)
+        n = check_int(n, "n", 0)
         gen = as_generator(rng)
         labels = gen.choice(self.k, size=n, p=self.weights)
         X = self.centroids[labels] + self.sigma * gen.standard_normal((n, self.d))
@@ -227,7 +232,7 @@ class GaussianMixture:
         >>> GaussianMixture.antipodal(d=4, sigma=0.1).sample_prompts(2, 5, rng=0).shape
         (2, 5, 4)
         """
-        n_prompts, length = _check_int(n_prompts, "n_prompts", 0), _check_int(length, "length", 0)
+        n_prompts, length = check_int(n_prompts, "n_prompts", 0), check_int(length, "length", 0)
         X, labels = self.sample(n_prompts * length, rng, return_labels=True)
         X = X.reshape(n_prompts, length, self.d)  # (B, L, d)
         labels = labels.reshape(n_prompts, length)
@@ -239,7 +244,8 @@ class GaussianMixture:
 
         With unit centroids and isotropic noise,
         ``log P(Z=k|x) = log pi_k + <x, mu*_k> / sigma^2 + const``. For the Dirac
-        mixture the posterior is one-hot on the nearest centroid.
+        mixture (its limit ``sigma -> 0``) the posterior is one-hot on the nearest
+        centroid among the clusters of positive weight, ties going to the higher weight.
 
         Examples
         --------
@@ -251,27 +257,41 @@ class GaussianMixture:
         if X.ndim != 2 or X.shape[1] != self.d:
             raise ValueError(f"X must have shape (n, {self.d}), got {X.shape}")
         scores = X @ self.centroids.T  # (n, k)
-        if self.is_dirac:
-            post = np.zeros_like(scores)
-            post[np.arange(len(X)), np.argmax(scores, axis=1)] = 1.0
-            return post
         with np.errstate(divide="ignore"):
-            logits = np.log(self.weights) + scores / self.sigma**2
+            log_w = np.log(self.weights)  # -inf for an empty cluster
+        if self.is_dirac:
+            # nearest = largest <x, mu*_k> (unit centroids); a zero weight never wins
+            scores = np.where(self.weights > 0, scores, -np.inf)
+            tied = scores == scores.max(axis=1, keepdims=True)  # (n, k)
+            best = np.argmax(np.where(tied, self.weights, -1.0), axis=1)
+            post = np.zeros_like(scores)
+            post[np.arange(len(X)), best] = 1.0
+            return post
+        logits = log_w + scores / self.sigma**2
         logits -= logits.max(axis=1, keepdims=True)
         post = np.exp(logits)
         return post / post.sum(axis=1, keepdims=True)
 
     def predict(self, X) -> np.ndarray:
-        """Bayes-optimal cluster of each token (maximum posterior)."""
+        """Bayes-optimal cluster of each token (maximum posterior).
+
+        Examples
+        --------
+        >>> mix = GaussianMixture.antipodal(d=2, sigma=0.5)
+        >>> mix.predict([[0.3, 0.1], [-2.0, 1.0]])
+        array([0, 1])
+        """
         return np.argmax(self.posterior(X), axis=1)
 
     def bayes_error(self, n_samples: int = 200_000, rng=0) -> float:
-        """Monte Carlo estimate of the Bayes classification error of the mixture."""
+        """Monte Carlo estimate of the Bayes classification error of the mixture.
+
+        Examples
+        --------
+        >>> mix = GaussianMixture.antipodal(d=2, sigma=0.5)
+        >>> err = mix.bayes_error(n_samples=20_000)  # exact: Phi(-1 / 0.5) = 0.0228
+        >>> abs(err - 0.0228) < 0.005
+        True
+        """
         X, z = self.sample(n_samples, rng, return_labels=True)
         return float(np.mean(self.predict(X) != z))
-
-
-def _check_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)

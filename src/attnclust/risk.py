@@ -55,7 +55,8 @@ finest differences are at the level of the reference rule itself);
 samples in ``d`` dimensions agrees within 4 standard errors (also tested).
 
 **QMC rule** (any ``K``). ``P = mu mu*_k + sigma C z`` with ``C`` the Cholesky factor of
-``G`` (for a singular ``G``: ``mu Q``, ``Q`` an orthonormal basis of the heads' span)
+``G`` (for a singular ``G``: ``mu Q``, ``Q`` an orthonormal basis of the heads' span,
+padded with zero columns to ``(K, K)`` when ``K > d``)
 and ``z`` scrambled Sobol points mapped to normals; the same
 points are reused for the same ``rng`` (common random numbers across PGD
 iterations); the standard error comes from 4 independent scrambles.
@@ -84,7 +85,7 @@ import numpy as np
 import torch
 from scipy.special import expit
 
-from ._validation import as_generator, as_tensor, check_finite, check_temperature
+from ._validation import as_generator, as_tensor, check_finite, check_int, check_temperature
 from .heads import head_weights, softmax_heads
 from .mixture import GaussianMixture
 
@@ -385,9 +386,7 @@ def _qmc_setup(heads, mix: GaussianMixture, n_samples: int, rng):
     ``z`` is the cached ``(S, n/S, K)`` tensor of common random numbers; ``C`` is
     ``None`` for the Dirac mixture.
     """
-    if isinstance(n_samples, bool) or not isinstance(n_samples, (int, np.integer)) or \
-            n_samples < _N_SCRAMBLES:
-        raise ValueError(f"n_samples must be an integer >= {_N_SCRAMBLES}, got {n_samples!r}")
+    n_samples = check_int(n_samples, "n_samples", _N_SCRAMBLES)
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         seed = int(rng)
     else:
@@ -401,8 +400,11 @@ def _qmc_setup(heads, mix: GaussianMixture, n_samples: int, rng):
     # basis of their span (same law, same expected gradient)
     factor, info = torch.linalg.cholesky_ex(heads @ heads.T)
     if int(info) != 0 or float(torch.diagonal(factor).detach().min()) < 1e-6:
-        Q = np.linalg.qr(heads.detach().cpu().double().numpy().T)[0]  # (d, K)
-        factor = heads @ _const(Q, heads)  # (K, K)
+        K, d = heads.shape
+        Q = np.linalg.qr(heads.detach().cpu().double().numpy().T)[0]  # (d, min(K, d))
+        factor = heads @ _const(Q, heads)  # (K, min(K, d)), factor factor^T = G
+        if factor.shape[1] < K:  # K > d: zero columns make it (K, K), same product
+            factor = torch.cat([factor, factor.new_zeros(K, K - factor.shape[1])], dim=1)
     return mean, factor, z
 
 
@@ -512,8 +514,21 @@ def qmc_risk(
 def empirical_risk(heads, X, temperature: float, *, batch_size: int | None = None):
     """Empirical risk ``mean_i || x_i - T_mu(x_i) ||^2`` over the rows of ``X``.
 
-    With ``batch_size`` the mean is accumulated over mini-batches (same value, less
-    memory); the result is differentiable w.r.t. ``heads``.
+    Parameters
+    ----------
+    heads : Tensor or array-like of shape (K, d)
+        Heads ``mu``; may require grad (the result is differentiable w.r.t. them).
+    X : Tensor or array-like of shape (n, d)
+        Tokens, ``n >= 1``, finite; cast to the heads' dtype.
+    temperature : float
+        Inverse temperature ``lambda > 0``.
+    batch_size : int, optional
+        Rows per mini-batch of the accumulation (same value, less memory).
+
+    Returns
+    -------
+    Tensor
+        0-dim tensor.
 
     Examples
     --------
@@ -530,7 +545,7 @@ def empirical_risk(heads, X, temperature: float, *, batch_size: int | None = Non
     X_t = X_t.to(heads.dtype)
     lam = check_temperature(temperature)
     n = X_t.shape[0]
-    step = n if batch_size is None else _check_batch(batch_size)
+    step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
     total = heads.new_zeros(())
     for start in range(0, n, step):
         xb = X_t[start:start + step]  # (b, d)
@@ -538,15 +553,18 @@ def empirical_risk(heads, X, temperature: float, *, batch_size: int | None = Non
     return total / n
 
 
-def _check_batch(batch_size) -> int:
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or \
-            batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    return int(batch_size)
-
-
 def repulsion(heads) -> torch.Tensor:
     """Repulsion penalty ``sum_{h < h'} <mu_h, mu_h'>^2``.
+
+    Parameters
+    ----------
+    heads : Tensor or array-like of shape (K, d)
+        Heads ``mu``; may require grad.
+
+    Returns
+    -------
+    Tensor
+        0-dim tensor, zero exactly when the heads are pairwise orthogonal.
 
     Examples
     --------
@@ -576,6 +594,28 @@ def balance(
     ``K <= 3``, QMC with common random numbers otherwise, or as ``method`` says) or
     the mean over the rows of a data array ``(n, d)``. ``target`` defaults to the
     uniform proportions ``1 / K``.
+
+    Parameters
+    ----------
+    heads : Tensor or array-like of shape (K, d)
+        Heads ``mu``; may require grad (the result is differentiable w.r.t. them).
+    data : GaussianMixture or array-like of shape (n, d)
+        Where the expectation of the attention weights is taken.
+    temperature : float
+        Inverse temperature ``lambda > 0``.
+    target : array-like of shape (K,), optional
+        Target proportions ``pi``; uniform ``1 / K`` when omitted.
+    method : {"auto", "exact", "qmc"}, default="auto"
+        For a mixture, as in :func:`population_risk`.
+    n_samples, rng :
+        QMC sample size and seed (mixture with ``method="qmc"``).
+    batch_size : int, optional
+        Rows per mini-batch for a data array (same value, less memory).
+
+    Returns
+    -------
+    Tensor
+        0-dim tensor.
 
     Examples
     --------
@@ -614,7 +654,7 @@ def balance(
         heads = _check_heads(heads, X_t.shape[1])
         X_t = X_t.to(heads.dtype)
         n = X_t.shape[0]
-        step = n if batch_size is None else _check_batch(batch_size)
+        step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
         mean_a = sum(head_weights(X_t[s:s + step], heads, lam).sum(0)
                      for s in range(0, n, step)) / n
     K = heads.shape[0]

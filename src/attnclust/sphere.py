@@ -28,7 +28,8 @@ __all__ = ["normalize", "tangent", "riemannian_gradient", "retract", "random_sph
 def normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
     """Project each row of ``x`` onto the unit sphere: ``x / ||x||``.
 
-    Raises ``ValueError`` for a zero row, which has no direction, unless ``eps > 0``.
+    Raises ``ValueError`` naming the first zero row (it has no direction), unless
+    ``eps > 0``.
 
     Examples
     --------
@@ -37,8 +38,13 @@ def normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
     tensor([[0.6000, 0.8000]])
     """
     norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
-    if eps == 0.0 and not x.requires_grad and bool((norm == 0).any()):
-        raise ValueError("cannot normalize a zero vector (it has no direction)")
+    if eps == 0.0 and not x.requires_grad:
+        zero = norm[..., 0] == 0
+        if bool(zero.any()):
+            index = tuple(int(i) for i in torch.nonzero(zero)[0])
+            where = f"row {index[0] if len(index) == 1 else index} is" if index else "x is"
+            raise ValueError(f"cannot normalize a zero vector ({where} zero and has no "
+                             "direction)")
     return x / norm.clamp_min(eps) if eps > 0 else x / norm
 
 
@@ -55,12 +61,27 @@ def tangent(mu: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 def riemannian_gradient(mu: torch.Tensor, euclidean_grad: torch.Tensor) -> torch.Tensor:
-    """Riemannian gradient on the product of spheres: the tangent part of the Euclidean one."""
+    """Riemannian gradient on the product of spheres: the tangent part of the Euclidean one.
+
+    Examples
+    --------
+    >>> import torch
+    >>> mu = torch.tensor([[0.0, 1.0]])
+    >>> riemannian_gradient(mu, torch.tensor([[2.0, 5.0]]))  # the radial 5 is dropped
+    tensor([[2., 0.]])
+    """
     return tangent(mu, euclidean_grad)
 
 
 def retract(mu: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
-    """Move from ``mu`` by ``step`` and project back: ``normalize(mu + step)``."""
+    """Move from ``mu`` by ``step`` and project back: ``normalize(mu + step)``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> retract(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]))
+    tensor([[0.7071, 0.7071]])
+    """
     return normalize(mu + step)
 
 
