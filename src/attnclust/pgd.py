@@ -93,7 +93,7 @@ import numpy as np
 import torch
 
 from . import risk as _risk
-from ._validation import as_generator, as_tensor, check_finite, check_temperature
+from ._validation import as_generator, as_tensor, check_finite, check_int, check_temperature
 from .heads import head_weights
 from .metrics import centroid_distance
 from .mixture import GaussianMixture
@@ -160,9 +160,7 @@ def init_on_manifold(mix: GaussianMixture, rng=None, *, n_heads: int | None = No
     (torch.Size([2, 10]), 0.0)
     """
     _risk._check_mixture(mix)
-    n_heads = mix.k if n_heads is None else n_heads
-    if isinstance(n_heads, bool) or not isinstance(n_heads, (int, np.integer)) or n_heads < 1:
-        raise ValueError(f"n_heads must be a positive integer, got {n_heads!r}")
+    n_heads = check_int(mix.k if n_heads is None else n_heads, "n_heads", 1)
     _, sv, vt = np.linalg.svd(mix.centroids, full_matrices=False)
     basis = vt[sv > 1e-10 * sv[0]]  # (r, d) orthonormal rows
     coef = as_generator(rng).standard_normal((int(n_heads), basis.shape[0]))
@@ -180,10 +178,7 @@ def init_on_sphere(k: int, d: int, rng=None) -> torch.Tensor:
     >>> init_on_sphere(3, 5, rng=0).shape
     torch.Size([3, 5])
     """
-    for name, v in (("k", k), ("d", d)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    return random_sphere(int(k), int(d), rng)
+    return random_sphere(check_int(k, "k", 1), check_int(d, "d", 1), rng)
 
 
 # --------------------------------------------------------------------------------------
@@ -220,12 +215,6 @@ def _temperature_schedule(schedule, lam: float, n_steps: int):
 # --------------------------------------------------------------------------------------
 # PGD
 # --------------------------------------------------------------------------------------
-def _check_positive_int(value, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
-
-
 def pgd(
     objective,
     heads0,
@@ -334,7 +323,7 @@ def pgd(
         n_total = int(reduce(torch.tensor([float(X.shape[0])], dtype=torch.float64)).item())
     share = 1.0 if X is None else X.shape[0] / n_total
     if batch_size is not None:
-        batch_size = min(_check_positive_int(batch_size, "batch_size", 1), n_total)
+        batch_size = min(check_int(batch_size, "batch_size", 1), n_total)
         # each shard draws its proportional part of the global batch (stratified sampling)
         batch_size = min(X.shape[0], max(1, round(batch_size * share)))
     heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
@@ -355,8 +344,8 @@ def pgd(
     step_size = float(step_size)
     if not np.isfinite(step_size) or step_size <= 0:
         raise ValueError(f"step_size must be a positive finite number, got {step_size!r}")
-    n_steps = _check_positive_int(n_steps, "n_steps", 0)
-    record_every = _check_positive_int(record_every, "record_every", 1)
+    n_steps = check_int(n_steps, "n_steps", 0)
+    record_every = check_int(record_every, "record_every", 1)
     if not (callable(penalty) or penalty in _PENALTIES):
         raise ValueError(f"penalty must be one of {_PENALTIES} or a callable, got {penalty!r}")
     rho = float(rho)
