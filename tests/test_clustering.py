@@ -117,7 +117,8 @@ def test_pass_gradient_matches_autograd(penalty):
     torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(p.counts, torch.softmax(lam * X @ heads.T, 1).mean(0))
     if penalty is None:
-        assert float(p.loss) == pytest.approx(float(ac.empirical_risk(heads, X, lam)), rel=1e-12)
+        assert float(p.loss) == pytest.approx(
+            float(ac.empirical_risk(heads, X, temperature=lam)), rel=1e-12)
 
 
 def test_step_is_spherical_lloyd_when_attention_is_hard():
@@ -180,7 +181,7 @@ def test_pgd_callback_and_loss_curve_count_steps_once():
     assert len(est.loss_curve_) == len(est.temperature_curve_) == est.n_iter_ + 1
     np.testing.assert_allclose(est.temperature_curve_, expected + [lam], rtol=1e-15)
     assert est.loss_curve_[-1] == pytest.approx(
-        float(ac.empirical_risk(est.cluster_centers_, X, lam)), rel=1e-10)
+        float(ac.empirical_risk(est.cluster_centers_, X, temperature=lam)), rel=1e-10)
 
 
 # -- temperature ----------------------------------------------------------------------------
@@ -192,12 +193,13 @@ def test_auto_temperature_keeps_a_given_init():
     est = AttentionClustering(3, init=init, normalize=None, anneal=False).fit(X)
     # the fit starts from the given heads, not from the Lloyd warm start ...
     assert est.loss_curve_[0] == pytest.approx(
-        float(ac.empirical_risk(unit, X, est.temperature_)), rel=1e-12)
+        float(ac.empirical_risk(unit, X, temperature=est.temperature_)), rel=1e-12)
     # ... which is only used to estimate lambda, as for a seeding
     Xt = torch.as_tensor(X)
     lloyd, _ = _hard_lloyd(Xt, torch.as_tensor(unit), 20)
     assert est.temperature_ == pytest.approx(auto_temperature(Xt, lloyd), rel=1e-12)
-    assert abs(est.loss_curve_[0] - float(ac.empirical_risk(lloyd, X, est.temperature_))) > 1e-3
+    lloyd_risk = float(ac.empirical_risk(lloyd, X, temperature=est.temperature_))
+    assert abs(est.loss_curve_[0] - lloyd_risk) > 1e-3
     assert ac.centroid_distance(est.cluster_centers_, mix.centroids).max < 0.05
 
 
@@ -277,7 +279,7 @@ def test_real_data_properties(loader):
     out = est.transform(X)
     assert est.score(X) == pytest.approx(-np.mean(np.sum((X - out) ** 2, axis=1)))
     assert est.score(X) == pytest.approx(
-        -float(ac.empirical_risk(est.cluster_centers_, X, est.temperature_)), rel=1e-10)
+        -float(ac.empirical_risk(est.cluster_centers_, X, temperature=est.temperature_)), rel=1e-10)
     # predict on raw (unnormalized) rows equals predict on normalized rows
     np.testing.assert_array_equal(est.predict(data.data), est.labels_)
 

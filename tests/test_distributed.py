@@ -241,10 +241,10 @@ def test_pgd_simulated_minibatch_is_stratified(data, monkeypatch):
     torch.testing.assert_close(whole[0].heads, full.heads, rtol=0, atol=1e-10)
     drawn, real = [], risk_module.empirical_risk
 
-    def spy(heads, xb, lam, **kw):            # the steps' calls: no batch_size keyword
+    def spy(heads, xb, *, temperature, **kw):  # the steps' calls: no batch_size keyword
         if not kw:
             drawn.append(xb.shape[0])
-        return real(heads, xb, lam, **kw)
+        return real(heads, xb, temperature=temperature, **kw)
     monkeypatch.setattr(risk_module, "empirical_risk", spy)
     sgd, _ = _pgd_simulated(X, UNEQUAL, heads0, batch_size=300, seed=1, **kwargs)
     # each shard draws its share round(300 n_r / n) of the global batch of 300 rows
@@ -254,7 +254,7 @@ def test_pgd_simulated_minibatch_is_stratified(data, monkeypatch):
         np.testing.assert_array_equal(res.history.risk, sgd[0].history.risk)
     # the recorded risk is the global full-data risk at the recorded heads
     assert sgd[0].history.risk[-1] == pytest.approx(
-        float(real(sgd[0].heads, X, 5.0)), rel=1e-12)
+        float(real(sgd[0].heads, X, temperature=5.0)), rel=1e-12)
     assert not torch.equal(sgd[0].heads, full.heads)          # a stochastic path
     assert ac.centroid_distance(sgd[0].heads, full.heads).max < 0.2
 
@@ -295,7 +295,7 @@ def test_pgd_two_processes_match_one_process(data, tmp_path):
     np.testing.assert_allclose(r0["full"], one.heads.numpy(), atol=1e-10, rtol=0)
     np.testing.assert_allclose(r0["full_risk"], one.history.risk, rtol=1e-12)
     assert r0["sgd_risk"][-1] == pytest.approx(
-        float(ac.empirical_risk(torch.from_numpy(r0["sgd"]), X, 5.0)), rel=1e-12)
+        float(ac.empirical_risk(torch.from_numpy(r0["sgd"]), X, temperature=5.0)), rel=1e-12)
     assert r0["sgd_risk"][-1] < r0["sgd_risk"][0]
 
 
@@ -400,15 +400,16 @@ def test_risk_and_layers_on_device(device):
     val = ac.population_risk(heads.to(device), mix, temperature=2.0)
     assert val.device.type == device and float(val) == pytest.approx(float(ref), rel=1e-10)
     X = torch.as_tensor(mix.sample(300, rng=0))
-    emp = ac.empirical_risk(heads.to(device), X.to(device), 2.0)
-    assert float(emp) == pytest.approx(float(ac.empirical_risk(heads, X, 2.0)), rel=1e-12)
+    emp = ac.empirical_risk(heads.to(device), X.to(device), temperature=2.0)
+    assert float(emp) == pytest.approx(
+        float(ac.empirical_risk(heads, X, temperature=2.0)), rel=1e-12)
     Y = ac.identity_attention(X.to(device), 1.5)
     assert Y.device.type == device
     torch.testing.assert_close(Y.cpu(), ac.identity_attention(X, 1.5))
     layer = ac.AttentionHeads(heads, temperature=2.0).to(device)
     out = layer(X.to(device))
     assert out.device.type == device
-    torch.testing.assert_close(out.detach().cpu(), ac.attention_heads(X, heads, 2.0))
+    torch.testing.assert_close(out.detach().cpu(), ac.attention_heads(X, heads, temperature=2.0))
 
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])

@@ -152,7 +152,7 @@ def test_many_heads_use_qmc():
     res = ac.pgd(mix, ac.init_on_manifold(mix, rng=0), temperature=10.0, step_size=0.5,
                  n_steps=40, n_samples=2**11, rng=0, record_every=20)
     assert np.all(np.diff(res.history.risk) < 0)
-    same_points = ac.population_risk(res.heads, mix, 10.0, n_samples=2**11, rng=0)
+    same_points = ac.population_risk(res.heads, mix, temperature=10.0, n_samples=2**11, rng=0)
     assert float(same_points) == pytest.approx(res.history.risk[-1], rel=1e-12)
 
 

@@ -244,8 +244,8 @@ def test_limit_matches_gaussian_tilting_by_monte_carlo():
     for x in queries:
         w = np.exp(1.3 * tokens @ x)
         mc = (w @ tokens) / w.sum()
-        np.testing.assert_allclose(infinite_prompt_limit(x, mix, 1.3), mc, atol=1e-2)
-    batch = infinite_prompt_limit(torch.as_tensor(queries), mix, 1.3)
+        np.testing.assert_allclose(infinite_prompt_limit(x, mix, temperature=1.3), mc, atol=1e-2)
+    batch = infinite_prompt_limit(torch.as_tensor(queries), mix, temperature=1.3)
     assert isinstance(batch, torch.Tensor) and batch.shape == (2, 3)
 
 
@@ -253,7 +253,7 @@ def test_limit_of_the_dirac_mixture_is_the_posterior_mean():
     mix = ac.GaussianMixture.antipodal(d=2, sigma=0.0)
     x = np.array([0.3, 0.0])
     expected = np.tanh(0.3 * 2.0) * np.array([1.0, 0.0])  # softmax of +-0.6 on +-e_1
-    np.testing.assert_allclose(infinite_prompt_limit(x, mix, 2.0), expected, atol=1e-15)
+    np.testing.assert_allclose(infinite_prompt_limit(x, mix, temperature=2.0), expected, atol=1e-15)
 
 
 def test_finite_prompts_converge_to_the_limit_like_one_over_sqrt_l(mix):
@@ -267,7 +267,7 @@ def test_finite_prompts_converge_to_the_limit_like_one_over_sqrt_l(mix):
     errors = []
     for L, B in zip(lengths, batches, strict=True):
         X = mix.sample_prompts(B, L, rng=L)
-        errors.append(limit_distance(X, identity_attention(X, LAM), mix, LAM).mean)
+        errors.append(limit_distance(X, identity_attention(X, LAM), mix, temperature=LAM).mean)
     errors = np.array(errors)
     assert np.all(np.diff(errors) < 0), errors
     slope = np.polyfit(np.log(lengths), np.log(errors), 1)[0]
@@ -286,7 +286,7 @@ def test_outputs_of_one_cluster_are_squeezed(mix):
     assert res.ratio < 0.05, res
     assert np.all(res.per_cluster < 0.05)
     np.testing.assert_allclose(res.input_spread, 10 * SIGMA**2, rtol=0.1)
-    limit = spread_ratio(X, infinite_prompt_limit(X, mix, LAM), z)
+    limit = spread_ratio(X, infinite_prompt_limit(X, mix, temperature=LAM), z)
     assert abs(res.ratio - limit.ratio) < 0.25 * limit.ratio, (res.ratio, limit.ratio)
 
 
@@ -325,7 +325,7 @@ def test_repeated_steps_collapse_or_keep_metastable_clusters(lam, expected):
 
 def test_limit_distance_is_zero_on_the_limit_itself(mix):
     X = mix.sample(50, rng=9)
-    res = limit_distance(X, infinite_prompt_limit(X, mix, LAM), mix, LAM)
+    res = limit_distance(X, infinite_prompt_limit(X, mix, temperature=LAM), mix, temperature=LAM)
     assert res.max == pytest.approx(0.0, abs=1e-15) and res.rms <= res.max
 
 
@@ -356,11 +356,11 @@ def test_bad_input_names_the_problem(X, kwargs, match):
 
 def test_metric_inputs_are_checked(mix):
     with pytest.raises(ValueError, match="NaN"):
-        limit_distance([[np.nan] * 10], [[0.0] * 10], mix, LAM)
+        limit_distance([[np.nan] * 10], [[0.0] * 10], mix, temperature=LAM)
     with pytest.raises(ValueError, match="shape"):
-        infinite_prompt_limit(np.ones(3), mix, LAM)
+        infinite_prompt_limit(np.ones(3), mix, temperature=LAM)
     with pytest.raises(ValueError, match="temperature"):
-        infinite_prompt_limit(np.ones(10), mix, 0.0)
+        infinite_prompt_limit(np.ones(10), mix, temperature=0.0)
     with pytest.raises(ValueError, match="same tokens"):
         spread_ratio(np.ones((3, 2)), np.ones((3, 2)), [0, 1])
     with pytest.raises(ValueError, match="tol"):

@@ -82,7 +82,7 @@ def test_head_layer_matches_explicit_sum_and_is_in_convex_hull():
     heads = random_sphere(3, 4, rng=2)
     x = torch.as_tensor(rng.standard_normal((2, 5, 4)))  # (B, L, d)
     lam = 2.5
-    out = attention_heads(x, heads, lam)
+    out = attention_heads(x, heads, temperature=lam)
     assert out.shape == (2, 5, 4)
     for b in range(2):
         for i in range(5):
@@ -91,7 +91,7 @@ def test_head_layer_matches_explicit_sum_and_is_in_convex_hull():
             w = w / w.sum()
             ref = sum(w[h] * heads[h] for h in range(3))
             assert torch.allclose(out[b, i], ref, atol=1e-14)
-    a = head_weights(x, heads, lam)
+    a = head_weights(x, heads, temperature=lam)
     assert torch.allclose(a.sum(-1), torch.ones(2, 5, dtype=a.dtype))
     assert bool((out.norm(dim=-1) <= 1 + 1e-12).all())  # convex hull of unit vectors
 
@@ -100,8 +100,8 @@ def test_module_matches_function():
     heads = random_sphere(2, 3, rng=0)
     layer = AttentionHeads(heads, temperature=4.0)
     x = torch.randn(7, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    assert torch.allclose(layer(x), attention_heads(x, heads, 4.0))
-    assert torch.allclose(layer.weights(x), head_weights(x, heads, 4.0))
+    assert torch.allclose(layer(x), attention_heads(x, heads, temperature=4.0))
+    assert torch.allclose(layer.weights(x), head_weights(x, heads, temperature=4.0))
     assert "n_heads=2" in repr(layer)
     with pytest.raises(ValueError, match="temperature"):
         AttentionHeads(heads, temperature=0.0)
@@ -119,7 +119,7 @@ def test_module_trains_by_sgd_on_the_empirical_risk():
 
     def risk() -> float:
         with torch.no_grad():
-            return float(ac.empirical_risk(layer.heads, X, layer.temperature))
+            return float(ac.empirical_risk(layer.heads, X, temperature=layer.temperature))
 
     start = risk()
     for _ in range(40):
@@ -152,10 +152,10 @@ def test_functions_validate_temperature_and_accept_numpy():
     heads = random_sphere(2, 3, rng=0)
     x = np.random.default_rng(0).standard_normal((4, 3))
     for fn in (head_weights, attention_heads):
-        out = fn(x, heads, 2.0)
+        out = fn(x, heads, temperature=2.0)
         assert isinstance(out, torch.Tensor)
-        torch.testing.assert_close(out, fn(torch.from_numpy(x), heads, 2.0))
-        assert isinstance(fn(x, heads.numpy(), 2.0), torch.Tensor)
+        torch.testing.assert_close(out, fn(torch.from_numpy(x), heads, temperature=2.0))
+        assert isinstance(fn(x, heads.numpy(), temperature=2.0), torch.Tensor)
         for bad in (-1.0, 0.0, float("nan"), "hot", True):
             with pytest.raises(ValueError, match="temperature"):
-                fn(x, heads, bad)
+                fn(x, heads, temperature=bad)

@@ -63,7 +63,7 @@ def _inputs(x, heads, temperature):
     return x, heads, check_temperature(temperature)
 
 
-def head_weights(x: torch.Tensor, heads: torch.Tensor, temperature: float) -> torch.Tensor:
+def head_weights(x: torch.Tensor, heads: torch.Tensor, *, temperature: float) -> torch.Tensor:
     """Attention weights ``a_h(x) = softmax_h(lambda <x, mu_h>)``.
 
     Parameters
@@ -89,7 +89,7 @@ def head_weights(x: torch.Tensor, heads: torch.Tensor, temperature: float) -> to
     return softmax_heads(lam * (x @ heads.transpose(-1, -2)))
 
 
-def attention_heads(x: torch.Tensor, heads: torch.Tensor, temperature: float) -> torch.Tensor:
+def attention_heads(x: torch.Tensor, heads: torch.Tensor, *, temperature: float) -> torch.Tensor:
     """Output of the K-head layer, ``T_mu(x) = sum_h a_h(x) mu_h``.
 
     Parameters
@@ -108,7 +108,7 @@ def attention_heads(x: torch.Tensor, heads: torch.Tensor, temperature: float) ->
     --------
     >>> import torch
     >>> heads = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
-    >>> attention_heads(torch.tensor([[0.0, 5.0]], dtype=torch.float64), heads, 1.0)
+    >>> attention_heads(torch.tensor([[0.0, 5.0]], dtype=torch.float64), heads, temperature=1.0)
     tensor([[0., 0.]], dtype=torch.float64)
     """
     x, heads, lam = _inputs(x, heads, temperature)
@@ -153,7 +153,7 @@ class AttentionHeads(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, heads = self._heads_like(x)
-        return attention_heads(x, heads, self.temperature)
+        return attention_heads(x, heads, temperature=self.temperature)
 
     def weights(self, x: torch.Tensor) -> torch.Tensor:
         """Attention weights of ``x`` on each head, shape ``(..., K)``.
@@ -166,7 +166,7 @@ class AttentionHeads(nn.Module):
         tensor([[0.8808, 0.1192]])
         """
         x, heads = self._heads_like(x)
-        return head_weights(x, heads, self.temperature)
+        return head_weights(x, heads, temperature=self.temperature)
 
     def extra_repr(self) -> str:
         k, d = self.heads.shape

@@ -168,7 +168,7 @@ def assignment_error(heads, X, labels, *, temperature: float, mixture=None) -> A
         shown = labels if labels.size <= 10 else f"shape {labels.shape}, dtype {labels.dtype}"
         raise ValueError(f"labels must be a non-empty 1-D array of non-negative integers, one "
                          f"per row of X ({X_t.shape[0] if X_t.ndim else 0}), got {shown!r}")
-    pred = head_weights(X_t, heads_t, temperature).argmax(-1).cpu().numpy()
+    pred = head_weights(X_t, heads_t, temperature=temperature).argmax(-1).cpu().numpy()
     k = max(int(labels.max()) + 1, heads_t.shape[0])
     confusion = np.zeros((k, k))
     np.add.at(confusion, (labels, pred), 1)

@@ -170,7 +170,7 @@ def init_on_manifold(mix: GaussianMixture, rng=None, *, n_heads: int | None = No
     return torch.from_numpy(heads)
 
 
-def init_on_sphere(k: int, d: int, rng=None) -> torch.Tensor:
+def init_on_sphere(k: int, d: int, *, rng=None) -> torch.Tensor:
     """``k`` heads uniform on ``S^{d-1}`` ("random initialization").
 
     Examples
@@ -178,7 +178,7 @@ def init_on_sphere(k: int, d: int, rng=None) -> torch.Tensor:
     >>> init_on_sphere(3, 5, rng=0).shape
     torch.Size([3, 5])
     """
-    return random_sphere(check_int(k, "k", 1), check_int(d, "d", 1), rng)
+    return random_sphere(check_int(k, "k", 1), check_int(d, "d", 1), rng=rng)
 
 
 # --------------------------------------------------------------------------------------
@@ -393,10 +393,10 @@ def pgd(
             ht = h.detach().requires_grad_(True)
             xb = None if is_mixture else (X if batch is None else X[batch])
             if is_mixture:
-                r = _risk.population_risk(ht, objective, lam_t, method=method,
+                r = _risk.population_risk(ht, objective, temperature=lam_t, method=method,
                                           n_samples=n_samples, rng=qmc_seed)
             else:
-                r = _risk.empirical_risk(ht, xb, lam_t)
+                r = _risk.empirical_risk(ht, xb, temperature=lam_t)
             data_part = r * share  # this shard's part of the (global) risk
             pen = None
             if penalty is not None and rho_t > 0:
@@ -407,11 +407,11 @@ def pgd(
                 elif reduce is not None:
                     # Pen = |A - pi|^2 with A = sum_r share_r mean_{shard r} a: its gradient
                     # is sum_r grad <c, A_r>, c = 2 (A - pi) fixed (one more all-reduce, K numbers)
-                    part = head_weights(xb, ht, lam_t).mean(0) * share  # (K,)
+                    part = head_weights(xb, ht, temperature=lam_t).mean(0) * share  # (K,)
                     coef = 2.0 * (reduce(part.detach()) - 1.0 / K)
                     data_part = data_part + rho_t * (coef * part).sum()
                 else:
-                    pen = _risk.balance(ht, objective if is_mixture else xb, lam_t,
+                    pen = _risk.balance(ht, objective if is_mixture else xb, temperature=lam_t,
                                         n_samples=n_samples, rng=qmc_seed)
             if reduce is None:
                 total = data_part if pen is None else data_part + rho_t * pen
@@ -427,7 +427,7 @@ def pgd(
 
     def full_risk(h: torch.Tensor, lam_t: float) -> float:
         with torch.no_grad():
-            r = _risk.empirical_risk(h, X, lam_t, batch_size=65536) * share
+            r = _risk.empirical_risk(h, X, temperature=lam_t, batch_size=65536) * share
             return float(r if reduce is None else reduce(r.reshape(1))[0])
 
     def host(a) -> np.ndarray:

@@ -327,7 +327,7 @@ def _exact_block(queries, keys, values, acc, m, d, q0, k0, k1, diag):
 # --------------------------------------------------------------------------------------
 # infinite-prompt limit and quantization metrics
 # --------------------------------------------------------------------------------------
-def infinite_prompt_limit(x, mix: GaussianMixture, temperature: float):
+def infinite_prompt_limit(x, mix: GaussianMixture, *, temperature: float):
     """Limit of ``Q_lambda(X)_i`` as the prompt length grows, for a query ``x``.
 
     ``Q_inf(x) = lambda sigma^2 x + sum_k softmax_k(log pi_k + lambda <x, mu*_k>) mu*_k``.
@@ -443,7 +443,7 @@ def spread_ratio(X, Y, labels) -> SpreadRatio:
     return SpreadRatio(ratio, per_cluster, float(sx.sum() / len(x)), float(sy.sum() / len(x)))
 
 
-def limit_distance(X, Y, mix: GaussianMixture, temperature: float) -> LimitDistance:
+def limit_distance(X, Y, mix: GaussianMixture, *, temperature: float) -> LimitDistance:
     """Distance of each output ``Y_i`` to its infinite-prompt limit ``Q_inf(X_i)``.
 
     Parameters
@@ -459,18 +459,18 @@ def limit_distance(X, Y, mix: GaussianMixture, temperature: float) -> LimitDista
     >>> import attnclust as ac
     >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
     >>> X = mix.sample(2000, rng=0)
-    >>> res = limit_distance(X, identity_attention(X, 0.85), mix, 0.85)
+    >>> res = limit_distance(X, identity_attention(X, 0.85), mix, temperature=0.85)
     >>> res.mean < 0.05
     True
     """
     x, y = _rows(X, "X"), _rows(Y, "Y")
     if x.shape != y.shape:
         raise ValueError(f"X and Y must have the same shape, got {np.shape(X)}, {np.shape(Y)}")
-    dist = np.linalg.norm(y - infinite_prompt_limit(x, mix, temperature), axis=1)
+    dist = np.linalg.norm(y - infinite_prompt_limit(x, mix, temperature=temperature), axis=1)
     return LimitDistance(float(dist.mean()), float(np.sqrt(np.mean(dist**2))), float(dist.max()))
 
 
-def count_clusters(Y, tol: float = 1e-3) -> ClusterCount:
+def count_clusters(Y, *, tol: float = 1e-3) -> ClusterCount:
     """Number of distinct clusters among tokens, grouping tokens closer than ``tol``.
 
     Greedy leader grouping: the first token not yet grouped opens a group and takes

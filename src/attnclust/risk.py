@@ -434,8 +434,8 @@ def _qmc_risk(heads, mix, lam, n_samples, rng) -> RiskEstimate:
 def population_risk(
     heads,
     mix: GaussianMixture,
-    temperature: float,
     *,
+    temperature: float,
     method: str = "auto",
     n_samples: int = 2**14,
     rng=0,
@@ -486,7 +486,7 @@ def population_risk(
 
 
 def qmc_risk(
-    heads, mix: GaussianMixture, temperature: float, *, n_samples: int = 2**14, rng=0
+    heads, mix: GaussianMixture, *, temperature: float, n_samples: int = 2**14, rng=0
 ) -> RiskEstimate:
     """Randomized quasi-Monte Carlo estimate of the population risk, any ``K``.
 
@@ -511,7 +511,7 @@ def qmc_risk(
     return _qmc_risk(heads, mix, lam, n_samples, rng)
 
 
-def empirical_risk(heads, X, temperature: float, *, batch_size: int | None = None):
+def empirical_risk(heads, X, *, temperature: float, batch_size: int | None = None):
     """Empirical risk ``mean_i || x_i - T_mu(x_i) ||^2`` over the rows of ``X``.
 
     Parameters
@@ -549,7 +549,7 @@ def empirical_risk(heads, X, temperature: float, *, batch_size: int | None = Non
     total = heads.new_zeros(())
     for start in range(0, n, step):
         xb = X_t[start:start + step]  # (b, d)
-        total = total + ((xb - head_weights(xb, heads, lam) @ heads) ** 2).sum()
+        total = total + ((xb - head_weights(xb, heads, temperature=lam) @ heads) ** 2).sum()
     return total / n
 
 
@@ -580,8 +580,8 @@ def repulsion(heads) -> torch.Tensor:
 def balance(
     heads,
     data,
-    temperature: float,
     *,
+    temperature: float,
     target=None,
     method: str = "auto",
     n_samples: int = 2**14,
@@ -655,7 +655,7 @@ def balance(
         X_t = X_t.to(heads.dtype)
         n = X_t.shape[0]
         step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
-        mean_a = sum(head_weights(X_t[s:s + step], heads, lam).sum(0)
+        mean_a = sum(head_weights(X_t[s:s + step], heads, temperature=lam).sum(0)
                      for s in range(0, n, step)) / n
     K = heads.shape[0]
     if target is None:

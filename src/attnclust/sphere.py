@@ -85,7 +85,7 @@ def retract(mu: torch.Tensor, step: torch.Tensor) -> torch.Tensor:
     return normalize(mu + step)
 
 
-def random_sphere(n: int, d: int, rng=None, *, dtype=torch.float64) -> torch.Tensor:
+def random_sphere(n: int, d: int, *, rng=None, dtype=torch.float64) -> torch.Tensor:
     """``n`` points drawn uniformly on ``S^{d-1}``, shape ``(n, d)``.
 
     Examples

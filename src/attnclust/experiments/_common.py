@@ -29,7 +29,7 @@ def pgd_runs(mix: GaussianMixture, *, init: str, n_runs: int, rng: np.random.Gen
         if init == "manifold":
             heads0 = init_on_manifold(mix, child)
         elif init == "sphere":
-            heads0 = init_on_sphere(mix.k, mix.d, child)
+            heads0 = init_on_sphere(mix.k, mix.d, rng=child)
         else:
             raise ValueError(f"init must be 'manifold' or 'sphere', got {init!r}")
         res = pgd(mix, heads0, rng=child, **pgd_kwargs)

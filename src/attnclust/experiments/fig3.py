@@ -60,7 +60,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
               step_size=config["step_size"], n_steps=config["n_steps"],
               record_every=config["n_steps"])
     heads = res.heads.numpy()
-    Y = attention_heads(torch.as_tensor(X), res.heads, lam).numpy()
+    Y = attention_heads(torch.as_tensor(X), res.heads, temperature=lam).numpy()
     arrays = {**projected(X, Y, heads), "labels": z, "heads": heads}
     summary = {
         "temperature": lam,

@@ -29,7 +29,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     summary = {
         "temperature": lam,
         "within_cluster_spread_ratio": spread_ratio(X, Y, z).ratio,
-        "mean_distance_to_infinite_prompt_limit": limit_distance(X, Y, mix, lam).mean,
+        "mean_distance_to_infinite_prompt_limit": limit_distance(X, Y, mix, temperature=lam).mean,
     }
     return FigureResult(config, arrays, summary)
 

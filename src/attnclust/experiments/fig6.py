@@ -57,7 +57,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
             mix = GaussianMixture.random(d, k, config["sigma"],
                                          min_angle=np.deg2rad(config["min_angle_deg"]),
                                          rng=stream)
-            res = pgd(mix, init_on_sphere(k, d, stream), temperature=lam,
+            res = pgd(mix, init_on_sphere(k, d, rng=stream), temperature=lam,
                       step_size=config["step_size"], n_steps=config["n_steps"],
                       record_every=config["n_steps"], rng=stream, method="qmc",
                       n_samples=config["n_samples"], **VARIANTS[variant])

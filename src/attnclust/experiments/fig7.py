@@ -43,13 +43,14 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
         runs = pgd_runs(mix, init="manifold", n_runs=config["n_runs"], rng=child,
                         desc=f"{NAME} run", temperature=lams[j], step_size=config["step_size"],
                         n_steps=config["n_steps"], record_every=config["n_steps"])
-        risks = [float(population_risk(torch.as_tensor(h), mix, lams[j])) for h in runs["heads"]]
+        risks = [float(population_risk(torch.as_tensor(h), mix, temperature=lams[j]))
+                 for h in runs["heads"]]
         best = runs["heads"][int(np.argmin(risks))]
         distance[i, j] = centroid_distance(best, mix.centroids).max
         angle[i, j] = np.degrees(np.arccos(np.clip(best[0] @ best[1], -1.0, 1.0)))
         risk[i, j] = min(risks)
         risk_at_centroids[i, j] = float(population_risk(torch.tensor(mix.centroids), mix,
-                                                        lams[j]))
+                                                        temperature=lams[j]))
     summary = {}
     for i, sigma in enumerate(sigmas):
         split = [lam for lam, a in zip(lams, angle[i], strict=True)

@@ -44,7 +44,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     for (r, j), child in track(zip(jobs, limit_rng.spawn(len(jobs)), strict=True),
                                desc=f"{NAME} limit", total=len(jobs)):
         X = mix.sample(lengths[j], child)
-        distance[r, j] = limit_distance(X, identity_attention(X, lam), mix, lam).mean
+        distance[r, j] = limit_distance(X, identity_attention(X, lam), mix, temperature=lam).mean
 
     temps = config["step_temperatures"]
     n_clusters = np.empty((len(temps), config["n_runs"], config["n_steps"] + 1))
@@ -53,10 +53,10 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
                                desc=f"{NAME} steps", total=len(jobs)):
         Y = mix.sample(config["steps_length"], child)
         Y /= np.linalg.norm(Y, axis=1, keepdims=True)
-        n_clusters[t, r, 0] = count_clusters(Y, config["cluster_tol"]).n_clusters
+        n_clusters[t, r, 0] = count_clusters(Y, tol=config["cluster_tol"]).n_clusters
         for step in range(1, config["n_steps"] + 1):
             Y = identity_attention(Y, temps[t], renormalize=True)
-            n_clusters[t, r, step] = count_clusters(Y, config["cluster_tol"]).n_clusters
+            n_clusters[t, r, step] = count_clusters(Y, tol=config["cluster_tol"]).n_clusters
 
     # least-squares slope of log distance against log L (expect about -1/2)
     slope = float(np.polyfit(np.log(lengths), np.log(np.median(distance, axis=0)), 1)[0])

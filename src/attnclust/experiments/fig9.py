@@ -49,7 +49,7 @@ def _estimate(method: str, X: np.ndarray, config: dict, rng: np.random.Generator
         return SklearnGMM(2, covariance_type="spherical", random_state=seed).fit(X).means_
     # attention heads: PGD on the empirical risk, full batch, from a random init on S^{d-1}
     lam = float(method.rsplit("=", 1)[1])
-    res = pgd(X, init_on_sphere(2, X.shape[1], rng), temperature=lam,
+    res = pgd(X, init_on_sphere(2, X.shape[1], rng=rng), temperature=lam,
               step_size=config["step_size"], n_steps=config["n_steps"],
               record_every=config["n_steps"], rng=rng)
     return res.heads.numpy()
