@@ -77,7 +77,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
 def plot(result: FigureResult, out) -> None:
     cfg = result.config
     success = result.arrays["success_rate"]  # (K, d, lambda, variant)
-    fig, axes = new_figure(len(cfg["ks"]), width=3.6)
+    fig, axes = new_figure(len(cfg["ks"]), width=3.6, height=3.8)
     for ax, (ik, k) in zip(axes, enumerate(cfg["ks"]), strict=True):
         for ivar, variant in enumerate(cfg["variants"]):
             for ilam, lam in enumerate(cfg["temperatures"]):
@@ -90,5 +90,7 @@ def plot(result: FigureResult, out) -> None:
         ax.set_xlabel("dimension d")
         ax.set_title(f"K = {k}")
     axes[0].set_ylabel(f"success rate (all heads within {cfg['success_tol']:g})")
-    axes[-1].legend(fontsize=6, loc="lower left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=len(cfg["variants"]),
+               fontsize=7)
     save(fig, out)
