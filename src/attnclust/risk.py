@@ -29,10 +29,11 @@ whose breakpoints are the union of a uniform grid of width 1 and the points
 resolve the softmax at any ``lambda sigma`` (plain Gauss-Hermite does not). The
 nodes are placed from detached values and the gradient is the integral of the
 integrand's gradient (differentiation under the integral sign), which equals the
-derivative of ``R`` to quadrature accuracy; the node-wise work runs in numpy with that
-gradient written out (``_FusedIntegral``; an op-by-op autograd twin is the reference in
-the tests). ``sigma = 0`` is the finite sum over the
-centroids; equal heads (singular ``G``) make ``D`` degenerate and the rule exact.
+derivative of ``R`` to quadrature accuracy; the node-wise work runs in one numpy kernel
+with that gradient written out (``_integral_np``, behind autograd and the ``K = 2`` PGD
+fast path; an op-by-op autograd version is the reference in the tests). ``sigma = 0`` is
+the finite sum over the centroids; equal heads (singular ``G``) make ``D`` degenerate
+and the rule exact.
 
 Measured accuracy of the exact rule (float64): relative difference to a rule with
 panels four times narrower, 12 nodes per panel and ratio-``sqrt 2`` grading from
@@ -265,6 +266,7 @@ def _softmax_weights(D: list[torch.Tensor], lam: float) -> list[torch.Tensor]:
     """Attention weights for logits ``lambda (D_0, .., D_{K-2}, 0)``, one tensor per head.
 
     Written out per head: a softmax over a last axis of size 2 or 3 is slow in torch.
+    Used by :func:`balance` and by the op-by-op autograd reference in the tests.
     """
     if len(D) == 1:
         a0 = torch.sigmoid(lam * D[0])
@@ -276,65 +278,65 @@ def _softmax_weights(D: list[torch.Tensor], lam: float) -> list[torch.Tensor]:
     return [x / total for x in e]
 
 
-def _risk_integrand(D: list[torch.Tensor], gram: torch.Tensor, lam: float) -> torch.Tensor:
-    """``-2 sum_{h<K} a_h D_h + a^T G a`` at logit differences ``D`` (list of K-1)."""
-    a = _softmax_weights(D, lam)
-    K = len(a)
-    out = -2.0 * sum(a[h] * D[h] for h in range(K - 1))
-    for h in range(K):
-        out = out + gram[h, h] * a[h] * a[h]
-        for g in range(h + 1, K):
-            out = out + 2.0 * gram[h, g] * a[h] * a[g]
-    return out
+class _Integral(NamedTuple):
+    value: float
+    d_delta: np.ndarray | None  # (k_mix, K-1)
+    d_L: np.ndarray | None  # (K-1, K-1)
+    d_gram: np.ndarray | None  # (K, K)
 
 
-def _softmax_weights_np(D: list[np.ndarray], lam: float) -> list[np.ndarray]:
-    """Numpy twin of :func:`_softmax_weights`."""
-    if len(D) == 1:
-        a0 = expit(lam * D[0])
-        return [a0, 1.0 - a0]
-    logits = [lam * x for x in D]
-    top = np.maximum(np.maximum(logits[0], logits[1]), 0.0)
-    e = [np.exp(x - top) for x in logits] + [np.exp(-top)]
-    total = e[0] + e[1] + e[2]
-    return [x / total for x in e]
+def _integral_np(delta: np.ndarray, L: np.ndarray, gram: np.ndarray, z: np.ndarray,
+                 pw: np.ndarray, sigma: float, lam: float, *, grad: bool = True) -> _Integral:
+    """``I = sum_kn pw_kn F(D_kn)``, ``D = delta_k + sigma L z_kn``, and its gradient.
+
+    The one kernel of the exact rule (``K = 2, 3``), shared by :class:`_FusedIntegral`
+    and the ``K = 2`` fast path of :func:`pgd`. ``F = -2 sum_{h<K} a_h D_h + a^T G a``
+    with ``a = softmax(lambda (D, 0))``; its gradient is written out: ``g = dF/da``
+    (``2 G a - 2 D``, last entry ``2 (G a)_K``), ``dF/dD_h = lambda a_h (g_h - a.g) -
+    2 a_h``. Shapes: ``delta`` ``(k_mix, K-1)``, ``L`` ``(K-1, K-1)``, ``gram``
+    ``(K, K)``, nodes ``z`` ``(K-1, k_mix, N)``, weights ``pw`` ``(k_mix, N)``.
+    """
+    m, k_mix = z.shape[:2]
+    D = delta.T[:, :, None] + sigma * (L @ z.reshape(m, -1)).reshape(z.shape)  # (m, k, N)
+    u = lam * D
+    if m == 1:
+        a = np.empty((2, *D.shape[1:]))
+        expit(u[0], out=a[0])
+        np.subtract(1.0, a[0], out=a[1])
+    else:  # shifted by the largest logit (0 included) against overflow
+        top = np.maximum(u.max(0), 0.0)
+        a = np.concatenate([np.exp(u - top), np.exp(-top)[None]])
+        a /= a.sum(0)
+    A, Dm, P = a.reshape(m + 1, -1), D.reshape(m, -1), pw.reshape(-1)  # (K, M), (m, M), (M,)
+    g = 2.0 * (gram @ A)  # (K, M)
+    aGa, aD = 0.5 * (A * g).sum(0), (A[:m] * Dm).sum(0)  # (M,) each
+    value = float(P @ (aGa - 2.0 * aD))
+    if not grad:
+        return _Integral(value, None, None, None)
+    g[:m] -= 2.0 * Dm
+    gD = P * A[:m] * (lam * (g[:m] - 2.0 * (aGa - aD)) - 2.0)  # (m, M) pw dF/dD; a.g
+    return _Integral(value, gD.reshape(m, k_mix, -1).sum(-1).T,
+                     sigma * (gD @ z.reshape(m, -1).T), (A * P) @ A.T)
 
 
 class _FusedIntegral(torch.autograd.Function):
-    """``sum_k pi_k sum_n w_kn F(D_kn)`` with ``D = delta_k + sigma L z``, fused.
+    """``sum_k pi_k sum_n w_kn F(D_kn)`` as an autograd node, computed by :func:`_integral_np`.
 
-    ``F = -2 sum_{h<K} a_h D_h + a^T G a``; its gradients are written out
-    (``dF/du = a * (g - a.g)`` with ``g = dF/da``, ``u`` the logits). The node-wise
-    work runs in numpy: a few dozen single-threaded passes, much faster than
-    recording them for autograd, and immune to the thread oversubscription that
-    slows torch's parallel elementwise kernels on a busy CPU.
+    The node-wise work runs in numpy: a few dozen single-threaded passes, much faster
+    than recording them for autograd, and immune to the thread oversubscription that
+    slows torch's parallel elementwise kernels on a busy CPU. The op-by-op autograd
+    reference for this gradient lives in ``tests/test_risk.py``.
     """
 
     @staticmethod
     def forward(ctx, delta, L, gram, z: np.ndarray, pw: np.ndarray, sigma: float, lam: float):
         # z: (K-1, k_mix, N) nodes, pw: (k_mix, N) weights times pi_k
-        dl, Ln, Gn = (t.detach().cpu().double().numpy() for t in (delta, L, gram))
-        m = z.shape[0]
-        D = [dl[:, h, None] + sigma * sum(Ln[h, j] * z[j] for j in range(m))
-             for h in range(m)]
-        a = _softmax_weights_np(D, lam)
-        K = len(a)
-        Ga = [sum(Gn[h, g] * a[g] for g in range(K)) for h in range(K)]
-        F = sum(a[h] * Ga[h] for h in range(K)) - 2.0 * sum(a[h] * D[h] for h in range(m))
-        value = float((pw * F).sum())
-        if any(ctx.needs_input_grad[:3]):
-            g = [2.0 * Ga[h] - 2.0 * D[h] for h in range(m)] + [2.0 * Ga[m]]
-            abar = sum(a[h] * g[h] for h in range(K))
-            gD = [pw * a[h] * (lam * (g[h] - abar) - 2.0) for h in range(m)]  # (k_mix, N)
-            pa = [pw * a[h] for h in range(K)]
-            grads = (
-                np.stack([x.sum(-1) for x in gD], axis=-1),  # (k_mix, K-1)
-                sigma * np.array([[(gD[h] * z[j]).sum() for j in range(m)] for h in range(m)]),
-                np.array([[(pa[h] * a[q]).sum() for q in range(K)] for h in range(K)]),
-            )
+        arrays = (t.detach().cpu().double().numpy() for t in (delta, L, gram))
+        out = _integral_np(*arrays, z, pw, sigma, lam, grad=any(ctx.needs_input_grad[:3]))
+        if out.d_delta is not None:
             ctx.grads = tuple(torch.as_tensor(x, dtype=delta.dtype, device=delta.device)
-                              for x in grads)
-        return torch.tensor(value, dtype=delta.dtype, device=delta.device)
+                              for x in out[1:])
+        return torch.tensor(out.value, dtype=delta.dtype, device=delta.device)
 
     @staticmethod
     def backward(ctx, grad_out):
@@ -342,9 +344,8 @@ class _FusedIntegral(torch.autograd.Function):
         return grad_out * gd, grad_out * gl, grad_out * gg, None, None, None, None
 
 
-def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _Rule, *,
-                fused: bool = True) -> torch.Tensor:
-    """Exact rule; ``fused=False`` records every op for autograd (the reference)."""
+def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _Rule) -> torch.Tensor:
+    """Exact rule, differentiable in the heads through :class:`_FusedIntegral`."""
     K = heads.shape[0]
     cents = _const(mix.centroids, heads)
     pi = _const(mix.weights, heads)
@@ -352,15 +353,10 @@ def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _Rule, *,
         mean = pi @ cents
         return _second_moment(mix) - 2.0 * (mean @ heads[0]) + heads[0] @ heads[0]
     h_mean = pi @ (cents @ heads.T)  # (K,) E<X, mu_h>
-    if fused:
-        order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
-        h = heads[order]
-        integral = _FusedIntegral.apply(delta, L, h @ h.T, z, mix.weights[:, None] * weights,
-                                        mix.sigma, lam)
-    else:
-        order, D, weights = _exact_samples(heads, mix, lam, rule)
-        h = heads[order]
-        integral = pi @ (weights * _risk_integrand(D, h @ h.T, lam)).sum(-1)
+    order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
+    h = heads[order]
+    integral = _FusedIntegral.apply(delta, L, h @ h.T, z, mix.weights[:, None] * weights,
+                                    mix.sigma, lam)
     return _second_moment(mix) + integral - 2.0 * h_mean[order[-1]]
 
 
@@ -672,44 +668,28 @@ def balance(
 # --------------------------------------------------------------------------------------
 def _risk_and_grad_k2(heads: np.ndarray, centroids: np.ndarray, pi: np.ndarray,
                       sigma: float, lam: float, second_moment: float, rule: _Rule):
-    """Exact ``K = 2`` risk and its Euclidean gradient ``(2, d)``, in a few numpy ops.
+    """Exact ``K = 2`` risk and its Euclidean gradient ``(2, d)``, without torch.
 
-    Same rule as the autograd path; the gradient differentiates under the integral
-    sign: ``R = E||X||^2 + sum_k pi_k (-2 <mu*_k, mu_1> + E[F(D)])`` with ``D = delta_k +
-    s z``, ``delta_k = <mu*_k, w>``, ``s = sigma ||w||``, ``w = mu_0 - mu_1`` and
-    ``F(D) = -2 a D + G00 a^2 + G11 b^2 + 2 G01 a b``, ``a = expit(lambda D)``, ``b = 1 - a``.
+    The rule of :func:`_exact_nodes` with no pivot: ``w = mu_0 - mu_1``, ``D = delta_k
+    + s z`` with ``delta_k = <mu*_k, w>`` and ``s = sigma ||w||`` (``L = [[||w||]]``);
+    :func:`_integral_np` gives the integral and its gradient in ``delta``, ``L`` and
+    ``G``, and the chain rule through ``w`` and ``G = mu mu^T`` gives the rest.
     """
     mu0, mu1 = heads
     w = mu0 - mu1
     nw = float(np.sqrt(w @ w))
     delta = centroids @ w  # (k_mix,)
-    g00, g11, g01 = mu0 @ mu0, mu1 @ mu1, mu0 @ mu1
     s = sigma * nw
     if s > 0.0:
         z, wt = _graded_nodes((-delta / s)[:, None], np.full((len(delta), 1), 1.0 / (lam * s)),
                               rule)
-        D = delta[:, None] + s * z  # (k_mix, N)
     else:
-        z = np.zeros((len(delta), 1))
-        wt = np.ones((len(delta), 1))
-        D = delta[:, None]
-    a = expit(lam * D)
-    b = 1.0 - a
-    ab = a * b
-    aa, bb = a * a, b * b
-    # dF/dD = -2a - 2 lam ab D + lam ab (2 G00 a - 2 G11 b + 2 G01 (b - a))
-    FD = lam * ab * (2.0 * (g00 * a - g11 * b + g01 * (b - a)) - 2.0 * D) - 2.0 * a
-    # one weighted reduction for the six integrals: E[a^2], E[b^2], E[ab], E[aD],
-    # E[F_D], E[F_D z] per component, then mixed over the components
-    pw = pi[:, None] * wt  # (k_mix, N)
-    terms = np.stack([aa, bb, ab, a * D, FD * z])  # (5, k_mix, N)
-    per_k = (terms * pw).sum(-1)  # (5, k_mix)
-    pA = (FD * pw).sum(-1)  # (k_mix,) pi_k E_k[F_D]
-    q00, q11, q01, ad, gs = per_k.sum(-1)
-    value = second_moment + g00 * q00 + g11 * q11 + 2.0 * g01 * q01 - 2.0 * ad \
-        - 2.0 * (pi @ (centroids @ mu1))
-    dw = pA @ centroids + (gs * sigma / nw * w if nw > 0 else 0.0)
-    grad = np.empty_like(heads)
-    grad[0] = dw + 2.0 * q00 * mu0 + 2.0 * q01 * mu1
-    grad[1] = -dw - 2.0 * (pi @ centroids) + 2.0 * q11 * mu1 + 2.0 * q01 * mu0
-    return float(value), grad
+        z, wt = np.zeros((len(delta), 1)), np.ones((len(delta), 1))
+    out = _integral_np(delta[:, None], np.array([[nw]]), heads @ heads.T, z[None],
+                       pi[:, None] * wt, sigma, lam)
+    value = second_moment + out.value - 2.0 * (pi @ (centroids @ mu1))
+    dw = out.d_delta[:, 0] @ centroids + (out.d_L[0, 0] / nw * w if nw > 0 else 0.0)
+    grad = 2.0 * (out.d_gram @ heads)
+    grad[0] += dw
+    grad[1] -= dw + 2.0 * (pi @ centroids)
+    return value, grad
