@@ -38,7 +38,8 @@ not decrease, the step is halved (``normalize(mu - t grad / (2N))``, ``t = 1/2, 
 ...``), which for small ``t`` moves along minus the Riemannian gradient and therefore
 decreases the risk. The risk is thus non-increasing along ``loss_curve_`` at a fixed
 temperature, and a fixed point satisfies ``grad_h f = (scalar) mu_h``: its Riemannian
-gradient is zero. The iteration stops when no head moves by more than ``tol``.
+gradient is zero. The iteration stops when no head moves by more than ``tol`` (see below
+for the extrapolated steps).
 Only the tangent part of the attention (key) gradient enters the step: its radial part
 ``<grad_h^key, mu_h>`` is of order ``lambda`` (it is the derivative of a shift of all the
 logits of head ``h``) and carries no information on the sphere, but through the
@@ -48,6 +49,27 @@ costs one ``K``-vector per pass, ``sum_i a_ih <x_i, mu_h>``, sent in place of ``
 is recovered as the row sums of ``A^T A``). The step length restarts from the last
 accepted one and is doubled again only after two steps accepted at first try, so a run
 of damped steps costs about one pass per step.
+
+Overlapping clusters make these steps slow: the step length is set by the stiff (key)
+directions of the Hessian, so the safeguard settles on ``t = 1/4`` or ``1/8``, successive
+steps point in nearly opposite directions (cosine -0.3 to -0.7) and the heads creep along
+the flat directions. On digits (row-normalized, ``K = 10``, ``random_state=0``) the plain
+steps ran to ``max_iter`` with the risk still falling by ``2e-9`` per step (relative
+``1e-8``: not converged to float precision) and a Riemannian gradient ``6e-5``. Each step
+therefore first tries an *Anderson extrapolation* of the full-step map ``S(mu) =
+normalize(mu - D grad)`` (``D`` the per-head step above): with the last ``m <=
+_ANDERSON_DEPTH`` iterates ``x_j`` and residuals ``f_j = S(x_j) - x_j`` at this
+temperature, ``gamma`` minimizes ``||f - dF gamma||`` over the differences of consecutive
+residuals and the candidate is ``normalize(x + t f - (dX + t dF) gamma)``. It costs one
+pass and is kept only if the objective does not increase (the acceptance test of the
+plain step); otherwise the history restarts from the current iterate and the plain,
+halved step is taken from it. So the objective stays non-increasing at a fixed
+temperature, and the stopping test is on the *full* step ``S(mu) - mu`` (zero exactly at
+a fixed point) or on an accepted plain step, never on a short extrapolation. Measured
+(``random_state`` 0 to 5, passes over the data, plain / extrapolated): digits 1773 / 924
+(4 / 6 runs converged), iris 248 / 169, wine 199 / 156; the synthetic ``n = 100,000``
+benchmark (13 steps, 17 passes) is unchanged. All quantities are global sums or come
+from them, so data-parallel ranks take the same branches.
 ``solver="pgd"`` runs plain projected gradient descent (:func:`attnclust.pgd.pgd`).
 
 Temperature
@@ -174,6 +196,8 @@ _PENALTIES = (None, "repulsion", "balance")
 _ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)
 _ANNEAL_STEPS = 5          # fixed-point steps at each intermediate temperature
 _MAX_HALVINGS = 30
+_ANDERSON_DEPTH = 5       # past steps the extrapolation combines (0: plain steps only)
+_ANDERSON_REG = 1e-10     # Tikhonov term of its least squares, relative to their scale
 _GROW_AFTER = 2           # first-try acceptances before the step is doubled again
 _LLOYD_STEPS = 20         # hard spherical Lloyd steps before "auto" (stops when stable)
 _INIT_SAMPLE = 100_000     # k-means++ seeds on at most this many rows (drawn with the seed)
@@ -284,6 +308,38 @@ def _fixed_point_step(heads, p: _Pass, t: float) -> torch.Tensor:
     return torch.where(norm > 0, new / norm.clamp_min(torch.finfo(heads.dtype).tiny), heads)
 
 
+def _anderson_candidate(heads, hist_x, hist_f, beta: float):
+    """Anderson extrapolation of the fixed-point map, projected back on the spheres.
+
+    ``hist_x[j]`` are past iterates and ``hist_f[j] = S(x_j) - x_j`` their full-step
+    residuals (flattened, the last entry is the current iterate). With ``dX``, ``dF`` the
+    differences of consecutive entries, ``gamma`` minimizes ``||f - dF gamma||`` (a small
+    Tikhonov term keeps it bounded when ``dF`` is nearly rank deficient) and the candidate is
+    ``normalize(x + beta f - (dX + beta dF) gamma)``. ``None`` when the history holds one
+    entry or the solve is not finite.
+    """
+    if len(hist_x) < 2:
+        return None
+    dX = torch.stack([b - a for a, b in zip(hist_x[:-1], hist_x[1:], strict=True)], 1)
+    dF = torch.stack([b - a for a, b in zip(hist_f[:-1], hist_f[1:], strict=True)], 1)
+    f = hist_f[-1]
+    # the (m, m) normal equations in float64 on the CPU: tiny, and the same on every rank
+    gram = (dF.T @ dF).to("cpu", torch.float64)
+    rhs = (dF.T @ f).to("cpu", torch.float64)
+    scale = float(torch.trace(gram)) / gram.shape[0]
+    if not scale > 0 or not np.isfinite(scale):
+        return None
+    gram = gram + _ANDERSON_REG * scale * torch.eye(gram.shape[0], dtype=torch.float64)
+    gamma = torch.linalg.solve(gram, rhs).to(heads.device, heads.dtype)
+    if not bool(torch.isfinite(gamma).all()):
+        return None
+    x = (hist_x[-1] + beta * f - (dX + beta * dF) @ gamma).reshape(heads.shape)
+    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    if not bool((norm > 0).all() and torch.isfinite(norm).all()):
+        return None
+    return x / norm
+
+
 def fixed_point_fit(
     X: torch.Tensor,
     heads0: torch.Tensor,
@@ -300,7 +356,8 @@ def fixed_point_fit(
     """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
 
     ``mu_h <- normalize(mu_h - grad_h f / (2 N_h))`` with step halving whenever the
-    objective would increase (see the module docstring for the derivation).
+    objective would increase, each step first trying an Anderson extrapolation that is
+    kept only if the objective does not increase (see the module docstring).
 
     Parameters
     ----------
@@ -312,7 +369,8 @@ def fixed_point_fit(
         Annealing schedule: at most ``steps_per_temperature[s]`` steps at
         ``temperatures[s]`` (the last stage also stops when converged).
     tol : float
-        Stop when no head moves by more than ``tol`` (Euclidean) in one step.
+        Stop when the full step would move no head by more than ``tol`` (Euclidean), or an
+        accepted plain step moved none by more.
     chunk_size : int, optional
         Rows per chunk of each pass (memory bound only; the steps are full-batch).
     penalty, rho :
@@ -358,37 +416,52 @@ def fixed_point_fit(
         losses.append(float(cur.loss))
         temps.append(lam)
         t_prev, streak = 1.0, 0
+        hist_x: list[torch.Tensor] = []                      # Anderson history, this stage
+        hist_f: list[torch.Tensor] = []
         for _ in range(n_steps):
             # start from the last accepted step, doubled (at most to the full step 1) only
             # after _GROW_AFTER steps accepted at first try: a run of damped steps then costs
             # about one pass per step instead of paying for the same halving again and again
             t, accepted = (min(1.0, 2.0 * t_prev) if streak >= _GROW_AFTER else t_prev), False
-            if float(torch.linalg.vector_norm(_fixed_point_step(heads, cur, 1.0) - heads,
-                                              dim=1).max()) <= tol:
+            residual = _fixed_point_step(heads, cur, 1.0) - heads
+            if float(torch.linalg.vector_norm(residual, dim=1).max()) <= tol:
                 converged = last
                 break
+            # Anderson extrapolation, kept only if the objective does not increase
+            extrapolated = False
+            if _ANDERSON_DEPTH > 0:
+                hist_x = [*hist_x, heads.reshape(-1)][-(_ANDERSON_DEPTH + 1):]
+                hist_f = [*hist_f, residual.reshape(-1)][-(_ANDERSON_DEPTH + 1):]
+                cand = _anderson_candidate(heads, hist_x, hist_f, t)
+                if cand is not None:
+                    new = _risk_pass(X, sq_norms, cand, lam, **pass_args)
+                    extrapolated = accepted = (float(new.loss) <= float(cur.loss)
+                                               + eps * abs(float(cur.loss)))
+                    if not accepted:                         # restart from this iterate
+                        hist_x, hist_f = hist_x[-1:], hist_f[-1:]
             t_first = t
-            for _ in range(_MAX_HALVINGS):
+            for _ in range(0 if extrapolated else _MAX_HALVINGS):
                 cand = _fixed_point_step(heads, cur, t)
                 new = _risk_pass(X, sq_norms, cand, lam, **pass_args)
                 if float(new.loss) <= float(cur.loss) + eps * abs(float(cur.loss)):
                     accepted = True
                     break
                 t *= 0.5
-            streak = 0 if not accepted or t < t_first or t >= 1.0 else streak + 1
+            if not extrapolated:
+                streak = 0 if not accepted or t < t_first or t >= 1.0 else streak + 1
             n_iter += 1
             if not accepted:                                 # no descent left: stationary
                 converged = last
                 break
             shift = float(torch.linalg.vector_norm(cand - heads, dim=1).max())
-            heads, cur, t_prev = cand, new, t
+            heads, cur, t_prev = cand, new, (t_prev if extrapolated else t)
             losses.append(float(cur.loss))
             temps.append(lam)
             if callback is not None:
                 callback(IterationInfo(n_iter, losses[-1], lam, shift))
             _logger.debug("iter %d  lambda %.4g  loss %.8g  shift %.2e", n_iter, lam,
                           losses[-1], shift)
-            if shift <= tol:
+            if shift <= tol and not extrapolated:  # a short extrapolation proves nothing
                 converged = last
                 break
     return FixedPointResult(heads, losses, temps, n_iter, converged)
