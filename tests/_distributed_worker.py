@@ -11,6 +11,7 @@ import sys
 import time
 
 import numpy as np
+import torch.distributed as dist
 
 from attnclust import distributed as ddp
 
@@ -26,6 +27,8 @@ if mode == "pgd":  # argv[4]: JSON {"heads0": [[...]], "full": {...}, "sgd": {..
     sgd = ddp.pgd_distributed(X, spec["heads0"], **spec["sgd"])
     np.savez(f"{out}.pgd{rank}.npz", full=full.heads.numpy(), full_risk=full.history.risk,
              sgd=sgd.heads.numpy(), sgd_risk=sgd.history.risk)
+    # exiting with a live gloo group can abort in its threads' teardown
+    dist.destroy_process_group()
     sys.exit(0)
 
 
@@ -42,3 +45,4 @@ est = ddp.fit_distributed(X, 4, init="sphere", normalize="center-scale", penalty
                           rho=0.05, tol=1e-10, max_iter=200, random_state=7, callback=callback)
 np.save(f"{out}.rank{rank}.npy", est.cluster_centers_)
 np.save(f"{out}.labels{rank}.npy", est.labels_)
+dist.destroy_process_group()
