@@ -11,15 +11,9 @@ from sklearn.datasets import load_digits, load_iris, load_wine
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
-from attnclust import clustering
-from attnclust.clustering import (
-    AttentionClustering,
-    _fixed_point_step,
-    _hard_lloyd,
-    _risk_pass,
-    auto_temperature,
-    fixed_point_fit,
-)
+from attnclust import fixed_point
+from attnclust.clustering import AttentionClustering, _hard_lloyd, auto_temperature
+from attnclust.fixed_point import _fixed_point_step, _risk_pass, fixed_point_fit
 
 
 def _risk_autograd(heads, X, lam):
@@ -113,7 +107,7 @@ def test_extrapolation_makes_digits_converge(monkeypatch):
     # converged: the full step moves no head by more than tol = 1e-6, i.e. each head's
     # Riemannian gradient is at most about 2 N_h tol, N_h < 0.15: sqrt(10) 0.3 tol < 1e-6
     assert _riemannian_grad_norm(est.cluster_centers_, X, lam) < 1e-6
-    monkeypatch.setattr(clustering, "_ANDERSON_DEPTH", 0)  # the plain safeguarded steps
+    monkeypatch.setattr(fixed_point, "_ANDERSON_DEPTH", 0)  # the plain safeguarded steps
     with pytest.warns(UserWarning, match="did not converge"):
         plain = AttentionClustering(10, random_state=0).fit(X)
     assert plain.temperature_ == lam and not plain.converged_

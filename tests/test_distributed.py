@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust import clustering
+from attnclust import clustering, fixed_point
 from attnclust import risk as risk_module
 from attnclust.clustering import AttentionClustering, _DataParallel
 from attnclust.distributed import pass_bytes, pgd_distributed, shard_bounds, shard_rows
@@ -177,7 +177,7 @@ def test_pass_bytes_match_the_reduced_buffer():
     heads = ac.normalize(torch.randn(3, 5, dtype=torch.float64))
     for penalty in (None, "balance"):
         sizes = []
-        clustering._risk_pass(X, (X * X).sum(1), heads, 2.0, chunk=50, penalty=penalty,
+        fixed_point._risk_pass(X, (X * X).sum(1), heads, 2.0, chunk=50, penalty=penalty,
                               rho=0.1, reduce=lambda t, s=sizes: s.append(t.numel() * 8) or t,
                               n_total=50)
         assert sizes == [pass_bytes(3, 5, penalty=penalty)]

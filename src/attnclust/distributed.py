@@ -4,7 +4,7 @@
 
 Each of the ``W`` ranks of a process group holds a shard ``X_r`` of the rows (the shards,
 in rank order, concatenate to the data ``X``). The fixed-point solver needs the data only
-through row sums (see :mod:`attnclust.clustering`), so one pass over the data is
+through row sums (see :mod:`attnclust.fixed_point`), so one pass over the data is
 
     S_r   = sum_{i in shard r} s(x_i; mu)          (local sums, one flat buffer)
     S     = sum_r S_r                              (one all-reduce, the same S on every rank)

@@ -1,0 +1,365 @@
+"""The default solver of ``AttentionClustering``: safeguarded fixed-point steps.
+
+The model is the K-head layer of :mod:`attnclust.heads`, with unit heads ``mu_h``,
+``a_h(x) = softmax_h(lambda <x, mu_h>)``, ``T_mu(x) = sum_h a_h(x) mu_h``, fitted by
+minimizing the empirical risk ``f(mu) = (1/n) sum_i ||x_i - T_mu(x_i)||^2`` (plus
+``rho * Pen(mu)``) over the product of spheres.
+
+Step
+----
+Write ``P = X mu^T`` (the projections, ``(n, K)``), ``A = softmax(lambda P)``,
+``T = A mu``, ``r_i = x_i - T_i`` and ``c_ih = <r_i, mu_h - T_i>``. The Euclidean
+gradient of ``f`` with respect to head ``h`` is
+
+    grad_h f = -(2/n) [ sum_i (a_ih + lambda a_ih c_ih) x_i - sum_g (A^T A)_hg mu_g ],
+
+where everything but the two ``(K, d)`` products is computed in the ``K``-dimensional
+space of projections: ``<r_i, mu_h> = P_ih - (A G)_ih`` and ``<r_i, T_i> =
+sum_h a_ih (P_ih - (A G)_ih)`` with ``G = mu mu^T``. One pass over the data therefore
+costs two ``n x d x K`` matrix products, like one Lloyd iteration of k-means.
+
+The step is projected gradient descent with a *per-head* step ``1 / (2 N_h)``, where
+``N_h = (1/n) sum_i a_ih`` is the soft proportion of head ``h``:
+
+    mu_h  <-  normalize( mu_h - grad_h f / (2 N_h) ).
+
+Two facts make this step the right one. (i) For fixed attention weights the risk is the
+quadratic ``(1/n) ||X - A mu||^2`` in the values, whose Hessian ``(2/n) A^T A`` is
+dominated by ``2 diag(N)`` (a symmetric matrix with non-negative entries is below the
+diagonal matrix of its row sums), so the step minimizes a majorizer of the value part on
+the sphere. (ii) When the attention is hard (``a_ih`` in ``{0, 1}``, the limit of large
+``lambda``) the step is *exactly* the spherical Lloyd step ``mu_h <- normalize(mean of
+the points of head h)``, so well-separated data converge in a handful of passes. The
+attention (key) part is not majorized, so every step is safeguarded: if the risk does
+not decrease, the step is halved (``normalize(mu - t grad / (2N))``, ``t = 1/2, 1/4,
+...``), which for small ``t`` moves along minus the Riemannian gradient and therefore
+decreases the risk. The risk is thus non-increasing along the loss curve at a fixed
+temperature, and a fixed point satisfies ``grad_h f = (scalar) mu_h``: its Riemannian
+gradient is zero. The iteration stops when no head moves by more than ``tol`` (see below
+for the extrapolated steps).
+Only the tangent part of the attention (key) gradient enters the step: its radial part
+``<grad_h^key, mu_h>`` is of order ``lambda`` (it is the derivative of a shift of all the
+logits of head ``h``) and carries no information on the sphere, but through the
+normalization it shrank or flipped the step at large ``lambda``. The radial part of the
+value gradient is kept, which is what makes the hard-attention step exactly Lloyd's (it
+costs one ``K``-vector per pass, ``sum_i a_ih <x_i, mu_h>``, sent in place of ``N``, which
+is recovered as the row sums of ``A^T A``). The step length restarts from the last
+accepted one and is doubled again only after two steps accepted at first try, so a run
+of damped steps costs about one pass per step.
+
+Overlapping clusters make these steps slow: the step length is set by the stiff (key)
+directions of the Hessian, so the safeguard settles on ``t = 1/4`` or ``1/8``, successive
+steps point in nearly opposite directions (cosine -0.3 to -0.7) and the heads creep along
+the flat directions. On digits (row-normalized, ``K = 10``, ``random_state=0``) the plain
+steps ran to ``max_iter`` with the risk still falling by ``2e-9`` per step (relative
+``1e-8``: not converged to float precision) and a Riemannian gradient ``6e-5``. Each step
+therefore first tries an *Anderson extrapolation* of the full-step map ``S(mu) =
+normalize(mu - D grad)`` (``D`` the per-head step above): with the last ``m <=
+_ANDERSON_DEPTH`` iterates ``x_j`` and residuals ``f_j = S(x_j) - x_j`` at this
+temperature, ``gamma`` minimizes ``||f - dF gamma||`` over the differences of consecutive
+residuals and the candidate is ``normalize(x + t f - (dX + t dF) gamma)``. It costs one
+pass and is kept only if the objective does not increase (the acceptance test of the
+plain step); otherwise the history restarts from the current iterate and the plain,
+halved step is taken from it. So the objective stays non-increasing at a fixed
+temperature, and the stopping test is on the *full* step ``S(mu) - mu`` (zero exactly at
+a fixed point) or on an accepted plain step, never on a short extrapolation. Measured
+(``random_state`` 0 to 5, passes over the data, plain / extrapolated): digits 1773 / 924
+(4 / 6 runs converged), iris 248 / 169, wine 199 / 156; the synthetic ``n = 100,000``
+benchmark (13 steps, 17 passes) is unchanged. All quantities are global sums or come
+from them, so data-parallel ranks take the same branches.
+
+Notation
+--------
+=============  ==============  =============================================
+paper          code            meaning
+=============  ==============  =============================================
+``mu_h``       ``heads``       unit heads, shape ``(K, d)``
+``lambda``     ``lam``         inverse temperature
+``a_h(x)``     ``A[i, h]``     attention of row ``i`` on head ``h``
+``N_h``        ``counts``      soft proportion of head ``h``
+=============  ==============  =============================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from .heads import softmax_heads
+
+__all__ = ["IterationInfo", "FixedPointResult", "fixed_point_fit"]
+
+_logger = logging.getLogger("attnclust")
+
+_MAX_HALVINGS = 30
+_ANDERSON_DEPTH = 5       # past steps the extrapolation combines (0: plain steps only)
+_ANDERSON_REG = 1e-10     # Tikhonov term of its least squares, relative to their scale
+_GROW_AFTER = 2           # first-try acceptances before the step is doubled again
+
+
+class IterationInfo(NamedTuple):
+    """What the ``callback`` of :class:`AttentionClustering` receives after each step."""
+
+    iteration: int
+    loss: float
+    temperature: float
+    shift: float
+
+
+class FixedPointResult(NamedTuple):
+    """Result of :func:`fixed_point_fit`."""
+
+    heads: torch.Tensor
+    """Fitted unit heads, ``(K, d)``."""
+    loss_curve: list[float]
+    """Objective after each accepted step (first entry: at the start)."""
+    temperature_curve: list[float]
+    """Temperature at which each entry of ``loss_curve`` was evaluated."""
+    n_iter: int
+    converged: bool
+
+
+# -- one pass over the data -------------------------------------------------------------
+class _Pass(NamedTuple):
+    loss: torch.Tensor       # 0-dim, objective (risk + rho * penalty)
+    grad: torch.Tensor       # (K, d) Euclidean gradient of the objective
+    counts: torch.Tensor     # (K,) soft proportions N_h
+    value_radial: torch.Tensor  # (K,) <grad_h of the value part, mu_h>
+
+
+def _risk_pass(X, sq_norms, heads, lam, *, chunk, penalty=None, rho=0.0, reduce=None,
+               n_total=None) -> _Pass:
+    """Risk, gradient and soft proportions in one pass, all in the K-dim projection space.
+
+    The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) and divides by
+    ``n`` at the end. With ``reduce`` (a sum over data-parallel ranks, see
+    :mod:`attnclust.distributed`) the sums of the local rows are summed over ranks in one
+    flat buffer of ``1 + K d + K^2 + K`` numbers (``+ K^2 d`` for the balance penalty)
+    before dividing by ``n_total``, the number of rows of all ranks.
+    """
+    n = X.shape[0] if n_total is None else n_total
+    K = heads.shape[0]
+    gram = heads @ heads.T                                   # (K, K)
+    loss = X.new_zeros(())
+    lin = X.new_zeros(K, X.shape[1])                         # sum_i (a + lam a c)_i x_i
+    ata = X.new_zeros(K, K)                                  # A^T A
+    vproj = X.new_zeros(K)                                   # sum_i a_ih <x_i, mu_h>
+    need_pairs = penalty == "balance" and rho > 0
+    pair_x = X.new_zeros(K, K, X.shape[1]) if need_pairs else None
+    for start in range(0, n, chunk):
+        Xc = X[start:start + chunk]                          # (m, d)
+        P = Xc @ heads.T                                     # (m, K)
+        A = softmax_heads(lam * P)                           # (m, K)
+        AG = A @ gram                                        # (m, K) = <T_i, mu_h>
+        AP = A * P
+        xt = AP.sum(1)                                       # <x_i, T_i>
+        tt = (A * AG).sum(1)                                 # ||T_i||^2
+        loss = loss + sq_norms[start:start + chunk].sum() - (2 * xt - tt).sum()
+        # W = a + lam a c with c = <r_i, mu_h> - <r_i, T_i> = (P - AG) - (xt - tt),
+        # built in place: the hot loop of the solver, whose gradient is explicit (no autograd)
+        W = (P - AG).sub_((xt - tt)[:, None]).mul_(lam).add_(1.0).mul_(A)
+        lin = lin + W.T @ Xc
+        ata = ata + A.T @ A
+        vproj = vproj + AP.sum(0)
+        if need_pairs:
+            pair_x = pair_x + torch.einsum("nh,ng,nd->hgd", A, A, Xc)
+    if reduce is not None:
+        parts = [loss, lin, ata, vproj] + ([pair_x] if need_pairs else [])
+        flat = reduce(torch.cat([t.reshape(-1) for t in parts]))
+        pieces = [q.reshape(t.shape)
+                  for q, t in zip(torch.split(flat, [t.numel() for t in parts]), parts,
+                                  strict=True)]
+        loss, lin, ata, vproj = pieces[:4]
+        if need_pairs:
+            pair_x = pieces[4]
+    loss, lin, ata, vproj = loss / n, lin / n, ata / n, vproj / n
+    counts = ata.sum(1)                                      # rows of A sum to one
+    grad = -2.0 * (lin - ata @ heads)
+    value_radial = -2.0 * (vproj - (ata * gram).sum(1))      # <-2 (A^T X - A^T A mu)_h, mu_h>
+    if penalty == "repulsion" and rho > 0:
+        off = gram - torch.diag(torch.diagonal(gram))
+        loss = loss + rho * 0.5 * (off**2).sum()             # sum_{h<h'} <mu_h, mu_h'>^2
+        grad = grad + rho * 2.0 * off @ heads
+    elif need_pairs:
+        w = counts - 1.0 / K                                 # dPen/dN_h / 2
+        loss = loss + rho * (w**2).sum()
+        # dN_h/dmu_g = lam [delta_hg sum_i a_ih x_i - sum_i a_ih a_ig x_i] / n, and
+        # sum_g pair_x[h, g] = sum_i a_ih x_i since the weights of a row sum to one
+        pair_x = pair_x / n                                  # (K_h, K_g, d)
+        own = pair_x.sum(1)                                  # (K, d)
+        grad = grad + 2.0 * rho * lam * (w[:, None] * own - torch.einsum("h,hgd->gd", w, pair_x))
+    return _Pass(loss, grad, counts, value_radial)
+
+
+def _fixed_point_step(heads, p: _Pass, t: float) -> torch.Tensor:
+    # the tangent part of the gradient, plus the radial part of the value gradient only
+    radial = (p.grad * heads).sum(1) - p.value_radial        # (K,) radial part to drop
+    direction = p.grad - radial[:, None] * heads
+    step = direction / (2.0 * p.counts.clamp_min(torch.finfo(heads.dtype).tiny))[:, None]
+    new = heads - t * step
+    norm = torch.linalg.vector_norm(new, dim=1, keepdim=True)
+    # a head whose step lands on the origin keeps its position
+    return torch.where(norm > 0, new / norm.clamp_min(torch.finfo(heads.dtype).tiny), heads)
+
+
+def _anderson_candidate(heads, hist_x, hist_f, beta: float):
+    """Anderson extrapolation of the fixed-point map, projected back on the spheres.
+
+    ``hist_x[j]`` are past iterates and ``hist_f[j] = S(x_j) - x_j`` their full-step
+    residuals (flattened, the last entry is the current iterate). With ``dX``, ``dF`` the
+    differences of consecutive entries, ``gamma`` minimizes ``||f - dF gamma||`` (a small
+    Tikhonov term keeps it bounded when ``dF`` is nearly rank deficient) and the candidate is
+    ``normalize(x + beta f - (dX + beta dF) gamma)``. ``None`` when the history holds one
+    entry or the solve is not finite.
+    """
+    if len(hist_x) < 2:
+        return None
+    dX = torch.stack([b - a for a, b in zip(hist_x[:-1], hist_x[1:], strict=True)], 1)
+    dF = torch.stack([b - a for a, b in zip(hist_f[:-1], hist_f[1:], strict=True)], 1)
+    f = hist_f[-1]
+    # the (m, m) normal equations in float64 on the CPU: tiny, and the same on every rank
+    gram = (dF.T @ dF).to("cpu", torch.float64)
+    rhs = (dF.T @ f).to("cpu", torch.float64)
+    scale = float(torch.trace(gram)) / gram.shape[0]
+    if not scale > 0 or not np.isfinite(scale):
+        return None
+    gram = gram + _ANDERSON_REG * scale * torch.eye(gram.shape[0], dtype=torch.float64)
+    gamma = torch.linalg.solve(gram, rhs).to(heads.device, heads.dtype)
+    if not bool(torch.isfinite(gamma).all()):
+        return None
+    x = (hist_x[-1] + beta * f - (dX + beta * dF) @ gamma).reshape(heads.shape)
+    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    if not bool((norm > 0).all() and torch.isfinite(norm).all()):
+        return None
+    return x / norm
+
+
+def fixed_point_fit(
+    X: torch.Tensor,
+    heads0: torch.Tensor,
+    *,
+    temperatures: list[float],
+    steps_per_temperature: list[int],
+    tol: float = 1e-6,
+    chunk_size: int | None = None,
+    penalty: str | None = None,
+    rho: float = 0.0,
+    callback: Callable[[IterationInfo], None] | None = None,
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> FixedPointResult:
+    """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
+
+    ``mu_h <- normalize(mu_h - grad_h f / (2 N_h))`` with step halving whenever the
+    objective would increase, each step first trying an Anderson extrapolation that is
+    kept only if the objective does not increase (see the module docstring).
+
+    Parameters
+    ----------
+    X : Tensor of shape (n, d)
+        Data, on the device and in the dtype of the computation.
+    heads0 : Tensor of shape (K, d)
+        Unit initial heads.
+    temperatures, steps_per_temperature : lists of the same length
+        Annealing schedule: at most ``steps_per_temperature[s]`` steps at
+        ``temperatures[s]`` (the last stage also stops when converged).
+    tol : float
+        Stop when the full step would move no head by more than ``tol`` (Euclidean), or an
+        accepted plain step moved none by more.
+    chunk_size : int, optional
+        Rows per chunk of each pass (memory bound only; the steps are full-batch).
+    penalty, rho :
+        Regularizer (``None``, ``"repulsion"`` or ``"balance"``) and its weight.
+    callback : callable, optional
+        Called with an :class:`IterationInfo` after each accepted step.
+    reduce : callable, optional
+        Data-parallel fitting: ``X`` holds this rank's rows and ``reduce(t)`` returns the
+        sum of ``t`` over all ranks (the same tensor on every rank, e.g. an all-reduce).
+        Each pass then sums its per-row statistics over ranks, so every quantity that
+        decides a branch (the objective of the safeguard, the shift of the heads) is the
+        global one and all ranks take the same steps. ``None`` (one process) is the same
+        code with no reduction.
+
+    Returns
+    -------
+    FixedPointResult
+
+    Examples
+    --------
+    >>> import torch, attnclust as ac
+    >>> X = torch.as_tensor(ac.GaussianMixture.antipodal(d=3, sigma=0.1).sample(200, rng=0))
+    >>> h0 = torch.tensor([[0.6, 0.8, 0.0], [-0.6, 0.0, 0.8]], dtype=torch.float64)
+    >>> res = fixed_point_fit(X, h0, temperatures=[50.0], steps_per_temperature=[100])
+    >>> res.converged, bool(res.heads[:, 0].abs().min() > 0.99)
+    (True, True)
+    """
+    n = X.shape[0]
+    chunk = max(1, n) if chunk_size is None else max(1, int(chunk_size))
+    sq_norms = (X * X).sum(1)                                # (n,)
+    n_total = n if reduce is None else int(reduce(torch.tensor([n], dtype=torch.float64,
+                                                               device=X.device)).item())
+    pass_args = dict(chunk=chunk, penalty=penalty, rho=rho, reduce=reduce, n_total=n_total)
+    heads = heads0
+    losses: list[float] = []
+    temps: list[float] = []
+    n_iter, converged = 0, False
+    eps = 1e-12 if X.dtype == torch.float64 else 1e-5
+    for stage, (lam, n_steps) in enumerate(zip(temperatures, steps_per_temperature,
+                                               strict=True)):
+        last = stage == len(temperatures) - 1
+        cur = _risk_pass(X, sq_norms, heads, lam, **pass_args)
+        losses.append(float(cur.loss))
+        temps.append(lam)
+        t_prev, streak = 1.0, 0
+        hist_x: list[torch.Tensor] = []                      # Anderson history, this stage
+        hist_f: list[torch.Tensor] = []
+        for _ in range(n_steps):
+            # start from the last accepted step, doubled (at most to the full step 1) only
+            # after _GROW_AFTER steps accepted at first try: a run of damped steps then costs
+            # about one pass per step instead of paying for the same halving again and again
+            t, accepted = (min(1.0, 2.0 * t_prev) if streak >= _GROW_AFTER else t_prev), False
+            residual = _fixed_point_step(heads, cur, 1.0) - heads
+            if float(torch.linalg.vector_norm(residual, dim=1).max()) <= tol:
+                converged = last
+                break
+            # Anderson extrapolation, kept only if the objective does not increase
+            extrapolated = False
+            if _ANDERSON_DEPTH > 0:
+                hist_x = [*hist_x, heads.reshape(-1)][-(_ANDERSON_DEPTH + 1):]
+                hist_f = [*hist_f, residual.reshape(-1)][-(_ANDERSON_DEPTH + 1):]
+                cand = _anderson_candidate(heads, hist_x, hist_f, t)
+                if cand is not None:
+                    new = _risk_pass(X, sq_norms, cand, lam, **pass_args)
+                    extrapolated = accepted = (float(new.loss) <= float(cur.loss)
+                                               + eps * abs(float(cur.loss)))
+                    if not accepted:                         # restart from this iterate
+                        hist_x, hist_f = hist_x[-1:], hist_f[-1:]
+            t_first = t
+            for _ in range(0 if extrapolated else _MAX_HALVINGS):
+                cand = _fixed_point_step(heads, cur, t)
+                new = _risk_pass(X, sq_norms, cand, lam, **pass_args)
+                if float(new.loss) <= float(cur.loss) + eps * abs(float(cur.loss)):
+                    accepted = True
+                    break
+                t *= 0.5
+            if not extrapolated:
+                streak = 0 if not accepted or t < t_first or t >= 1.0 else streak + 1
+            n_iter += 1
+            if not accepted:                                 # no descent left: stationary
+                converged = last
+                break
+            shift = float(torch.linalg.vector_norm(cand - heads, dim=1).max())
+            heads, cur, t_prev = cand, new, (t_prev if extrapolated else t)
+            losses.append(float(cur.loss))
+            temps.append(lam)
+            if callback is not None:
+                callback(IterationInfo(n_iter, losses[-1], lam, shift))
+            _logger.debug("iter %d  lambda %.4g  loss %.8g  shift %.2e", n_iter, lam,
+                          losses[-1], shift)
+            if shift <= tol and not extrapolated:  # a short extrapolation proves nothing
+                converged = last
+                break
+    return FixedPointResult(heads, losses, temps, n_iter, converged)
