@@ -118,24 +118,38 @@ class _ThreadGroup:
                              offset, n_total)
 
 
-def _fit_simulated(X, world, **params):
-    group, results, errors = _ThreadGroup(world), [None] * world, []
-    bounds = [shard_bounds(len(X), r, world) for r in range(world)]
+def _run_ranks(group, body):
+    """``body(r)`` for every rank ``r`` of ``group``, one thread each; returns the results.
+
+    A rank that raises aborts the barrier (so the others stop too) and fails the test; so
+    does a rank still running after 60 s.
+    """
+    results, errors = [None] * group.world, []
 
     def run(r):
         try:
-            est = AttentionClustering(**params)
-            results[r] = est._fit(X[slice(*bounds[r])], group.context(r, bounds[r][0], len(X)))
+            results[r] = body(r)
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
             group.barrier.abort()
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(group.world)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
     assert not errors, errors
-    return results, group
+    assert all(not t.is_alive() for t in threads), "a simulated rank hung"
+    return results
+
+
+def _fit_simulated(X, world, **params):
+    group = _ThreadGroup(world)
+    bounds = [shard_bounds(len(X), r, world) for r in range(world)]
+
+    def body(r):
+        est = AttentionClustering(**params)
+        return est._fit(X[slice(*bounds[r])], group.context(r, bounds[r][0], len(X)))
+    return _run_ranks(group, body), group
 
 
 @pytest.mark.parametrize("params", [
@@ -187,25 +201,13 @@ def test_pass_bytes_match_the_reduced_buffer():
 def _pgd_simulated(X, bounds, heads0, *, seed=None, **kwargs):
     """``pgd`` on the shards ``X[start:stop]``, one thread per shard, summing through ``reduce``."""
     world = len(bounds)
-    group, results, errors = _ThreadGroup(world), [None] * world, []
+    group = _ThreadGroup(world)
     streams = np.random.default_rng(seed).spawn(world)
 
-    def run(r):
-        try:
-            reduce = lambda t: group._exchange(r, t, lambda s: sum(s[1:], s[0]))  # noqa: E731
-            results[r] = ac.pgd(X[slice(*bounds[r])], heads0, reduce=reduce, rng=streams[r],
-                                **kwargs)
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-            group.barrier.abort()
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not errors, errors
-    assert all(not t.is_alive() for t in threads), "a simulated rank hung"
-    return results, group
+    def body(r):
+        reduce = lambda t: group._exchange(r, t, lambda s: sum(s[1:], s[0]))  # noqa: E731
+        return ac.pgd(X[slice(*bounds[r])], heads0, reduce=reduce, rng=streams[r], **kwargs)
+    return _run_ranks(group, body), group
 
 
 UNEQUAL = [(0, 300), (300, 1250), (1250, 2001)]          # shards of unequal sizes
