@@ -1,2 +1,24 @@
+import os
+
+import pytest
+
+from attnclust import _io
+
 # The worker script is run by torchrun in a subprocess, not imported by pytest.
 collect_ignore = ["_distributed_worker.py"]
+
+
+@pytest.fixture
+def third_rename_fails(monkeypatch):
+    """Make the third ``os.replace`` of :mod:`attnclust._io` fail (disk full); yields the
+    destinations of every attempted rename."""
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        calls.append(dst)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        real(src, dst)
+
+    monkeypatch.setattr(_io.os, "replace", replace)
+    return calls

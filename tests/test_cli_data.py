@@ -213,22 +213,10 @@ def test_fit_never_writes_bad_centers(blobs, capsys, monkeypatch, bad):
     assert _files(tmp) == ["x.npy"]
 
 
-def test_fit_failing_rename_leaves_no_partial_output(blobs, capsys, monkeypatch):
-    import os
-
-    from attnclust import _io
-
+def test_fit_failing_rename_leaves_no_partial_output(blobs, capsys, third_rename_fails):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
-    real, calls = os.replace, []
-
-    def replace(src, dst):
-        calls.append(dst)
-        if len(calls) == 3:
-            raise OSError(28, "No space left on device")
-        real(src, dst)
-
-    monkeypatch.setattr(_io.os, "replace", replace)
+    calls = third_rename_fails
     line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
                            "--quiet"])
     assert "No space left" in line and len(calls) == 3

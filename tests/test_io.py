@@ -76,17 +76,9 @@ def test_save_matrices_failing_write_leaves_nothing(tmp_path):
     assert os.listdir(tmp_path) == []
 
 
-def test_save_matrices_failing_rename_leaves_nothing(tmp_path, monkeypatch):
+def test_save_matrices_failing_rename_leaves_nothing(tmp_path, third_rename_fails):
     """A rename that fails after others succeeded: the files already renamed are removed."""
-    real, calls = os.replace, []
-
-    def replace(src, dst):
-        calls.append(dst)
-        if len(calls) == 3:
-            raise OSError(28, "No space left on device")
-        real(src, dst)
-
-    monkeypatch.setattr(_io.os, "replace", replace)
+    calls = third_rename_fails
     outputs = {tmp_path / f"r.{n}": np.eye(2) for n in ("a.npy", "a.csv", "b.npy", "b.csv")}
     with pytest.raises(OSError, match="No space"):
         save_matrices(outputs)
