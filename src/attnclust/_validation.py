@@ -9,7 +9,10 @@ import torch
 
 __all__ = [
     "as_generator",
+    "as_numpy_input",
     "as_tensor",
+    "as_torch_dtype",
+    "check_device",
     "check_temperature",
     "check_finite",
     "check_int",
@@ -120,3 +123,97 @@ def check_temperature(temperature) -> float:
     if not 0.0 < lam < math.inf:  # also false for NaN
         raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
     return lam
+
+
+def check_device(device, *, name: str = "device") -> torch.device:
+    """``device`` as a ``torch.device`` this machine can allocate on, else ``ValueError``.
+
+    One check for every estimator and the command line: a name torch does not know
+    (``"foo"``), CUDA where none is available, a CUDA index beyond the devices present,
+    or another device type (``"mps"``, ``"meta"``: the code is tested on CPU and CUDA
+    only) each give a ``ValueError`` naming ``device``, instead of torch's
+    ``AssertionError`` or its list of device types.
+
+    Parameters
+    ----------
+    device : str or torch.device
+    name : str, default="device"
+        How the message names the argument (``"--device"`` on the command line).
+
+    Returns
+    -------
+    torch.device
+
+    Examples
+    --------
+    >>> check_device("cpu")
+    device(type='cpu')
+    >>> check_device("foo")
+    Traceback (most recent call last):
+    ...
+    ValueError: device 'foo' is not a torch device; use cpu, cuda or cuda:N
+    """
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError, TypeError):
+        raise ValueError(f"{name} {device!r} is not a torch device; use cpu, cuda or "
+                         "cuda:N") from None
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{name} {device!r}: CUDA is not available on this machine; "
+                             "use cpu")
+        count = torch.cuda.device_count()
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(f"{name} {device!r}: no such CUDA device, this machine has "
+                             f"{count} (cuda:0 .. cuda:{count - 1})")
+        return dev
+    # mps, xpu, meta, ...: the estimators and layers are written and tested for CPU and
+    # CUDA only (meta tensors hold no data at all)
+    raise ValueError(f"{name} {device!r} is not supported; use cpu, cuda or cuda:N")
+
+
+def as_torch_dtype(dtype, *, name: str = "dtype") -> torch.dtype:
+    """``"float32"``/``"float64"`` (or the NumPy or torch dtype) as a torch dtype.
+
+    Examples
+    --------
+    >>> as_torch_dtype("float32"), as_torch_dtype(np.float64), as_torch_dtype(torch.float32)
+    (torch.float32, torch.float64, torch.float32)
+    >>> as_torch_dtype("int8")
+    Traceback (most recent call last):
+    ...
+    ValueError: dtype must be 'float32' or 'float64', got 'int8'
+    """
+    if isinstance(dtype, torch.dtype):
+        label = str(dtype).removeprefix("torch.")
+    else:
+        try:
+            label = str(np.dtype(dtype)) if dtype is not None else ""
+        except TypeError:
+            label = ""
+    if label not in ("float32", "float64"):
+        raise ValueError(f"{name} must be 'float32' or 'float64', got {dtype!r}")
+    return getattr(torch, label)
+
+
+def as_numpy_input(X):
+    """Data for a scikit-learn style ``fit``/``transform``: tensors become NumPy arrays.
+
+    A tensor is detached (so one that requires grad is accepted; no gradient flows
+    through an estimator's fit) and moved to the CPU; a float16/bfloat16 tensor becomes
+    float32. Anything else is returned unchanged for ``validate_data`` to check.
+
+    Examples
+    --------
+    >>> as_numpy_input(torch.ones(2, 2, requires_grad=True))
+    array([[1., 1.],
+           [1., 1.]], dtype=float32)
+    """
+    if not isinstance(X, torch.Tensor):
+        return X
+    t = X.detach()
+    if t.dtype in (torch.float16, torch.bfloat16):
+        t = t.float()
+    return t.cpu().resolve_conj().resolve_neg().numpy()

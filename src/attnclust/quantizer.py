@@ -43,7 +43,7 @@ import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import check_temperature
+from ._validation import as_numpy_input, check_device, check_temperature
 from .quantize import BACKENDS, identity_attention
 
 __all__ = ["AttentionQuantizer", "estimate_sigma"]
@@ -100,7 +100,9 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
     chunk_size : int or (int, int), optional
         Block sizes of the chunked backend.
     device : str, default="cpu"
-        Torch device of the computation (e.g. ``"cuda"``); ``transform`` returns NumPy.
+        Torch device of the computation (e.g. ``"cuda"``), checked at ``fit``;
+        ``transform`` returns NumPy. Tensor input (on any device, requiring grad or not)
+        is detached and read like a NumPy array.
 
     Attributes
     ----------
@@ -144,7 +146,8 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
         -------
         self
         """
-        X = validate_data(self, X, dtype=[np.float64, np.float32])
+        X = validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32])
+        check_device(self.device)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
         if isinstance(self.temperature, str):
@@ -169,8 +172,10 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
         ndarray of shape (L, d)
         """
         check_is_fitted(self, "temperature_")
-        X = validate_data(self, X, dtype=[np.float64, np.float32], reset=False)
-        Y = identity_attention(torch.as_tensor(X, device=self.device), self.temperature_,
+        X = validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32],
+                          reset=False)
+        device = check_device(self.device)
+        Y = identity_attention(torch.as_tensor(X, device=device), self.temperature_,
                                n_steps=self.n_steps, exclude_self=self.exclude_self,
                                renormalize=self.renormalize, backend=self.backend,
                                chunk_size=self.chunk_size)
