@@ -31,7 +31,7 @@ __all__ = ["GaussianMixture"]
 _UNIT_TOL = 1e-8
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class GaussianMixture:
     """Isotropic Gaussian mixture whose centroids lie on the unit sphere ``S^{d-1}``.
 
@@ -52,6 +52,14 @@ class GaussianMixture:
     (2, 10, 0.3)
     >>> mix.sample(4, rng=0).shape
     (4, 10)
+
+    Two mixtures are equal when their centroids, ``sigma`` and weights are equal by value;
+    mixtures are hashable (usable as dict keys or in sets):
+
+    >>> mix == ac.GaussianMixture(mix.centroids.copy(), sigma=0.3)
+    True
+    >>> len({mix, ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)})
+    1
     """
 
     centroids: np.ndarray
@@ -86,6 +94,20 @@ class GaussianMixture:
         object.__setattr__(self, "centroids", centroids)
         object.__setattr__(self, "sigma", sigma)
         object.__setattr__(self, "weights", weights)
+
+    # -- equality by value (the generated dataclass __eq__ compares arrays with ``==``,
+    # whose truth value is ambiguous, and arrays are unhashable) ---------------------
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, GaussianMixture):
+            return NotImplemented
+        return (self.sigma == other.sigma
+                and np.array_equal(self.centroids, other.centroids)
+                and np.array_equal(self.weights, other.weights))
+
+    def __hash__(self) -> int:
+        # + 0.0 turns -0.0 into 0.0: equal arrays must give equal bytes, hence equal hashes
+        return hash((self.centroids.shape, (self.centroids + 0.0).tobytes(), self.sigma,
+                     (self.weights + 0.0).tobytes()))
 
     # -- presets -------------------------------------------------------------------
     @classmethod
