@@ -31,6 +31,13 @@ Backends (all give the same numbers; ``"auto"`` picks the fastest valid one):
 - ``chunked``: online softmax over blocks of queries and keys in plain PyTorch, memory
   ``O(chunk_q * chunk_k + L d)``; handles ``exclude_self`` and any dtype/device.
 
+Resources and overflow. ``dense`` refuses up front, with the size it needs and the
+backends that would fit, when its ``L x L`` matrices exceed the memory available (free
+memory of the CUDA device; on the CPU the smaller of the system's available memory and
+the cgroup limit of a container). Scores ``lambda <x_i, x_j>`` beyond the largest number
+of the dtype make the softmax undefined: every backend then raises ``ValueError``
+instead of returning NaN or inf.
+
 Notation
 --------
 =================  ==========================  ===========================================
@@ -48,7 +55,9 @@ paper              code                        meaning
 from __future__ import annotations
 
 import math
+import os
 import warnings
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -66,6 +75,7 @@ __all__ = [
     "LimitDistance",
     "SpreadRatio",
     "count_clusters",
+    "dense_bytes",
     "fused_available",
     "identity_attention",
     "infinite_prompt_limit",
@@ -160,13 +170,16 @@ def identity_attention(
     batched = x.ndim == 3
     y = x if batched else x.unsqueeze(0)  # (B, L, d)
     name = _resolve_backend(backend, y, exclude_self)
-    for _ in range(int(n_steps)):
+    if name == "dense":
+        _check_dense_fits(y, exclude_self)
+    for step in range(int(n_steps)):
         if name == "dense":
             y = _dense(y, lam, exclude_self)
         elif name == "fused":
             y = _fused(y, lam, exclude_self)
         else:
             y = _chunked(y, lam, exclude_self, cq, ck)
+        _check_no_overflow(y, x, lam, step)
         if renormalize:
             y = normalize(y)
     y = y if batched else y.squeeze(0)
@@ -213,6 +226,80 @@ def _resolve_backend(backend: str, y: torch.Tensor, exclude_self: bool) -> str:
     if B * L * L <= _DENSE_AUTO_ELEMENTS or (y.requires_grad and torch.is_grad_enabled()):
         return "dense"
     return "chunked"
+
+
+def _available_memory(device: torch.device) -> int | None:
+    """Bytes that can still be allocated on ``device``; None when it cannot be told."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    limits = []
+    try:  # Linux: what the kernel says can be allocated without swapping
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                limits.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:  # a container's cgroup (v2) limit, which /proc/meminfo does not show
+        top = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if top != "max":
+            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+            limits.append(int(top) - used)
+    except (OSError, ValueError):
+        pass
+    if not limits and hasattr(os, "sysconf"):
+        try:
+            limits.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError):
+            pass
+    return max(min(limits), 0) if limits else None
+
+
+def _gib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB" if n_bytes >= 2**30 else f"{n_bytes / 2**20:.1f} MiB"
+
+
+def dense_bytes(shape: tuple[int, ...], dtype: torch.dtype, *, exclude_self: bool = False) -> int:
+    """Peak bytes of the ``L x L`` matrices of the dense backend on prompts of ``shape``.
+
+    Two ``(B, L, L)`` arrays of ``dtype`` live at once (the scores and their softmax),
+    plus an ``L x L`` boolean mask with ``exclude_self``.
+
+    Examples
+    --------
+    >>> dense_bytes((1, 100_000, 16), torch.float64) / 1e9
+    160.0
+    """
+    B, L = (1, shape[0]) if len(shape) == 2 else (shape[0], shape[1])
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return 2 * B * L * L * itemsize + (L * L if exclude_self else 0)
+
+
+def _check_dense_fits(y: torch.Tensor, exclude_self: bool) -> None:
+    """Refuse the dense backend before it allocates more than the memory available."""
+    need = dense_bytes(tuple(y.shape), y.dtype, exclude_self=exclude_self)
+    free = _available_memory(y.device)
+    if free is None or need <= free:
+        return
+    fits = ["chunked"] if exclude_self or not fused_available(y.dtype, y.device) \
+        else ["fused", "chunked"]
+    B, L, _ = y.shape
+    raise ValueError(f"backend='dense' needs {_gib(need)} for its L x L matrices (B={B}, "
+                     f"L={L}, {str(y.dtype).removeprefix('torch.')}), more than the "
+                     f"{_gib(free)} of memory available on {y.device.type}; use "
+                     f"backend={' or '.join(repr(b) for b in fits)} (memory O(L d)), or 'auto'")
+
+
+def _check_no_overflow(y: torch.Tensor, x: torch.Tensor, lam: float, step: int) -> None:
+    """``ValueError`` when a step's output is not finite: the scores overflowed the dtype."""
+    if bool(torch.isfinite(y).all()):
+        return
+    biggest = float(x.detach().abs().amax())
+    raise ValueError(f"identity attention produced non-finite values (overflow) at step "
+                     f"{step + 1}: the scores lambda <x_i, x_j> exceed the largest "
+                     f"{str(x.dtype).removeprefix('torch.')} (lambda = {lam:g}, largest "
+                     f"|x_ij| = {biggest:g}); rescale X or lower lambda")
 
 
 def _chunk_sizes(chunk_size) -> tuple[int | None, int | None]:
