@@ -1,18 +1,83 @@
 """File helpers: atomic writes (an interrupted run never leaves a partial file) and a loader
-for data matrices (``.npy`` or ``.csv``, one point per row)."""
+for data matrices (``.npy`` or ``.csv``, one point per row).
+
+Interrupts. Every temporary file is created through :func:`_temp_next_to`, which records it
+until it is renamed or removed, so the command line can remove whatever a signal left
+behind (:func:`remove_temporaries`). Sections that must not be cut in the middle (creating
+and recording a temporary file, renaming a set of outputs) run under
+:func:`deferred_interrupts`: an interrupt raised through :func:`interrupt` while one runs
+takes effect when it ends.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["atomic_path", "load_matrix", "save_matrix", "save_matrices"]
+__all__ = ["atomic_path", "check_finite_rows", "check_matrix_shape", "check_nonzero_rows",
+           "deferred_interrupts", "interrupt",
+           "load_matrix", "open_npy", "read_npy_header", "remove_temporaries", "save_matrix",
+           "save_matrices", "writable_folder"]
+
+# temporary files created and not yet renamed or removed (see remove_temporaries)
+_LIVE_TEMPS: set[Path] = set()
+# depth of nested deferred_interrupts blocks, and the interrupt that arrived inside one
+_DEFER = {"depth": 0, "pending": None}
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Run a block that an :func:`interrupt` must not cut; the interrupt fires at its end."""
+    _DEFER["depth"] += 1
+    try:
+        yield
+    finally:
+        _DEFER["depth"] -= 1
+        pending = _DEFER["pending"]
+        if _DEFER["depth"] == 0 and pending is not None:
+            _DEFER["pending"] = None
+            pending()
+
+
+def interrupt(raise_it: Callable[[], None]) -> None:
+    """Call ``raise_it`` now, or when the running :func:`deferred_interrupts` block ends.
+
+    For signal handlers: ``raise_it`` raises the exception that stops the program.
+    """
+    if _DEFER["depth"]:
+        _DEFER["pending"] = raise_it
+    else:
+        raise_it()
+
+
+def remove_temporaries() -> list[Path]:
+    """Remove every temporary file this process created and has not renamed; return them."""
+    removed = sorted(_LIVE_TEMPS)
+    for tmp in removed:
+        tmp.unlink(missing_ok=True)
+    _LIVE_TEMPS.clear()
+    return removed
+
+
+def _discard(tmp: Path) -> None:
+    tmp.unlink(missing_ok=True)
+    _LIVE_TEMPS.discard(tmp)
+
+
+def _human(n_bytes: float) -> str:
+    """A byte count for messages: ``'58.2 TiB'``."""
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n_bytes < 1024 or unit == "TiB":
+            return f"{n_bytes:.0f} {unit}" if unit == "bytes" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1024
+    return f"{n_bytes:.1f} PiB"  # pragma: no cover  (the loop returns)
 
 
 def _file_mode(path: Path) -> int:
@@ -37,10 +102,64 @@ def _temp_next_to(path: Path) -> Path:
     in exactly ``.npy``; ``matplotlib`` picks the format by suffix) see the suffix they expect.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=f".tmp{path.suffix.lower()}",
-                               dir=path.parent)
+    with deferred_interrupts():   # an interrupt between creating and recording would leak it
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.",
+                                   suffix=f".tmp{path.suffix.lower()}", dir=path.parent)
+        _LIVE_TEMPS.add(Path(tmp))
     os.close(fd)
     return Path(tmp)
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, outermost first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
+
+
+@contextlib.contextmanager
+def writable_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """Check that files can be created in ``folder`` (making it), before any long work.
+
+    Missing folders are created; if the block raises (an error, an interrupt), those of
+    them that are still empty are removed again, so a failed command leaves the file
+    system as it found it.
+
+    Raises
+    ------
+    ValueError
+        ``folder`` (or a parent) is a file, or a file cannot be created in it.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> base = pathlib.Path(tempfile.mkdtemp())
+    >>> with writable_folder(base / "a" / "b"):
+    ...     pass
+    >>> (base / "a" / "b").is_dir()
+    True
+    """
+    folder = Path(folder)
+    created = _missing_folders(folder)
+    try:
+        try:
+            for f in created:
+                f.mkdir()
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            if isinstance(exc, (FileExistsError, NotADirectoryError)):
+                reason = "a file is in the way"
+            raise ValueError(f"{folder}: cannot write there ({reason})") from None
+        yield folder
+    except BaseException:
+        for f in reversed(created):
+            with contextlib.suppress(OSError):
+                f.rmdir()       # only if empty: never removes what someone else put there
+        raise
 
 
 def _check_target(path: Path) -> None:
@@ -72,17 +191,25 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     try:
         yield tmp
         os.chmod(tmp, _file_mode(path))
-        os.replace(tmp, path)
+        with deferred_interrupts():
+            os.replace(tmp, path)
+            _LIVE_TEMPS.discard(tmp)
     finally:
-        tmp.unlink(missing_ok=True)
+        _discard(tmp)
 
 
-def save_matrices(outputs: Mapping[str | os.PathLike, object]) -> None:
+def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
+                  before_rename: Callable[[], None] | None = None) -> None:
     """Write every ``path -> array`` (by suffix, see :func:`save_matrix`), all or nothing.
 
     Every array is first written to a temporary file next to its target; only when all of
     them are written are they renamed, in one loop, onto their targets. If anything fails,
     every temporary file is removed, and so is every target this call had already created.
+    The renames run under :func:`deferred_interrupts`, so an interrupt cannot leave half of
+    the outputs renamed.
+
+    ``before_rename`` is called once every file is staged and before any rename (the
+    command line prints its summary there): if it raises, nothing is written.
 
     Examples
     --------
@@ -96,25 +223,35 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object]) -> None:
     for path, _ in targets:
         _check_target(path)
     staged: list[tuple[Path, Path]] = []
-    created: list[Path] = []
     try:
         for path, array in targets:
             tmp = _temp_next_to(path)
             staged.append((tmp, path))
             save_matrix(array, tmp)
             os.chmod(tmp, _file_mode(path))
+        if before_rename is not None:
+            before_rename()
+        with deferred_interrupts():
+            _rename_all(staged)
+    finally:
+        for tmp, _ in staged:
+            _discard(tmp)
+
+
+def _rename_all(staged: list[tuple[Path, Path]]) -> None:
+    """Rename every ``(tmp, path)``; on a failure remove the targets already created."""
+    created: list[Path] = []
+    try:
         for tmp, path in staged:
             existed = path.exists()
             os.replace(tmp, path)
+            _LIVE_TEMPS.discard(tmp)
             if not existed:
                 created.append(path)
     except BaseException:
         for path in created:
             path.unlink(missing_ok=True)
         raise
-    finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
 
 
 def _is_number(cell: str) -> bool:
@@ -126,7 +263,8 @@ def _is_number(cell: str) -> bool:
 
 
 def _parse_csv(path: Path) -> np.ndarray:
-    text = path.read_text(encoding="utf-8", errors="strict")
+    # utf-8-sig drops the byte-order mark that spreadsheet programs write ("CSV UTF-8")
+    text = path.read_text(encoding="utf-8-sig", errors="strict")
     # (line number in the file, stripped text) of the lines that hold data or a header
     lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), start=1)]
     lines = [(n, ln) for n, ln in lines if ln and not ln.startswith("#")]
@@ -159,20 +297,159 @@ def _parse_csv(path: Path) -> np.ndarray:
     return out
 
 
-def load_matrix(path: str | os.PathLike, *, min_columns: int = 1) -> np.ndarray:
-    r"""Read a data matrix, one point per row, from ``.npy`` or ``.csv`` (header optional).
+def read_npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, int]:
+    """``(shape, dtype, data offset)`` of a ``.npy`` file, checked against the file's size.
 
-    A CSV header is recognized as a first line none of whose cells is a number (a first
-    line of numbers with one bad cell is data with a bad value, reported as such); fields
-    are separated by commas (or semicolons, or whitespace when the first line has neither).
+    Nothing of the data is read or allocated: a file whose header declares more data than
+    it holds (truncated, or crafted to make a reader allocate terabytes) is refused here.
 
     Raises
     ------
     ValueError
-        Missing or unreadable file, unknown suffix, complex or other non-real ``.npy``
-        dtype, non-numeric value, ragged rows, NaN or inf, no rows, not 2-D, or fewer than
-        ``min_columns`` columns; the message names the file and, where it applies, the line
-        (counted in the file, blank and comment lines included) or row.
+        Not a ``.npy`` file, an unsupported format version, an object (pickled) dtype, or
+        fewer data bytes than the header declares.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.npy"
+    >>> np.save(path, np.zeros((3, 2), dtype=np.float32))
+    >>> read_npy_header(path)
+    ((3, 2), dtype('float32'), 128)
+    """
+    path = Path(path)
+    fmt = np.lib.format
+    readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+    try:
+        with open(path, "rb") as f:
+            version = fmt.read_magic(f)
+            if version not in readers:
+                raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+            shape, _, dtype = readers[version](f)
+            offset = f.tell()
+            size = os.fstat(f.fileno()).st_size
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except (ValueError, EOFError, SyntaxError) as exc:
+        raise ValueError(f"{path}: not a readable .npy array ({_first_line(exc)})") from None
+    if dtype.hasobject:
+        raise ValueError(f"{path}: array of Python objects (dtype {dtype}); the data must be "
+                         "real numbers")
+    declared = math.prod(shape) * dtype.itemsize     # Python ints: no overflow
+    if size - offset < declared:
+        raise ValueError(f"{path}: truncated or inconsistent .npy file: its header declares "
+                         f"shape {shape} of {dtype} ({_human(declared)} of data), but the "
+                         f"file holds {_human(max(size - offset, 0))}")
+    return tuple(int(n) for n in shape), dtype, offset
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _check_real_dtype(path: Path, dtype: np.dtype) -> None:
+    """Refuse any ``.npy`` dtype but bool, integers and real floats (timedelta included)."""
+    if np.issubdtype(dtype, np.complexfloating):
+        raise ValueError(f"{path}: complex array (dtype {dtype}); the data must be real numbers")
+    # kind, not issubdtype(number): timedelta64 subclasses numpy's signed integers
+    if dtype.kind not in "biuf":
+        raise ValueError(f"{path}: non-numeric array of dtype {dtype}; the data must be "
+                         "real numbers")
+
+
+def open_npy(path: str | os.PathLike) -> np.memmap | np.ndarray:
+    """A ``.npy`` matrix, memory-mapped read-only, after checking its header and dtype.
+
+    Raises ``ValueError`` as :func:`read_npy_header`, and for complex or other non-real
+    dtypes. An empty array (which cannot be mapped) is returned as a plain array.
+    """
+    path = Path(path)
+    shape, dtype, _ = read_npy_header(path)
+    _check_real_dtype(path, dtype)
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype=dtype)
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, EOFError, OSError) as exc:
+        raise ValueError(f"{path}: not a readable .npy array ({_first_line(exc)})") from None
+
+
+# rows checked at once by the finiteness check: bounded memory on memory-mapped files
+_CHECK_ROWS = 1 << 16
+
+
+def check_finite_rows(X, path, *, row_offset: int = 0) -> None:
+    """``ValueError`` naming the first NaN or inf (row and column counted from 1).
+
+    Reads ``X`` in blocks of rows, so a memory-mapped file is never copied whole.
+    ``row_offset`` is the global index of ``X``'s first row (a shard of a file).
+    """
+    if X.dtype.kind != "f":
+        return                      # bool and integers are always finite
+    for start in range(0, X.shape[0], _CHECK_ROWS):
+        bad = ~np.isfinite(X[start:start + _CHECK_ROWS])
+        if bad.any():
+            i, j = np.argwhere(bad)[0]
+            raise ValueError(f"{path}: NaN or inf at row {row_offset + start + i + 1}, "
+                             f"column {j + 1}")
+
+
+def check_matrix_shape(X, path, *, min_columns: int = 1) -> None:
+    """``ValueError`` unless ``X`` is a non-empty 2-D matrix of at least ``min_columns``."""
+    if X.size == 0:
+        raise ValueError(f"{path}: empty data (shape {X.shape})")
+    if X.ndim != 2:
+        raise ValueError(f"{path}: expected a 2-D array (one point per row), got shape {X.shape}")
+    if X.shape[1] < min_columns:
+        raise ValueError(f"{path}: {X.shape[1]} column(s), need at least {min_columns} "
+                         "(one point per row, one feature per column)")
+
+
+def check_nonzero_rows(X, path, *, row_offset: int = 0) -> None:
+    """``ValueError`` naming the first all-zero row (counted from 1), read in blocks."""
+    for start in range(0, X.shape[0], _CHECK_ROWS):
+        zero = np.flatnonzero(~np.asarray(X[start:start + _CHECK_ROWS]).any(axis=1))
+        if zero.size:
+            raise ValueError(f"{path}: row {row_offset + start + zero[0] + 1} is all zeros and "
+                             "has no direction; --normalize rows needs non-zero rows")
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise ValueError(f"{path}: no such file")
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a data file")
+    if not path.is_file():
+        raise ValueError(f"{path}: not a regular file")
+
+
+def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
+                mmap: bool = False) -> np.ndarray:
+    r"""Read a data matrix, one point per row, from ``.npy`` or ``.csv`` (header optional).
+
+    A CSV header is recognized as a first line none of whose cells is a number (a first
+    line of numbers with one bad cell is data with a bad value, reported as such); fields
+    are separated by commas (or semicolons, or whitespace when the first line has neither);
+    a UTF-8 byte-order mark is skipped. A ``.npy`` header is checked against the file size
+    before anything is allocated.
+
+    Parameters
+    ----------
+    path : path of a ``.npy`` or ``.csv`` file
+    min_columns : int, default=1
+    mmap : bool, default=False
+        Return a float32 or float64 ``.npy`` as a read-only memory map instead of a
+        float64 copy in memory (other dtypes are still converted to float64).
+
+    Raises
+    ------
+    ValueError
+        Missing or unreadable file, unknown suffix, truncated ``.npy`` (fewer bytes than
+        its header declares), complex or other non-real ``.npy`` dtype, non-numeric value,
+        ragged rows, NaN or inf, no rows, not 2-D, or fewer than ``min_columns`` columns;
+        one line, naming the file and, where it applies, the line (counted in the file,
+        blank and comment lines included) or row.
 
     Examples
     --------
@@ -184,41 +461,27 @@ def load_matrix(path: str | os.PathLike, *, min_columns: int = 1) -> np.ndarray:
            [3., 4.]])
     """
     path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file")
+    _check_file(path)
     suffix = path.suffix.lower()
-    try:
-        if suffix == ".npy":
-            try:
-                X = np.load(path, allow_pickle=False)
-            except (ValueError, EOFError) as exc:
-                raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
-            if np.issubdtype(X.dtype, np.complexfloating):
-                raise ValueError(f"{path}: complex array (dtype {X.dtype}); the data must be "
-                                 "real numbers")
-            if X.dtype.kind not in "biuf":          # bool, integers, floats (no timedelta)
-                raise ValueError(f"{path}: non-numeric array of dtype {X.dtype}; the data must "
-                                 "be real numbers")
-            X = np.asarray(X, dtype=np.float64)
-        elif suffix == ".csv":
+    if suffix == ".npy":
+        X = open_npy(path)
+    elif suffix == ".csv":
+        try:
             X = _parse_csv(path)
-        else:
-            raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; "
-                             "use .npy or .csv")
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a text CSV file") from None
-    if X.size == 0:
-        raise ValueError(f"{path}: empty data (shape {X.shape})")
-    if X.ndim != 2:
-        raise ValueError(f"{path}: expected a 2-D array (one point per row), got shape {X.shape}")
-    bad = ~np.isfinite(X)
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
-        raise ValueError(f"{path}: NaN or inf at row {i + 1}, column {j + 1}")
-    if X.shape[1] < min_columns:
-        raise ValueError(f"{path}: {X.shape[1]} column(s), need at least {min_columns} "
-                         "(one point per row, one feature per column)")
-    return X
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}: not a text CSV file (not UTF-8)") from None
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    else:
+        raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; "
+                         "use .npy or .csv")
+    check_matrix_shape(X, path, min_columns=min_columns)
+    check_finite_rows(X, path)
+    if mmap and X.dtype in (np.float32, np.float64):
+        return X
+    if isinstance(X, np.memmap):  # a copy in memory: writable, and the file is let go
+        return np.array(X, dtype=np.float64)
+    return X.astype(np.float64, copy=False)
 
 
 def save_matrix(X, path: str | os.PathLike) -> None:

@@ -1,21 +1,92 @@
 """The ``attnclust`` command line: ``main(argv=None) -> int``.
 
 Every subcommand turns bad input into one line on stderr and exit status 2, with no
-traceback and no partial output file.
+traceback and no partial output file: outputs are written under temporary names and
+renamed only when all of them are complete (and, for ``fit`` and ``quantize``, only once
+the summary has been printed). SIGINT and SIGTERM remove every temporary file and exit
+with status 130 or 143 and the one line ``attnclust: interrupted``. Python warnings raised
+during a command are shown as one line each, ``attnclust CMD: warning: ...`` (none with
+``--quiet``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
+import threading
+import warnings
 
 __all__ = ["main"]
 
 EXIT_USAGE = 2
+# the exit status of a command stopped by a signal: 128 + its number, as shells report it
+EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
+# torch's gloo and TCPStore fail on timeouts of 1e10 s and more; a day-long job is 1e5 s
+_MAX_TIMEOUT = 1e7
 
 
 class CommandError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM: unwinds like ``KeyboardInterrupt`` (``finally`` blocks run)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _signals_raise_interrupted():
+    """While the command runs, SIGINT and SIGTERM raise :class:`Interrupted`.
+
+    The exception unwinds through the ``finally`` blocks that remove temporary files
+    (a signal that arrives while outputs are being renamed takes effect once they all
+    are, see :func:`attnclust._io.deferred_interrupts`). Later signals are ignored, so a
+    second Ctrl-C cannot cut that cleanup short. Outside the main thread (an embedding
+    program), handlers cannot be installed and nothing changes.
+    """
+    from . import _io
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum, frame):
+        if fired:
+            return
+        fired.append(signum)
+
+        def stop():
+            raise Interrupted(signum)
+        _io.interrupt(stop)
+
+    previous = {sig: signal.signal(sig, handler) for sig in EXIT_SIGNAL}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextlib.contextmanager
+def _warnings_as_lines(command: str, quiet: bool):
+    """Show each Python warning of the command as one line on stderr (none when quiet)."""
+    def show(message, category, filename, lineno, file=None, line=None):
+        if quiet:
+            return
+        text = " ".join(str(message).split())       # one line, whatever the message
+        print(f"attnclust {command}: warning: {text}", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")   # each distinct warning once per place
+        warnings.showwarning = show
+        yield
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,7 +117,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results", help="output folder (default: results)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default: 0)")
     p.add_argument("--recompute", action="store_true", help="ignore cached results")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--quiet", action="store_true", help="no progress bars, no warnings")
     p.set_defaults(handler=_cmd_reproduce)
 
     p = sub.add_parser("fit", help="cluster the rows of a .npy/.csv file with AttentionClustering")
@@ -55,7 +126,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="number of clusters (heads)")
     p.add_argument("--out", default=None, metavar="PREFIX",
                    help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
-                        "(default: DATA without its suffix)")
+                        "(default: DATA without its suffix; a folder, written DIR/, gets "
+                        "the files named after DATA)")
     p.add_argument("--temperature", default="auto",
                    help="inverse temperature lambda, or 'auto' (default)")
     p.add_argument("--normalize", default="rows", choices=["rows", "center-scale", "none"],
@@ -63,7 +135,7 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-anneal", action="store_true", help="fit at the target temperature only")
     p.add_argument("--max-iter", type=int, default=300)
     p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: cpu)")
     p.add_argument("--distributed", action="store_true",
                    help="data-parallel fit, one process per rank, launched by torchrun "
@@ -72,7 +144,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "and writes")
     p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
                    help="with --distributed: how long a rank waits for the others before "
-                        "failing (rendezvous and each collective; default: 300)")
+                        "failing (rendezvous and each collective; default: 300, at most "
+                        "1e7)")
     p.set_defaults(handler=_cmd_fit)
 
     p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
@@ -85,21 +158,24 @@ def _build_parser() -> argparse.ArgumentParser:
     p.add_argument("--renormalize", action="store_true",
                    help="project tokens back to the sphere after each step")
     p.add_argument("--backend", default="auto", help="auto, dense, fused or chunked")
+    p.add_argument("--quiet", action="store_true", help="no warnings")
     p.set_defaults(handler=_cmd_quantize)
 
-    p = sub.add_parser("bench", help="run the benchmarks under benchmarks/ and print tables")
+    p = sub.add_parser("bench", help="run the benchmarks of a source checkout and print tables")
     p.add_argument("--quick", action="store_true", help="small sizes (seconds)")
     p.add_argument("--only", default=None, help="run only benchmarks whose name contains this")
-    p.add_argument("--dir", default=None, help="benchmarks folder (default: ./benchmarks)")
+    p.add_argument("--dir", default=None,
+                   help="folder of bench_*.py files (default: ./benchmarks, else the "
+                        "benchmarks/ folder of the source checkout attnclust runs from)")
+    p.add_argument("--quiet", action="store_true", help="no warnings")
     p.set_defaults(handler=_cmd_bench)
 
     return parser
 
 
 def _cmd_bench(args) -> int:
-    import subprocess
-
-    from ._bench import find_benchmarks, format_table, run_benchmarks
+    """Run each benchmark file; a failing one is one line on stderr, the others still run."""
+    from ._bench import describe_failure, find_benchmarks, format_table, run_benchmarks
 
     files = find_benchmarks(args.dir)
     names = [path.stem.removeprefix("bench_") for path in files]
@@ -113,17 +189,12 @@ def _cmd_bench(args) -> int:
         name = path.stem.removeprefix("bench_")
         try:
             for name, rows in run_benchmarks([path], quick=args.quick):
+                table = format_table(rows)
                 print(f"\n== {name}")
-                print(format_table(rows), flush=True)
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
-            what = (f"a subprocess timed out after {exc.timeout:g} s"
-                    if isinstance(exc, subprocess.TimeoutExpired)
-                    else f"a subprocess exited with status {exc.returncode}")
-            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) \
-                else (exc.stderr or "")
-            last = next((ln.strip() for ln in reversed(stderr.splitlines()) if ln.strip()), "")
-            print(f"attnclust bench: error: benchmark {name!r} failed: {what}"
-                  + (f": {last}" if last else ""), file=sys.stderr, flush=True)
+                print(table, flush=True)
+        except (Exception, SystemExit) as exc:   # a benchmark's bug is not ours to re-raise
+            print(f"attnclust bench: error: benchmark {name!r} ({path}) failed: "
+                  f"{describe_failure(path, exc)}", file=sys.stderr, flush=True)
             status = 1
     return status
 
@@ -152,11 +223,62 @@ def _progress_callback(total: int, quiet: bool):
     return bar, callback
 
 
-def _write_all(outputs: dict) -> None:
-    """Write every ``path -> array`` under a temporary name; rename all only if all succeed."""
+def _write_all(outputs: dict, summary: str) -> None:
+    """Stage every ``path -> array``, print ``summary``, then rename all: all or nothing.
+
+    The summary is printed (and flushed) before the renames, so a failure to print it (a
+    full disk behind stdout, a closed pipe) leaves no output file, like any other failure.
+    """
     from ._io import save_matrices
 
-    save_matrices(outputs)
+    save_matrices(outputs, before_rename=lambda: _print_summary(summary))
+
+
+def _print_summary(summary: str) -> None:
+    try:
+        print(summary, flush=True)
+    except OSError as exc:
+        # stdout is useless now; point it at /dev/null so that the interpreter's own
+        # flush at exit does not print a second error
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # no real fd: skip
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise CommandError(f"could not print the summary ({exc.strerror or exc}); nothing "
+                           "was written") from None
+
+
+def _output_prefix(args) -> str:
+    """The ``fit`` output prefix: ``--out`` (a folder when it ends in /), else DATA's stem."""
+    from pathlib import Path
+
+    if args.out is None:
+        return str(Path(args.data).with_suffix(""))
+    if not args.out.strip():
+        raise CommandError("--out must not be empty: give a prefix such as results/run1, or a "
+                           "folder ending in /")
+    if args.out.endswith(("/", os.sep)) or Path(args.out).is_dir():
+        return str(Path(args.out) / Path(args.data).stem)
+    return args.out
+
+
+def _refuse_overwriting_input(data: str, outputs) -> None:
+    """An output that is the input file itself (same path or same file) is refused."""
+    from pathlib import Path
+
+    source = Path(data)
+    for out in outputs:
+        out = Path(out)
+        same = (out.resolve() == source.resolve()
+                or (out.exists() and source.exists() and os.path.samefile(out, source)))
+        if same:
+            raise CommandError(f"the output {out} is the input file {data}; choose another "
+                               "--out")
+
+
+def _fit_outputs(prefix: str, centers, labels) -> dict:
+    from pathlib import Path
+
+    return {Path(f"{prefix}.centers.npy"): centers, Path(f"{prefix}.centers.csv"): centers,
+            Path(f"{prefix}.labels.npy"): labels, Path(f"{prefix}.labels.csv"): labels}
 
 
 def _check_centers(centers) -> None:
@@ -183,48 +305,44 @@ def _cmd_fit(args) -> int:
 
     import numpy as np
 
-    from ._io import load_matrix
+    from ._io import load_matrix, writable_folder
     from .clustering import AttentionClustering
 
-    _fit_params(args)
-    X = load_matrix(args.data, min_columns=2)
+    params = _fit_params(args)
+    prefix = _output_prefix(args)
+    _refuse_overwriting_input(args.data, _fit_outputs(prefix, None, None))
+    # a float32/float64 .npy stays memory-mapped: no float64 copy made here
+    X = load_matrix(args.data, min_columns=2, mmap=True)
     if args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
-    prefix = args.out if args.out is not None else str(Path(args.data).with_suffix(""))
-    bar, callback = _progress_callback(_progress_total(args.max_iter, not args.no_anneal),
-                                       args.quiet)
-    est = AttentionClustering(args.n_clusters, callback=callback, **_fit_params(args))
-    start = time.perf_counter()
-    try:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)   # reported in the summary instead
+    with writable_folder(Path(prefix).parent):     # fails now, not after the fit
+        bar, callback = _progress_callback(_progress_total(args.max_iter, not args.no_anneal),
+                                           args.quiet)
+        est = AttentionClustering(args.n_clusters, callback=callback, **params)
+        start = time.perf_counter()
+        try:
             est.fit(X)
-    finally:
-        if bar is not None:
-            bar.close()
-    seconds = time.perf_counter() - start
-    _check_centers(est.cluster_centers_)
-    outputs = {Path(f"{prefix}.centers.npy"): est.cluster_centers_,
-               Path(f"{prefix}.centers.csv"): est.cluster_centers_,
-               Path(f"{prefix}.labels.npy"): est.labels_,
-               Path(f"{prefix}.labels.csv"): est.labels_}
-    _write_all(outputs)
+        finally:
+            if bar is not None:
+                bar.close()
+        seconds = time.perf_counter() - start
+        _check_centers(est.cluster_centers_)
+        outputs = _fit_outputs(prefix, est.cluster_centers_, est.labels_)
 
-    confidence = est.predict_proba(X).max(1)
-    sizes = np.bincount(est.labels_, minlength=args.n_clusters)
-    print(f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
-          f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
-          f"converged={'yes' if est.converged_ else 'no'}  risk={-est.score(X):.4g}  "
-          f"time={seconds:.2f}s")
-    print(f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}")
-    for k in range(args.n_clusters):
-        mask = est.labels_ == k
-        conf = float(confidence[mask].mean()) if mask.any() else float("nan")
-        print(f"{k:7d} {sizes[k]:8d} {sizes[k] / X.shape[0]:7.3f} {conf:19.3f}")
-    print("wrote " + ", ".join(str(p) for p in outputs))
+        confidence = est.predict_proba(X).max(1)
+        sizes = np.bincount(est.labels_, minlength=args.n_clusters)
+        lines = [f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
+                 f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
+                 f"converged={'yes' if est.converged_ else 'no'}  risk={-est.score(X):.4g}  "
+                 f"time={seconds:.2f}s",
+                 f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}"]
+        for k in range(args.n_clusters):
+            mask = est.labels_ == k
+            conf = float(confidence[mask].mean()) if mask.any() else float("nan")
+            lines.append(f"{k:7d} {sizes[k]:8d} {sizes[k] / X.shape[0]:7.3f} {conf:19.3f}")
+        lines.append("wrote " + ", ".join(str(p) for p in outputs))
+        _write_all(outputs, "\n".join(lines))
     return 0
 
 
@@ -236,6 +354,9 @@ def _fit_params(args) -> dict:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
     _check_seed(args.seed)
     _check_device(args.device)
+    if not 0 < args.timeout <= _MAX_TIMEOUT:       # also false for nan
+        raise CommandError(f"--timeout must be a positive number of seconds, at most "
+                           f"{_MAX_TIMEOUT:g}, got {args.timeout}")
     temperature = args.temperature
     if temperature != "auto":
         try:
@@ -256,49 +377,67 @@ def _check_seed(seed: int) -> None:
 
 def _check_device(device: str) -> None:
     """``--device`` is cpu, or a CUDA device that exists on this machine."""
-    import torch
+    from ._validation import check_device
 
     try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError, TypeError):
-        raise CommandError(f"--device {device!r} is not a torch device; use cpu, cuda or "
-                           "cuda:N") from None
-    if dev.type == "cpu":
-        return
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise CommandError(f"--device {device!r}: CUDA is not available on this machine; "
-                               "use --device cpu")
-        count = torch.cuda.device_count()
-        if dev.index is not None and dev.index >= count:
-            raise CommandError(f"--device {device!r}: no such CUDA device, this machine has "
-                               f"{count} (cuda:0 .. cuda:{count - 1})")
-        return
-    raise CommandError(f"--device {device!r} is not supported; use cpu, cuda or cuda:N")
+        check_device(device, name="--device")
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
 
 
-def _load_shard(path: str, rank: int, world_size: int):
-    """This rank's rows: a memory-mapped block of a .npy, or a slice of a whole .csv."""
+def _load_shard(args, rank: int, world_size: int):
+    """This rank's rows, checked like one process checks the whole file.
+
+    A ``.npy`` is memory-mapped (only this rank's block is read); a ``.csv`` is read whole,
+    then sliced. Errors name rows by their index in the file. Every rank sees the row
+    count, so "fewer rows than ranks" is reported identically by all.
+    """
     from pathlib import Path
 
-    from ._io import load_matrix
-    from .distributed import shard_bounds, shard_rows
+    from ._io import (
+        check_finite_rows,
+        check_matrix_shape,
+        check_nonzero_rows,
+        load_matrix,
+        open_npy,
+    )
+    from .distributed import shard_bounds
 
-    if Path(path).suffix.lower() == ".npy":
-        X = shard_rows(path, rank, world_size)
-        if X.shape[1] < 2:
-            raise ValueError(f"{path}: {X.shape[1]} column(s), need at least 2 (one point per "
-                             "row, one feature per column)")
-        return X
-    X = load_matrix(path, min_columns=2)
-    start, stop = shard_bounds(X.shape[0], rank, world_size)
-    return X[start:stop]
+    path = Path(args.data)
+    if path.suffix.lower() == ".npy" and path.is_file():
+        X = open_npy(path)
+        check_matrix_shape(X, path, min_columns=2)
+    else:
+        X = load_matrix(path, min_columns=2)
+    n = X.shape[0]
+    if n < world_size:
+        raise ValueError(f"{path}: {n} rows, fewer rows than ranks ({world_size}); run at most "
+                         f"{n} processes")
+    start, stop = shard_bounds(n, rank, world_size)
+    shard = X[start:stop]
+    check_finite_rows(shard, path, row_offset=start)
+    if args.normalize == "rows":
+        check_nonzero_rows(shard, path, row_offset=start)
+    return shard
+
+
+def _agree_on_errors(error: str | None, ddp) -> None:
+    """Every rank raises the same one-line error when any rank failed (exit status 2)."""
+    failures = ddp.gather_errors(error)
+    if not failures:
+        return
+    messages = {msg for _, msg in failures}
+    rank, msg = failures[0]
+    if len(messages) == 1 and len(failures) > 1:   # the same problem everywhere (a bad path)
+        raise CommandError(msg)
+    others = [r for r, _ in failures[1:]]
+    more = f" (ranks {others} failed too)" if others else ""
+    raise CommandError(f"rank {rank}: {msg}{more}")
 
 
 def _cmd_fit_distributed(args) -> int:
     """``fit --distributed``: every rank fits its shard; rank 0 prints and writes."""
     import time
-    import warnings
     from pathlib import Path
 
     import numpy as np
@@ -306,10 +445,11 @@ def _cmd_fit_distributed(args) -> int:
     import torch.distributed as dist
 
     from . import distributed as ddp
+    from ._io import writable_folder
 
     params = _fit_params(args)
-    if not args.timeout > 0:
-        raise CommandError(f"--timeout must be a positive number of seconds, got {args.timeout}")
+    prefix = _output_prefix(args)
+    _refuse_overwriting_input(args.data, _fit_outputs(prefix, None, None))
     backend = "nccl" if str(args.device).startswith("cuda") else "gloo"
     try:
         rank, world = ddp.init_from_env(backend=backend, timeout=args.timeout)
@@ -318,24 +458,23 @@ def _cmd_fit_distributed(args) -> int:
         return 1
     try:
         try:
-            X, error = _load_shard(args.data, rank, world), None
+            X, error = _load_shard(args, rank, world), None
         except (ValueError, OSError) as exc:
-            X, error = None, exc
-        bad = ddp.failed_ranks(error is None)
-        if error is not None:
-            raise CommandError(f"rank {rank}: {error}")
-        if bad:
-            raise CommandError(f"rank {rank}: rank(s) {bad} could not read {args.data}")
-        prefix = args.out if args.out is not None else str(Path(args.data).with_suffix(""))
+            X, error = None, str(exc)
+        if rank == 0 and error is None:        # rank 0 writes: check its folder first
+            try:
+                with writable_folder(Path(prefix).parent):
+                    pass
+            except ValueError as exc:
+                error = str(exc)
+        _agree_on_errors(error, ddp)
         bar, callback = _progress_callback(_progress_total(args.max_iter, not args.no_anneal),
                                            args.quiet or rank != 0)
         stats = ddp.CommStats()
         start = time.perf_counter()
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)   # reported in the summary
-                est = ddp.fit_distributed(X, args.n_clusters, stats=stats, callback=callback,
-                                          **params)
+            est = ddp.fit_distributed(X, args.n_clusters, stats=stats, callback=callback,
+                                      **params)
         finally:
             if bar is not None:
                 bar.close()
@@ -353,24 +492,22 @@ def _cmd_fit_distributed(args) -> int:
         total = ddp.make_reduce()(torch.from_numpy(local)).numpy()
         sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-1] / est.n_samples_total_
         if rank == 0:
-            outputs = {Path(f"{prefix}.centers.npy"): est.cluster_centers_,
-                       Path(f"{prefix}.centers.csv"): est.cluster_centers_,
-                       Path(f"{prefix}.labels.npy"): labels,
-                       Path(f"{prefix}.labels.csv"): labels}
-            _write_all(outputs)
+            outputs = _fit_outputs(prefix, est.cluster_centers_, labels)
             n = est.n_samples_total_
-            print(f"n={n}  d={Xn.shape[1]}  K={K}  ranks={world} ({dist.get_backend()})  "
-                  f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
-                  f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
-                  f"time={seconds:.2f}s")
             per_pass = ddp.pass_bytes(K, Xn.shape[1], dtype=torch.float64)
-            print(f"communicated per rank: {n_bytes} bytes in {n_calls} all-reduces, of which "
-                  f"{stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes")
-            print(f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}")
+            lines = [f"n={n}  d={Xn.shape[1]}  K={K}  ranks={world} ({dist.get_backend()})  "
+                     f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
+                     f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
+                     f"time={seconds:.2f}s",
+                     f"communicated per rank: {n_bytes} bytes in {n_calls} all-reduces, of "
+                     f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes",
+                     f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}"]
             for k in range(K):
                 conf = conf_sum[k] / sizes[k] if sizes[k] else float("nan")
-                print(f"{k:7d} {int(sizes[k]):8d} {sizes[k] / n:7.3f} {conf:19.3f}")
-            print("wrote " + ", ".join(str(p) for p in outputs))
+                lines.append(f"{k:7d} {int(sizes[k]):8d} {sizes[k] / n:7.3f} {conf:19.3f}")
+            lines.append("wrote " + ", ".join(str(p) for p in outputs))
+            with writable_folder(Path(prefix).parent):
+                _write_all(outputs, "\n".join(lines))
         return 0
     except ddp.DistributedError as exc:
         print(f"attnclust fit: error: {exc}", file=sys.stderr)
@@ -382,28 +519,25 @@ def _cmd_fit_distributed(args) -> int:
 def _cmd_quantize(args) -> int:
     from pathlib import Path
 
-    import numpy as np
-
-    from ._io import load_matrix
+    from ._io import load_matrix, writable_folder
     from .quantize import identity_attention
 
     out = Path(args.out)
-    if out.suffix.lower() not in (".npy", ".csv"):
-        raise CommandError(f"--out must end in .npy or .csv, got {args.out!r}")
+    if out.suffix.lower() not in (".npy", ".csv") or out.name.startswith("."):
+        raise CommandError(f"--out must be a file name ending in .npy or .csv, got {args.out!r}")
     if not (args.temperature > 0 and args.temperature < float("inf")):
         raise CommandError(f"--temperature must be a positive number, got {args.temperature}")
     if args.n_steps < 1:
         raise CommandError(f"--n-steps must be a positive integer, got {args.n_steps}")
+    _refuse_overwriting_input(args.data, [out])
     X = load_matrix(args.data, min_columns=2)
-    Y = identity_attention(X, args.temperature, n_steps=args.n_steps,
-                           exclude_self=args.exclude_self, renormalize=args.renormalize,
-                           backend=args.backend)
-    if not np.isfinite(Y).all():
-        raise CommandError("identity attention produced non-finite values (overflow); "
-                           "rescale the data or lower --temperature")
-    _write_all({out: Y})
-    print(f"n={X.shape[0]}  d={X.shape[1]}  lambda={args.temperature:g}  "
-          f"steps={args.n_steps}  wrote {out}")
+    with writable_folder(out.parent):
+        # the library refuses overflow (NaN or inf) and a dense L x L that cannot fit
+        Y = identity_attention(X, args.temperature, n_steps=args.n_steps,
+                               exclude_self=args.exclude_self, renormalize=args.renormalize,
+                               backend=args.backend)
+        _write_all({out: Y}, f"n={X.shape[0]}  d={X.shape[1]}  lambda={args.temperature:g}  "
+                             f"steps={args.n_steps}  wrote {out}")
     return 0
 
 
@@ -416,6 +550,7 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
+    from ._io import writable_folder
     from .experiments import FIGURES, reproduce
 
     if "all" in args.figures and len(args.figures) > 1:
@@ -426,23 +561,49 @@ def _cmd_reproduce(args) -> int:
     if unknown:
         raise CommandError(f"unknown figure {unknown[0]!r}; choose from {', '.join(FIGURES)} "
                            "or 'all'")
-    for name in names:
-        paths = reproduce(name, out=args.out, quick=args.quick, seed=args.seed,
-                          recompute=args.recompute,
-                          progress=not args.quiet and sys.stderr.isatty())
-        print(f"{name}: {paths.png}")
+    # an unwritable --out fails now, not after minutes of computing; figures completed
+    # before a later failure stay (they are complete, and the cache of the next run)
+    with writable_folder(args.out):
+        for name in names:
+            paths = reproduce(name, out=args.out, quick=args.quick, seed=args.seed,
+                              recompute=args.recompute,
+                              progress=not args.quiet and sys.stderr.isatty())
+            print(f"{name}: {paths.png}", flush=True)
     return 0
+
+
+def _run(args) -> int:
+    """The command's handler, with every expected failure turned into one line."""
+    try:
+        return args.handler(args)
+    except (CommandError, ValueError, OSError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"attnclust {args.command}: error: {message}", file=sys.stderr)
+        return EXIT_USAGE
+    except MemoryError as exc:
+        detail = f" ({exc})" if str(exc) else ""
+        print(f"attnclust {args.command}: error: out of memory{detail}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
+    from . import _io
+
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:          # --help (0) or a usage error, already printed (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    # under torchrun every rank runs this: one copy of each warning (rank 0's) is enough
+    quiet = getattr(args, "quiet", False) or (
+        getattr(args, "distributed", False) and os.environ.get("RANK", "0") != "0")
     try:
-        return args.handler(args)
-    except (CommandError, ValueError, OSError) as exc:
-        print(f"attnclust {args.command}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        with _signals_raise_interrupted(), _warnings_as_lines(args.command, quiet):
+            return _run(args)
+    except (Interrupted, KeyboardInterrupt) as exc:
+        _io.remove_temporaries()      # whatever the unwinding did not reach
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        with contextlib.suppress(OSError, ValueError):
+            print("attnclust: interrupted", file=sys.stderr, flush=True)
+        return EXIT_SIGNAL[signum]

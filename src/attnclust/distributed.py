@@ -39,6 +39,8 @@ symbol         code                meaning
 from __future__ import annotations
 
 import os
+import socket
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -51,7 +53,8 @@ from ._validation import as_generator, as_tensor
 from .clustering import AttentionClustering, _DataParallel
 from .pgd import PGDResult, pgd
 
-__all__ = ["CommStats", "DistributedError", "failed_ranks", "fit_distributed", "gather_rows",
+__all__ = ["CommStats", "DistributedError", "failed_ranks", "fit_distributed", "gather_errors",
+           "gather_rows",
            "init_from_env", "make_reduce", "pass_bytes", "pgd_distributed", "shard_bounds",
            "shard_rows"]
 
@@ -131,20 +134,19 @@ def shard_rows(path, rank: int, world_size: int) -> np.memmap:
     >>> shard_rows(path, 1, 3)[:, 0]
     memmap([ 6.,  8., 10.])
     """
+    from ._io import open_npy
+
     path = Path(path)
     if path.suffix.lower() != ".npy":
         raise ValueError(f"{path}: shard_rows reads .npy files, got {path.suffix or '(none)'!r}")
     if not path.is_file():
         raise ValueError(f"{path}: no such file")
-    try:
-        data = np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, EOFError) as exc:
-        raise ValueError(f"{path}: not a readable .npy array ({exc})") from None
+    # header checked against the file size, and the same dtypes as one process (no
+    # complex, no timedelta) before anything is mapped
+    data = open_npy(path)
     if data.ndim != 2:
         raise ValueError(f"{path}: expected a 2-D array (one point per row), got shape "
                          f"{data.shape}")
-    if not (np.issubdtype(data.dtype, np.number) or data.dtype == bool):
-        raise ValueError(f"{path}: non-numeric array of dtype {data.dtype}")
     start, stop = shard_bounds(data.shape[0], rank, world_size)
     return data[start:stop]
 
@@ -171,6 +173,7 @@ def init_from_env(*, backend: str | None = None, timeout: float = 300.0) -> tupl
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    _wait_for_rendezvous(float(timeout))
     try:
         dist.init_process_group(backend, timeout=timedelta(seconds=float(timeout)))
     except Exception as exc:  # rendezvous timeout, refused connection, ...
@@ -179,6 +182,31 @@ def init_from_env(*, backend: str | None = None, timeout: float = 300.0) -> tupl
                                f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
                                f"within {timeout:g} s: {_first_line(exc)}") from exc
     return dist.get_rank(), dist.get_world_size()
+
+
+def _wait_for_rendezvous(timeout: float) -> None:
+    """On a rank other than 0, wait until the rendezvous address accepts connections.
+
+    Without it, torch's TCP store client retries for about twice ``timeout`` and prints
+    a C++ stack trace for each try; here a rank whose rank 0 never appears stops after
+    ``timeout`` seconds with one line. (Rank 0 hosts the store, or torchrun does.)
+    """
+    if os.environ["RANK"] == "0":
+        return
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(min(left, 1.0), 0.01)):
+                return
+        except OSError as exc:
+            if left <= 0:
+                raise DistributedError(
+                    f"rank {os.environ['RANK']}/{os.environ['WORLD_SIZE']}: no rendezvous at "
+                    f"{host}:{port} within {timeout:g} s (rank 0 has not started, or "
+                    f"MASTER_ADDR/MASTER_PORT are wrong: {exc.strerror or exc})") from None
+        time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
 
 
 def _first_line(exc: BaseException) -> str:
@@ -276,6 +304,16 @@ def failed_ranks(ok: bool, *, group=None) -> list[int]:
     return [r for r, f in enumerate(flags) if int(f) == 0]
 
 
+def gather_errors(error: str | None, *, group=None) -> list[tuple[int, str]]:
+    """``(rank, message)`` of every rank of ``group`` that passed an error (all must call).
+
+    Lets every rank stop together, with the same message, after a local failure.
+    """
+    out: list = [None] * dist.get_world_size(group)
+    _collective(lambda: dist.all_gather_object(out, error, group=group), "all-gather", group)
+    return [(r, msg) for r, msg in enumerate(out) if msg is not None]
+
+
 def _check_in(X_shard, group, *, keep_tensor: bool = False):
     """Validate the local shard and agree with the other ranks before any real work.
 
@@ -286,15 +324,20 @@ def _check_in(X_shard, group, *, keep_tensor: bool = False):
     """
     error = None
     try:
+        kind = (("c" if X_shard.is_complex() else "f") if isinstance(X_shard, torch.Tensor)
+                else np.asarray(X_shard).dtype.kind)
+        if kind not in "biuf":     # complex would lose its imaginary part, timedelta its unit
+            raise ValueError(f"X_shard must hold real numbers, got dtype "
+                             f"{getattr(X_shard, 'dtype', type(X_shard).__name__)}")
         if keep_tensor:
             X = as_tensor(X_shard, name="X_shard", dtype=torch.float64)
             finite = bool(torch.isfinite(X).all())
         else:
             X = np.asarray(X_shard, dtype=np.float64)
             finite = bool(np.all(np.isfinite(X)))
-        if X.ndim != 2 or X.shape[0] == 0:
-            raise ValueError(f"X_shard must be a non-empty 2-D array (one point per row), "
-                             f"got shape {tuple(X.shape)}")
+        if X.ndim != 2 or X.shape[1] == 0:
+            raise ValueError(f"X_shard must be a 2-D array (one point per row, at least one "
+                             f"column), got shape {tuple(X.shape)}")
         if not finite:
             raise ValueError("X_shard contains NaN or inf")
     except (ValueError, TypeError) as exc:
@@ -311,6 +354,10 @@ def _check_in(X_shard, group, *, keep_tensor: bool = False):
     widths = sorted(set(infos[:, 1].tolist()))
     if len(widths) > 1:
         raise ValueError(f"the shards have different numbers of columns {widths}")
+    empty = torch.nonzero(infos[:, 0] == 0).flatten().tolist()
+    if empty:   # the same error on every rank: each sees every rank's row count
+        raise ValueError(f"rank(s) {empty} have no rows: fewer rows ({int(infos[:, 0].sum())}) "
+                         f"than ranks ({infos.shape[0]}), or an empty shard")
     me = dist.get_rank(group)
     offset = int(infos[:me, 0].sum())
     return X, offset, int(infos[:, 0].sum())

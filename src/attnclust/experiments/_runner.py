@@ -5,7 +5,9 @@ A figure module defines ``NAME``, ``DESCRIPTION``, ``CONFIG``, ``QUICK``,
 ``out.png`` and ``out.pdf`` through :func:`attnclust.experiments._style.save`.
 Computing and plotting are separate: a cached result whose config and seed match is
 re-plotted, not recomputed. Every file is written to a temporary name and renamed, so an interrupted
-run never leaves a corrupt cache.
+run never leaves a corrupt cache; a cache damaged anyway (a truncated ``.npz``, a missing
+array, unreadable JSON, arrays the plot cannot use) is recomputed, not trusted. The
+output folder is checked for writing before anything is computed.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .._io import atomic_path
+from .._io import atomic_path, writable_folder
 
 __all__ = ["FigureResult", "FigurePaths", "reproduce", "track", "load_result"]
 
@@ -75,9 +77,27 @@ def load_result(path: str | Path) -> tuple[FigureResult, dict]:
     """Read a cached result from its ``.json`` (metadata) and ``.npz`` (arrays)."""
     path = Path(path)
     meta = json.loads(path.with_suffix(".json").read_text())
-    with np.load(path.with_suffix(".npz"), allow_pickle=False) as data:
+    # our own handle: numpy leaks the one it opens when the archive turns out damaged
+    with open(path.with_suffix(".npz"), "rb") as f, np.load(f, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
     return FigureResult(meta["config"], arrays, meta["summary"]), meta
+
+
+def _load_cached(stem: Path, config: dict, seed: int) -> FigureResult | None:
+    """The cached result of ``stem`` if it is complete and matches ``config`` and ``seed``."""
+    if not (stem.with_suffix(".json").exists() and stem.with_suffix(".npz").exists()):
+        return None
+    try:
+        cached, meta = load_result(stem)
+    except Exception:   # any damage (zip, zlib, JSON, OS errors) means: recompute
+        return None
+    if meta.get("seed") != seed or meta.get("config") != _jsonable(config):
+        return None
+    plotted = meta.get("plotted")
+    # the JSON, written last, lists every array; a .npz that lost one is incomplete
+    if not isinstance(plotted, dict) or set(plotted) != set(cached.arrays):
+        return None
+    return cached
 
 
 def _save(result: FigureResult, stem: Path, meta: dict) -> None:
@@ -96,33 +116,39 @@ def reproduce(module: ModuleType, *, out: str | Path = "results", quick: bool = 
     out = Path(out)
     stem = _stem(out, module.NAME, quick)
     config = module.QUICK if quick else module.CONFIG
-    cached = None
-    if not recompute and stem.with_suffix(".json").exists() and stem.with_suffix(".npz").exists():
+    cached = None if recompute else _load_cached(stem, config, seed)
+    if cached is not None:
         try:
-            cached, meta = load_result(stem)
-        except (OSError, ValueError, KeyError):
-            cached = None
-        if cached is not None and (meta.get("seed") != seed
-                                   or meta.get("config") != _jsonable(config)):
-            cached = None
-    if cached is None:
-        token = _SHOW_PROGRESS.set(progress)
-        threads = torch.get_num_threads()
-        # Figures are many small problems: one thread avoids the heavy synchronization
-        # cost of tiny multi-threaded kernels (tens of times slower on a busy machine).
-        torch.set_num_threads(1)
-        try:
-            start = time.perf_counter()
-            result = module.run(config, np.random.default_rng(seed))
-            wall = time.perf_counter() - start
-        finally:
-            torch.set_num_threads(threads)
-            _SHOW_PROGRESS.reset(token)
-        meta = {"figure": module.NAME, "description": module.DESCRIPTION, "seed": seed,
-                "quick": quick, "wall_time_s": round(wall, 2)}
+            module.plot(cached, stem)
+            return _paths(stem)
+        except Exception:   # arrays the plot cannot use: a damaged cache, recompute it
+            pass
+    with writable_folder(out):      # an unwritable folder fails before the computation
+        result, meta = _compute(module, config, seed, quick, progress)
         _save(result, stem, meta)
-    else:
-        result = cached
-    module.plot(result, stem)
+        module.plot(result, stem)
+    return _paths(stem)
+
+
+def _paths(stem: Path) -> FigurePaths:
     return FigurePaths(*(stem.with_suffix(s) for s in (".png", ".pdf", ".json", ".npz")))
 
+
+def _compute(module: ModuleType, config: dict, seed: int, quick: bool,
+             progress: bool) -> tuple[FigureResult, dict]:
+    """Run the figure; return its result and the metadata its cache entry records."""
+    token = _SHOW_PROGRESS.set(progress)
+    threads = torch.get_num_threads()
+    # Figures are many small problems: one thread avoids the heavy synchronization
+    # cost of tiny multi-threaded kernels (tens of times slower on a busy machine).
+    torch.set_num_threads(1)
+    try:
+        start = time.perf_counter()
+        result = module.run(config, np.random.default_rng(seed))
+        wall = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+        _SHOW_PROGRESS.reset(token)
+    meta = {"figure": module.NAME, "description": module.DESCRIPTION, "seed": seed,
+            "quick": quick, "wall_time_s": round(wall, 2)}
+    return result, meta
