@@ -323,3 +323,40 @@ def test_bad_device_is_one_line(tmp_path, capsys, monkeypatch, device, match):
         line = _error(capsys, cmd + ["--device", device])
         assert f"--device {device!r}" in line and match in line
     assert _files(tmp_path) == ["x.npy"]
+
+
+# -- hostile files and sizes (issue 10) ---------------------------------------------------------
+def test_npy_header_declaring_terabytes_is_one_line(tmp_path, capsys):
+    path = tmp_path / "huge.npy"
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f8", "fortran_order": False, "shape": (10**12, 8)})
+        f.write(b"\0" * 64)
+    for argv in (["fit", str(path), "-k", "2"],
+                 ["quantize", str(path), "--temperature", "1", "--out", str(tmp_path / "q.npy")]):
+        line = _error(capsys, argv)
+        assert "truncated or inconsistent .npy file" in line and "58.2 TiB" in line
+    assert _files(tmp_path) == ["huge.npy"]
+
+
+def test_spreadsheet_csv_with_byte_order_mark_fits(blobs, capsys):
+    X, z, tmp = blobs
+    lines = ["a,b,c,d,e,f"] + [",".join(f"{v:.17g}" for v in row) for row in X]
+    (tmp / "excel.csv").write_bytes("\ufeff".encode() + "\r\n".join(lines).encode())
+    assert main(["fit", str(tmp / "excel.csv"), "-k", "3", "--quiet",
+                 "--out", str(tmp / "res")]) == 0
+    assert ac.adjusted_rand_index(z, np.load(tmp / "res.labels.npy")) == 1.0
+
+
+def test_dense_backend_too_large_is_refused_at_once(tmp_path, capsys):
+    """L = 200,000: the dense L x L matrices would need 596 GiB; refused before allocating."""
+    import time
+
+    np.save(tmp_path / "long.npy", np.ones((200_000, 2)))
+    start = time.perf_counter()
+    line = _error(capsys, ["quantize", str(tmp_path / "long.npy"), "--temperature", "1",
+                           "--backend", "dense", "--out", str(tmp_path / "q.npy")])
+    assert time.perf_counter() - start < 10
+    assert "backend='dense' needs 596.0 GiB" in line and "L=200000" in line
+    assert "use backend='fused' or 'chunked'" in line
+    assert _files(tmp_path) == ["long.npy"]

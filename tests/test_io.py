@@ -143,3 +143,110 @@ def test_csv_header_only_when_no_cell_is_a_number(tmp_path, text):
     (tmp_path / "h.csv").write_text(text)
     np.testing.assert_array_equal(load_matrix(tmp_path / "h.csv"),
                                   [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+
+
+# -- hostile and unusual files -------------------------------------------------------------------
+def _crafted_npy(path, shape, data: bytes = b"\0" * 64, dtype="<f8"):
+    """A .npy whose header declares ``shape`` but which holds only ``data``."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": dtype, "fortran_order": False, "shape": shape})
+        f.write(data)
+
+
+@pytest.mark.parametrize("shape", [(10**12, 8), (2**40, 2**20), (9, 9)])
+def test_npy_header_larger_than_the_file_is_refused_before_allocating(tmp_path, shape):
+    path = tmp_path / "huge.npy"
+    _crafted_npy(path, shape)
+    with pytest.raises(ValueError, match="truncated or inconsistent .npy file") as info:
+        load_matrix(path)
+    message = str(info.value)
+    assert str(path) in message and str(shape) in message and "64 bytes" in message
+    assert "\n" not in message
+    with pytest.raises(ValueError, match="truncated or inconsistent"):
+        _io.open_npy(path)
+
+
+def test_huge_header_message_gives_the_declared_size(tmp_path):
+    _crafted_npy(tmp_path / "h.npy", (10**12, 8))
+    with pytest.raises(ValueError, match=r"\(58\.2 TiB of data\), but the file holds 64 bytes"):
+        load_matrix(tmp_path / "h.npy")
+
+
+def test_truncated_npy_is_one_line(tmp_path):
+    np.save(tmp_path / "t.npy", np.ones((100, 4)))
+    data = (tmp_path / "t.npy").read_bytes()
+    (tmp_path / "t.npy").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"truncated .* \(3\.1 KiB of data\), but the file "
+                                         r"holds 1\.5 KiB"):
+        load_matrix(tmp_path / "t.npy")
+    (tmp_path / "t.npy").write_bytes(data[:20])          # cut inside the header
+    with pytest.raises(ValueError, match="not a readable .npy array"):
+        load_matrix(tmp_path / "t.npy")
+
+
+def test_trailing_bytes_after_the_data_are_ignored_like_numpy(tmp_path):
+    _crafted_npy(tmp_path / "x.npy", (2, 2), data=np.arange(4.0).tobytes() + b"extra")
+    np.testing.assert_array_equal(load_matrix(tmp_path / "x.npy"), [[0, 1], [2, 3]])
+
+
+def test_object_npy_is_refused_without_unpickling(tmp_path):
+    np.save(tmp_path / "o.npy", np.array([[1, "a"]], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="array of Python objects"):
+        load_matrix(tmp_path / "o.npy")
+
+
+@pytest.mark.parametrize("version", [(1, 0), (2, 0)])
+def test_npy_fortran_order_and_format_versions(tmp_path, version):
+    X = np.asfortranarray(np.arange(12.0).reshape(4, 3))
+    with open(tmp_path / "f.npy", "wb") as f:
+        np.lib.format.write_array(f, X, version=version)
+    np.testing.assert_array_equal(load_matrix(tmp_path / "f.npy"), X)
+
+
+def test_folder_and_special_files_are_named(tmp_path):
+    (tmp_path / "d.npy").mkdir()
+    with pytest.raises(ValueError, match="is a folder, not a data file"):
+        load_matrix(tmp_path / "d.npy")
+    if os.path.exists("/dev/null"):
+        with pytest.raises(ValueError, match="not a regular file"):
+            load_matrix("/dev/null")
+
+
+@pytest.mark.parametrize("text", ["\ufeff1,2\n3,4\n", "\ufeffa,b\n1,2\n3,4\n",
+                                  "\ufeff# note\n1;2\n3;4\n"])
+def test_csv_with_a_utf8_byte_order_mark(tmp_path, text):
+    (tmp_path / "bom.csv").write_bytes(text.encode("utf-8"))
+    np.testing.assert_array_equal(load_matrix(tmp_path / "bom.csv"), [[1, 2], [3, 4]])
+
+
+def test_mmap_keeps_a_float32_file_mapped_and_checks_it_in_blocks(tmp_path):
+    X = np.ones((_io._CHECK_ROWS + 10, 3), dtype=np.float32)
+    np.save(tmp_path / "m.npy", X)
+    Y = load_matrix(tmp_path / "m.npy", mmap=True)
+    assert isinstance(Y, np.memmap) and Y.dtype == np.float32 and not Y.flags.writeable
+    assert load_matrix(tmp_path / "m.npy").dtype == np.float64       # the default: a copy
+    X[_io._CHECK_ROWS + 4, 2] = np.inf                                # in the second block
+    np.save(tmp_path / "m.npy", X)
+    with pytest.raises(ValueError, match=f"NaN or inf at row {_io._CHECK_ROWS + 5}, column 3"):
+        load_matrix(tmp_path / "m.npy", mmap=True)
+
+
+def test_writable_folder_removes_the_folders_it_made_on_failure(tmp_path):
+    with pytest.raises(RuntimeError):
+        with _io.writable_folder(tmp_path / "a" / "b"):
+            raise RuntimeError("the command failed")
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "keep").mkdir()
+    with pytest.raises(RuntimeError):
+        with _io.writable_folder(tmp_path / "keep" / "new"):
+            (tmp_path / "keep" / "new" / "someone.txt").write_text("not ours to remove")
+            raise RuntimeError
+    assert os.listdir(tmp_path / "keep" / "new") == ["someone.txt"]
+
+
+def test_remove_temporaries_removes_what_an_interrupt_left(tmp_path):
+    tmp = _io._temp_next_to(tmp_path / "out.npy")
+    assert tmp.exists() and tmp in _io._LIVE_TEMPS
+    assert _io.remove_temporaries() == [tmp]
+    assert os.listdir(tmp_path) == [] and _io._LIVE_TEMPS == set()

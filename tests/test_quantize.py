@@ -365,3 +365,52 @@ def test_metric_inputs_are_checked(mix):
         spread_ratio(np.ones((3, 2)), np.ones((3, 2)), [0, 1])
     with pytest.raises(ValueError, match="tol"):
         count_clusters(np.ones((3, 2)), tol=0.0)
+
+
+# -- overflow and memory: refused, never NaN or an allocator crash (issue 10) --------------
+@pytest.mark.parametrize("backend", ["dense", "fused", "chunked"])
+@pytest.mark.parametrize("scale, lam", [(1e200, 1.0), (1.0, 1e308), (1e20, 1.0)])
+def test_overflowing_scores_raise_instead_of_nan(backend, scale, lam):
+    X = np.random.default_rng(0).normal(size=(30, 3))
+    X = (X * scale).astype(np.float32) if scale == 1e20 else X * scale   # float32 overflows
+    with pytest.raises(ValueError, match=r"non-finite values \(overflow\) at step 1") as info:
+        identity_attention(X, lam, backend=backend)
+    assert ("float32" if scale == 1e20 else "float64") in str(info.value)
+
+
+def test_scores_near_the_limit_but_finite_are_exact():
+    """No false alarm: 1e150-scaled orthogonal tokens have scores 0 and 1e300, both finite."""
+    X = np.array([[1.0, 0.0], [0.0, 1.0]]) * 1e150
+    for backend in ("dense", "fused", "chunked"):
+        np.testing.assert_array_equal(identity_attention(X, 1.0, n_steps=3, backend=backend),
+                                      X)
+    with pytest.raises(ValueError, match="at step 1"):
+        identity_attention(X * 1e5, 1.0, n_steps=3)
+
+
+@pytest.mark.parametrize("exclude_self, fits", [(False, "'fused' or 'chunked'"),
+                                                (True, "'chunked' (memory")])
+def test_dense_refuses_when_its_matrices_do_not_fit(monkeypatch, exclude_self, fits):
+    from attnclust import quantize
+
+    monkeypatch.setattr(quantize, "_available_memory", lambda device: 10 * 2**20)   # 10 MiB
+    X = np.random.default_rng(0).normal(size=(2, 1000, 4))              # 2 x 1000 x 1000
+    with pytest.raises(ValueError, match=r"needs 30\.5 MiB" if not exclude_self
+                       else r"needs 31\.5 MiB") as info:
+        identity_attention(X, 1.0, backend="dense", exclude_self=exclude_self)
+    assert "B=2, L=1000, float64" in str(info.value) and fits in str(info.value)
+    assert "10.0 MiB of memory available on cpu" in str(info.value)
+    # the backends it names do run, and auto never picks dense at this size
+    Y = identity_attention(X, 1.0, backend="chunked", exclude_self=exclude_self)
+    monkeypatch.undo()
+    np.testing.assert_allclose(Y, identity_attention(X, 1.0, backend="dense",
+                                                     exclude_self=exclude_self), atol=1e-12)
+
+
+def test_available_memory_is_a_positive_number_here():
+    from attnclust.quantize import _available_memory, dense_bytes
+
+    free = _available_memory(torch.device("cpu"))
+    assert free is None or free > 0
+    assert dense_bytes((100_000, 16), torch.float64) == 160 * 10**9
+    assert dense_bytes((3, 10, 4), torch.float32, exclude_self=True) == 2 * 3 * 100 * 4 + 100

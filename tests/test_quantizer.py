@@ -101,3 +101,26 @@ def test_transform_checks_the_dimension():
         q.transform(np.ones((4, 2)))
     with pytest.raises(ValueError, match="n_steps"):
         AttentionQuantizer(n_steps=0).fit(np.ones((4, 3))).transform(np.ones((4, 3)))
+
+
+# -- devices and tensor input: the shared checks (issue 10) -------------------------------------
+@pytest.mark.parametrize("device, match", [("cuda", "CUDA is not available"),
+                                           ("foo", "device 'foo' is not a torch device"),
+                                           ("cuda:7", "CUDA is not available")])
+def test_unusable_device_is_a_value_error_at_fit(monkeypatch, device, match):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=match):
+        AttentionQuantizer(temperature=1.0, device=device).fit(np.ones((4, 2)))
+
+
+def test_tensors_that_require_grad_are_accepted():
+    import torch
+
+    X = np.random.default_rng(5).standard_normal((40, 3))
+    t = torch.tensor(X, requires_grad=True)
+    q = AttentionQuantizer(temperature=1.5)
+    np.testing.assert_allclose(q.fit_transform(t), identity_attention(X, 1.5), atol=1e-12)
+    assert q.n_features_in_ == 3 and t.grad is None
+    assert AttentionQuantizer().fit(t).temperature_ == AttentionQuantizer().fit(X).temperature_
