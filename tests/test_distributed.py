@@ -349,20 +349,115 @@ def test_a_failing_rank_stops_the_others(data, tmp_path, mode):
     assert not (tmp_path / "c.rank0.npy").exists()
 
 
+def _cli_ranks(paths, tmp_path, *, world: int = 2, extra: tuple = (), timeout: str = "20"):
+    """``attnclust fit --distributed`` on ``world`` ranks; rank r reads ``paths[r]``."""
+    port = _free_port()
+    return [subprocess.Popen([sys.executable, "-m", "attnclust", "fit", str(paths[r]), "-k", "2",
+                              "--distributed", "--timeout", timeout, "--out",
+                              str(tmp_path / "o"), *extra],
+                             env=_env(r, world, port), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for r in range(world)]
+
+
 def test_cli_rank_without_data_stops_every_rank(data, tmp_path):
     path, _ = data
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, "-m", "attnclust", "fit",
-                               str(path if r == 0 else tmp_path / "missing.npy"), "-k", "4",
-                               "--distributed", "--timeout", "20", "--out",
-                               str(tmp_path / "o")],
-                              env=_env(r, 2, port), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    (rc0, _, err0), (rc1, _, err1) = _finish(procs, timeout=90)
-    assert rc0 == 2 and "rank(s) [1] could not read" in err0
-    assert rc1 == 2 and "no such file" in err1
-    assert len(err0.strip().splitlines()) == 1
+    missing = tmp_path / "missing.npy"
+    results = _finish(_cli_ranks([path, missing], tmp_path), timeout=90)
+    for rc, _, err in results:          # the same status and the same one line on every rank
+        assert rc == 2 and err == f"attnclust fit: error: rank 1: {missing}: no such file\n"
     assert not list(tmp_path.glob("o.*"))
+
+
+def _bad_file(tmp_path, case: str):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 3)) + 2.0
+    if case == "complex":
+        X = X * (1 + 0.5j)                           # one process refuses it; so must every rank
+    elif case == "timedelta":
+        X = np.arange(60).reshape(20, 3).astype("timedelta64[s]")
+    elif case == "nan on rank 1":
+        X[13, 1] = np.nan                            # row 14 of the file, in rank 1's half
+    elif case == "zero row on rank 1":
+        X[17] = 0.0
+    elif case == "fewer rows than ranks":
+        X = X[:1]
+    path = tmp_path / "bad.npy"
+    np.save(path, X)
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, message", [
+    ("complex", "complex array (dtype complex128); the data must be real numbers"),
+    ("timedelta", "non-numeric array of dtype timedelta64[s]"),
+    ("nan on rank 1", "rank 1: {path}: NaN or inf at row 14, column 2"),
+    ("zero row on rank 1", "rank 1: {path}: row 18 is all zeros"),
+    ("fewer rows than ranks", "1 rows, fewer rows than ranks (2); run at most 1 processes"),
+])
+def test_cli_bad_data_gives_every_rank_status_2_and_the_same_line(tmp_path, case, message):
+    path = _bad_file(tmp_path, case)
+    results = _finish(_cli_ranks([path, path], tmp_path), timeout=90)
+    lines = [err.strip().splitlines() for _, _, err in results]
+    assert [rc for rc, _, _ in results] == [2, 2], lines
+    assert all(len(ln) == 1 for ln in lines) and lines[0] == lines[1], lines
+    assert lines[0][0].startswith("attnclust fit: error: ")
+    assert message.format(path=path) in lines[0][0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.npy"]
+
+
+@pytest.mark.slow
+def test_under_torchrun_our_line_comes_before_the_launchers_report(tmp_path):
+    """What a user of torchrun sees for bad data: our line from each rank, then torchrun's."""
+    path = _bad_file(tmp_path, "nan on rank 1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(_free_port()),
+           "-m", "attnclust", "fit", str(path), "-k", "2", "--distributed", "--timeout", "30"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if sys.platform.startswith("linux"):
+        env["GLOO_SOCKET_IFNAME"] = "lo"
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    lines = proc.stderr.splitlines()
+    ours = f"attnclust fit: error: rank 1: {path}: NaN or inf at row 14, column 2"
+    assert lines[:2] == [ours, ours], proc.stderr[-2000:]
+    assert proc.returncode == 1 and "exitcode  : 2" in proc.stderr   # torchrun's summary
+
+
+def test_shard_rows_refuses_what_one_process_refuses(tmp_path):
+    for case in ("complex", "timedelta"):
+        path = _bad_file(tmp_path, case)
+        with pytest.raises(ValueError, match="complex array|non-numeric array"):
+            shard_rows(path, 0, 2)
+    with open(tmp_path / "huge.npy", "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": "<f4", "fortran_order": False, "shape": (10**12, 8)})
+    with pytest.raises(ValueError, match="truncated or inconsistent"):
+        shard_rows(tmp_path / "huge.npy", 0, 2)
+
+
+@pytest.mark.parametrize("timeout", ["inf", "1e20", "nan", "0", "-5"])
+def test_cli_timeout_out_of_range_is_a_usage_error(data, capsys, timeout):
+    from attnclust.cli import main
+
+    assert main(["fit", str(data[0]), "-k", "2", "--distributed", "--timeout", timeout]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--timeout must be a positive number of seconds, at most 1e+07" \
+        in err[0]
+
+
+@pytest.mark.slow
+def test_rendezvous_that_never_appears_is_one_line_within_the_timeout(data, tmp_path):
+    """Rank 1 of 2 alone: rank 0 (the store) never starts."""
+    path, _ = data
+    proc = subprocess.Popen([sys.executable, "-m", "attnclust", "fit", str(path), "-k", "2",
+                             "--distributed", "--timeout", "3", "--out", str(tmp_path / "o")],
+                            env=_env(1, 2, _free_port()), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    start = time.monotonic()
+    rc, _, err = _finish([proc], timeout=60)[0]
+    elapsed = time.monotonic() - start
+    assert rc == 1 and len(err.strip().splitlines()) == 1, err
+    assert "rank 1/2: no rendezvous at 127.0.0.1:" in err and "within 3 s" in err
+    assert elapsed < 3 + 15            # the timeout plus start-up, not twice the timeout
 
 
 def test_cli_distributed_without_launcher_is_a_clear_error(data, capsys, monkeypatch):
