@@ -412,3 +412,17 @@ def test_interrupt_during_renames_waits_for_all_of_them(tmp_path, monkeypatch):
         _io.save_matrices(outputs)
     assert _files(tmp_path) == ["r.a.npy", "r.b.npy", "r.c.csv"]       # all, not one
     assert _io._LIVE_TEMPS == set()
+
+
+def test_out_of_memory_is_one_line_and_writes_nothing(blobs, capsys, monkeypatch):
+    from attnclust.clustering import AttentionClustering
+
+    def fit(self, X, y=None):
+        raise MemoryError("Unable to allocate 58.2 TiB for an array with shape (10**12, 8)")
+
+    monkeypatch.setattr(AttentionClustering, "fit", fit)
+    line = _error(capsys, ["fit", str(blobs), "-k", "3", "--out", str(blobs.parent / "n" / "r")],
+                  status=1)
+    assert line == ("attnclust fit: error: out of memory (Unable to allocate 58.2 TiB for an "
+                    "array with shape (10**12, 8))")
+    assert _files(blobs.parent) == ["x.npy"]

@@ -580,10 +580,11 @@ def _run(args) -> int:
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"attnclust {args.command}: error: {message}", file=sys.stderr)
         return EXIT_USAGE
-    except MemoryError as exc:
-        detail = f" ({exc})" if str(exc) else ""
-        print(f"attnclust {args.command}: error: out of memory{detail}", file=sys.stderr)
-        return EXIT_USAGE
+    except MemoryError as exc:      # not the input's fault: status 1, like other failures
+        detail = " ".join(str(exc).split())
+        print(f"attnclust {args.command}: error: out of memory"
+              + (f" ({detail})" if detail else ""), file=sys.stderr)
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:
