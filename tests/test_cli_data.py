@@ -360,3 +360,15 @@ def test_dense_backend_too_large_is_refused_at_once(tmp_path, capsys):
     assert "backend='dense' needs 596.0 GiB" in line and "L=200000" in line
     assert "use backend='fused' or 'chunked'" in line
     assert _files(tmp_path) == ["long.npy"]
+
+
+def test_summary_sums_in_blocks_equal_the_whole_matrix(blobs):
+    from attnclust.cli import _summary_sums
+
+    X, _, _ = blobs
+    est = ac.AttentionClustering(3, random_state=0).fit(X)
+    conf_sum, sq_err = _summary_sums(est, X, 3, chunk=7)            # 300 rows in 43 blocks
+    proba = est.predict_proba(X)
+    expected = [proba[est.labels_ == k].max(1).sum() for k in range(3)]
+    np.testing.assert_allclose(conf_sum, expected, rtol=1e-12)
+    assert sq_err / len(X) == pytest.approx(-est.score(X), rel=1e-12)

@@ -274,6 +274,23 @@ def _refuse_overwriting_input(data: str, outputs) -> None:
                                "--out")
 
 
+def _summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16):
+    """Per cluster, the summed max attention of its rows; and the summed squared error.
+
+    In blocks of rows, so a memory-mapped ``X`` is never copied whole for the summary
+    (``predict_proba`` and ``score`` act row by row, so the sums are exact).
+    """
+    import numpy as np
+
+    conf_sum, sq_err = np.zeros(n_clusters), 0.0
+    for start in range(0, X.shape[0], chunk):
+        block, labels = X[start:start + chunk], est.labels_[start:start + chunk]
+        conf_sum += np.bincount(labels, weights=est.predict_proba(block).max(1),
+                                minlength=n_clusters)
+        sq_err += -est.score(block) * block.shape[0]
+    return conf_sum, sq_err
+
+
 def _fit_outputs(prefix: str, centers, labels) -> dict:
     from pathlib import Path
 
@@ -330,16 +347,15 @@ def _cmd_fit(args) -> int:
         _check_centers(est.cluster_centers_)
         outputs = _fit_outputs(prefix, est.cluster_centers_, est.labels_)
 
-        confidence = est.predict_proba(X).max(1)
         sizes = np.bincount(est.labels_, minlength=args.n_clusters)
+        conf_sum, sq_err = _summary_sums(est, X, args.n_clusters)
         lines = [f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
                  f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
-                 f"converged={'yes' if est.converged_ else 'no'}  risk={-est.score(X):.4g}  "
-                 f"time={seconds:.2f}s",
+                 f"converged={'yes' if est.converged_ else 'no'}  "
+                 f"risk={sq_err / X.shape[0]:.4g}  time={seconds:.2f}s",
                  f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}"]
         for k in range(args.n_clusters):
-            mask = est.labels_ == k
-            conf = float(confidence[mask].mean()) if mask.any() else float("nan")
+            conf = conf_sum[k] / sizes[k] if sizes[k] else float("nan")
             lines.append(f"{k:7d} {sizes[k]:8d} {sizes[k] / X.shape[0]:7.3f} {conf:19.3f}")
         lines.append("wrote " + ", ".join(str(p) for p in outputs))
         _write_all(outputs, "\n".join(lines))
@@ -483,19 +499,16 @@ def _cmd_fit_distributed(args) -> int:
         n_calls, n_bytes = stats.calls, stats.bytes
         labels = ddp.gather_rows(est.labels_)
         # summary statistics of all rows: sizes, summed max attention, summed risk
-        Xn = np.asarray(X, dtype=np.float64)
-        proba = est.predict_proba(Xn)
         K = args.n_clusters
-        conf_sum = np.bincount(est.labels_, weights=proba.max(1), minlength=K)
-        local = np.concatenate([np.bincount(est.labels_, minlength=K), conf_sum,
-                                [-est.score(Xn) * Xn.shape[0]]])
+        conf_sum, sq_err = _summary_sums(est, X, K)
+        local = np.concatenate([np.bincount(est.labels_, minlength=K), conf_sum, [sq_err]])
         total = ddp.make_reduce()(torch.from_numpy(local)).numpy()
         sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-1] / est.n_samples_total_
         if rank == 0:
             outputs = _fit_outputs(prefix, est.cluster_centers_, labels)
             n = est.n_samples_total_
-            per_pass = ddp.pass_bytes(K, Xn.shape[1], dtype=torch.float64)
-            lines = [f"n={n}  d={Xn.shape[1]}  K={K}  ranks={world} ({dist.get_backend()})  "
+            per_pass = ddp.pass_bytes(K, X.shape[1], dtype=torch.float64)
+            lines = [f"n={n}  d={X.shape[1]}  K={K}  ranks={world} ({dist.get_backend()})  "
                      f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
                      f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
                      f"time={seconds:.2f}s",
