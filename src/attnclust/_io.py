@@ -73,11 +73,12 @@ def _discard(tmp: Path) -> None:
 
 def _human(n_bytes: float) -> str:
     """A byte count for messages: ``'58.2 TiB'``."""
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if n_bytes < 1024 or unit == "TiB":
-            return f"{n_bytes:.0f} {unit}" if unit == "bytes" else f"{n_bytes:.1f} {unit}"
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while n_bytes >= 1024 and power < len(units) - 1:
         n_bytes /= 1024
-    return f"{n_bytes:.1f} PiB"  # pragma: no cover  (the loop returns)
+        power += 1
+    return f"{n_bytes:.0f} bytes" if power == 0 else f"{n_bytes:.1f} {units[power]}"
 
 
 def _file_mode(path: Path) -> int:
