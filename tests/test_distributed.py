@@ -386,13 +386,38 @@ def _bad_file(tmp_path, case: str):
     return path
 
 
+_BAD_DATA = {
+    "complex": "complex array (dtype complex128); the data must be real numbers",
+    "timedelta": "non-numeric array of dtype timedelta64[s]",
+    "nan on rank 1": "NaN or inf at row 14, column 2",
+    "zero row on rank 1": "row 18 is all zeros",
+    "fewer rows than ranks": "1 rows, fewer rows than ranks (2); run at most 1 processes",
+}
+
+
+@pytest.mark.parametrize("case", list(_BAD_DATA))
+def test_each_rank_checks_its_rows_like_one_process(tmp_path, case):
+    """The checks every rank runs on its rows before the fit (rows counted in the file)."""
+    from types import SimpleNamespace
+
+    from attnclust.cli import _load_shard
+
+    path = _bad_file(tmp_path, case)
+    args = SimpleNamespace(data=str(path), normalize="rows")
+    failing = []
+    for rank in range(2):
+        try:
+            _load_shard(args, rank, 2)
+        except ValueError as exc:
+            failing.append(rank)
+            assert str(exc).startswith(f"{path}: ") and _BAD_DATA[case] in str(exc)
+    assert failing == ([1] if "rank 1" in case else [0, 1])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case, message", [
-    ("complex", "complex array (dtype complex128); the data must be real numbers"),
-    ("timedelta", "non-numeric array of dtype timedelta64[s]"),
-    ("nan on rank 1", "rank 1: {path}: NaN or inf at row 14, column 2"),
-    ("zero row on rank 1", "rank 1: {path}: row 18 is all zeros"),
-    ("fewer rows than ranks", "1 rows, fewer rows than ranks (2); run at most 1 processes"),
+    ("complex", _BAD_DATA["complex"]),                               # every rank fails
+    ("nan on rank 1", "rank 1: {path}: NaN or inf at row 14, column 2"),   # one rank fails
 ])
 def test_cli_bad_data_gives_every_rank_status_2_and_the_same_line(tmp_path, case, message):
     path = _bad_file(tmp_path, case)
