@@ -426,3 +426,36 @@ def test_out_of_memory_is_one_line_and_writes_nothing(blobs, capsys, monkeypatch
     assert line == ("attnclust fit: error: out of memory (Unable to allocate 58.2 TiB for an "
                     "array with shape (10**12, 8))")
     assert _files(blobs.parent) == ["x.npy"]
+
+
+class _FullOnFlush:
+    """A buffered stdout: writes are accepted, flushing them finds the disk full."""
+
+    def __init__(self):
+        self.pending = 0
+
+    def write(self, text):
+        self.pending += len(text)
+        return len(text)
+
+    def flush(self):
+        if self.pending:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("stdout", [_FullStdout, _FullOnFlush])
+@pytest.mark.parametrize("argv, prefix", [(["list"], "attnclust list: "),
+                                          (["--help"], "attnclust: "),
+                                          (["fit", "--help"], "attnclust: ")])
+def test_stdout_that_cannot_be_written_is_one_line(capsys, monkeypatch, stdout, argv, prefix):
+    monkeypatch.setattr(sys, "stdout", stdout())
+    line = _error(capsys, argv)
+    assert line == f"{prefix}error: could not write to stdout (No space left on device)"
+
+
+def test_reproduce_into_a_full_stdout_keeps_the_complete_figure(tmp_path, capsys, monkeypatch,
+                                                                fake_figure):
+    monkeypatch.setattr(sys, "stdout", _FullStdout())
+    line = _error(capsys, ["reproduce", "fake", "--out", str(tmp_path)])
+    assert line == "attnclust reproduce: error: could not write to stdout (No space left on device)"
+    assert _files(tmp_path) == ["fake.json", "fake.npz", "fake.pdf", "fake.png"]

@@ -237,13 +237,73 @@ def _write_all(outputs: dict, summary: str) -> None:
 def _print_summary(summary: str) -> None:
     try:
         print(summary, flush=True)
-    except OSError as exc:
-        # stdout is useless now; point it at /dev/null so that the interpreter's own
-        # flush at exit does not print a second error
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # no real fd: skip
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise CommandError(f"could not print the summary ({exc.strerror or exc}); nothing "
-                           "was written") from None
+    except StdoutError as exc:
+        raise CommandError(f"could not print the summary ({exc.reason}); nothing was "
+                           "written") from None
+
+
+class StdoutError(CommandError):
+    """Writing to stdout failed (a full disk, a closed pipe): one line, status 2."""
+
+    def __init__(self, exc: OSError):
+        self.reason = exc.strerror or str(exc)
+        super().__init__(f"could not write to stdout ({self.reason})")
+
+
+class _NamedStdout:
+    """A stdout whose write failures say they are stdout's (not a data file's).
+
+    On the first failure stdout is pointed at /dev/null: otherwise the interpreter's
+    own flush at exit fails again and prints a multi-line "Exception ignored" report.
+    """
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.failure: StdoutError | None = None
+
+    def _guard(self, method, *args):
+        try:
+            return getattr(self._stream, method)(*args)
+        except OSError as exc:
+            _drop_stdout(self._stream)
+            self.failure = StdoutError(exc)
+            raise self.failure from None
+
+    def write(self, text):
+        return self._guard("write", text)
+
+    def flush(self):
+        return self._guard("flush")
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _stdout_named():
+    real = sys.stdout
+    guarded = sys.stdout = _NamedStdout(real)
+    finished = False
+    try:
+        yield guarded
+        finished = True
+    finally:
+        sys.stdout = real
+        try:                     # a failure to write the last of the output is one too
+            guarded.flush()
+        except StdoutError:
+            if finished:         # else another error (or --help's exit) is on its way
+                raise
+
+
+def _drop_stdout(stream) -> None:
+    """Point the file descriptor of a stdout that failed at /dev/null.
+
+    Otherwise the interpreter's own flush at exit fails again and prints a second,
+    multi-line error ("Exception ignored in ... BrokenPipeError").
+    """
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # no real fd: skip
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
 
 
 def _output_prefix(args) -> str:
@@ -568,6 +628,8 @@ def _cmd_reproduce(args) -> int:
 
     if "all" in args.figures and len(args.figures) > 1:
         raise CommandError("'all' cannot be combined with figure names")
+    if not args.out.strip():
+        raise CommandError("--out must not be empty: give a folder, such as results")
     _check_seed(args.seed)
     names = list(FIGURES) if args.figures == ["all"] else args.figures
     unknown = [n for n in names if n not in FIGURES]
@@ -588,7 +650,8 @@ def _cmd_reproduce(args) -> int:
 def _run(args) -> int:
     """The command's handler, with every expected failure turned into one line."""
     try:
-        return args.handler(args)
+        with _stdout_named():
+            return args.handler(args)
     except (CommandError, ValueError, OSError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"attnclust {args.command}: error: {message}", file=sys.stderr)
@@ -606,9 +669,16 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = _build_parser()
     try:
-        args = parser.parse_args(argv)
+        with _stdout_named() as stdout:
+            args = parser.parse_args(argv)
     except SystemExit as exc:          # --help (0) or a usage error, already printed (2)
+        if stdout.failure is not None:     # --help into a full disk or a closed pipe
+            print(f"attnclust: error: {stdout.failure}", file=sys.stderr)
+            return EXIT_USAGE
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except StdoutError as exc:
+        print(f"attnclust: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     # under torchrun every rank runs this: one copy of each warning (rank 0's) is enough
     quiet = getattr(args, "quiet", False) or (
         getattr(args, "distributed", False) and os.environ.get("RANK", "0") != "0")
