@@ -250,3 +250,33 @@ def test_remove_temporaries_removes_what_an_interrupt_left(tmp_path):
     assert tmp.exists() and tmp in _io._LIVE_TEMPS
     assert _io.remove_temporaries() == [tmp]
     assert os.listdir(tmp_path) == [] and _io._LIVE_TEMPS == set()
+
+
+def _raw_npy(header_text: str, data: bytes = b"\0" * 64, version: bytes = b"\x01\x00") -> bytes:
+    """A .npy with a literal header text (padded as the format wants): crafted headers."""
+    text = header_text.encode("latin1")
+    text += b" " * (64 - (10 + len(text) + 1) % 64) + b"\n"
+    return b"\x93NUMPY" + version + len(text).to_bytes(2, "little") + text + data
+
+
+@pytest.mark.parametrize("content, match", [
+    (_raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (-1, 2), }"),
+     "negative dimensions"),
+    (_raw_npy("__import__('os').system('echo pwned')"), "not a readable .npy array"),
+    (_raw_npy("{'descr': '<f8', 'shape': (2, 2), }"), "correct keys"),
+    (_raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2.5, 2), }"),
+     "shape is not valid"),
+    (_raw_npy("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }",
+              version=b"\x09\x00"), "unsupported .npy format version 9.0"),
+    (_raw_npy("{'descr': '|V8', 'fortran_order': False, 'shape': (2, 2), }"),
+     "non-numeric array of dtype |V8"),
+    (_raw_npy("{'descr': '<U5', 'fortran_order': False, 'shape': (2, 2), }", b"\0" * 80),
+     "non-numeric array of dtype <U5"),
+    (b"\x93NUMPY", "not a readable .npy array"),
+    (bytes(range(256)), "not a readable .npy array"),
+])
+def test_crafted_npy_headers_are_one_line_value_errors(tmp_path, content, match):
+    (tmp_path / "c.npy").write_bytes(content)
+    with pytest.raises(ValueError, match=match) as info:
+        load_matrix(tmp_path / "c.npy")
+    assert "\n" not in str(info.value) and str(tmp_path / "c.npy") in str(info.value)

@@ -414,3 +414,11 @@ def test_available_memory_is_a_positive_number_here():
     assert free is None or free > 0
     assert dense_bytes((100_000, 16), torch.float64) == 160 * 10**9
     assert dense_bytes((3, 10, 4), torch.float32, exclude_self=True) == 2 * 3 * 100 * 4 + 100
+
+
+def test_available_memory_on_cuda_is_the_free_device_memory(monkeypatch):
+    from attnclust.quantize import _available_memory
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * 2**30, 80 * 2**30))
+    assert _available_memory(torch.device("cuda", 0)) == 3 * 2**30
+    assert _available_memory(torch.device("meta")) is None        # cannot tell: no refusal
