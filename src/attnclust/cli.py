@@ -303,7 +303,10 @@ def _drop_stdout(stream) -> None:
     multi-line error ("Exception ignored in ... BrokenPipeError").
     """
     with contextlib.suppress(OSError, ValueError, AttributeError):  # no real fd: skip
-        os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        target = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, target)
+        os.close(devnull)
 
 
 def _output_prefix(args) -> str:
@@ -349,6 +352,17 @@ def _summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16):
                                 minlength=n_clusters)
         sq_err += -est.score(block) * block.shape[0]
     return conf_sum, sq_err
+
+
+def _summary(head: list[str], sizes, conf_sum, outputs) -> str:
+    """The printed summary of a fit: ``head`` lines, one row per cluster, the files."""
+    n = sum(sizes)
+    lines = [*head, f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}"]
+    for k, (size, conf) in enumerate(zip(sizes, conf_sum, strict=True)):
+        mean = conf / size if size else float("nan")
+        lines.append(f"{k:7d} {int(size):8d} {size / n:7.3f} {mean:19.3f}")
+    lines.append("wrote " + ", ".join(str(p) for p in outputs))
+    return "\n".join(lines)
 
 
 def _fit_outputs(prefix: str, centers, labels) -> dict:
@@ -409,16 +423,11 @@ def _cmd_fit(args) -> int:
 
         sizes = np.bincount(est.labels_, minlength=args.n_clusters)
         conf_sum, sq_err = _summary_sums(est, X, args.n_clusters)
-        lines = [f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
-                 f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
-                 f"converged={'yes' if est.converged_ else 'no'}  "
-                 f"risk={sq_err / X.shape[0]:.4g}  time={seconds:.2f}s",
-                 f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}"]
-        for k in range(args.n_clusters):
-            conf = conf_sum[k] / sizes[k] if sizes[k] else float("nan")
-            lines.append(f"{k:7d} {sizes[k]:8d} {sizes[k] / X.shape[0]:7.3f} {conf:19.3f}")
-        lines.append("wrote " + ", ".join(str(p) for p in outputs))
-        _write_all(outputs, "\n".join(lines))
+        head = (f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
+                f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
+                f"converged={'yes' if est.converged_ else 'no'}  "
+                f"risk={sq_err / X.shape[0]:.4g}  time={seconds:.2f}s")
+        _write_all(outputs, _summary([head], sizes, conf_sum, outputs))
     return 0
 
 
@@ -568,19 +577,14 @@ def _cmd_fit_distributed(args) -> int:
             outputs = _fit_outputs(prefix, est.cluster_centers_, labels)
             n = est.n_samples_total_
             per_pass = ddp.pass_bytes(K, X.shape[1], dtype=torch.float64)
-            lines = [f"n={n}  d={X.shape[1]}  K={K}  ranks={world} ({dist.get_backend()})  "
-                     f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
-                     f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
-                     f"time={seconds:.2f}s",
-                     f"communicated per rank: {n_bytes} bytes in {n_calls} all-reduces, of "
-                     f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes",
-                     f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}"]
-            for k in range(K):
-                conf = conf_sum[k] / sizes[k] if sizes[k] else float("nan")
-                lines.append(f"{k:7d} {int(sizes[k]):8d} {sizes[k] / n:7.3f} {conf:19.3f}")
-            lines.append("wrote " + ", ".join(str(p) for p in outputs))
+            head = [f"n={n}  d={X.shape[1]}  K={K}  ranks={world} ({dist.get_backend()})  "
+                    f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
+                    f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
+                    f"time={seconds:.2f}s",
+                    f"communicated per rank: {n_bytes} bytes in {n_calls} all-reduces, of "
+                    f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes"]
             with writable_folder(Path(prefix).parent):
-                _write_all(outputs, "\n".join(lines))
+                _write_all(outputs, _summary(head, sizes, conf_sum, outputs))
         return 0
     except ddp.DistributedError as exc:
         print(f"attnclust fit: error: {exc}", file=sys.stderr)
