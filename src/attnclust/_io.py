@@ -157,9 +157,10 @@ def writable_folder(folder: str | os.PathLike) -> Iterator[Path]:
             raise ValueError(f"{folder}: cannot write there ({reason})") from None
         yield folder
     except BaseException:
-        for f in reversed(created):
-            with contextlib.suppress(OSError):
-                f.rmdir()       # only if empty: never removes what someone else put there
+        with deferred_interrupts():
+            for f in reversed(created):
+                with contextlib.suppress(OSError):
+                    f.rmdir()   # only if empty: never removes what someone else put there
         raise
 
 
@@ -235,8 +236,9 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
         with deferred_interrupts():
             _rename_all(staged)
     finally:
-        for tmp, _ in staged:
-            _discard(tmp)
+        with deferred_interrupts():     # a signal must not cut the cleanup short
+            for tmp, _ in staged:
+                _discard(tmp)
 
 
 def _rename_all(staged: list[tuple[Path, Path]]) -> None:
