@@ -72,6 +72,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._threads import SMALL_WORK, torch_threads
 from ._validation import as_generator, check_int, check_nonnegative, check_temperature
 from .fixed_point import IterationInfo, fixed_point_fit
 from .heads import check_geometry, head_logits, softmax_heads
@@ -86,7 +87,7 @@ _PENALTIES = (None, "repulsion", "balance")
 ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
 _LLOYD_STEPS = 20         # hard Lloyd steps before "auto" (stops when stable)
-_WARM_SAMPLE = 100_000    # seeding, warm start and first fit on at most this many rows
+_WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
 _CHUNK = 65_536           # rows per chunk of a pass when batch_size is None (memory bound)
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
 
@@ -426,7 +427,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                     warnings.warn(
                         f"normalize=None but the rows' mean squared norm is {msq:.3g}, far from "
                         "1: the heads have unit norm; pass normalize='rows' or 'center-scale' "
-                        "to bring the data to the sphere's scale", UserWarning, stacklevel=4)
+                        "to bring the data to the sphere's scale", UserWarning, stacklevel=5)
         return X
 
     def _working_rows(self, Xp: np.ndarray, dp) -> tuple[torch.Tensor, _Working]:
@@ -519,6 +520,11 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         """``fit``; with ``dp``, ``X`` is this rank's shard of a data-parallel fit."""
         X = self._validate(X, reset=True)
         self._check_params(X.shape[0] if dp is None else dp.n_total)
+        with torch_threads(1 if X.size <= SMALL_WORK else None):
+            return self._fit_validated(X, dp)
+
+    def _fit_validated(self, X: np.ndarray, dp: _DataParallel | None):
+        """The fit of validated rows (warnings raised here point at the caller of ``fit``)."""
         if dp is not None and self.solver != "fixed-point":
             raise ValueError(f"data-parallel fitting needs solver='fixed-point', got "
                              f"{self.solver!r}")
@@ -583,7 +589,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         self.converged_ = bool(converged)
         if not converged:
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
-                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
+                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=5)
 
     def _label_and_check(self, Xw, heads, lam, capped, dp) -> None:
         """``labels_``, and a :class:`DegenerateFitWarning` for a dead head or a degenerate
@@ -605,16 +611,16 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if dead.size:
             warnings.warn(f"head(s) {dead.tolist()} win no row: the fit found fewer than "
                           f"{K} clusters; try another random_state or init, or fewer clusters",
-                          DegenerateFitWarning, stacklevel=4)
+                          DegenerateFitWarning, stacklevel=5)
         if capped:
             warnings.warn(f"the clusters have (nearly) no spread, so {shown} is at its cap "
                           "(1e6 over the data's mean squared norm); duplicated rows?",
-                          DegenerateFitWarning, stacklevel=4)
+                          DegenerateFitWarning, stacklevel=5)
         if K > 1 and stats[K] / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
             warnings.warn(f"the attention is nearly uniform at {shown} (mean largest weight "
                           f"{stats[K] / n:.3f}, uniform {1 / K:.3f}): the risk then pins down "
                           "only the mean of the heads; raise temperature or use 'auto'",
-                          DegenerateFitWarning, stacklevel=4)
+                          DegenerateFitWarning, stacklevel=5)
 
     def _callback_fn(self, working: _Working):
         """The user's callback and the log, in the preprocessed space's units."""
@@ -688,10 +694,11 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         """
         heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
         X = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
-        if self.geometry == "euclidean":
-            center = heads.mean(0)
-            X, heads = X - center, heads - center
-        return softmax_heads(head_logits(X, heads, self.temperature_, self.geometry))
+        with torch_threads(1 if Xp.size <= SMALL_WORK else None):
+            if self.geometry == "euclidean":
+                center = heads.mean(0)
+                X, heads = X - center, heads - center
+            return softmax_heads(head_logits(X, heads, self.temperature_, self.geometry))
 
     def predict_proba(self, X) -> np.ndarray:
         """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""
