@@ -141,7 +141,7 @@ def _check_device(device) -> None:
                          ) from exc
 
 
-def _normalize_rows(X: np.ndarray) -> np.ndarray:
+def _normalize_rows(X: np.ndarray, offset: int = 0) -> np.ndarray:
     """Rows divided by their norm; an all-zero row is an error naming it.
 
     Rows are first divided by their largest absolute entry, so that no square overflows
@@ -151,41 +151,44 @@ def _normalize_rows(X: np.ndarray) -> np.ndarray:
     big = np.abs(X).max(axis=1, initial=0.0)                 # (n,)
     zero = np.flatnonzero(big == 0)
     if zero.size:
-        raise ValueError(f"row {zero[0]} (0-based) of X is all zeros and has no direction; "
-                         "normalize='rows' needs non-zero rows")
+        raise ValueError(f"row {offset + zero[0]} (0-based) of X is all zeros and has no "
+                         "direction; normalize='rows' needs non-zero rows")
     Y = X / big[:, None]                                     # entries in [-1, 1], one is +-1
     return Y / np.linalg.norm(Y, axis=1)[:, None]
 
 
-def _squared_norms(X: np.ndarray, how: str) -> np.ndarray:
+def _squared_norms(X: np.ndarray, how: str, offset: int = 0) -> np.ndarray:
     """Squared row norms ``(n,)``; ``ValueError`` when one overflows float64."""
     with np.errstate(over="ignore"):
         sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)   # (n,)
     bad = np.flatnonzero(~np.isfinite(sq))
     if bad.size:
-        raise ValueError(f"{how}: the squared norm of row {bad[0]} (0-based) of X overflows "
-                         f"float64 (largest entry {np.abs(X[bad[0]]).max():.3g}); rescale the "
-                         "data or use normalize='rows'")
+        raise ValueError(f"{how}: the squared norm of row {offset + bad[0]} (0-based) of X "
+                         f"overflows float64 (largest entry {np.abs(X[bad[0]]).max():.3g}); "
+                         "rescale the data or use normalize='rows'")
     return sq
 
 
 def _center_scale(X: np.ndarray, dp: _DataParallel | None, what: str) -> tuple[np.ndarray, float]:
-    """Column means and root-mean-square norm of the centred rows, overflow-safe.
+    """Column means and root-mean-square norm of the centred rows, overflow-safe, in chunks.
 
     The norm is computed on rows divided by their largest centred entry so that no square
-    overflows; with ``dp`` every sum is taken over the ranks' rows.
+    overflows; rows are read ``_CHUNK`` at a time (a memory-mapped ``X`` is never copied
+    whole); with ``dp`` every sum is taken over the ranks' rows.
     """
     n = X.shape[0] if dp is None else dp.n_total
+    chunks = [X[s:s + _CHUNK] for s in range(0, X.shape[0], _CHUNK)]
     with np.errstate(over="ignore", invalid="ignore"):       # checked just below
-        mean = _sum_array(X.sum(0, dtype=np.float64), dp) / n
-        big = float(np.abs(X - mean.astype(X.dtype)).max(initial=0.0))
+        mean = _sum_array(sum((c.sum(0, dtype=np.float64) for c in chunks),
+                              np.zeros(X.shape[1])), dp) / n
+        big = max((float(np.abs(c - mean).max(initial=0.0)) for c in chunks), default=0.0)
     if dp is not None:  # a unit common to all ranks, between max and R * max
         big = float(_sum_array(np.array([big]), dp)[0])
     if not np.isfinite(big) or not np.all(np.isfinite(mean)):
         raise ValueError(f"{what}: the column sums or X - mean overflow (entries near the "
                          "largest float); rescale the data")
     unit = big if big > 0 else 1.0
-    dev = float(_sum_array(np.sum(((X - mean) / unit) ** 2), dp))
+    dev = float(_sum_array(sum(float(np.sum(((c - mean) / unit) ** 2)) for c in chunks), dp))
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 
@@ -409,17 +412,19 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         return validate_data(self, X, dtype=[np.float64, np.float32], reset=reset,
                              ensure_min_samples=1)
 
-    def _preprocess(self, X: np.ndarray, *, fitting: bool, dp=None) -> np.ndarray:
-        """Apply ``normalize`` to validated rows; ``dp``: data-parallel fit."""
+    def _preprocess(self, X: np.ndarray, *, fitting: bool, dp=None, offset: int = 0
+                    ) -> np.ndarray:
+        """Apply ``normalize`` to validated rows; ``dp``: data-parallel fit; ``offset``: the
+        index of ``X``'s first row in the caller's rows (for error messages)."""
         how = self._normalize
         if how == "rows":
-            return _normalize_rows(X)
+            return _normalize_rows(X, offset)
         if how == "center-scale":
             if fitting:
                 self.mean_, self.scale_ = _center_scale(X, dp, "normalize='center-scale'")
             return (X - self.mean_.astype(X.dtype)) / X.dtype.type(self.scale_)
         if self.geometry == "sphere":
-            sq = _squared_norms(X, "normalize=None")
+            sq = _squared_norms(X, "normalize=None", offset)
             if fitting:
                 n = X.shape[0] if dp is None else dp.n_total
                 msq = float(_sum_array(np.sum(sq), dp)) / n
@@ -682,10 +687,6 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         return heads, losses, temp_curve, int(n_iter), bool(res.converged)
 
     # -- prediction -------------------------------------------------------------------------
-    def _validated(self, X) -> np.ndarray:
-        check_is_fitted(self)
-        return self._preprocess(self._validate(X, reset=False), fitting=False)
-
     def _weights(self, Xp: np.ndarray) -> torch.Tensor:
         """Attention ``(n, K)`` of preprocessed rows, in float64.
 
@@ -700,13 +701,21 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                 X, heads = X - center, heads - center
             return softmax_heads(head_logits(X, heads, self.temperature_, self.geometry))
 
+    def _by_chunks(self, X, fn) -> np.ndarray:
+        """``fn(preprocessed rows)`` on ``_CHUNK`` rows at a time, concatenated."""
+        check_is_fitted(self)
+        X = self._validate(X, reset=False)
+        return np.concatenate([fn(self._preprocess(X[s:s + _CHUNK], fitting=False, offset=s))
+                               for s in range(0, X.shape[0], _CHUNK)])
+
     def predict_proba(self, X) -> np.ndarray:
         """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""
-        return self._weights(self._validated(X)).cpu().numpy()
+        return self._by_chunks(X, lambda Xp: self._weights(Xp).cpu().numpy())
 
     def predict(self, X) -> np.ndarray:
         """Index of the most-attended head, ``argmax_h a_h(x)``."""
-        return self._weights(self._validated(X)).argmax(1).cpu().numpy().astype(np.int64)
+        return self._by_chunks(X, lambda Xp: self._weights(Xp).argmax(1).cpu().numpy()
+                               .astype(np.int64))
 
     def fit_predict(self, X, y=None) -> np.ndarray:
         """Fit and return ``labels_``."""
@@ -719,12 +728,13 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     def transform(self, X) -> np.ndarray:
         """Layer outputs ``T_mu(x)`` of the preprocessed rows, shape (n_samples, n_features)."""
-        return self._outputs(self._validated(X))
+        return self._by_chunks(X, self._outputs)
 
     def score(self, X, y=None) -> float:
         """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better)."""
-        Xp = np.asarray(self._validated(X), dtype=np.float64)
-        return -float(np.mean(np.sum((Xp - self._outputs(Xp)) ** 2, axis=1)))
+        def squared_errors(Xp):
+            return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
+        return -float(np.mean(self._by_chunks(X, squared_errors)))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

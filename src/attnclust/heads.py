@@ -123,8 +123,8 @@ def head_weights(x: torch.Tensor, heads: torch.Tensor, *, temperature: float,
     >>> heads = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     >>> head_weights(torch.tensor([1.0, 0.0]), heads, temperature=2.0)
     tensor([0.8808, 0.1192])
-    >>> head_weights(torch.tensor([3.0, 0.0]), 2 * heads, temperature=2.0, geometry="euclidean")
-    tensor([0.9975, 0.0025])
+    >>> head_weights(torch.tensor([3.0, 0.0]), 2 * heads, temperature=0.5, geometry="euclidean")
+    tensor([0.9526, 0.0474])
     """
     x, heads, lam, geometry = _inputs(x, heads, temperature, geometry)
     return softmax_heads(head_logits(x, heads, lam, geometry))
