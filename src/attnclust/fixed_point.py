@@ -1,9 +1,10 @@
 """The default solver of ``AttentionClustering``: safeguarded fixed-point steps.
 
-The model is the K-head layer of :mod:`attnclust.heads`, with unit heads ``mu_h``,
-``a_h(x) = softmax_h(lambda <x, mu_h>)``, ``T_mu(x) = sum_h a_h(x) mu_h``, fitted by
-minimizing the empirical risk ``f(mu) = (1/n) sum_i ||x_i - T_mu(x_i)||^2`` (plus
-``rho * Pen(mu)``) over the product of spheres.
+The model is the K-head layer of :mod:`attnclust.heads`, ``a_h(x) = softmax_h(lambda
+<x, mu_h> - b_h)``, ``T_mu(x) = sum_h a_h(x) mu_h``, fitted by minimizing the empirical
+risk ``f(mu) = (1/n) sum_i ||x_i - T_mu(x_i)||^2`` (plus ``rho * Pen(mu)``): over the
+product of spheres for unit heads (``b_h = 0``), over ``R^{K x d}`` for Euclidean heads
+(``b_h = lambda ||mu_h||^2 / 2``; see the end of this docstring).
 
 Step
 ----
@@ -68,12 +69,23 @@ a fixed point) or on an accepted plain step, never on a short extrapolation. Mea
 benchmark (13 steps, 17 passes) is unchanged. All quantities are global sums or come
 from them, so data-parallel ranks take the same branches.
 
+Euclidean heads
+---------------
+The key bias adds ``-lambda mu_h`` to the derivative of each logit of head ``h``, hence
+``+(2/n) lambda (sum_i a_ih c_ih) mu_h`` to ``grad_h f``; since ``lambda a c = W - a``
+with ``W = a + lambda a c``, this costs one more ``K``-vector per pass, the column sums
+of ``W``. The step is the same per-head step without normalization, ``mu_h <- mu_h -
+t grad_h f / (2 N_h)``: with hard attention (``c = 0`` for the winning head, ``a = 0``
+elsewhere) it is exactly the k-means (Lloyd) step ``mu_h <- mean of the cell``, and the
+same safeguard and extrapolation apply (unnormalized). A head without any attention
+(``N_h = 0``) keeps its position.
+
 Notation
 --------
 =============  ==============  =============================================
 paper          code            meaning
 =============  ==============  =============================================
-``mu_h``       ``heads``       unit heads, shape ``(K, d)``
+``mu_h``       ``heads``       heads, shape ``(K, d)`` (unit on the sphere)
 ``lambda``     ``lam``         inverse temperature
 ``a_h(x)``     ``A[i, h]``     attention of row ``i`` on head ``h``
 ``N_h``        ``counts``      soft proportion of head ``h``
@@ -268,7 +280,8 @@ def fixed_point_fit(
 ) -> FixedPointResult:
     """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
 
-    ``mu_h <- normalize(mu_h - grad_h f / (2 N_h))`` with step halving whenever the
+    ``mu_h <- normalize(mu_h - grad_h f / (2 N_h))`` (not normalized for Euclidean heads)
+    with step halving whenever the
     objective would increase, each step first trying an Anderson extrapolation that is
     kept only if the objective does not increase (see the module docstring).
 
@@ -277,7 +290,7 @@ def fixed_point_fit(
     X : Tensor of shape (n, d)
         Data, on the device and in the dtype of the computation.
     heads0 : Tensor of shape (K, d)
-        Unit initial heads.
+        Initial heads (unit on the sphere).
     temperatures, steps_per_temperature : lists of the same length
         Annealing schedule: at most ``steps_per_temperature[s]`` steps at
         ``temperatures[s]`` (the last stage also stops when converged).
