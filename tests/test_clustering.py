@@ -533,3 +533,22 @@ def test_bad_euclidean_parameters(bad, match):
     X = np.random.default_rng(0).uniform(size=(10, 3))
     with pytest.raises(ValueError, match=match):
         AttentionClustering(2, **bad).fit(X)
+
+
+@pytest.mark.parametrize("factor", [1e300, 1e-300])
+def test_data_whose_temperature_float64_cannot_hold_is_a_clear_error(factor):
+    X, _ = _blobs([[0.0, 0.0], [5.0, 0.0]], n=50)
+    with pytest.raises(ValueError, match="out of float64's range; rescale"):
+        AttentionClustering(2, random_state=0).fit(X * factor)
+    est = AttentionClustering(2, random_state=0).fit(X * factor**0.5)   # 1e150: fine
+    assert np.isfinite(est.temperature_) and est.temperature_ > 0
+
+
+def test_an_outlier_does_not_cap_the_temperature():
+    """One far outlier dominates the data's spread; the clusters' own spread still counts."""
+    X, _ = _blobs([[0.0, 0.0], [5.0, 0.0]], n=200)
+    X = np.vstack([X, [[1e6, 1e6]]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)
+        est = AttentionClustering(3, random_state=0).fit(X)
+    assert 0.3 < est.temperature_ < 3          # about 1 / (unit spread)

@@ -444,6 +444,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             Xw = np.asarray(Xp, dtype=np_dtype)
         else:
             shift, scale = _center_scale(Xp, dp, "geometry='euclidean'")
+            if not np.finfo(np.float64).tiny < scale * scale < np.inf:
+                raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
+                                 "out of float64's range; rescale the data")
             working = _Working(shift, scale)
             Xw = np.asarray(Xp - shift.astype(Xp.dtype), dtype=np_dtype)
             Xw /= np_dtype(scale)
@@ -549,7 +552,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             if isinstance(self.init, str):  # a seeding is warm-started; given heads are kept
                 heads0 = lloyd
         else:   # given in the preprocessed space's units
-            lam = check_temperature(self.temperature) * working.scale**2
+            lam = check_temperature(self.temperature) * working.scale * working.scale
         plan = self.anneal_plan()
         temps = [lam * f for f, _ in plan]
         steps = [int(self.max_iter) if s is None else s for _, s in plan]
@@ -583,11 +586,15 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     def _set_fitted(self, heads, lam, losses, temp_curve, n_iter, converged, working):
         """Fitted attributes, mapped back from the working space to the preprocessed one."""
         centers = heads.detach().cpu().double().numpy()
-        scale2 = working.scale**2
+        scale2 = working.scale * working.scale
+        lam = float(lam) / working.scale / working.scale
+        if not np.finfo(np.float64).tiny <= lam < np.inf:
+            raise ValueError(f"the data's spread ({working.scale:.3g}) puts the inverse "
+                             f"temperature {lam:.3g} out of float64's range; rescale the data")
         if working.shift is not None:
             centers = centers * working.scale + working.shift
         self.cluster_centers_ = centers
-        self.temperature_ = float(lam) / scale2
+        self.temperature_ = lam
         self.loss_curve_ = np.asarray(losses, dtype=np.float64) * scale2
         self.temperature_curve_ = np.asarray(temp_curve, dtype=np.float64) / scale2
         self.n_iter_ = int(n_iter)
@@ -619,7 +626,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                           DegenerateFitWarning, stacklevel=5)
         if capped:
             warnings.warn(f"the clusters have (nearly) no spread, so {shown} is at its cap "
-                          "(1e6 over the data's mean squared norm); duplicated rows?",
+                          "(1e12 over the data's mean squared spread, 1e6 in float32); "
+                          "duplicated rows?",
                           DegenerateFitWarning, stacklevel=5)
         if K > 1 and stats[K] / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
             warnings.warn(f"the attention is nearly uniform at {shown} (mean largest weight "
@@ -634,8 +642,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         scale = working.scale
 
         def call(info: IterationInfo) -> None:
-            info = IterationInfo(info.iteration, info.loss * scale**2,
-                                 info.temperature / scale**2, info.shift * scale)
+            info = IterationInfo(info.iteration, info.loss * scale * scale,
+                                 info.temperature / scale / scale, info.shift * scale)
             if self.verbose:
                 _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info)
             if self.callback is not None:

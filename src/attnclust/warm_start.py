@@ -45,6 +45,9 @@ __all__ = ["BoundaryVariance", "LloydResult", "auto_temperature", "boundary_vari
            "hard_labels", "hard_lloyd"]
 
 _CHUNK = 65_536  # rows per chunk: bounds the (chunk, K, K) products below
+# least s^2, relative to the rows' mean squared norm: below it a variance computed from
+# second moments is rounding noise of the dtype (and lambda would be unbounded)
+_FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
 
 
 def _sum(t: torch.Tensor, reduce) -> torch.Tensor:
@@ -129,8 +132,8 @@ class BoundaryVariance(NamedTuple):
     variance: float
     """Pooled within-cluster variance across the nearest boundaries, ``s^2``."""
     floor: float
-    """``1e-6`` times the rows' mean squared norm (sphere) or distance from their mean
-    (Euclidean): the least ``s^2`` the rule uses."""
+    """``1e-12`` (float32: ``1e-6``) times the rows' mean squared norm (sphere) or distance
+    from their mean (Euclidean): the least ``s^2`` the rule uses."""
 
 
 def _cluster_moments(X, heads, labels, chunk):
@@ -162,7 +165,7 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "
     # the floor's scale: the rows' mean squared norm on the sphere, their mean squared
     # distance from their mean for Euclidean heads (the rule is then translation invariant)
     msq = sq_norm / n - (float((col_sums / n) @ (col_sums / n)) if geometry == "euclidean" else 0)
-    floor = 1e-6 * max(msq, 0.0)
+    floor = _FLOOR[X.dtype] * max(msq, 0.0)
     if K == 1:
         if geometry == "euclidean":   # the head is the mean: the variance per coordinate
             s2 = (sq_norm / n - float(heads[0] @ heads[0])) / X.shape[1]
@@ -211,9 +214,9 @@ def auto_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "s
     size) with the same variance of cluster ``g`` along ``u_gh``; ``s^2`` is the mean of
     ``s_h^2`` weighted by cluster size. Only the projections ``P = X mu^T`` are needed:
     the variance along ``u_hg`` follows from each cluster's ``K x K`` covariance of ``P``.
-    ``s^2`` is floored at ``1e-6`` times the mean squared norm of the rows (Euclidean: their
-    mean squared distance from their mean), so ``lambda`` stays finite on duplicated
-    points; with one head (the attention is then constant) it
+    ``s^2`` is floored at ``1e-12`` (float32: ``1e-6``) times the mean squared norm of the
+    rows (Euclidean: their mean squared distance from their mean), so ``lambda`` stays
+    finite on duplicated points; with one head (the attention is then constant) it
     is the within-cluster variance of ``P`` (sphere) or per coordinate (Euclidean).
 
     Examples
