@@ -72,7 +72,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._threads import SMALL_WORK, torch_threads
+from ._threads import map_chunks, torch_threads
 from ._validation import as_generator, check_int, check_nonnegative, check_temperature
 from .fixed_point import IterationInfo, fixed_point_fit
 from .heads import check_geometry, head_logits, softmax_heads
@@ -528,10 +528,17 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         """``fit``; with ``dp``, ``X`` is this rank's shard of a data-parallel fit."""
         X = self._validate(X, reset=True)
         self._check_params(X.shape[0] if dp is None else dp.n_total)
-        with torch_threads(1 if X.size <= SMALL_WORK else None):
-            return self._fit_validated(X, dp)
+        workers = torch.get_num_threads()      # the threads torch would have used
+        with torch_threads(self._torch_threads):
+            return self._fit_validated(X, dp, workers)
 
-    def _fit_validated(self, X: np.ndarray, dp: _DataParallel | None):
+    @property
+    def _torch_threads(self) -> int | None:
+        """One torch thread on the CPU: passes share chunks between workers instead (see
+        :mod:`attnclust._threads`)."""
+        return 1 if torch.device(self.device).type == "cpu" else None
+
+    def _fit_validated(self, X: np.ndarray, dp: _DataParallel | None, workers: int):
         """The fit of validated rows (warnings raised here point at the caller of ``fit``)."""
         if dp is not None and self.solver != "fixed-point":
             raise ValueError(f"data-parallel fitting needs solver='fixed-point', got "
@@ -561,16 +568,18 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                 Xw, heads0, temps, steps, gen, working)
         else:
             heads, losses, temp_curve, n_iter, converged = self._fit_fixed_point(
-                Xw, S, heads0, temps, steps, dp, working)
+                Xw, S, heads0, temps, steps, dp, working, workers)
         self._set_fitted(heads, lam, losses, temp_curve, n_iter, converged, working)
-        self._label_and_check(Xw, heads.to(Xw.dtype), lam, capped, dp)
+        self._label_and_check(Xw, heads.to(Xw.dtype), lam, capped, dp,
+                              workers if self._torch_threads == 1 else 1)
         return self
 
-    def _fit_fixed_point(self, Xw, S, heads0, temps, steps, dp, working):
+    def _fit_fixed_point(self, Xw, S, heads0, temps, steps, dp, working, workers):
         """Fixed-point steps: on the sample first when it is smaller than the data."""
         common = dict(tol=self._tol, geometry=self.geometry, penalty=self.penalty,
                       rho=float(self.rho), callback=self._callback_fn(working),
-                      chunk_size=self.batch_size or _CHUNK)
+                      chunk_size=self.batch_size or _CHUNK,
+                      workers=workers if self._torch_threads == 1 else 1)
         losses, temp_curve, n_iter = [], [], 0
         if S.shape[0] < (Xw.shape[0] if dp is None else dp.n_total):
             res = fixed_point_fit(S, heads0, temperatures=temps, steps_per_temperature=steps,
@@ -603,17 +612,18 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
                           "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=5)
 
-    def _label_and_check(self, Xw, heads, lam, capped, dp) -> None:
+    def _label_and_check(self, Xw, heads, lam, capped, dp, workers) -> None:
         """``labels_``, and a :class:`DegenerateFitWarning` for a dead head or a degenerate
         ``lambda`` (cluster sizes and attention sharpness counted over all ranks' rows)."""
         K = self.n_clusters
         chunk = self.batch_size or _CHUNK
-        labels, sharp = [], 0.0                         # sharp: sum_i max_h a_ih
-        for s in range(0, Xw.shape[0], chunk):
-            A = softmax_heads(head_logits(Xw[s:s + chunk], heads, lam, self.geometry))
+
+        def winners(start):   # labels and sum_i max_h a_ih of one chunk
+            A = softmax_heads(head_logits(Xw[start:start + chunk], heads, lam, self.geometry))
             best, z = A.max(1)
-            labels.append(z.cpu())
-            sharp += float(best.double().sum())
+            return z.cpu(), float(best.double().sum())
+        parts = map_chunks(winners, Xw.shape[0], chunk, workers)
+        labels, sharp = [z for z, _ in parts], sum(b for _, b in parts)
         self.labels_ = torch.cat(labels).numpy().astype(np.int64)
         sizes = np.bincount(self.labels_, minlength=K).astype(np.float64)
         stats = _sum_array(np.append(sizes, sharp), dp)
@@ -703,7 +713,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         """
         heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
         X = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
-        with torch_threads(1 if Xp.size <= SMALL_WORK else None):
+        with torch_threads(self._torch_threads):
             if self.geometry == "euclidean":
                 center = heads.mean(0)
                 X, heads = X - center, heads - center

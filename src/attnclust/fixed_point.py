@@ -101,6 +101,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ._threads import map_chunks
 from .heads import softmax_heads
 
 __all__ = ["IterationInfo", "FixedPointResult", "fixed_point_fit"]
@@ -143,54 +144,55 @@ class _Pass(NamedTuple):
     value_radial: torch.Tensor  # (K,) <grad_h of the value part, mu_h>
 
 
+def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs) -> torch.Tensor:
+    """The row sums of one chunk ``Xc`` (m, d), flat: loss, ``W^T X``, ``A^T A``, ``sum_i a_ih
+    P_ih``, ``sum_i W_ih`` (and ``sum_i a_ih a_ig x_i`` for the balance penalty)."""
+    P = Xc @ heads.T                                         # (m, K)
+    A = softmax_heads(lam * P if bias is None else lam * P - bias)   # (m, K)
+    AG = A @ gram                                            # (m, K) = <T_i, mu_h>
+    AP = A * P
+    xt = AP.sum(1)                                           # <x_i, T_i>
+    tt = (A * AG).sum(1)                                     # ||T_i||^2
+    loss = sq_norms.sum() - (2 * xt - tt).sum()
+    # W = a + lam a c with c = <r_i, mu_h> - <r_i, T_i> = (P - AG) - (xt - tt),
+    # built in place: the hot loop of the solver, whose gradient is explicit (no autograd)
+    W = (P - AG).sub_((xt - tt)[:, None]).mul_(lam).add_(1.0).mul_(A)
+    parts = [loss.reshape(1), (W.T @ Xc).reshape(-1), (A.T @ A).reshape(-1), AP.sum(0),
+             W.sum(0)]
+    if need_pairs:
+        parts.append(torch.einsum("nh,ng,nd->hgd", A, A, Xc).reshape(-1))
+    return torch.cat(parts)
+
+
 def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=None, rho=0.0,
-               reduce=None, n_total=None) -> _Pass:
+               reduce=None, n_total=None, workers=1) -> _Pass:
     """Risk, gradient and soft proportions in one pass, all in the K-dim projection space.
 
-    The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) and divides by
-    ``n`` at the end. With ``reduce`` (a sum over data-parallel ranks, see
-    :mod:`attnclust.distributed`) the sums of the local rows are summed over ranks in one
-    flat buffer of ``1 + K d + K^2 + 2 K`` numbers (``+ K^2 d`` for the balance penalty)
-    before dividing by ``n_total``, the number of rows of all ranks.
+    The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) over chunks
+    of ``chunk`` rows, on up to ``workers`` threads (:func:`attnclust._threads.map_chunks`;
+    summed in chunk order), and divides by ``n`` at the end. With ``reduce`` (a sum over
+    data-parallel ranks, see :mod:`attnclust.distributed`) the sums of the local rows are
+    summed over ranks in one flat buffer of ``1 + K d + K^2 + 2 K`` numbers (``+ K^2 d``
+    for the balance penalty) before dividing by ``n_total``, the number of rows of all
+    ranks.
     """
     n = X.shape[0] if n_total is None else n_total
-    K = heads.shape[0]
+    K, d = heads.shape
     gram = heads @ heads.T                                   # (K, K)
     bias = (0.5 * lam) * torch.diagonal(gram) if geometry == "euclidean" else None
-    loss = X.new_zeros(())
-    lin = X.new_zeros(K, X.shape[1])                         # sum_i (a + lam a c)_i x_i
-    ata = X.new_zeros(K, K)                                  # A^T A
-    vproj = X.new_zeros(K)                                   # sum_i a_ih <x_i, mu_h>
-    wsum = X.new_zeros(K)                                    # sum_i (a + lam a c)_ih
     need_pairs = penalty == "balance" and rho > 0
-    pair_x = X.new_zeros(K, K, X.shape[1]) if need_pairs else None
-    for start in range(0, X.shape[0], chunk):
-        Xc = X[start:start + chunk]                          # (m, d)
-        P = Xc @ heads.T                                     # (m, K)
-        A = softmax_heads(lam * P if bias is None else lam * P - bias)   # (m, K)
-        AG = A @ gram                                        # (m, K) = <T_i, mu_h>
-        AP = A * P
-        xt = AP.sum(1)                                       # <x_i, T_i>
-        tt = (A * AG).sum(1)                                 # ||T_i||^2
-        loss = loss + sq_norms[start:start + chunk].sum() - (2 * xt - tt).sum()
-        # W = a + lam a c with c = <r_i, mu_h> - <r_i, T_i> = (P - AG) - (xt - tt),
-        # built in place: the hot loop of the solver, whose gradient is explicit (no autograd)
-        W = (P - AG).sub_((xt - tt)[:, None]).mul_(lam).add_(1.0).mul_(A)
-        lin = lin + W.T @ Xc
-        ata = ata + A.T @ A
-        vproj = vproj + AP.sum(0)
-        wsum = wsum + W.sum(0)
-        if need_pairs:
-            pair_x = pair_x + torch.einsum("nh,ng,nd->hgd", A, A, Xc)
+    sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
+    flat = X.new_zeros(sum(sizes))
+    for part in map_chunks(lambda s: _chunk_sums(X[s:s + chunk], sq_norms[s:s + chunk], heads,
+                                                  gram, lam, bias, need_pairs),
+                           X.shape[0], chunk, workers):
+        flat += part
     if reduce is not None:
-        parts = [loss, lin, ata, vproj, wsum] + ([pair_x] if need_pairs else [])
-        flat = reduce(torch.cat([t.reshape(-1) for t in parts]))
-        pieces = [q.reshape(t.shape)
-                  for q, t in zip(torch.split(flat, [t.numel() for t in parts]), parts,
-                                  strict=True)]
-        loss, lin, ata, vproj, wsum = pieces[:5]
-        if need_pairs:
-            pair_x = pieces[5]
+        flat = reduce(flat)
+    pieces = torch.split(flat, sizes)
+    loss, lin, ata = pieces[0][0], pieces[1].reshape(K, d), pieces[2].reshape(K, K)
+    vproj, wsum = pieces[3], pieces[4]
+    pair_x = pieces[5].reshape(K, K, d) if need_pairs else None
     loss, lin, ata, vproj, wsum = loss / n, lin / n, ata / n, vproj / n, wsum / n
     counts = ata.sum(1)                                      # rows of A sum to one
     grad = -2.0 * (lin - ata @ heads)
@@ -277,6 +279,7 @@ def fixed_point_fit(
     rho: float = 0.0,
     callback: Callable[[IterationInfo], None] | None = None,
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    workers: int = 1,
 ) -> FixedPointResult:
     """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
 
@@ -313,6 +316,9 @@ def fixed_point_fit(
         decides a branch (the objective of the safeguard, the shift of the heads) is the
         global one and all ranks take the same steps. ``None`` (one process) is the same
         code with no reduction.
+    workers : int, default=1
+        Threads that share the chunks of each pass (run torch single-threaded meanwhile,
+        see :mod:`attnclust._threads`); the result does not depend on it.
 
     Returns
     -------
@@ -333,7 +339,7 @@ def fixed_point_fit(
     n_total = n if reduce is None else int(reduce(torch.tensor([n], dtype=torch.float64,
                                                                device=X.device)).item())
     pass_args = dict(chunk=chunk, geometry=geometry, penalty=penalty, rho=rho, reduce=reduce,
-                     n_total=n_total)
+                     n_total=n_total, workers=workers)
     heads = heads0
     losses: list[float] = []
     temps: list[float] = []
