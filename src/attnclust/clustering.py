@@ -88,7 +88,7 @@ ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lamb
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
 _LLOYD_STEPS = 20         # hard Lloyd steps before "auto" (stops when stable)
 _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
-_CHUNK = 65_536           # rows per chunk of a pass when batch_size is None (memory bound)
+_CHUNK = 16_384           # rows per chunk of a pass when batch_size is None (memory bound)
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
 
 
@@ -258,7 +258,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (overlapping
         clusters converge slowly, and the labels stop changing long before ``1e-6``).
     batch_size : int, optional
-        Rows per chunk of each pass (memory only: steps stay full-batch; default 65,536);
+        Rows per chunk of each pass (memory only: steps stay full-batch; default 16,384);
         for ``solver="pgd"``, the mini-batch size of stochastic steps.
     step_size : float, default=0.5
         Step of ``solver="pgd"`` (ignored by the fixed-point solver).
@@ -618,13 +618,14 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         K = self.n_clusters
         chunk = self.batch_size or _CHUNK
 
-        def winners(start):   # labels and sum_i max_h a_ih of one chunk
+        self.labels_ = np.empty(Xw.shape[0], dtype=np.int64)
+
+        def winners(start):   # labels (written in place) and sum_i max_h a_ih of one chunk
             A = softmax_heads(head_logits(Xw[start:start + chunk], heads, lam, self.geometry))
             best, z = A.max(1)
-            return z.cpu(), float(best.double().sum())
-        parts = map_chunks(winners, Xw.shape[0], chunk, workers)
-        labels, sharp = [z for z, _ in parts], sum(b for _, b in parts)
-        self.labels_ = torch.cat(labels).numpy().astype(np.int64)
+            self.labels_[start:start + chunk] = z.cpu().numpy()
+            return float(best.double().sum())
+        sharp = sum(map_chunks(winners, Xw.shape[0], chunk, workers))
         sizes = np.bincount(self.labels_, minlength=K).astype(np.float64)
         stats = _sum_array(np.append(sizes, sharp), dp)
         n = float(stats[:K].sum())

@@ -335,7 +335,7 @@ def fixed_point_fit(
     """
     n = X.shape[0]
     chunk = max(1, n) if chunk_size is None else max(1, int(chunk_size))
-    sq_norms = (X * X).sum(1)                                # (n,)
+    sq_norms = torch.cat([(c * c).sum(1) for c in X.split(chunk)])   # (n,), chunk by chunk
     n_total = n if reduce is None else int(reduce(torch.tensor([n], dtype=torch.float64,
                                                                device=X.device)).item())
     pass_args = dict(chunk=chunk, geometry=geometry, penalty=penalty, rho=rho, reduce=reduce,

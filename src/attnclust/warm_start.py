@@ -20,7 +20,7 @@ that decide nothing on anisotropic data).
 
 Every statistic is a sum over rows; with ``reduce`` (a sum over data-parallel ranks) each
 rank holds a shard of the rows and sees the global sums. Rows are read in chunks of
-``chunk`` so that memory stays ``O(chunk K^2)`` beyond the data.
+``chunk`` so that memory stays ``O(chunk K)`` beyond the data.
 
 Notation
 --------
@@ -44,7 +44,7 @@ from .heads import head_logits
 __all__ = ["BoundaryVariance", "LloydResult", "auto_temperature", "boundary_variance",
            "hard_labels", "hard_lloyd"]
 
-_CHUNK = 65_536  # rows per chunk: bounds the (chunk, K, K) products below
+_CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
 # second moments is rounding noise of the dtype (and lambda would be unbounded)
 _FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
@@ -142,6 +142,7 @@ def _cluster_moments(X, heads, labels, chunk):
     counts = torch.bincount(labels, minlength=K).to(X.dtype)
     sums = X.new_zeros(K, K)
     outer = X.new_zeros(K, K, K)                               # sum_{i in h} P_i P_i^T
+    chunk = max(1, min(chunk, (1 << 20) // (K * K)))          # (m, K, K) below 1M numbers
     for s in range(0, X.shape[0], chunk):
         P, z = X[s:s + chunk] @ heads.T, labels[s:s + chunk]   # (m, K), (m,)
         sums.index_add_(0, z, P)
