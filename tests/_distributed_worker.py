@@ -41,7 +41,8 @@ def callback(info):
 
 
 X = ddp.shard_rows(data, rank, world)
-est = ddp.fit_distributed(X, 4, init="sphere", normalize="center-scale", penalty="balance",
+est = ddp.fit_distributed(X, 4, geometry="sphere", init="sphere", normalize="center-scale",
+                          penalty="balance",
                           rho=0.05, tol=1e-10, max_iter=200, random_state=7, callback=callback)
 np.save(f"{out}.rank{rank}.npy", est.cluster_centers_)
 np.save(f"{out}.labels{rank}.npy", est.labels_)

@@ -91,9 +91,9 @@ def test_fit_bad_values(tmp_path, capsys):
     X = np.ones((5, 2))
     X[2] = 0
     np.save(tmp_path / "zero.npy", X)
-    line = _error(capsys, ["fit", str(tmp_path / "zero.npy"), "-k", "2",
+    line = _error(capsys, ["fit", str(tmp_path / "zero.npy"), "-k", "2", "--geometry", "sphere",
                            "--out", str(tmp_path / "res")])
-    assert "row 2" in line and "all zeros" in line
+    assert "row 2" in line and "all zeros" in line   # a direction is needed on the sphere
     assert _files(tmp_path) == ["one_d.npy", "small.npy", "zero.npy"]
     assert "--temperature" in _error(capsys, ["fit", str(tmp_path / "small.npy"), "-k", "2",
                                               "--temperature", "warm"])
@@ -194,7 +194,8 @@ def test_quantize_overflow_is_an_error_not_nan_output(tmp_path, capsys, scale, t
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, 2.0])
 def test_fit_never_writes_bad_centers(blobs, capsys, monkeypatch, bad):
-    """The CLI's own check, whatever the estimator returns: finite centers of unit norm."""
+    """The CLI's own check, whatever the estimator returns: finite centers, of unit norm on
+    the sphere."""
     from attnclust.clustering import AttentionClustering
 
     X, _, tmp = blobs
@@ -208,7 +209,7 @@ def test_fit_never_writes_bad_centers(blobs, capsys, monkeypatch, bad):
 
     monkeypatch.setattr(AttentionClustering, "fit", fit)
     line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
-                           "--quiet"])
+                           "--quiet", "--geometry", "sphere"])
     assert ("non-finite" in line) if not np.isfinite(bad) else ("norm 2" in line)
     assert _files(tmp) == ["x.npy"]
 
@@ -245,7 +246,8 @@ def test_progress_total_counts_every_step(tmp_path, monkeypatch, capsys, anneal)
     X = np.random.default_rng(1).normal(size=(200, 5))       # no clusters: slow to converge
     np.save(tmp_path / "x.npy", X)
     argv = ["fit", str(tmp_path / "x.npy"), "-k", "4", "--max-iter", "3",
-            "--out", str(tmp_path / "res")] + ([] if anneal else ["--no-anneal"])
+            "--out", str(tmp_path / "res")] + (["--geometry", "sphere"] if anneal
+                                               else ["--no-anneal"])
     assert main(argv) == 0
     assert "converged=no" in capsys.readouterr().out
     assert seen["steps"] == seen["total"]

@@ -1,19 +1,24 @@
-"""Tests of AttentionClustering and its fixed-point solver."""
+"""Tests of the AttentionClustering estimator: the sphere's layer, then Euclidean heads."""
 
 from __future__ import annotations
 
 import warnings
+from functools import partial
 
 import numpy as np
 import pytest
 import torch
 from sklearn.datasets import load_digits, load_iris, load_wine
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
 from attnclust import fixed_point
-from attnclust.clustering import AttentionClustering, _hard_lloyd, auto_temperature
-from attnclust.fixed_point import _fixed_point_step, _risk_pass, fixed_point_fit
+from attnclust.clustering import AttentionClustering, DegenerateFitWarning
+from attnclust.warm_start import auto_temperature, hard_lloyd
+
+# the tests written for the paper's layer (unit heads) name it; the default is Euclidean
+SphereClustering = partial(AttentionClustering, geometry="sphere")
 
 
 def _risk_autograd(heads, X, lam):
@@ -33,7 +38,7 @@ def _riemannian_grad_norm(heads, X, lam) -> float:
 def mixture_fit():
     mix = ac.GaussianMixture.random(d=50, k=5, sigma=0.2, min_angle=np.pi / 3, rng=0)
     X, z = mix.sample(20_000, rng=1, return_labels=True)
-    est = AttentionClustering(5, normalize=None, random_state=0).fit(X)
+    est = SphereClustering(5, normalize=None, random_state=0).fit(X)
     return mix, X, z, est
 
 
@@ -49,7 +54,7 @@ def test_mixture_recovers_centroids_and_labels(mixture_fit):
 def test_row_normalized_mixture_recovers_directions():
     mix = ac.GaussianMixture.random(d=50, k=5, sigma=0.2, min_angle=np.pi / 3, rng=0)
     X, z = mix.sample(5_000, rng=2, return_labels=True)
-    est = AttentionClustering(5, random_state=0).fit(X)  # normalize="rows"
+    est = SphereClustering(5, random_state=0).fit(X)  # normalize="rows"
     assert ac.centroid_distance(est.cluster_centers_, mix.centroids).max < 0.06
     assert ac.adjusted_rand_index(z, est.labels_) >= 0.99
 
@@ -67,7 +72,7 @@ def test_fit_ends_at_stationary_point_of_the_risk(mixture_fit):
 def test_loss_curve_non_increasing_at_fixed_temperature(anneal):
     d = load_wine()
     X = d.data / np.linalg.norm(d.data, axis=1, keepdims=True)
-    est = AttentionClustering(3, anneal=anneal, random_state=1).fit(X)
+    est = SphereClustering(3, anneal=anneal, random_state=1).fit(X)
     temps = est.temperature_curve_
     assert len(est.loss_curve_) == len(temps) >= 2
     for lam in np.unique(temps):
@@ -84,7 +89,7 @@ def test_stationary_with_overlapping_clusters():
     """Soft attention (overlapping clusters): the key part of the gradient matters."""
     mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.35)
     X = mix.sample(3000, rng=0)
-    est = AttentionClustering(3, normalize=None, random_state=0, tol=1e-10,
+    est = SphereClustering(3, normalize=None, random_state=0, tol=1e-10,
                               max_iter=1000).fit(X)
     assert est.converged_
     start = ac.normalize(torch.as_tensor(X[:3]))
@@ -99,7 +104,7 @@ def test_extrapolation_makes_digits_converge(monkeypatch):
     X = data.data / np.linalg.norm(data.data, axis=1, keepdims=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a "did not converge" warning fails the test
-        est = AttentionClustering(10, random_state=0).fit(X)
+        est = SphereClustering(10, random_state=0).fit(X)
     assert est.converged_ and est.n_iter_ < 15 + est.max_iter
     lam = est.temperature_
     seg = est.loss_curve_[est.temperature_curve_ == lam]
@@ -109,65 +114,19 @@ def test_extrapolation_makes_digits_converge(monkeypatch):
     assert _riemannian_grad_norm(est.cluster_centers_, X, lam) < 1e-6
     monkeypatch.setattr(fixed_point, "_ANDERSON_DEPTH", 0)  # the plain safeguarded steps
     with pytest.warns(UserWarning, match="did not converge"):
-        plain = AttentionClustering(10, random_state=0).fit(X)
+        plain = SphereClustering(10, random_state=0).fit(X)
     assert plain.temperature_ == lam and not plain.converged_
     assert _riemannian_grad_norm(plain.cluster_centers_, X, lam) > 1e-5
     assert est.loss_curve_[-1] < plain.loss_curve_[-1]
-
-
-@pytest.mark.parametrize("penalty", [None, "repulsion", "balance"])
-def test_pass_gradient_matches_autograd(penalty):
-    gen = np.random.default_rng(0)
-    X = torch.as_tensor(gen.standard_normal((300, 6)))
-    heads = ac.normalize(torch.as_tensor(gen.standard_normal((4, 6))))
-    lam, rho = 2.5, 0.7
-    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=97, penalty=penalty, rho=rho)
-    h = heads.clone().requires_grad_(True)
-    ref = _risk_autograd(h, X, lam)
-    if penalty == "repulsion":
-        G = h @ h.T
-        ref = ref + rho * ((G - torch.diag(torch.diagonal(G))) ** 2).sum() / 2
-    elif penalty == "balance":
-        N = torch.softmax(lam * X @ h.T, dim=1).mean(0)
-        ref = ref + rho * ((N - 0.25) ** 2).sum()
-    (g,) = torch.autograd.grad(ref, h)
-    assert float(p.loss) == pytest.approx(float(ref), rel=1e-12)
-    torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(p.counts, torch.softmax(lam * X @ heads.T, 1).mean(0))
-    if penalty is None:
-        assert float(p.loss) == pytest.approx(
-            float(ac.empirical_risk(heads, X, temperature=lam)), rel=1e-12)
-
-
-def test_step_is_spherical_lloyd_when_attention_is_hard():
-    gen = np.random.default_rng(1)
-    X = torch.as_tensor(gen.standard_normal((400, 5)))
-    heads = ac.normalize(torch.as_tensor(gen.standard_normal((3, 5))))
-    top2 = (X @ heads.T).sort(1).values
-    X = X[top2[:, -1] - top2[:, -2] > 0.05]  # every point at least 0.05 from a boundary
-    lam = 2000.0  # attention is one-hot up to exp(-100)
-    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=100)
-    labels = (X @ heads.T).argmax(1)
-    lloyd = ac.normalize(torch.stack([X[labels == h].sum(0) for h in range(3)]))
-    torch.testing.assert_close(_fixed_point_step(heads, p, 1.0), lloyd, rtol=0, atol=1e-12)
 
 
 @pytest.mark.filterwarnings("ignore:AttentionClustering did not converge")
 def test_chunked_passes_give_the_same_fit():
     d = load_wine()
     X = d.data / np.linalg.norm(d.data, axis=1, keepdims=True)
-    a = AttentionClustering(3, random_state=0, max_iter=30).fit(X)
-    b = AttentionClustering(3, random_state=0, max_iter=30, batch_size=17).fit(X)
+    a = SphereClustering(3, random_state=0, max_iter=30).fit(X)
+    b = SphereClustering(3, random_state=0, max_iter=30, batch_size=17).fit(X)
     np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-9)
-
-
-def test_fixed_point_fit_example_converges_from_far():
-    X = torch.as_tensor(ac.GaussianMixture.antipodal(d=3, sigma=0.1).sample(400, rng=0))
-    h0 = ac.normalize(torch.tensor([[0.2, 1.0, 0.0], [0.1, 0.0, 1.0]], dtype=torch.float64))
-    res = fixed_point_fit(X, h0, temperatures=[1.0, 10.0, 50.0],
-                          steps_per_temperature=[5, 5, 500], tol=1e-10)
-    assert res.converged
-    assert ac.centroid_distance(res.heads, [[1, 0, 0], [-1, 0, 0]]).max < 0.05
 
 
 def test_pgd_solver_reaches_the_same_heads():
@@ -175,9 +134,9 @@ def test_pgd_solver_reaches_the_same_heads():
     X = mix.sample(600, rng=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        pgd_est = AttentionClustering(3, normalize=None, solver="pgd", step_size=0.5,
+        pgd_est = SphereClustering(3, normalize=None, solver="pgd", step_size=0.5,
                                       max_iter=2000, tol=1e-9, random_state=0).fit(X)
-    fp_est = AttentionClustering(3, normalize=None, tol=1e-10, random_state=0).fit(X)
+    fp_est = SphereClustering(3, normalize=None, tol=1e-10, random_state=0).fit(X)
     assert pgd_est.temperature_ == fp_est.temperature_
     np.testing.assert_allclose(pgd_est.cluster_centers_, fp_est.cluster_centers_, atol=1e-6)
 
@@ -187,7 +146,7 @@ def test_pgd_callback_and_loss_curve_count_steps_once():
     infos = []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # tol=0: never converged
-        est = AttentionClustering(3, normalize=None, solver="pgd", max_iter=12, tol=0.0,
+        est = SphereClustering(3, normalize=None, solver="pgd", max_iter=12, tol=0.0,
                                   random_state=0, callback=infos.append).fit(X)
     lam, n_anneal = est.temperature_, 15                   # 5 steps at lam/8, /4, /2
     assert est.n_iter_ == n_anneal + 12
@@ -208,70 +167,34 @@ def test_auto_temperature_keeps_a_given_init():
     X = mix.sample(600, rng=0)
     init = mix.centroids + 0.4 * np.random.default_rng(1).standard_normal(mix.centroids.shape)
     unit = init / np.linalg.norm(init, axis=1, keepdims=True)
-    est = AttentionClustering(3, init=init, normalize=None, anneal=False).fit(X)
+    est = SphereClustering(3, init=init, normalize=None, anneal=False).fit(X)
     # the fit starts from the given heads, not from the Lloyd warm start ...
     assert est.loss_curve_[0] == pytest.approx(
         float(ac.empirical_risk(unit, X, temperature=est.temperature_)), rel=1e-12)
     # ... which is only used to estimate lambda, as for a seeding
     Xt = torch.as_tensor(X)
-    lloyd, _ = _hard_lloyd(Xt, torch.as_tensor(unit), 20)
+    lloyd = hard_lloyd(Xt, torch.as_tensor(unit), 20).heads
     assert est.temperature_ == pytest.approx(auto_temperature(Xt, lloyd), rel=1e-12)
     lloyd_risk = float(ac.empirical_risk(lloyd, X, temperature=est.temperature_))
     assert abs(est.loss_curve_[0] - lloyd_risk) > 1e-3
     assert ac.centroid_distance(est.cluster_centers_, mix.centroids).max < 0.05
 
 
-@pytest.mark.parametrize("sigma", [0.05, 0.1, 0.3])
-def test_auto_temperature_is_inverse_noise_variance(sigma):
-    mix = ac.GaussianMixture.orthogonal(d=20, k=3, sigma=sigma)
-    X = torch.as_tensor(mix.sample(30_000, rng=0))
-    lam = auto_temperature(X, torch.as_tensor(mix.centroids))
-    assert lam == pytest.approx(1 / sigma**2, rel=0.05)
-
-
-@pytest.mark.parametrize("cap", [1.0, 0.05])
-def test_auto_temperature_in_a_small_cap_is_still_inverse_noise_variance(cap):
-    """The defining property: lambda = 1/sigma^2 however close the clusters sit on the sphere.
-
-    With centroids in a cap of angular radius ``cap`` the projections on the heads vary
-    only to second order (``<x, mu> = 1 - ||x - mu||^2 / 2``); the rule measures the
-    spread across the boundaries between heads, which is first order, so it does not
-    blow up to ~1/sigma^4 when the cap is small (as row-normalized wine or iris are).
-    """
-    d, K, sigma = 12, 3, 0.1 * cap
-    base = np.eye(d)[0]
-    cent = np.stack([np.cos(cap) * base + np.sin(cap) * np.eye(d)[k + 1] for k in range(K)])
-    X = ac.normalize(torch.as_tensor(ac.GaussianMixture(cent, sigma=sigma).sample(30_000, rng=0)))
-    # rows on the sphere: the noise is tangent, of variance sigma^2 / (1 + d sigma^2) per
-    # direction (the von Mises-Fisher concentration is its inverse)
-    assert auto_temperature(X, torch.as_tensor(cent)) == pytest.approx((1 + d * sigma**2)
-                                                                       / sigma**2, rel=0.05)
-
-
-def test_hard_lloyd_stops_at_a_stable_partition():
-    X = torch.as_tensor(load_iris().data)
-    X = X / X.norm(dim=1, keepdim=True)
-    heads, labels = _hard_lloyd(X, ac.normalize(X[[0, 60, 120]]), 100)
-    torch.testing.assert_close(labels, (X @ heads.T).argmax(1), rtol=0, atol=0)
-    means = ac.normalize(torch.stack([X[labels == h].sum(0) for h in range(3)]))
-    torch.testing.assert_close(heads, means, rtol=0, atol=1e-12)
-
-
 def test_auto_temperature_is_a_scale():
     """Scaling the data by c scales lambda by 1/c^2 ... up to the unit heads: with rows
     normalized first, the fitted temperature does not depend on the data's scale at all."""
     d = load_iris()
-    a = AttentionClustering(3, random_state=0).fit(d.data)
-    b = AttentionClustering(3, random_state=0).fit(1000 * d.data)
+    a = SphereClustering(3, random_state=0).fit(d.data)
+    b = SphereClustering(3, random_state=0).fit(1000 * d.data)
     assert a.temperature_ == pytest.approx(b.temperature_, rel=1e-9)
-    tight = AttentionClustering(3, normalize=None, random_state=0)
+    tight = SphereClustering(3, normalize=None, random_state=0)
     mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.02)
     assert tight.fit(mix.sample(3000, rng=0)).temperature_ > 1000
 
 
 def test_fixed_temperature_is_used():
     X = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1).sample(300, rng=0)
-    est = AttentionClustering(3, temperature=7.0, anneal=False, normalize=None,
+    est = SphereClustering(3, temperature=7.0, anneal=False, normalize=None,
                               random_state=0).fit(X)
     assert est.temperature_ == 7.0 and np.all(est.temperature_curve_ == 7.0)
 
@@ -284,8 +207,8 @@ def test_real_data_properties(loader):
     K = len(np.unique(data.target))
     with warnings.catch_warnings():  # properties, not convergence, are checked here
         warnings.simplefilter("ignore", UserWarning)
-        est = AttentionClustering(K, random_state=3, max_iter=40).fit(X)
-        again = AttentionClustering(K, random_state=3, max_iter=40).fit(X)
+        est = SphereClustering(K, random_state=3, max_iter=40).fit(X)
+        again = SphereClustering(K, random_state=3, max_iter=40).fit(X)
     assert est.cluster_centers_.shape == (K, X.shape[1])
     assert est.labels_.shape == (len(X),) and est.n_features_in_ == X.shape[1]
     np.testing.assert_array_equal(est.cluster_centers_, again.cluster_centers_)
@@ -304,7 +227,7 @@ def test_real_data_properties(loader):
 
 def test_center_scale_preprocessing():
     X = load_iris().data
-    est = AttentionClustering(3, normalize="center-scale", random_state=0).fit(X)
+    est = SphereClustering(3, normalize="center-scale", random_state=0).fit(X)
     np.testing.assert_allclose(est.mean_, X.mean(0))
     Xn = (X - X.mean(0)) / est.scale_
     assert np.mean(np.sum(Xn**2, axis=1)) == pytest.approx(1.0)
@@ -315,8 +238,8 @@ def test_center_scale_preprocessing():
 def test_float32_matches_float64():
     mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.2)
     X = mix.sample(2000, rng=0)
-    a = AttentionClustering(3, normalize=None, random_state=0).fit(X)
-    b = AttentionClustering(3, normalize=None, random_state=0, dtype="float32", tol=1e-5).fit(X)
+    a = SphereClustering(3, normalize=None, random_state=0).fit(X)
+    b = SphereClustering(3, normalize=None, random_state=0, dtype="float32", tol=1e-5).fit(X)
     np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-3)
     assert np.mean(a.labels_ == b.labels_) > 0.999
 
@@ -324,7 +247,7 @@ def test_float32_matches_float64():
 def test_callback_receives_every_step():
     infos = []
     X = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1).sample(300, rng=0)
-    est = AttentionClustering(3, normalize=None, random_state=0, callback=infos.append).fit(X)
+    est = SphereClustering(3, normalize=None, random_state=0, callback=infos.append).fit(X)
     assert len(infos) == est.n_iter_ == len(est.loss_curve_) - len(set(est.temperature_curve_))
     assert [i.loss for i in infos] == pytest.approx(
         [v for i, v in enumerate(est.loss_curve_) if i not in _stage_starts(est)])
@@ -340,8 +263,8 @@ def test_zero_row_with_row_normalization_names_the_row():
     X = np.ones((10, 3))
     X[4] = 0
     with pytest.raises(ValueError, match="row 4"):
-        AttentionClustering(2).fit(X)
-    est = AttentionClustering(2, random_state=0).fit(np.abs(X) + 1e-3 * np.arange(30).reshape(10,
+        SphereClustering(2).fit(X)
+    est = SphereClustering(2, random_state=0).fit(np.abs(X) + 1e-3 * np.arange(30).reshape(10,
                                                                                               3))
     with pytest.raises(ValueError, match="row 4"):
         est.predict(X)
@@ -369,14 +292,14 @@ def test_zero_row_with_row_normalization_names_the_row():
 def test_bad_parameters(bad, match):
     X = np.random.default_rng(0).uniform(size=(10, 3)) + 0.1
     with pytest.raises(ValueError, match=match):
-        AttentionClustering(**{"n_clusters": 2, **bad}).fit(X)
+        SphereClustering(**{"n_clusters": 2, **bad}).fit(X)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
 def test_cuda_device_without_cuda_is_a_value_error():
     X = np.random.default_rng(0).uniform(size=(10, 3)) + 0.1
     with pytest.raises(ValueError, match="device 'cuda'"):
-        AttentionClustering(2, device="cuda").fit(X)
+        SphereClustering(2, device="cuda").fit(X)
 
 
 @pytest.mark.parametrize("factor", [1e200, 1e-200])
@@ -385,8 +308,8 @@ def test_row_normalization_survives_huge_and_tiny_rows(factor):
     # become unit vectors, giving the fit of the unscaled data
     mix = ac.GaussianMixture.orthogonal(d=6, k=3, sigma=0.1)
     X = mix.sample(300, rng=0)
-    ref = AttentionClustering(3, random_state=0).fit(X)
-    est = AttentionClustering(3, random_state=0).fit(X * factor)
+    ref = SphereClustering(3, random_state=0).fit(X)
+    est = SphereClustering(3, random_state=0).fit(X * factor)
     assert np.all(np.isfinite(est.cluster_centers_))
     np.testing.assert_allclose(np.linalg.norm(est.cluster_centers_, axis=1), 1.0, atol=1e-12)
     np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, atol=1e-8)
@@ -394,7 +317,7 @@ def test_row_normalization_survives_huge_and_tiny_rows(factor):
     np.testing.assert_array_equal(est.predict(X * factor), ref.labels_)
     X[5] = 0.0
     with pytest.raises(ValueError, match="row 5"):
-        AttentionClustering(3).fit(X * factor)
+        SphereClustering(3).fit(X * factor)
 
 
 def test_overflowing_rows_without_normalization_are_an_error():
@@ -402,23 +325,23 @@ def test_overflowing_rows_without_normalization_are_an_error():
     big = X.copy()
     big[7] *= 1e200
     with pytest.raises(ValueError, match="squared norm of row 7 .* overflows"):
-        AttentionClustering(3, normalize=None).fit(big)
-    est = AttentionClustering(3, normalize=None, random_state=0).fit(X)
+        SphereClustering(3, normalize=None).fit(big)
+    est = SphereClustering(3, normalize=None, random_state=0).fit(X)
     with pytest.raises(ValueError, match="row 7"):
         est.predict(big)
 
 
 def test_center_scale_is_scale_invariant_even_when_squares_overflow():
     X = load_iris().data
-    ref = AttentionClustering(3, normalize="center-scale", random_state=0).fit(X)
-    est = AttentionClustering(3, normalize="center-scale", random_state=0).fit(X * 1e200)
+    ref = SphereClustering(3, normalize="center-scale", random_state=0).fit(X)
+    est = SphereClustering(3, normalize="center-scale", random_state=0).fit(X * 1e200)
     assert np.isfinite(est.scale_) and est.scale_ == pytest.approx(1e200 * ref.scale_)
     np.testing.assert_allclose(np.linalg.norm(est.cluster_centers_, axis=1), 1.0, atol=1e-12)
     np.testing.assert_allclose(est.cluster_centers_, ref.cluster_centers_, atol=1e-8)
     np.testing.assert_array_equal(est.labels_, ref.labels_)
     # the column sums of 150 rows of ~1e307 overflow: no mean, an error
     with pytest.raises(ValueError, match="overflow"):
-        AttentionClustering(3, normalize="center-scale").fit(X * 1e306)
+        SphereClustering(3, normalize="center-scale").fit(X * 1e306)
 
 
 def test_nan_and_wrong_features():
@@ -426,8 +349,8 @@ def test_nan_and_wrong_features():
     bad = X.copy()
     bad[3, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        AttentionClustering(2).fit(bad)
-    est = AttentionClustering(2, random_state=0).fit(X)
+        SphereClustering(2).fit(bad)
+    est = SphereClustering(2, random_state=0).fit(X)
     with pytest.raises(ValueError, match="3 features"):
         est.predict(X[:, :2])
 
@@ -435,7 +358,7 @@ def test_nan_and_wrong_features():
 def test_off_scale_rows_warn_without_normalization():
     X = 10 * load_iris().data
     with pytest.warns(UserWarning, match="mean squared norm"):
-        AttentionClustering(3, normalize=None, random_state=0).fit(X)
+        SphereClustering(3, normalize=None, random_state=0).fit(X)
 
 
 # -- scikit-learn's estimator checks --------------------------------------------------------
@@ -445,11 +368,187 @@ _DTYPES_REASON = ("integer data with an all-zero row cannot be row-normalized (n
 
 @parametrize_with_checks(
     # few steps: these checks test the API, the other tests test convergence
-    [AttentionClustering(max_iter=20), AttentionClustering(normalize="center-scale", max_iter=20)],
+    [AttentionClustering(max_iter=20), SphereClustering(max_iter=20),
+     SphereClustering(normalize="center-scale", max_iter=20)],
     expected_failed_checks=lambda est: (
-        {"check_estimators_dtypes": _DTYPES_REASON} if est.normalize == "rows" else {}),
+        {"check_estimators_dtypes": _DTYPES_REASON} if est._normalize == "rows" else {}),
 )
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*did not converge", category=UserWarning)
+        warnings.filterwarnings("ignore", category=ConvergenceWarning)  # tiny data, 20 steps
         check(estimator)
+
+
+# -- geometry="sphere" is the previous release's estimator -------------------------------------
+def test_sphere_reproduces_the_previous_release_exactly():
+    """Reference values computed with the 0.1.0 estimator (unit heads, then the default)."""
+    est = SphereClustering(3, random_state=0).fit(load_iris().data)
+    assert est.temperature_ == 1365.8652055302155 and est.n_iter_ == 22
+    assert est.loss_curve_[-1] == pytest.approx(0.002016988362841327, rel=1e-12)
+    np.testing.assert_allclose(est.cluster_centers_, [
+        [0.751453843959, 0.350728964257, 0.533397256175, 0.166714369915],
+        [0.802018103953, 0.547869191512, 0.234665762823, 0.039221036227],
+        [0.7017429649, 0.31733838476, 0.599113017841, 0.218898955284]], atol=1e-12)
+
+
+# -- Euclidean heads (the default) ------------------------------------------------------------
+def _blobs(centers, n=300, std=1.0, seed=0):
+    gen = np.random.default_rng(seed)
+    centers = np.asarray(centers, dtype=float)
+    X = np.concatenate([c + std * gen.standard_normal((n, centers.shape[1])) for c in centers])
+    return X, np.repeat(np.arange(len(centers)), n)
+
+
+@pytest.mark.parametrize("name, centers", [
+    ("two blobs on one ray", [[2.0, 2.0], [6.0, 6.0]]),
+    ("a central cluster among others", [[0, 0], [6, 0], [-6, 0], [0, 6], [0, -6]]),
+    ("blobs around and at the origin", [[0, 0, 0], [4, 0, 0], [0, 4, 0], [0, 0, 4]]),
+])
+def test_default_clusters_cells_not_cones(name, centers):
+    """What clustering directions from the origin gets wrong, the default gets right."""
+    X, y = _blobs(centers, std=0.6)
+    X[0] = 0.0                                 # a row at the origin is no error
+    est = AttentionClustering(len(centers), random_state=0).fit(X)
+    assert est.geometry == "euclidean" and est._normalize is None
+    assert ac.adjusted_rand_index(y, est.labels_) > 0.98
+    assert ac.centroid_distance(est.cluster_centers_, centers).max < 0.15
+
+
+def test_euclidean_fit_is_translation_and_scale_equivariant():
+    X, _ = _blobs([[0, 0], [5, 1], [1, 5]], seed=1)
+    ref = AttentionClustering(3, random_state=0).fit(X)
+    moved = AttentionClustering(3, random_state=0).fit(1e-3 * X + 1e6)
+    np.testing.assert_array_equal(moved.labels_, ref.labels_)
+    np.testing.assert_allclose(moved.cluster_centers_, 1e-3 * ref.cluster_centers_ + 1e6,
+                               rtol=0, atol=1e-9)
+    assert moved.temperature_ == pytest.approx(ref.temperature_ * 1e6, rel=1e-6)
+    np.testing.assert_array_equal(moved.predict(1e-3 * X + 1e6), ref.labels_)
+    np.testing.assert_allclose(moved.predict_proba(1e-3 * X + 1e6), ref.predict_proba(X),
+                               atol=1e-6)
+
+
+def test_euclidean_estimator_outputs_are_the_layer():
+    X, _ = _blobs([[0, 0], [3, 1], [1, 3]], seed=2)
+    est = AttentionClustering(3, random_state=0).fit(X)
+    layer = ac.AttentionHeads(est.cluster_centers_, est.temperature_, geometry="euclidean")
+    out = layer(torch.as_tensor(X)).detach().numpy()
+    np.testing.assert_allclose(est.transform(X), out, atol=1e-10)
+    proba = est.predict_proba(X)
+    np.testing.assert_allclose(proba, layer.weights(torch.as_tensor(X)).detach().numpy(),
+                               atol=1e-10)
+    np.testing.assert_array_equal(proba.argmax(1), est.labels_)
+    assert est.score(X) == pytest.approx(-np.mean(np.sum((X - out) ** 2, 1)), rel=1e-10)
+    assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-8)
+    assert est.converged_
+
+
+def test_euclidean_fit_is_stationary_for_the_risk_in_the_data_space():
+    X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], seed=3)   # overlapping: soft attention
+    est = AttentionClustering(3, random_state=0, tol=1e-10, max_iter=2000).fit(X)
+    lam = est.temperature_
+    h = torch.as_tensor(est.cluster_centers_).requires_grad_(True)
+    Xt = torch.as_tensor(X)
+    risk = ((Xt - ac.attention_heads(Xt, h, temperature=lam, geometry="euclidean"))**2).sum(1)
+    (g,) = torch.autograd.grad(risk.mean(), h)
+    assert float(g.norm()) < 1e-7
+
+
+def test_float32_data_is_fitted_in_float32():
+    X, y = _blobs([[0, 0], [4, 0], [0, 4]], seed=4)
+    a = AttentionClustering(3, random_state=0).fit(X)
+    b = AttentionClustering(3, random_state=0).fit(X.astype(np.float32))
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-4)
+    assert np.mean(a.labels_ == b.labels_) > 0.999
+
+
+def test_tensor_that_requires_grad_is_accepted():
+    X, _ = _blobs([[0, 0], [4, 0]], seed=5)
+    t = torch.as_tensor(X).requires_grad_(True)
+    est = AttentionClustering(2, random_state=0).fit(t)
+    np.testing.assert_array_equal(est.predict(t), est.labels_)
+
+
+# -- no silent failure --------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_opposite_sphere_heads_get_a_sensible_temperature(seed):
+    """K = 2 centred blobs at (+-3, 0): spherical Lloyd ends with exactly opposite heads; the
+    temperature used to be rounding noise (1e-292 .. 1e6) and the fit silently one cluster."""
+    X, y = _blobs([[3.0, 0.0], [-3.0, 0.0]], n=500, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)
+        est = SphereClustering(2, normalize="center-scale", random_state=seed).fit(X)
+    assert 0.5 < est.temperature_ < 100
+    assert ac.adjusted_rand_index(y, est.labels_) > 0.95
+
+
+def test_uniform_attention_warns():
+    """At a tiny temperature the risk pins down only the mean of the heads: a warning."""
+    X, _ = _blobs([[3.0, 0.0], [-3.0, 0.0]], n=200)
+    for est in (AttentionClustering(2, temperature=1e-292, random_state=0),
+                SphereClustering(2, temperature=1e-292, normalize="center-scale",
+                                 random_state=0),
+                AttentionClustering(2, temperature=1e-3, random_state=0)):
+        with pytest.warns(DegenerateFitWarning, match="nearly uniform"):
+            est.fit(X)
+
+
+@pytest.mark.parametrize("loader", [load_iris, load_wine, load_digits])
+def test_auto_temperature_stays_clear_of_uniform_attention(loader):
+    X, y = loader(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)
+        est = AttentionClustering(len(np.unique(y)), random_state=0).fit(X)
+    assert est.predict_proba(X).max(1).mean() > 0.85
+    assert est.converged_
+
+
+def test_dead_head_warns():
+    X, _ = _blobs([[0.0, 0.0], [5.0, 0.0]], n=100)
+    init = np.array([[0.0, 0.0], [5.0, 0.0], [1e3, 1e3]])     # a head far from every row
+    with pytest.warns(DegenerateFitWarning, match=r"head\(s\) \[2\] win no row"):
+        AttentionClustering(3, init=init, random_state=0).fit(X)
+
+
+def test_clusters_without_spread_warn_that_lambda_is_capped():
+    X = np.repeat([[0.0, 0.0], [1.0, 2.0], [4.0, 0.0]], 50, axis=0)
+    with pytest.warns(DegenerateFitWarning, match="at its cap"):
+        est = AttentionClustering(3, random_state=0).fit(X)
+    assert ac.adjusted_rand_index(np.repeat([0, 1, 2], 50), est.labels_) == 1.0
+
+
+def test_non_convergence_is_a_convergence_warning():
+    X, _ = _blobs([[0, 0], [2, 0], [0, 2]], seed=6)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        AttentionClustering(3, max_iter=1, tol=0.0, random_state=0).fit(X)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(geometry="hyperbolic"), "geometry"),
+    (dict(penalty="repulsion"), "geometry='sphere'"),
+    (dict(solver="pgd"), "geometry='sphere'"),
+    (dict(n_init=0), "n_init"),
+    (dict(anneal="sometimes"), "anneal"),
+])
+def test_bad_euclidean_parameters(bad, match):
+    X = np.random.default_rng(0).uniform(size=(10, 3))
+    with pytest.raises(ValueError, match=match):
+        AttentionClustering(2, **bad).fit(X)
+
+
+@pytest.mark.parametrize("factor", [1e300, 1e-300])
+def test_data_whose_temperature_float64_cannot_hold_is_a_clear_error(factor):
+    X, _ = _blobs([[0.0, 0.0], [5.0, 0.0]], n=50)
+    with pytest.raises(ValueError, match="out of float64's range; rescale"):
+        AttentionClustering(2, random_state=0).fit(X * factor)
+    est = AttentionClustering(2, random_state=0).fit(X * factor**0.5)   # 1e150: fine
+    assert np.isfinite(est.temperature_) and est.temperature_ > 0
+
+
+def test_an_outlier_does_not_cap_the_temperature():
+    """One far outlier dominates the data's spread; the clusters' own spread still counts."""
+    X, _ = _blobs([[0.0, 0.0], [5.0, 0.0]], n=200)
+    X = np.vstack([X, [[1e6, 1e6]]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)
+        est = AttentionClustering(3, random_state=0).fit(X)
+    assert 0.3 < est.temperature_ < 3          # about 1 / (unit spread)

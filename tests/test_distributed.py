@@ -154,14 +154,16 @@ def _fit_simulated(X, world, **params):
 
 @pytest.mark.parametrize("params", [
     dict(n_clusters=4, random_state=0),
-    dict(n_clusters=4, init="sphere", normalize="center-scale", penalty="balance", rho=0.1,
-         random_state=1),
-    dict(n_clusters=3, temperature=20.0, penalty="repulsion", rho=0.1, anneal=False,
-         batch_size=300, random_state=2),
+    dict(n_clusters=4, init="sphere", random_state=3),
+    dict(n_clusters=4, geometry="sphere", random_state=0),
+    dict(n_clusters=4, geometry="sphere", init="sphere", normalize="center-scale",
+         penalty="balance", rho=0.1, random_state=1),
+    dict(n_clusters=3, geometry="sphere", temperature=20.0, penalty="repulsion", rho=0.1,
+         anneal=False, batch_size=300, random_state=2),
 ])
 def test_simulated_ranks_match_one_process(data, params, monkeypatch):
     _, X = data
-    monkeypatch.setattr(clustering, "_INIT_SAMPLE", 500)        # exercise the seeding sample
+    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 500)        # exercise the warm-start sample
     params = dict(params, tol=1e-10, max_iter=300)
     one = AttentionClustering(**params).fit(X)
     ests, group = _fit_simulated(X, 3, **params)
@@ -180,10 +182,10 @@ def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
     real = clustering.kmeans_plusplus
     monkeypatch.setattr(clustering, "kmeans_plusplus",
                         lambda rows, *a, **k: seen.append(rows.shape) or real(rows, *a, **k))
-    monkeypatch.setattr(clustering, "_INIT_SAMPLE", 500)
+    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 500)
     AttentionClustering(4, random_state=0, max_iter=5).fit(X[:400])
     AttentionClustering(4, random_state=0, max_iter=5).fit(X)
-    assert seen == [(400, 6), (500, 6)]
+    assert seen == [(400, 6)] * 3 + [(500, 6)] * 3          # n_init="auto": 3 seedings
 
 
 def test_pass_bytes_match_the_reduced_buffer():
@@ -326,8 +328,9 @@ def test_api_two_processes_identical_centers(data, tmp_path):
     assert all(rc == 0 for rc, _, _ in results), [err[-1500:] for _, _, err in results]
     c0, c1 = (np.load(tmp_path / f"c.rank{r}.npy") for r in range(2))
     np.testing.assert_array_equal(c0, c1)
-    one = AttentionClustering(4, init="sphere", normalize="center-scale", penalty="balance",
-                              rho=0.05, tol=1e-10, max_iter=200, random_state=7).fit(X)
+    one = AttentionClustering(4, geometry="sphere", init="sphere", normalize="center-scale",
+                              penalty="balance", rho=0.05, tol=1e-10, max_iter=200,
+                              random_state=7).fit(X)
     np.testing.assert_allclose(c0, one.cluster_centers_, atol=1e-6, rtol=0)
     labels = np.concatenate([np.load(tmp_path / f"c.labels{r}.npy") for r in range(2)])
     np.testing.assert_array_equal(labels, one.labels_)
@@ -403,7 +406,7 @@ def test_each_rank_checks_its_rows_like_one_process(tmp_path, case):
     from attnclust.cli import _load_shard
 
     path = _bad_file(tmp_path, case)
-    args = SimpleNamespace(data=str(path), normalize="rows")
+    args = SimpleNamespace(data=str(path), normalize="auto", geometry="sphere")
     failing = []
     for rank in range(2):
         try:

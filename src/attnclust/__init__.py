@@ -3,7 +3,7 @@
 The public names below are the library's contract; everything else is private.
 """
 
-from .clustering import AttentionClustering
+from .clustering import AttentionClustering, DegenerateFitWarning
 from .heads import AttentionHeads, attention_heads, head_weights
 from .metrics import (
     AssignmentError,
@@ -38,6 +38,7 @@ __all__ = [
     "AttentionQuantizer",
     "CentroidDistance",
     "ClusterCount",
+    "DegenerateFitWarning",
     "GaussianMixture",
     "LimitDistance",
     "PGDHistory",

@@ -415,7 +415,8 @@ def check_nonzero_rows(X, path, *, row_offset: int = 0) -> None:
         zero = np.flatnonzero(~np.asarray(X[start:start + _CHECK_ROWS]).any(axis=1))
         if zero.size:
             raise ValueError(f"{path}: row {row_offset + start + zero[0] + 1} is all zeros and "
-                             "has no direction; --normalize rows needs non-zero rows")
+                             "has no direction; normalizing rows onto the sphere needs "
+                             "non-zero rows")
 
 
 def _check_file(path: Path) -> None:

@@ -130,8 +130,12 @@ def _build_parser() -> argparse.ArgumentParser:
                         "the files named after DATA)")
     p.add_argument("--temperature", default="auto",
                    help="inverse temperature lambda, or 'auto' (default)")
-    p.add_argument("--normalize", default="rows", choices=["rows", "center-scale", "none"],
-                   help="preprocessing of the rows (default: rows, i.e. onto the unit sphere)")
+    p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
+                   help="euclidean: free heads, soft k-means cells (default); sphere: unit "
+                        "heads, cones from the origin (directions, e.g. embeddings)")
+    p.add_argument("--normalize", default="auto", choices=["auto", "rows", "center-scale", "none"],
+                   help="preprocessing of the rows (default auto: onto the unit sphere with "
+                        "--geometry sphere, as given otherwise)")
     p.add_argument("--no-anneal", action="store_true", help="fit at the target temperature only")
     p.add_argument("--max-iter", type=int, default=300)
     p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
@@ -199,11 +203,9 @@ def _cmd_bench(args) -> int:
     return status
 
 
-def _progress_total(max_iter: int, anneal: bool) -> int:
-    """Most callback steps of a fit: the annealing stages (when on) plus ``max_iter``."""
-    from .clustering import _ANNEAL_FACTORS, _ANNEAL_STEPS
-
-    return int(max_iter) + (len(_ANNEAL_FACTORS) * _ANNEAL_STEPS if anneal else 0)
+def _progress_total(est) -> int:
+    """Most callback steps of a fit: the steps of its annealing plan, ``max_iter`` last."""
+    return sum(est.max_iter if steps is None else steps for _, steps in est.anneal_plan())
 
 
 def _progress_callback(total: int, quiet: bool):
@@ -372,14 +374,16 @@ def _fit_outputs(prefix: str, centers, labels) -> dict:
             Path(f"{prefix}.labels.npy"): labels, Path(f"{prefix}.labels.csv"): labels}
 
 
-def _check_centers(centers) -> None:
-    """The CLI's last check before writing: finite centers of unit norm."""
+def _check_centers(est) -> None:
+    """The CLI's last check before writing: finite centers (of unit norm on the sphere)."""
     import numpy as np
 
-    centers = np.asarray(centers, dtype=np.float64)
+    centers = np.asarray(est.cluster_centers_, dtype=np.float64)
     if not np.isfinite(centers).all():
         raise CommandError("fit produced non-finite cluster centers (overflow); rescale the "
                            "data or lower --temperature")
+    if est.geometry != "sphere":
+        return
     norms = np.linalg.norm(centers, axis=1)
     if not np.allclose(norms, 1.0, rtol=0.0, atol=1e-6):
         worst = int(np.argmax(np.abs(norms - 1.0)))
@@ -408,9 +412,9 @@ def _cmd_fit(args) -> int:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
     with writable_folder(Path(prefix).parent):     # fails now, not after the fit
-        bar, callback = _progress_callback(_progress_total(args.max_iter, not args.no_anneal),
-                                           args.quiet)
-        est = AttentionClustering(args.n_clusters, callback=callback, **params)
+        est = AttentionClustering(args.n_clusters, **params)
+        bar, callback = _progress_callback(_progress_total(est), args.quiet)
+        est.set_params(callback=callback)
         start = time.perf_counter()
         try:
             est.fit(X)
@@ -418,7 +422,7 @@ def _cmd_fit(args) -> int:
             if bar is not None:
                 bar.close()
         seconds = time.perf_counter() - start
-        _check_centers(est.cluster_centers_)
+        _check_centers(est)
         outputs = _fit_outputs(prefix, est.cluster_centers_, est.labels_)
 
         sizes = np.bincount(est.labels_, minlength=args.n_clusters)
@@ -449,10 +453,10 @@ def _fit_params(args) -> dict:
         except ValueError:
             raise CommandError(f"--temperature must be a positive number or 'auto', got "
                                f"{args.temperature!r}") from None
-    return dict(temperature=temperature,
+    return dict(geometry=args.geometry, temperature=temperature,
                 normalize=None if args.normalize == "none" else args.normalize,
-                anneal=not args.no_anneal, max_iter=args.max_iter, random_state=args.seed,
-                device=args.device)
+                anneal=False if args.no_anneal else "auto", max_iter=args.max_iter,
+                random_state=args.seed, device=args.device)
 
 
 def _check_seed(seed: int) -> None:
@@ -501,7 +505,7 @@ def _load_shard(args, rank: int, world_size: int):
     start, stop = shard_bounds(n, rank, world_size)
     shard = X[start:stop]
     check_finite_rows(shard, path, row_offset=start)
-    if args.normalize == "rows":
+    if args.normalize == "rows" or (args.normalize == "auto" and args.geometry == "sphere"):
         check_nonzero_rows(shard, path, row_offset=start)
     return shard
 
@@ -553,8 +557,10 @@ def _cmd_fit_distributed(args) -> int:
             except ValueError as exc:
                 error = str(exc)
         _agree_on_errors(error, ddp)
-        bar, callback = _progress_callback(_progress_total(args.max_iter, not args.no_anneal),
-                                           args.quiet or rank != 0)
+        from .clustering import AttentionClustering
+
+        plan = AttentionClustering(args.n_clusters, **params)
+        bar, callback = _progress_callback(_progress_total(plan), args.quiet or rank != 0)
         stats = ddp.CommStats()
         start = time.perf_counter()
         try:
@@ -564,7 +570,7 @@ def _cmd_fit_distributed(args) -> int:
             if bar is not None:
                 bar.close()
         seconds = time.perf_counter() - start
-        _check_centers(est.cluster_centers_)   # the same centers on every rank
+        _check_centers(est)   # the same centers on every rank
         n_calls, n_bytes = stats.calls, stats.bytes
         labels = ddp.gather_rows(est.labels_)
         # summary statistics of all rows: sizes, summed max attention, summed risk

@@ -1,115 +1,60 @@
 """Clustering with the trained K-head attention layer: the ``AttentionClustering`` estimator.
 
-The model is the K-head layer of :mod:`attnclust.heads`, with unit heads ``mu_h``:
+The model is the K-head layer of :mod:`attnclust.heads`,
 
-    a_h(x)  = softmax_h( lambda <x, mu_h> ),      T_mu(x) = sum_h a_h(x) mu_h,
+    a_h(x)  = softmax_h( lambda <x, mu_h> - b_h ),      T_mu(x) = sum_h a_h(x) mu_h,
 
 fitted by minimizing the empirical risk ``f(mu) = (1/n) sum_i ||x_i - T_mu(x_i)||^2``
-(plus ``rho * Pen(mu)`` when a penalty is asked for) over the product of spheres.
-A point is assigned to its most-attended head, ``argmax_h a_h(x)``.
+(plus ``rho * Pen(mu)`` when a penalty is asked for). A point is assigned to its
+most-attended head, ``argmax_h a_h(x)``.
 
-Solver
-------
-``solver="fixed-point"`` (the default) runs :func:`attnclust.fixed_point.fixed_point_fit`,
-safeguarded fixed-point steps on the sphere that reduce to spherical Lloyd steps when
-the attention is hard (derivation and measurements in that module);
-``solver="pgd"`` runs plain projected gradient descent (:func:`attnclust.pgd.pgd`).
+Geometry
+--------
+``geometry="euclidean"`` (the default): free heads with the key bias ``b_h = lambda
+||mu_h||^2 / 2``, i.e. ``a_h(x) = softmax_h(-lambda ||x - mu_h||^2 / 2)``: a soft Voronoi
+partition, k-means cells in the hard limit. ``geometry="sphere"``: the paper's layer, unit
+heads and no bias: a partition into cones from the origin (spherical k-means in the hard
+limit), the choice for directional data (embeddings compared by cosine), usually with
+``normalize="rows"``. The Euclidean layer is equivariant under translations and
+scalings of the data (``lambda`` scaling by the inverse square), so the fit runs on rows
+centred and scaled to unit root-mean-square norm (a working copy, for conditioning) and
+maps the heads, ``lambda`` and the loss back.
 
-Temperature
------------
-On the sphere, ``a_h(x)`` are exactly the E-step responsibilities of an equal-weight
-isotropic Gaussian mixture with variance ``1/lambda`` (``||x - mu_h||^2 = ||x||^2 + 1 -
-2 <x, mu_h>``), or of a von Mises-Fisher mixture with concentration ``lambda``, so
-``lambda`` is one over the noise variance per direction. ``temperature="auto"`` sets
-
-    lambda = 1 / s^2,   s^2 = (1/n) sum_h n_h s_h^2,
-
-where ``s_h^2`` is the within-cluster variance of the rows along the tangent direction
-at ``mu_h`` pointing to its nearest head ``mu_g`` (``<x, mu_g - G_hg mu_h> / sqrt(1 -
-G_hg^2)``), pooled with the same quantity of cluster ``g`` at ``mu_g``: the spread
-across the boundary that the softmax has to resolve. Clusters are the hard labels after
-the initialization and hard spherical Lloyd steps to a stable partition (at most
-``_LLOYD_STEPS``); the fit then starts from these Lloyd heads, unless ``init`` gives the
-heads, which are then kept as the start. For isotropic noise ``sigma`` this is
-``1/sigma^2`` (rows as given) or ``(1 + d sigma^2) / sigma^2`` (rows normalized: the
-noise left is tangent), wherever the clusters sit on the sphere. An earlier rule used
-the variance of the projections on the heads themselves; on rows normalized into a small
-cap (wine, iris, breast cancer, whose rows point nearly the same way) those projections
-``<x, mu_h> = 1 - ||x - mu_h||^2 / 2`` vary only to second order and that rule gave
-``lambda`` 10 to 100 times too large (``2e5`` on wine), with the slow convergence that
-comes with it.
-
-Measured (ARI / matched centroid error, max over heads, against the true centroids or the
-normalized class means), rows normalized, ``random_state=0``; the sweep refits at
-``c * lambda_auto``, ``c`` in ``1/8 .. 8``, from k-means++ without the Lloyd warm start
-that ``"auto"`` gets; mixtures: ``K`` unit centroids at least 60 degrees apart, 300 rows
-per cluster; unbalanced: weights .6/.25/.1/.05. The previous rule's ``lambda`` in brackets.
-
-====================  ============  ================  ============  ========  =====
-data                  lambda auto   ARI / err (auto)  best c: ARI   KMeans    GMM sph
-====================  ============  ================  ============  ========  =====
-iris                  1.4e3 (1.5e4) 0.922 / 0.006     8: 0.941      0.904     0.868
-wine                  2.4e3 (2.5e5) 0.281 / 0.070     8: 0.360      0.347     0.331
-digits                154 (355)     0.638 / 0.440     2: 0.641      0.648     0.634
-breast cancer         767 (6.2e4)   0.595 / 0.032     8: 0.607      0.595     0.598
-K=3 d=10 s=.05/.1     384 / 103     1.000 / .01-.02   all 1.000     1.000     1.000
-K=3 d=10 s=.2         38            0.993 / 0.047     all 0.993     0.993     0.993
-K=3 d=10 s=.4         17            0.804 / 0.158     1/4: 0.815    0.800     0.803
-K=3 d=50 s=.05/.1     431 / 145     1.000 / .02-.04   all 1.000     1.000     1.000
-K=3 d=50 s=.2         75            0.997 / 0.085     all 0.997     0.997     0.997
-K=3 d=50 s=.4         63            0.681 / 0.496     1: 0.681      0.768     0.764
-K=8 d=10 s=.05/.1     412 / 108     1.000 / .01-.02   all 1.000     1.000     1.000
-K=8 d=10 s=.2         35            0.985 / 0.042     4: 0.987      0.985     0.986
-K=8 d=10 s=.4         17            0.604 / 0.362     8: 0.629      0.558     0.540
-K=8 d=50 s=.05/.1     459 / 153     1.000 / .02-.05   all 1.000     1.000     1.000
-K=8 d=50 s=.2         71            0.789 / 1.117     1: 0.789      0.991     0.991
-K=8 d=50 s=.4         61            0.479 / 0.534     1: 0.479      0.622     0.627
-unbalanced K=4 d=10   52            1.000 / 0.026     all 1.000     1.000     1.000
-====================  ============  ================  ============  ========  =====
-
-The auto value is within a factor 8 of the best of the sweep everywhere, and the sweep
-gains at most 0.08 ARI (wine). Where it loses to KMeans (``d = 50``, ``sigma >= 0.2``
-after normalization, i.e. clusters that overlap strongly), no temperature of the sweep
-does better: the fit reaches a *lower* risk than the Lloyd partition but a worse one,
-a property of the objective (soft values are pulled toward each other), not of ``lambda``.
-
-Initialization
---------------
-``init="kmeans++"`` runs scikit-learn's k-means++ seeding on the rows, normalized to
-unit norm; above ``100,000`` rows it seeds from ``100,000`` rows drawn without
-replacement with the estimator's generator (seeding cost stays bounded, and a
-data-parallel fit can assemble exactly the same rows on every rank).
+Fit
+---
+1. Initial heads: k-means++ seeding (scikit-learn's), uniform random directions, or
+   given; on a seeded sample of at most ``_WARM_SAMPLE`` rows.
+2. ``temperature="auto"``: hard Lloyd steps on that sample to a stable partition, then
+   ``lambda = 1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
+   nearest boundary (:mod:`attnclust.warm_start`); a seeding is replaced by the Lloyd
+   heads (a warm start).
+3. Safeguarded, extrapolated fixed-point steps on the risk
+   (:mod:`attnclust.fixed_point`; ``solver="pgd"``: plain PGD on the sphere), optionally
+   annealed ``lambda/8, lambda/4, lambda/2, lambda``. On more rows than the sample the
+   sample is fitted first and the steps on all rows start from its heads.
+4. Checks that no fit fails silently: a head that wins no row, ``lambda`` at the floor of
+   ``s^2`` (clusters without spread) or so small that the attention is nearly uniform
+   (the risk then pins down only the mean of the heads) warn with a
+   :class:`DegenerateFitWarning`; not converging warns with a ``ConvergenceWarning``.
 
 Data-parallel fitting
 ---------------------
-Every statistic the fit needs is a sum over rows: the pass above (loss, ``sum_i w_i
-x_i``, ``A^T A``, ``N``), the hard Lloyd sums and the projections' moments of the
-``"auto"`` temperature, the column sums of ``"center-scale"``. With each rank holding a
-shard of the rows, summing these over ranks (one all-reduce per pass, see
-:mod:`attnclust.distributed`) gives every rank the same numbers as one process on all
-rows, up to the order of floating-point additions; the safeguard and the stopping rule
-then take the same branch on every rank. Single-process fitting is the case "no
-reduction" of the same code.
-
-Annealing (``anneal=True``)
----------------------------
-The temperature follows ``lambda/8, lambda/4, lambda/2, lambda`` (a few steps at each of
-the first three, then until convergence). At small ``lambda`` the attention is diffuse,
-heads are pulled together and nearby heads merge; as ``lambda`` grows they split again
-along the directions of largest spread, which moves heads out of poor starting
-positions (deterministic annealing, started warm from the initialization).
+Every statistic of the fit is a sum over rows, so with each rank holding a shard of the
+rows, summing these over ranks (see :mod:`attnclust.distributed`) gives every rank the
+numbers of one process on all rows, up to the order of floating-point additions; the
+sample of step 1 is assembled from the ranks' rows by a sum over ranks, so every rank
+seeds and warm-starts from the same rows.
 
 Notation
 --------
 =============  ====================  =============================================
 paper          code                  meaning
 =============  ====================  =============================================
-``mu_h``       ``cluster_centers_``  unit heads, shape ``(K, d)``
+``mu_h``       ``cluster_centers_``  heads, shape ``(K, d)``
 ``lambda``     ``temperature_``      inverse temperature
 ``a_h(x)``     ``predict_proba``     attention of ``x`` on head ``h``
 ``T_mu(x)``    ``transform``         output of the layer
 ``R(mu)``      ``-score``            empirical risk
-``N_h``        ``counts``            soft proportion of head ``h``
 =============  ====================  =============================================
 """
 
@@ -124,31 +69,45 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
 from sklearn.cluster import kmeans_plusplus
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._threads import map_chunks, torch_threads
 from ._validation import as_generator, check_int, check_nonnegative, check_temperature
 from .fixed_point import IterationInfo, fixed_point_fit
-from .heads import softmax_heads
+from .heads import check_geometry, head_logits, softmax_heads
+from .warm_start import auto_temperature, boundary_variance, hard_lloyd
 
-__all__ = ["AttentionClustering", "auto_temperature"]
+__all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_temperature"]
 
 _logger = logging.getLogger("attnclust")
 
-_NORMALIZE = ("rows", "center-scale", None)
+_NORMALIZE = ("auto", "rows", "center-scale", None)
 _PENALTIES = (None, "repulsion", "balance")
-_ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)
-_ANNEAL_STEPS = 5          # fixed-point steps at each intermediate temperature
-_LLOYD_STEPS = 20         # hard spherical Lloyd steps before "auto" (stops when stable)
-_INIT_SAMPLE = 100_000     # k-means++ seeds on at most this many rows (drawn with the seed)
+ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
+ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
+_LLOYD_STEPS = 20         # hard Lloyd steps before "auto" (stops when stable)
+_WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
+_CHUNK = 16_384           # rows per chunk of a pass when batch_size is None (memory bound)
+_UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
+
+
+class DegenerateFitWarning(ConvergenceWarning):
+    """A fit ended somewhere its clusters cannot be trusted (dead head, degenerate lambda)."""
 
 
 # -- helpers of the estimator ------------------------------------------------------------
-def _torch_dtype(dtype) -> torch.dtype:
-    name = dtype if isinstance(dtype, str) else getattr(dtype, "__name__", str(dtype))
-    name = str(np.dtype(name)) if not isinstance(dtype, torch.dtype) else str(dtype)
-    name = name.removeprefix("torch.")
+def _torch_dtype(dtype, data_dtype) -> torch.dtype:
+    if isinstance(dtype, str) and dtype == "auto":
+        return torch.float32 if data_dtype == np.float32 else torch.float64
+    name = str(dtype) if isinstance(dtype, torch.dtype) else getattr(dtype, "__name__", dtype)
+    try:
+        name = str(np.dtype(name)) if not isinstance(dtype, torch.dtype) else name
+    except TypeError:
+        pass
+    name = str(name).removeprefix("torch.")
     if name not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'float32' or 'float64', got {dtype!r}")
+        raise ValueError(f"dtype must be 'auto', 'float32' or 'float64', got {dtype!r}")
     return getattr(torch, name)
 
 
@@ -165,12 +124,10 @@ class _DataParallel(NamedTuple):
     n_total: int                                       # rows of all ranks
 
 
-def _sum(t: torch.Tensor, reduce) -> torch.Tensor:
-    return t if reduce is None else reduce(t)
-
-
-def _sum_array(a: np.ndarray, dp: _DataParallel) -> np.ndarray:
-    """Sum of a NumPy array over the ranks of a data-parallel fit."""
+def _sum_array(a: np.ndarray, dp: _DataParallel | None) -> np.ndarray:
+    """Sum of a NumPy array over the ranks of a data-parallel fit (itself without ``dp``)."""
+    if dp is None:
+        return np.asarray(a, dtype=np.float64)
     return dp.reduce(torch.from_numpy(np.array(a, dtype=np.float64))).cpu().numpy()
 
 
@@ -184,7 +141,7 @@ def _check_device(device) -> None:
                          ) from exc
 
 
-def _normalize_rows(X: np.ndarray) -> np.ndarray:
+def _normalize_rows(X: np.ndarray, offset: int = 0) -> np.ndarray:
     """Rows divided by their norm; an all-zero row is an error naming it.
 
     Rows are first divided by their largest absolute entry, so that no square overflows
@@ -194,150 +151,122 @@ def _normalize_rows(X: np.ndarray) -> np.ndarray:
     big = np.abs(X).max(axis=1, initial=0.0)                 # (n,)
     zero = np.flatnonzero(big == 0)
     if zero.size:
-        raise ValueError(f"row {zero[0]} (0-based) of X is all zeros and has no direction; "
-                         "normalize='rows' needs non-zero rows")
+        raise ValueError(f"row {offset + zero[0]} (0-based) of X is all zeros and has no "
+                         "direction; normalize='rows' needs non-zero rows")
     Y = X / big[:, None]                                     # entries in [-1, 1], one is +-1
     return Y / np.linalg.norm(Y, axis=1)[:, None]
 
 
-def _squared_norms(X: np.ndarray, how: str) -> np.ndarray:
+def _squared_norms(X: np.ndarray, how: str, offset: int = 0) -> np.ndarray:
     """Squared row norms ``(n,)``; ``ValueError`` when one overflows float64."""
     with np.errstate(over="ignore"):
-        sq = np.einsum("ij,ij->i", X, X)                     # (n,)
+        sq = np.einsum("ij,ij->i", X, X, dtype=np.float64)   # (n,)
     bad = np.flatnonzero(~np.isfinite(sq))
     if bad.size:
-        raise ValueError(f"{how}: the squared norm of row {bad[0]} (0-based) of X overflows "
-                         f"float64 (largest entry {np.abs(X[bad[0]]).max():.3g}); rescale the "
-                         "data or use normalize='rows'")
+        raise ValueError(f"{how}: the squared norm of row {offset + bad[0]} (0-based) of X "
+                         f"overflows float64 (largest entry {np.abs(X[bad[0]]).max():.3g}); "
+                         "rescale the data or use normalize='rows'")
     return sq
 
 
-def _hard_lloyd(X, heads, n_steps: int, *, reduce=None):
-    """Hard spherical Lloyd steps, at most ``n_steps``, stopping early once no label changes.
+def _center_scale(X: np.ndarray, dp: _DataParallel | None, what: str) -> tuple[np.ndarray, float]:
+    """Column means and root-mean-square norm of the centred rows, overflow-safe, in chunks.
 
-    Returns the heads and the labels of the last assignment.
+    The norm is computed on rows divided by their largest centred entry so that no square
+    overflows; rows are read ``_CHUNK`` at a time (a memory-mapped ``X`` is never copied
+    whole); with ``dp`` every sum is taken over the ranks' rows.
     """
-    labels = (X @ heads.T).argmax(1)
-    for _ in range(n_steps):
-        sums = _sum(torch.zeros_like(heads).index_add_(0, labels, X), reduce)
-        norm = torch.linalg.vector_norm(sums, dim=1, keepdim=True)
-        heads = torch.where(norm > 0, sums / norm.clamp_min(torch.finfo(X.dtype).tiny), heads)
-        new = (X @ heads.T).argmax(1)
-        changed = _sum((new != labels).sum().to(X.dtype).reshape(1), reduce)
-        labels = new
-        if float(changed[0]) == 0:
-            break
-    return heads, labels
+    n = X.shape[0] if dp is None else dp.n_total
+    chunks = [X[s:s + _CHUNK] for s in range(0, X.shape[0], _CHUNK)]
+    with np.errstate(over="ignore", invalid="ignore"):       # checked just below
+        mean = _sum_array(sum((c.sum(0, dtype=np.float64) for c in chunks),
+                              np.zeros(X.shape[1])), dp) / n
+        big = max((float(np.abs(c - mean).max(initial=0.0)) for c in chunks), default=0.0)
+    if dp is not None:  # a unit common to all ranks, between max and R * max
+        big = float(_sum_array(np.array([big]), dp)[0])
+    if not np.isfinite(big) or not np.all(np.isfinite(mean)):
+        raise ValueError(f"{what}: the column sums or X - mean overflow (entries near the "
+                         "largest float); rescale the data")
+    unit = big if big > 0 else 1.0
+    dev = float(_sum_array(sum(float(np.sum(((c - mean) / unit) ** 2)) for c in chunks), dp))
+    scale = unit * float(np.sqrt(dev / n))
+    return mean, (scale if scale > 0 else 1.0)
 
 
-def auto_temperature(X: torch.Tensor, heads: torch.Tensor, *, reduce=None) -> float:
-    """``1 / s^2`` with ``s^2`` the within-cluster variance across each head's nearest boundary.
+class _Working(NamedTuple):
+    """The affine map from the preprocessed space to the fit's: ``(x - shift) / scale``."""
 
-    Clusters are the hard assignments ``z_i = argmax_h <x_i, mu_h>``. For cluster ``h``
-    with nearest other head ``g = argmax_{g != h} <mu_h, mu_g>`` and ``G_hg = <mu_h,
-    mu_g>``, ``s_h^2`` is the variance of ``<x, u_hg>`` along the unit tangent at ``mu_h``
-    pointing to ``mu_g``, ``u_hg = (mu_g - G_hg mu_h) / sqrt(1 - G_hg^2)``, within cluster
-    ``h``, pooled (weighted by cluster size) with the same variance of cluster ``g`` along
-    ``u_gh``; ``s^2`` is the mean of ``s_h^2`` weighted by cluster size. Only the
-    projections ``P = X mu^T`` are needed: the variance along ``u_hg`` follows from each
-    cluster's ``K x K`` covariance of ``P``. ``s^2`` is floored at ``1e-6`` times the mean
-    squared norm of the rows (so ``lambda`` stays finite on duplicated points); with one
-    head (the attention is then constant) it is the within-cluster variance of ``P``.
-    With ``reduce`` (a sum over data-parallel ranks), ``X`` holds one rank's rows and every
-    statistic is summed over ranks first.
-
-    Examples
-    --------
-    >>> import torch, attnclust as ac
-    >>> mix = ac.GaussianMixture.orthogonal(d=20, k=2, sigma=0.1)
-    >>> X = torch.as_tensor(mix.sample(20_000, rng=0))
-    >>> round(auto_temperature(X, torch.as_tensor(mix.centroids)), -1)
-    100.0
-    """
-    P = X @ heads.T                                          # (n, K)
-    labels = P.argmax(1)
-    K = heads.shape[0]
-    counts = torch.bincount(labels, minlength=K).to(X.dtype)
-    sums = torch.zeros(K, K, dtype=X.dtype, device=X.device).index_add_(0, labels, P)
-    outer = torch.zeros(K, K, K, dtype=X.dtype, device=X.device).index_add_(
-        0, labels, P[:, :, None] * P[:, None, :])            # (K, K, K): sum_{i in h} P_i P_i^T
-    extra = torch.stack([(X * X).sum(), X.new_tensor(float(X.shape[0]))])
-    stats = _sum(torch.cat([counts, sums.reshape(-1), outer.reshape(-1), extra]), reduce)
-    counts, sums = stats[:K], stats[K:K + K * K].reshape(K, K)
-    outer = stats[K + K * K:K + K * K + K**3].reshape(K, K, K)
-    sq_norm, n = float(stats[-2]), float(stats[-1])
-    means = sums / counts.clamp_min(1)[:, None]              # (K, K) mean projection
-    cov = outer / counts.clamp_min(1)[:, None, None] - means[:, :, None] * means[:, None, :]
-    if K == 1:
-        s2 = float(cov[0, 0, 0] * counts[0]) / n
-    else:
-        gram = heads @ heads.T
-        near = (gram - 3.0 * torch.eye(K, dtype=X.dtype, device=X.device)).argmax(1)  # (K,)
-        h = torch.arange(K, device=X.device)
-        g2 = gram[h, near]                                   # (K,) G_hg
-        c = near
-
-        # variance within cluster a of <x, mu_b - G mu_a>: e^T cov_a e, e = e_b - G e_a,
-        # the projection on the tangent at mu_a pointing to mu_b (norm sqrt(1 - G^2))
-        def var_tangent(a, b):
-            return cov[a, b, b] - 2 * g2 * cov[a, a, b] + g2**2 * cov[a, a, a]
-        pooled = (counts * var_tangent(h, c) + counts[c] * var_tangent(c, h)) \
-            / (counts + counts[c]).clamp_min(1)
-        tang2 = (1.0 - g2**2).clamp_min(torch.finfo(X.dtype).tiny)
-        s2 = float((counts * pooled.clamp_min(0) / tang2).sum()) / n
-    floor = 1e-6 * sq_norm / n
-    return 1.0 / max(s2, floor, torch.finfo(X.dtype).tiny)
+    shift: np.ndarray | None   # (d,), None: no map (the sphere's fit runs as preprocessed)
+    scale: float
 
 
 class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
-    """Clustering by a trained K-head attention layer with unit heads.
+    """Clustering by a trained K-head attention layer.
 
-    Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h>) mu_h`` by
-    minimizing the empirical risk ``mean ||x - T_mu(x)||^2`` on the sphere (see the
-    module docstring for the solver, the ``"auto"`` temperature and annealing).
+    Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h> - b_h) mu_h``
+    (Euclidean heads, ``b_h = lambda ||mu_h||^2 / 2``, or unit heads, ``b_h = 0``) by
+    minimizing the empirical risk ``mean ||x - T_mu(x)||^2`` (see the module docstring
+    for the geometry, the solver, the ``"auto"`` temperature and the warnings).
 
     Parameters
     ----------
     n_clusters : int, default=8
         Number of heads ``K``.
+    geometry : {"euclidean", "sphere"}, default="euclidean"
+        Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
+        k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
+        from the origin: for directions, such as embeddings compared by cosine).
     temperature : float or "auto", default="auto"
-        Inverse temperature ``lambda``; ``"auto"`` is ``1 / s^2`` with ``s^2`` the
-        within-cluster variance across each head's nearest boundary (tangent direction to
-        the nearest head), after hard spherical Lloyd steps from the initialization.
+        Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
+        is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
+        nearest boundary, after hard Lloyd steps from the initialization.
     init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
-        Initial heads: k-means++ seeding (scikit-learn's; on a seeded sample of 100,000
-        rows when there are more) normalized to unit norm, uniform random unit vectors,
-        or given heads (normalized). With ``temperature="auto"`` a seeding
-        (``"kmeans++"``, ``"sphere"``) is replaced by the hard Lloyd heads that estimate
+        Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 100,000
+        rows when there are more), random directions (uniform on the sphere; for
+        Euclidean heads scaled to the data's root-mean-square distance from its mean,
+        around the mean), or given heads (normalized on the sphere). With
+        ``temperature="auto"`` a seeding is replaced by the hard Lloyd heads that estimate
         ``lambda`` (a warm start); given heads are only used to estimate ``lambda`` that
         way and the fit starts from them as given.
-    normalize : {"rows", "center-scale"} or None, default="rows"
+    n_init : int or "auto", default="auto"
+        Seedings tried (each on the sample of at most 100,000 rows, followed by hard Lloyd
+        steps); the one of lowest k-means objective starts the fit. ``"auto"``: 3 for
+        Euclidean heads seeded by ``init``, 1 otherwise (the sphere's fit as before).
+    normalize : {"auto", "rows", "center-scale"} or None, default="auto"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
         each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
         subtracts the column means and divides by the root-mean-square row norm, both
-        learned in ``fit`` (``mean_``, ``scale_``); ``None`` uses the rows as given and
-        warns when their mean squared norm is outside ``[1/4, 4]`` (the heads have unit
-        norm and cannot then follow the data's scale).
+        learned in ``fit`` (``mean_``, ``scale_``); ``None`` uses the rows as given (on the
+        sphere it warns when their mean squared norm is outside ``[1/4, 4]``: unit heads
+        cannot follow the data's scale). ``"auto"``: ``"rows"`` on the sphere, ``None``
+        for Euclidean heads.
     penalty : {None, "repulsion", "balance"}, default=None
-        Regularizer added with weight ``rho``: ``sum_{h<h'} <mu_h, mu_h'>^2``, or
-        ``sum_h (N_h - 1/K)^2`` with ``N_h`` the mean attention of head ``h``.
+        Regularizer added with weight ``rho`` (sphere only): ``sum_{h<h'} <mu_h, mu_h'>^2``,
+        or ``sum_h (N_h - 1/K)^2`` with ``N_h`` the mean attention of head ``h``.
     rho : float, default=0.0
-    anneal : bool, default=True
-        Start at ``lambda/8`` and double the temperature up to ``lambda``.
+    anneal : bool or "auto", default="auto"
+        Start at ``lambda/8`` and double the temperature up to ``lambda``; ``"auto"``:
+        on the sphere only (from a Lloyd warm start Euclidean heads need no annealing,
+        and at ``lambda/8`` nearby heads merge).
     solver : {"fixed-point", "pgd"}, default="fixed-point"
-        Safeguarded fixed-point steps (fast) or plain projected gradient descent.
+        Safeguarded fixed-point steps (fast) or plain projected gradient descent (sphere).
     max_iter : int, default=300
         Steps at the final temperature.
-    tol : float, default=1e-6
-        Stop when no head moves by more than ``tol`` in one step.
+    tol : float or "auto", default="auto"
+        Stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
+        relative to the root-mean-square distance of the rows from their mean).
+        ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (overlapping
+        clusters converge slowly, and the labels stop changing long before ``1e-6``).
     batch_size : int, optional
-        Rows per chunk of each pass (memory only: steps stay full-batch); for
-        ``solver="pgd"``, the mini-batch size of stochastic steps.
+        Rows per chunk of each pass (memory only: steps stay full-batch; default 16,384);
+        for ``solver="pgd"``, the mini-batch size of stochastic steps.
     step_size : float, default=0.5
         Step of ``solver="pgd"`` (ignored by the fixed-point solver).
     device : str, default="cpu"
         Torch device of the computation; fitted attributes are NumPy arrays.
-    dtype : {"float64", "float32"}, default="float64"
+    dtype : {"auto", "float64", "float32"}, default="auto"
+        Floating type of the computation; ``"auto"`` keeps float32 data in float32 and
+        computes everything else in float64.
     random_state : int, Generator or None
         Seeds the initialization.
     verbose : int, default=0
@@ -348,11 +277,11 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     Attributes
     ----------
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
-        Unit-norm heads, in the preprocessed space.
+        Heads, in the preprocessed space (unit norm on the sphere).
     labels_ : ndarray of shape (n_samples,)
         ``argmax_h a_h(x)`` of the training rows.
     temperature_ : float
-        The temperature used (the resolved value of ``"auto"``).
+        The inverse temperature used (the resolved value of ``"auto"``).
     n_iter_ : int
         Steps taken, all temperatures together.
     loss_curve_ : ndarray
@@ -368,20 +297,27 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     >>> import attnclust as ac
     >>> mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1)
     >>> X, z = mix.sample(600, rng=0, return_labels=True)
-    >>> est = ac.AttentionClustering(n_clusters=3, normalize=None, random_state=0).fit(X)
+    >>> est = ac.AttentionClustering(n_clusters=3, random_state=0).fit(X + 5.0)
     >>> ac.adjusted_rand_index(z, est.labels_)
     1.0
-    >>> ac.centroid_distance(est.cluster_centers_, mix.centroids).max < 0.05
+    >>> ac.centroid_distance(est.cluster_centers_ - 5.0, mix.centroids).max < 0.05
     True
+    >>> sph = ac.AttentionClustering(3, geometry="sphere", random_state=0).fit(X)
+    >>> ac.adjusted_rand_index(z, sph.labels_)
+    1.0
     """
 
-    def __init__(self, n_clusters=8, *, temperature="auto", init="kmeans++", normalize="rows",
-                 penalty=None, rho=0.0, anneal=True, solver="fixed-point", max_iter=300,
-                 tol=1e-6, batch_size=None, step_size=0.5, device="cpu", dtype="float64",
-                 random_state=None, verbose=0, callback=None):
+    def __init__(self, n_clusters=8, *, geometry="euclidean", temperature="auto",
+                 init="kmeans++", n_init="auto", normalize="auto", penalty=None, rho=0.0,
+                 anneal="auto",
+                 solver="fixed-point", max_iter=300, tol="auto", batch_size=None,
+                 step_size=0.5, device="cpu", dtype="auto", random_state=None, verbose=0,
+                 callback=None):
         self.n_clusters = n_clusters
+        self.geometry = geometry
         self.temperature = temperature
         self.init = init
+        self.n_init = n_init
         self.normalize = normalize
         self.penalty = penalty
         self.rho = rho
@@ -397,97 +333,155 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         self.verbose = verbose
         self.callback = callback
 
+    # -- the resolved settings ----------------------------------------------------------------
+    @property
+    def _normalize(self):
+        if isinstance(self.normalize, str) and self.normalize == "auto":
+            return "rows" if self.geometry == "sphere" else None
+        return self.normalize
+
+    @property
+    def _tol(self) -> float:
+        if isinstance(self.tol, str) and self.tol == "auto":
+            return 1e-6 if self.geometry == "sphere" else 1e-4
+        return check_nonnegative(self.tol, "tol")
+
+    @property
+    def _anneal(self) -> bool:
+        if isinstance(self.anneal, str) and self.anneal == "auto":
+            return self.geometry == "sphere"
+        return bool(self.anneal)
+
+    def anneal_plan(self) -> list[tuple[float, int | None]]:
+        """Temperature stages of a fit: ``(fraction of lambda, steps)``; ``None``: ``max_iter``.
+
+        Examples
+        --------
+        >>> AttentionClustering(geometry="sphere").anneal_plan()
+        [(0.125, 5), (0.25, 5), (0.5, 5), (1.0, None)]
+        >>> AttentionClustering().anneal_plan()
+        [(1.0, None)]
+        """
+        stages = [(f, ANNEAL_STEPS) for f in ANNEAL_FACTORS] if self._anneal else []
+        return stages + [(1.0, None)]
+
     # -- input handling -------------------------------------------------------------------
     def _check_params(self, n_samples: int) -> None:
         check_int(self.n_clusters, "n_clusters", 1)
+        check_geometry(self.geometry)
         if n_samples < self.n_clusters:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
-        if self.normalize not in _NORMALIZE:
-            raise ValueError(f"normalize must be 'rows', 'center-scale' or None, got "
+        if not (self.normalize is None or (isinstance(self.normalize, str)
+                                           and self.normalize in _NORMALIZE)):
+            raise ValueError(f"normalize must be 'auto', 'rows', 'center-scale' or None, got "
                              f"{self.normalize!r}")
         if self.penalty not in _PENALTIES:
             raise ValueError(f"penalty must be None, 'repulsion' or 'balance', got "
                              f"{self.penalty!r}")
+        if self.penalty is not None and self.geometry != "sphere":
+            raise ValueError(f"penalty={self.penalty!r} is defined for unit heads; use "
+                             "geometry='sphere' or penalty=None")
         check_nonnegative(self.rho, "rho")
         if self.solver not in ("fixed-point", "pgd"):
             raise ValueError(f"solver must be 'fixed-point' or 'pgd', got {self.solver!r}")
+        if self.solver == "pgd" and self.geometry != "sphere":
+            raise ValueError("solver='pgd' runs projected gradient descent on the sphere; use "
+                             "geometry='sphere' or solver='fixed-point'")
+        if not (isinstance(self.anneal, bool | np.bool_) or self.anneal == "auto"):
+            raise ValueError(f"anneal must be True, False or 'auto', got {self.anneal!r}")
+        if not (isinstance(self.n_init, str) and self.n_init == "auto"):
+            check_int(self.n_init, "n_init", 1)
         check_int(self.max_iter, "max_iter", 1)
-        check_nonnegative(self.tol, "tol")
+        if not (isinstance(self.tol, str) and self.tol == "auto"):
+            check_nonnegative(self.tol, "tol")
         if self.batch_size is not None:
             check_int(self.batch_size, "batch_size", 1)
         if self.solver == "pgd":
             check_nonnegative(self.step_size, "step_size")
         _check_device(self.device)
+        _torch_dtype(self.dtype, np.float64)
         if not (self.temperature == "auto" if isinstance(self.temperature, str) else True):
             raise ValueError(f"temperature must be a positive number or 'auto', got "
                              f"{self.temperature!r}")
         if not isinstance(self.temperature, str):
             check_temperature(self.temperature)
 
-    def _preprocess(self, X: np.ndarray, *, fitting: bool, dp=None) -> np.ndarray:
-        """Apply ``normalize`` to validated rows (float64 NumPy); ``dp``: data-parallel fit."""
-        if self.normalize == "rows":
-            return _normalize_rows(X)
-        if self.normalize == "center-scale":
+    def _validate(self, X, *, reset: bool) -> np.ndarray:
+        if isinstance(X, torch.Tensor):   # no gradient flows through a fit
+            X = X.detach().cpu().numpy()
+        return validate_data(self, X, dtype=[np.float64, np.float32], reset=reset,
+                             ensure_min_samples=1)
+
+    def _preprocess(self, X: np.ndarray, *, fitting: bool, dp=None, offset: int = 0
+                    ) -> np.ndarray:
+        """Apply ``normalize`` to validated rows; ``dp``: data-parallel fit; ``offset``: the
+        index of ``X``'s first row in the caller's rows (for error messages)."""
+        how = self._normalize
+        if how == "rows":
+            return _normalize_rows(X, offset)
+        if how == "center-scale":
             if fitting:
-                # mean, then RMS norm of the centred rows computed on rows divided by their
-                # largest entry (so that no square overflows), summed over ranks with dp
-                with np.errstate(over="ignore", invalid="ignore"):  # checked just below
-                    total = X.sum(0) if dp is None else _sum_array(X.sum(0), dp)
-                    n = X.shape[0] if dp is None else dp.n_total
-                    self.mean_ = total / n
-                    big = float(np.abs(X - self.mean_).max(initial=0.0))
-                if dp is not None:  # a unit common to all ranks, between max and R * max
-                    big = float(_sum_array(np.array([big]), dp)[0])
-                if not np.isfinite(big):
-                    raise ValueError("normalize='center-scale': the column sums or X - mean "
-                                     "overflow float64 (entries near 1e308); rescale the data")
-                unit = big if big > 0 else 1.0
-                dev = np.sum(((X - self.mean_) / unit) ** 2)
-                dev = float(dev if dp is None else _sum_array(dev, dp))
-                scale = unit * float(np.sqrt(dev / n))
-                self.scale_ = scale if scale > 0 else 1.0
-            return (X - self.mean_) / self.scale_
-        sq = _squared_norms(X, "normalize=None")
-        if fitting:
-            msq = (float(np.mean(sq)) if dp is None else
-                   float(_sum_array(np.sum(sq), dp)) / dp.n_total)
-            if not 0.25 <= msq <= 4.0:
-                warnings.warn(
-                    f"normalize=None but the rows' mean squared norm is {msq:.3g}, far from 1: "
-                    "the heads have unit norm; pass normalize='rows' or 'center-scale' to "
-                    "bring the data to the sphere's scale", UserWarning, stacklevel=3)
+                self.mean_, self.scale_ = _center_scale(X, dp, "normalize='center-scale'")
+            return (X - self.mean_.astype(X.dtype)) / X.dtype.type(self.scale_)
+        if self.geometry == "sphere":
+            sq = _squared_norms(X, "normalize=None", offset)
+            if fitting:
+                n = X.shape[0] if dp is None else dp.n_total
+                msq = float(_sum_array(np.sum(sq), dp)) / n
+                if not 0.25 <= msq <= 4.0:
+                    warnings.warn(
+                        f"normalize=None but the rows' mean squared norm is {msq:.3g}, far from "
+                        "1: the heads have unit norm; pass normalize='rows' or 'center-scale' "
+                        "to bring the data to the sphere's scale", UserWarning, stacklevel=5)
         return X
 
-    def _tensor(self, X: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(np.ascontiguousarray(X), dtype=_torch_dtype(self.dtype),
-                               device=self.device)
+    def _working_rows(self, Xp: np.ndarray, dp) -> tuple[torch.Tensor, _Working]:
+        """The rows of the fit as a tensor, and the map that made them from ``Xp``."""
+        dtype = _torch_dtype(self.dtype, Xp.dtype)
+        np_dtype = np.float32 if dtype == torch.float32 else np.float64
+        if self.geometry == "sphere":
+            working = _Working(None, 1.0)
+            Xw = np.asarray(Xp, dtype=np_dtype)
+        else:
+            shift, scale = _center_scale(Xp, dp, "geometry='euclidean'")
+            if not np.finfo(np.float64).tiny < scale * scale < np.inf:
+                raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
+                                 "out of float64's range; rescale the data")
+            working = _Working(shift, scale)
+            Xw = np.asarray(Xp - shift.astype(Xp.dtype), dtype=np_dtype)
+            Xw /= np_dtype(scale)
+        with warnings.catch_warnings():   # a read-only memmap is only ever read
+            warnings.simplefilter("ignore", UserWarning)
+            return torch.from_numpy(np.ascontiguousarray(Xw)).to(self.device), working
 
-    def _init_rows(self, Xn: np.ndarray, gen, dp) -> np.ndarray:
-        """Rows the k-means++ seeding sees: all rows, or ``_INIT_SAMPLE`` of them.
+    def _sample(self, X: torch.Tensor, gen, dp) -> torch.Tensor:
+        """At most ``_WARM_SAMPLE`` rows, drawn with the estimator's generator.
 
-        The sample is drawn with the estimator's generator from the global row indices,
-        so a data-parallel fit (where each rank fills in the sampled rows it holds and a
-        sum over ranks assembles them) seeds from exactly the rows one process would.
+        The sample is drawn from the global row indices, so a data-parallel fit (where
+        each rank fills in the sampled rows it holds and a sum over ranks assembles them)
+        sees exactly the rows one process would.
         """
-        n = Xn.shape[0] if dp is None else dp.n_total
-        idx = None if n <= _INIT_SAMPLE else np.sort(gen.choice(n, _INIT_SAMPLE, replace=False))
+        n = X.shape[0] if dp is None else dp.n_total
+        idx = None if n <= _WARM_SAMPLE else np.sort(gen.choice(n, _WARM_SAMPLE, replace=False))
         if dp is None:
-            return Xn if idx is None else Xn[idx]
+            return X if idx is None else X[torch.from_numpy(idx).to(X.device)]
         idx = np.arange(n) if idx is None else idx
-        mine = (idx >= dp.offset) & (idx < dp.offset + Xn.shape[0])
-        rows = np.zeros((idx.size, Xn.shape[1]))                 # (m, d), zero where not ours
-        rows[mine] = Xn[idx[mine] - dp.offset]
-        return _sum_array(rows, dp)                              # x + 0 = x exactly
+        mine = (idx >= dp.offset) & (idx < dp.offset + X.shape[0])
+        rows = torch.zeros(idx.size, X.shape[1], dtype=torch.float64)  # zero where not ours
+        rows[torch.from_numpy(mine)] = X[torch.from_numpy(idx[mine] - dp.offset)
+                                         .to(X.device)].cpu().double()
+        return dp.reduce(rows.to(X.device)).to(X.dtype)                # x + 0 = x exactly
 
-    def _initial_heads(self, Xt: torch.Tensor, Xn: np.ndarray, gen, dp=None) -> torch.Tensor:
-        K, d = self.n_clusters, Xn.shape[1]
+    def _initial_heads(self, S: torch.Tensor, working: _Working, gen, dp) -> torch.Tensor:
+        K, d = self.n_clusters, S.shape[1]
         if isinstance(self.init, str):
             if self.init == "kmeans++":
                 seed = int(gen.integers(2**31 - 1))
-                centers, _ = kmeans_plusplus(self._init_rows(Xn, gen, dp), K, random_state=seed)
+                centers, _ = kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed)
             elif self.init == "sphere":
                 centers = gen.standard_normal((K, d))
+                if self.geometry == "euclidean":   # the working rows have unit RMS norm
+                    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
             else:
                 raise ValueError(f"init must be 'kmeans++', 'sphere' or an array, got "
                                  f"{self.init!r}")
@@ -498,14 +492,32 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                                  f"{(K, d)}, got {centers.shape}")
             if not np.all(np.isfinite(centers)):
                 raise ValueError("init array contains NaN or inf")
-        norms = np.linalg.norm(centers, axis=1)
-        bad = norms == 0
-        if bad.any():  # a center at the origin has no direction: draw one at random
-            centers[bad] = gen.standard_normal((int(bad.sum()), d))
+            if working.shift is not None:
+                centers = (centers - working.shift) / working.scale
+        if self.geometry == "sphere":
             norms = np.linalg.norm(centers, axis=1)
-        heads = self._tensor(centers / norms[:, None])
+            bad = norms == 0
+            if bad.any():  # a center at the origin has no direction: draw one at random
+                centers[bad] = gen.standard_normal((int(bad.sum()), d))
+                norms = np.linalg.norm(centers, axis=1)
+            centers = centers / norms[:, None]
+        heads = torch.as_tensor(centers, dtype=S.dtype, device=S.device)
         # every rank computed the same heads; rank 0's copy makes sure they agree bitwise
         return heads if dp is None else dp.broadcast(heads)
+
+    @property
+    def _n_init(self) -> int:
+        if isinstance(self.n_init, str) and self.n_init == "auto":
+            return 3 if self.geometry == "euclidean" and isinstance(self.init, str) else 1
+        return check_int(self.n_init, "n_init", 1)
+
+    def _warm_start(self, S, working, gen, dp) -> torch.Tensor:
+        """Initial heads; with ``n_init > 1``, the Lloyd heads of the best of the seedings."""
+        if self._n_init == 1:
+            return self._initial_heads(S, working, gen, dp)
+        runs = [hard_lloyd(S, self._initial_heads(S, working, gen, dp), _LLOYD_STEPS,
+                           geometry=self.geometry) for _ in range(self._n_init)]
+        return max(runs, key=lambda run: run.score).heads
 
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, X, y=None):
@@ -514,60 +526,142 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     def _fit(self, X, dp: _DataParallel | None = None):
         """``fit``; with ``dp``, ``X`` is this rank's shard of a data-parallel fit."""
-        X = validate_data(self, X, dtype=np.float64, ensure_min_samples=1)
+        X = self._validate(X, reset=True)
         self._check_params(X.shape[0] if dp is None else dp.n_total)
+        workers = torch.get_num_threads()      # the threads torch would have used
+        with torch_threads(self._torch_threads):
+            return self._fit_validated(X, dp, workers)
+
+    @property
+    def _torch_threads(self) -> int | None:
+        """One torch thread on the CPU: passes share chunks between workers instead (see
+        :mod:`attnclust._threads`)."""
+        return 1 if torch.device(self.device).type == "cpu" else None
+
+    def _fit_validated(self, X: np.ndarray, dp: _DataParallel | None, workers: int):
+        """The fit of validated rows (warnings raised here point at the caller of ``fit``)."""
         if dp is not None and self.solver != "fixed-point":
             raise ValueError(f"data-parallel fitting needs solver='fixed-point', got "
                              f"{self.solver!r}")
-        reduce = None if dp is None else dp.reduce
         self.mean_, self.scale_ = None, None
-        Xn = self._preprocess(X, fitting=True, dp=dp)
+        Xp = self._preprocess(X, fitting=True, dp=dp)
         gen = as_generator(self.random_state)
-        Xt = self._tensor(Xn)
-        heads0 = self._initial_heads(Xt, Xn, gen, dp)
+        Xw, working = self._working_rows(Xp, dp)
+        del Xp
+        S = self._sample(Xw, gen, dp)
+        heads0 = self._warm_start(S, working, gen, dp)
+        capped = False
         if isinstance(self.temperature, str):  # "auto", checked above
-            lloyd, _ = _hard_lloyd(Xt, heads0, _LLOYD_STEPS, reduce=reduce)
-            lam = auto_temperature(Xt, lloyd, reduce=reduce)
+            lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry).heads
+            s2, floor = boundary_variance(S, lloyd, geometry=self.geometry)
+            capped = s2 <= floor
+            lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
             if isinstance(self.init, str):  # a seeding is warm-started; given heads are kept
                 heads0 = lloyd
+        else:   # given in the preprocessed space's units
+            lam = check_temperature(self.temperature) * working.scale * working.scale
+        plan = self.anneal_plan()
+        temps = [lam * f for f, _ in plan]
+        steps = [int(self.max_iter) if s is None else s for _, s in plan]
+        if self.solver == "pgd":
+            heads, losses, temp_curve, n_iter, converged = self._fit_pgd(
+                Xw, heads0, temps, steps, gen, working)
         else:
-            lam = check_temperature(self.temperature)
-        temps = [lam * f for f in _ANNEAL_FACTORS] + [lam] if self.anneal else [lam]
-        steps = [_ANNEAL_STEPS] * (len(temps) - 1) + [int(self.max_iter)]
-        if self.solver == "fixed-point":
-            res = fixed_point_fit(Xt, heads0, temperatures=temps, steps_per_temperature=steps,
-                                  tol=float(self.tol), chunk_size=self.batch_size,
-                                  penalty=self.penalty, rho=float(self.rho),
-                                  callback=self._callback_fn(), reduce=reduce)
-            heads, losses, temp_curve = res.heads, res.loss_curve, res.temperature_curve
-            n_iter, converged = res.n_iter, res.converged
-        else:
-            heads, losses, temp_curve, n_iter, converged = self._fit_pgd(Xt, heads0, temps,
-                                                                         steps, gen)
-        self.cluster_centers_ = heads.detach().cpu().numpy().astype(np.float64)
-        self.temperature_ = float(lam)
-        self.loss_curve_ = np.asarray(losses, dtype=np.float64)
-        self.temperature_curve_ = np.asarray(temp_curve, dtype=np.float64)
+            heads, losses, temp_curve, n_iter, converged = self._fit_fixed_point(
+                Xw, S, heads0, temps, steps, dp, working, workers)
+        self._set_fitted(heads, lam, losses, temp_curve, n_iter, converged, working)
+        self._label_and_check(Xw, heads.to(Xw.dtype), lam, capped, dp,
+                              workers if self._torch_threads == 1 else 1)
+        return self
+
+    def _fit_fixed_point(self, Xw, S, heads0, temps, steps, dp, working, workers):
+        """Fixed-point steps: on the sample first when it is smaller than the data."""
+        common = dict(tol=self._tol, geometry=self.geometry, penalty=self.penalty,
+                      rho=float(self.rho), callback=self._callback_fn(working),
+                      chunk_size=self.batch_size or _CHUNK,
+                      workers=workers if self._torch_threads == 1 else 1)
+        losses, temp_curve, n_iter = [], [], 0
+        if S.shape[0] < (Xw.shape[0] if dp is None else dp.n_total):
+            res = fixed_point_fit(S, heads0, temperatures=temps, steps_per_temperature=steps,
+                                  **common)
+            heads0, n_iter = res.heads, res.n_iter
+            losses, temp_curve = res.loss_curve[:-1], res.temperature_curve[:-1]
+            temps, steps = temps[-1:], steps[-1:]
+        res = fixed_point_fit(Xw, heads0, temperatures=temps, steps_per_temperature=steps,
+                              reduce=None if dp is None else dp.reduce, **common)
+        return (res.heads, losses + res.loss_curve, temp_curve + res.temperature_curve,
+                n_iter + res.n_iter, res.converged)
+
+    def _set_fitted(self, heads, lam, losses, temp_curve, n_iter, converged, working):
+        """Fitted attributes, mapped back from the working space to the preprocessed one."""
+        centers = heads.detach().cpu().double().numpy()
+        scale2 = working.scale * working.scale
+        lam = float(lam) / working.scale / working.scale
+        if not np.finfo(np.float64).tiny <= lam < np.inf:
+            raise ValueError(f"the data's spread ({working.scale:.3g}) puts the inverse "
+                             f"temperature {lam:.3g} out of float64's range; rescale the data")
+        if working.shift is not None:
+            centers = centers * working.scale + working.shift
+        self.cluster_centers_ = centers
+        self.temperature_ = lam
+        self.loss_curve_ = np.asarray(losses, dtype=np.float64) * scale2
+        self.temperature_curve_ = np.asarray(temp_curve, dtype=np.float64) / scale2
         self.n_iter_ = int(n_iter)
         self.converged_ = bool(converged)
         if not converged:
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
-                          "steps; increase max_iter or tol", UserWarning, stacklevel=2)
-        self.labels_ = self._weights(Xn).argmax(1).cpu().numpy().astype(np.int64)
-        return self
+                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=5)
 
-    def _callback_fn(self):
+    def _label_and_check(self, Xw, heads, lam, capped, dp, workers) -> None:
+        """``labels_``, and a :class:`DegenerateFitWarning` for a dead head or a degenerate
+        ``lambda`` (cluster sizes and attention sharpness counted over all ranks' rows)."""
+        K = self.n_clusters
+        chunk = self.batch_size or _CHUNK
+
+        self.labels_ = np.empty(Xw.shape[0], dtype=np.int64)
+
+        def winners(start):   # labels (written in place) and sum_i max_h a_ih of one chunk
+            A = softmax_heads(head_logits(Xw[start:start + chunk], heads, lam, self.geometry))
+            best, z = A.max(1)
+            self.labels_[start:start + chunk] = z.cpu().numpy()
+            return float(best.double().sum())
+        sharp = sum(map_chunks(winners, Xw.shape[0], chunk, workers))
+        sizes = np.bincount(self.labels_, minlength=K).astype(np.float64)
+        stats = _sum_array(np.append(sizes, sharp), dp)
+        n = float(stats[:K].sum())
+        shown = f"lambda={self.temperature_:.3g}"
+        dead = np.flatnonzero(stats[:K] == 0)
+        if dead.size:
+            warnings.warn(f"head(s) {dead.tolist()} win no row: the fit found fewer than "
+                          f"{K} clusters; try another random_state or init, or fewer clusters",
+                          DegenerateFitWarning, stacklevel=5)
+        if capped:
+            warnings.warn(f"the clusters have (nearly) no spread, so {shown} is at its cap "
+                          "(1e12 over the data's mean squared spread, 1e6 in float32); "
+                          "duplicated rows?",
+                          DegenerateFitWarning, stacklevel=5)
+        if K > 1 and stats[K] / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
+            warnings.warn(f"the attention is nearly uniform at {shown} (mean largest weight "
+                          f"{stats[K] / n:.3f}, uniform {1 / K:.3f}): the risk then pins down "
+                          "only the mean of the heads; raise temperature or use 'auto'",
+                          DegenerateFitWarning, stacklevel=5)
+
+    def _callback_fn(self, working: _Working):
+        """The user's callback and the log, in the preprocessed space's units."""
         if self.callback is None and not self.verbose:
             return None
+        scale = working.scale
 
         def call(info: IterationInfo) -> None:
+            info = IterationInfo(info.iteration, info.loss * scale * scale,
+                                 info.temperature / scale / scale, info.shift * scale)
             if self.verbose:
                 _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info)
             if self.callback is not None:
                 self.callback(info)
         return call
 
-    def _fit_pgd(self, Xt, heads0, temps, steps, gen):
+    def _fit_pgd(self, Xt, heads0, temps, steps, gen, working):
         """Plain PGD (:func:`attnclust.pgd.pgd`, float64 on the data's device)."""
         from .pgd import pgd
 
@@ -575,7 +669,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         schedule = [t for t, s in zip(temps[:-1], steps[:-1], strict=True) for _ in range(s)]
         n_anneal = len(schedule)
         schedule += [temps[-1]] * int(self.max_iter)
-        user = self._callback_fn()
+        user = self._callback_fn(working)
 
         def reporter(offset: int, temperature_of):
             # pgd calls back with the number of updates of that call, ``step``, after the
@@ -604,7 +698,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             temp_curve += [float(v) for v in res.history.temperature[:-1]]
             heads0, n_iter = res.heads, res.n_iter
         res = pgd(Xt, heads0, temperature=temps[-1], n_steps=int(self.max_iter),
-                  tol=float(self.tol), callback=reporter(n_iter, lambda t: temps[-1]), **common)
+                  tol=self._tol, callback=reporter(n_iter, lambda t: temps[-1]), **common)
         losses += [float(v) for v in res.history.risk]
         temp_curve += [float(v) for v in res.history.temperature]
         n_iter += res.n_iter
@@ -612,39 +706,54 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         return heads, losses, temp_curve, int(n_iter), bool(res.converged)
 
     # -- prediction -------------------------------------------------------------------------
-    def _validated(self, X) -> np.ndarray:
-        check_is_fitted(self)
-        X = validate_data(self, X, dtype=np.float64, reset=False)
-        return self._preprocess(X, fitting=False)
+    def _weights(self, Xp: np.ndarray) -> torch.Tensor:
+        """Attention ``(n, K)`` of preprocessed rows, in float64.
 
-    def _weights(self, Xn: np.ndarray) -> torch.Tensor:
-        heads = self._tensor(self.cluster_centers_)
-        return softmax_heads(self.temperature_ * (self._tensor(Xn) @ heads.T))
+        Euclidean logits are shift invariant, so rows and heads are first centred on the
+        heads' mean: the logits then keep their precision far from the origin.
+        """
+        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
+        X = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
+        with torch_threads(self._torch_threads):
+            if self.geometry == "euclidean":
+                center = heads.mean(0)
+                X, heads = X - center, heads - center
+            return softmax_heads(head_logits(X, heads, self.temperature_, self.geometry))
+
+    def _by_chunks(self, X, fn) -> np.ndarray:
+        """``fn(preprocessed rows)`` on ``_CHUNK`` rows at a time, concatenated."""
+        check_is_fitted(self)
+        X = self._validate(X, reset=False)
+        return np.concatenate([fn(self._preprocess(X[s:s + _CHUNK], fitting=False, offset=s))
+                               for s in range(0, X.shape[0], _CHUNK)])
 
     def predict_proba(self, X) -> np.ndarray:
         """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""
-        return self._weights(self._validated(X)).cpu().numpy()
+        return self._by_chunks(X, lambda Xp: self._weights(Xp).cpu().numpy())
 
     def predict(self, X) -> np.ndarray:
         """Index of the most-attended head, ``argmax_h a_h(x)``."""
-        return self._weights(self._validated(X)).argmax(1).cpu().numpy().astype(np.int64)
+        return self._by_chunks(X, lambda Xp: self._weights(Xp).argmax(1).cpu().numpy()
+                               .astype(np.int64))
 
     def fit_predict(self, X, y=None) -> np.ndarray:
         """Fit and return ``labels_``."""
         return self.fit(X).labels_
 
-    def _outputs(self, Xn: np.ndarray) -> np.ndarray:
+    def _outputs(self, Xp: np.ndarray) -> np.ndarray:
         """``T_mu(x)`` of preprocessed rows, ``(n, d)``: what ``transform`` and ``score`` use."""
-        return (self._weights(Xn) @ self._tensor(self.cluster_centers_)).cpu().numpy()
+        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
+        return (self._weights(Xp) @ heads).cpu().numpy()
 
     def transform(self, X) -> np.ndarray:
         """Layer outputs ``T_mu(x)`` of the preprocessed rows, shape (n_samples, n_features)."""
-        return self._outputs(self._validated(X))
+        return self._by_chunks(X, self._outputs)
 
     def score(self, X, y=None) -> float:
         """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better)."""
-        Xn = self._validated(X)
-        return -float(np.mean(np.sum((Xn - self._outputs(Xn)) ** 2, axis=1)))
+        def squared_errors(Xp):
+            return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
+        return -float(np.mean(self._by_chunks(X, squared_errors)))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -85,15 +85,15 @@ def pass_bytes(n_clusters: int, n_features: int, *, dtype=torch.float64,
                penalty: str | None = None) -> int:
     """Bytes each rank all-reduces in one pass of the fixed-point solver.
 
-    ``(1 + K d + K^2 + K)`` numbers, plus ``K^2 d`` with ``penalty="balance"``.
+    ``(1 + K d + K^2 + 2 K)`` numbers, plus ``K^2 d`` with ``penalty="balance"``.
 
     Examples
     --------
     >>> pass_bytes(8, 32)
-    2632
+    2696
     """
     K, d = int(n_clusters), int(n_features)
-    numel = 1 + K * d + K * K + K + (K * K * d if penalty == "balance" else 0)
+    numel = 1 + K * d + K * K + 2 * K + (K * K * d if penalty == "balance" else 0)
     return numel * torch.empty((), dtype=dtype).element_size()
 
 

@@ -1,9 +1,10 @@
 """The default solver of ``AttentionClustering``: safeguarded fixed-point steps.
 
-The model is the K-head layer of :mod:`attnclust.heads`, with unit heads ``mu_h``,
-``a_h(x) = softmax_h(lambda <x, mu_h>)``, ``T_mu(x) = sum_h a_h(x) mu_h``, fitted by
-minimizing the empirical risk ``f(mu) = (1/n) sum_i ||x_i - T_mu(x_i)||^2`` (plus
-``rho * Pen(mu)``) over the product of spheres.
+The model is the K-head layer of :mod:`attnclust.heads`, ``a_h(x) = softmax_h(lambda
+<x, mu_h> - b_h)``, ``T_mu(x) = sum_h a_h(x) mu_h``, fitted by minimizing the empirical
+risk ``f(mu) = (1/n) sum_i ||x_i - T_mu(x_i)||^2`` (plus ``rho * Pen(mu)``): over the
+product of spheres for unit heads (``b_h = 0``), over ``R^{K x d}`` for Euclidean heads
+(``b_h = lambda ||mu_h||^2 / 2``; see the end of this docstring).
 
 Step
 ----
@@ -68,12 +69,23 @@ a fixed point) or on an accepted plain step, never on a short extrapolation. Mea
 benchmark (13 steps, 17 passes) is unchanged. All quantities are global sums or come
 from them, so data-parallel ranks take the same branches.
 
+Euclidean heads
+---------------
+The key bias adds ``-lambda mu_h`` to the derivative of each logit of head ``h``, hence
+``+(2/n) lambda (sum_i a_ih c_ih) mu_h`` to ``grad_h f``; since ``lambda a c = W - a``
+with ``W = a + lambda a c``, this costs one more ``K``-vector per pass, the column sums
+of ``W``. The step is the same per-head step without normalization, ``mu_h <- mu_h -
+t grad_h f / (2 N_h)``: with hard attention (``c = 0`` for the winning head, ``a = 0``
+elsewhere) it is exactly the k-means (Lloyd) step ``mu_h <- mean of the cell``, and the
+same safeguard and extrapolation apply (unnormalized). A head without any attention
+(``N_h = 0``) keeps its position.
+
 Notation
 --------
 =============  ==============  =============================================
 paper          code            meaning
 =============  ==============  =============================================
-``mu_h``       ``heads``       unit heads, shape ``(K, d)``
+``mu_h``       ``heads``       heads, shape ``(K, d)`` (unit on the sphere)
 ``lambda``     ``lam``         inverse temperature
 ``a_h(x)``     ``A[i, h]``     attention of row ``i`` on head ``h``
 ``N_h``        ``counts``      soft proportion of head ``h``
@@ -89,6 +101,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ._threads import map_chunks
 from .heads import softmax_heads
 
 __all__ = ["IterationInfo", "FixedPointResult", "fixed_point_fit"]
@@ -131,54 +144,62 @@ class _Pass(NamedTuple):
     value_radial: torch.Tensor  # (K,) <grad_h of the value part, mu_h>
 
 
-def _risk_pass(X, sq_norms, heads, lam, *, chunk, penalty=None, rho=0.0, reduce=None,
-               n_total=None) -> _Pass:
+def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs) -> torch.Tensor:
+    """The row sums of one chunk ``Xc`` (m, d), flat: loss, ``W^T X``, ``A^T A``, ``sum_i a_ih
+    P_ih``, ``sum_i W_ih`` (and ``sum_i a_ih a_ig x_i`` for the balance penalty)."""
+    P = Xc @ heads.T                                         # (m, K)
+    A = softmax_heads(lam * P if bias is None else lam * P - bias)   # (m, K)
+    AG = A @ gram                                            # (m, K) = <T_i, mu_h>
+    AP = A * P
+    xt = AP.sum(1)                                           # <x_i, T_i>
+    tt = (A * AG).sum(1)                                     # ||T_i||^2
+    loss = sq_norms.sum() - (2 * xt - tt).sum()
+    # W = a + lam a c with c = <r_i, mu_h> - <r_i, T_i> = (P - AG) - (xt - tt),
+    # built in place: the hot loop of the solver, whose gradient is explicit (no autograd)
+    W = (P - AG).sub_((xt - tt)[:, None]).mul_(lam).add_(1.0).mul_(A)
+    parts = [loss.reshape(1), (W.T @ Xc).reshape(-1), (A.T @ A).reshape(-1), AP.sum(0),
+             W.sum(0)]
+    if need_pairs:
+        parts.append(torch.einsum("nh,ng,nd->hgd", A, A, Xc).reshape(-1))
+    return torch.cat(parts)
+
+
+def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=None, rho=0.0,
+               reduce=None, n_total=None, workers=1) -> _Pass:
     """Risk, gradient and soft proportions in one pass, all in the K-dim projection space.
 
-    The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) and divides by
-    ``n`` at the end. With ``reduce`` (a sum over data-parallel ranks, see
-    :mod:`attnclust.distributed`) the sums of the local rows are summed over ranks in one
-    flat buffer of ``1 + K d + K^2 + K`` numbers (``+ K^2 d`` for the balance penalty)
-    before dividing by ``n_total``, the number of rows of all ranks.
+    The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) over chunks
+    of ``chunk`` rows, on up to ``workers`` threads (:func:`attnclust._threads.map_chunks`;
+    summed in chunk order), and divides by ``n`` at the end. With ``reduce`` (a sum over
+    data-parallel ranks, see :mod:`attnclust.distributed`) the sums of the local rows are
+    summed over ranks in one flat buffer of ``1 + K d + K^2 + 2 K`` numbers (``+ K^2 d``
+    for the balance penalty) before dividing by ``n_total``, the number of rows of all
+    ranks.
     """
     n = X.shape[0] if n_total is None else n_total
-    K = heads.shape[0]
+    K, d = heads.shape
     gram = heads @ heads.T                                   # (K, K)
-    loss = X.new_zeros(())
-    lin = X.new_zeros(K, X.shape[1])                         # sum_i (a + lam a c)_i x_i
-    ata = X.new_zeros(K, K)                                  # A^T A
-    vproj = X.new_zeros(K)                                   # sum_i a_ih <x_i, mu_h>
+    bias = (0.5 * lam) * torch.diagonal(gram) if geometry == "euclidean" else None
     need_pairs = penalty == "balance" and rho > 0
-    pair_x = X.new_zeros(K, K, X.shape[1]) if need_pairs else None
-    for start in range(0, n, chunk):
-        Xc = X[start:start + chunk]                          # (m, d)
-        P = Xc @ heads.T                                     # (m, K)
-        A = softmax_heads(lam * P)                           # (m, K)
-        AG = A @ gram                                        # (m, K) = <T_i, mu_h>
-        AP = A * P
-        xt = AP.sum(1)                                       # <x_i, T_i>
-        tt = (A * AG).sum(1)                                 # ||T_i||^2
-        loss = loss + sq_norms[start:start + chunk].sum() - (2 * xt - tt).sum()
-        # W = a + lam a c with c = <r_i, mu_h> - <r_i, T_i> = (P - AG) - (xt - tt),
-        # built in place: the hot loop of the solver, whose gradient is explicit (no autograd)
-        W = (P - AG).sub_((xt - tt)[:, None]).mul_(lam).add_(1.0).mul_(A)
-        lin = lin + W.T @ Xc
-        ata = ata + A.T @ A
-        vproj = vproj + AP.sum(0)
-        if need_pairs:
-            pair_x = pair_x + torch.einsum("nh,ng,nd->hgd", A, A, Xc)
+    sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
+    flat = X.new_zeros(sum(sizes))
+    for part in map_chunks(lambda s: _chunk_sums(X[s:s + chunk], sq_norms[s:s + chunk], heads,
+                                                  gram, lam, bias, need_pairs),
+                           X.shape[0], chunk, workers):
+        flat += part
     if reduce is not None:
-        parts = [loss, lin, ata, vproj] + ([pair_x] if need_pairs else [])
-        flat = reduce(torch.cat([t.reshape(-1) for t in parts]))
-        pieces = [q.reshape(t.shape)
-                  for q, t in zip(torch.split(flat, [t.numel() for t in parts]), parts,
-                                  strict=True)]
-        loss, lin, ata, vproj = pieces[:4]
-        if need_pairs:
-            pair_x = pieces[4]
-    loss, lin, ata, vproj = loss / n, lin / n, ata / n, vproj / n
+        flat = reduce(flat)
+    pieces = torch.split(flat, sizes)
+    loss, lin, ata = pieces[0][0], pieces[1].reshape(K, d), pieces[2].reshape(K, K)
+    vproj, wsum = pieces[3], pieces[4]
+    pair_x = pieces[5].reshape(K, K, d) if need_pairs else None
+    loss, lin, ata, vproj, wsum = loss / n, lin / n, ata / n, vproj / n, wsum / n
     counts = ata.sum(1)                                      # rows of A sum to one
     grad = -2.0 * (lin - ata @ heads)
+    if bias is not None:
+        # the key bias adds d(-lam ||mu_h||^2 / 2)/d mu_h = -lam mu_h to each logit's
+        # gradient: + 2 lam sum_i a_ih c_ih mu_h / n, and lam a c = W - a
+        grad = grad + 2.0 * (wsum - counts)[:, None] * heads
     value_radial = -2.0 * (vproj - (ata * gram).sum(1))      # <-2 (A^T X - A^T A mu)_h, mu_h>
     if penalty == "repulsion" and rho > 0:
         off = gram - torch.diag(torch.diagonal(gram))
@@ -195,26 +216,31 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, penalty=None, rho=0.0, reduce=
     return _Pass(loss, grad, counts, value_radial)
 
 
-def _fixed_point_step(heads, p: _Pass, t: float) -> torch.Tensor:
+def _fixed_point_step(heads, p: _Pass, t: float, geometry: str = "sphere") -> torch.Tensor:
+    tiny = torch.finfo(heads.dtype).tiny
+    if geometry == "euclidean":
+        # mu_h - t grad_h / (2 N_h); a head without any attention (N_h = 0) stays put
+        step = p.grad / (2.0 * p.counts.clamp_min(tiny))[:, None]
+        return torch.where((p.counts > 0)[:, None], heads - t * step, heads)
     # the tangent part of the gradient, plus the radial part of the value gradient only
     radial = (p.grad * heads).sum(1) - p.value_radial        # (K,) radial part to drop
     direction = p.grad - radial[:, None] * heads
-    step = direction / (2.0 * p.counts.clamp_min(torch.finfo(heads.dtype).tiny))[:, None]
+    step = direction / (2.0 * p.counts.clamp_min(tiny))[:, None]
     new = heads - t * step
     norm = torch.linalg.vector_norm(new, dim=1, keepdim=True)
     # a head whose step lands on the origin keeps its position
-    return torch.where(norm > 0, new / norm.clamp_min(torch.finfo(heads.dtype).tiny), heads)
+    return torch.where(norm > 0, new / norm.clamp_min(tiny), heads)
 
 
-def _anderson_candidate(heads, hist_x, hist_f, beta: float):
+def _anderson_candidate(heads, hist_x, hist_f, beta: float, geometry: str = "sphere"):
     """Anderson extrapolation of the fixed-point map, projected back on the spheres.
 
     ``hist_x[j]`` are past iterates and ``hist_f[j] = S(x_j) - x_j`` their full-step
     residuals (flattened, the last entry is the current iterate). With ``dX``, ``dF`` the
     differences of consecutive entries, ``gamma`` minimizes ``||f - dF gamma||`` (a small
     Tikhonov term keeps it bounded when ``dF`` is nearly rank deficient) and the candidate is
-    ``normalize(x + beta f - (dX + beta dF) gamma)``. ``None`` when the history holds one
-    entry or the solve is not finite.
+    ``normalize(x + beta f - (dX + beta dF) gamma)`` (not normalized for Euclidean heads).
+    ``None`` when the history holds one entry or the solve is not finite.
     """
     if len(hist_x) < 2:
         return None
@@ -232,6 +258,8 @@ def _anderson_candidate(heads, hist_x, hist_f, beta: float):
     if not bool(torch.isfinite(gamma).all()):
         return None
     x = (hist_x[-1] + beta * f - (dX + beta * dF) @ gamma).reshape(heads.shape)
+    if geometry == "euclidean":
+        return x if bool(torch.isfinite(x).all()) else None
     norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
     if not bool((norm > 0).all() and torch.isfinite(norm).all()):
         return None
@@ -246,14 +274,17 @@ def fixed_point_fit(
     steps_per_temperature: list[int],
     tol: float = 1e-6,
     chunk_size: int | None = None,
+    geometry: str = "sphere",
     penalty: str | None = None,
     rho: float = 0.0,
     callback: Callable[[IterationInfo], None] | None = None,
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    workers: int = 1,
 ) -> FixedPointResult:
     """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
 
-    ``mu_h <- normalize(mu_h - grad_h f / (2 N_h))`` with step halving whenever the
+    ``mu_h <- normalize(mu_h - grad_h f / (2 N_h))`` (not normalized for Euclidean heads)
+    with step halving whenever the
     objective would increase, each step first trying an Anderson extrapolation that is
     kept only if the objective does not increase (see the module docstring).
 
@@ -262,7 +293,7 @@ def fixed_point_fit(
     X : Tensor of shape (n, d)
         Data, on the device and in the dtype of the computation.
     heads0 : Tensor of shape (K, d)
-        Unit initial heads.
+        Initial heads (unit on the sphere).
     temperatures, steps_per_temperature : lists of the same length
         Annealing schedule: at most ``steps_per_temperature[s]`` steps at
         ``temperatures[s]`` (the last stage also stops when converged).
@@ -271,6 +302,9 @@ def fixed_point_fit(
         accepted plain step moved none by more.
     chunk_size : int, optional
         Rows per chunk of each pass (memory bound only; the steps are full-batch).
+    geometry : {"sphere", "euclidean"}, default="sphere"
+        Unit heads (steps normalized back on the spheres) or free heads with the key bias
+        ``lambda ||mu_h||^2 / 2`` (plain steps; see :mod:`attnclust.heads`).
     penalty, rho :
         Regularizer (``None``, ``"repulsion"`` or ``"balance"``) and its weight.
     callback : callable, optional
@@ -282,6 +316,9 @@ def fixed_point_fit(
         decides a branch (the objective of the safeguard, the shift of the heads) is the
         global one and all ranks take the same steps. ``None`` (one process) is the same
         code with no reduction.
+    workers : int, default=1
+        Threads that share the chunks of each pass (run torch single-threaded meanwhile,
+        see :mod:`attnclust._threads`); the result does not depend on it.
 
     Returns
     -------
@@ -298,10 +335,11 @@ def fixed_point_fit(
     """
     n = X.shape[0]
     chunk = max(1, n) if chunk_size is None else max(1, int(chunk_size))
-    sq_norms = (X * X).sum(1)                                # (n,)
+    sq_norms = torch.cat([(c * c).sum(1) for c in X.split(chunk)])   # (n,), chunk by chunk
     n_total = n if reduce is None else int(reduce(torch.tensor([n], dtype=torch.float64,
                                                                device=X.device)).item())
-    pass_args = dict(chunk=chunk, penalty=penalty, rho=rho, reduce=reduce, n_total=n_total)
+    pass_args = dict(chunk=chunk, geometry=geometry, penalty=penalty, rho=rho, reduce=reduce,
+                     n_total=n_total, workers=workers)
     heads = heads0
     losses: list[float] = []
     temps: list[float] = []
@@ -321,7 +359,7 @@ def fixed_point_fit(
             # after _GROW_AFTER steps accepted at first try: a run of damped steps then costs
             # about one pass per step instead of paying for the same halving again and again
             t, accepted = (min(1.0, 2.0 * t_prev) if streak >= _GROW_AFTER else t_prev), False
-            residual = _fixed_point_step(heads, cur, 1.0) - heads
+            residual = _fixed_point_step(heads, cur, 1.0, geometry) - heads
             if float(torch.linalg.vector_norm(residual, dim=1).max()) <= tol:
                 converged = last
                 break
@@ -330,7 +368,7 @@ def fixed_point_fit(
             if _ANDERSON_DEPTH > 0:
                 hist_x = [*hist_x, heads.reshape(-1)][-(_ANDERSON_DEPTH + 1):]
                 hist_f = [*hist_f, residual.reshape(-1)][-(_ANDERSON_DEPTH + 1):]
-                cand = _anderson_candidate(heads, hist_x, hist_f, t)
+                cand = _anderson_candidate(heads, hist_x, hist_f, t, geometry)
                 if cand is not None:
                     new = _risk_pass(X, sq_norms, cand, lam, **pass_args)
                     extrapolated = accepted = (float(new.loss) <= float(cur.loss)
@@ -339,7 +377,7 @@ def fixed_point_fit(
                         hist_x, hist_f = hist_x[-1:], hist_f[-1:]
             t_first = t
             for _ in range(0 if extrapolated else _MAX_HALVINGS):
-                cand = _fixed_point_step(heads, cur, t)
+                cand = _fixed_point_step(heads, cur, t, geometry)
                 new = _risk_pass(X, sq_norms, cand, lam, **pass_args)
                 if float(new.loss) <= float(cur.loss) + eps * abs(float(cur.loss)):
                     accepted = True

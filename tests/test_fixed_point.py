@@ -1,0 +1,140 @@
+"""Tests of the fixed-point solver (``attnclust.fixed_point``), both geometries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnclust as ac
+from attnclust.fixed_point import _fixed_point_step, _risk_pass, fixed_point_fit
+from attnclust.heads import attention_heads
+
+
+def _risk_autograd(heads, X, lam):
+    """Independent reference: mean ||x - softmax(lam X mu^T) mu||^2 by plain torch."""
+    A = torch.softmax(lam * X @ heads.T, dim=1)
+    return ((X - A @ heads) ** 2).sum(1).mean()
+
+
+@pytest.mark.parametrize("penalty", [None, "repulsion", "balance"])
+def test_pass_gradient_matches_autograd(penalty):
+    gen = np.random.default_rng(0)
+    X = torch.as_tensor(gen.standard_normal((300, 6)))
+    heads = ac.normalize(torch.as_tensor(gen.standard_normal((4, 6))))
+    lam, rho = 2.5, 0.7
+    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=97, penalty=penalty, rho=rho)
+    h = heads.clone().requires_grad_(True)
+    ref = _risk_autograd(h, X, lam)
+    if penalty == "repulsion":
+        G = h @ h.T
+        ref = ref + rho * ((G - torch.diag(torch.diagonal(G))) ** 2).sum() / 2
+    elif penalty == "balance":
+        N = torch.softmax(lam * X @ h.T, dim=1).mean(0)
+        ref = ref + rho * ((N - 0.25) ** 2).sum()
+    (g,) = torch.autograd.grad(ref, h)
+    assert float(p.loss) == pytest.approx(float(ref), rel=1e-12)
+    torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(p.counts, torch.softmax(lam * X @ heads.T, 1).mean(0))
+    if penalty is None:
+        assert float(p.loss) == pytest.approx(
+            float(ac.empirical_risk(heads, X, temperature=lam)), rel=1e-12)
+
+
+def test_step_is_spherical_lloyd_when_attention_is_hard():
+    gen = np.random.default_rng(1)
+    X = torch.as_tensor(gen.standard_normal((400, 5)))
+    heads = ac.normalize(torch.as_tensor(gen.standard_normal((3, 5))))
+    top2 = (X @ heads.T).sort(1).values
+    X = X[top2[:, -1] - top2[:, -2] > 0.05]  # every point at least 0.05 from a boundary
+    lam = 2000.0  # attention is one-hot up to exp(-100)
+    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=100)
+    labels = (X @ heads.T).argmax(1)
+    lloyd = ac.normalize(torch.stack([X[labels == h].sum(0) for h in range(3)]))
+    torch.testing.assert_close(_fixed_point_step(heads, p, 1.0), lloyd, rtol=0, atol=1e-12)
+
+
+def test_fixed_point_fit_example_converges_from_far():
+    X = torch.as_tensor(ac.GaussianMixture.antipodal(d=3, sigma=0.1).sample(400, rng=0))
+    h0 = ac.normalize(torch.tensor([[0.2, 1.0, 0.0], [0.1, 0.0, 1.0]], dtype=torch.float64))
+    res = fixed_point_fit(X, h0, temperatures=[1.0, 10.0, 50.0],
+                          steps_per_temperature=[5, 5, 500], tol=1e-10)
+    assert res.converged
+    assert ac.centroid_distance(res.heads, [[1, 0, 0], [-1, 0, 0]]).max < 0.05
+
+
+# -- Euclidean heads -----------------------------------------------------------------------
+def test_euclidean_pass_gradient_matches_autograd():
+    """Loss and gradient of the key-biased layer against plain torch autograd."""
+    gen = np.random.default_rng(2)
+    X = torch.as_tensor(1.5 * gen.standard_normal((300, 5)) + 1.0)
+    heads = torch.as_tensor(gen.standard_normal((4, 5)))
+    lam = 0.7
+    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=77, geometry="euclidean")
+    h = heads.clone().requires_grad_(True)
+    A = torch.softmax(-lam * torch.cdist(X, h) ** 2 / 2, dim=1)   # independent of head_logits
+    ref = ((X - A @ h) ** 2).sum(1).mean()
+    (g,) = torch.autograd.grad(ref, h)
+    assert float(p.loss) == pytest.approx(float(ref), rel=1e-12)
+    torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(p.counts, A.detach().mean(0))
+
+
+def test_euclidean_step_is_lloyd_when_attention_is_hard():
+    gen = np.random.default_rng(3)
+    X = torch.as_tensor(gen.standard_normal((400, 3)) * 2)
+    heads = torch.as_tensor(gen.standard_normal((4, 3)))
+    d2 = torch.cdist(X, heads) ** 2
+    top2 = d2.sort(1).values
+    X = X[top2[:, 1] - top2[:, 0] > 0.1]          # every point clear of a boundary
+    lam = 2000.0                                   # one-hot attention up to exp(-100)
+    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=100, geometry="euclidean")
+    labels = torch.cdist(X, heads).argmin(1)
+    means = torch.stack([X[labels == h].mean(0) for h in range(4)])
+    torch.testing.assert_close(_fixed_point_step(heads, p, 1.0, "euclidean"), means,
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("lam", [0.5, 3.0])
+def test_euclidean_fixed_point_has_zero_gradient(lam):
+    """A converged fit is a stationary point of the risk (autograd gradient ~ 0)."""
+    mix = ac.GaussianMixture.orthogonal(d=4, k=3, sigma=0.4)
+    X = torch.as_tensor(3 * mix.sample(1500, rng=0) + 1.0)
+    h0 = X[[0, 1, 2]].clone()
+    res = fixed_point_fit(X, h0, temperatures=[lam], steps_per_temperature=[2000], tol=1e-12,
+                          geometry="euclidean")
+    assert res.converged
+    h = res.heads.clone().requires_grad_(True)
+    risk = ((X - attention_heads(X, h, temperature=lam, geometry="euclidean")) ** 2).sum(1)
+    (g,) = torch.autograd.grad(risk.mean(), h)
+    h0g = h0.clone().requires_grad_(True)
+    risk0 = ((X - attention_heads(X, h0g, temperature=lam, geometry="euclidean")) ** 2).sum(1)
+    (g0,) = torch.autograd.grad(risk0.mean(), h0g)
+    assert float(g.norm()) < 1e-9 * float(g0.norm())
+    losses = np.array(res.loss_curve)
+    assert np.all(np.diff(losses) <= 1e-12 * abs(losses[0]))     # the safeguard
+
+
+def test_euclidean_fit_equals_lloyd_at_large_lambda():
+    """Hard limit: the fixed point is the k-means (Lloyd) fixed point from the same start."""
+    from sklearn.cluster import KMeans
+
+    gen = np.random.default_rng(4)
+    centers = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0]])
+    X = np.concatenate([c + gen.standard_normal((200, 2)) for c in centers])
+    start = X[[0, 200, 400]]
+    km = KMeans(3, init=start, n_init=1, tol=0, max_iter=100).fit(X)
+    res = fixed_point_fit(torch.as_tensor(X), torch.as_tensor(start), temperatures=[1e4],
+                          steps_per_temperature=[100], tol=1e-12, geometry="euclidean")
+    np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, atol=1e-9)
+
+
+@pytest.mark.parametrize("geometry", ["sphere", "euclidean"])
+def test_workers_share_chunks_without_changing_the_result(geometry):
+    """Chunks summed in their order whatever thread computed them: bitwise the same fit."""
+    X = torch.as_tensor(ac.GaussianMixture.orthogonal(d=5, k=3, sigma=0.3).sample(2000, rng=0))
+    h0 = ac.normalize(X[[0, 1, 2]].clone())
+    fits = [fixed_point_fit(X, h0, temperatures=[20.0], steps_per_temperature=[50],
+                            chunk_size=150, geometry=geometry, workers=w) for w in (1, 3)]
+    assert torch.equal(fits[0].heads, fits[1].heads)
+    assert fits[0].loss_curve == fits[1].loss_curve

@@ -1,0 +1,93 @@
+"""Tests of the warm start: hard Lloyd steps and the auto temperature (``attnclust.warm_start``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import load_iris
+
+import attnclust as ac
+from attnclust.warm_start import auto_temperature, hard_lloyd
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.1, 0.3])
+def test_auto_temperature_is_inverse_noise_variance(sigma):
+    mix = ac.GaussianMixture.orthogonal(d=20, k=3, sigma=sigma)
+    X = torch.as_tensor(mix.sample(30_000, rng=0))
+    lam = auto_temperature(X, torch.as_tensor(mix.centroids))
+    assert lam == pytest.approx(1 / sigma**2, rel=0.05)
+
+
+@pytest.mark.parametrize("cap", [1.0, 0.05])
+def test_auto_temperature_in_a_small_cap_is_still_inverse_noise_variance(cap):
+    """The defining property: lambda = 1/sigma^2 however close the clusters sit on the sphere.
+
+    With centroids in a cap of angular radius ``cap`` the projections on the heads vary
+    only to second order (``<x, mu> = 1 - ||x - mu||^2 / 2``); the rule measures the
+    spread across the boundaries between heads, which is first order, so it does not
+    blow up to ~1/sigma^4 when the cap is small (as row-normalized wine or iris are).
+    """
+    d, K, sigma = 12, 3, 0.1 * cap
+    base = np.eye(d)[0]
+    cent = np.stack([np.cos(cap) * base + np.sin(cap) * np.eye(d)[k + 1] for k in range(K)])
+    X = ac.normalize(torch.as_tensor(ac.GaussianMixture(cent, sigma=sigma).sample(30_000, rng=0)))
+    # rows on the sphere: the noise is tangent, of variance sigma^2 / (1 + d sigma^2) per
+    # direction (the von Mises-Fisher concentration is its inverse)
+    assert auto_temperature(X, torch.as_tensor(cent)) == pytest.approx((1 + d * sigma**2)
+                                                                       / sigma**2, rel=0.05)
+
+
+def test_hard_lloyd_stops_at_a_stable_partition():
+    X = torch.as_tensor(load_iris().data)
+    X = X / X.norm(dim=1, keepdim=True)
+    heads, labels, _ = hard_lloyd(X, ac.normalize(X[[0, 60, 120]]), 100)
+    torch.testing.assert_close(labels, (X @ heads.T).argmax(1), rtol=0, atol=0)
+    means = ac.normalize(torch.stack([X[labels == h].sum(0) for h in range(3)]))
+    torch.testing.assert_close(heads, means, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("sigma", [0.05, 0.3, 2.0])
+def test_euclidean_auto_temperature_is_inverse_noise_variance(sigma):
+    """Isotropic clusters anywhere: lambda = 1 / sigma^2 (the E-step of a Gaussian mixture)."""
+    gen = np.random.default_rng(0)
+    centers = 10 * sigma * np.eye(6)[:4] + 100.0      # 14 sigma apart, far from the origin
+    X = torch.as_tensor(np.concatenate([c + sigma * gen.standard_normal((10_000, 6))
+                                        for c in centers]))
+    lam = auto_temperature(X, torch.as_tensor(centers), geometry="euclidean")
+    assert lam == pytest.approx(1 / sigma**2, rel=0.05)
+
+
+def test_euclidean_auto_temperature_reads_the_spread_across_the_boundary():
+    """Anisotropic clusters: the variance that counts is the one along the centres' axis."""
+    gen = np.random.default_rng(5)
+    centers = np.array([[0.0, 0.0], [0.0, 10.0]])
+    X = np.concatenate([c + gen.standard_normal((20_000, 2)) * [5.0, 0.5] for c in centers])
+    lam = auto_temperature(torch.as_tensor(X), torch.as_tensor(centers), geometry="euclidean")
+    assert lam == pytest.approx(1 / 0.5**2, rel=0.05)
+
+
+def test_opposite_heads_on_the_sphere_get_a_finite_sensible_temperature():
+    """K = 2 centred data: Lloyd on the sphere ends with exactly opposite heads, where the
+    tangent to the nearest head is undefined; lambda must still be ~ 1 / spread^2."""
+    gen = np.random.default_rng(6)
+    X = np.concatenate([gen.normal([3.0, 0.0], 1.0, (500, 2)),
+                        gen.normal([-3.0, 0.0], 1.0, (500, 2))])
+    X = torch.as_tensor((X - X.mean(0)) / np.sqrt(np.mean(np.sum((X - X.mean(0))**2, 1))))
+    heads = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
+    lam = auto_temperature(X, heads)
+    spread = float(X[X[:, 0] > 0, 0].var())
+    assert lam == pytest.approx(1 / spread, rel=0.1)
+
+
+def test_hard_lloyd_euclidean_is_kmeans():
+    from sklearn.cluster import KMeans
+
+    X = load_iris().data
+    start = X[[0, 60, 120]]
+    km = KMeans(3, init=start, n_init=1, tol=0, max_iter=100).fit(X)
+    res = hard_lloyd(torch.as_tensor(X), torch.as_tensor(start), 100, geometry="euclidean")
+    np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, atol=1e-12)
+    np.testing.assert_array_equal(res.labels.numpy(), km.labels_)
+    # the score is minus half the k-means inertia per row, up to the rows' own norms
+    assert res.score == pytest.approx((np.sum(X**2) - km.inertia_) / 2 / len(X), rel=1e-12)
