@@ -526,15 +526,9 @@ def _agree_on_errors(error: str | None, ddp) -> None:
 
 def _cmd_fit_distributed(args) -> int:
     """``fit --distributed``: every rank fits its shard; rank 0 prints and writes."""
-    import time
-    from pathlib import Path
-
-    import numpy as np
-    import torch
     import torch.distributed as dist
 
     from . import distributed as ddp
-    from ._io import writable_folder
 
     params = _fit_params(args)
     prefix = _output_prefix(args)
@@ -546,57 +540,77 @@ def _cmd_fit_distributed(args) -> int:
         print(f"attnclust fit: error: {exc}", file=sys.stderr)
         return 1
     try:
-        try:
-            X, error = _load_shard(args, rank, world), None
-        except (ValueError, OSError) as exc:
-            X, error = None, str(exc)
-        if rank == 0 and error is None:        # rank 0 writes: check its folder first
-            try:
-                with writable_folder(Path(prefix).parent):
-                    pass
-            except ValueError as exc:
-                error = str(exc)
-        _agree_on_errors(error, ddp)
-        from .clustering import AttentionClustering
-
-        plan = AttentionClustering(args.n_clusters, **params)
-        bar, callback = _progress_callback(_progress_total(plan), args.quiet or rank != 0)
-        stats = ddp.CommStats()
-        start = time.perf_counter()
-        try:
-            est = ddp.fit_distributed(X, args.n_clusters, stats=stats, callback=callback,
-                                      **params)
-        finally:
-            if bar is not None:
-                bar.close()
-        seconds = time.perf_counter() - start
-        _check_centers(est)   # the same centers on every rank
-        n_calls, n_bytes = stats.calls, stats.bytes
-        labels = ddp.gather_rows(est.labels_)
-        # summary statistics of all rows: sizes, summed max attention, summed risk
-        K = args.n_clusters
-        conf_sum, sq_err = _summary_sums(est, X, K)
-        local = np.concatenate([np.bincount(est.labels_, minlength=K), conf_sum, [sq_err]])
-        total = ddp.make_reduce()(torch.from_numpy(local)).numpy()
-        sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-1] / est.n_samples_total_
-        if rank == 0:
-            outputs = _fit_outputs(prefix, est.cluster_centers_, labels)
-            n = est.n_samples_total_
-            per_pass = ddp.pass_bytes(K, X.shape[1], dtype=torch.float64)
-            head = [f"n={n}  d={X.shape[1]}  K={K}  ranks={world} ({dist.get_backend()})  "
-                    f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
-                    f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
-                    f"time={seconds:.2f}s",
-                    f"communicated per rank: {n_bytes} bytes in {n_calls} all-reduces, of "
-                    f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes"]
-            with writable_folder(Path(prefix).parent):
-                _write_all(outputs, _summary(head, sizes, conf_sum, outputs))
+        with contextlib.ExitStack() as rank0_folder:
+            X = _checked_shard(args, rank, world, prefix, rank0_folder, ddp)
+            _fit_shard(args, X, rank, world, prefix, params, ddp)
         return 0
     except ddp.DistributedError as exc:
         print(f"attnclust fit: error: {exc}", file=sys.stderr)
         return 1
     finally:
         dist.destroy_process_group()
+
+
+def _checked_shard(args, rank: int, world: int, prefix: str, rank0_folder, ddp):
+    """This rank's rows, once every rank has read and checked its own (and rank 0 its
+    output folder, kept for the rest of the command by ``rank0_folder``); any failure
+    stops every rank with the same line."""
+    from pathlib import Path
+
+    from ._io import writable_folder
+
+    try:
+        X, error = _load_shard(args, rank, world), None
+    except (ValueError, OSError) as exc:
+        X, error = None, str(exc)
+    if rank == 0 and error is None:            # rank 0 writes: its folder is checked now
+        try:
+            rank0_folder.enter_context(writable_folder(Path(prefix).parent))
+        except ValueError as exc:
+            error = str(exc)
+    _agree_on_errors(error, ddp)
+    return X
+
+
+def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp) -> None:
+    """Fit on every rank; sum the summary's statistics; rank 0 prints and writes."""
+    import time
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+
+    from .clustering import AttentionClustering
+
+    plan = AttentionClustering(args.n_clusters, **params)
+    bar, callback = _progress_callback(_progress_total(plan), args.quiet or rank != 0)
+    stats = ddp.CommStats()
+    start = time.perf_counter()
+    try:
+        est = ddp.fit_distributed(X, args.n_clusters, stats=stats, callback=callback, **params)
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start
+    _check_centers(est)   # the same centers on every rank
+    labels = ddp.gather_rows(est.labels_)
+    # summary statistics of all rows: sizes, summed max attention, summed squared error
+    K = args.n_clusters
+    conf_sum, sq_err = _summary_sums(est, X, K)
+    local = np.concatenate([np.bincount(est.labels_, minlength=K), conf_sum, [sq_err]])
+    total = ddp.make_reduce()(torch.from_numpy(local)).numpy()
+    if rank != 0:
+        return
+    sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-1] / est.n_samples_total_
+    per_pass = ddp.pass_bytes(K, X.shape[1], dtype=torch.float64)
+    head = [f"n={est.n_samples_total_}  d={X.shape[1]}  K={K}  ranks={world} "
+            f"({dist.get_backend()})  lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
+            f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
+            f"time={seconds:.2f}s",
+            f"communicated per rank: {stats.bytes} bytes in {stats.calls} all-reduces, of "
+            f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes"]
+    outputs = _fit_outputs(prefix, est.cluster_centers_, labels)
+    _write_all(outputs, _summary(head, sizes, conf_sum, outputs))
 
 
 def _cmd_quantize(args) -> int:
