@@ -552,3 +552,10 @@ def test_an_outlier_does_not_cap_the_temperature():
         warnings.simplefilter("error", DegenerateFitWarning)
         est = AttentionClustering(3, random_state=0).fit(X)
     assert 0.3 < est.temperature_ < 3          # about 1 / (unit spread)
+
+
+def test_warnings_point_at_the_callers_line():
+    X, _ = _blobs([[3.0, 0.0], [-3.0, 0.0]], n=100)
+    with pytest.warns(DegenerateFitWarning) as record:
+        AttentionClustering(2, temperature=1e-9, random_state=0).fit(X)
+    assert {w.filename for w in record} == {__file__}
