@@ -362,6 +362,16 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             raise ValueError(f"penalty={self.penalty!r} is defined for unit heads; use "
                              "geometry='sphere' or penalty=None")
         check_nonnegative(self.rho, "rho")
+        self._check_solver_params()
+        _check_device(self.device)
+        _torch_dtype(self.dtype, np.float64)
+        if not (self.temperature == "auto" if isinstance(self.temperature, str) else True):
+            raise ValueError(f"temperature must be a positive number or 'auto', got "
+                             f"{self.temperature!r}")
+        if not isinstance(self.temperature, str):
+            check_temperature(self.temperature)
+
+    def _check_solver_params(self) -> None:
         if self.solver not in ("fixed-point", "pgd"):
             raise ValueError(f"solver must be 'fixed-point' or 'pgd', got {self.solver!r}")
         if self.solver == "pgd" and self.geometry != "sphere":
@@ -378,13 +388,6 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             check_int(self.batch_size, "batch_size", 1)
         if self.solver == "pgd":
             check_nonnegative(self.step_size, "step_size")
-        _check_device(self.device)
-        _torch_dtype(self.dtype, np.float64)
-        if not (self.temperature == "auto" if isinstance(self.temperature, str) else True):
-            raise ValueError(f"temperature must be a positive number or 'auto', got "
-                             f"{self.temperature!r}")
-        if not isinstance(self.temperature, str):
-            check_temperature(self.temperature)
 
     def _validate(self, X, *, reset: bool) -> np.ndarray:
         if isinstance(X, torch.Tensor):   # no gradient flows through a fit
