@@ -263,10 +263,11 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     temperature_ : float
         The inverse temperature used (the resolved value of ``"auto"``).
     n_iter_ : int
-        Steps taken, all temperatures together.
+        Steps taken, all temperatures together (with the steps on the sample, on more
+        rows than the sample).
     loss_curve_ : ndarray
-        Objective after each accepted step, at the temperature in ``temperature_curve_``
-        (non-increasing while the temperature is constant).
+        Objective after each accepted step over all rows, at the temperature in
+        ``temperature_curve_`` (non-increasing while the temperature is constant).
     temperature_curve_ : ndarray
     converged_ : bool
     n_features_in_ : int
@@ -512,7 +513,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         X = self._validate(X, reset=True)
         comm = Communicator.local(X.shape[0]) if comm is None else comm
         self._check_params(comm.n_total)
-        workers = torch.get_num_threads()      # the threads torch would have used
+        # on the CPU, the threads torch would have used share the chunks of each pass
+        workers = torch.get_num_threads() if self._torch_threads == 1 else 1
         with torch_threads(self._torch_threads):
             return self._fit_validated(X, comm, workers)
 
@@ -554,27 +556,24 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             heads, losses, temp_curve, n_iter, converged = self._fit_fixed_point(
                 Xw, S, heads0, temps, steps, comm, working, workers)
         self._set_fitted(heads, lam, losses, temp_curve, n_iter, converged, working)
-        self._label_and_check(Xw, heads.to(Xw.dtype), lam, capped, comm,
-                              workers if self._torch_threads == 1 else 1)
+        self._label_and_check(Xw, heads.to(Xw.dtype), lam, capped, comm, workers)
         return self
 
     def _fit_fixed_point(self, Xw, S, heads0, temps, steps, comm, working, workers):
         """Fixed-point steps: on the sample first when it is smaller than the data."""
         common = dict(tol=self._tol, geometry=self.geometry, penalty=self.penalty,
                       rho=float(self.rho), callback=self._callback_fn(working),
-                      chunk_size=self.batch_size or _CHUNK,
-                      workers=workers if self._torch_threads == 1 else 1)
-        losses, temp_curve, n_iter = [], [], 0
-        if S.shape[0] < comm.n_total:
+                      chunk_size=self.batch_size or _CHUNK, workers=workers)
+        n_iter = 0
+        if S.shape[0] < comm.n_total:   # the curves are those of the steps over all rows
             res = fixed_point_fit(S, heads0, temperatures=temps, steps_per_temperature=steps,
                                   **common)
             heads0, n_iter = res.heads, res.n_iter
-            losses, temp_curve = res.loss_curve[:-1], res.temperature_curve[:-1]
             temps, steps = temps[-1:], steps[-1:]
         res = fixed_point_fit(Xw, heads0, temperatures=temps, steps_per_temperature=steps,
                               reduce=comm.reduce, **common)
-        return (res.heads, losses + res.loss_curve, temp_curve + res.temperature_curve,
-                n_iter + res.n_iter, res.converged)
+        return (res.heads, res.loss_curve, res.temperature_curve, n_iter + res.n_iter,
+                res.converged)
 
     def _set_fitted(self, heads, lam, losses, temp_curve, n_iter, converged, working):
         """Fitted attributes, mapped back from the working space to the preprocessed one."""
