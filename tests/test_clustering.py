@@ -552,3 +552,27 @@ def test_an_outlier_does_not_cap_the_temperature():
         warnings.simplefilter("error", DegenerateFitWarning)
         est = AttentionClustering(3, random_state=0).fit(X)
     assert 0.3 < est.temperature_ < 3          # about 1 / (unit spread)
+
+
+def test_warnings_point_at_the_callers_line():
+    X, _ = _blobs([[3.0, 0.0], [-3.0, 0.0]], n=100)
+    with pytest.warns(DegenerateFitWarning) as record:
+        AttentionClustering(2, temperature=1e-9, random_state=0).fit(X)
+    assert {w.filename for w in record} == {__file__}
+
+
+def test_more_rows_than_the_sample_fit_all_rows(monkeypatch):
+    """Above the warm-start sample the fit ends with steps over all rows: a stationary point
+    of the full-data risk, whose loss curve never increases."""
+    from attnclust import clustering
+
+    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 300)
+    X, y = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=7)
+    est = AttentionClustering(3, random_state=0, tol=1e-10, max_iter=2000).fit(X)
+    assert np.all(np.diff(est.loss_curve_) <= 1e-12 * est.loss_curve_[0])
+    assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-8)
+    h = torch.as_tensor(est.cluster_centers_).requires_grad_(True)
+    Xt = torch.as_tensor(X)
+    out = ac.attention_heads(Xt, h, temperature=est.temperature_, geometry="euclidean")
+    (g,) = torch.autograd.grad(((Xt - out) ** 2).sum(1).mean(), h)
+    assert float(g.norm()) < 1e-7

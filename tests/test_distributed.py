@@ -16,7 +16,8 @@ import torch
 import attnclust as ac
 from attnclust import clustering, fixed_point
 from attnclust import risk as risk_module
-from attnclust.clustering import AttentionClustering, _DataParallel
+from attnclust.clustering import AttentionClustering
+from attnclust.communicator import Communicator
 from attnclust.distributed import pass_bytes, pgd_distributed, shard_bounds, shard_rows
 
 WORKER = Path(__file__).with_name("_distributed_worker.py")
@@ -113,9 +114,9 @@ class _ThreadGroup:
         return out
 
     def context(self, rank, offset, n_total):
-        return _DataParallel(lambda t: self._exchange(rank, t, lambda s: sum(s[1:], s[0])),
-                             lambda t: self._exchange(rank, t, lambda s: s[0].clone()),
-                             offset, n_total)
+        return Communicator(lambda t: self._exchange(rank, t, lambda s: sum(s[1:], s[0])),
+                            lambda t: self._exchange(rank, t, lambda s: s[0].clone()),
+                            offset, n_total)
 
 
 def _run_ranks(group, body):
@@ -148,7 +149,7 @@ def _fit_simulated(X, world, **params):
 
     def body(r):
         est = AttentionClustering(**params)
-        return est._fit(X[slice(*bounds[r])], group.context(r, bounds[r][0], len(X)))
+        return est.fit(X[slice(*bounds[r])], comm=group.context(r, bounds[r][0], len(X)))
     return _run_ranks(group, body), group
 
 

@@ -4,6 +4,7 @@ The public names below are the library's contract; everything else is private.
 """
 
 from .clustering import AttentionClustering, DegenerateFitWarning
+from .communicator import Communicator
 from .heads import AttentionHeads, attention_heads, head_weights
 from .metrics import (
     AssignmentError,
@@ -38,6 +39,7 @@ __all__ = [
     "AttentionQuantizer",
     "CentroidDistance",
     "ClusterCount",
+    "Communicator",
     "DegenerateFitWarning",
     "GaussianMixture",
     "LimitDistance",

@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -74,6 +73,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._threads import map_chunks, torch_threads
 from ._validation import as_generator, check_int, check_nonnegative, check_temperature
+from .communicator import Communicator
 from .fixed_point import IterationInfo, fixed_point_fit
 from .heads import check_geometry, head_logits, softmax_heads
 from .warm_start import auto_temperature, boundary_variance, hard_lloyd
@@ -109,26 +109,6 @@ def _torch_dtype(dtype, data_dtype) -> torch.dtype:
     if name not in ("float32", "float64"):
         raise ValueError(f"dtype must be 'auto', 'float32' or 'float64', got {dtype!r}")
     return getattr(torch, name)
-
-
-class _DataParallel(NamedTuple):
-    """How a data-parallel fit sees the other ranks (built by :mod:`attnclust.distributed`).
-
-    The local rows are rows ``offset .. offset + n_local - 1`` of the concatenation of all
-    ranks' rows in rank order.
-    """
-
-    reduce: Callable[[torch.Tensor], torch.Tensor]     # sum over ranks, same on every rank
-    broadcast: Callable[[torch.Tensor], torch.Tensor]  # rank 0's tensor on every rank
-    offset: int                                        # global index of the first local row
-    n_total: int                                       # rows of all ranks
-
-
-def _sum_array(a: np.ndarray, dp: _DataParallel | None) -> np.ndarray:
-    """Sum of a NumPy array over the ranks of a data-parallel fit (itself without ``dp``)."""
-    if dp is None:
-        return np.asarray(a, dtype=np.float64)
-    return dp.reduce(torch.from_numpy(np.array(a, dtype=np.float64))).cpu().numpy()
 
 
 def _check_device(device) -> None:
@@ -169,26 +149,26 @@ def _squared_norms(X: np.ndarray, how: str, offset: int = 0) -> np.ndarray:
     return sq
 
 
-def _center_scale(X: np.ndarray, dp: _DataParallel | None, what: str) -> tuple[np.ndarray, float]:
+def _center_scale(X: np.ndarray, comm: Communicator, what: str) -> tuple[np.ndarray, float]:
     """Column means and root-mean-square norm of the centred rows, overflow-safe, in chunks.
 
     The norm is computed on rows divided by their largest centred entry so that no square
     overflows; rows are read ``_CHUNK`` at a time (a memory-mapped ``X`` is never copied
-    whole); with ``dp`` every sum is taken over the ranks' rows.
+    whole); every sum is taken over the ranks' rows.
     """
-    n = X.shape[0] if dp is None else dp.n_total
+    n = comm.n_total
     chunks = [X[s:s + _CHUNK] for s in range(0, X.shape[0], _CHUNK)]
     with np.errstate(over="ignore", invalid="ignore"):       # checked just below
-        mean = _sum_array(sum((c.sum(0, dtype=np.float64) for c in chunks),
-                              np.zeros(X.shape[1])), dp) / n
+        mean = comm.sum_array(sum((c.sum(0, dtype=np.float64) for c in chunks),
+                                  np.zeros(X.shape[1]))) / n
         big = max((float(np.abs(c - mean).max(initial=0.0)) for c in chunks), default=0.0)
-    if dp is not None:  # a unit common to all ranks, between max and R * max
-        big = float(_sum_array(np.array([big]), dp)[0])
+    # a unit common to all ranks, between the largest entry and R times it
+    big = float(comm.sum_array(big))
     if not np.isfinite(big) or not np.all(np.isfinite(mean)):
         raise ValueError(f"{what}: the column sums or X - mean overflow (entries near the "
                          "largest float); rescale the data")
     unit = big if big > 0 else 1.0
-    dev = float(_sum_array(sum(float(np.sum(((c - mean) / unit) ** 2)) for c in chunks), dp))
+    dev = float(comm.sum_array(sum(float(np.sum(((c - mean) / unit) ** 2)) for c in chunks)))
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 
@@ -283,10 +263,11 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     temperature_ : float
         The inverse temperature used (the resolved value of ``"auto"``).
     n_iter_ : int
-        Steps taken, all temperatures together.
+        Steps taken, all temperatures together (with the steps on the sample, on more
+        rows than the sample).
     loss_curve_ : ndarray
-        Objective after each accepted step, at the temperature in ``temperature_curve_``
-        (non-increasing while the temperature is constant).
+        Objective after each accepted step over all rows, at the temperature in
+        ``temperature_curve_`` (non-increasing while the temperature is constant).
     temperature_curve_ : ndarray
     converged_ : bool
     n_features_in_ : int
@@ -382,6 +363,16 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             raise ValueError(f"penalty={self.penalty!r} is defined for unit heads; use "
                              "geometry='sphere' or penalty=None")
         check_nonnegative(self.rho, "rho")
+        self._check_solver_params()
+        _check_device(self.device)
+        _torch_dtype(self.dtype, np.float64)
+        if not (self.temperature == "auto" if isinstance(self.temperature, str) else True):
+            raise ValueError(f"temperature must be a positive number or 'auto', got "
+                             f"{self.temperature!r}")
+        if not isinstance(self.temperature, str):
+            check_temperature(self.temperature)
+
+    def _check_solver_params(self) -> None:
         if self.solver not in ("fixed-point", "pgd"):
             raise ValueError(f"solver must be 'fixed-point' or 'pgd', got {self.solver!r}")
         if self.solver == "pgd" and self.geometry != "sphere":
@@ -398,13 +389,6 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             check_int(self.batch_size, "batch_size", 1)
         if self.solver == "pgd":
             check_nonnegative(self.step_size, "step_size")
-        _check_device(self.device)
-        _torch_dtype(self.dtype, np.float64)
-        if not (self.temperature == "auto" if isinstance(self.temperature, str) else True):
-            raise ValueError(f"temperature must be a positive number or 'auto', got "
-                             f"{self.temperature!r}")
-        if not isinstance(self.temperature, str):
-            check_temperature(self.temperature)
 
     def _validate(self, X, *, reset: bool) -> np.ndarray:
         if isinstance(X, torch.Tensor):   # no gradient flows through a fit
@@ -412,30 +396,30 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         return validate_data(self, X, dtype=[np.float64, np.float32], reset=reset,
                              ensure_min_samples=1)
 
-    def _preprocess(self, X: np.ndarray, *, fitting: bool, dp=None, offset: int = 0
-                    ) -> np.ndarray:
-        """Apply ``normalize`` to validated rows; ``dp``: data-parallel fit; ``offset``: the
-        index of ``X``'s first row in the caller's rows (for error messages)."""
+    def _preprocess(self, X: np.ndarray, *, fitting: bool, comm: Communicator | None = None,
+                    offset: int = 0) -> np.ndarray:
+        """Apply ``normalize`` to validated rows (``comm``: the fit's, when ``fitting``);
+        ``offset``: the index of ``X``'s first row in the caller's rows (for messages)."""
         how = self._normalize
         if how == "rows":
             return _normalize_rows(X, offset)
         if how == "center-scale":
             if fitting:
-                self.mean_, self.scale_ = _center_scale(X, dp, "normalize='center-scale'")
+                self.mean_, self.scale_ = _center_scale(X, comm, "normalize='center-scale'")
             return (X - self.mean_.astype(X.dtype)) / X.dtype.type(self.scale_)
         if self.geometry == "sphere":
             sq = _squared_norms(X, "normalize=None", offset)
             if fitting:
-                n = X.shape[0] if dp is None else dp.n_total
-                msq = float(_sum_array(np.sum(sq), dp)) / n
+                msq = float(comm.sum_array(np.sum(sq))) / comm.n_total
                 if not 0.25 <= msq <= 4.0:
                     warnings.warn(
                         f"normalize=None but the rows' mean squared norm is {msq:.3g}, far from "
                         "1: the heads have unit norm; pass normalize='rows' or 'center-scale' "
-                        "to bring the data to the sphere's scale", UserWarning, stacklevel=5)
+                        "to bring the data to the sphere's scale", UserWarning, stacklevel=4)
         return X
 
-    def _working_rows(self, Xp: np.ndarray, dp) -> tuple[torch.Tensor, _Working]:
+    def _working_rows(self, Xp: np.ndarray, comm: Communicator
+                      ) -> tuple[torch.Tensor, _Working]:
         """The rows of the fit as a tensor, and the map that made them from ``Xp``."""
         dtype = _torch_dtype(self.dtype, Xp.dtype)
         np_dtype = np.float32 if dtype == torch.float32 else np.float64
@@ -443,7 +427,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             working = _Working(None, 1.0)
             Xw = np.asarray(Xp, dtype=np_dtype)
         else:
-            shift, scale = _center_scale(Xp, dp, "geometry='euclidean'")
+            shift, scale = _center_scale(Xp, comm, "geometry='euclidean'")
             if not np.finfo(np.float64).tiny < scale * scale < np.inf:
                 raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
                                  "out of float64's range; rescale the data")
@@ -454,25 +438,24 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             warnings.simplefilter("ignore", UserWarning)
             return torch.from_numpy(np.ascontiguousarray(Xw)).to(self.device), working
 
-    def _sample(self, X: torch.Tensor, gen, dp) -> torch.Tensor:
+    def _sample(self, X: torch.Tensor, gen, comm: Communicator) -> torch.Tensor:
         """At most ``_WARM_SAMPLE`` rows, drawn with the estimator's generator.
 
-        The sample is drawn from the global row indices, so a data-parallel fit (where
-        each rank fills in the sampled rows it holds and a sum over ranks assembles them)
-        sees exactly the rows one process would.
+        The sample is drawn from the global row indices and each rank fills in the sampled
+        rows it holds, so a sum over ranks assembles exactly the rows one process would
+        draw, on every rank.
         """
-        n = X.shape[0] if dp is None else dp.n_total
-        idx = None if n <= _WARM_SAMPLE else np.sort(gen.choice(n, _WARM_SAMPLE, replace=False))
-        if dp is None:
-            return X if idx is None else X[torch.from_numpy(idx).to(X.device)]
-        idx = np.arange(n) if idx is None else idx
-        mine = (idx >= dp.offset) & (idx < dp.offset + X.shape[0])
-        rows = torch.zeros(idx.size, X.shape[1], dtype=torch.float64)  # zero where not ours
-        rows[torch.from_numpy(mine)] = X[torch.from_numpy(idx[mine] - dp.offset)
-                                         .to(X.device)].cpu().double()
-        return dp.reduce(rows.to(X.device)).to(X.dtype)                # x + 0 = x exactly
+        n = comm.n_total
+        idx = np.arange(n) if n <= _WARM_SAMPLE else np.sort(
+            gen.choice(n, _WARM_SAMPLE, replace=False))
+        mine = (idx >= comm.offset) & (idx < comm.offset + X.shape[0])
+        rows = X.new_zeros(idx.size, X.shape[1], dtype=torch.float64)  # zero where not ours
+        rows[torch.from_numpy(mine).to(X.device)] = X[
+            torch.from_numpy(idx[mine] - comm.offset).to(X.device)].double()
+        return comm.reduce(rows).to(X.dtype)                  # x + 0 = x exactly
 
-    def _initial_heads(self, S: torch.Tensor, working: _Working, gen, dp) -> torch.Tensor:
+    def _initial_heads(self, S: torch.Tensor, working: _Working, gen, comm: Communicator
+                       ) -> torch.Tensor:
         K, d = self.n_clusters, S.shape[1]
         if isinstance(self.init, str):
             if self.init == "kmeans++":
@@ -503,7 +486,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             centers = centers / norms[:, None]
         heads = torch.as_tensor(centers, dtype=S.dtype, device=S.device)
         # every rank computed the same heads; rank 0's copy makes sure they agree bitwise
-        return heads if dp is None else dp.broadcast(heads)
+        return comm.broadcast(heads)
 
     @property
     def _n_init(self) -> int:
@@ -511,26 +494,29 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             return 3 if self.geometry == "euclidean" and isinstance(self.init, str) else 1
         return check_int(self.n_init, "n_init", 1)
 
-    def _warm_start(self, S, working, gen, dp) -> torch.Tensor:
+    def _warm_start(self, S, working, gen, comm: Communicator) -> torch.Tensor:
         """Initial heads; with ``n_init > 1``, the Lloyd heads of the best of the seedings."""
         if self._n_init == 1:
-            return self._initial_heads(S, working, gen, dp)
-        runs = [hard_lloyd(S, self._initial_heads(S, working, gen, dp), _LLOYD_STEPS,
+            return self._initial_heads(S, working, gen, comm)
+        runs = [hard_lloyd(S, self._initial_heads(S, working, gen, comm), _LLOYD_STEPS,
                            geometry=self.geometry) for _ in range(self._n_init)]
         return max(runs, key=lambda run: run.score).heads
 
     # -- fitting ----------------------------------------------------------------------------
-    def fit(self, X, y=None):
-        """Fit the heads to ``X`` (n_samples, n_features); ``y`` is ignored."""
-        return self._fit(X)
+    def fit(self, X, y=None, *, comm: Communicator | None = None):
+        """Fit the heads to ``X`` (n_samples, n_features); ``y`` is ignored.
 
-    def _fit(self, X, dp: _DataParallel | None = None):
-        """``fit``; with ``dp``, ``X`` is this rank's shard of a data-parallel fit."""
+        With ``comm`` (a :class:`~attnclust.communicator.Communicator`), ``X`` is this
+        rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`);
+        every rank gets the fit of all the rows.
+        """
         X = self._validate(X, reset=True)
-        self._check_params(X.shape[0] if dp is None else dp.n_total)
-        workers = torch.get_num_threads()      # the threads torch would have used
+        comm = Communicator.local(X.shape[0]) if comm is None else comm
+        self._check_params(comm.n_total)
+        # on the CPU, the threads torch would have used share the chunks of each pass
+        workers = torch.get_num_threads() if self._torch_threads == 1 else 1
         with torch_threads(self._torch_threads):
-            return self._fit_validated(X, dp, workers)
+            return self._fit_validated(X, comm, workers)
 
     @property
     def _torch_threads(self) -> int | None:
@@ -538,18 +524,18 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         :mod:`attnclust._threads`)."""
         return 1 if torch.device(self.device).type == "cpu" else None
 
-    def _fit_validated(self, X: np.ndarray, dp: _DataParallel | None, workers: int):
+    def _fit_validated(self, X: np.ndarray, comm: Communicator, workers: int):
         """The fit of validated rows (warnings raised here point at the caller of ``fit``)."""
-        if dp is not None and self.solver != "fixed-point":
+        if comm.n_total != X.shape[0] and self.solver != "fixed-point":
             raise ValueError(f"data-parallel fitting needs solver='fixed-point', got "
                              f"{self.solver!r}")
         self.mean_, self.scale_ = None, None
-        Xp = self._preprocess(X, fitting=True, dp=dp)
+        Xp = self._preprocess(X, fitting=True, comm=comm)
         gen = as_generator(self.random_state)
-        Xw, working = self._working_rows(Xp, dp)
+        Xw, working = self._working_rows(Xp, comm)
         del Xp
-        S = self._sample(Xw, gen, dp)
-        heads0 = self._warm_start(S, working, gen, dp)
+        S = self._sample(Xw, gen, comm)
+        heads0 = self._warm_start(S, working, gen, comm)
         capped = False
         if isinstance(self.temperature, str):  # "auto", checked above
             lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry).heads
@@ -568,29 +554,26 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                 Xw, heads0, temps, steps, gen, working)
         else:
             heads, losses, temp_curve, n_iter, converged = self._fit_fixed_point(
-                Xw, S, heads0, temps, steps, dp, working, workers)
+                Xw, S, heads0, temps, steps, comm, working, workers)
         self._set_fitted(heads, lam, losses, temp_curve, n_iter, converged, working)
-        self._label_and_check(Xw, heads.to(Xw.dtype), lam, capped, dp,
-                              workers if self._torch_threads == 1 else 1)
+        self._label_and_check(Xw, heads.to(Xw.dtype), lam, capped, comm, workers)
         return self
 
-    def _fit_fixed_point(self, Xw, S, heads0, temps, steps, dp, working, workers):
+    def _fit_fixed_point(self, Xw, S, heads0, temps, steps, comm, working, workers):
         """Fixed-point steps: on the sample first when it is smaller than the data."""
         common = dict(tol=self._tol, geometry=self.geometry, penalty=self.penalty,
                       rho=float(self.rho), callback=self._callback_fn(working),
-                      chunk_size=self.batch_size or _CHUNK,
-                      workers=workers if self._torch_threads == 1 else 1)
-        losses, temp_curve, n_iter = [], [], 0
-        if S.shape[0] < (Xw.shape[0] if dp is None else dp.n_total):
+                      chunk_size=self.batch_size or _CHUNK, workers=workers)
+        n_iter = 0
+        if S.shape[0] < comm.n_total:   # the curves are those of the steps over all rows
             res = fixed_point_fit(S, heads0, temperatures=temps, steps_per_temperature=steps,
                                   **common)
             heads0, n_iter = res.heads, res.n_iter
-            losses, temp_curve = res.loss_curve[:-1], res.temperature_curve[:-1]
             temps, steps = temps[-1:], steps[-1:]
         res = fixed_point_fit(Xw, heads0, temperatures=temps, steps_per_temperature=steps,
-                              reduce=None if dp is None else dp.reduce, **common)
-        return (res.heads, losses + res.loss_curve, temp_curve + res.temperature_curve,
-                n_iter + res.n_iter, res.converged)
+                              reduce=comm.reduce, **common)
+        return (res.heads, res.loss_curve, res.temperature_curve, n_iter + res.n_iter,
+                res.converged)
 
     def _set_fitted(self, heads, lam, losses, temp_curve, n_iter, converged, working):
         """Fitted attributes, mapped back from the working space to the preprocessed one."""
@@ -610,9 +593,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         self.converged_ = bool(converged)
         if not converged:
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
-                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=5)
+                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
 
-    def _label_and_check(self, Xw, heads, lam, capped, dp, workers) -> None:
+    def _label_and_check(self, Xw, heads, lam, capped, comm, workers) -> None:
         """``labels_``, and a :class:`DegenerateFitWarning` for a dead head or a degenerate
         ``lambda`` (cluster sizes and attention sharpness counted over all ranks' rows)."""
         K = self.n_clusters
@@ -627,24 +610,24 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             return float(best.double().sum())
         sharp = sum(map_chunks(winners, Xw.shape[0], chunk, workers))
         sizes = np.bincount(self.labels_, minlength=K).astype(np.float64)
-        stats = _sum_array(np.append(sizes, sharp), dp)
+        stats = comm.sum_array(np.append(sizes, sharp))
         n = float(stats[:K].sum())
         shown = f"lambda={self.temperature_:.3g}"
         dead = np.flatnonzero(stats[:K] == 0)
         if dead.size:
             warnings.warn(f"head(s) {dead.tolist()} win no row: the fit found fewer than "
                           f"{K} clusters; try another random_state or init, or fewer clusters",
-                          DegenerateFitWarning, stacklevel=5)
+                          DegenerateFitWarning, stacklevel=4)
         if capped:
             warnings.warn(f"the clusters have (nearly) no spread, so {shown} is at its cap "
                           "(1e12 over the data's mean squared spread, 1e6 in float32); "
                           "duplicated rows?",
-                          DegenerateFitWarning, stacklevel=5)
+                          DegenerateFitWarning, stacklevel=4)
         if K > 1 and stats[K] / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
             warnings.warn(f"the attention is nearly uniform at {shown} (mean largest weight "
                           f"{stats[K] / n:.3f}, uniform {1 / K:.3f}): the risk then pins down "
                           "only the mean of the heads; raise temperature or use 'auto'",
-                          DegenerateFitWarning, stacklevel=5)
+                          DegenerateFitWarning, stacklevel=4)
 
     def _callback_fn(self, working: _Working):
         """The user's callback and the log, in the preprocessed space's units."""

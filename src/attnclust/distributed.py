@@ -50,7 +50,8 @@ import torch
 import torch.distributed as dist
 
 from ._validation import as_generator, as_tensor
-from .clustering import AttentionClustering, _DataParallel
+from .clustering import AttentionClustering
+from .communicator import Communicator
 from .pgd import PGDResult, pgd
 
 __all__ = ["CommStats", "DistributedError", "failed_ranks", "fit_distributed", "gather_errors",
@@ -409,10 +410,9 @@ def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
         raise ValueError("fit_distributed needs an initialized process group "
                          "(torch.distributed.init_process_group, or init_from_env)")
     X, offset, n_total = _check_in(X_shard, group)
-    dp = _DataParallel(make_reduce(group, stats=stats), _make_broadcast(group), offset,
-                       n_total)
-    est = AttentionClustering(n_clusters, **params)
-    est._fit(X, dp)
+    comm = Communicator(make_reduce(group, stats=stats), _make_broadcast(group), offset,
+                        n_total)
+    est = AttentionClustering(n_clusters, **params).fit(X, comm=comm)
     est.shard_offset_ = offset
     est.n_samples_total_ = n_total
     return est

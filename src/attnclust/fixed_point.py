@@ -232,6 +232,21 @@ def _fixed_point_step(heads, p: _Pass, t: float, geometry: str = "sphere") -> to
     return torch.where(norm > 0, new / norm.clamp_min(tiny), heads)
 
 
+def _halving_step(evaluate, heads, cur: _Pass, t: float, geometry: str, bound: float):
+    """The plain step of length ``t``, halved until the objective is at most ``bound``.
+
+    Returns the candidate heads, its pass, the length used and whether it was accepted
+    (``False`` after ``_MAX_HALVINGS`` halvings: no descent is left).
+    """
+    for _ in range(_MAX_HALVINGS):
+        cand = _fixed_point_step(heads, cur, t, geometry)
+        new = evaluate(cand)
+        if float(new.loss) <= bound:
+            return cand, new, t, True
+        t *= 0.5
+    return cand, new, t, False
+
+
 def _anderson_candidate(heads, hist_x, hist_f, beta: float, geometry: str = "sphere"):
     """Anderson extrapolation of the fixed-point map, projected back on the spheres.
 
@@ -354,11 +369,15 @@ def fixed_point_fit(
         t_prev, streak = 1.0, 0
         hist_x: list[torch.Tensor] = []                      # Anderson history, this stage
         hist_f: list[torch.Tensor] = []
+        def evaluate(cand, lam=lam):
+            return _risk_pass(X, sq_norms, cand, lam, **pass_args)
+
         for _ in range(n_steps):
             # start from the last accepted step, doubled (at most to the full step 1) only
             # after _GROW_AFTER steps accepted at first try: a run of damped steps then costs
             # about one pass per step instead of paying for the same halving again and again
             t, accepted = (min(1.0, 2.0 * t_prev) if streak >= _GROW_AFTER else t_prev), False
+            bound = float(cur.loss) + eps * abs(float(cur.loss))   # what a step may reach
             residual = _fixed_point_step(heads, cur, 1.0, geometry) - heads
             if float(torch.linalg.vector_norm(residual, dim=1).max()) <= tol:
                 converged = last
@@ -370,20 +389,14 @@ def fixed_point_fit(
                 hist_f = [*hist_f, residual.reshape(-1)][-(_ANDERSON_DEPTH + 1):]
                 cand = _anderson_candidate(heads, hist_x, hist_f, t, geometry)
                 if cand is not None:
-                    new = _risk_pass(X, sq_norms, cand, lam, **pass_args)
-                    extrapolated = accepted = (float(new.loss) <= float(cur.loss)
-                                               + eps * abs(float(cur.loss)))
+                    new = evaluate(cand)
+                    extrapolated = accepted = float(new.loss) <= bound
                     if not accepted:                         # restart from this iterate
                         hist_x, hist_f = hist_x[-1:], hist_f[-1:]
-            t_first = t
-            for _ in range(0 if extrapolated else _MAX_HALVINGS):
-                cand = _fixed_point_step(heads, cur, t, geometry)
-                new = _risk_pass(X, sq_norms, cand, lam, **pass_args)
-                if float(new.loss) <= float(cur.loss) + eps * abs(float(cur.loss)):
-                    accepted = True
-                    break
-                t *= 0.5
             if not extrapolated:
+                t_first = t
+                cand, new, t, accepted = _halving_step(evaluate, heads, cur, t, geometry,
+                                                       bound)
                 streak = 0 if not accepted or t < t_first or t >= 1.0 else streak + 1
             n_iter += 1
             if not accepted:                                 # no descent left: stationary
