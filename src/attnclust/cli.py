@@ -40,6 +40,17 @@ class Interrupted(BaseException):
         self.signum = signum
 
 
+def _say(line: str) -> None:
+    """Write one line to stderr in a single write.
+
+    ``print`` writes the text and the newline separately, and with unbuffered stderr
+    (``python -u``, ``PYTHONUNBUFFERED``) the lines of ranks sharing a terminal or a
+    torchrun log could interleave mid-line.
+    """
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
 @contextlib.contextmanager
 def _signals_raise_interrupted():
     """While the command runs, SIGINT and SIGTERM raise :class:`Interrupted`.
@@ -81,7 +92,7 @@ def _warnings_as_lines(command: str, quiet: bool):
         if quiet:
             return
         text = " ".join(str(message).split())       # one line, whatever the message
-        print(f"attnclust {command}: warning: {text}", file=sys.stderr, flush=True)
+        _say(f"attnclust {command}: warning: {text}")
 
     with warnings.catch_warnings():
         warnings.simplefilter("default")   # each distinct warning once per place
@@ -197,8 +208,8 @@ def _cmd_bench(args) -> int:
                 print(f"\n== {name}")
                 print(table, flush=True)
         except (Exception, SystemExit) as exc:   # a benchmark's bug is not ours to re-raise
-            print(f"attnclust bench: error: benchmark {name!r} ({path}) failed: "
-                  f"{describe_failure(path, exc)}", file=sys.stderr, flush=True)
+            _say(f"attnclust bench: error: benchmark {name!r} ({path}) failed: "
+                 f"{describe_failure(path, exc)}")
             status = 1
     return status
 
@@ -537,7 +548,7 @@ def _cmd_fit_distributed(args) -> int:
     try:
         rank, world = ddp.init_from_env(backend=backend, timeout=args.timeout)
     except ddp.DistributedError as exc:
-        print(f"attnclust fit: error: {exc}", file=sys.stderr)
+        _say(f"attnclust fit: error: {exc}")
         return 1
     try:
         with contextlib.ExitStack() as rank0_folder:
@@ -545,7 +556,7 @@ def _cmd_fit_distributed(args) -> int:
             _fit_shard(args, X, rank, world, prefix, params, ddp)
         return 0
     except ddp.DistributedError as exc:
-        print(f"attnclust fit: error: {exc}", file=sys.stderr)
+        _say(f"attnclust fit: error: {exc}")
         return 1
     finally:
         dist.destroy_process_group()
@@ -678,12 +689,12 @@ def _run(args) -> int:
             return args.handler(args)
     except (CommandError, ValueError, OSError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"attnclust {args.command}: error: {message}", file=sys.stderr)
+        _say(f"attnclust {args.command}: error: {message}")
         return EXIT_USAGE
     except MemoryError as exc:      # not the input's fault: status 1, like other failures
         detail = " ".join(str(exc).split())
-        print(f"attnclust {args.command}: error: out of memory"
-              + (f" ({detail})" if detail else ""), file=sys.stderr)
+        _say(f"attnclust {args.command}: error: out of memory"
+             + (f" ({detail})" if detail else ""))
         return 1
 
 
@@ -697,11 +708,11 @@ def main(argv: list[str] | None = None) -> int:
             args = parser.parse_args(argv)
     except SystemExit as exc:          # --help (0) or a usage error, already printed (2)
         if stdout.failure is not None:     # --help into a full disk or a closed pipe
-            print(f"attnclust: error: {stdout.failure}", file=sys.stderr)
+            _say(f"attnclust: error: {stdout.failure}")
             return EXIT_USAGE
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except StdoutError as exc:
-        print(f"attnclust: error: {exc}", file=sys.stderr)
+        _say(f"attnclust: error: {exc}")
         return EXIT_USAGE
     # under torchrun every rank runs this: one copy of each warning (rank 0's) is enough
     quiet = getattr(args, "quiet", False) or (
@@ -713,5 +724,5 @@ def main(argv: list[str] | None = None) -> int:
         _io.remove_temporaries()      # whatever the unwinding did not reach
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         with contextlib.suppress(OSError, ValueError):
-            print("attnclust: interrupted", file=sys.stderr, flush=True)
+            _say("attnclust: interrupted")
         return EXIT_SIGNAL[signum]
