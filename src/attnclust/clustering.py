@@ -72,7 +72,15 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._threads import map_chunks, torch_threads
-from ._validation import as_generator, check_int, check_nonnegative, check_temperature
+from ._validation import (
+    as_generator,
+    as_numpy_input,
+    as_torch_dtype,
+    check_device,
+    check_int,
+    check_nonnegative,
+    check_temperature,
+)
 from .communicator import Communicator
 from .fixed_point import IterationInfo, fixed_point_fit
 from .heads import check_geometry, head_logits, softmax_heads
@@ -98,27 +106,10 @@ class DegenerateFitWarning(ConvergenceWarning):
 
 # -- helpers of the estimator ------------------------------------------------------------
 def _torch_dtype(dtype, data_dtype) -> torch.dtype:
+    """The computation's dtype: ``"auto"`` keeps float32 data in float32, else float64."""
     if isinstance(dtype, str) and dtype == "auto":
         return torch.float32 if data_dtype == np.float32 else torch.float64
-    name = str(dtype) if isinstance(dtype, torch.dtype) else getattr(dtype, "__name__", dtype)
-    try:
-        name = str(np.dtype(name)) if not isinstance(dtype, torch.dtype) else name
-    except TypeError:
-        pass
-    name = str(name).removeprefix("torch.")
-    if name not in ("float32", "float64"):
-        raise ValueError(f"dtype must be 'auto', 'float32' or 'float64', got {dtype!r}")
-    return getattr(torch, name)
-
-
-def _check_device(device) -> None:
-    """``ValueError`` naming ``device`` unless torch can allocate on it here."""
-    try:
-        torch.empty(0, device=torch.device(device))
-    except (RuntimeError, AssertionError, TypeError, ValueError) as exc:
-        raise ValueError(f"device {device!r} is not a usable torch device here "
-                         f"({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
-                         ) from exc
+    return as_torch_dtype(dtype)
 
 
 def _normalize_rows(X: np.ndarray, offset: int = 0) -> np.ndarray:
@@ -364,7 +355,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                              "geometry='sphere' or penalty=None")
         check_nonnegative(self.rho, "rho")
         self._check_solver_params()
-        _check_device(self.device)
+        check_device(self.device)
         _torch_dtype(self.dtype, np.float64)
         if not (self.temperature == "auto" if isinstance(self.temperature, str) else True):
             raise ValueError(f"temperature must be a positive number or 'auto', got "
@@ -391,9 +382,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             check_nonnegative(self.step_size, "step_size")
 
     def _validate(self, X, *, reset: bool) -> np.ndarray:
-        if isinstance(X, torch.Tensor):   # no gradient flows through a fit
-            X = X.detach().cpu().numpy()
-        return validate_data(self, X, dtype=[np.float64, np.float32], reset=reset,
+        return validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32], reset=reset,
                              ensure_min_samples=1)
 
     def _preprocess(self, X: np.ndarray, *, fitting: bool, comm: Communicator | None = None,
