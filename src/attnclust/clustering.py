@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -96,7 +97,8 @@ ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lamb
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
 _LLOYD_STEPS = 20         # hard Lloyd steps before "auto" (stops when stable)
 _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
-_CHUNK = 16_384           # rows per chunk of a pass when batch_size is None (memory bound)
+_CHUNK = 16_384           # rows per chunk of a pass when batch_size is None, at most ...
+_CHUNK_NUMBERS = 1 << 19  # ... and at most this many numbers per (rows, d or K) block
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
 
 
@@ -165,10 +167,23 @@ def _center_scale(X: np.ndarray, comm: Communicator, what: str) -> tuple[np.ndar
 
 
 class _Working(NamedTuple):
-    """The affine map from the preprocessed space to the fit's: ``(x - shift) / scale``."""
+    """The rows of a fit: the preprocessed rows and the affine map ``(x - shift) / scale``
+    to the fit's space (Euclidean heads), applied chunk by chunk or already applied."""
 
-    shift: np.ndarray | None   # (d,), None: no map (the sphere's fit runs as preprocessed)
+    rows: torch.Tensor                  # (n, d)
+    row_map: Callable | None            # chunk of rows -> chunk of the fit's rows, or None
     scale: float
+    shift: np.ndarray | None            # (d,), None: the sphere's fit runs as preprocessed
+
+    def read(self, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start:stop`` of the fit."""
+        chunk = self.rows[start:stop]
+        return chunk if self.row_map is None else self.row_map(chunk)
+
+    def take(self, idx: torch.Tensor) -> torch.Tensor:
+        """The fit's rows at the indices ``idx``."""
+        picked = self.rows[idx]
+        return picked if self.row_map is None else self.row_map(picked)
 
 
 class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
@@ -229,7 +244,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (overlapping
         clusters converge slowly, and the labels stop changing long before ``1e-6``).
     batch_size : int, optional
-        Rows per chunk of each pass (memory only: steps stay full-batch; default 16,384);
+        Rows per chunk of each pass (memory only: steps stay full-batch; default: 16,384,
+        fewer for wide data, about 2 MB per block);
         for ``solver="pgd"``, the mini-batch size of stochastic steps.
     step_size : float, default=0.5
         Step of ``solver="pgd"`` (ignored by the fixed-point solver).
@@ -407,41 +423,47 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                         "to bring the data to the sphere's scale", UserWarning, stacklevel=4)
         return X
 
-    def _working_rows(self, Xp: np.ndarray, comm: Communicator
-                      ) -> tuple[torch.Tensor, _Working]:
-        """The rows of the fit as a tensor, and the map that made them from ``Xp``."""
+    def _working_rows(self, Xp: np.ndarray, comm: Communicator) -> _Working:
+        """The rows of the fit: ``Xp`` as a tensor, and the map of its chunks to the fit's.
+
+        Euclidean heads are fitted on rows centred and scaled to unit root-mean-square
+        norm. On the CPU that map is applied to each chunk as it is read, so that a
+        memory-mapped ``Xp`` is never copied whole; on another device the mapped rows are
+        made there once.
+        """
         dtype = _torch_dtype(self.dtype, Xp.dtype)
-        np_dtype = np.float32 if dtype == torch.float32 else np.float64
-        if self.geometry == "sphere":
-            working = _Working(None, 1.0)
-            Xw = np.asarray(Xp, dtype=np_dtype)
-        else:
-            shift, scale = _center_scale(Xp, comm, "geometry='euclidean'")
-            if not np.finfo(np.float64).tiny < scale * scale < np.inf:
-                raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
-                                 "out of float64's range; rescale the data")
-            working = _Working(shift, scale)
-            Xw = np.asarray(Xp - shift.astype(Xp.dtype), dtype=np_dtype)
-            Xw /= np_dtype(scale)
         with warnings.catch_warnings():   # a read-only memmap is only ever read
             warnings.simplefilter("ignore", UserWarning)
-            return torch.from_numpy(np.ascontiguousarray(Xw)).to(self.device), working
+            rows = torch.from_numpy(np.ascontiguousarray(Xp))
+        if self.geometry == "sphere":
+            return _Working(rows.to(self.device, dtype), None, 1.0, None)
+        shift, scale = _center_scale(Xp, comm, "geometry='euclidean'")
+        if not np.finfo(np.float64).tiny < scale * scale < np.inf:
+            raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
+                             "out of float64's range; rescale the data")
+        shift_t = torch.as_tensor(shift, dtype=rows.dtype)
 
-    def _sample(self, X: torch.Tensor, gen, comm: Communicator) -> torch.Tensor:
+        def row_map(chunk: torch.Tensor) -> torch.Tensor:   # centred in the data's dtype
+            return (chunk - shift_t).to(dtype).div_(scale)
+        if torch.device(self.device).type != "cpu":
+            return _Working(row_map(rows).to(self.device), None, scale, shift)
+        return _Working(rows, row_map, scale, shift)
+
+    def _sample(self, working: _Working, gen, comm: Communicator) -> torch.Tensor:
         """At most ``_WARM_SAMPLE`` rows, drawn with the estimator's generator.
 
         The sample is drawn from the global row indices and each rank fills in the sampled
         rows it holds, so a sum over ranks assembles exactly the rows one process would
         draw, on every rank.
         """
-        n = comm.n_total
+        n, X = comm.n_total, working.rows
         idx = np.arange(n) if n <= _WARM_SAMPLE else np.sort(
             gen.choice(n, _WARM_SAMPLE, replace=False))
         mine = (idx >= comm.offset) & (idx < comm.offset + X.shape[0])
-        rows = X.new_zeros(idx.size, X.shape[1], dtype=torch.float64)  # zero where not ours
-        rows[torch.from_numpy(mine).to(X.device)] = X[
-            torch.from_numpy(idx[mine] - comm.offset).to(X.device)].double()
-        return comm.reduce(rows).to(X.dtype)                  # x + 0 = x exactly
+        picked = working.take(torch.from_numpy(idx[mine] - comm.offset).to(X.device))
+        rows = picked.new_zeros(idx.size, X.shape[1], dtype=torch.float64)  # 0 where not ours
+        rows[torch.from_numpy(mine).to(X.device)] = picked.double()
+        return comm.reduce(rows).to(picked.dtype)            # x + 0 = x exactly
 
     def _initial_heads(self, S: torch.Tensor, working: _Working, gen, comm: Communicator
                        ) -> torch.Tensor:
@@ -507,6 +529,17 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         with torch_threads(self._torch_threads):
             return self._fit_validated(X, comm, workers)
 
+    def _chunk(self, n_features: int) -> int:
+        """Rows per chunk of a pass: ``batch_size``, or blocks of about 2 MB (float32).
+
+        Wide blocks are not only memory: the allocator keeps freed blocks of several MB
+        per worker thread (1,000,000 x 128 float32 rows: +950 MB peak with 16,384-row
+        chunks, +600 MB with 4,096).
+        """
+        if self.batch_size is not None:
+            return int(self.batch_size)
+        return max(256, min(_CHUNK, _CHUNK_NUMBERS // max(n_features, self.n_clusters)))
+
     @property
     def _torch_threads(self) -> int | None:
         """One torch thread on the CPU: passes share chunks between workers instead (see
@@ -521,9 +554,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         self.mean_, self.scale_ = None, None
         Xp = self._preprocess(X, fitting=True, comm=comm)
         gen = as_generator(self.random_state)
-        Xw, working = self._working_rows(Xp, comm)
+        working = self._working_rows(Xp, comm)
         del Xp
-        S = self._sample(Xw, gen, comm)
+        S = self._sample(working, gen, comm)
         heads0 = self._warm_start(S, working, gen, comm)
         capped = False
         if isinstance(self.temperature, str):  # "auto", checked above
@@ -540,27 +573,28 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         steps = [int(self.max_iter) if s is None else s for _, s in plan]
         if self.solver == "pgd":
             heads, losses, temp_curve, n_iter, converged = self._fit_pgd(
-                Xw, heads0, temps, steps, gen, working)
+                working.rows, heads0, temps, steps, gen, working)
         else:
             heads, losses, temp_curve, n_iter, converged = self._fit_fixed_point(
-                Xw, S, heads0, temps, steps, comm, working, workers)
+                S, heads0, temps, steps, comm, working, workers)
         self._set_fitted(heads, lam, losses, temp_curve, n_iter, converged, working)
-        self._label_and_check(Xw, heads.to(Xw.dtype), lam, capped, comm, workers)
+        self._label_and_check(working, heads, lam, capped, comm, workers)
         return self
 
-    def _fit_fixed_point(self, Xw, S, heads0, temps, steps, comm, working, workers):
+    def _fit_fixed_point(self, S, heads0, temps, steps, comm, working, workers):
         """Fixed-point steps: on the sample first when it is smaller than the data."""
         common = dict(tol=self._tol, geometry=self.geometry, penalty=self.penalty,
                       rho=float(self.rho), callback=self._callback_fn(working),
-                      chunk_size=self.batch_size or _CHUNK, workers=workers)
+                      chunk_size=self._chunk(working.rows.shape[1]), workers=workers)
         n_iter = 0
         if S.shape[0] < comm.n_total:   # the curves are those of the steps over all rows
             res = fixed_point_fit(S, heads0, temperatures=temps, steps_per_temperature=steps,
                                   **common)
             heads0, n_iter = res.heads, res.n_iter
             temps, steps = temps[-1:], steps[-1:]
-        res = fixed_point_fit(Xw, heads0, temperatures=temps, steps_per_temperature=steps,
-                              reduce=comm.reduce, **common)
+        res = fixed_point_fit(working.rows, heads0, temperatures=temps,
+                              steps_per_temperature=steps, reduce=comm.reduce,
+                              row_map=working.row_map, **common)
         return (res.heads, res.loss_curve, res.temperature_curve, n_iter + res.n_iter,
                 res.converged)
 
@@ -584,20 +618,22 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
                           "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
 
-    def _label_and_check(self, Xw, heads, lam, capped, comm, workers) -> None:
+    def _label_and_check(self, working: _Working, heads, lam, capped, comm, workers) -> None:
         """``labels_``, and a :class:`DegenerateFitWarning` for a dead head or a degenerate
         ``lambda`` (cluster sizes and attention sharpness counted over all ranks' rows)."""
         K = self.n_clusters
-        chunk = self.batch_size or _CHUNK
+        chunk = self._chunk(working.rows.shape[1])
 
-        self.labels_ = np.empty(Xw.shape[0], dtype=np.int64)
+        n = working.rows.shape[0]
+        self.labels_ = np.empty(n, dtype=np.int64)
 
         def winners(start):   # labels (written in place) and sum_i max_h a_ih of one chunk
-            A = softmax_heads(head_logits(Xw[start:start + chunk], heads, lam, self.geometry))
+            A = softmax_heads(head_logits(working.read(start, start + chunk), heads, lam,
+                                          self.geometry))
             best, z = A.max(1)
             self.labels_[start:start + chunk] = z.cpu().numpy()
             return float(best.double().sum())
-        sharp = sum(map_chunks(winners, Xw.shape[0], chunk, workers))
+        sharp = sum(map_chunks(winners, n, chunk, workers))
         sizes = np.bincount(self.labels_, minlength=K).astype(np.float64)
         stats = comm.sum_array(np.append(sizes, sharp))
         n = float(stats[:K].sum())

@@ -144,6 +144,13 @@ class _Pass(NamedTuple):
     value_radial: torch.Tensor  # (K,) <grad_h of the value part, mu_h>
 
 
+def _chunk_reader(X, row_map):
+    """``(start, stop) -> rows start:stop of the fit`` (through ``row_map`` when given)."""
+    if row_map is None:
+        return lambda start, stop: X[start:stop]
+    return lambda start, stop: row_map(X[start:stop])
+
+
 def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs) -> torch.Tensor:
     """The row sums of one chunk ``Xc`` (m, d), flat: loss, ``W^T X``, ``A^T A``, ``sum_i a_ih
     P_ih``, ``sum_i W_ih`` (and ``sum_i a_ih a_ig x_i`` for the balance penalty)."""
@@ -165,7 +172,7 @@ def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs) -> torch.Tenso
 
 
 def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=None, rho=0.0,
-               reduce=None, n_total=None, workers=1) -> _Pass:
+               reduce=None, n_total=None, workers=1, row_map=None) -> _Pass:
     """Risk, gradient and soft proportions in one pass, all in the K-dim projection space.
 
     The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) over chunks
@@ -174,7 +181,8 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
     data-parallel ranks, see :mod:`attnclust.distributed`) the sums of the local rows are
     summed over ranks in one flat buffer of ``1 + K d + K^2 + 2 K`` numbers (``+ K^2 d``
     for the balance penalty) before dividing by ``n_total``, the number of rows of all
-    ranks.
+    ranks. ``row_map``, if given, maps each chunk of ``X`` to the rows of the fit (e.g. a
+    centring applied on the fly, so that the rows are never copied whole).
     """
     n = X.shape[0] if n_total is None else n_total
     K, d = heads.shape
@@ -182,9 +190,10 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
     bias = (0.5 * lam) * torch.diagonal(gram) if geometry == "euclidean" else None
     need_pairs = penalty == "balance" and rho > 0
     sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
-    flat = X.new_zeros(sum(sizes))
-    for part in map_chunks(lambda s: _chunk_sums(X[s:s + chunk], sq_norms[s:s + chunk], heads,
-                                                  gram, lam, bias, need_pairs),
+    flat = heads.new_zeros(sum(sizes))
+    rows = _chunk_reader(X, row_map)
+    for part in map_chunks(lambda s: _chunk_sums(rows(s, s + chunk), sq_norms[s:s + chunk],
+                                                  heads, gram, lam, bias, need_pairs),
                            X.shape[0], chunk, workers):
         flat += part
     if reduce is not None:
@@ -295,6 +304,7 @@ def fixed_point_fit(
     callback: Callable[[IterationInfo], None] | None = None,
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
     workers: int = 1,
+    row_map: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> FixedPointResult:
     """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
 
@@ -334,6 +344,9 @@ def fixed_point_fit(
     workers : int, default=1
         Threads that share the chunks of each pass (run torch single-threaded meanwhile,
         see :mod:`attnclust._threads`); the result does not depend on it.
+    row_map : callable, optional
+        Maps a chunk of rows of ``X`` to the rows to fit (in the dtype of ``heads0``), for
+        a transformation applied on the fly instead of to a copy of ``X``.
 
     Returns
     -------
@@ -350,16 +363,19 @@ def fixed_point_fit(
     """
     n = X.shape[0]
     chunk = max(1, n) if chunk_size is None else max(1, int(chunk_size))
-    sq_norms = torch.cat([(c * c).sum(1) for c in X.split(chunk)])   # (n,), chunk by chunk
+    rows = _chunk_reader(X, row_map)
+    sq_norms = torch.cat([(c * c).sum(1) for c in (rows(s, s + chunk)      # (n,) by chunks
+                                                   for s in range(0, n, chunk))]
+                         or [heads0.new_zeros(0)])
     n_total = n if reduce is None else int(reduce(torch.tensor([n], dtype=torch.float64,
                                                                device=X.device)).item())
     pass_args = dict(chunk=chunk, geometry=geometry, penalty=penalty, rho=rho, reduce=reduce,
-                     n_total=n_total, workers=workers)
+                     n_total=n_total, workers=workers, row_map=row_map)
     heads = heads0
     losses: list[float] = []
     temps: list[float] = []
     n_iter, converged = 0, False
-    eps = 1e-12 if X.dtype == torch.float64 else 1e-5
+    eps = 1e-12 if heads0.dtype == torch.float64 else 1e-5
     for stage, (lam, n_steps) in enumerate(zip(temperatures, steps_per_temperature,
                                                strict=True)):
         last = stage == len(temperatures) - 1
