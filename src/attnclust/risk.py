@@ -79,13 +79,13 @@ paper             code                 meaning
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from scipy.special import expit
 
+from ._quadrature import _N_SCRAMBLES, _graded_nodes, _Rule, _rule, _sobol_normals
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_temperature
 from .heads import head_weights, softmax_heads
 from .mixture import GaussianMixture
@@ -100,7 +100,6 @@ __all__ = [
 ]
 
 _METHODS = ("auto", "exact", "qmc")
-_N_SCRAMBLES = 4
 
 
 class RiskEstimate(NamedTuple):
@@ -110,58 +109,6 @@ class RiskEstimate(NamedTuple):
     """The estimate, a 0-dim tensor differentiable w.r.t. the heads."""
     stderr: float
     """Standard error over independent scrambles."""
-
-
-# --------------------------------------------------------------------------------------
-# Composite Gauss-Legendre rule graded toward sharp points (numpy; nodes are detached)
-# --------------------------------------------------------------------------------------
-class _Rule(NamedTuple):
-    gl_x: np.ndarray  # (m,) Gauss-Legendre nodes on [-1, 1]
-    gl_w: np.ndarray  # (m,)
-    grid: np.ndarray  # (U,) uniform breakpoints on [-trunc, trunc]
-    offsets: np.ndarray  # (O,) graded offsets in units of eps, both signs and 0
-    trunc: float
-
-
-@functools.lru_cache(maxsize=8)
-def _rule(n_gauss: int = 6, width: float = 1.0, trunc: float = 8.5, ratio: float = 2.0,
-          first: float = 1.0, last: float = 32.0) -> _Rule:
-    """Fixed pieces of the rule, computed once per setting (module-level cache)."""
-    gl_x, gl_w = np.polynomial.legendre.leggauss(n_gauss)
-    n_panels = int(np.ceil(2 * trunc / width))
-    grid = np.linspace(-trunc, trunc, n_panels + 1)
-    n_graded = int(np.floor(np.log(last / first) / np.log(ratio) + 1e-9)) + 1
-    pos = first * ratio ** np.arange(n_graded)
-    offsets = np.concatenate([-pos[::-1], [0.0], pos])
-    return _Rule(gl_x, gl_w, grid, offsets, trunc)
-
-
-_EPS_MAX = 1e6  # wider than this, a "sharp" point is flat on [-trunc, trunc]
-
-
-def _graded_nodes(center: np.ndarray, eps: np.ndarray, rule: _Rule):
-    """Nodes and Gaussian-weighted weights of the rule for N(0, 1).
-
-    ``center``, ``eps`` have shape ``(..., F)``: ``F`` sharp points per integral.
-    Returns ``z`` and ``w`` of shape ``(..., N)`` with ``sum w ~ 1``.
-    """
-    # a degenerate direction gives center = nan or +-inf and eps = inf: any finite
-    # placement is then right, the integrand being flat there
-    if not (np.isfinite(center).all() and np.isfinite(eps).all()):
-        center = np.nan_to_num(center)
-        eps = np.nan_to_num(eps, nan=_EPS_MAX, posinf=_EPS_MAX)
-    center = np.minimum(np.maximum(center, -_EPS_MAX), _EPS_MAX)
-    eps = np.minimum(eps, _EPS_MAX)
-    graded = center[..., None] + eps[..., None] * rule.offsets  # (..., F, O)
-    graded = graded.reshape(*center.shape[:-1], -1)
-    grid = np.broadcast_to(rule.grid, (*center.shape[:-1], rule.grid.size))
-    bp = np.concatenate([grid, graded], axis=-1)
-    bp = np.sort(np.minimum(np.maximum(bp, -rule.trunc), rule.trunc))
-    half = 0.5 * (bp[..., 1:] - bp[..., :-1])  # (..., P)
-    mid = 0.5 * (bp[..., 1:] + bp[..., :-1])
-    z = (mid[..., None] + half[..., None] * rule.gl_x).reshape(*mid.shape[:-1], -1)
-    w = (half[..., None] * rule.gl_w).reshape(z.shape) * np.exp(-0.5 * z * z)
-    return z, w / np.sqrt(2 * np.pi)
 
 
 # --------------------------------------------------------------------------------------
@@ -363,19 +310,6 @@ def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _Rule) -> torch.T
 # --------------------------------------------------------------------------------------
 # Quasi-Monte Carlo
 # --------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=32)
-def _sobol_normals(dim: int, n: int, seed: int) -> torch.Tensor:
-    """``(S, n // S, dim)`` normals from ``S`` independent scrambled Sobol sequences."""
-    seeds = np.random.SeedSequence(seed).generate_state(_N_SCRAMBLES)
-    per = max(n // _N_SCRAMBLES, 1)
-    out = []
-    for s in seeds:
-        engine = torch.quasirandom.SobolEngine(dim, scramble=True, seed=int(s))
-        u = engine.draw(per, dtype=torch.float64).clamp(1e-16, 1 - 1e-16)
-        out.append(torch.special.ndtri(u))
-    return torch.stack(out)
-
-
 def _qmc_setup(heads, mix: GaussianMixture, n_samples: int, rng):
     """Means ``(k_mix, K)``, factor ``C`` ``(K, K)`` (``C C^T = G``) and normals ``z``.
 
@@ -534,6 +468,9 @@ def empirical_risk(heads, X, *, temperature: float, batch_size: int | None = Non
     True
     """
     X_t = as_tensor(X, name="X")
+    heads_t = as_tensor(heads, name="heads")
+    if heads_t.ndim == 3:
+        return _empirical_risk_runs(heads_t, X_t, temperature, batch_size)
     if X_t.ndim != 2 or X_t.shape[0] == 0:
         raise ValueError(f"X must be a non-empty (n, d) array, got shape {tuple(X_t.shape)}")
     check_finite(X_t, "X")
@@ -546,6 +483,26 @@ def empirical_risk(heads, X, *, temperature: float, batch_size: int | None = Non
     for start in range(0, n, step):
         xb = X_t[start:start + step]  # (b, d)
         total = total + ((xb - head_weights(xb, heads, temperature=lam) @ heads) ** 2).sum()
+    return total / n
+
+
+def _empirical_risk_runs(heads: torch.Tensor, X: torch.Tensor, temperature, batch_size):
+    """``R`` runs at once: heads ``(R, K, d)``, data ``(n, d)`` or ``(R, n, d)``, one
+    inverse temperature per run (a float or ``(R,)``); returns ``(R,)``."""
+    if X.ndim not in (2, 3) or X.shape[-2] == 0 or X.shape[-1] != heads.shape[-1]:
+        raise ValueError(f"X must be a non-empty (n, {heads.shape[-1]}) or (R, n, "
+                         f"{heads.shape[-1]}) array, got shape {tuple(X.shape)}")
+    check_finite(X, "X")
+    X = X.to(heads.dtype)
+    lam = torch.as_tensor(temperature, dtype=heads.dtype, device=heads.device)
+    lam = lam.expand(heads.shape[0])[:, None, None]  # (R, 1, 1)
+    n = X.shape[-2]
+    step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
+    total = heads.new_zeros(heads.shape[0])
+    for start in range(0, n, step):
+        xb = X[..., start:start + step, :]  # (b, d) or (R, b, d)
+        a = softmax_heads(lam * (xb @ heads.transpose(1, 2)))  # (R, b, K)
+        total = total + ((xb - a @ heads) ** 2).sum((-1, -2))
     return total / n
 
 
