@@ -145,26 +145,33 @@ def k2_exact(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.nda
              lam: np.ndarray, second: np.ndarray, rule: _Rule, nodes: K2Nodes | None = None):
     """Exact ``K = 2`` risk ``(R,)`` and its Euclidean gradient ``(R, 2, d)``.
 
-    ``F = -2 a_0 D + a^T G a`` at each node; ``g = dF/da = 2 G a - 2 (D, 0)``,
-    ``dF/dD = lambda a_0 (g_0 - a.g) - 2 a_0``; the chain rule through ``w`` and
-    ``G = mu mu^T`` gives the rest.
+    At each node ``F = -2 a_0 D + a^T G a`` with ``a = (a_0, 1 - a_0)``, so
+    ``a^T G a = G_11 + 2 c_1 a_0 + c_2 a_0^2`` (``c_1 = G_01 - G_11``, ``c_2 = G_00 -
+    2 G_01 + G_11``) and ``dF/dD = 2 lambda a_0 a_1 (c_1 + c_2 a_0 - D) - 2 a_0``. The
+    integral needs four weighted sums of ``1, a_0, a_0^2, a_0 D``; the chain rule through
+    ``w`` and ``G = mu mu^T`` gives the gradient.
     """
     nodes = k2_nodes(heads, cents, pi, sigma, lam, rule) if nodes is None else nodes
     D, P, a0 = nodes.D, nodes.P, nodes.a0
-    a1 = 1.0 - a0
     G = heads @ heads.transpose(0, 2, 1)  # (R, 2, 2)
-    g00, g01, g11 = (G[:, i, j, None, None] for i, j in ((0, 0), (0, 1), (1, 1)))
-    Ga0, Ga1 = g00 * a0 + g01 * a1, g01 * a0 + g11 * a1
-    aGa = a0 * Ga0 + a1 * Ga1
-    aD = a0 * D
+    g00, g01, g11 = G[:, 0, 0], G[:, 0, 1], G[:, 1, 1]
+    c1, c2 = g01 - g11, g00 - 2.0 * g01 + g11
+    Pa0 = P * a0
+    S0, S1 = P.sum((1, 2)), Pa0.sum((1, 2))
+    S2, SD = (Pa0 * a0).sum((1, 2)), (Pa0 * D).sum((1, 2))
     mean_c = np.einsum("rk,rkd->rd", pi, cents)  # (R, d) E[X]
-    value = second + (P * (aGa - 2.0 * aD)).sum((1, 2)) \
+    value = second + g11 * S0 + 2.0 * c1 * S1 + c2 * S2 - 2.0 * SD \
         - 2.0 * (mean_c * heads[:, 1]).sum(-1)
-    gD = P * a0 * (lam[:, None, None] * (2.0 * Ga0 - 2.0 * D - (2.0 * aGa - 2.0 * aD)) - 2.0)
+    gD = c2[:, None, None] * a0
+    gD += c1[:, None, None]
+    gD -= D
+    gD *= 1.0 - a0
+    gD *= 2.0 * lam[:, None, None]
+    gD -= 2.0
+    gD *= Pa0  # P dF/dD
     dw = _k2_chain(nodes, gD, cents, sigma)
-    Pa0, Pa1 = P * a0, P * a1
-    d_gram = np.stack([np.stack([(Pa0 * a0).sum((1, 2)), (Pa0 * a1).sum((1, 2))], -1),
-                       np.stack([(Pa0 * a1).sum((1, 2)), (Pa1 * a1).sum((1, 2))], -1)], -2)
+    d_gram = np.stack([np.stack([S2, S1 - S2], -1), np.stack([S1 - S2, S0 - 2.0 * S1 + S2], -1)],
+                      -2)
     grad = 2.0 * (d_gram @ heads)
     grad[:, 0] += dw
     grad[:, 1] -= dw + 2.0 * mean_c

@@ -93,6 +93,8 @@ paper           code                 meaning
 from __future__ import annotations
 
 import itertools
+import sys
+import types
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -616,3 +618,14 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
     if single:
         return PGDResult(H[0].detach().clone(), history, int(n_iter[0]), bool(converged[0]))
     return PGDResult(H.detach().clone(), history, n_iter, converged)
+
+
+class _CallableModule(types.ModuleType):
+    """``attnclust.pgd`` is this module, and calling it calls :func:`pgd`, so that
+    ``import attnclust.pgd`` gives the module while ``ac.pgd(mix, heads0, ...)`` works."""
+
+    def __call__(self, *args, **kwargs) -> PGDResult:
+        return pgd(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -618,35 +618,3 @@ def balance(
         if tgt.shape != (K,):
             raise ValueError(f"target must have shape ({K},), got {tuple(tgt.shape)}")
     return ((mean_a - tgt) ** 2).sum()
-
-
-# --------------------------------------------------------------------------------------
-# Fast path: value and analytic gradient of the exact K = 2 risk (numpy, no autograd)
-# --------------------------------------------------------------------------------------
-def _risk_and_grad_k2(heads: np.ndarray, centroids: np.ndarray, pi: np.ndarray,
-                      sigma: float, lam: float, second_moment: float, rule: _Rule):
-    """Exact ``K = 2`` risk and its Euclidean gradient ``(2, d)``, without torch.
-
-    The rule of :func:`_exact_nodes` with no pivot: ``w = mu_0 - mu_1``, ``D = delta_k
-    + s z`` with ``delta_k = <mu*_k, w>`` and ``s = sigma ||w||`` (``L = [[||w||]]``);
-    :func:`_integral_np` gives the integral and its gradient in ``delta``, ``L`` and
-    ``G``, and the chain rule through ``w`` and ``G = mu mu^T`` gives the rest.
-    """
-    mu0, mu1 = heads
-    w = mu0 - mu1
-    nw = float(np.sqrt(w @ w))
-    delta = centroids @ w  # (k_mix,)
-    s = sigma * nw
-    if s > 0.0:
-        z, wt = _graded_nodes((-delta / s)[:, None], np.full((len(delta), 1), 1.0 / (lam * s)),
-                              rule)
-    else:
-        z, wt = np.zeros((len(delta), 1)), np.ones((len(delta), 1))
-    out = _integral_np(delta[:, None], np.array([[nw]]), heads @ heads.T, z[None],
-                       pi[:, None] * wt, sigma, lam)
-    value = second_moment + out.value - 2.0 * (pi @ (centroids @ mu1))
-    dw = out.d_delta[:, 0] @ centroids + (out.d_L[0, 0] / nw * w if nw > 0 else 0.0)
-    grad = 2.0 * (out.d_gram @ heads)
-    grad[0] += dw
-    grad[1] -= dw + 2.0 * (pi @ centroids)
-    return value, grad
