@@ -316,8 +316,9 @@ def test_population_objectives_match_the_autograd_functions(K, method):
     bal = ac.Balance(mixes, **kw).value_and_grad(heads, lam)
     for r, mix in enumerate(mixes):
         lam_r = float(lam[r])
-        for got, fn in ((risk, lambda h: ac.population_risk(h, mix, temperature=lam_r, **kw)),
-                        (bal, lambda h: ac.balance(h, mix, temperature=lam_r, **kw))):
+        for got, fn in ((risk, lambda h, m=mix, t=lam_r: ac.population_risk(h, m, temperature=t,
+                                                                             **kw)),
+                        (bal, lambda h, m=mix, t=lam_r: ac.balance(h, m, temperature=t, **kw))):
             value, grad = _autograd(fn, heads[r])
             assert float(got.value[r]) == pytest.approx(value, rel=1e-12, abs=1e-15)
             torch.testing.assert_close(got.grad[r], grad, rtol=1e-9, atol=1e-11)
@@ -334,10 +335,11 @@ def test_penalty_and_empirical_objectives_match_autograd():
         ref = _autograd(ac.repulsion, heads[r])
         assert float(value[r]) == pytest.approx(ref[0], rel=1e-13)
         torch.testing.assert_close(grad[r], ref[1], rtol=1e-12, atol=1e-14)
-        ref = _autograd(lambda h: ac.empirical_risk(h, X, temperature=float(lam[r])), heads[r])
+        lam_r = float(lam[r])
+        ref = _autograd(lambda h, t=lam_r: ac.empirical_risk(h, X, temperature=t), heads[r])
         assert float(emp.value[r]) == pytest.approx(ref[0], rel=1e-12)
         torch.testing.assert_close(emp.grad[r], ref[1], rtol=1e-10, atol=1e-13)
-        ref = _autograd(lambda h: ac.balance(h, X, temperature=float(lam[r])), heads[r])
+        ref = _autograd(lambda h, t=lam_r: ac.balance(h, X, temperature=t), heads[r])
         assert float(bal.value[r]) == pytest.approx(ref[0], rel=1e-12)
         torch.testing.assert_close(bal.grad[r], ref[1], rtol=1e-10, atol=1e-13)
 
