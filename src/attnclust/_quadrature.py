@@ -71,12 +71,17 @@ def _graded_nodes(center: np.ndarray, eps: np.ndarray, rule: _Rule):
     graded = graded.reshape(*center.shape[:-1], -1)
     grid = np.broadcast_to(rule.grid, (*center.shape[:-1], rule.grid.size))
     bp = np.concatenate([grid, graded], axis=-1)
-    bp = np.sort(np.minimum(np.maximum(bp, -rule.trunc), rule.trunc))
+    np.clip(bp, -rule.trunc, rule.trunc, out=bp)
+    bp.sort(axis=-1)
     half = 0.5 * (bp[..., 1:] - bp[..., :-1])  # (..., P)
     mid = 0.5 * (bp[..., 1:] + bp[..., :-1])
-    z = (mid[..., None] + half[..., None] * rule.gl_x).reshape(*mid.shape[:-1], -1)
-    w = (half[..., None] * rule.gl_w).reshape(z.shape) * np.exp(-0.5 * z * z)
-    return z, w / np.sqrt(2 * np.pi)
+    z = (half[..., None] * rule.gl_x).reshape(*mid.shape[:-1], -1)
+    z += np.repeat(mid, rule.gl_x.size, axis=-1)
+    w = np.square(z)
+    w *= -0.5
+    np.exp(w, out=w)
+    w *= (half[..., None] * (rule.gl_w / np.sqrt(2 * np.pi))).reshape(z.shape)
+    return z, w
 
 
 
@@ -219,10 +224,10 @@ def qmc_kernel(mean: np.ndarray, noise: np.ndarray, G: np.ndarray, lam: np.ndarr
     N = noise.shape[-1]
     P = mean[..., None] + noise[:, :, None, :]  # (R, K, k, N)
     lam4 = lam[:, None, None, None]
-    u = lam4 * P
-    u -= u.max(1, keepdims=True)
-    a = np.exp(u, out=u)
-    a /= a.sum(1, keepdims=True)
+    a = P * lam4
+    a -= a.max(1, keepdims=True)
+    np.exp(a, out=a)
+    a *= 1.0 / a.sum(1, keepdims=True)  # softmax over the heads
     W = (pi / N)[:, None, :, None]  # (R, 1, k, 1)
     if balance is not None:
         A = (a * W).sum((2, 3))  # (R, K)
@@ -230,11 +235,18 @@ def qmc_kernel(mean: np.ndarray, noise: np.ndarray, G: np.ndarray, lam: np.ndarr
         ab = np.einsum("rh,rhkn->rkn", b, a)[:, None]
         gP = lam4 * a * (b[:, :, None, None] - ab) * W
         return QMCGrad(((A - balance) ** 2).sum(-1), gP.sum(-1), gP.sum(2), None)
-    Ga = (G @ a.reshape(R, K, -1)).reshape(a.shape)
-    aGa = (a * Ga).sum(1, keepdims=True)  # (R, 1, k, N)
-    aP = (a * P).sum(1, keepdims=True)
-    value = ((aGa - 2.0 * aP) * W).sum((1, 2, 3))
-    gP = (lam4 * a * (2.0 * Ga - 2.0 * P - (2.0 * aGa - 2.0 * aP)) - 2.0 * a) * W
+    # g - a.g with g = 2 (G a - P): Q = G a - P, then dF/dP = 2 a (lambda (Q - a.Q) - 1)
+    Q = (G @ a.reshape(R, K, -1)).reshape(a.shape)
+    Q -= P
+    aQ = (a * Q).sum(1, keepdims=True)  # a^T G a - a.P, (R, 1, k, N)
+    P *= a
+    aP = P.sum(1, keepdims=True)
+    value = ((aQ - aP) * W).sum((1, 2, 3))  # F = a^T G a - 2 a.P
+    Q -= aQ
+    Q *= lam4
+    Q -= 1.0
+    Q *= a
+    Q *= 2.0 * W  # W dF/dP
     aW = (a * W).reshape(R, K, -1)
     d_gram = aW @ a.reshape(R, K, -1).transpose(0, 2, 1)
-    return QMCGrad(value, gP.sum(-1), gP.sum(2), d_gram)
+    return QMCGrad(value, Q.sum(-1), Q.sum(2), d_gram)
