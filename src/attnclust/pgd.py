@@ -105,7 +105,7 @@ from ._validation import as_generator, as_tensor, check_finite, check_int, check
 from .metrics import centroid_distance
 from .mixture import GaussianMixture
 from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, _Callable, _Objective
-from .sphere import random_sphere, tangent
+from .sphere import random_sphere, retract, tangent
 
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]
 
@@ -555,55 +555,66 @@ def pgd(
                     centroids=centroids)
 
 
+class _Records:
+    """The history, filled at recorded steps; a stopped run keeps its last values."""
+
+    def __init__(self, n_runs: int):
+        self.risk, self.grad_norm = np.full(n_runs, np.nan), np.full(n_runs, np.nan)
+        self.rows: dict[str, list] = {f: [] for f in ("step", "risk", "grad_norm",
+                                                      "temperature", "rho", "heads")}
+
+    def add(self, t: int, lam_t, rho_t, H: torch.Tensor) -> None:
+        for key, val in (("step", t), ("risk", self.risk.copy()),
+                         ("grad_norm", self.grad_norm.copy()), ("temperature", lam_t),
+                         ("rho", rho_t), ("heads", H.detach().cpu().numpy().copy())):
+            self.rows[key].append(val)
+
+
+def _grad_norms(rgrad: torch.Tensor, t: int) -> np.ndarray:
+    gnorm = (rgrad * rgrad).sum((1, 2)).cpu().numpy() ** 0.5
+    if not np.all(np.isfinite(gnorm)):
+        raise ValueError(f"the gradient became non-finite at step {t}; lower step_size")
+    return gnorm
+
+
 def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps, record_every,
              tol, riemannian, reduce, callback, centroids) -> PGDResult:
-    """The loop: one batched evaluation and one retraction per step, for the active runs."""
-    R = H.shape[0]
-    device = H.device
+    """The loop: one batched evaluation and one retraction per step, for the active runs.
+
+    The host reads numbers only at recorded steps and, with ``tol``, for the stopping
+    test; a run that stops leaves ``active`` (and the batch of the next evaluations).
+    """
+    R, device = H.shape[0], H.device
     stochastic = isinstance(risk, EmpiricalRisk) and risk.batch_size is not None
     eta_t = torch.from_numpy(eta).to(device)[:, None, None]
     active = np.arange(R)
     sub_risk, sub_terms = _restrict(risk, terms, active)
     n_iter, converged = np.full(R, n_steps), np.zeros(R, dtype=bool)
-    last = {"risk": np.full(R, np.nan), "grad_norm": np.full(R, np.nan)}
-    records: dict[str, list] = {f: [] for f in ("step", "risk", "grad_norm", "temperature",
-                                                "rho", "heads")}
+    records = _Records(R)
     for t in range(n_steps + 1):
         lam_t, rho_t = lam_at(t), rho_at(t)
         idx = torch.from_numpy(active).to(device)
         Ha = H if len(active) == R else H[idx]
         value, grad = _evaluate(sub_risk, sub_terms, Ha, lam_t[active], rho_t,
                                 batch=risk.next_batch() if stochastic else None, reduce=reduce)
-        rgrad = tangent(Ha, grad)
+        rgrad = tangent(Ha, grad)  # Riemannian gradient
         checking = tol > 0 and bool(np.any(t >= stop_from[active]))
         due = t == n_steps or t % record_every == 0
         stop = np.zeros(len(active), dtype=bool)
         if checking or due:
-            gnorm = (rgrad * rgrad).sum((1, 2)).cpu().numpy() ** 0.5
-            if not np.all(np.isfinite(gnorm)):
-                raise ValueError(f"the gradient became non-finite at step {t}; "
-                                 "lower step_size")
+            records.grad_norm[active] = gnorm = _grad_norms(rgrad, t)
             if checking:
                 stop = (t >= stop_from[active]) & (gnorm < tol)
             converged[active[stop]], n_iter[active[stop]] = True, t
-            last["grad_norm"][active] = gnorm
+            if stochastic and (due or stop.all()):
+                value = risk.full_value(Ha, lam_t[active])
+            records.risk[active] = value.detach().cpu().numpy()
             if due or stop.all():
-                if stochastic:
-                    value = risk.full_value(Ha, lam_t[active])
-                last["risk"][active] = value.detach().cpu().numpy()
-                for key, val in (("step", t), ("risk", last["risk"].copy()),
-                                 ("grad_norm", last["grad_norm"].copy()),
-                                 ("temperature", lam_t), ("rho", rho_t),
-                                 ("heads", H.detach().cpu().numpy().copy())):
-                    records[key].append(val)
-            else:
-                last["risk"][active] = value.detach().cpu().numpy()
+                records.add(t, lam_t, rho_t, H)
         if t == n_steps or stop.all():
             break
-        step = rgrad if riemannian else grad
-        moved = Ha - eta_t[idx] * step
-        moved = moved / (moved * moved).sum(-1, keepdim=True) ** 0.5  # retraction
-        if stop.any():
+        moved = retract(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
+        if stop.any():  # frozen at this step: the others move on without them
             keep = torch.from_numpy(~stop).to(device)
             H[idx[keep]] = moved[keep]
             active = active[~stop]
@@ -614,7 +625,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
             H[idx] = moved
         if callback is not None:
             callback(t + 1, H[0].clone() if single else H.clone())
-    history = _history(records, centroids, single)
+    history = _history(records.rows, centroids, single)
     if single:
         return PGDResult(H[0].detach().clone(), history, int(n_iter[0]), bool(converged[0]))
     return PGDResult(H.detach().clone(), history, n_iter, converged)
