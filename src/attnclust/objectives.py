@@ -110,9 +110,15 @@ class _Mixtures:
         return self.mixtures[0 if len(self) == 1 else r]
 
     def take(self, index) -> _Mixtures:
+        """The mixtures of the runs ``index`` (arrays sliced, nothing recomputed)."""
         if len(self) == 1:
             return self
-        return _Mixtures([self.mixtures[int(i)] for i in index])
+        index = np.asarray(index)
+        new = object.__new__(_Mixtures)
+        new.__dict__.update(self.__dict__, mixtures=[self.mixtures[i] for i in index],
+                            cents=self.cents[index], pi=self.pi[index],
+                            sigma=self.sigma[index], second=self.second[index], _cents_t=None)
+        return new
 
 
 class _Objective:

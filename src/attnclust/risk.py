@@ -30,8 +30,9 @@ resolve the softmax at any ``lambda sigma`` (plain Gauss-Hermite does not). The
 nodes are placed from detached values and the gradient is the integral of the
 integrand's gradient (differentiation under the integral sign), which equals the
 derivative of ``R`` to quadrature accuracy; the node-wise work runs in one numpy kernel
-with that gradient written out (``_integral_np``, behind autograd and the ``K = 2`` PGD
-fast path; an op-by-op autograd version is the reference in the tests). ``sigma = 0`` is
+with that gradient written out (``_integral_np``, behind autograd; the batched
+``K = 2`` kernel of :class:`attnclust.PopulationRisk`, ``_quadrature.k2_exact``, uses the
+same nodes; an op-by-op autograd version is the reference in the tests). ``sigma = 0`` is
 the finite sum over the centroids; equal heads (singular ``G``) make ``D`` degenerate
 and the rule exact.
 
@@ -236,9 +237,9 @@ def _integral_np(delta: np.ndarray, L: np.ndarray, gram: np.ndarray, z: np.ndarr
                  pw: np.ndarray, sigma: float, lam: float, *, grad: bool = True) -> _Integral:
     """``I = sum_kn pw_kn F(D_kn)``, ``D = delta_k + sigma L z_kn``, and its gradient.
 
-    The one kernel of the exact rule (``K = 2, 3``), shared by :class:`_FusedIntegral`
-    and the ``K = 2`` fast path of :func:`pgd`. ``F = -2 sum_{h<K} a_h D_h + a^T G a``
-    with ``a = softmax(lambda (D, 0))``; its gradient is written out: ``g = dF/da``
+    The kernel of the exact rule (``K = 2, 3``) behind :class:`_FusedIntegral` (PGD's
+    batched ``K = 2`` kernel is ``_quadrature.k2_exact``). ``F = -2 sum_{h<K} a_h D_h +
+    a^T G a`` with ``a = softmax(lambda (D, 0))``; its gradient is written out: ``g = dF/da``
     (``2 G a - 2 D``, last entry ``2 (G a)_K``), ``dF/dD_h = lambda a_h (g_h - a.g) -
     2 a_h``. Shapes: ``delta`` ``(k_mix, K-1)``, ``L`` ``(K-1, K-1)``, ``gram``
     ``(K, K)``, nodes ``z`` ``(K-1, k_mix, N)``, weights ``pw`` ``(k_mix, N)``.
