@@ -174,3 +174,27 @@ def test_list_and_unknown_figure(capsys):
     assert main(["reproduce", "fig42", "--quick"]) == 2
     err = capsys.readouterr().err
     assert "unknown figure 'fig42'" in err and err.count("\n") == 1
+
+
+def test_descent_in_the_span_of_heads_and_centroids_is_the_descent_in_r_d():
+    """Figures 2 and 6 solve each run in span(heads0, centroids): same iterates as in R^d."""
+    import torch
+
+    import attnclust as ac
+    from attnclust.experiments._common import in_span
+
+    for K, d, kwargs in [(2, 40, dict(penalty=["balance", "repulsion"], rho=1.0,
+                                      rho_schedule="decay", temperature=30.0)),
+                         (4, 60, dict(method="qmc", n_samples=256, rng=0, penalty="balance",
+                                      rho=0.5, temperature=10.0))]:
+        mixes = [ac.GaussianMixture.random(d, K, 0.1, min_angle=1.0, rng=r) for r in range(2)]
+        heads0 = torch.stack([ac.init_on_sphere(K, d, rng=100 + r) for r in range(2)])
+        full = ac.pgd(mixes, heads0, step_size=0.5, n_steps=60, record_every=60, **kwargs)
+        small, h0, bases = in_span(mixes, heads0)
+        assert h0.shape[-1] == 2 * K < d
+        reduced = ac.pgd(small, h0, step_size=0.5, n_steps=60, record_every=60, **kwargs)
+        back = reduced.heads.numpy() @ bases.transpose(0, 2, 1)  # (R, K, d)
+        assert full.history.distance_max[0].min() > 0.5  # it moved a long way: a real check
+        np.testing.assert_allclose(back, full.heads.numpy(), atol=1e-10)
+        np.testing.assert_allclose(reduced.history.distance_max, full.history.distance_max,
+                                   atol=1e-10)

@@ -14,7 +14,7 @@ from ._style import COLORS, new_figure, save
 
 __all__ = ["running_example", "initial_heads", "wilson", "rate_summary", "rates_over_time",
            "overlapping", "temperature_of", "prompt", "projected", "inputs_vs_outputs",
-           "manifold_runs", "manifold_figure", "plot_manifold_figure"]
+           "manifold_runs", "manifold_figure", "plot_manifold_figure", "in_span"]
 
 
 def running_example(sigma: float, d: int = 10) -> GaussianMixture:
@@ -189,3 +189,32 @@ def plot_manifold_figure(result, out) -> None:
                  fontsize=8)
     ax.legend(fontsize=7, title="dead-head rate, 95% Wilson interval", title_fontsize=7)
     save(fig, out)
+
+
+# -- the descent stays in span(heads0, centroids): solve it in those coordinates -----------
+def in_span(mixes: list[GaussianMixture], heads0: torch.Tensor):
+    """Each run in the coordinates of an orthonormal basis ``B_r`` of
+    ``span(heads0_r, centroids_r)`` (dimension ``m = K + k`` at most).
+
+    Every gradient of the population risk and of the penalties lies in the span of the
+    heads and the centroids (the projections ``P = mu X`` see the noise only through
+    ``G = mu mu^T``), and so does each retraction: the descent never leaves that span.
+    In coordinates ``mu B`` and ``mu* B`` the Gram matrix, the projections' law and every
+    distance are those of ``R^d``, so the iterates are the same up to rounding (tested),
+    at a cost that no longer grows with ``d``. Risk values differ by the constant
+    ``(d - m) sigma^2`` of ``E||X||^2``.
+
+    Returns the mixtures in ``R^m``, the heads ``(R, K, m)`` and the bases ``(R, d, m)``.
+    """
+    K, d = heads0.shape[1], heads0.shape[2]
+    m = min(d, K + mixes[0].k)
+    if m == d:
+        return mixes, heads0, None
+    stacked = np.concatenate([heads0.numpy(), np.stack([mix.centroids for mix in mixes])], 1)
+    bases = np.linalg.qr(stacked.transpose(0, 2, 1))[0][..., :m]  # (R, d, m) orthonormal
+    small = []
+    for mix, b in zip(mixes, bases, strict=True):
+        cents = mix.centroids @ b  # unit norm up to rounding: the centroids are in the span
+        small.append(GaussianMixture(cents / np.linalg.norm(cents, axis=1, keepdims=True),
+                                     sigma=mix.sigma, weights=mix.weights))
+    return small, torch.from_numpy(heads0.numpy() @ bases), bases

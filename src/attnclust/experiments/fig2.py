@@ -19,6 +19,7 @@ import numpy as np
 
 from ..pgd import pgd
 from ._common import (
+    in_span,
     initial_heads,
     overlapping,
     rate_summary,
@@ -62,7 +63,9 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     for d, child in zip(config["dims"], rng.spawn(len(config["dims"])), strict=True):
         mix = running_example(config["sigma"], d)
         streams = [s for v in child.spawn(len(variants)) for s in v.spawn(n)]
-        res = pgd(mix, initial_heads(mix, "sphere", streams),
+        # the descent stays in span(heads0, centroids): solved there, whatever d is
+        mixes, heads0, _ = in_span([mix] * len(streams), initial_heads(mix, "sphere", streams))
+        res = pgd(mixes, heads0,
                   temperature=config["temperature"], step_size=config["step_size"],
                   n_steps=config["n_steps"], record_every=config["record_every"],
                   tol=config["tol"], **per_run_arguments(variants, n))
