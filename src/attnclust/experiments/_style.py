@@ -70,3 +70,5 @@ def save(fig, out: str | Path) -> None:
     for suffix in (".png", ".pdf"):
         with atomic_path(out.with_suffix(suffix)) as tmp:
             fig.savefig(tmp, format=suffix[1:])
+        # the layout solved for the first file holds for the second: solve it once
+        fig.set_layout_engine("none")
