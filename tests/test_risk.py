@@ -357,3 +357,22 @@ def test_k2_kernel_gradient_by_finite_differences():
         fd = (obj.value_and_grad(heads + bump, 7.0).value
               - obj.value_and_grad(heads - bump, 7.0).value) / (2 * eps)
         assert float(fd[0]) == pytest.approx(float(grad[0, h, j]), rel=1e-6, abs=1e-8)
+
+
+def test_qmc_objective_singular_gram_and_float32_kernel():
+    """Equal heads (singular G) take the QMC rule's fallback factor, as qmc_risk does; the
+    float32 kernel agrees with the float64 one to float32 accuracy."""
+    mix = ac.GaussianMixture.random(6, 4, 0.3, min_angle=0.8, rng=2)
+    heads = _runs(4, 6, 2, seed=7)
+    heads[1, 2] = heads[1, 0]  # run 1 has two equal heads
+    kw = dict(method="qmc", n_samples=512, rng=4)
+    got = ac.PopulationRisk(mix, **kw).value_and_grad(heads, 6.0)
+    for r in range(2):
+        value, grad = _autograd(lambda h: ac.population_risk(h, mix, temperature=6.0, **kw),
+                                heads[r])
+        assert float(got.value[r]) == pytest.approx(value, rel=1e-12)
+        torch.testing.assert_close(got.grad[r], grad, rtol=1e-9, atol=1e-11)
+    low = ac.PopulationRisk(mix, qmc_dtype="float32", **kw).value_and_grad(heads, 6.0)
+    torch.testing.assert_close(low.value, got.value, rtol=1e-5, atol=0)
+    torch.testing.assert_close(low.grad, got.grad, rtol=0, atol=1e-5)
+    assert not torch.equal(low.grad, got.grad)  # it did compute in float32

@@ -207,10 +207,26 @@ class _MixtureObjective(_Objective):
 
 def _singular_factor_grad(heads: torch.Tensor, d_factor: torch.Tensor) -> torch.Tensor:
     """Gradient in the heads of ``<d_factor, C(heads)>`` for the factor of
-    :func:`_factor` (per run: Cholesky where it exists, else ``mu Q``)."""
-    h = heads.detach().clone().requires_grad_(True)
-    factor, _ = _factor(h, h @ h.transpose(1, 2))
-    return torch.autograd.grad(factor, h, d_factor)[0]
+    :func:`_factor`, run by run (Cholesky where it exists, else ``mu Q``: a singular
+    Cholesky must stay out of the graph, its backward is NaN)."""
+    grads = []
+    for r in range(heads.shape[0]):
+        h = heads[r].detach().clone().requires_grad_(True)
+        factor, info = torch.linalg.cholesky_ex(h @ h.T)
+        if int(info) != 0 or float(torch.diagonal(factor).detach().min()) < 1e-6:
+            factor = _qr_factor(h)
+        grads.append(torch.autograd.grad(factor, h, d_factor[r])[0])
+    return torch.stack(grads)
+
+
+def _qr_factor(h: torch.Tensor) -> torch.Tensor:
+    """``mu Q`` with ``Q`` a detached orthonormal basis of the heads' span, ``(K, K)``."""
+    K = h.shape[0]
+    Q = np.linalg.qr(h.detach().numpy().T)[0]  # (d, min(K, d))
+    f = h @ torch.from_numpy(Q)
+    if f.shape[1] < K:  # K > d: zero columns make it (K, K), same product
+        f = torch.cat([f, f.new_zeros(K, K - f.shape[1])], dim=1)
+    return f
 
 
 def _factor(heads: torch.Tensor, gram: torch.Tensor) -> tuple[torch.Tensor, bool]:
@@ -221,14 +237,9 @@ def _factor(heads: torch.Tensor, gram: torch.Tensor) -> tuple[torch.Tensor, bool
     bad = (info != 0) | (torch.diagonal(factor, dim1=1, dim2=2).detach().min(1).values < 1e-6)
     if not bool(bad.any()):
         return factor, True
-    K, d = heads.shape[1:]
-    factor = factor.clone()
+    factor = factor.detach().clone()  # the gradient goes through _singular_factor_grad
     for r in torch.nonzero(bad)[:, 0].tolist():
-        Q = np.linalg.qr(heads[r].detach().numpy().T)[0]  # (d, min(K, d))
-        f = heads[r] @ torch.from_numpy(Q)
-        if f.shape[1] < K:
-            f = torch.cat([f, f.new_zeros(K, K - f.shape[1])], dim=1)
-        factor[r] = f
+        factor[r] = _qr_factor(heads[r].detach())
     return factor, False
 
 
