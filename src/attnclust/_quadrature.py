@@ -175,8 +175,9 @@ def k2_exact(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.nda
     gD -= 2.0
     gD *= Pa0  # P dF/dD
     dw = _k2_chain(nodes, gD, cents, sigma)
-    d_gram = np.stack([np.stack([S2, S1 - S2], -1), np.stack([S1 - S2, S0 - 2.0 * S1 + S2], -1)],
-                      -2)
+    d_gram = np.empty((len(S0), 2, 2))
+    d_gram[:, 0, 0], d_gram[:, 1, 1] = S2, S0 - 2.0 * S1 + S2
+    d_gram[:, 0, 1] = d_gram[:, 1, 0] = S1 - S2
     grad = 2.0 * (d_gram @ heads)
     grad[:, 0] += dw
     grad[:, 1] -= dw + 2.0 * mean_c

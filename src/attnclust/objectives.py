@@ -99,12 +99,14 @@ class _Mixtures:
         return self._cents_t
 
     def runs(self, n_runs: int):
-        """The arrays broadcast to ``n_runs`` runs."""
-        if len(self) not in (1, n_runs):
-            raise ValueError(f"{len(self)} mixtures for {n_runs} runs")
-        def grow(x):
-            return np.broadcast_to(x, (n_runs, *x.shape[1:]))
-        return grow(self.cents), grow(self.pi), grow(self.sigma), grow(self.second)
+        """The arrays broadcast to ``n_runs`` runs (views, cached: called every step)."""
+        cache = self.__dict__.setdefault("_runs", {})
+        if n_runs not in cache:
+            if len(self) not in (1, n_runs):
+                raise ValueError(f"{len(self)} mixtures for {n_runs} runs")
+            cache[n_runs] = tuple(np.broadcast_to(x, (n_runs, *x.shape[1:]))
+                                  for x in (self.cents, self.pi, self.sigma, self.second))
+        return cache[n_runs]
 
     def mixture(self, r: int) -> GaussianMixture:
         return self.mixtures[0 if len(self) == 1 else r]
@@ -117,7 +119,8 @@ class _Mixtures:
         new = object.__new__(_Mixtures)
         new.__dict__.update(self.__dict__, mixtures=[self.mixtures[i] for i in index],
                             cents=self.cents[index], pi=self.pi[index],
-                            sigma=self.sigma[index], second=self.second[index], _cents_t=None)
+                            sigma=self.sigma[index], second=self.second[index], _cents_t=None,
+                            _runs={})
         return new
 
 
