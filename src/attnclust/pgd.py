@@ -245,8 +245,11 @@ class _Schedule:
             self.parts.append((spec, idx, named))
             if named is not None:
                 self.done[idx] = named[1]
+        self.constant = all(spec in (None, "constant") for spec, _, _ in self.parts)
 
     def __call__(self, t: int) -> np.ndarray:
+        if self.constant:  # the common case: no copy per step
+            return self.base
         out = np.empty_like(self.base)
         for spec, idx, named in self.parts:
             if named is None:
@@ -591,11 +594,13 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
     sub_risk, sub_terms = _restrict(risk, terms, active)
     n_iter, converged = np.full(R, n_steps), np.zeros(R, dtype=bool)
     records = _Records(R)
+    idx = torch.from_numpy(active).to(device)
     for t in range(n_steps + 1):
         lam_t, rho_t = lam_at(t), rho_at(t)
-        idx = torch.from_numpy(active).to(device)
-        Ha = H if len(active) == R else H[idx]
-        value, grad = _evaluate(sub_risk, sub_terms, Ha, lam_t[active], rho_t,
+        everyone = len(active) == R
+        Ha = H if everyone else H[idx]
+        value, grad = _evaluate(sub_risk, sub_terms, Ha, lam_t if everyone else lam_t[active],
+                                rho_t,
                                 batch=risk.next_batch() if stochastic else None, reduce=reduce)
         rgrad = tangent(Ha, grad)  # Riemannian gradient
         checking = tol > 0 and bool(np.any(t >= stop_from[active]))
@@ -618,6 +623,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
             keep = torch.from_numpy(~stop).to(device)
             H[idx[keep]] = moved[keep]
             active = active[~stop]
+            idx = torch.from_numpy(active).to(device)
             sub_risk, sub_terms = _restrict(risk, terms, active)
         elif len(active) == R:
             H = moved
