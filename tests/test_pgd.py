@@ -182,3 +182,88 @@ def test_bad_inputs():
             ac.pgd(RUNNING, heads0, **kwargs)
     with pytest.raises(ValueError, match="objective"):
         ac.pgd(np.ones((0, 10)), good, temperature=1.0)
+
+
+# -- batched runs -------------------------------------------------------------------------
+def _separate(objectives, heads0, per_run: dict, **common):
+    """The same descents one call at a time (``per_run``: name -> list of values)."""
+    return [ac.pgd(objectives[r], heads0[r], **{k: v[r] for k, v in per_run.items()}, **common)
+            for r in range(len(heads0))]
+
+
+def _assert_same(batched, separate, atol=1e-12):
+    for r, one in enumerate(separate):
+        torch.testing.assert_close(batched.heads[r], one.heads, rtol=0, atol=atol)
+        assert batched.n_iter[r] == one.n_iter and batched.converged[r] == one.converged
+        # the records up to this run's stop step are the same iterates
+        T = len(one.history.step)
+        np.testing.assert_array_equal(batched.history.step[:T - 1], one.history.step[:T - 1])
+        np.testing.assert_allclose(batched.history.heads[:T - 1, r], one.history.heads[:T - 1],
+                                   rtol=0, atol=atol)
+        np.testing.assert_allclose(batched.history.risk[:T - 1, r], one.history.risk[:T - 1],
+                                   rtol=1e-12)
+
+
+def test_batched_runs_equal_separate_runs_population_k2():
+    """R runs in one call give the iterates of R calls (float64, to 1e-12): own inits,
+    temperatures, penalties, weights, schedules and stopping steps."""
+    R = 6
+    heads0 = torch.stack([ac.init_on_sphere(2, 10, rng=r) for r in range(R)])
+    per_run = dict(temperature=[10.0, 30.0, 100.0, 30.0, 10.0, 50.0],
+                   penalty=[None, "repulsion", "balance", None, "balance", "repulsion"],
+                   rho=[0.0, 1.0, 0.5, 0.0, 1.0, 0.3],
+                   rho_schedule=["constant", "decay", "decay", "constant", "constant", "decay"],
+                   temperature_schedule=[None, None, "anneal", "anneal", None, None],
+                   step_size=[0.5, 0.05, 0.5, 0.5, 0.5, 0.05])
+    mixes = [RUNNING.with_sigma(s) for s in (0.1, 0.3, 0.1, 0.0, 0.2, 0.3)]
+    common = dict(n_steps=160, record_every=20, tol=1e-12)
+    batched = ac.pgd(mixes, heads0, **per_run, **common)
+    separate = _separate(mixes, heads0, per_run, **common)
+    assert batched.heads.shape == (R, 2, 10) and batched.history.risk.shape[1] == R
+    # some runs froze early (at different steps), some did not
+    assert 1 < batched.converged.sum() < R and len(set(batched.n_iter)) > 2
+    _assert_same(batched, separate)
+    # per-run histories: the schedules of each run
+    assert batched.history.temperature[0, 2] == pytest.approx(100.0 / 100)
+    assert batched.history.temperature[0, 0] == 10.0
+
+
+def test_batched_runs_equal_separate_runs_qmc_and_data():
+    K, d, R = 4, 6, 3
+    mixes = [ac.GaussianMixture.random(d, K, 0.1, min_angle=1.0, rng=10 + r) for r in range(R)]
+    heads0 = torch.stack([ac.init_on_sphere(K, d, rng=r) for r in range(R)])
+    per_run = dict(temperature=[5.0, 20.0, 10.0], penalty=["balance", None, "repulsion"],
+                   rho=[1.0, 0.0, 0.5])
+    common = dict(step_size=0.5, n_steps=40, record_every=10, n_samples=256, rng=3)
+    batched = ac.pgd(mixes, heads0, **per_run, **common)
+    _assert_same(batched, _separate(mixes, heads0, per_run, **common))
+    assert np.all(batched.history.risk[-1] < batched.history.risk[0])
+    # empirical risk: shared data, mini-batches (the same rows for every run)
+    X = RUNNING.sample(3000, rng=0)
+    heads0 = torch.stack([ac.init_on_sphere(2, 10, rng=r) for r in range(R)])
+    per_run = dict(temperature=[3.0, 10.0, 30.0], penalty=[None, "balance", "repulsion"],
+                   rho=[0.0, 0.5, 0.5])
+    common = dict(step_size=0.3, n_steps=30, record_every=10, batch_size=500, rng=7)
+    batched = ac.pgd(X, heads0, **per_run, **common)
+    _assert_same(batched, _separate([X] * R, heads0, per_run, **common))
+
+
+def test_batched_runs_share_nothing_but_the_call():
+    """A run's iterates do not depend on which other runs share its batch."""
+    heads0 = torch.stack([ac.init_on_manifold(RUNNING, rng=r) for r in range(4)])
+    kwargs = dict(temperature=10.0, step_size=0.5, n_steps=50, record_every=50)
+    whole = ac.pgd(RUNNING, heads0, **kwargs).heads
+    part = ac.pgd(RUNNING, heads0[[2, 0]], **kwargs).heads
+    torch.testing.assert_close(part, whole[[2, 0]], rtol=0, atol=1e-14)
+    with pytest.raises(ValueError, match="3 entries for 4 runs"):
+        ac.pgd(RUNNING, heads0, temperature=1.0, penalty=[None] * 3)
+    with pytest.raises(ValueError, match="temperature"):
+        ac.pgd(RUNNING, heads0, temperature=[1.0, 2.0, -1.0, 1.0])
+
+
+def test_module_is_callable_and_importable():
+    import attnclust.pgd as module
+
+    assert isinstance(module, type(np)) and module.pgd is not module
+    res = module(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=3.0, n_steps=3)
+    assert res.n_iter == 3 and ac.pgd is module

@@ -114,8 +114,8 @@ def test_fast_k2_value_and_gradient_match_autograd(sigma, lam, kind):
     h = heads.clone().requires_grad_(True)
     value = ac.population_risk(h, mix, temperature=lam)
     (grad,) = torch.autograd.grad(value, h)
-    fast_value, fast_grad = R._risk_and_grad_k2(heads.numpy(), mix.centroids, mix.weights,
-                                                mix.sigma, lam, R._second_moment(mix), R._rule())
+    fast = ac.PopulationRisk(mix).value_and_grad(heads[None], lam)  # the batched kernel, R = 1
+    fast_value, fast_grad = float(fast.value[0]), fast.grad[0].numpy()
     assert fast_value == pytest.approx(value.item(), rel=1e-13)
     np.testing.assert_allclose(fast_grad, grad.numpy(), rtol=1e-10, atol=1e-12)
     # and against the op-by-op autograd reference (the fused path shares the fast kernel)
@@ -291,3 +291,88 @@ def test_bad_inputs():
         ac.balance(good, mix, temperature=1.0, target=[1.0])
     with pytest.raises(ValueError, match="NaN"):
         ac.population_risk(good * float("nan"), mix, temperature=1.0)
+
+
+# -- objectives of many runs at once ------------------------------------------------------
+def _runs(K, d, n, seed=0):
+    return torch.stack([ac.init_on_sphere(K, d, rng=seed + r) for r in range(n)])
+
+
+def _autograd(fn, heads):
+    h = heads.clone().requires_grad_(True)
+    value = fn(h)
+    return float(value), torch.autograd.grad(value, h)[0]
+
+
+@pytest.mark.parametrize("K,method", [(2, "exact"), (3, "exact"), (4, "qmc"), (2, "qmc")])
+def test_population_objectives_match_the_autograd_functions(K, method):
+    """Each run of a batch equals the single-run function and its autograd gradient."""
+    mixes = [ac.GaussianMixture.random(8, K, sigma, min_angle=0.8, rng=r)
+             for r, sigma in enumerate((0.2, 0.0, 0.5))]
+    heads = _runs(K, 8, 3)
+    lam = torch.tensor([5.0, 20.0, 2.0], dtype=torch.float64)
+    kw = dict(method=method, n_samples=512, rng=1)
+    risk = ac.PopulationRisk(mixes, **kw).value_and_grad(heads, lam)
+    bal = ac.Balance(mixes, **kw).value_and_grad(heads, lam)
+    for r, mix in enumerate(mixes):
+        lam_r = float(lam[r])
+        for got, fn in ((risk, lambda h, m=mix, t=lam_r: ac.population_risk(h, m, temperature=t,
+                                                                             **kw)),
+                        (bal, lambda h, m=mix, t=lam_r: ac.balance(h, m, temperature=t, **kw))):
+            value, grad = _autograd(fn, heads[r])
+            assert float(got.value[r]) == pytest.approx(value, rel=1e-12, abs=1e-15)
+            torch.testing.assert_close(got.grad[r], grad, rtol=1e-9, atol=1e-11)
+
+
+def test_penalty_and_empirical_objectives_match_autograd():
+    heads = _runs(3, 5, 4)
+    value, grad = ac.Repulsion().value_and_grad(heads)
+    X = ac.GaussianMixture.random(5, 3, 0.2, rng=0).sample(400, rng=0)
+    lam = torch.tensor([1.0, 3.0, 10.0, 30.0], dtype=torch.float64)
+    emp = ac.EmpiricalRisk(X).value_and_grad(heads, lam)
+    bal = ac.Balance(X).value_and_grad(heads, lam)
+    for r in range(4):
+        ref = _autograd(ac.repulsion, heads[r])
+        assert float(value[r]) == pytest.approx(ref[0], rel=1e-13)
+        torch.testing.assert_close(grad[r], ref[1], rtol=1e-12, atol=1e-14)
+        lam_r = float(lam[r])
+        ref = _autograd(lambda h, t=lam_r: ac.empirical_risk(h, X, temperature=t), heads[r])
+        assert float(emp.value[r]) == pytest.approx(ref[0], rel=1e-12)
+        torch.testing.assert_close(emp.grad[r], ref[1], rtol=1e-10, atol=1e-13)
+        ref = _autograd(lambda h, t=lam_r: ac.balance(h, X, temperature=t), heads[r])
+        assert float(bal.value[r]) == pytest.approx(ref[0], rel=1e-12)
+        torch.testing.assert_close(bal.grad[r], ref[1], rtol=1e-10, atol=1e-13)
+
+
+def test_k2_kernel_gradient_by_finite_differences():
+    """The hand-written gradient of the K = 2 kernel against central differences."""
+    mix = ac.GaussianMixture.orthogonal(d=6, k=2, sigma=0.3)
+    heads = _runs(2, 6, 1, seed=5)
+    obj = ac.PopulationRisk(mix)
+    _, grad = obj.value_and_grad(heads, 7.0)
+    eps = 1e-6
+    for h, j in [(0, 0), (1, 5), (0, 3)]:
+        bump = torch.zeros_like(heads)
+        bump[0, h, j] = eps
+        fd = (obj.value_and_grad(heads + bump, 7.0).value
+              - obj.value_and_grad(heads - bump, 7.0).value) / (2 * eps)
+        assert float(fd[0]) == pytest.approx(float(grad[0, h, j]), rel=1e-6, abs=1e-8)
+
+
+def test_qmc_objective_singular_gram_and_float32_kernel():
+    """Equal heads (singular G) take the QMC rule's fallback factor, as qmc_risk does; the
+    float32 kernel agrees with the float64 one to float32 accuracy."""
+    mix = ac.GaussianMixture.random(6, 4, 0.3, min_angle=0.8, rng=2)
+    heads = _runs(4, 6, 2, seed=7)
+    heads[1, 2] = heads[1, 0]  # run 1 has two equal heads
+    kw = dict(method="qmc", n_samples=512, rng=4)
+    got = ac.PopulationRisk(mix, **kw).value_and_grad(heads, 6.0)
+    for r in range(2):
+        value, grad = _autograd(lambda h: ac.population_risk(h, mix, temperature=6.0, **kw),
+                                heads[r])
+        assert float(got.value[r]) == pytest.approx(value, rel=1e-12)
+        torch.testing.assert_close(got.grad[r], grad, rtol=1e-9, atol=1e-11)
+    low = ac.PopulationRisk(mix, qmc_dtype="float32", **kw).value_and_grad(heads, 6.0)
+    torch.testing.assert_close(low.value, got.value, rtol=1e-5, atol=0)
+    torch.testing.assert_close(low.grad, got.grad, rtol=0, atol=1e-5)
+    assert not torch.equal(low.grad, got.grad)  # it did compute in float32

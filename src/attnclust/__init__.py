@@ -3,6 +3,7 @@
 The public names below are the library's contract; everything else is private.
 """
 
+from . import pgd  # the module, callable as the function (attnclust.pgd.pgd)
 from .clustering import AttentionClustering, DegenerateFitWarning
 from .communicator import Communicator
 from .heads import AttentionHeads, attention_heads, head_weights
@@ -15,7 +16,8 @@ from .metrics import (
     distortion,
 )
 from .mixture import GaussianMixture
-from .pgd import PGDHistory, PGDResult, init_on_manifold, init_on_sphere, pgd
+from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, ValueAndGrad
+from .pgd import PGDHistory, PGDResult, init_on_manifold, init_on_sphere
 from .quantize import (
     ClusterCount,
     LimitDistance,
@@ -37,7 +39,9 @@ __all__ = [
     "AttentionClustering",
     "AttentionHeads",
     "AttentionQuantizer",
+    "Balance",
     "CentroidDistance",
+    "EmpiricalRisk",
     "ClusterCount",
     "Communicator",
     "DegenerateFitWarning",
@@ -45,8 +49,11 @@ __all__ = [
     "LimitDistance",
     "PGDHistory",
     "PGDResult",
+    "PopulationRisk",
+    "Repulsion",
     "RiskEstimate",
     "SpreadRatio",
+    "ValueAndGrad",
     "__version__",
     "adjusted_rand_index",
     "assignment_error",

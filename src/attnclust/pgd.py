@@ -1,27 +1,32 @@
-"""Projected gradient descent on the product of spheres (PGD_rho).
+"""Projected gradient descent on the product of spheres (PGD_rho), for many runs at once.
 
 Minimizes the regularized risk ``R_rho(mu) = R(mu) + rho Pen(mu)`` over heads
 ``mu = (mu_1..mu_K)`` on ``S^{d-1}``, one step per iteration ``t``:
 
-    g_h    = grad_{mu_h} R_rho(mu)                       (Euclidean, autograd)
-    xi_h   = g_h - <g_h, mu_h> mu_h                      (Riemannian gradient)
-    mu_h  <- normalize(mu_h - eta xi_h)                  (or eta g_h if not riemannian)
+    g_h    = grad_{mu_h} R_rho(mu)                       (Euclidean)
+    xi_h   = g_h - <g_h, mu_h> mu_h                      (Riemannian gradient, sphere.tangent)
+    mu_h  <- normalize(mu_h - eta xi_h)                  (retraction; eta g_h if not riemannian)
+
+**Batched.** The iterate is a tensor of shape ``(R, K, d)``: ``R`` independent runs,
+each with its own init, mixture (or data), inverse temperature and schedule, penalty
+and penalty weight, step size and stopping test; one run is ``R = 1`` of the same code.
+Each step evaluates the objective of every active run in one call (see
+:mod:`attnclust.objectives`); a run whose Riemannian gradient norm falls below ``tol``
+(once its schedules have finished) is frozen and leaves the batch, so the batched
+iterates are those of ``R`` separate calls (tested to 1e-12 in float64).
 
 ``R`` is the population risk of a :class:`~attnclust.GaussianMixture` (full batch;
-exact quadrature for ``K <= 3``, QMC with common random numbers otherwise) or the
-empirical risk of a data array (full batch, or mini-batch SGD with ``batch_size``).
-For ``K = 2`` on the exact population risk with no penalty or the repulsion penalty,
-the step uses a fused numpy evaluation of the risk and its analytic gradient (same
-quadrature rule; checked against autograd in the tests), which makes 10,000 steps
-take about a second.
+exact rule for ``K <= 3``, QMC with common random numbers otherwise) or the empirical
+risk of a data array (full batch, or mini-batch SGD with ``batch_size``), or any
+objective object with ``value_and_grad(heads, lam)``.
 
-Schedules (``t = 0..n_steps-1``):
+Schedules (``t = 0..n_steps-1``), per run or shared:
 
 - ``rho_schedule="constant"``: ``rho_t = rho``; ``"decay"``: ``rho_t = rho (1 - 2t/T)``
   for ``t < T/2`` and ``0`` afterwards, so the end point minimizes ``R`` itself.
 - ``temperature_schedule=None``: ``lambda_t = lambda``; ``"anneal"``: geometric from
   ``lambda / 100`` to ``lambda`` over the first half of the steps, then constant.
-- A callable ``t -> value`` for either.
+- A callable ``t -> value`` for either (a number, or one value per run).
 
 **Data-parallel** (``reduce``, :func:`attnclust.distributed.pgd_distributed`): with the
 rows split into shards ``X_r`` of ``n_r`` rows, ``R = sum_r (n_r / n) R_r`` and so
@@ -29,8 +34,9 @@ rows split into shards ``X_r`` of ``n_r`` rows, ``R = sum_r (n_r / n) R_r`` and 
 every rank takes the same step. Mini-batches are stratified: shard ``r`` draws
 ``b n_r / n`` of the ``b`` rows.
 
-On data, the iterate stays on the data's device (CUDA included); the host reads a
-number only at recorded steps and, when ``tol > 0``, for the stopping test.
+On data, the iterate stays on the data's device (CUDA included); the host reads
+numbers only at recorded steps and, when ``tol > 0``, for the stopping test. The
+population kernels run on the host (NumPy) whatever the device of the heads.
 
 The stopping rule ``||xi|| < tol`` is checked only once the named schedules have
 finished (from ``t = T/2`` for ``"decay"`` / ``"anneal"``; at every step for
@@ -76,7 +82,7 @@ Notation
 ==============  ===================  ========================================
 paper           code                 meaning
 ==============  ===================  ========================================
-``mu_h``        ``heads[h]``         head ``h`` on ``S^{d-1}``
+``mu_h``        ``heads[..., h, :]``  head ``h`` on ``S^{d-1}``; ``(R, K, d)`` batched
 ``eta``         ``step_size``        step size
 ``rho``         ``rho``              penalty weight
 ``lambda``      ``temperature``      inverse temperature
@@ -86,30 +92,38 @@ paper           code                 meaning
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+import sys
+import types
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from . import risk as _risk
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_temperature
-from .heads import head_weights
 from .metrics import centroid_distance
 from .mixture import GaussianMixture
-from .sphere import random_sphere
+from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, _Callable, _Objective
+from .sphere import random_sphere, retract, tangent
 
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]
 
 _PENALTIES = (None, "repulsion", "balance")
 _RHO_SCHEDULES = ("constant", "decay")
 _TEMPERATURE_SCHEDULES = (None, "anneal")
+_METHODS = ("auto", "exact", "qmc")
 _ANNEAL_RATIO = 100.0  # "anneal" starts at lambda / _ANNEAL_RATIO
 _SCHEDULE_FRACTION = 0.5  # "decay" and "anneal" finish after this fraction of the steps
 
 
 class PGDHistory(NamedTuple):
-    """Quantities recorded every ``record_every`` steps and at the last step."""
+    """Quantities recorded every ``record_every`` steps and at the last step.
+
+    Shapes are for one run; a batch of ``R`` runs adds an axis of length ``R`` after
+    the first (``risk`` is ``(T, R)``, ``heads`` is ``(T, R, K, d)``). A run that has
+    stopped keeps the values of its last step.
+    """
 
     step: np.ndarray
     """Iteration index ``t`` of each record, shape ``(T,)``."""
@@ -127,19 +141,21 @@ class PGDHistory(NamedTuple):
     """``lambda_t``."""
     rho: np.ndarray
     """``rho_t``."""
+    heads: np.ndarray
+    """The recorded heads, shape ``(T, K, d)``."""
 
 
 class PGDResult(NamedTuple):
     """Outcome of :func:`pgd`."""
 
     heads: torch.Tensor
-    """Final heads, shape ``(K, d)``, float64, detached, on the device of the data (of
-    ``heads0`` for a mixture)."""
+    """Final heads, shape ``(K, d)`` (``(R, K, d)`` batched), float64, detached, on the
+    device of the data (of ``heads0`` for a mixture)."""
     history: PGDHistory
-    n_iter: int
-    """Number of updates performed."""
-    converged: bool
-    """Whether the Riemannian gradient norm went below ``tol``."""
+    n_iter: int | np.ndarray
+    """Number of updates performed (per run when batched)."""
+    converged: bool | np.ndarray
+    """Whether the Riemannian gradient norm went below ``tol`` (per run when batched)."""
 
 
 # --------------------------------------------------------------------------------------
@@ -159,7 +175,8 @@ def init_on_manifold(mix: GaussianMixture, rng=None, *, n_heads: int | None = No
     >>> heads.shape, float(heads[:, 1:9].abs().max())
     (torch.Size([2, 10]), 0.0)
     """
-    _risk._check_mixture(mix)
+    if not isinstance(mix, GaussianMixture):
+        raise ValueError(f"mix must be an attnclust.GaussianMixture, got {type(mix).__name__}")
     n_heads = check_int(mix.k if n_heads is None else n_heads, "n_heads", 1)
     _, sv, vt = np.linalg.svd(mix.centroids, full_matrices=False)
     basis = vt[sv > 1e-10 * sv[0]]  # (r, d) orthonormal rows
@@ -182,34 +199,226 @@ def init_on_sphere(k: int, d: int, *, rng=None) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------
-# Schedules
+# Schedules: one spec for every run, or one per run
 # --------------------------------------------------------------------------------------
-def _rho_schedule(schedule, rho: float, n_steps: int) -> tuple[Callable[[int], float], float]:
-    """The schedule ``t -> rho_t`` and the step from which it is finished."""
+def _named(kind: str, spec, n_steps: int):
+    """``(factor(t), finished_at)`` of a named schedule; ``None`` for a callable."""
     half = _SCHEDULE_FRACTION * n_steps
-    if callable(schedule):
-        return (lambda t: float(schedule(t))), 0
-    if schedule == "constant":
-        return (lambda t: rho), 0
-    if schedule == "decay":
-        return (lambda t: rho * max(0.0, 1.0 - t / half) if half > 0 else 0.0), half
-    raise ValueError(f"rho_schedule must be one of {_RHO_SCHEDULES} or a callable, "
-                     f"got {schedule!r}")
+    if callable(spec):
+        return None
+    if (kind, spec) in (("rho", "constant"), ("temperature", None)):
+        return (lambda t: 1.0), 0
+    if (kind, spec) == ("rho", "decay"):
+        return (lambda t: max(0.0, 1.0 - t / half) if half > 0 else 0.0), half
+    if (kind, spec) == ("temperature", "anneal"):
+        return (lambda t: _ANNEAL_RATIO ** ((min(1.0, t / half) if half > 0 else 1.0) - 1.0)), half
+    names = _RHO_SCHEDULES if kind == "rho" else _TEMPERATURE_SCHEDULES
+    raise ValueError(f"{kind}_schedule must be one of {names} or a callable, got {spec!r}")
 
 
-def _temperature_schedule(schedule, lam: float, n_steps: int):
-    span = _SCHEDULE_FRACTION * n_steps
-    if callable(schedule):
-        return (lambda t: check_temperature(schedule(t))), 0
-    if schedule is None:
-        return (lambda t: lam), 0
-    if schedule == "anneal":
-        def anneal(t: int) -> float:
-            frac = min(1.0, t / span) if span > 0 else 1.0
-            return lam * _ANNEAL_RATIO ** (frac - 1.0)
-        return anneal, span
-    raise ValueError(f"temperature_schedule must be one of {_TEMPERATURE_SCHEDULES} or a "
-                     f"callable, got {schedule!r}")
+def _per_run(value, n_runs: int, name: str) -> list:
+    """A spec for each run: ``value`` itself, or its items when it is a per-run list."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != n_runs:
+            raise ValueError(f"{name} has {len(value)} entries for {n_runs} runs")
+        return list(value)
+    return [value] * n_runs
+
+
+def _groups(specs: list) -> list[tuple[object, np.ndarray]]:
+    """Runs grouped by spec (callables by identity): ``[(spec, run indices), ...]``."""
+    keys: dict = {}
+    for r, spec in enumerate(specs):
+        keys.setdefault(id(spec) if callable(spec) else spec, (spec, []))[1].append(r)
+    return [(spec, np.asarray(idx)) for spec, idx in keys.values()]
+
+
+class _Schedule:
+    """``t -> (R,)`` values of a schedule, and the step from which each run's is finished."""
+
+    def __init__(self, kind: str, specs: list, base: np.ndarray, n_steps: int):
+        self.kind, self.base = kind, base
+        self.parts = []
+        self.done = np.zeros(len(base))
+        for spec, idx in _groups(specs):
+            named = _named(kind, spec, n_steps)
+            self.parts.append((spec, idx, named))
+            if named is not None:
+                self.done[idx] = named[1]
+        self.constant = all(spec in (None, "constant") for spec, _, _ in self.parts)
+
+    def __call__(self, t: int) -> np.ndarray:
+        if self.constant:  # the common case: no copy per step
+            return self.base
+        out = np.empty_like(self.base)
+        for spec, idx, named in self.parts:
+            if named is None:
+                value = np.broadcast_to(np.asarray(spec(t), dtype=np.float64), out.shape)
+                out[idx] = value[idx]
+            else:
+                out[idx] = self.base[idx] * named[0](t)
+        if self.kind == "temperature" and not np.all((out > 0) & np.isfinite(out)):
+            check_temperature(out[~((out > 0) & np.isfinite(out))][0])
+        return out
+
+
+def _vector(value, n_runs: int, name: str, *, positive: bool) -> np.ndarray:
+    arr = np.broadcast_to(np.asarray(value, dtype=np.float64), (n_runs,)).copy() \
+        if np.ndim(value) <= 1 else None
+    if arr is None or not np.all(np.isfinite(arr)) or np.any(arr <= 0 if positive else arr < 0):
+        kind = "positive finite number" if positive else "finite number >= 0"
+        raise ValueError(f"{name} must be a {kind} (or one per run), got {value!r}")
+    return arr
+
+
+# --------------------------------------------------------------------------------------
+# Inputs: objective, heads, penalties
+# --------------------------------------------------------------------------------------
+def _is_mixtures(objective) -> bool:
+    return isinstance(objective, GaussianMixture) or (
+        isinstance(objective, Sequence) and len(objective) > 0
+        and all(isinstance(m, GaussianMixture) for m in objective))
+
+
+def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed):
+    """The risk as an objective object, and the default centroids for the history."""
+    if isinstance(objective, _Objective):
+        cents = objective.mix.cents if isinstance(objective, PopulationRisk) else None
+        return objective, cents
+    if _is_mixtures(objective):
+        if batch_size is not None:
+            raise ValueError("batch_size applies to data arrays, not to a GaussianMixture")
+        if reduce is not None:
+            raise ValueError("reduce applies to data shards, not to a GaussianMixture")
+        risk = PopulationRisk(objective, method=method, n_samples=n_samples, rng=qmc_seed)
+        return risk, risk.mix.cents
+    return EmpiricalRisk(objective, batch_size=batch_size, reduce=reduce, rng=gen), None
+
+
+def _heads0(heads0, d: int, device) -> torch.Tensor:
+    heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
+    if heads.ndim not in (2, 3) or heads.shape[-2] < 1:
+        raise ValueError(f"heads0 must have shape (K, d) or (R, K, d), got {tuple(heads.shape)}")
+    if heads.shape[-1] != d:
+        raise ValueError(f"heads0 must have d={d} columns, got {heads.shape[-1]}")
+    check_finite(heads, "heads0")
+    norms = heads.norm(dim=-1, keepdim=True)
+    if bool((norms == 0).any()):
+        raise ValueError("heads0 has a zero row, which has no direction")
+    heads = heads / norms
+    return (heads if heads.ndim == 3 else heads[None]).to(device)
+
+
+def _penalty_terms(penalty, n_runs: int, risk, objective, *, method, n_samples, qmc_seed):
+    """``[(term, run indices)]`` for the runs that have a penalty."""
+    terms = []
+    for spec, idx in _groups(_per_run(penalty, n_runs, "penalty")):
+        if spec is None:
+            continue
+        if isinstance(spec, _Objective):
+            term = spec
+        elif callable(spec):
+            term = _Callable(spec)
+        elif spec == "repulsion":
+            term = Repulsion()
+        elif spec == "balance":
+            if isinstance(risk, EmpiricalRisk):
+                term = Balance(risk.X, reduce=risk.reduce, share=risk.share)
+            elif isinstance(risk, PopulationRisk):
+                term = Balance(risk.mix, method=method, n_samples=n_samples, rng=qmc_seed)
+            else:
+                raise ValueError("penalty='balance' needs a mixture or data objective")
+        else:
+            raise ValueError(f"penalty must be one of {_PENALTIES} or a callable, "
+                             f"got {spec!r}")
+        terms.append((term, idx))
+    return terms
+
+
+def _restrict(risk, terms, active: np.ndarray):
+    """The objective and penalty terms of the active runs (positions within ``active``)."""
+    out = []
+    for term, idx in terms:
+        members = np.intersect1d(idx, active)
+        if len(members):
+            out.append((term.take(members), np.searchsorted(active, members), members))
+    return risk.take(active), out
+
+
+def _evaluate(risk, terms, heads, lam, rho, *, batch, reduce):
+    """Risk ``(A,)`` and Euclidean gradient ``(A, K, d)`` of ``R + rho Pen``, active runs.
+
+    Sharded parts (this rank's share of a data-parallel sum) are all-reduced together
+    in one call of ``1 + K d`` numbers per run; penalties that every rank computes in
+    full are added afterwards.
+    """
+    lam_t = torch.from_numpy(lam)
+    value, grad = risk.value_and_grad(heads, lam_t, batch=batch)
+    grad = grad.clone()
+    after = []
+    for term, pos, members in terms:
+        weight = rho[members]
+        if not np.any(weight > 0):
+            continue  # rho_t = 0: the penalty is not evaluated (nor communicated)
+        pos_t = torch.from_numpy(pos).to(heads.device)
+        _, pen_grad = term.value_and_grad(heads[pos_t], lam_t[pos], batch=batch)
+        part = torch.from_numpy(weight).to(heads.device)[:, None, None] * pen_grad
+        if term.sharded or reduce is None:
+            grad[pos_t] += part
+        else:
+            after.append((pos_t, part))
+    if reduce is not None:
+        n = value.numel()
+        buf = reduce(torch.cat([value.reshape(-1), grad.reshape(-1)]))
+        value, grad = buf[:n], buf[n:].view_as(grad)
+    for pos_t, part in after:
+        grad[pos_t] += part
+    return value, grad
+
+
+def _distances(heads: np.ndarray, centroids: np.ndarray | None):
+    """Matched max and rms distance ``(T, R)`` of recorded heads ``(T, R, K, d)`` to
+    centroids ``(M, k, d)`` (``M`` = 1 or ``R``); NaN without centroids or if ``k > K``."""
+    T, R, K, _ = heads.shape
+    if centroids is None or centroids.shape[1] > K:
+        nan = np.full((T, R), np.nan)
+        return nan, nan.copy()
+    k = centroids.shape[1]
+    if K > 4:  # Hungarian matching run by run
+        out = np.array([[centroid_distance(heads[t, r], centroids[r % len(centroids)])[:2]
+                         for r in range(R)] for t in range(T)])
+        return out[..., 0], out[..., 1]
+    perms = np.array(list(itertools.permutations(range(K), k)))  # (P, k)
+    dmax, drms = np.empty((T, R)), np.empty((T, R))
+    for t in range(T):
+        dist = np.linalg.norm(centroids[:, :, None] - heads[t][:, None], axis=-1)  # (R, k, K)
+        matched = dist[:, np.arange(k), perms]  # (R, P, k)
+        best = np.take_along_axis(matched, matched.sum(-1).argmin(1)[:, None, None], 1)[:, 0]
+        dmax[t], drms[t] = best.max(-1), np.sqrt((best**2).mean(-1))
+    return dmax, drms
+
+
+def _history(records: dict, centroids, single: bool) -> PGDHistory:
+    heads = np.stack(records["heads"])  # (T, R, K, d)
+    dmax, drms = _distances(heads, centroids)
+    fields = {"step": np.asarray(records["step"], dtype=np.int64),
+              "risk": np.stack(records["risk"]), "distance_max": dmax, "distance_rms": drms,
+              "gram": heads @ heads.transpose(0, 1, 3, 2),
+              "grad_norm": np.stack(records["grad_norm"]),
+              "temperature": np.stack(records["temperature"]), "rho": np.stack(records["rho"]),
+              "heads": heads}
+    if single:
+        fields = {key: v if key == "step" else v[:, 0] for key, v in fields.items()}
+    return PGDHistory(**fields)
+
+
+def _check_options(method, tol, reduce) -> float:
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    tol = float(tol)
+    if not tol >= 0:
+        raise ValueError(f"tol must be >= 0, got {tol!r}")
+    return tol
 
 
 # --------------------------------------------------------------------------------------
@@ -219,11 +428,11 @@ def pgd(
     objective,
     heads0,
     *,
-    temperature: float,
-    step_size: float = 0.1,
+    temperature,
+    step_size=0.1,
     n_steps: int = 1000,
     penalty=None,
-    rho: float = 0.0,
+    rho=0.0,
     rho_schedule="constant",
     temperature_schedule=None,
     riemannian: bool = True,
@@ -241,260 +450,199 @@ def pgd(
 
     Parameters
     ----------
-    objective : GaussianMixture or array-like of shape (n, d)
-        Population risk of a mixture, or empirical risk of data.
-    heads0 : array-like of shape (K, d)
-        Initial heads (projected to the sphere).
-    temperature : float
-        Target inverse temperature ``lambda``.
-    step_size : float, default=0.1
+    objective : GaussianMixture, sequence of GaussianMixture, array-like or objective
+        Population risk of a mixture (one per run, or shared), empirical risk of data
+        ``(n, d)`` (or ``(R, n, d)``, one data set per run), or an object of
+        :mod:`attnclust.objectives`.
+    heads0 : array-like of shape (K, d) or (R, K, d)
+        Initial heads (projected to the sphere); ``(R, K, d)`` runs ``R`` descents at once.
+    temperature : float or array-like of shape (R,)
+        Target inverse temperature ``lambda`` (per run).
+    step_size : float or array-like of shape (R,), default=0.1
         ``eta > 0``.
     n_steps : int, default=1000
         Maximum number of updates.
-    penalty : {None, "repulsion", "balance"} or callable, default=None
-        ``Pen``; a callable maps a ``(K, d)`` tensor to a differentiable scalar.
-    rho : float, default=0.0
+    penalty : {None, "repulsion", "balance"}, callable or objective, or a list of them
+        ``Pen`` (one per run in a list); a callable maps a ``(K, d)`` tensor to a
+        differentiable scalar.
+    rho : float or array-like of shape (R,), default=0.0
         Penalty weight.
-    rho_schedule : {"constant", "decay"} or callable, default="constant"
-    temperature_schedule : {None, "anneal"} or callable, default=None
+    rho_schedule : {"constant", "decay"} or callable, or a list of them, default="constant"
+    temperature_schedule : {None, "anneal"} or callable, or a list of them, default=None
     riemannian : bool, default=True
         Step along the Riemannian gradient; ``False`` steps along the Euclidean one
         before projecting.
     tol : float, default=0.0
-        Stop when the Riemannian gradient norm is below ``tol`` (schedules finished).
+        A run stops when its Riemannian gradient norm is below ``tol`` (schedules
+        finished); the others go on.
     record_every : int, default=10
     batch_size : int, optional
-        Mini-batch size for data (stochastic steps; batches drawn with ``rng``).
+        Mini-batch size for data (stochastic steps; batches drawn with ``rng``, the same
+        rows for every run).
     centroids : array-like of shape (K', d), optional
-        Reference for the recorded distances (default: the mixture's centroids).
+        Reference for the recorded distances (default: the mixtures' centroids).
     rng : int or numpy Generator, optional
         Mini-batch sampling; seed of the QMC points for ``K > 3`` mixtures.
     method : {"auto", "exact", "qmc"}, default="auto"
         Population risk rule (see :func:`attnclust.population_risk`).
     n_samples : int, default=2**14
-        QMC points.
+        QMC points per mixture component.
     callback : callable ``(step, heads) -> None``, optional
-        Called after each update with the new heads (on the device of the data, except
-        on the fused ``K = 2`` population path, where they are on the CPU).
+        Called after each update with the new heads (``(K, d)``, or ``(R, K, d)``).
     reduce : callable ``tensor -> tensor``, optional
         Data-parallel hook: the sum of a tensor over the ranks of a process group, the
         same result on every rank (see :func:`attnclust.distributed.pgd_distributed`).
         ``objective`` is then this rank's rows; each step all-reduces the global risk
-        and its gradient (``1 + K d`` numbers), so every rank takes the same step and
-        records the global risk. With ``batch_size`` (the global batch), each rank
-        draws ``round(batch_size n_r / n)`` rows of its shard with its own ``rng``
+        and its gradient (``1 + K d`` numbers per run), so every rank takes the same
+        step and records the global risk. With ``batch_size`` (the global batch), each
+        rank draws ``round(batch_size n_r / n)`` rows of its shard with its own ``rng``
         (stratified sampling: the summed gradient is unbiased for the full one).
 
     Returns
     -------
     PGDResult
+        For ``heads0`` of shape ``(R, K, d)``, heads ``(R, K, d)``, a history with a run
+        axis, and ``n_iter`` and ``converged`` arrays of shape ``(R,)``.
 
     Examples
     --------
-    >>> import attnclust as ac
+    >>> import torch, attnclust as ac
     >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
     >>> res = ac.pgd(mix, ac.init_on_manifold(mix, rng=0), temperature=30.0,
     ...              step_size=0.5, n_steps=1000)
     >>> ac.centroid_distance(res.heads, mix.centroids).max < 1e-2
     True
+
+    Three runs at once, each with its own init and temperature:
+
+    >>> heads0 = torch.stack([ac.init_on_manifold(mix, rng=r) for r in range(3)])
+    >>> many = ac.pgd(mix, heads0, temperature=[3.0, 10.0, 30.0], step_size=0.5,
+    ...               n_steps=1000, record_every=1000)
+    >>> many.heads.shape, many.history.distance_max.shape
+    (torch.Size([3, 2, 10]), (2, 3))
+    >>> [round(float(x), 4) for x in many.history.distance_max[-1]]
+    [0.0747, 0.0081, 0.0033]
     """
-    # -- inputs -----------------------------------------------------------------------
-    is_mixture = isinstance(objective, GaussianMixture)
-    if is_mixture:
-        X = None
-        d = objective.d
-        if batch_size is not None:
-            raise ValueError("batch_size applies to data arrays, not to a GaussianMixture")
-    else:
-        X = as_tensor(objective, name="objective", dtype=torch.float64)
-        if X.ndim != 2 or X.shape[0] == 0:
-            raise ValueError(f"objective must be a GaussianMixture or a non-empty (n, d) "
-                             f"array, got shape {tuple(X.shape)}")
-        check_finite(X, "objective")
-        d = X.shape[1]
-    # data-parallel: X is this rank's shard; n_total rows over all ranks, and the shard's
-    # share n_r / n weighs its (mean) risk so that the shares sum to the global risk
-    n_total = None if X is None else X.shape[0]
-    if reduce is not None:
-        if is_mixture:
-            raise ValueError("reduce applies to data shards, not to a GaussianMixture")
-        if not callable(reduce):
-            raise ValueError(f"reduce must be a callable (sum over ranks), got {reduce!r}")
-        n_total = int(reduce(torch.tensor([float(X.shape[0])], dtype=torch.float64)).item())
-    share = 1.0 if X is None else X.shape[0] / n_total
-    if batch_size is not None:
-        batch_size = min(check_int(batch_size, "batch_size", 1), n_total)
-        # each shard draws its proportional part of the global batch (stratified sampling)
-        batch_size = min(X.shape[0], max(1, round(batch_size * share)))
-    heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
-    if heads.ndim != 2 or heads.shape[0] < 1:
-        raise ValueError(f"heads0 must have shape (K, d), got {tuple(heads.shape)}")
-    if heads.shape[1] != d:
-        raise ValueError(f"heads0 must have d={d} columns, got {heads.shape[1]}")
-    check_finite(heads, "heads0")
-    norms = heads.norm(dim=1, keepdim=True)
-    if bool((norms == 0).any()):
-        raise ValueError("heads0 has a zero row, which has no direction")
-    # everything but the fused K = 2 path runs on the device of the data (else of
-    # heads0), the (K, d) iterate included; the fused path is NumPy on the host
-    device = X.device if X is not None else heads.device
-    heads = (heads / norms).to(device)
-    K = heads.shape[0]
-    lam = check_temperature(temperature)
-    step_size = float(step_size)
-    if not np.isfinite(step_size) or step_size <= 0:
-        raise ValueError(f"step_size must be a positive finite number, got {step_size!r}")
+    tol = _check_options(method, tol, reduce)
+    gen = as_generator(rng)
+    qmc_seed = int(rng) if isinstance(rng, (int, np.integer)) else int(gen.integers(2**31))
+    risk, default_cents = _objective(objective, batch_size=batch_size, reduce=reduce, gen=gen,
+                                     method=method, n_samples=n_samples, qmc_seed=qmc_seed)
+    d = risk.X.shape[-1] if isinstance(risk, EmpiricalRisk) else risk.mix.d
+    device = risk.X.device if isinstance(risk, EmpiricalRisk) else \
+        as_tensor(heads0, name="heads0").device
+    single = as_tensor(heads0, name="heads0").ndim == 2
+    H = _heads0(heads0, d, device)  # (R, K, d)
+    R = H.shape[0]
+    lam = _vector(temperature, R, "temperature", positive=True)
+    eta = _vector(step_size, R, "step_size", positive=True)
+    rho = _vector(rho, R, "rho", positive=False)
     n_steps = check_int(n_steps, "n_steps", 0)
     record_every = check_int(record_every, "record_every", 1)
-    if not (callable(penalty) or penalty in _PENALTIES):
-        raise ValueError(f"penalty must be one of {_PENALTIES} or a callable, got {penalty!r}")
-    rho = float(rho)
-    if not np.isfinite(rho) or rho < 0:
-        raise ValueError(f"rho must be a finite number >= 0, got {rho!r}")
-    tol = float(tol)
-    if not tol >= 0:
-        raise ValueError(f"tol must be >= 0, got {tol!r}")
-    if method not in _risk._METHODS:
-        raise ValueError(f"method must be one of {_risk._METHODS}, got {method!r}")
-    rho_at, rho_done = _rho_schedule(rho_schedule, rho, n_steps)
-    lam_at, lam_done = _temperature_schedule(temperature_schedule, lam, n_steps)
-    stop_from = max(rho_done, lam_done)
-    if centroids is None and is_mixture:
-        centroids = objective.centroids
+    terms = _penalty_terms(penalty, R, risk, objective, method=method, n_samples=n_samples,
+                           qmc_seed=qmc_seed)
+    lam_at = _Schedule("temperature", _per_run(temperature_schedule, R, "temperature_schedule"),
+                       lam, n_steps)
+    rho_at = _Schedule("rho", _per_run(rho_schedule, R, "rho_schedule"), rho, n_steps)
+    stop_from = np.maximum(lam_at.done, rho_at.done)
     if centroids is not None:
         centroids = as_tensor(centroids, name="centroids", dtype=torch.float64).cpu().numpy()
         if centroids.ndim != 2 or centroids.shape[1] != d:
             raise ValueError(f"centroids must have shape (K', {d}), got {centroids.shape}")
-        if centroids.shape[0] > K:
-            centroids = None  # fewer heads than centroids: no matching, distances NaN
-    gen = as_generator(rng)
-    qmc_seed = int(rng) if isinstance(rng, (int, np.integer)) else int(gen.integers(2**31))
-
-    # -- the gradient of one step ---------------------------------------------------------
-    # evaluate(heads, lam_t, rho_t, batch) -> (risk, Euclidean gradient of R + rho_t Pen),
-    # NumPy on the fused path, tensors on the device otherwise (no host round trip)
-    fast = (is_mixture and K == 2 and method in ("auto", "exact")
-            and penalty in (None, "repulsion"))
-    if fast:
-        mix = objective
-        second = _risk._second_moment(mix)
-        rule = _risk._rule()
-        cents, pi = mix.centroids.copy(), mix.weights.copy()
-        heads = heads.cpu().numpy()
-
-        def evaluate(h: np.ndarray, lam_t: float, rho_t: float, _batch):
-            value, grad = _risk._risk_and_grad_k2(h, cents, pi, mix.sigma, lam_t, second, rule)
-            if penalty == "repulsion" and rho_t > 0:
-                g01 = h[0] @ h[1]
-                grad = grad + rho_t * 2.0 * g01 * h[::-1]  # d <mu0, mu1>^2
-            return value, grad
+        centroids = centroids[None]
     else:
-        def evaluate(h: torch.Tensor, lam_t: float, rho_t: float, batch):
-            ht = h.detach().requires_grad_(True)
-            xb = None if is_mixture else (X if batch is None else X[batch])
-            if is_mixture:
-                r = _risk.population_risk(ht, objective, temperature=lam_t, method=method,
-                                          n_samples=n_samples, rng=qmc_seed)
-            else:
-                r = _risk.empirical_risk(ht, xb, temperature=lam_t)
-            data_part = r * share  # this shard's part of the (global) risk
-            pen = None
-            if penalty is not None and rho_t > 0:
-                if callable(penalty):
-                    pen = penalty(ht)
-                elif penalty == "repulsion":
-                    pen = _risk.repulsion(ht)
-                elif reduce is not None:
-                    # Pen = |A - pi|^2 with A = sum_r share_r mean_{shard r} a: its gradient
-                    # is sum_r grad <c, A_r>, c = 2 (A - pi) fixed (one more all-reduce, K numbers)
-                    part = head_weights(xb, ht, temperature=lam_t).mean(0) * share  # (K,)
-                    coef = 2.0 * (reduce(part.detach()) - 1.0 / K)
-                    data_part = data_part + rho_t * (coef * part).sum()
-                else:
-                    pen = _risk.balance(ht, objective if is_mixture else xb, temperature=lam_t,
-                                        n_samples=n_samples, rng=qmc_seed)
-            if reduce is None:
-                total = data_part if pen is None else data_part + rho_t * pen
-                (grad,) = torch.autograd.grad(total, ht)
-                return r.detach(), grad
-            (grad,) = torch.autograd.grad(data_part, ht)
-            # one all-reduce of 1 + K d numbers: the global risk and its gradient
-            buf = reduce(torch.cat([(r * share).detach().reshape(1), grad.reshape(-1)]))
-            value, grad = buf[0], buf[1:].view_as(grad)
-            if pen is not None:  # the same on every rank: added after the sum
-                grad = grad + rho_t * torch.autograd.grad(pen, ht)[0]
-            return value, grad
+        centroids = default_cents
+    return _descend(risk, terms, H, single=single, lam_at=lam_at, rho_at=rho_at, eta=eta,
+                    stop_from=stop_from, n_steps=n_steps, record_every=record_every, tol=tol,
+                    riemannian=riemannian, reduce=reduce, callback=callback,
+                    centroids=centroids)
 
-    def full_risk(h: torch.Tensor, lam_t: float) -> float:
-        with torch.no_grad():
-            r = _risk.empirical_risk(h, X, temperature=lam_t, batch_size=65536) * share
-            return float(r if reduce is None else reduce(r.reshape(1))[0])
 
-    def host(a) -> np.ndarray:
-        return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+class _Records:
+    """The history, filled at recorded steps; a stopped run keeps its last values."""
 
-    # -- the loop ---------------------------------------------------------------------------
-    # The update is written once for NumPy (fused path) and torch (the rest). On the torch
-    # path the host sees a number only when it needs one: at recorded steps and, with tol,
-    # for the stopping test (a scalar copy each step).
-    records: dict[str, list] = {f: [] for f in PGDHistory._fields}
-    on_host = isinstance(heads, np.ndarray)
+    def __init__(self, n_runs: int):
+        self.risk, self.grad_norm = np.full(n_runs, np.nan), np.full(n_runs, np.nan)
+        self.rows: dict[str, list] = {f: [] for f in ("step", "risk", "grad_norm",
+                                                      "temperature", "rho", "heads")}
 
-    def permutation():
-        perm = gen.permutation(X.shape[0])
-        return perm if on_host else torch.from_numpy(perm).to(device)
+    def add(self, t: int, lam_t, rho_t, H: torch.Tensor) -> None:
+        for key, val in (("step", t), ("risk", self.risk.copy()),
+                         ("grad_norm", self.grad_norm.copy()), ("temperature", lam_t),
+                         ("rho", rho_t), ("heads", H.detach().cpu().numpy().copy())):
+            self.rows[key].append(val)
 
-    order = None if batch_size is None else permutation()
-    cursor = 0
 
-    def record(t, h, risk_value, gnorm, lam_t, rho_t):
-        if batch_size is not None:
-            risk_value = full_risk(h, lam_t)
-        h = host(h)
-        if centroids is not None:
-            dist = centroid_distance(h, centroids)
-            dmax, drms = dist.max, dist.rms
-        else:
-            dmax = drms = float("nan")
-        for key, val in zip(PGDHistory._fields,
-                            (t, float(risk_value), dmax, drms, h @ h.T, gnorm, lam_t, rho_t),
-                            strict=True):
-            records[key].append(val)
+def _grad_norms(rgrad: torch.Tensor, t: int) -> np.ndarray:
+    gnorm = (rgrad * rgrad).sum((1, 2)).cpu().numpy() ** 0.5
+    if not np.all(np.isfinite(gnorm)):
+        raise ValueError(f"the gradient became non-finite at step {t}; lower step_size")
+    return gnorm
 
-    converged = False
-    t = 0
+
+def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps, record_every,
+             tol, riemannian, reduce, callback, centroids) -> PGDResult:
+    """The loop: one batched evaluation and one retraction per step, for the active runs.
+
+    The host reads numbers only at recorded steps and, with ``tol``, for the stopping
+    test; a run that stops leaves ``active`` (and the batch of the next evaluations).
+    """
+    R, device = H.shape[0], H.device
+    stochastic = isinstance(risk, EmpiricalRisk) and risk.batch_size is not None
+    eta_t = torch.from_numpy(eta).to(device)[:, None, None]
+    active = np.arange(R)
+    sub_risk, sub_terms = _restrict(risk, terms, active)
+    n_iter, converged = np.full(R, n_steps), np.zeros(R, dtype=bool)
+    records = _Records(R)
+    idx = torch.from_numpy(active).to(device)
     for t in range(n_steps + 1):
         lam_t, rho_t = lam_at(t), rho_at(t)
-        batch = None
-        if batch_size is not None:
-            if cursor + batch_size > len(order):
-                order, cursor = permutation(), 0
-            batch = order[cursor:cursor + batch_size]
-            cursor += batch_size
-        value, grad = evaluate(heads, lam_t, rho_t, batch)
-        rgrad = grad - (grad * heads).sum(1)[:, None] * heads  # tangent part
-        gnorm_sq = (rgrad * rgrad).sum()
-        check_stop = tol > 0 and t >= stop_from
+        everyone = len(active) == R
+        Ha = H if everyone else H[idx]
+        value, grad = _evaluate(sub_risk, sub_terms, Ha, lam_t if everyone else lam_t[active],
+                                rho_t,
+                                batch=risk.next_batch() if stochastic else None, reduce=reduce)
+        rgrad = tangent(Ha, grad)  # Riemannian gradient
+        checking = tol > 0 and bool(np.any(t >= stop_from[active]))
         due = t == n_steps or t % record_every == 0
-        if on_host or check_stop or due:
-            gnorm = float(gnorm_sq) ** 0.5
-            if not np.isfinite(gnorm):
-                raise ValueError(f"the gradient became non-finite at step {t}; "
-                                 "lower step_size")
-            stop = check_stop and gnorm < tol
-            if stop or due:
-                record(t, heads, value, gnorm, lam_t, rho_t)
-            if stop:
-                converged = True
-                break
-        if t == n_steps:
+        stop = np.zeros(len(active), dtype=bool)
+        if checking or due:
+            records.grad_norm[active] = gnorm = _grad_norms(rgrad, t)
+            if checking:
+                stop = (t >= stop_from[active]) & (gnorm < tol)
+            converged[active[stop]], n_iter[active[stop]] = True, t
+            if stochastic and (due or stop.all()):
+                value = risk.full_value(Ha, lam_t[active])
+            records.risk[active] = value.detach().cpu().numpy()
+            if due or stop.all():
+                records.add(t, lam_t, rho_t, H)
+        if t == n_steps or stop.all():
             break
-        heads = heads - step_size * (rgrad if riemannian else grad)
-        heads = heads / ((heads * heads).sum(1)[:, None]) ** 0.5
+        moved = retract(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
+        if stop.any():  # frozen at this step: the others move on without them
+            keep = torch.from_numpy(~stop).to(device)
+            H[idx[keep]] = moved[keep]
+            active = active[~stop]
+            idx = torch.from_numpy(active).to(device)
+            sub_risk, sub_terms = _restrict(risk, terms, active)
+        elif len(active) == R:
+            H = moved
+        else:
+            H[idx] = moved
         if callback is not None:
-            callback(t + 1, torch.from_numpy(heads.copy()) if on_host else heads.clone())
+            callback(t + 1, H[0].clone() if single else H.clone())
+    history = _history(records.rows, centroids, single)
+    if single:
+        return PGDResult(H[0].detach().clone(), history, int(n_iter[0]), bool(converged[0]))
+    return PGDResult(H.detach().clone(), history, n_iter, converged)
 
-    history = PGDHistory(*(np.asarray(records[f], dtype=np.int64 if f == "step" else float)
-                           for f in PGDHistory._fields))
-    final = torch.from_numpy(heads.copy()).to(device) if on_host else heads.detach().clone()
-    return PGDResult(final, history, int(t), converged)
+
+class _CallableModule(types.ModuleType):
+    """``attnclust.pgd`` is this module, and calling it calls :func:`pgd`, so that
+    ``import attnclust.pgd`` gives the module while ``ac.pgd(mix, heads0, ...)`` works."""
+
+    def __call__(self, *args, **kwargs) -> PGDResult:
+        return pgd(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

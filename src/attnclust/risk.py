@@ -30,8 +30,9 @@ resolve the softmax at any ``lambda sigma`` (plain Gauss-Hermite does not). The
 nodes are placed from detached values and the gradient is the integral of the
 integrand's gradient (differentiation under the integral sign), which equals the
 derivative of ``R`` to quadrature accuracy; the node-wise work runs in one numpy kernel
-with that gradient written out (``_integral_np``, behind autograd and the ``K = 2`` PGD
-fast path; an op-by-op autograd version is the reference in the tests). ``sigma = 0`` is
+with that gradient written out (``_integral_np``, behind autograd; the batched
+``K = 2`` kernel of :class:`attnclust.PopulationRisk`, ``_quadrature.k2_exact``, uses the
+same nodes; an op-by-op autograd version is the reference in the tests). ``sigma = 0`` is
 the finite sum over the centroids; equal heads (singular ``G``) make ``D`` degenerate
 and the rule exact.
 
@@ -79,13 +80,13 @@ paper             code                 meaning
 
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import numpy as np
 import torch
 from scipy.special import expit
 
+from ._quadrature import _N_SCRAMBLES, _graded_nodes, _Rule, _rule, _sobol_normals
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_temperature
 from .heads import head_weights, softmax_heads
 from .mixture import GaussianMixture
@@ -100,7 +101,6 @@ __all__ = [
 ]
 
 _METHODS = ("auto", "exact", "qmc")
-_N_SCRAMBLES = 4
 
 
 class RiskEstimate(NamedTuple):
@@ -110,58 +110,6 @@ class RiskEstimate(NamedTuple):
     """The estimate, a 0-dim tensor differentiable w.r.t. the heads."""
     stderr: float
     """Standard error over independent scrambles."""
-
-
-# --------------------------------------------------------------------------------------
-# Composite Gauss-Legendre rule graded toward sharp points (numpy; nodes are detached)
-# --------------------------------------------------------------------------------------
-class _Rule(NamedTuple):
-    gl_x: np.ndarray  # (m,) Gauss-Legendre nodes on [-1, 1]
-    gl_w: np.ndarray  # (m,)
-    grid: np.ndarray  # (U,) uniform breakpoints on [-trunc, trunc]
-    offsets: np.ndarray  # (O,) graded offsets in units of eps, both signs and 0
-    trunc: float
-
-
-@functools.lru_cache(maxsize=8)
-def _rule(n_gauss: int = 6, width: float = 1.0, trunc: float = 8.5, ratio: float = 2.0,
-          first: float = 1.0, last: float = 32.0) -> _Rule:
-    """Fixed pieces of the rule, computed once per setting (module-level cache)."""
-    gl_x, gl_w = np.polynomial.legendre.leggauss(n_gauss)
-    n_panels = int(np.ceil(2 * trunc / width))
-    grid = np.linspace(-trunc, trunc, n_panels + 1)
-    n_graded = int(np.floor(np.log(last / first) / np.log(ratio) + 1e-9)) + 1
-    pos = first * ratio ** np.arange(n_graded)
-    offsets = np.concatenate([-pos[::-1], [0.0], pos])
-    return _Rule(gl_x, gl_w, grid, offsets, trunc)
-
-
-_EPS_MAX = 1e6  # wider than this, a "sharp" point is flat on [-trunc, trunc]
-
-
-def _graded_nodes(center: np.ndarray, eps: np.ndarray, rule: _Rule):
-    """Nodes and Gaussian-weighted weights of the rule for N(0, 1).
-
-    ``center``, ``eps`` have shape ``(..., F)``: ``F`` sharp points per integral.
-    Returns ``z`` and ``w`` of shape ``(..., N)`` with ``sum w ~ 1``.
-    """
-    # a degenerate direction gives center = nan or +-inf and eps = inf: any finite
-    # placement is then right, the integrand being flat there
-    if not (np.isfinite(center).all() and np.isfinite(eps).all()):
-        center = np.nan_to_num(center)
-        eps = np.nan_to_num(eps, nan=_EPS_MAX, posinf=_EPS_MAX)
-    center = np.minimum(np.maximum(center, -_EPS_MAX), _EPS_MAX)
-    eps = np.minimum(eps, _EPS_MAX)
-    graded = center[..., None] + eps[..., None] * rule.offsets  # (..., F, O)
-    graded = graded.reshape(*center.shape[:-1], -1)
-    grid = np.broadcast_to(rule.grid, (*center.shape[:-1], rule.grid.size))
-    bp = np.concatenate([grid, graded], axis=-1)
-    bp = np.sort(np.minimum(np.maximum(bp, -rule.trunc), rule.trunc))
-    half = 0.5 * (bp[..., 1:] - bp[..., :-1])  # (..., P)
-    mid = 0.5 * (bp[..., 1:] + bp[..., :-1])
-    z = (mid[..., None] + half[..., None] * rule.gl_x).reshape(*mid.shape[:-1], -1)
-    w = (half[..., None] * rule.gl_w).reshape(z.shape) * np.exp(-0.5 * z * z)
-    return z, w / np.sqrt(2 * np.pi)
 
 
 # --------------------------------------------------------------------------------------
@@ -289,9 +237,9 @@ def _integral_np(delta: np.ndarray, L: np.ndarray, gram: np.ndarray, z: np.ndarr
                  pw: np.ndarray, sigma: float, lam: float, *, grad: bool = True) -> _Integral:
     """``I = sum_kn pw_kn F(D_kn)``, ``D = delta_k + sigma L z_kn``, and its gradient.
 
-    The one kernel of the exact rule (``K = 2, 3``), shared by :class:`_FusedIntegral`
-    and the ``K = 2`` fast path of :func:`pgd`. ``F = -2 sum_{h<K} a_h D_h + a^T G a``
-    with ``a = softmax(lambda (D, 0))``; its gradient is written out: ``g = dF/da``
+    The kernel of the exact rule (``K = 2, 3``) behind :class:`_FusedIntegral` (PGD's
+    batched ``K = 2`` kernel is ``_quadrature.k2_exact``). ``F = -2 sum_{h<K} a_h D_h +
+    a^T G a`` with ``a = softmax(lambda (D, 0))``; its gradient is written out: ``g = dF/da``
     (``2 G a - 2 D``, last entry ``2 (G a)_K``), ``dF/dD_h = lambda a_h (g_h - a.g) -
     2 a_h``. Shapes: ``delta`` ``(k_mix, K-1)``, ``L`` ``(K-1, K-1)``, ``gram``
     ``(K, K)``, nodes ``z`` ``(K-1, k_mix, N)``, weights ``pw`` ``(k_mix, N)``.
@@ -363,19 +311,6 @@ def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _Rule) -> torch.T
 # --------------------------------------------------------------------------------------
 # Quasi-Monte Carlo
 # --------------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=32)
-def _sobol_normals(dim: int, n: int, seed: int) -> torch.Tensor:
-    """``(S, n // S, dim)`` normals from ``S`` independent scrambled Sobol sequences."""
-    seeds = np.random.SeedSequence(seed).generate_state(_N_SCRAMBLES)
-    per = max(n // _N_SCRAMBLES, 1)
-    out = []
-    for s in seeds:
-        engine = torch.quasirandom.SobolEngine(dim, scramble=True, seed=int(s))
-        u = engine.draw(per, dtype=torch.float64).clamp(1e-16, 1 - 1e-16)
-        out.append(torch.special.ndtri(u))
-    return torch.stack(out)
-
-
 def _qmc_setup(heads, mix: GaussianMixture, n_samples: int, rng):
     """Means ``(k_mix, K)``, factor ``C`` ``(K, K)`` (``C C^T = G``) and normals ``z``.
 
@@ -534,6 +469,9 @@ def empirical_risk(heads, X, *, temperature: float, batch_size: int | None = Non
     True
     """
     X_t = as_tensor(X, name="X")
+    heads_t = as_tensor(heads, name="heads")
+    if heads_t.ndim == 3:
+        return _empirical_risk_runs(heads_t, X_t, temperature, batch_size)
     if X_t.ndim != 2 or X_t.shape[0] == 0:
         raise ValueError(f"X must be a non-empty (n, d) array, got shape {tuple(X_t.shape)}")
     check_finite(X_t, "X")
@@ -546,6 +484,26 @@ def empirical_risk(heads, X, *, temperature: float, batch_size: int | None = Non
     for start in range(0, n, step):
         xb = X_t[start:start + step]  # (b, d)
         total = total + ((xb - head_weights(xb, heads, temperature=lam) @ heads) ** 2).sum()
+    return total / n
+
+
+def _empirical_risk_runs(heads: torch.Tensor, X: torch.Tensor, temperature, batch_size):
+    """``R`` runs at once: heads ``(R, K, d)``, data ``(n, d)`` or ``(R, n, d)``, one
+    inverse temperature per run (a float or ``(R,)``); returns ``(R,)``."""
+    if X.ndim not in (2, 3) or X.shape[-2] == 0 or X.shape[-1] != heads.shape[-1]:
+        raise ValueError(f"X must be a non-empty (n, {heads.shape[-1]}) or (R, n, "
+                         f"{heads.shape[-1]}) array, got shape {tuple(X.shape)}")
+    check_finite(X, "X")
+    X = X.to(heads.dtype)
+    lam = torch.as_tensor(temperature, dtype=heads.dtype, device=heads.device)
+    lam = lam.expand(heads.shape[0])[:, None, None]  # (R, 1, 1)
+    n = X.shape[-2]
+    step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
+    total = heads.new_zeros(heads.shape[0])
+    for start in range(0, n, step):
+        xb = X[..., start:start + step, :]  # (b, d) or (R, b, d)
+        a = softmax_heads(lam * (xb @ heads.transpose(1, 2)))  # (R, b, K)
+        total = total + ((xb - a @ heads) ** 2).sum((-1, -2))
     return total / n
 
 
@@ -661,35 +619,3 @@ def balance(
         if tgt.shape != (K,):
             raise ValueError(f"target must have shape ({K},), got {tuple(tgt.shape)}")
     return ((mean_a - tgt) ** 2).sum()
-
-
-# --------------------------------------------------------------------------------------
-# Fast path: value and analytic gradient of the exact K = 2 risk (numpy, no autograd)
-# --------------------------------------------------------------------------------------
-def _risk_and_grad_k2(heads: np.ndarray, centroids: np.ndarray, pi: np.ndarray,
-                      sigma: float, lam: float, second_moment: float, rule: _Rule):
-    """Exact ``K = 2`` risk and its Euclidean gradient ``(2, d)``, without torch.
-
-    The rule of :func:`_exact_nodes` with no pivot: ``w = mu_0 - mu_1``, ``D = delta_k
-    + s z`` with ``delta_k = <mu*_k, w>`` and ``s = sigma ||w||`` (``L = [[||w||]]``);
-    :func:`_integral_np` gives the integral and its gradient in ``delta``, ``L`` and
-    ``G``, and the chain rule through ``w`` and ``G = mu mu^T`` gives the rest.
-    """
-    mu0, mu1 = heads
-    w = mu0 - mu1
-    nw = float(np.sqrt(w @ w))
-    delta = centroids @ w  # (k_mix,)
-    s = sigma * nw
-    if s > 0.0:
-        z, wt = _graded_nodes((-delta / s)[:, None], np.full((len(delta), 1), 1.0 / (lam * s)),
-                              rule)
-    else:
-        z, wt = np.zeros((len(delta), 1)), np.ones((len(delta), 1))
-    out = _integral_np(delta[:, None], np.array([[nw]]), heads @ heads.T, z[None],
-                       pi[:, None] * wt, sigma, lam)
-    value = second_moment + out.value - 2.0 * (pi @ (centroids @ mu1))
-    dw = out.d_delta[:, 0] @ centroids + (out.d_L[0, 0] / nw * w if nw > 0 else 0.0)
-    grad = 2.0 * (out.d_gram @ heads)
-    grad[0] += dw
-    grad[1] -= dw + 2.0 * (pi @ centroids)
-    return value, grad

@@ -6,64 +6,108 @@ centroid wins almost no token and receives almost no gradient: a *dead head*, wh
 plain PGD cannot revive. We minimize the regularized risk ``R + rho Pen`` with ``rho``
 decaying to 0 (so the final minimizer is that of ``R``), for the ``repulsion`` and
 ``balance`` penalties, and anneal the temperature (``lambda / 100`` to ``lambda`` over
-the first half of the steps), beside plain ``R``. One panel per dimension; median over
-10 runs with its 95% percentile band.
+the first half of the steps), beside plain ``R``: ``n_runs`` inits per variant, the
+four variants of one dimension in one batched PGD call.
+
+Top row: the success rate (every head within ``success_tol`` of a distinct centroid)
+along the iterations, with its 95% Wilson interval. Bottom row: a few individual runs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._common import pgd_runs, running_example
+from ..pgd import pgd
+from ._common import (
+    in_span,
+    initial_heads,
+    overlapping,
+    rate_summary,
+    rates_over_time,
+    running_example,
+)
 from ._runner import FigureResult
-from ._style import COLORS, band, new_figure, save
+from ._style import COLORS, new_figure, rate_band, save, styled
 
 NAME = "fig2"
 DESCRIPTION = "random init on the sphere: regularized risk and annealing vs plain risk"
 
-VARIANTS = {  # label -> pgd keyword arguments
-    "no penalty": {},
-    "repulsion": {"penalty": "repulsion", "rho": 1.0, "rho_schedule": "decay"},
-    "balance": {"penalty": "balance", "rho": 1.0, "rho_schedule": "decay"},
-    "annealing": {"temperature_schedule": "anneal"},
+VARIANTS = {  # label -> per-run pgd arguments
+    "no penalty": {"penalty": None, "rho": 0.0, "rho_schedule": "constant",
+                   "temperature_schedule": None},
+    "repulsion": {"penalty": "repulsion", "rho": 1.0, "rho_schedule": "decay",
+                  "temperature_schedule": None},
+    "balance": {"penalty": "balance", "rho": 1.0, "rho_schedule": "decay",
+                "temperature_schedule": None},
+    "annealing": {"penalty": None, "rho": 0.0, "rho_schedule": "constant",
+                  "temperature_schedule": "anneal"},
 }
 
 CONFIG = {
-    "dims": [10, 100], "sigma": 0.1, "temperature": 100.0, "n_runs": 10, "n_steps": 2000,
-    "step_size": 0.5, "record_every": 10, "success_tol": 0.05, "variants": list(VARIANTS),
+    "dims": [10, 100], "sigma": 0.1, "temperature": 100.0, "n_runs": 200, "n_steps": 2000,
+    "step_size": 0.5, "record_every": 20, "success_tol": 0.05, "variants": list(VARIANTS),
+    "n_shown": 4, "tol": 1e-12,
 }
-QUICK = {**CONFIG, "dims": [10], "n_runs": 4, "n_steps": 400}
+QUICK = {**CONFIG, "dims": [10], "n_runs": 24, "n_steps": 400}
+
+
+def per_run_arguments(variants: list[str], n_runs: int) -> dict[str, list]:
+    """``VARIANTS`` spread over runs: ``n_runs`` consecutive runs per variant."""
+    return {key: [VARIANTS[v][key] for v in variants for _ in range(n_runs)]
+            for key in ("penalty", "rho", "rho_schedule", "temperature_schedule")}
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
     arrays, summary = {}, {}
-    jobs = [(d, v) for d in config["dims"] for v in config["variants"]]
-    for (d, variant), child in zip(jobs, rng.spawn(len(jobs)), strict=True):
-        runs = pgd_runs(running_example(config["sigma"], d), init="sphere",
-                        n_runs=config["n_runs"], rng=child, desc=f"{NAME} d={d} {variant}",
-                        temperature=config["temperature"], step_size=config["step_size"],
-                        n_steps=config["n_steps"], record_every=config["record_every"],
-                        **VARIANTS[variant])
-        arrays["step"] = runs["step"]
-        arrays[f"distance_d{d}_{variant}"] = runs["distance"]
-        final = runs["distance"][:, -1]
-        summary[f"d{d}_{variant}"] = {
-            "final_distance_median": float(np.median(final)),
-            "success_rate": float(np.mean(final < config["success_tol"])),
-        }
+    variants, n = config["variants"], config["n_runs"]
+    for d, child in zip(config["dims"], rng.spawn(len(config["dims"])), strict=True):
+        mix = running_example(config["sigma"], d)
+        streams = [s for v in child.spawn(len(variants)) for s in v.spawn(n)]
+        # the descent stays in span(heads0, centroids): solved there, whatever d is
+        mixes, heads0, _ = in_span([mix] * len(streams), initial_heads(mix, "sphere", streams))
+        res = pgd(mixes, heads0,
+                  temperature=config["temperature"], step_size=config["step_size"],
+                  n_steps=config["n_steps"], record_every=config["record_every"],
+                  tol=config["tol"], **per_run_arguments(variants, n))
+        dist = res.history.distance_max.reshape(-1, len(variants), n)  # (T, variant, run)
+        arrays["step"] = res.history.step
+        per_d = {}
+        for i, variant in enumerate(variants):
+            success = dist[:, i] < config["success_tol"]  # (T, n)
+            arrays[f"success_d{d}_{variant}"] = rates_over_time(success)  # rate, lo, hi
+            arrays[f"shown_d{d}_{variant}"] = dist[:, i, :config["n_shown"]].T
+            per_d[variant] = {**rate_summary(success[-1]),
+                              "final_distance_median": float(np.median(dist[-1, i]))}
+            summary[f"d{d}_{variant}"] = per_d[variant]
+        summary[f"d{d}_not_distinguishable"] = overlapping(per_d)
     return FigureResult(config, arrays, summary)
 
 
+@styled
 def plot(result: FigureResult, out) -> None:
-    dims = result.config["dims"]
-    fig, axes = new_figure(len(dims))
-    for ax, d in zip(axes, dims, strict=True):
-        for i, variant in enumerate(result.config["variants"]):
-            rate = result.summary[f"d{d}_{variant}"]["success_rate"]
-            band(ax, result.arrays["step"], result.arrays[f"distance_d{d}_{variant}"],
-                 label=f"{variant} (success {rate:.0%})", color=COLORS[i], log=True)
-        ax.set_title(f"random init on the sphere, d={d}")
-        ax.set_xlabel("PGD iteration")
-        ax.legend()
-    axes[0].set_ylabel("distance to centroids (matched max)")
+    cfg, a = result.config, result.arrays
+    dims = cfg["dims"]
+    fig, axes = new_figure(len(dims), width=4.4, height=3.2, n_rows=2)
+    for j, d in enumerate(dims):
+        top, bottom = axes[0, j], axes[1, j]
+        for i, variant in enumerate(cfg["variants"]):
+            s = result.summary[f"d{d}_{variant}"]
+            lo, hi = s["wilson_95"]
+            rate, rlo, rhi = a[f"success_d{d}_{variant}"]
+            rate_band(top, a["step"], rate, rlo, rhi, color=COLORS[i],
+                      label=f"{variant}: {s['count']}/{s['runs']} [{lo:.0%}, {hi:.0%}]")
+            for k, curve in enumerate(a[f"shown_d{d}_{variant}"]):
+                bottom.plot(a["step"], curve, color=COLORS[i], lw=0.9, alpha=0.8,
+                            label=variant if k == 0 else None)
+        top.set_ylim(-0.02, 1.02)
+        top.set_title(f"random init on the sphere, d={d}, {cfg['n_runs']} runs per variant",
+                      fontsize=8)
+        top.legend(fontsize=7, loc="lower right",
+                   title="final success, 95% Wilson interval", title_fontsize=7)
+        bottom.set_yscale("log")
+        bottom.set_xlabel("PGD iteration")
+        bottom.set_title(f"{cfg['n_shown']} individual runs per variant", fontsize=8)
+    axes[0, 0].set_ylabel(f"success rate (all heads within {cfg['success_tol']:g})")
+    axes[1, 0].set_ylabel("distance to centroids (matched max)")
+    axes[1, 0].legend(fontsize=7)
     save(fig, out)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..quantize import identity_attention, limit_distance, spread_ratio
-from . import fig3
+from ._common import inputs_vs_outputs, projected, prompt, temperature_of
 from ._runner import FigureResult
+from ._style import styled
 
 NAME = "fig4"
 DESCRIPTION = "inputs vs outputs of the identity attention layer (PCA of the inputs)"
@@ -22,10 +23,10 @@ QUICK = dict(CONFIG)
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
-    lam = fig3.temperature_of(config)
-    mix, X, z = fig3.prompt(config, rng)
+    lam = temperature_of(config)
+    mix, X, z = prompt(config, rng)
     Y = identity_attention(X, lam, backend="dense")
-    arrays = {**fig3.projected(X, Y), "labels": z}
+    arrays = {**projected(X, Y), "labels": z}
     summary = {
         "temperature": lam,
         "within_cluster_spread_ratio": spread_ratio(X, Y, z).ratio,
@@ -34,8 +35,9 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     return FigureResult(config, arrays, summary)
 
 
+@styled
 def plot(result: FigureResult, out) -> None:
     s = result.summary
-    fig3.inputs_vs_outputs(result, out, title=(
+    inputs_vs_outputs(result, out, title=(
         rf"identity attention, $\lambda={s['temperature']:.3g}$: "
         f"within-cluster spread x{s['within_cluster_spread_ratio']:.2f}"))

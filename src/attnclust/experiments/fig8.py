@@ -17,7 +17,7 @@ import numpy as np
 from ..quantize import count_clusters, identity_attention, limit_distance
 from ._common import running_example
 from ._runner import FigureResult, track
-from ._style import COLORS, band, new_figure, save
+from ._style import COLORS, band, new_figure, save, styled
 
 NAME = "fig8"
 DESCRIPTION = "identity attention: finite L vs the infinite-prompt limit; repeated steps"
@@ -74,6 +74,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     return FigureResult(config, arrays, summary)
 
 
+@styled
 def plot(result: FigureResult, out) -> None:
     a, s = result.arrays, result.summary
     fig, axes = new_figure(2)

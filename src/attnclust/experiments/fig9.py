@@ -4,8 +4,9 @@ For growing sample sizes ``n`` we draw ``n`` tokens of the running example and e
 the centroids with (a) the two-head layer trained by PGD on the empirical risk, at two
 inverse temperatures, (b) scikit-learn's ``KMeans(n_init=1)`` and (c) its spherical
 ``GaussianMixture`` (EM). The error is the matched max distance to the true centroids;
-median and 95% band over 10 samples. The layer converges to its population minimizer,
-which is biased at a finite temperature (dashed lines, from PGD on the population
+median and 95% band over 10 samples (for each size, the runs of both temperatures on
+all samples are one batched PGD call). The layer converges to its population
+minimizer, which is biased at a finite temperature (dashed lines, from PGD on the population
 risk): at ``lambda = 3`` its error levels off at that bias, while at ``lambda = 30`` the
 bias lies below the sampling error of every ``n`` shown and the layer matches k-means
 and EM.
@@ -22,7 +23,7 @@ from ..metrics import centroid_distance
 from ..pgd import init_on_sphere, pgd
 from ._common import running_example
 from ._runner import FigureResult, track
-from ._style import COLORS, band, new_figure, save
+from ._style import COLORS, band, new_figure, save, styled
 
 NAME = "fig9"
 DESCRIPTION = "centroid error vs sample size: trained heads, KMeans and spherical EM"
@@ -30,7 +31,7 @@ DESCRIPTION = "centroid error vs sample size: trained heads, KMeans and spherica
 CONFIG = {
     "d": 10, "sigma": 0.3, "temperatures": [3.0, 30.0],
     "sizes": [30, 100, 300, 1000, 3000, 10000], "n_runs": 10, "n_steps": 1000,
-    "step_size": 0.5, "population_steps": 3000,
+    "step_size": 0.5, "population_steps": 3000, "tol": 1e-12,
 }
 QUICK = {**CONFIG, "sizes": [30, 300, 3000], "n_runs": 3, "n_steps": 300,
          "population_steps": 600}
@@ -41,38 +42,43 @@ def _methods(config: dict) -> list[str]:
         "KMeans", "spherical EM"]
 
 
-def _estimate(method: str, X: np.ndarray, config: dict, rng: np.random.Generator) -> np.ndarray:
-    seed = int(rng.integers(2**31))
+def _classical(method: str, X: np.ndarray, seed: int) -> np.ndarray:
     if method == "KMeans":
         return KMeans(2, n_init=1, random_state=seed).fit(X).cluster_centers_
-    if method == "spherical EM":
-        return SklearnGMM(2, covariance_type="spherical", random_state=seed).fit(X).means_
-    # attention heads: PGD on the empirical risk, full batch, from a random init on S^{d-1}
-    lam = float(method.rsplit("=", 1)[1])
-    res = pgd(X, init_on_sphere(2, X.shape[1], rng=rng), temperature=lam,
-              step_size=config["step_size"], n_steps=config["n_steps"],
-              record_every=config["n_steps"], rng=rng)
-    return res.heads.numpy()
+    return SklearnGMM(2, covariance_type="spherical", random_state=seed).fit(X).means_
+
+
+def _heads(samples: np.ndarray, config: dict, streams) -> np.ndarray:
+    """PGD on each sample's empirical risk (full batch, random init on the sphere), at
+    every temperature: one batched call, runs ``(temperature, sample)``; ``(T, S, K, d)``."""
+    lams, (S, _, d) = config["temperatures"], samples.shape
+    X = torch.from_numpy(np.tile(samples, (len(lams), 1, 1)))  # (T * S, n, d)
+    heads0 = torch.stack([init_on_sphere(2, d, rng=s) for s in streams])
+    res = pgd(X, heads0, temperature=np.repeat(lams, S), step_size=config["step_size"],
+              n_steps=config["n_steps"], record_every=config["n_steps"], tol=config["tol"])
+    return res.heads.numpy().reshape(len(lams), S, 2, d)
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
     mix = running_example(config["sigma"], config["d"])
-    sizes, methods = config["sizes"], _methods(config)
-    error = np.empty((len(methods), config["n_runs"], len(sizes)))
-    jobs = [(r, j) for r in range(config["n_runs"]) for j in range(len(sizes))]
-    for (r, j), child in track(zip(jobs, rng.spawn(len(jobs)), strict=True), desc=NAME,
-                               total=len(jobs)):
-        X = mix.sample(sizes[j], child)
-        for m, method in enumerate(methods):
-            error[m, r, j] = centroid_distance(_estimate(method, X, config, child),
-                                               mix.centroids).max
+    sizes, methods, n_runs = config["sizes"], _methods(config), config["n_runs"]
+    n_lams = len(config["temperatures"])
+    error = np.empty((len(methods), n_runs, len(sizes)))
+    for j, child in track(enumerate(rng.spawn(len(sizes))), desc=NAME, total=len(sizes)):
+        data_rng, init_rng, seed_rng = child.spawn(3)
+        samples = np.stack([mix.sample(sizes[j], s) for s in data_rng.spawn(n_runs)])
+        heads = _heads(samples, config, init_rng.spawn(n_lams * n_runs))
+        seeds = seed_rng.integers(2**31, size=n_runs)
+        for r in range(n_runs):
+            estimates = [*heads[:, r], *(_classical(m, samples[r], int(seeds[r]))
+                                         for m in methods[n_lams:])]
+            for m, est in enumerate(estimates):
+                error[m, r, j] = centroid_distance(est, mix.centroids).max
     # the population minimizer at each temperature: the floor of the layer's error
-    bias = np.array([
-        centroid_distance(pgd(mix, torch.tensor(mix.centroids), temperature=lam,
-                              step_size=config["step_size"], n_steps=config["population_steps"],
-                              record_every=config["population_steps"]).heads,
-                          mix.centroids).max
-        for lam in config["temperatures"]])
+    start = torch.tensor(mix.centroids).expand(n_lams, -1, -1)
+    bias = pgd(mix, start, temperature=config["temperatures"], step_size=config["step_size"],
+               n_steps=config["population_steps"],
+               record_every=config["population_steps"], tol=config["tol"]).history.distance_max[-1]
     summary = {method: {f"n_{n}": float(np.median(error[m, :, j])) for j, n in enumerate(sizes)}
                for m, method in enumerate(methods)}
     summary["population_minimizer_distance"] = {
@@ -81,6 +87,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
                                  "population_bias": bias}, summary)
 
 
+@styled
 def plot(result: FigureResult, out) -> None:
     a = result.arrays
     fig, (ax,) = new_figure(width=4.8, height=3.6)
