@@ -20,10 +20,10 @@ from pathlib import Path
 from types import ModuleType
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from .._io import atomic_path, writable_folder
+from .._threads import torch_threads
 
 __all__ = ["FigureResult", "FigurePaths", "reproduce", "track", "load_result"]
 
@@ -138,16 +138,14 @@ def _compute(module: ModuleType, config: dict, seed: int, quick: bool,
              progress: bool) -> tuple[FigureResult, dict]:
     """Run the figure; return its result and the metadata its cache entry records."""
     token = _SHOW_PROGRESS.set(progress)
-    threads = torch.get_num_threads()
     # Figures are many small problems: one thread avoids the heavy synchronization
     # cost of tiny multi-threaded kernels (tens of times slower on a busy machine).
-    torch.set_num_threads(1)
     try:
-        start = time.perf_counter()
-        result = module.run(config, np.random.default_rng(seed))
-        wall = time.perf_counter() - start
+        with torch_threads(1):
+            start = time.perf_counter()
+            result = module.run(config, np.random.default_rng(seed))
+            wall = time.perf_counter() - start
     finally:
-        torch.set_num_threads(threads)
         _SHOW_PROGRESS.reset(token)
     meta = {"figure": module.NAME, "description": module.DESCRIPTION, "seed": seed,
             "quick": quick, "wall_time_s": round(wall, 2)}
