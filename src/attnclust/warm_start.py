@@ -18,9 +18,9 @@ variance: the variance *across each cluster's nearest boundary*, the one directi
 softmax has to resolve there (a per-coordinate variance would be dominated by directions
 that decide nothing on anisotropic data).
 
-Every statistic is a sum over rows; with ``reduce`` (a sum over data-parallel ranks) each
-rank holds a shard of the rows and sees the global sums. Rows are read in chunks of
-``chunk`` so that memory stays ``O(chunk K)`` beyond the data.
+They run on the estimator's warm-start sample, which a data-parallel fit assembles on
+every rank (see :class:`~attnclust.AttentionClustering`), so they need no sums over ranks.
+Rows are read in chunks of ``chunk`` so that memory stays ``O(chunk K)`` beyond the data.
 
 Notation
 --------
@@ -48,10 +48,6 @@ _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
 # second moments is rounding noise of the dtype (and lambda would be unbounded)
 _FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
-
-
-def _sum(t: torch.Tensor, reduce) -> torch.Tensor:
-    return t if reduce is None else reduce(t)
 
 
 def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str = "sphere", *,
@@ -100,7 +96,7 @@ class LloydResult(NamedTuple):
 
 
 def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
-               geometry: str = "sphere", reduce=None, chunk: int = _CHUNK) -> LloydResult:
+               geometry: str = "sphere", chunk: int = _CHUNK) -> LloydResult:
     """Hard Lloyd steps, at most ``n_steps``, stopping early once no label changes.
 
     Examples
@@ -115,15 +111,13 @@ def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
     for _ in range(n_steps):
         counts = torch.bincount(labels, minlength=K).to(X.dtype)
         sums = torch.zeros_like(heads).index_add_(0, labels, X)
-        stats = _sum(torch.cat([sums.reshape(-1), counts]), reduce)
-        heads = _lloyd_heads(stats[:-K].reshape(heads.shape), stats[-K:], heads, geometry)
+        heads = _lloyd_heads(sums, counts, heads, geometry)
         new, score = _assign(X, heads, geometry, chunk)
-        changed = _sum((new != labels).sum().to(X.dtype).reshape(1), reduce)
+        changed = bool((new != labels).any())
         labels = new
-        if float(changed[0]) == 0:
+        if not changed:
             break
-    stats = _sum(torch.stack([score, X.new_tensor(float(X.shape[0]))]), reduce)
-    return LloydResult(heads, labels, float(stats[0] / stats[1]))
+    return LloydResult(heads, labels, float(score) / X.shape[0])
 
 
 class BoundaryVariance(NamedTuple):
@@ -151,13 +145,13 @@ def _cluster_moments(X, heads, labels, chunk):
 
 
 def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere",
-                      reduce=None, chunk: int = _CHUNK) -> BoundaryVariance:
+                      chunk: int = _CHUNK) -> BoundaryVariance:
     """Within-cluster variance across the nearest boundaries (see :func:`auto_temperature`)."""
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
     counts, sums, outer = _cluster_moments(X, heads, labels, chunk)
     extra = torch.cat([X.sum(0), torch.stack([(X * X).sum(), X.new_tensor(float(X.shape[0]))])])
-    stats = _sum(torch.cat([counts, sums.reshape(-1), outer.reshape(-1), extra]), reduce)
+    stats = torch.cat([counts, sums.reshape(-1), outer.reshape(-1), extra])
     counts, sums = stats[:K], stats[K:K + K * K].reshape(K, K)
     outer = stats[K + K * K:K + K * K + K**3].reshape(K, K, K)
     col_sums, sq_norm, n = stats[-2 - X.shape[1]:-2], float(stats[-2]), float(stats[-1])
@@ -202,8 +196,8 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "
     return BoundaryVariance(s2, floor)
 
 
-def auto_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere",
-                     reduce=None) -> float:
+def auto_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere"
+                     ) -> float:
     """``1 / s^2`` with ``s^2`` the within-cluster variance across each head's nearest boundary.
 
     Clusters are the hard assignments (highest logit). For cluster ``h`` with nearest
@@ -230,5 +224,5 @@ def auto_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "s
     >>> round(auto_temperature(X, torch.as_tensor(mix.centroids), geometry="euclidean"), -1)
     100.0
     """
-    s2, floor = boundary_variance(X, heads, geometry=geometry, reduce=reduce)
+    s2, floor = boundary_variance(X, heads, geometry=geometry)
     return 1.0 / max(s2, floor, torch.finfo(X.dtype).tiny)
