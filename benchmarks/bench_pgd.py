@@ -29,9 +29,9 @@ def _autograd_baseline(n_steps: int) -> float:
 
 def _time_pgd(mix, n_steps: int, **kwargs) -> float:
     heads0 = ac.init_on_manifold(mix, rng=0)
-    ac.pgd(mix, heads0, temperature=30.0, step_size=0.05, n_steps=2, **kwargs)  # warm-up
+    ac.pgd(mix, heads0, inverse_temperature=30.0, step_size=0.05, n_steps=2, **kwargs)  # warm-up
     start = time.perf_counter()
-    ac.pgd(mix, heads0, temperature=30.0, step_size=0.05, n_steps=n_steps, **kwargs)
+    ac.pgd(mix, heads0, inverse_temperature=30.0, step_size=0.05, n_steps=n_steps, **kwargs)
     return time.perf_counter() - start
 
 

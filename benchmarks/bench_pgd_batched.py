@@ -24,12 +24,13 @@ def _cases(quick: bool):
     X = torch.from_numpy(ac.GaussianMixture.orthogonal(d=d, k=2, sigma=0.3).sample(2000, rng=0))
     steps = 100 if quick else 400
     return [
-        ("K=2 exact, sigma=0.1, lambda=100 (figure 2)", run, 2, {"temperature": 100.0}, steps),
+        ("K=2 exact, sigma=0.1, lambda=100 (figure 2)", run, 2, {"inverse_temperature": 100.0},
+         steps),
         ("K=2 Dirac mixture, lambda=30 (figure 5)", run.with_sigma(0.0), 2,
-         {"temperature": 30.0}, steps),
+         {"inverse_temperature": 30.0}, steps),
         ("K=5 QMC, 64 points, own mixture per run (figure 6)", many, 5,
-         {"temperature": 10.0, "method": "qmc", "n_samples": 64, "rng": 0}, steps // 4),
-        ("K=2 empirical risk, n=2000 shared (figure 9)", X, 2, {"temperature": 10.0},
+         {"inverse_temperature": 10.0, "method": "qmc", "n_samples": 64, "rng": 0}, steps // 4),
+        ("K=2 empirical risk, n=2000 shared (figure 9)", X, 2, {"inverse_temperature": 10.0},
          steps // 4),
     ]
 

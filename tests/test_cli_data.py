@@ -95,8 +95,8 @@ def test_fit_bad_values(tmp_path, capsys):
                            "--out", str(tmp_path / "res")])
     assert "row 2" in line and "all zeros" in line   # a direction is needed on the sphere
     assert _files(tmp_path) == ["one_d.npy", "small.npy", "zero.npy"]
-    assert "--temperature" in _error(capsys, ["fit", str(tmp_path / "small.npy"), "-k", "2",
-                                              "--temperature", "warm"])
+    assert "--inverse-temperature" in _error(capsys, ["fit", str(tmp_path / "small.npy"), "-k", "2",
+                                              "--inverse-temperature", "warm"])
 
 
 def test_predict_wrong_number_of_features():
@@ -109,7 +109,7 @@ def test_quantize_writes_identity_attention(blobs, capsys):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
     for out in ("q.npy", "q.csv"):
-        assert main(["quantize", str(tmp / "x.npy"), "--temperature", "2.5",
+        assert main(["quantize", str(tmp / "x.npy"), "--inverse-temperature", "2.5",
                      "--out", str(tmp / out)]) == 0
     ref = ac.identity_attention(X, 2.5)
     np.testing.assert_allclose(np.load(tmp / "q.npy"), ref)
@@ -119,14 +119,14 @@ def test_quantize_writes_identity_attention(blobs, capsys):
 
 def test_quantize_bad_input(tmp_path, capsys):
     (tmp_path / "nan.csv").write_text("1,2\n3,nan\n")
-    line = _error(capsys, ["quantize", str(tmp_path / "nan.csv"), "--temperature", "1",
+    line = _error(capsys, ["quantize", str(tmp_path / "nan.csv"), "--inverse-temperature", "1",
                            "--out", str(tmp_path / "q.npy")])
     assert line.startswith("attnclust quantize: error:") and "NaN" in line
     np.save(tmp_path / "x.npy", np.ones((4, 2)))
-    assert "--out" in _error(capsys, ["quantize", str(tmp_path / "x.npy"), "--temperature",
+    assert "--out" in _error(capsys, ["quantize", str(tmp_path / "x.npy"), "--inverse-temperature",
                                       "1", "--out", str(tmp_path / "q.txt")])
     assert "positive" in _error(capsys, ["quantize", str(tmp_path / "x.npy"),
-                                         "--temperature", "-1", "--out",
+                                         "--inverse-temperature", "-1", "--out",
                                          str(tmp_path / "q.npy")])
     assert _files(tmp_path) == ["nan.csv", "x.npy"]
 
@@ -136,7 +136,7 @@ def test_quantize_bad_input(tmp_path, capsys):
 def test_quantize_upper_case_suffix_writes_the_data(blobs, name):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
-    assert main(["quantize", str(tmp / "x.npy"), "--temperature", "2.5",
+    assert main(["quantize", str(tmp / "x.npy"), "--inverse-temperature", "2.5",
                  "--out", str(tmp / name)]) == 0
     assert _files(tmp) == sorted([name, "x.npy"])        # no hidden file left behind
     out = tmp / name
@@ -157,7 +157,7 @@ def test_outputs_have_ordinary_permissions(blobs):
     try:
         assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
                      "--quiet"]) == 0
-        assert main(["quantize", str(tmp / "x.npy"), "--temperature", "2",
+        assert main(["quantize", str(tmp / "x.npy"), "--inverse-temperature", "2",
                      "--out", str(tmp / "q.csv")]) == 0
     finally:
         os.umask(old)
@@ -181,12 +181,12 @@ def test_csv_first_row_with_one_bad_cell_is_not_a_header(tmp_path, capsys):
     assert _files(tmp_path) == ["d.csv"]
 
 
-@pytest.mark.parametrize("scale, temperature", [(1e200, "1"), (2.0, "1e308")])
-def test_quantize_overflow_is_an_error_not_nan_output(tmp_path, capsys, scale, temperature):
+@pytest.mark.parametrize("scale, lam", [(1e200, "1"), (2.0, "1e308")])
+def test_quantize_overflow_is_an_error_not_nan_output(tmp_path, capsys, scale, lam):
     X = np.random.default_rng(0).normal(size=(20, 3))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     np.save(tmp_path / "x.npy", X * scale)
-    line = _error(capsys, ["quantize", str(tmp_path / "x.npy"), "--temperature", temperature,
+    line = _error(capsys, ["quantize", str(tmp_path / "x.npy"), "--inverse-temperature", lam,
                            "--out", str(tmp_path / "q.npy")])
     assert "non-finite values (overflow)" in line and "lower lambda" in line
     assert _files(tmp_path) == ["x.npy"]
@@ -335,7 +335,8 @@ def test_npy_header_declaring_terabytes_is_one_line(tmp_path, capsys):
             f, {"descr": "<f8", "fortran_order": False, "shape": (10**12, 8)})
         f.write(b"\0" * 64)
     for argv in (["fit", str(path), "-k", "2"],
-                 ["quantize", str(path), "--temperature", "1", "--out", str(tmp_path / "q.npy")]):
+                 ["quantize", str(path), "--inverse-temperature", "1", "--out",
+                  str(tmp_path / "q.npy")]):
         line = _error(capsys, argv)
         assert "truncated or inconsistent .npy file" in line and "58.2 TiB" in line
     assert _files(tmp_path) == ["huge.npy"]
@@ -356,7 +357,7 @@ def test_dense_backend_too_large_is_refused_at_once(tmp_path, capsys):
 
     np.save(tmp_path / "long.npy", np.ones((200_000, 2)))
     start = time.perf_counter()
-    line = _error(capsys, ["quantize", str(tmp_path / "long.npy"), "--temperature", "1",
+    line = _error(capsys, ["quantize", str(tmp_path / "long.npy"), "--inverse-temperature", "1",
                            "--backend", "dense", "--out", str(tmp_path / "q.npy")])
     assert time.perf_counter() - start < 10
     assert "backend='dense' needs 596.0 GiB" in line and "L=200000" in line

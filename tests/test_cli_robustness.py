@@ -68,7 +68,8 @@ def test_signal_during_the_write_phase_of_fit_leaves_nothing(tmp_path, sig, stat
     out = tmp_path / "new" / "res"                 # a folder the command has to create
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnclust", "fit", str(tmp_path / "x.npy"), "-k", "2",
-         "--max-iter", "1", "--no-anneal", "--temperature", "5", "--quiet", "--out", str(out)],
+         "--max-iter", "1", "--no-anneal", "--inverse-temperature", "5", "--quiet",
+         "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     # the labels CSV is staged last: its temporary file means every output is being written
     _signal_when(proc, lambda: any(tmp_path.rglob(".res.labels.*.tmp.csv")), sig)
@@ -179,7 +180,8 @@ def test_any_warning_is_one_line(blobs, capsys, monkeypatch):
 # -- output paths ---------------------------------------------------------------------------
 def test_out_equal_to_the_input_is_refused(blobs, capsys):
     before = blobs.read_bytes()
-    line = _error(capsys, ["quantize", str(blobs), "--temperature", "1", "--out", str(blobs)])
+    line = _error(capsys, ["quantize", str(blobs), "--inverse-temperature", "1", "--out",
+                           str(blobs)])
     assert "is the input file" in line
     named = blobs.parent / "p.centers.npy"
     shutil.copy(blobs, named)
@@ -187,7 +189,8 @@ def test_out_equal_to_the_input_is_refused(blobs, capsys):
     assert "is the input file" in line
     link = blobs.parent / "link.npy"               # another name of the same file
     link.symlink_to(blobs)
-    assert "is the input file" in _error(capsys, ["quantize", str(blobs), "--temperature", "1",
+    assert "is the input file" in _error(capsys, ["quantize", str(blobs), "--inverse-temperature",
+                                                  "1",
                                                   "--out", str(link)])
     assert blobs.read_bytes() == before and named.read_bytes() == before
     assert _files(blobs.parent) == ["link.npy", "p.centers.npy", "x.npy"]
@@ -197,10 +200,10 @@ def test_empty_out_is_refused_and_a_folder_out_gets_named_files(blobs, capsys):
     folder = blobs.parent
     assert "--out must not be empty" in _error(capsys, ["fit", str(blobs), "-k", "3",
                                                         "--out", ""])
-    assert "--out must be a file name" in _error(capsys, ["quantize", str(blobs),
-                                                          "--temperature", "1", "--out", ""])
+    assert "--out must be a file name" in _error(
+        capsys, ["quantize", str(blobs), "--inverse-temperature", "1", "--out", ""])
     for out in ("res/", f"{folder}/.npy"):
-        _error(capsys, ["quantize", str(blobs), "--temperature", "1", "--out", out])
+        _error(capsys, ["quantize", str(blobs), "--inverse-temperature", "1", "--out", out])
     assert _files(folder) == ["x.npy"]
     assert main(["fit", str(blobs), "-k", "3", "--quiet", "--out", f"{folder}/res/"]) == 0
     (folder / "old").mkdir()
@@ -220,7 +223,7 @@ class _FullStdout:
         pass
 
 
-@pytest.mark.parametrize("cmd", [["fit", "-k", "3"], ["quantize", "--temperature", "1"]])
+@pytest.mark.parametrize("cmd", [["fit", "-k", "3"], ["quantize", "--inverse-temperature", "1"]])
 def test_summary_that_cannot_be_printed_leaves_no_output(blobs, capsys, monkeypatch, cmd):
     out = str(blobs.parent / ("res" if cmd[0] == "fit" else "q.npy"))
     monkeypatch.setattr(sys, "stdout", _FullStdout())
@@ -271,7 +274,7 @@ def test_unwritable_out_fails_before_fitting(blobs, capsys, monkeypatch):
     target = _blocked(blobs.parent)
     line = _error(capsys, ["fit", str(blobs), "-k", "3", "--out", str(target / "res")])
     assert f"{target}: cannot write there (a file is in the way)" in line
-    line = _error(capsys, ["quantize", str(blobs), "--temperature", "1",
+    line = _error(capsys, ["quantize", str(blobs), "--inverse-temperature", "1",
                            "--out", str(target / "q.npy")])
     assert "cannot write there" in line
     assert _files(blobs.parent) == ["blocker", "x.npy"]

@@ -15,7 +15,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import attnclust as ac
 from attnclust import fixed_point
 from attnclust.clustering import AttentionClustering, DegenerateFitWarning
-from attnclust.warm_start import auto_temperature, hard_lloyd
+from attnclust.warm_start import auto_inverse_temperature, hard_lloyd
 
 # the tests written for the paper's layer (unit heads) name it; the default is Euclidean
 SphereClustering = partial(AttentionClustering, geometry="sphere")
@@ -63,24 +63,24 @@ def test_row_normalized_mixture_recovers_directions():
 def test_fit_ends_at_stationary_point_of_the_risk(mixture_fit):
     _, X, _, est = mixture_fit
     assert est.converged_
-    gnorm = _riemannian_grad_norm(est.cluster_centers_, X, est.temperature_)
+    gnorm = _riemannian_grad_norm(est.cluster_centers_, X, est.inverse_temperature_)
     # compare with the gradient at the true centroids' neighbourhood scale: ~ 1e-1
     assert gnorm < 1e-5
 
 
 @pytest.mark.parametrize("anneal", [True, False])
-def test_loss_curve_non_increasing_at_fixed_temperature(anneal):
+def test_loss_curve_non_increasing_at_fixed_inverse_temperature(anneal):
     d = load_wine()
     X = d.data / np.linalg.norm(d.data, axis=1, keepdims=True)
     est = SphereClustering(3, anneal=anneal, random_state=1).fit(X)
-    temps = est.temperature_curve_
+    temps = est.inverse_temperature_curve_
     assert len(est.loss_curve_) == len(temps) >= 2
     for lam in np.unique(temps):
         seg = est.loss_curve_[temps == lam]
         assert np.all(np.diff(seg) <= 1e-12 * abs(seg[0]))
     if anneal:
-        np.testing.assert_allclose(temps[0], est.temperature_ / 8)
-    assert temps[-1] == est.temperature_
+        np.testing.assert_allclose(temps[0], est.inverse_temperature_ / 8)
+    assert temps[-1] == est.inverse_temperature_
     # the curve's last value is the fitted objective: minus the score
     assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-10)
 
@@ -93,8 +93,8 @@ def test_stationary_with_overlapping_clusters():
                               max_iter=1000).fit(X)
     assert est.converged_
     start = ac.normalize(torch.as_tensor(X[:3]))
-    g_start = _riemannian_grad_norm(start, X, est.temperature_)
-    assert _riemannian_grad_norm(est.cluster_centers_, X, est.temperature_) < 1e-7 * g_start
+    g_start = _riemannian_grad_norm(start, X, est.inverse_temperature_)
+    assert _riemannian_grad_norm(est.cluster_centers_, X, est.inverse_temperature_) < 1e-7 * g_start
 
 
 def test_extrapolation_makes_digits_converge(monkeypatch):
@@ -106,8 +106,8 @@ def test_extrapolation_makes_digits_converge(monkeypatch):
         warnings.simplefilter("error")  # a "did not converge" warning fails the test
         est = SphereClustering(10, random_state=0).fit(X)
     assert est.converged_ and est.n_iter_ < 15 + est.max_iter
-    lam = est.temperature_
-    seg = est.loss_curve_[est.temperature_curve_ == lam]
+    lam = est.inverse_temperature_
+    seg = est.loss_curve_[est.inverse_temperature_curve_ == lam]
     assert np.all(np.diff(seg) <= 1e-12 * abs(seg[0]))     # extrapolations never increase it
     # converged: the full step moves no head by more than tol = 1e-6, i.e. each head's
     # Riemannian gradient is at most about 2 N_h tol, N_h < 0.15: sqrt(10) 0.3 tol < 1e-6
@@ -115,7 +115,7 @@ def test_extrapolation_makes_digits_converge(monkeypatch):
     monkeypatch.setattr(fixed_point, "_ANDERSON_DEPTH", 0)  # the plain safeguarded steps
     with pytest.warns(UserWarning, match="did not converge"):
         plain = SphereClustering(10, random_state=0).fit(X)
-    assert plain.temperature_ == lam and not plain.converged_
+    assert plain.inverse_temperature_ == lam and not plain.converged_
     assert _riemannian_grad_norm(plain.cluster_centers_, X, lam) > 1e-5
     assert est.loss_curve_[-1] < plain.loss_curve_[-1]
 
@@ -137,7 +137,7 @@ def test_pgd_solver_reaches_the_same_heads():
         pgd_est = SphereClustering(3, normalize=None, solver="pgd", step_size=0.5,
                                       max_iter=2000, tol=1e-9, random_state=0).fit(X)
     fp_est = SphereClustering(3, normalize=None, tol=1e-10, random_state=0).fit(X)
-    assert pgd_est.temperature_ == fp_est.temperature_
+    assert pgd_est.inverse_temperature_ == fp_est.inverse_temperature_
     np.testing.assert_allclose(pgd_est.cluster_centers_, fp_est.cluster_centers_, atol=1e-6)
 
 
@@ -148,21 +148,21 @@ def test_pgd_callback_and_loss_curve_count_steps_once():
         warnings.simplefilter("ignore", UserWarning)  # tol=0: never converged
         est = SphereClustering(3, normalize=None, solver="pgd", max_iter=12, tol=0.0,
                                   random_state=0, callback=infos.append).fit(X)
-    lam, n_anneal = est.temperature_, 15                   # 5 steps at lam/8, /4, /2
+    lam, n_anneal = est.inverse_temperature_, 15                   # 5 steps at lam/8, /4, /2
     assert est.n_iter_ == n_anneal + 12
     assert [i.iteration for i in infos] == list(range(1, est.n_iter_ + 1))
-    # the temperature of each reported step is the one its update used
+    # the inverse temperature of each reported step is the one its update used
     expected = [lam / 8] * 5 + [lam / 4] * 5 + [lam / 2] * 5 + [lam] * 12
-    assert [i.temperature for i in infos] == pytest.approx(expected, rel=1e-15)
-    # one record per iterate: before each update (at its temperature), and the last
-    assert len(est.loss_curve_) == len(est.temperature_curve_) == est.n_iter_ + 1
-    np.testing.assert_allclose(est.temperature_curve_, expected + [lam], rtol=1e-15)
+    assert [i.inverse_temperature for i in infos] == pytest.approx(expected, rel=1e-15)
+    # one record per iterate: before each update (at its inverse temperature), and the last
+    assert len(est.loss_curve_) == len(est.inverse_temperature_curve_) == est.n_iter_ + 1
+    np.testing.assert_allclose(est.inverse_temperature_curve_, expected + [lam], rtol=1e-15)
     assert est.loss_curve_[-1] == pytest.approx(
-        float(ac.empirical_risk(est.cluster_centers_, X, temperature=lam)), rel=1e-10)
+        float(ac.empirical_risk(est.cluster_centers_, X, inverse_temperature=lam)), rel=1e-10)
 
 
-# -- temperature ----------------------------------------------------------------------------
-def test_auto_temperature_keeps_a_given_init():
+# -- inverse temperature -------------------------------------------------------------------
+def test_auto_inverse_temperature_keeps_a_given_init():
     mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1)
     X = mix.sample(600, rng=0)
     init = mix.centroids + 0.4 * np.random.default_rng(1).standard_normal(mix.centroids.shape)
@@ -170,33 +170,33 @@ def test_auto_temperature_keeps_a_given_init():
     est = SphereClustering(3, init=init, normalize=None, anneal=False).fit(X)
     # the fit starts from the given heads, not from the Lloyd warm start ...
     assert est.loss_curve_[0] == pytest.approx(
-        float(ac.empirical_risk(unit, X, temperature=est.temperature_)), rel=1e-12)
+        float(ac.empirical_risk(unit, X, inverse_temperature=est.inverse_temperature_)), rel=1e-12)
     # ... which is only used to estimate lambda, as for a seeding
     Xt = torch.as_tensor(X)
     lloyd = hard_lloyd(Xt, torch.as_tensor(unit), 20).heads
-    assert est.temperature_ == pytest.approx(auto_temperature(Xt, lloyd), rel=1e-12)
-    lloyd_risk = float(ac.empirical_risk(lloyd, X, temperature=est.temperature_))
+    assert est.inverse_temperature_ == pytest.approx(auto_inverse_temperature(Xt, lloyd), rel=1e-12)
+    lloyd_risk = float(ac.empirical_risk(lloyd, X, inverse_temperature=est.inverse_temperature_))
     assert abs(est.loss_curve_[0] - lloyd_risk) > 1e-3
     assert ac.centroid_distance(est.cluster_centers_, mix.centroids).max < 0.05
 
 
-def test_auto_temperature_is_a_scale():
+def test_auto_inverse_temperature_is_a_scale():
     """Scaling the data by c scales lambda by 1/c^2 ... up to the unit heads: with rows
-    normalized first, the fitted temperature does not depend on the data's scale at all."""
+    normalized first, the fitted inverse temperature does not depend on the data's scale at all."""
     d = load_iris()
     a = SphereClustering(3, random_state=0).fit(d.data)
     b = SphereClustering(3, random_state=0).fit(1000 * d.data)
-    assert a.temperature_ == pytest.approx(b.temperature_, rel=1e-9)
+    assert a.inverse_temperature_ == pytest.approx(b.inverse_temperature_, rel=1e-9)
     tight = SphereClustering(3, normalize=None, random_state=0)
     mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.02)
-    assert tight.fit(mix.sample(3000, rng=0)).temperature_ > 1000
+    assert tight.fit(mix.sample(3000, rng=0)).inverse_temperature_ > 1000
 
 
-def test_fixed_temperature_is_used():
+def test_fixed_inverse_temperature_is_used():
     X = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1).sample(300, rng=0)
-    est = SphereClustering(3, temperature=7.0, anneal=False, normalize=None,
+    est = SphereClustering(3, inverse_temperature=7.0, anneal=False, normalize=None,
                               random_state=0).fit(X)
-    assert est.temperature_ == 7.0 and np.all(est.temperature_curve_ == 7.0)
+    assert est.inverse_temperature_ == 7.0 and np.all(est.inverse_temperature_curve_ == 7.0)
 
 
 # -- estimator behaviour on real data --------------------------------------------------------
@@ -220,7 +220,8 @@ def test_real_data_properties(loader):
     out = est.transform(X)
     assert est.score(X) == pytest.approx(-np.mean(np.sum((X - out) ** 2, axis=1)))
     assert est.score(X) == pytest.approx(
-        -float(ac.empirical_risk(est.cluster_centers_, X, temperature=est.temperature_)), rel=1e-10)
+        -float(ac.empirical_risk(est.cluster_centers_, X,
+                                 inverse_temperature=est.inverse_temperature_)), rel=1e-10)
     # predict on raw (unnormalized) rows equals predict on normalized rows
     np.testing.assert_array_equal(est.predict(data.data), est.labels_)
 
@@ -248,13 +249,14 @@ def test_callback_receives_every_step():
     infos = []
     X = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1).sample(300, rng=0)
     est = SphereClustering(3, normalize=None, random_state=0, callback=infos.append).fit(X)
-    assert len(infos) == est.n_iter_ == len(est.loss_curve_) - len(set(est.temperature_curve_))
+    n_stages = len(set(est.inverse_temperature_curve_))
+    assert len(infos) == est.n_iter_ == len(est.loss_curve_) - n_stages
     assert [i.loss for i in infos] == pytest.approx(
         [v for i, v in enumerate(est.loss_curve_) if i not in _stage_starts(est)])
 
 
 def _stage_starts(est):
-    t = est.temperature_curve_
+    t = est.inverse_temperature_curve_
     return {0} | {i for i in range(1, len(t)) if t[i] != t[i - 1]}
 
 
@@ -274,8 +276,8 @@ def test_zero_row_with_row_normalization_names_the_row():
     (dict(n_clusters=11), "n_clusters=11"),
     (dict(n_clusters=0), "n_clusters"),
     (dict(normalize="l2"), "normalize"),
-    (dict(temperature=-1.0), "temperature"),
-    (dict(temperature="hot"), "temperature"),
+    (dict(inverse_temperature=-1.0), "inverse_temperature"),
+    (dict(inverse_temperature="hot"), "inverse_temperature"),
     (dict(init=np.ones((2, 2))), "init"),
     (dict(penalty="ridge"), "penalty"),
     (dict(dtype="float16"), "dtype"),
@@ -383,7 +385,7 @@ def test_sklearn_compatible(estimator, check):
 def test_sphere_reproduces_the_previous_release_exactly():
     """Reference values computed with the 0.1.0 estimator (unit heads, then the default)."""
     est = SphereClustering(3, random_state=0).fit(load_iris().data)
-    assert est.temperature_ == 1365.8652055302155 and est.n_iter_ == 22
+    assert est.inverse_temperature_ == 1365.8652055302155 and est.n_iter_ == 22
     assert est.loss_curve_[-1] == pytest.approx(0.002016988362841327, rel=1e-12)
     np.testing.assert_allclose(est.cluster_centers_, [
         [0.751453843959, 0.350728964257, 0.533397256175, 0.166714369915],
@@ -421,7 +423,7 @@ def test_euclidean_fit_is_translation_and_scale_equivariant():
     np.testing.assert_array_equal(moved.labels_, ref.labels_)
     np.testing.assert_allclose(moved.cluster_centers_, 1e-3 * ref.cluster_centers_ + 1e6,
                                rtol=0, atol=1e-9)
-    assert moved.temperature_ == pytest.approx(ref.temperature_ * 1e6, rel=1e-6)
+    assert moved.inverse_temperature_ == pytest.approx(ref.inverse_temperature_ * 1e6, rel=1e-6)
     np.testing.assert_array_equal(moved.predict(1e-3 * X + 1e6), ref.labels_)
     np.testing.assert_allclose(moved.predict_proba(1e-3 * X + 1e6), ref.predict_proba(X),
                                atol=1e-6)
@@ -430,7 +432,7 @@ def test_euclidean_fit_is_translation_and_scale_equivariant():
 def test_euclidean_estimator_outputs_are_the_layer():
     X, _ = _blobs([[0, 0], [3, 1], [1, 3]], seed=2)
     est = AttentionClustering(3, random_state=0).fit(X)
-    layer = ac.AttentionHeads(est.cluster_centers_, est.temperature_, geometry="euclidean")
+    layer = ac.AttentionHeads(est.cluster_centers_, est.inverse_temperature_, geometry="euclidean")
     out = layer(torch.as_tensor(X)).detach().numpy()
     np.testing.assert_allclose(est.transform(X), out, atol=1e-10)
     proba = est.predict_proba(X)
@@ -445,10 +447,11 @@ def test_euclidean_estimator_outputs_are_the_layer():
 def test_euclidean_fit_is_stationary_for_the_risk_in_the_data_space():
     X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], seed=3)   # overlapping: soft attention
     est = AttentionClustering(3, random_state=0, tol=1e-10, max_iter=2000).fit(X)
-    lam = est.temperature_
+    lam = est.inverse_temperature_
     h = torch.as_tensor(est.cluster_centers_).requires_grad_(True)
     Xt = torch.as_tensor(X)
-    risk = ((Xt - ac.attention_heads(Xt, h, temperature=lam, geometry="euclidean"))**2).sum(1)
+    risk = ((Xt - ac.attention_heads(Xt, h, inverse_temperature=lam,
+                                     geometry="euclidean"))**2).sum(1)
     (g,) = torch.autograd.grad(risk.mean(), h)
     assert float(g.norm()) < 1e-7
 
@@ -470,30 +473,30 @@ def test_tensor_that_requires_grad_is_accepted():
 
 # -- no silent failure --------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", range(6))
-def test_opposite_sphere_heads_get_a_sensible_temperature(seed):
-    """K = 2 centred blobs at (+-3, 0): spherical Lloyd ends with exactly opposite heads; the
-    temperature used to be rounding noise (1e-292 .. 1e6) and the fit silently one cluster."""
+def test_opposite_sphere_heads_get_a_sensible_inverse_temperature(seed):
+    """K = 2 centred blobs at (+-3, 0): spherical Lloyd ends with exactly opposite heads;
+    lambda used to be rounding noise (1e-292 .. 1e6) and the fit silently one cluster."""
     X, y = _blobs([[3.0, 0.0], [-3.0, 0.0]], n=500, seed=seed)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DegenerateFitWarning)
         est = SphereClustering(2, normalize="center-scale", random_state=seed).fit(X)
-    assert 0.5 < est.temperature_ < 100
+    assert 0.5 < est.inverse_temperature_ < 100
     assert ac.adjusted_rand_index(y, est.labels_) > 0.95
 
 
 def test_uniform_attention_warns():
-    """At a tiny temperature the risk pins down only the mean of the heads: a warning."""
+    """At a tiny inverse temperature the risk pins down only the mean of the heads: a warning."""
     X, _ = _blobs([[3.0, 0.0], [-3.0, 0.0]], n=200)
-    for est in (AttentionClustering(2, temperature=1e-292, random_state=0),
-                SphereClustering(2, temperature=1e-292, normalize="center-scale",
+    for est in (AttentionClustering(2, inverse_temperature=1e-292, random_state=0),
+                SphereClustering(2, inverse_temperature=1e-292, normalize="center-scale",
                                  random_state=0),
-                AttentionClustering(2, temperature=1e-3, random_state=0)):
+                AttentionClustering(2, inverse_temperature=1e-3, random_state=0)):
         with pytest.warns(DegenerateFitWarning, match="nearly uniform"):
             est.fit(X)
 
 
 @pytest.mark.parametrize("loader", [load_iris, load_wine, load_digits])
-def test_auto_temperature_stays_clear_of_uniform_attention(loader):
+def test_auto_inverse_temperature_stays_clear_of_uniform_attention(loader):
     X, y = loader(return_X_y=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DegenerateFitWarning)
@@ -536,28 +539,28 @@ def test_bad_euclidean_parameters(bad, match):
 
 
 @pytest.mark.parametrize("factor", [1e300, 1e-300])
-def test_data_whose_temperature_float64_cannot_hold_is_a_clear_error(factor):
+def test_data_whose_inverse_temperature_float64_cannot_hold_is_a_clear_error(factor):
     X, _ = _blobs([[0.0, 0.0], [5.0, 0.0]], n=50)
     with pytest.raises(ValueError, match="out of float64's range; rescale"):
         AttentionClustering(2, random_state=0).fit(X * factor)
     est = AttentionClustering(2, random_state=0).fit(X * factor**0.5)   # 1e150: fine
-    assert np.isfinite(est.temperature_) and est.temperature_ > 0
+    assert np.isfinite(est.inverse_temperature_) and est.inverse_temperature_ > 0
 
 
-def test_an_outlier_does_not_cap_the_temperature():
+def test_an_outlier_does_not_cap_the_inverse_temperature():
     """One far outlier dominates the data's spread; the clusters' own spread still counts."""
     X, _ = _blobs([[0.0, 0.0], [5.0, 0.0]], n=200)
     X = np.vstack([X, [[1e6, 1e6]]])
     with warnings.catch_warnings():
         warnings.simplefilter("error", DegenerateFitWarning)
         est = AttentionClustering(3, random_state=0).fit(X)
-    assert 0.3 < est.temperature_ < 3          # about 1 / (unit spread)
+    assert 0.3 < est.inverse_temperature_ < 3          # about 1 / (unit spread)
 
 
 def test_warnings_point_at_the_callers_line():
     X, _ = _blobs([[3.0, 0.0], [-3.0, 0.0]], n=100)
     with pytest.warns(DegenerateFitWarning) as record:
-        AttentionClustering(2, temperature=1e-9, random_state=0).fit(X)
+        AttentionClustering(2, inverse_temperature=1e-9, random_state=0).fit(X)
     assert {w.filename for w in record} == {__file__}
 
 
@@ -573,6 +576,7 @@ def test_more_rows_than_the_sample_fit_all_rows(monkeypatch):
     assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-8)
     h = torch.as_tensor(est.cluster_centers_).requires_grad_(True)
     Xt = torch.as_tensor(X)
-    out = ac.attention_heads(Xt, h, temperature=est.temperature_, geometry="euclidean")
+    out = ac.attention_heads(Xt, h, inverse_temperature=est.inverse_temperature_,
+                             geometry="euclidean")
     (g,) = torch.autograd.grad(((Xt - out) ** 2).sum(1).mean(), h)
     assert float(g.norm()) < 1e-7

@@ -159,7 +159,7 @@ def _fit_simulated(X, world, **params):
     dict(n_clusters=4, geometry="sphere", random_state=0),
     dict(n_clusters=4, geometry="sphere", init="sphere", normalize="center-scale",
          penalty="balance", rho=0.1, random_state=1),
-    dict(n_clusters=3, geometry="sphere", temperature=20.0, penalty="repulsion", rho=0.1,
+    dict(n_clusters=3, geometry="sphere", inverse_temperature=20.0, penalty="repulsion", rho=0.1,
          anneal=False, batch_size=300, random_state=2),
 ])
 def test_simulated_ranks_match_one_process(data, params, monkeypatch):
@@ -170,7 +170,8 @@ def test_simulated_ranks_match_one_process(data, params, monkeypatch):
     ests, group = _fit_simulated(X, 3, **params)
     for est in ests:
         np.testing.assert_allclose(est.cluster_centers_, one.cluster_centers_, atol=1e-6, rtol=0)
-        assert est.n_iter_ == one.n_iter_ and est.temperature_ == pytest.approx(one.temperature_)
+        assert est.n_iter_ == one.n_iter_
+        assert est.inverse_temperature_ == pytest.approx(one.inverse_temperature_)
         np.testing.assert_array_equal(est.cluster_centers_, ests[0].cluster_centers_)
     np.testing.assert_array_equal(np.concatenate([e.labels_ for e in ests]), one.labels_)
     assert group.bytes > 0
@@ -220,7 +221,7 @@ UNEQUAL = [(0, 300), (300, 1250), (1250, 2001)]          # shards of unequal siz
 def test_pgd_simulated_ranks_match_one_process(data, penalty):
     _, X = data
     heads0 = ac.init_on_sphere(4, X.shape[1], rng=3)
-    kwargs = dict(temperature=5.0, step_size=0.5, n_steps=30, record_every=10,
+    kwargs = dict(inverse_temperature=5.0, step_size=0.5, n_steps=30, record_every=10,
                   penalty=penalty, rho=0.2)
     one = ac.pgd(X, heads0, **kwargs)
     results, group = _pgd_simulated(X, UNEQUAL, heads0, **kwargs)
@@ -239,17 +240,17 @@ def test_pgd_simulated_ranks_match_one_process(data, penalty):
 def test_pgd_simulated_minibatch_is_stratified(data, monkeypatch):
     _, X = data
     heads0 = ac.init_on_sphere(3, X.shape[1], rng=4)
-    kwargs = dict(temperature=5.0, step_size=0.3, n_steps=12, record_every=4)
+    kwargs = dict(inverse_temperature=5.0, step_size=0.3, n_steps=12, record_every=4)
     # a global batch of all rows: every shard draws all its rows, weighted n_r / n
     whole, _ = _pgd_simulated(X, UNEQUAL, heads0, batch_size=len(X), seed=0, **kwargs)
     full = ac.pgd(X, heads0, **kwargs)
     torch.testing.assert_close(whole[0].heads, full.heads, rtol=0, atol=1e-10)
     drawn, real = [], risk_module.empirical_risk
 
-    def spy(heads, xb, *, temperature, **kw):  # the steps' calls: no batch_size keyword
+    def spy(heads, xb, *, inverse_temperature, **kw):  # the steps' calls: no batch_size keyword
         if not kw:
             drawn.append(xb.shape[0])
-        return real(heads, xb, temperature=temperature, **kw)
+        return real(heads, xb, inverse_temperature=inverse_temperature, **kw)
     monkeypatch.setattr(risk_module, "empirical_risk", spy)
     sgd, _ = _pgd_simulated(X, UNEQUAL, heads0, batch_size=300, seed=1, **kwargs)
     # each shard draws its share round(300 n_r / n) of the global batch of 300 rows
@@ -259,7 +260,7 @@ def test_pgd_simulated_minibatch_is_stratified(data, monkeypatch):
         np.testing.assert_array_equal(res.history.risk, sgd[0].history.risk)
     # the recorded risk is the global full-data risk at the recorded heads
     assert sgd[0].history.risk[-1] == pytest.approx(
-        float(real(sgd[0].heads, X, temperature=5.0)), rel=1e-12)
+        float(real(sgd[0].heads, X, inverse_temperature=5.0)), rel=1e-12)
     assert not torch.equal(sgd[0].heads, full.heads)          # a stochastic path
     assert ac.centroid_distance(sgd[0].heads, full.heads).max < 0.2
 
@@ -268,17 +269,17 @@ def test_pgd_reduce_bad_inputs(data):
     _, X = data
     mix = ac.GaussianMixture.orthogonal(d=6, k=2)
     with pytest.raises(ValueError, match="GaussianMixture"):
-        ac.pgd(mix, ac.init_on_manifold(mix, rng=0), temperature=1.0, reduce=lambda t: t)
+        ac.pgd(mix, ac.init_on_manifold(mix, rng=0), inverse_temperature=1.0, reduce=lambda t: t)
     with pytest.raises(ValueError, match="reduce must be a callable"):
-        ac.pgd(X, ac.init_on_sphere(2, 6, rng=0), temperature=1.0, reduce=3)
+        ac.pgd(X, ac.init_on_sphere(2, 6, rng=0), inverse_temperature=1.0, reduce=3)
     with pytest.raises(ValueError, match="initialized process group"):
-        pgd_distributed(X, ac.init_on_sphere(2, 6, rng=0), temperature=1.0)
+        pgd_distributed(X, ac.init_on_sphere(2, 6, rng=0), inverse_temperature=1.0)
 
 
 def test_pgd_reduce_of_one_rank_is_pgd(data):
     _, X = data
     heads0 = ac.init_on_sphere(2, X.shape[1], rng=0)
-    kwargs = dict(temperature=3.0, n_steps=10, batch_size=200, rng=5)
+    kwargs = dict(inverse_temperature=3.0, n_steps=10, batch_size=200, rng=5)
     torch.testing.assert_close(ac.pgd(X, heads0, reduce=lambda t: t.clone(), **kwargs).heads,
                                ac.pgd(X, heads0, **kwargs).heads, rtol=0, atol=1e-14)
 
@@ -287,8 +288,8 @@ def test_pgd_reduce_of_one_rank_is_pgd(data):
 def test_pgd_two_processes_match_one_process(data, tmp_path):
     path, X = data
     heads0 = ac.init_on_sphere(4, X.shape[1], rng=3)
-    full = dict(temperature=5.0, step_size=0.5, n_steps=40, record_every=10)
-    sgd = dict(temperature=5.0, step_size=0.3, n_steps=20, record_every=10, batch_size=256,
+    full = dict(inverse_temperature=5.0, step_size=0.5, n_steps=40, record_every=10)
+    sgd = dict(inverse_temperature=5.0, step_size=0.3, n_steps=20, record_every=10, batch_size=256,
                rng=0)
     spec = json.dumps({"heads0": heads0.tolist(), "full": full, "sgd": sgd})
     results = _finish(_launch("pgd", path, tmp_path / "p", extra=(spec,)), timeout=120)
@@ -300,7 +301,8 @@ def test_pgd_two_processes_match_one_process(data, tmp_path):
     np.testing.assert_allclose(r0["full"], one.heads.numpy(), atol=1e-10, rtol=0)
     np.testing.assert_allclose(r0["full_risk"], one.history.risk, rtol=1e-12)
     assert r0["sgd_risk"][-1] == pytest.approx(
-        float(ac.empirical_risk(torch.from_numpy(r0["sgd"]), X, temperature=5.0)), rel=1e-12)
+        float(ac.empirical_risk(torch.from_numpy(r0["sgd"]), X,
+                                inverse_temperature=5.0)), rel=1e-12)
     assert r0["sgd_risk"][-1] < r0["sgd_risk"][0]
 
 
@@ -533,8 +535,8 @@ def test_pgd_on_device(device):
     mix = ac.GaussianMixture.orthogonal(d=5, k=2, sigma=0.2)
     X = torch.as_tensor(mix.sample(500, rng=0))
     h0 = ac.init_on_manifold(mix, rng=0)
-    ref = ac.pgd(X, h0, temperature=10.0, step_size=0.5, n_steps=50)
-    res = ac.pgd(X.to(device), h0.to(device), temperature=10.0, step_size=0.5, n_steps=50)
+    ref = ac.pgd(X, h0, inverse_temperature=10.0, step_size=0.5, n_steps=50)
+    res = ac.pgd(X.to(device), h0.to(device), inverse_temperature=10.0, step_size=0.5, n_steps=50)
     torch.testing.assert_close(res.heads.cpu(), ref.heads, atol=1e-10, rtol=0)
 
 
@@ -542,26 +544,27 @@ def test_pgd_on_device(device):
 def test_risk_and_layers_on_device(device):
     mix = ac.GaussianMixture.orthogonal(d=6, k=2, sigma=0.3)
     heads = ac.init_on_manifold(mix, rng=1)
-    ref = ac.population_risk(heads, mix, temperature=2.0)
-    val = ac.population_risk(heads.to(device), mix, temperature=2.0)
+    ref = ac.population_risk(heads, mix, inverse_temperature=2.0)
+    val = ac.population_risk(heads.to(device), mix, inverse_temperature=2.0)
     assert val.device.type == device and float(val) == pytest.approx(float(ref), rel=1e-10)
     X = torch.as_tensor(mix.sample(300, rng=0))
-    emp = ac.empirical_risk(heads.to(device), X.to(device), temperature=2.0)
+    emp = ac.empirical_risk(heads.to(device), X.to(device), inverse_temperature=2.0)
     assert float(emp) == pytest.approx(
-        float(ac.empirical_risk(heads, X, temperature=2.0)), rel=1e-12)
+        float(ac.empirical_risk(heads, X, inverse_temperature=2.0)), rel=1e-12)
     Y = ac.identity_attention(X.to(device), 1.5)
     assert Y.device.type == device
     torch.testing.assert_close(Y.cpu(), ac.identity_attention(X, 1.5))
-    layer = ac.AttentionHeads(heads, temperature=2.0).to(device)
+    layer = ac.AttentionHeads(heads, inverse_temperature=2.0).to(device)
     out = layer(X.to(device))
     assert out.device.type == device
-    torch.testing.assert_close(out.detach().cpu(), ac.attention_heads(X, heads, temperature=2.0))
+    torch.testing.assert_close(out.detach().cpu(), ac.attention_heads(X, heads,
+                                                                      inverse_temperature=2.0))
 
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])
 def test_quantizer_on_device(device):
     X = ac.GaussianMixture.orthogonal(d=6, k=2, sigma=0.3).sample(400, rng=0)
     ref = ac.identity_attention(X, 0.8)
-    out = ac.AttentionQuantizer(temperature=0.8, device=device).fit_transform(X)
+    out = ac.AttentionQuantizer(inverse_temperature=0.8, device=device).fit_transform(X)
     assert isinstance(out, np.ndarray)
     np.testing.assert_allclose(out, ref, atol=1e-12)

@@ -56,7 +56,7 @@ def test_quick_headlines_hold(quick_results):
     """The qualitative claims the README makes survive even the quick configs."""
     summary = {name: json.loads((quick_results / f"{name}-quick.json").read_text())["summary"]
                for name in FIGURES}
-    # figure 1 and 5: PGD from an init on M reaches the centroids up to the temperature
+    # figure 1 and 5: PGD from an init on M reaches the centroids up to the inverse temperature
     # bias (0.045 for the Dirac mixture at lambda = 3), in every run; on the Dirac
     # mixture only for small lambda: at lambda >= 10 a head can start where it wins no
     # token and stay there
@@ -184,9 +184,9 @@ def test_descent_in_the_span_of_heads_and_centroids_is_the_descent_in_r_d():
     from attnclust.experiments._common import in_span
 
     for K, d, kwargs in [(2, 40, dict(penalty=["balance", "repulsion"], rho=1.0,
-                                      rho_schedule="decay", temperature=30.0)),
+                                      rho_schedule="decay", inverse_temperature=30.0)),
                          (4, 60, dict(method="qmc", n_samples=256, rng=0, penalty="balance",
-                                      rho=0.5, temperature=10.0))]:
+                                      rho=0.5, inverse_temperature=10.0))]:
         mixes = [ac.GaussianMixture.random(d, K, 0.1, min_angle=1.0, rng=r) for r in range(2)]
         heads0 = torch.stack([ac.init_on_sphere(K, d, rng=100 + r) for r in range(2)])
         full = ac.pgd(mixes, heads0, step_size=0.5, n_steps=60, record_every=60, **kwargs)

@@ -38,7 +38,7 @@ def test_pass_gradient_matches_autograd(penalty):
     torch.testing.assert_close(p.counts, torch.softmax(lam * X @ heads.T, 1).mean(0))
     if penalty is None:
         assert float(p.loss) == pytest.approx(
-            float(ac.empirical_risk(heads, X, temperature=lam)), rel=1e-12)
+            float(ac.empirical_risk(heads, X, inverse_temperature=lam)), rel=1e-12)
 
 
 def test_step_is_spherical_lloyd_when_attention_is_hard():
@@ -57,8 +57,8 @@ def test_step_is_spherical_lloyd_when_attention_is_hard():
 def test_fixed_point_fit_example_converges_from_far():
     X = torch.as_tensor(ac.GaussianMixture.antipodal(d=3, sigma=0.1).sample(400, rng=0))
     h0 = ac.normalize(torch.tensor([[0.2, 1.0, 0.0], [0.1, 0.0, 1.0]], dtype=torch.float64))
-    res = fixed_point_fit(X, h0, temperatures=[1.0, 10.0, 50.0],
-                          steps_per_temperature=[5, 5, 500], tol=1e-10)
+    res = fixed_point_fit(X, h0, inverse_temperatures=[1.0, 10.0, 50.0],
+                          stage_steps=[5, 5, 500], tol=1e-10)
     assert res.converged
     assert ac.centroid_distance(res.heads, [[1, 0, 0], [-1, 0, 0]]).max < 0.05
 
@@ -101,14 +101,15 @@ def test_euclidean_fixed_point_has_zero_gradient(lam):
     mix = ac.GaussianMixture.orthogonal(d=4, k=3, sigma=0.4)
     X = torch.as_tensor(3 * mix.sample(1500, rng=0) + 1.0)
     h0 = X[[0, 1, 2]].clone()
-    res = fixed_point_fit(X, h0, temperatures=[lam], steps_per_temperature=[2000], tol=1e-12,
+    res = fixed_point_fit(X, h0, inverse_temperatures=[lam], stage_steps=[2000], tol=1e-12,
                           geometry="euclidean")
     assert res.converged
     h = res.heads.clone().requires_grad_(True)
-    risk = ((X - attention_heads(X, h, temperature=lam, geometry="euclidean")) ** 2).sum(1)
+    risk = ((X - attention_heads(X, h, inverse_temperature=lam, geometry="euclidean")) ** 2).sum(1)
     (g,) = torch.autograd.grad(risk.mean(), h)
     h0g = h0.clone().requires_grad_(True)
-    risk0 = ((X - attention_heads(X, h0g, temperature=lam, geometry="euclidean")) ** 2).sum(1)
+    risk0 = ((X - attention_heads(X, h0g, inverse_temperature=lam,
+                                  geometry="euclidean")) ** 2).sum(1)
     (g0,) = torch.autograd.grad(risk0.mean(), h0g)
     assert float(g.norm()) < 1e-9 * float(g0.norm())
     losses = np.array(res.loss_curve)
@@ -124,8 +125,8 @@ def test_euclidean_fit_equals_lloyd_at_large_lambda():
     X = np.concatenate([c + gen.standard_normal((200, 2)) for c in centers])
     start = X[[0, 200, 400]]
     km = KMeans(3, init=start, n_init=1, tol=0, max_iter=100).fit(X)
-    res = fixed_point_fit(torch.as_tensor(X), torch.as_tensor(start), temperatures=[1e4],
-                          steps_per_temperature=[100], tol=1e-12, geometry="euclidean")
+    res = fixed_point_fit(torch.as_tensor(X), torch.as_tensor(start), inverse_temperatures=[1e4],
+                          stage_steps=[100], tol=1e-12, geometry="euclidean")
     np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, atol=1e-9)
 
 
@@ -134,7 +135,7 @@ def test_workers_share_chunks_without_changing_the_result(geometry):
     """Chunks summed in their order whatever thread computed them: bitwise the same fit."""
     X = torch.as_tensor(ac.GaussianMixture.orthogonal(d=5, k=3, sigma=0.3).sample(2000, rng=0))
     h0 = ac.normalize(X[[0, 1, 2]].clone())
-    fits = [fixed_point_fit(X, h0, temperatures=[20.0], steps_per_temperature=[50],
+    fits = [fixed_point_fit(X, h0, inverse_temperatures=[20.0], stage_steps=[50],
                             chunk_size=150, geometry=geometry, workers=w) for w in (1, 3)]
     assert torch.equal(fits[0].heads, fits[1].heads)
     assert fits[0].loss_curve == fits[1].loss_curve

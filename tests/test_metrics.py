@@ -41,12 +41,12 @@ def test_distortion_and_errors():
 def test_assignment_error_close_to_bayes_with_true_centroids():
     mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.5)
     X, z = mix.sample(50_000, rng=0, return_labels=True)
-    res = ac.assignment_error(mix.centroids, X, z, temperature=1.0, mixture=mix)
+    res = ac.assignment_error(mix.centroids, X, z, inverse_temperature=1.0, mixture=mix)
     # equal weights: argmax_h <x, mu*_h> is the Bayes rule itself
     assert res.error == pytest.approx(res.bayes_error, abs=1e-12)
     assert 0.05 < res.bayes_error < 0.1  # Phi(-sqrt(2)/(2*0.5)) ~ 0.079
     # swapped heads are matched back
-    swapped = ac.assignment_error(mix.centroids[::-1], X, z, temperature=1.0)
+    swapped = ac.assignment_error(mix.centroids[::-1], X, z, inverse_temperature=1.0)
     assert swapped.error == pytest.approx(res.error) and np.isnan(swapped.bayes_error)
 
 
@@ -58,6 +58,6 @@ def test_adjusted_rand_index_relabelling():
 def test_assignment_error_rejects_bad_labels(labels):
     X = np.eye(3)
     with pytest.raises(ValueError, match="labels must be a non-empty 1-D array"):
-        ac.assignment_error(np.eye(3)[:2], X, labels, temperature=1.0)
+        ac.assignment_error(np.eye(3)[:2], X, labels, inverse_temperature=1.0)
     with pytest.raises(ValueError, match="labels must be a non-empty 1-D array"):
-        ac.assignment_error(np.eye(3)[:2], X[:0], [], temperature=1.0)
+        ac.assignment_error(np.eye(3)[:2], X[:0], [], inverse_temperature=1.0)

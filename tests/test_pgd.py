@@ -1,4 +1,4 @@
-"""PGD on the sphere: invariants, convergence, temperature bias, schedules, inputs."""
+"""PGD on the sphere: invariants, convergence, inverse temperature bias, schedules, inputs."""
 
 import numpy as np
 import pytest
@@ -27,7 +27,7 @@ def test_iterates_stay_on_the_sphere_and_on_the_manifold(penalty):
     seen = []
     heads0 = ac.init_on_manifold(RUNNING, rng=3)
     n_steps = 400 if penalty is None else 150
-    ac.pgd(RUNNING, heads0, temperature=10.0, step_size=0.3, n_steps=n_steps,
+    ac.pgd(RUNNING, heads0, inverse_temperature=10.0, step_size=0.3, n_steps=n_steps,
            penalty=penalty, rho=0.5, callback=_collect(seen))
     path = np.stack(seen)  # (T, K, d)
     assert len(path) == n_steps
@@ -38,7 +38,7 @@ def test_iterates_stay_on_the_sphere_and_on_the_manifold(penalty):
 def test_manifold_invariance_three_heads():
     mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.0)
     seen = []
-    ac.pgd(mix, ac.init_on_manifold(mix, rng=0), temperature=5.0, step_size=0.3,
+    ac.pgd(mix, ac.init_on_manifold(mix, rng=0), inverse_temperature=5.0, step_size=0.3,
            n_steps=300, callback=_collect(seen))
     path = np.stack(seen)
     assert np.abs(np.linalg.norm(path, axis=-1) - 1.0).max() < 1e-12
@@ -58,7 +58,7 @@ def test_init_on_manifold_and_sphere():
 
 def test_running_example_converges_for_ten_seeds():
     for seed in range(10):
-        res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=seed), temperature=30.0,
+        res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=seed), inverse_temperature=30.0,
                      step_size=0.5, n_steps=1000, tol=1e-9)
         assert res.converged, seed
         assert ac.centroid_distance(res.heads, RUNNING.centroids).max < 1e-2, seed
@@ -66,13 +66,13 @@ def test_running_example_converges_for_ten_seeds():
         assert res.history.step[-1] == res.n_iter
 
 
-def test_temperature_bias_pushes_the_heads_apart():
+def test_inverse_temperature_bias_pushes_the_heads_apart():
     """The table of the pgd module notes: bias decreasing in lambda, heads beyond 90 deg."""
     table = {1 / (1 + 2 * SIGMA**2): (0.2343, 116.9), 1.0: (0.2237, 115.7),
              3.0: (0.0747, 98.6), 10.0: (0.00811, 90.93), 30.0: (0.00330, 90.38)}
     biases = []
     for lam, (bias, angle) in table.items():
-        res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=1), temperature=lam,
+        res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=1), inverse_temperature=lam,
                      step_size=0.5, n_steps=3000, tol=1e-10)
         assert res.converged
         got = ac.centroid_distance(res.heads, RUNNING.centroids)
@@ -88,7 +88,7 @@ def test_temperature_bias_pushes_the_heads_apart():
 def test_dirac_mixture_converges():
     mix = RUNNING.with_sigma(0.0)
     for seed in range(3):
-        res = ac.pgd(mix, ac.init_on_manifold(mix, rng=seed), temperature=10.0,
+        res = ac.pgd(mix, ac.init_on_manifold(mix, rng=seed), inverse_temperature=10.0,
                      step_size=0.5, n_steps=2000, tol=1e-10)
         assert res.converged
         assert ac.centroid_distance(res.heads, mix.centroids).max < 1e-3
@@ -96,25 +96,25 @@ def test_dirac_mixture_converges():
 
 def test_empirical_risk_lands_near_the_population_solution():
     lam = 10.0
-    pop = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=lam,
+    pop = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=lam,
                  step_size=0.5, n_steps=2000, tol=1e-10).heads
     X = RUNNING.sample(20_000, rng=0)
     heads0 = ac.init_on_manifold(RUNNING, rng=1)
-    full = ac.pgd(X, heads0, temperature=lam, step_size=0.5, n_steps=30, record_every=10)
+    full = ac.pgd(X, heads0, inverse_temperature=lam, step_size=0.5, n_steps=30, record_every=10)
     assert ac.centroid_distance(full.heads, pop).max < 0.05
     assert np.isnan(full.history.distance_max).all()  # no centroids given
-    sgd = ac.pgd(X, heads0, temperature=lam, step_size=0.2, n_steps=150, batch_size=500,
+    sgd = ac.pgd(X, heads0, inverse_temperature=lam, step_size=0.2, n_steps=150, batch_size=500,
                  rng=0, centroids=RUNNING.centroids, record_every=50)
     assert ac.centroid_distance(sgd.heads, pop).max < 0.05
     assert sgd.history.distance_max[-1] < 0.05
-    runs = [ac.pgd(X, heads0, temperature=lam, step_size=0.2, n_steps=15, batch_size=500,
+    runs = [ac.pgd(X, heads0, inverse_temperature=lam, step_size=0.2, n_steps=15, batch_size=500,
                    rng=0, record_every=100).heads for _ in range(2)]
     assert torch.equal(runs[0], runs[1])
 
 
 def test_fused_path_matches_the_autograd_path():
     heads0 = ac.init_on_sphere(2, 10, rng=5)
-    kwargs = dict(temperature=10.0, step_size=0.2, n_steps=60, rho=0.3)
+    kwargs = dict(inverse_temperature=10.0, step_size=0.2, n_steps=60, rho=0.3)
     fast = ac.pgd(RUNNING, heads0, penalty="repulsion", **kwargs)
     slow = ac.pgd(RUNNING, heads0, penalty=ac.repulsion, **kwargs)  # a callable: autograd
     torch.testing.assert_close(fast.heads, slow.heads, rtol=0, atol=1e-10)
@@ -124,24 +124,25 @@ def test_fused_path_matches_the_autograd_path():
 
 def test_schedules_history_and_stopping():
     n = 200
-    res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=20.0,
+    res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=20.0,
                  step_size=0.5, n_steps=n, rho=1.0, penalty="repulsion",
-                 rho_schedule="decay", temperature_schedule="anneal", record_every=7,
+                 rho_schedule="decay", inverse_temperature_schedule="anneal", record_every=7,
                  tol=1e-6)
     h = res.history
     assert h.step[0] == 0 and h.step[-1] == res.n_iter
     assert res.converged and res.n_iter >= n // 2  # tol only once schedules are done
-    assert h.temperature[0] == pytest.approx(20.0 / 100)
-    assert np.all(np.diff(h.temperature) >= 0) and h.temperature[-1] == 20.0
+    assert h.inverse_temperature[0] == pytest.approx(20.0 / 100)
+    assert np.all(np.diff(h.inverse_temperature) >= 0) and h.inverse_temperature[-1] == 20.0
     assert h.rho[0] == 1.0 and np.all(h.rho[h.step >= n // 2] == 0.0)
     assert h.gram.shape == (len(h.step), 2, 2)
     np.testing.assert_allclose(h.gram[:, 0, 0], 1.0, atol=1e-13)
     assert h.grad_norm[-1] < 1e-6
-    custom = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=20.0,
-                    n_steps=20, temperature_schedule=lambda t: 1.0 + t, rho_schedule=lambda t: 0.0)
-    assert custom.history.temperature[1] == 11.0
+    custom = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=20.0,
+                    n_steps=20, inverse_temperature_schedule=lambda t: 1.0 + t,
+                    rho_schedule=lambda t: 0.0)
+    assert custom.history.inverse_temperature[1] == 11.0
     assert len(custom.history.step) == 3  # steps 0, 10, 20
-    euclid = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=30.0,
+    euclid = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=30.0,
                     step_size=0.3, n_steps=1000, riemannian=False, tol=1e-9)
     assert euclid.converged
     assert ac.centroid_distance(euclid.heads, RUNNING.centroids).max < 1e-2
@@ -149,10 +150,11 @@ def test_schedules_history_and_stopping():
 
 def test_many_heads_use_qmc():
     mix = ac.GaussianMixture.random(d=8, k=4, sigma=0.1, min_angle=1.2, rng=0)
-    res = ac.pgd(mix, ac.init_on_manifold(mix, rng=0), temperature=10.0, step_size=0.5,
+    res = ac.pgd(mix, ac.init_on_manifold(mix, rng=0), inverse_temperature=10.0, step_size=0.5,
                  n_steps=40, n_samples=2**11, rng=0, record_every=20)
     assert np.all(np.diff(res.history.risk) < 0)
-    same_points = ac.population_risk(res.heads, mix, temperature=10.0, n_samples=2**11, rng=0)
+    same_points = ac.population_risk(res.heads, mix, inverse_temperature=10.0, n_samples=2**11,
+                                     rng=0)
     assert float(same_points) == pytest.approx(res.history.risk[-1], rel=1e-12)
 
 
@@ -161,12 +163,12 @@ def test_bad_inputs():
     cases = [
         (dict(heads0=good[0]), "heads0"),
         (dict(heads0=good[:, :5]), "d=10"),
-        (dict(temperature=0.0), "temperature"),
-        (dict(temperature=-1.0), "temperature"),
+        (dict(inverse_temperature=0.0), "inverse_temperature"),
+        (dict(inverse_temperature=-1.0), "inverse_temperature"),
         (dict(step_size=0.0), "step_size"),
         (dict(penalty="lasso"), "penalty"),
         (dict(rho_schedule="cosine"), "rho_schedule"),
-        (dict(temperature_schedule="cool"), "temperature_schedule"),
+        (dict(inverse_temperature_schedule="cool"), "inverse_temperature_schedule"),
         (dict(n_steps=-1), "n_steps"),
         (dict(record_every=0), "record_every"),
         (dict(batch_size=10), "batch_size"),
@@ -175,13 +177,13 @@ def test_bad_inputs():
         (dict(method="simpson"), "method"),
     ]
     for override, match in cases:
-        kwargs = dict(heads0=good, temperature=1.0, n_steps=2)
+        kwargs = dict(heads0=good, inverse_temperature=1.0, n_steps=2)
         kwargs.update(override)
         heads0 = kwargs.pop("heads0")
         with pytest.raises(ValueError, match=match):
             ac.pgd(RUNNING, heads0, **kwargs)
     with pytest.raises(ValueError, match="objective"):
-        ac.pgd(np.ones((0, 10)), good, temperature=1.0)
+        ac.pgd(np.ones((0, 10)), good, inverse_temperature=1.0)
 
 
 # -- batched runs -------------------------------------------------------------------------
@@ -206,14 +208,14 @@ def _assert_same(batched, separate, atol=1e-12):
 
 def test_batched_runs_equal_separate_runs_population_k2():
     """R runs in one call give the iterates of R calls (float64, to 1e-12): own inits,
-    temperatures, penalties, weights, schedules and stopping steps."""
+    inverse temperatures, penalties, weights, schedules and stopping steps."""
     R = 6
     heads0 = torch.stack([ac.init_on_sphere(2, 10, rng=r) for r in range(R)])
-    per_run = dict(temperature=[10.0, 30.0, 100.0, 30.0, 10.0, 50.0],
+    per_run = dict(inverse_temperature=[10.0, 30.0, 100.0, 30.0, 10.0, 50.0],
                    penalty=[None, "repulsion", "balance", None, "balance", "repulsion"],
                    rho=[0.0, 1.0, 0.5, 0.0, 1.0, 0.3],
                    rho_schedule=["constant", "decay", "decay", "constant", "constant", "decay"],
-                   temperature_schedule=[None, None, "anneal", "anneal", None, None],
+                   inverse_temperature_schedule=[None, None, "anneal", "anneal", None, None],
                    step_size=[0.5, 0.05, 0.5, 0.5, 0.5, 0.05])
     mixes = [RUNNING.with_sigma(s) for s in (0.1, 0.3, 0.1, 0.0, 0.2, 0.3)]
     common = dict(n_steps=160, record_every=20, tol=1e-12)
@@ -224,15 +226,15 @@ def test_batched_runs_equal_separate_runs_population_k2():
     assert 1 < batched.converged.sum() < R and len(set(batched.n_iter)) > 2
     _assert_same(batched, separate)
     # per-run histories: the schedules of each run
-    assert batched.history.temperature[0, 2] == pytest.approx(100.0 / 100)
-    assert batched.history.temperature[0, 0] == 10.0
+    assert batched.history.inverse_temperature[0, 2] == pytest.approx(100.0 / 100)
+    assert batched.history.inverse_temperature[0, 0] == 10.0
 
 
 def test_batched_runs_equal_separate_runs_qmc_and_data():
     K, d, R = 4, 6, 3
     mixes = [ac.GaussianMixture.random(d, K, 0.1, min_angle=1.0, rng=10 + r) for r in range(R)]
     heads0 = torch.stack([ac.init_on_sphere(K, d, rng=r) for r in range(R)])
-    per_run = dict(temperature=[5.0, 20.0, 10.0], penalty=["balance", None, "repulsion"],
+    per_run = dict(inverse_temperature=[5.0, 20.0, 10.0], penalty=["balance", None, "repulsion"],
                    rho=[1.0, 0.0, 0.5])
     common = dict(step_size=0.5, n_steps=40, record_every=10, n_samples=256, rng=3)
     batched = ac.pgd(mixes, heads0, **per_run, **common)
@@ -241,7 +243,7 @@ def test_batched_runs_equal_separate_runs_qmc_and_data():
     # empirical risk: shared data, mini-batches (the same rows for every run)
     X = RUNNING.sample(3000, rng=0)
     heads0 = torch.stack([ac.init_on_sphere(2, 10, rng=r) for r in range(R)])
-    per_run = dict(temperature=[3.0, 10.0, 30.0], penalty=[None, "balance", "repulsion"],
+    per_run = dict(inverse_temperature=[3.0, 10.0, 30.0], penalty=[None, "balance", "repulsion"],
                    rho=[0.0, 0.5, 0.5])
     common = dict(step_size=0.3, n_steps=30, record_every=10, batch_size=500, rng=7)
     batched = ac.pgd(X, heads0, **per_run, **common)
@@ -251,19 +253,19 @@ def test_batched_runs_equal_separate_runs_qmc_and_data():
 def test_batched_runs_share_nothing_but_the_call():
     """A run's iterates do not depend on which other runs share its batch."""
     heads0 = torch.stack([ac.init_on_manifold(RUNNING, rng=r) for r in range(4)])
-    kwargs = dict(temperature=10.0, step_size=0.5, n_steps=50, record_every=50)
+    kwargs = dict(inverse_temperature=10.0, step_size=0.5, n_steps=50, record_every=50)
     whole = ac.pgd(RUNNING, heads0, **kwargs).heads
     part = ac.pgd(RUNNING, heads0[[2, 0]], **kwargs).heads
     torch.testing.assert_close(part, whole[[2, 0]], rtol=0, atol=1e-14)
     with pytest.raises(ValueError, match="3 entries for 4 runs"):
-        ac.pgd(RUNNING, heads0, temperature=1.0, penalty=[None] * 3)
-    with pytest.raises(ValueError, match="temperature"):
-        ac.pgd(RUNNING, heads0, temperature=[1.0, 2.0, -1.0, 1.0])
+        ac.pgd(RUNNING, heads0, inverse_temperature=1.0, penalty=[None] * 3)
+    with pytest.raises(ValueError, match="inverse_temperature"):
+        ac.pgd(RUNNING, heads0, inverse_temperature=[1.0, 2.0, -1.0, 1.0])
 
 
 def test_module_is_callable_and_importable():
     import attnclust.pgd as module
 
     assert isinstance(module, type(np)) and module.pgd is not module
-    res = module(RUNNING, ac.init_on_manifold(RUNNING, rng=0), temperature=3.0, n_steps=3)
+    res = module(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=3.0, n_steps=3)
     assert res.n_iter == 3 and ac.pgd is module

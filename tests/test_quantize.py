@@ -23,7 +23,7 @@ from attnclust.quantize import (
 )
 
 SIGMA = 0.3
-LAM = 1.0 / (1.0 + 2.0 * SIGMA**2)  # the running example's temperature
+LAM = 1.0 / (1.0 + 2.0 * SIGMA**2)  # the running example's inverse temperature
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -244,8 +244,9 @@ def test_limit_matches_gaussian_tilting_by_monte_carlo():
     for x in queries:
         w = np.exp(1.3 * tokens @ x)
         mc = (w @ tokens) / w.sum()
-        np.testing.assert_allclose(infinite_prompt_limit(x, mix, temperature=1.3), mc, atol=1e-2)
-    batch = infinite_prompt_limit(torch.as_tensor(queries), mix, temperature=1.3)
+        np.testing.assert_allclose(infinite_prompt_limit(x, mix, inverse_temperature=1.3), mc,
+                                   atol=1e-2)
+    batch = infinite_prompt_limit(torch.as_tensor(queries), mix, inverse_temperature=1.3)
     assert isinstance(batch, torch.Tensor) and batch.shape == (2, 3)
 
 
@@ -253,7 +254,8 @@ def test_limit_of_the_dirac_mixture_is_the_posterior_mean():
     mix = ac.GaussianMixture.antipodal(d=2, sigma=0.0)
     x = np.array([0.3, 0.0])
     expected = np.tanh(0.3 * 2.0) * np.array([1.0, 0.0])  # softmax of +-0.6 on +-e_1
-    np.testing.assert_allclose(infinite_prompt_limit(x, mix, temperature=2.0), expected, atol=1e-15)
+    np.testing.assert_allclose(infinite_prompt_limit(x, mix, inverse_temperature=2.0), expected,
+                               atol=1e-15)
 
 
 def test_finite_prompts_converge_to_the_limit_like_one_over_sqrt_l(mix):
@@ -267,7 +269,8 @@ def test_finite_prompts_converge_to_the_limit_like_one_over_sqrt_l(mix):
     errors = []
     for L, B in zip(lengths, batches, strict=True):
         X = mix.sample_prompts(B, L, rng=L)
-        errors.append(limit_distance(X, identity_attention(X, LAM), mix, temperature=LAM).mean)
+        errors.append(limit_distance(X, identity_attention(X, LAM), mix,
+                                     inverse_temperature=LAM).mean)
     errors = np.array(errors)
     assert np.all(np.diff(errors) < 0), errors
     slope = np.polyfit(np.log(lengths), np.log(errors), 1)[0]
@@ -286,7 +289,7 @@ def test_outputs_of_one_cluster_are_squeezed(mix):
     assert res.ratio < 0.05, res
     assert np.all(res.per_cluster < 0.05)
     np.testing.assert_allclose(res.input_spread, 10 * SIGMA**2, rtol=0.1)
-    limit = spread_ratio(X, infinite_prompt_limit(X, mix, temperature=LAM), z)
+    limit = spread_ratio(X, infinite_prompt_limit(X, mix, inverse_temperature=LAM), z)
     assert abs(res.ratio - limit.ratio) < 0.25 * limit.ratio, (res.ratio, limit.ratio)
 
 
@@ -313,7 +316,7 @@ def test_count_clusters_matches_single_linkage():
 @pytest.mark.parametrize(("lam", "expected"), [(LAM, 1), (10.0, 2)])
 def test_repeated_steps_collapse_or_keep_metastable_clusters(lam, expected):
     # One step moves every token (no two coincide); repeated steps on the sphere merge
-    # the two clusters at the running example's temperature, while at lambda = 10 the
+    # the two clusters at the running example's inverse temperature, while at lambda = 10 the
     # cross-cluster weight e^{-10} is too small to merge them within 100 steps.
     X = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3).sample(200, rng=8)
     one = identity_attention(X, lam, renormalize=True)
@@ -325,7 +328,8 @@ def test_repeated_steps_collapse_or_keep_metastable_clusters(lam, expected):
 
 def test_limit_distance_is_zero_on_the_limit_itself(mix):
     X = mix.sample(50, rng=9)
-    res = limit_distance(X, infinite_prompt_limit(X, mix, temperature=LAM), mix, temperature=LAM)
+    res = limit_distance(X, infinite_prompt_limit(X, mix, inverse_temperature=LAM), mix,
+                         inverse_temperature=LAM)
     assert res.max == pytest.approx(0.0, abs=1e-15) and res.rms <= res.max
 
 
@@ -338,10 +342,10 @@ def test_limit_distance_is_zero_on_the_limit_itself(mix):
     (np.ones((0, 3)), {}, "empty"),
     (np.ones((3, 0)), {}, "empty"),
     (np.ones((2, 0, 3)), {}, "empty"),
-    (np.ones((2, 3)), {"temperature": 0.0}, "temperature"),
-    (np.ones((2, 3)), {"temperature": -1.0}, "temperature"),
-    (np.ones((2, 3)), {"temperature": math.nan}, "temperature"),
-    (np.ones((2, 3)), {"temperature": "hot"}, "temperature"),
+    (np.ones((2, 3)), {"inverse_temperature": 0.0}, "inverse_temperature"),
+    (np.ones((2, 3)), {"inverse_temperature": -1.0}, "inverse_temperature"),
+    (np.ones((2, 3)), {"inverse_temperature": math.nan}, "inverse_temperature"),
+    (np.ones((2, 3)), {"inverse_temperature": "hot"}, "inverse_temperature"),
     (np.ones((2, 3)), {"backend": "flash"}, "backend"),
     (np.ones((2, 3)), {"n_steps": 0}, "n_steps"),
     (np.ones((2, 3)), {"chunk_size": 0}, "chunk_size"),
@@ -349,18 +353,18 @@ def test_limit_distance_is_zero_on_the_limit_itself(mix):
     ([["a", "b"]], {}, "numeric"),
 ])
 def test_bad_input_names_the_problem(X, kwargs, match):
-    kwargs = {"temperature": 1.0, **kwargs}
+    kwargs = {"inverse_temperature": 1.0, **kwargs}
     with pytest.raises(ValueError, match=match):
         identity_attention(X, **kwargs)
 
 
 def test_metric_inputs_are_checked(mix):
     with pytest.raises(ValueError, match="NaN"):
-        limit_distance([[np.nan] * 10], [[0.0] * 10], mix, temperature=LAM)
+        limit_distance([[np.nan] * 10], [[0.0] * 10], mix, inverse_temperature=LAM)
     with pytest.raises(ValueError, match="shape"):
-        infinite_prompt_limit(np.ones(3), mix, temperature=LAM)
-    with pytest.raises(ValueError, match="temperature"):
-        infinite_prompt_limit(np.ones(10), mix, temperature=0.0)
+        infinite_prompt_limit(np.ones(3), mix, inverse_temperature=LAM)
+    with pytest.raises(ValueError, match="inverse_temperature"):
+        infinite_prompt_limit(np.ones(10), mix, inverse_temperature=0.0)
     with pytest.raises(ValueError, match="same tokens"):
         spread_ratio(np.ones((3, 2)), np.ones((3, 2)), [0, 1])
     with pytest.raises(ValueError, match="tol"):

@@ -1,4 +1,4 @@
-"""AttentionQuantizer: the temperature rule, the sigma estimate, the scikit-learn contract."""
+"""AttentionQuantizer: the auto lambda rule, the sigma estimate, the scikit-learn contract."""
 
 from __future__ import annotations
 
@@ -39,22 +39,22 @@ def test_sigma_estimate_of_the_dirac_mixture_is_zero():
     X = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.0).sample(100, rng=0)
     assert estimate_sigma(X) == 0.0
     q = AttentionQuantizer().fit(X)
-    assert q.sigma_ == 0.0 and q.temperature_ == 1.0
+    assert q.sigma_ == 0.0 and q.inverse_temperature_ == 1.0
 
 
-def test_auto_temperature_is_the_running_example_rule():
+def test_auto_inverse_temperature_is_the_running_example_rule():
     mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
     X = mix.sample(2000, rng=1)
     q = AttentionQuantizer().fit(X)
     assert q.n_features_in_ == 10
-    assert q.temperature_ == pytest.approx(1.0 / (1.0 + 2.0 * q.sigma_**2), rel=1e-15)
-    assert q.temperature_ == pytest.approx(1.0 / (1.0 + 2.0 * 0.3**2), rel=0.01)
+    assert q.inverse_temperature_ == pytest.approx(1.0 / (1.0 + 2.0 * q.sigma_**2), rel=1e-15)
+    assert q.inverse_temperature_ == pytest.approx(1.0 / (1.0 + 2.0 * 0.3**2), rel=0.01)
 
 
 def test_transform_is_identity_attention_on_the_prompt():
     mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
     X, z = mix.sample(300, rng=2, return_labels=True)
-    q = AttentionQuantizer(temperature=2.0, n_steps=2, exclude_self=True, backend="chunked",
+    q = AttentionQuantizer(inverse_temperature=2.0, n_steps=2, exclude_self=True, backend="chunked",
                            chunk_size=64)
     Y = q.fit_transform(X)
     assert isinstance(Y, np.ndarray) and not hasattr(q, "sigma_")
@@ -65,7 +65,7 @@ def test_transform_is_identity_attention_on_the_prompt():
 
 def test_float32_is_preserved():
     X = np.random.default_rng(3).standard_normal((50, 4)).astype(np.float32)
-    assert AttentionQuantizer(temperature=1.0).fit_transform(X).dtype == np.float32
+    assert AttentionQuantizer(inverse_temperature=1.0).fit_transform(X).dtype == np.float32
 
 
 def test_scikit_learn_contract():
@@ -76,14 +76,14 @@ def test_scikit_learn_contract():
     check_estimator(AttentionQuantizer(), expected_failed_checks=expected)
     # and that check does fail, for the stated reason
     X = np.random.default_rng(4).standard_normal((20, 3))
-    q = AttentionQuantizer(temperature=1.0).fit(X)
+    q = AttentionQuantizer(inverse_temperature=1.0).fit(X)
     assert not np.allclose(q.transform(X)[:10], q.transform(X[:10]))
 
 
 @pytest.mark.parametrize(("params", "X", "match"), [
-    ({"temperature": "hot"}, np.ones((3, 2)), "temperature"),
-    ({"temperature": -1.0}, np.ones((3, 2)), "temperature"),
-    ({"temperature": 0.0}, np.ones((3, 2)), "temperature"),
+    ({"inverse_temperature": "hot"}, np.ones((3, 2)), "inverse_temperature"),
+    ({"inverse_temperature": -1.0}, np.ones((3, 2)), "inverse_temperature"),
+    ({"inverse_temperature": 0.0}, np.ones((3, 2)), "inverse_temperature"),
     ({"backend": "flash"}, np.ones((3, 2)), "backend"),
     ({}, np.array([[1.0, np.nan]]), "NaN"),
     ({}, np.array([[1.0, np.inf]]), "infinity"),
@@ -112,7 +112,7 @@ def test_unusable_device_is_a_value_error_at_fit(monkeypatch, device, match):
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match=match):
-        AttentionQuantizer(temperature=1.0, device=device).fit(np.ones((4, 2)))
+        AttentionQuantizer(inverse_temperature=1.0, device=device).fit(np.ones((4, 2)))
 
 
 def test_tensors_that_require_grad_are_accepted():
@@ -120,7 +120,8 @@ def test_tensors_that_require_grad_are_accepted():
 
     X = np.random.default_rng(5).standard_normal((40, 3))
     t = torch.tensor(X, requires_grad=True)
-    q = AttentionQuantizer(temperature=1.5)
+    q = AttentionQuantizer(inverse_temperature=1.5)
     np.testing.assert_allclose(q.fit_transform(t), identity_attention(X, 1.5), atol=1e-12)
     assert q.n_features_in_ == 3 and t.grad is None
-    assert AttentionQuantizer().fit(t).temperature_ == AttentionQuantizer().fit(X).temperature_
+    lam = AttentionQuantizer().fit(X).inverse_temperature_
+    assert AttentionQuantizer().fit(t).inverse_temperature_ == lam

@@ -13,7 +13,7 @@ D = 10
 def _mc_risk(heads, mix, lam, n=10**6, rng=123):
     """Plain Monte Carlo in d dimensions: independent of the quadrature code."""
     X = torch.from_numpy(mix.sample(n, rng=rng))
-    err = ((X - ac.attention_heads(X, heads.detach(), temperature=lam)) ** 2).sum(1)
+    err = ((X - ac.attention_heads(X, heads.detach(), inverse_temperature=lam)) ** 2).sum(1)
     return float(err.mean()), float(err.std()) / np.sqrt(n)
 
 
@@ -68,7 +68,7 @@ def _case_heads(K, sigma, kind, seed=0):
 @pytest.mark.parametrize("K,sigma,lam,kind", CASES)
 def test_exact_matches_monte_carlo(K, sigma, lam, kind):
     mix, heads = _case_heads(K, sigma, kind)
-    exact = float(ac.population_risk(heads, mix, temperature=lam, method="exact"))
+    exact = float(ac.population_risk(heads, mix, inverse_temperature=lam, method="exact"))
     mc, se = _mc_risk(heads, mix, lam)
     assert abs(exact - mc) < 4 * se, (exact, mc, se)
 
@@ -77,7 +77,7 @@ def test_exact_matches_monte_carlo(K, sigma, lam, kind):
 def test_exact_gradient_matches_finite_differences(K, sigma, lam, kind):
     mix, heads = _case_heads(K, sigma, kind, seed=1)
     h = heads.clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(ac.population_risk(h, mix, temperature=lam), h)
+    (grad,) = torch.autograd.grad(ac.population_risk(h, mix, inverse_temperature=lam), h)
     assert torch.isfinite(grad).all()
     step = 1e-5
     gen = torch.Generator().manual_seed(K)
@@ -89,8 +89,9 @@ def test_exact_gradient_matches_finite_differences(K, sigma, lam, kind):
         e[i, -1] = 1.0
         directions.append(e)
     for e in directions:
-        fd = (float(ac.population_risk(heads + step * e, mix, temperature=lam))
-              - float(ac.population_risk(heads - step * e, mix, temperature=lam))) / (2 * step)
+        fd = (float(ac.population_risk(heads + step * e, mix, inverse_temperature=lam))
+              - float(ac.population_risk(heads - step * e, mix,
+                                         inverse_temperature=lam))) / (2 * step)
         exact = float((grad * e).sum())
         assert abs(exact - fd) < 1e-6 * max(abs(fd), float(grad.norm() * e.norm())), (exact, fd)
 
@@ -112,7 +113,7 @@ def test_fused_gradient_matches_plain_autograd(K, sigma, lam, kind):
 def test_fast_k2_value_and_gradient_match_autograd(sigma, lam, kind):
     mix, heads = _case_heads(2, sigma, kind, seed=3)
     h = heads.clone().requires_grad_(True)
-    value = ac.population_risk(h, mix, temperature=lam)
+    value = ac.population_risk(h, mix, inverse_temperature=lam)
     (grad,) = torch.autograd.grad(value, h)
     fast = ac.PopulationRisk(mix).value_and_grad(heads[None], lam)  # the batched kernel, R = 1
     fast_value, fast_grad = float(fast.value[0]), fast.grad[0].numpy()
@@ -147,37 +148,38 @@ def test_dirac_is_a_finite_sum():
     heads = ac.init_on_sphere(3, D, rng=5)
     lam = 7.0
     X = torch.tensor(mix.centroids)
-    Y = ac.attention_heads(X, heads, temperature=lam)
+    Y = ac.attention_heads(X, heads, inverse_temperature=lam)
     direct = float(mix.weights @ ((X - Y) ** 2).sum(1).numpy())
-    value = float(ac.population_risk(heads, mix, temperature=lam))
+    value = float(ac.population_risk(heads, mix, inverse_temperature=lam))
     assert value == pytest.approx(direct, rel=1e-14)
-    assert abs(float(ac.population_risk(mix.centroids, mix, temperature=1e4))) < 1e-12
+    assert abs(float(ac.population_risk(mix.centroids, mix, inverse_temperature=1e4))) < 1e-12
 
 
 @pytest.mark.parametrize("K,sigma,lam", [(2, 0.3, 10.0), (3, 0.3, 3.0), (3, 0.0, 10.0)])
 def test_qmc_agrees_with_exact(K, sigma, lam):
     mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=sigma)
     heads = ac.init_on_sphere(K, D, rng=6)
-    exact = float(ac.population_risk(heads, mix, temperature=lam, method="exact"))
-    est = ac.qmc_risk(heads, mix, temperature=lam, n_samples=2**14, rng=0)
+    exact = float(ac.population_risk(heads, mix, inverse_temperature=lam, method="exact"))
+    est = ac.qmc_risk(heads, mix, inverse_temperature=lam, n_samples=2**14, rng=0)
     assert abs(float(est.value) - exact) < 4 * est.stderr + 1e-12
-    again = ac.qmc_risk(heads, mix, temperature=lam, n_samples=2**14, rng=0)
+    again = ac.qmc_risk(heads, mix, inverse_temperature=lam, n_samples=2**14, rng=0)
     assert float(again.value) == float(est.value)  # common random numbers
 
 
 def test_qmc_matches_monte_carlo_for_many_heads():
     mix = ac.GaussianMixture.random(d=D, k=6, sigma=0.3, min_angle=1.0, rng=0)
     heads = ac.init_on_sphere(6, D, rng=7)
-    est = ac.qmc_risk(heads, mix, temperature=5.0)
+    est = ac.qmc_risk(heads, mix, inverse_temperature=5.0)
     mc, se = _mc_risk(heads, mix, 5.0, n=400_000)
     assert abs(float(est.value) - mc) < 4 * np.hypot(se, est.stderr)
-    assert float(ac.population_risk(heads, mix, temperature=5.0)) == float(est.value)  # auto -> qmc
+    assert float(ac.population_risk(heads, mix,
+                                    inverse_temperature=5.0)) == float(est.value)  # auto -> qmc
     h = heads.clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(ac.qmc_risk(h, mix, temperature=5.0).value, h)
+    (grad,) = torch.autograd.grad(ac.qmc_risk(h, mix, inverse_temperature=5.0).value, h)
     e = torch.randn(6, D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     step = 1e-6
-    fd = (float(ac.qmc_risk(heads + step * e, mix, temperature=5.0).value)
-          - float(ac.qmc_risk(heads - step * e, mix, temperature=5.0).value)) / (2 * step)
+    fd = (float(ac.qmc_risk(heads + step * e, mix, inverse_temperature=5.0).value)
+          - float(ac.qmc_risk(heads - step * e, mix, inverse_temperature=5.0).value)) / (2 * step)
     assert float((grad * e).sum()) == pytest.approx(fd, rel=1e-6)
 
 
@@ -185,10 +187,10 @@ def test_empirical_risk_batches_and_gradient():
     mix = ac.GaussianMixture.orthogonal(d=D, k=2, sigma=0.3)
     X = mix.sample(1001, rng=0)
     heads = ac.init_on_sphere(2, D, rng=8).requires_grad_(True)
-    full = ac.empirical_risk(heads, X, temperature=4.0)
-    batched = ac.empirical_risk(heads, X, temperature=4.0, batch_size=100)
+    full = ac.empirical_risk(heads, X, inverse_temperature=4.0)
+    batched = ac.empirical_risk(heads, X, inverse_temperature=4.0, batch_size=100)
     Xt = torch.from_numpy(X)
-    direct = ((Xt - ac.attention_heads(Xt, heads, temperature=4.0)) ** 2).sum(1).mean()
+    direct = ((Xt - ac.attention_heads(Xt, heads, inverse_temperature=4.0)) ** 2).sum(1).mean()
     assert full.item() == pytest.approx(direct.item(), rel=1e-14)
     assert batched.item() == pytest.approx(direct.item(), rel=1e-13)
     g1, g2 = (torch.autograd.grad(v, heads)[0] for v in (batched, direct))
@@ -203,15 +205,15 @@ def test_repulsion_and_balance():
         mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=0.4)
         heads = ac.init_on_sphere(K, D, rng=10)
         X = mix.sample(400_000, rng=1)
-        a = ac.head_weights(torch.from_numpy(X), heads, temperature=3.0)
+        a = ac.head_weights(torch.from_numpy(X), heads, inverse_temperature=3.0)
         mean, se = a.mean(0), a.std(0) / np.sqrt(len(X))
         target = torch.full((K,), 1.0 / K, dtype=torch.float64)
-        exact = float(ac.balance(heads, mix, temperature=3.0))
-        data = float(ac.balance(heads, X, temperature=3.0, batch_size=50_000))
+        exact = float(ac.balance(heads, mix, inverse_temperature=3.0))
+        data = float(ac.balance(heads, X, inverse_temperature=3.0, batch_size=50_000))
         assert data == pytest.approx(float(((mean - target) ** 2).sum()), rel=1e-10)
         # the exact balance differs from the data one by at most ~ 2 |m - t| * 4 se
         assert abs(exact - data) < 8 * float(((mean - target).abs() * se).sum()) + 1e-6
-        qmc = float(ac.balance(heads, mix, temperature=3.0, method="qmc"))
+        qmc = float(ac.balance(heads, mix, inverse_temperature=3.0, method="qmc"))
         assert qmc == pytest.approx(exact, abs=1e-4)
 
 
@@ -226,13 +228,15 @@ def test_balance_with_target_matches_hand_computation():
     mean_a = (pi * e + (1 - pi)) / (e + 2)
     expected = float(((mean_a - target) ** 2).sum())
     assert expected > 0.05  # far from zero: the comparison below can fail
-    assert float(ac.balance(heads, mix, temperature=lam, target=target)) == pytest.approx(expected,
+    assert float(ac.balance(heads, mix, inverse_temperature=lam,
+                            target=target)) == pytest.approx(expected,
                                                                               rel=1e-12)
-    assert float(ac.balance(heads, mix, temperature=lam, target=target, method="qmc")) == \
+    assert float(ac.balance(heads, mix, inverse_temperature=lam, target=target, method="qmc")) == \
         pytest.approx(expected, rel=1e-12)
     # the same on data: rows 0, 0, 0, 0, 0, 1, 1, 1, 2, 2 realize pi exactly
     X = mix.centroids[[0] * 5 + [1] * 3 + [2] * 2]
-    assert float(ac.balance(heads, X, temperature=lam, target=target)) == pytest.approx(expected,
+    assert float(ac.balance(heads, X, inverse_temperature=lam,
+                            target=target)) == pytest.approx(expected,
                                                                             rel=1e-12)
 
 
@@ -244,53 +248,54 @@ def test_qmc_with_singular_gram_agrees_with_monte_carlo(d, method):
     mix = ac.GaussianMixture.random(d=d, k=3, sigma=0.4, min_angle=1.0, rng=1)
     heads = ac.init_on_sphere(4, d, rng=2)
     heads[3] = heads[0]
-    value = float(ac.population_risk(heads, mix, temperature=4.0, method=method))
-    est = ac.qmc_risk(heads, mix, temperature=4.0)
+    value = float(ac.population_risk(heads, mix, inverse_temperature=4.0, method=method))
+    est = ac.qmc_risk(heads, mix, inverse_temperature=4.0)
     assert value == float(est.value) and np.isfinite(value)
     mc, se = _mc_risk(heads, mix, 4.0, n=200_000)
     assert abs(value - mc) < 4 * np.hypot(se, est.stderr)
     # and a gradient exists (the fallback factor is differentiable in the heads)
     h = heads.clone().requires_grad_(True)
-    (grad,) = torch.autograd.grad(ac.qmc_risk(h, mix, temperature=4.0).value, h)
+    (grad,) = torch.autograd.grad(ac.qmc_risk(h, mix, inverse_temperature=4.0).value, h)
     assert grad.shape == (4, d) and bool(torch.isfinite(grad).all())
 
 
 def test_qmc_more_heads_than_dimensions():
     mix = ac.GaussianMixture.orthogonal(d=3, k=2, sigma=0.3)
     heads = ac.init_on_sphere(4, 3, rng=0)  # G is 4 x 4 of rank 3
-    est = ac.qmc_risk(heads, mix, temperature=5.0)
+    est = ac.qmc_risk(heads, mix, inverse_temperature=5.0)
     mc, se = _mc_risk(heads, mix, 5.0, n=200_000)
     assert abs(float(est.value) - mc) < 4 * np.hypot(se, est.stderr)
-    assert float(ac.population_risk(heads, mix, temperature=5.0)) == float(est.value)
+    assert float(ac.population_risk(heads, mix, inverse_temperature=5.0)) == float(est.value)
 
 
 def test_bad_inputs():
     mix = ac.GaussianMixture.orthogonal(d=D, k=2, sigma=0.3)
     good = torch.tensor(mix.centroids)
     with pytest.raises(ValueError, match="heads"):
-        ac.population_risk(good[0], mix, temperature=1.0)
+        ac.population_risk(good[0], mix, inverse_temperature=1.0)
     with pytest.raises(ValueError, match="d=10"):
-        ac.population_risk(good[:, :5], mix, temperature=1.0)
-    with pytest.raises(ValueError, match="temperature"):
-        ac.population_risk(good, mix, temperature=0.0)
+        ac.population_risk(good[:, :5], mix, inverse_temperature=1.0)
+    with pytest.raises(ValueError, match="inverse_temperature"):
+        ac.population_risk(good, mix, inverse_temperature=0.0)
     with pytest.raises(ValueError, match="method"):
-        ac.population_risk(good, mix, temperature=1.0, method="simpson")
+        ac.population_risk(good, mix, inverse_temperature=1.0, method="simpson")
     with pytest.raises(ValueError, match="K <= 3"):
-        ac.population_risk(ac.init_on_sphere(4, D, rng=0), mix, temperature=1.0, method="exact")
+        ac.population_risk(ac.init_on_sphere(4, D, rng=0), mix, inverse_temperature=1.0,
+                           method="exact")
     with pytest.raises(ValueError, match="GaussianMixture"):
-        ac.population_risk(good, "mixture", temperature=1.0)
+        ac.population_risk(good, "mixture", inverse_temperature=1.0)
     with pytest.raises(ValueError, match="n_samples"):
-        ac.qmc_risk(good, mix, temperature=1.0, n_samples=0)
+        ac.qmc_risk(good, mix, inverse_temperature=1.0, n_samples=0)
     with pytest.raises(ValueError, match="batch_size"):
-        ac.empirical_risk(good, np.ones((3, D)), temperature=1.0, batch_size=0)
+        ac.empirical_risk(good, np.ones((3, D)), inverse_temperature=1.0, batch_size=0)
     with pytest.raises(ValueError, match="batch_size.*True"):
-        ac.balance(good, np.ones((3, D)), temperature=1.0, batch_size=True)
+        ac.balance(good, np.ones((3, D)), inverse_temperature=1.0, batch_size=True)
     with pytest.raises(ValueError, match="n_samples.*2.5"):
-        ac.qmc_risk(good, mix, temperature=1.0, n_samples=2.5)
+        ac.qmc_risk(good, mix, inverse_temperature=1.0, n_samples=2.5)
     with pytest.raises(ValueError, match="target"):
-        ac.balance(good, mix, temperature=1.0, target=[1.0])
+        ac.balance(good, mix, inverse_temperature=1.0, target=[1.0])
     with pytest.raises(ValueError, match="NaN"):
-        ac.population_risk(good * float("nan"), mix, temperature=1.0)
+        ac.population_risk(good * float("nan"), mix, inverse_temperature=1.0)
 
 
 # -- objectives of many runs at once ------------------------------------------------------
@@ -316,9 +321,11 @@ def test_population_objectives_match_the_autograd_functions(K, method):
     bal = ac.Balance(mixes, **kw).value_and_grad(heads, lam)
     for r, mix in enumerate(mixes):
         lam_r = float(lam[r])
-        for got, fn in ((risk, lambda h, m=mix, t=lam_r: ac.population_risk(h, m, temperature=t,
+        for got, fn in ((risk, lambda h, m=mix, t=lam_r: ac.population_risk(h, m,
+                                                                            inverse_temperature=t,
                                                                              **kw)),
-                        (bal, lambda h, m=mix, t=lam_r: ac.balance(h, m, temperature=t, **kw))):
+                        (bal, lambda h, m=mix, t=lam_r: ac.balance(h, m, inverse_temperature=t,
+                                                                   **kw))):
             value, grad = _autograd(fn, heads[r])
             assert float(got.value[r]) == pytest.approx(value, rel=1e-12, abs=1e-15)
             torch.testing.assert_close(got.grad[r], grad, rtol=1e-9, atol=1e-11)
@@ -336,10 +343,10 @@ def test_penalty_and_empirical_objectives_match_autograd():
         assert float(value[r]) == pytest.approx(ref[0], rel=1e-13)
         torch.testing.assert_close(grad[r], ref[1], rtol=1e-12, atol=1e-14)
         lam_r = float(lam[r])
-        ref = _autograd(lambda h, t=lam_r: ac.empirical_risk(h, X, temperature=t), heads[r])
+        ref = _autograd(lambda h, t=lam_r: ac.empirical_risk(h, X, inverse_temperature=t), heads[r])
         assert float(emp.value[r]) == pytest.approx(ref[0], rel=1e-12)
         torch.testing.assert_close(emp.grad[r], ref[1], rtol=1e-10, atol=1e-13)
-        ref = _autograd(lambda h, t=lam_r: ac.balance(h, X, temperature=t), heads[r])
+        ref = _autograd(lambda h, t=lam_r: ac.balance(h, X, inverse_temperature=t), heads[r])
         assert float(bal.value[r]) == pytest.approx(ref[0], rel=1e-12)
         torch.testing.assert_close(bal.grad[r], ref[1], rtol=1e-10, atol=1e-13)
 
@@ -368,7 +375,7 @@ def test_qmc_objective_singular_gram_and_float32_kernel():
     kw = dict(method="qmc", n_samples=512, rng=4)
     got = ac.PopulationRisk(mix, **kw).value_and_grad(heads, 6.0)
     for r in range(2):
-        value, grad = _autograd(lambda h: ac.population_risk(h, mix, temperature=6.0, **kw),
+        value, grad = _autograd(lambda h: ac.population_risk(h, mix, inverse_temperature=6.0, **kw),
                                 heads[r])
         assert float(got.value[r]) == pytest.approx(value, rel=1e-12)
         torch.testing.assert_close(got.grad[r], grad, rtol=1e-9, atol=1e-11)

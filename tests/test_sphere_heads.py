@@ -82,7 +82,7 @@ def test_head_layer_matches_explicit_sum_and_is_in_convex_hull():
     heads = random_sphere(3, 4, rng=2)
     x = torch.as_tensor(rng.standard_normal((2, 5, 4)))  # (B, L, d)
     lam = 2.5
-    out = attention_heads(x, heads, temperature=lam)
+    out = attention_heads(x, heads, inverse_temperature=lam)
     assert out.shape == (2, 5, 4)
     for b in range(2):
         for i in range(5):
@@ -91,22 +91,22 @@ def test_head_layer_matches_explicit_sum_and_is_in_convex_hull():
             w = w / w.sum()
             ref = sum(w[h] * heads[h] for h in range(3))
             assert torch.allclose(out[b, i], ref, atol=1e-14)
-    a = head_weights(x, heads, temperature=lam)
+    a = head_weights(x, heads, inverse_temperature=lam)
     assert torch.allclose(a.sum(-1), torch.ones(2, 5, dtype=a.dtype))
     assert bool((out.norm(dim=-1) <= 1 + 1e-12).all())  # convex hull of unit vectors
 
 
 def test_module_matches_function():
     heads = random_sphere(2, 3, rng=0)
-    layer = AttentionHeads(heads, temperature=4.0)
+    layer = AttentionHeads(heads, inverse_temperature=4.0)
     x = torch.randn(7, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    assert torch.allclose(layer(x), attention_heads(x, heads, temperature=4.0))
-    assert torch.allclose(layer.weights(x), head_weights(x, heads, temperature=4.0))
+    assert torch.allclose(layer(x), attention_heads(x, heads, inverse_temperature=4.0))
+    assert torch.allclose(layer.weights(x), head_weights(x, heads, inverse_temperature=4.0))
     assert "n_heads=2" in repr(layer)
-    with pytest.raises(ValueError, match="temperature"):
-        AttentionHeads(heads, temperature=0.0)
+    with pytest.raises(ValueError, match="inverse_temperature"):
+        AttentionHeads(heads, inverse_temperature=0.0)
     with pytest.raises(ValueError, match="heads must have shape"):
-        AttentionHeads([1.0, 0.0], temperature=1.0)
+        AttentionHeads([1.0, 0.0], inverse_temperature=1.0)
 
 
 def test_module_trains_by_sgd_on_the_empirical_risk():
@@ -114,12 +114,13 @@ def test_module_trains_by_sgd_on_the_empirical_risk():
     # two-cluster mixture from a random start
     mix = ac.GaussianMixture.orthogonal(d=5, k=2, sigma=0.1)
     X = torch.from_numpy(mix.sample(500, rng=0))
-    layer = AttentionHeads(random_sphere(2, 5, rng=0), temperature=10.0)
+    layer = AttentionHeads(random_sphere(2, 5, rng=0), inverse_temperature=10.0)
     opt = torch.optim.SGD(layer.parameters(), lr=0.5)
 
     def risk() -> float:
         with torch.no_grad():
-            return float(ac.empirical_risk(layer.heads, X, temperature=layer.temperature))
+            return float(ac.empirical_risk(layer.heads, X,
+                                           inverse_temperature=layer.inverse_temperature))
 
     start = risk()
     for _ in range(40):
@@ -136,7 +137,7 @@ def test_module_trains_by_sgd_on_the_empirical_risk():
 
 def test_module_on_float32_input_keeps_gradients():
     heads = random_sphere(3, 4, rng=1)
-    layer = AttentionHeads(heads, temperature=3.0)
+    layer = AttentionHeads(heads, inverse_temperature=3.0)
     x64 = torch.randn(6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     out = layer(x64.float())
     assert out.dtype == torch.float32 and layer.weights(x64.float()).dtype == torch.float32
@@ -148,14 +149,14 @@ def test_module_on_float32_input_keeps_gradients():
     assert layer(x64.numpy()).dtype == torch.float64
 
 
-def test_functions_validate_temperature_and_accept_numpy():
+def test_functions_validate_inverse_temperature_and_accept_numpy():
     heads = random_sphere(2, 3, rng=0)
     x = np.random.default_rng(0).standard_normal((4, 3))
     for fn in (head_weights, attention_heads):
-        out = fn(x, heads, temperature=2.0)
+        out = fn(x, heads, inverse_temperature=2.0)
         assert isinstance(out, torch.Tensor)
-        torch.testing.assert_close(out, fn(torch.from_numpy(x), heads, temperature=2.0))
-        assert isinstance(fn(x, heads.numpy(), temperature=2.0), torch.Tensor)
+        torch.testing.assert_close(out, fn(torch.from_numpy(x), heads, inverse_temperature=2.0))
+        assert isinstance(fn(x, heads.numpy(), inverse_temperature=2.0), torch.Tensor)
         for bad in (-1.0, 0.0, float("nan"), "hot", True):
-            with pytest.raises(ValueError, match="temperature"):
-                fn(x, heads, temperature=bad)
+            with pytest.raises(ValueError, match="inverse_temperature"):
+                fn(x, heads, inverse_temperature=bad)

@@ -1,4 +1,4 @@
-"""Tests of the warm start: hard Lloyd steps and the auto temperature (``attnclust.warm_start``)."""
+"""Tests of the warm start: hard Lloyd steps and the auto lambda (``attnclust.warm_start``)."""
 
 from __future__ import annotations
 
@@ -8,19 +8,19 @@ import torch
 from sklearn.datasets import load_iris
 
 import attnclust as ac
-from attnclust.warm_start import auto_temperature, hard_lloyd
+from attnclust.warm_start import auto_inverse_temperature, hard_lloyd
 
 
 @pytest.mark.parametrize("sigma", [0.05, 0.1, 0.3])
-def test_auto_temperature_is_inverse_noise_variance(sigma):
+def test_auto_inverse_temperature_is_inverse_noise_variance(sigma):
     mix = ac.GaussianMixture.orthogonal(d=20, k=3, sigma=sigma)
     X = torch.as_tensor(mix.sample(30_000, rng=0))
-    lam = auto_temperature(X, torch.as_tensor(mix.centroids))
+    lam = auto_inverse_temperature(X, torch.as_tensor(mix.centroids))
     assert lam == pytest.approx(1 / sigma**2, rel=0.05)
 
 
 @pytest.mark.parametrize("cap", [1.0, 0.05])
-def test_auto_temperature_in_a_small_cap_is_still_inverse_noise_variance(cap):
+def test_auto_inverse_temperature_in_a_small_cap_is_still_inverse_noise_variance(cap):
     """The defining property: lambda = 1/sigma^2 however close the clusters sit on the sphere.
 
     With centroids in a cap of angular radius ``cap`` the projections on the heads vary
@@ -34,7 +34,7 @@ def test_auto_temperature_in_a_small_cap_is_still_inverse_noise_variance(cap):
     X = ac.normalize(torch.as_tensor(ac.GaussianMixture(cent, sigma=sigma).sample(30_000, rng=0)))
     # rows on the sphere: the noise is tangent, of variance sigma^2 / (1 + d sigma^2) per
     # direction (the von Mises-Fisher concentration is its inverse)
-    assert auto_temperature(X, torch.as_tensor(cent)) == pytest.approx((1 + d * sigma**2)
+    assert auto_inverse_temperature(X, torch.as_tensor(cent)) == pytest.approx((1 + d * sigma**2)
                                                                        / sigma**2, rel=0.05)
 
 
@@ -48,26 +48,27 @@ def test_hard_lloyd_stops_at_a_stable_partition():
 
 
 @pytest.mark.parametrize("sigma", [0.05, 0.3, 2.0])
-def test_euclidean_auto_temperature_is_inverse_noise_variance(sigma):
+def test_euclidean_auto_inverse_temperature_is_inverse_noise_variance(sigma):
     """Isotropic clusters anywhere: lambda = 1 / sigma^2 (the E-step of a Gaussian mixture)."""
     gen = np.random.default_rng(0)
     centers = 10 * sigma * np.eye(6)[:4] + 100.0      # 14 sigma apart, far from the origin
     X = torch.as_tensor(np.concatenate([c + sigma * gen.standard_normal((10_000, 6))
                                         for c in centers]))
-    lam = auto_temperature(X, torch.as_tensor(centers), geometry="euclidean")
+    lam = auto_inverse_temperature(X, torch.as_tensor(centers), geometry="euclidean")
     assert lam == pytest.approx(1 / sigma**2, rel=0.05)
 
 
-def test_euclidean_auto_temperature_reads_the_spread_across_the_boundary():
+def test_euclidean_auto_inverse_temperature_reads_the_spread_across_the_boundary():
     """Anisotropic clusters: the variance that counts is the one along the centres' axis."""
     gen = np.random.default_rng(5)
     centers = np.array([[0.0, 0.0], [0.0, 10.0]])
     X = np.concatenate([c + gen.standard_normal((20_000, 2)) * [5.0, 0.5] for c in centers])
-    lam = auto_temperature(torch.as_tensor(X), torch.as_tensor(centers), geometry="euclidean")
+    lam = auto_inverse_temperature(torch.as_tensor(X), torch.as_tensor(centers),
+                                   geometry="euclidean")
     assert lam == pytest.approx(1 / 0.5**2, rel=0.05)
 
 
-def test_opposite_heads_on_the_sphere_get_a_finite_sensible_temperature():
+def test_opposite_heads_on_the_sphere_get_a_finite_sensible_inverse_temperature():
     """K = 2 centred data: Lloyd on the sphere ends with exactly opposite heads, where the
     tangent to the nearest head is undefined; lambda must still be ~ 1 / spread^2."""
     gen = np.random.default_rng(6)
@@ -75,7 +76,7 @@ def test_opposite_heads_on_the_sphere_get_a_finite_sensible_temperature():
                         gen.normal([-3.0, 0.0], 1.0, (500, 2))])
     X = torch.as_tensor((X - X.mean(0)) / np.sqrt(np.mean(np.sum((X - X.mean(0))**2, 1))))
     heads = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
-    lam = auto_temperature(X, heads)
+    lam = auto_inverse_temperature(X, heads)
     spread = float(X[X[:, 0] > 0, 0].var())
     assert lam == pytest.approx(1 / spread, rel=0.1)
 

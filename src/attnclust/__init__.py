@@ -32,7 +32,7 @@ from .quantizer import AttentionQuantizer, estimate_sigma
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AssignmentError",

@@ -13,7 +13,7 @@ __all__ = [
     "as_tensor",
     "as_torch_dtype",
     "check_device",
-    "check_temperature",
+    "check_inverse_temperature",
     "check_finite",
     "check_int",
     "check_nonnegative",
@@ -104,24 +104,24 @@ def check_nonnegative(value, name: str) -> float:
     return float(value)
 
 
-def check_temperature(temperature) -> float:
+def check_inverse_temperature(value) -> float:
     """The inverse temperature ``lambda`` as a positive finite float.
 
     Called on every attention evaluation, so it is a float conversion and a comparison.
 
     Examples
     --------
-    >>> check_temperature(2)
+    >>> check_inverse_temperature(2)
     2.0
     """
-    if isinstance(temperature, bool):
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}")
+    if isinstance(value, bool):
+        raise ValueError(f"inverse_temperature must be a positive number, got {value!r}")
     try:
-        lam = float(temperature)
+        lam = float(value)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"temperature must be a positive number, got {temperature!r}") from exc
+        raise ValueError(f"inverse_temperature must be a positive number, got {value!r}") from exc
     if not 0.0 < lam < math.inf:  # also false for NaN
-        raise ValueError(f"temperature must be a positive finite number, got {temperature!r}")
+        raise ValueError(f"inverse_temperature must be a positive finite number, got {value!r}")
     return lam
 
 

@@ -139,15 +139,18 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
                         "(default: DATA without its suffix; a folder, written DIR/, gets "
                         "the files named after DATA)")
-    p.add_argument("--temperature", default="auto",
-                   help="inverse temperature lambda, or 'auto' (default)")
+    p.add_argument("--inverse-temperature", default=None, metavar="LAMBDA",
+                   help="inverse temperature lambda (it multiplies the logits: larger is "
+                        "sharper), or 'auto' (default)")
+    _deprecated_temperature(p)
     p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
                    help="euclidean: free heads, soft k-means cells (default); sphere: unit "
                         "heads, cones from the origin (directions, e.g. embeddings)")
     p.add_argument("--normalize", default="auto", choices=["auto", "rows", "center-scale", "none"],
                    help="preprocessing of the rows (default auto: onto the unit sphere with "
                         "--geometry sphere, as given otherwise)")
-    p.add_argument("--no-anneal", action="store_true", help="fit at the target temperature only")
+    p.add_argument("--no-anneal", action="store_true",
+                   help="fit at the target inverse temperature only")
     p.add_argument("--max-iter", type=int, default=300)
     p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
@@ -165,8 +168,10 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
     p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
-    p.add_argument("--temperature", type=float, required=True, metavar="T",
-                   help="inverse temperature lambda")
+    p.add_argument("--inverse-temperature", default=None, metavar="LAMBDA",
+                   help="inverse temperature lambda (required; it multiplies the logits: "
+                        "larger is sharper)")
+    _deprecated_temperature(p)
     p.add_argument("--out", required=True, metavar="FILE", help="output file (.npy or .csv)")
     p.add_argument("--n-steps", type=int, default=1, help="repeated applications (default: 1)")
     p.add_argument("--exclude-self", action="store_true", help="a token does not attend to itself")
@@ -232,7 +237,8 @@ def _progress_callback(total: int, quiet: bool):
 
     def callback(info) -> None:
         bar.update(1)
-        bar.set_postfix(loss=f"{info.loss:.4g}", lam=f"{info.temperature:.3g}", refresh=False)
+        bar.set_postfix(loss=f"{info.loss:.4g}", lam=f"{info.inverse_temperature:.3g}",
+                        refresh=False)
     return bar, callback
 
 
@@ -392,7 +398,7 @@ def _check_centers(est) -> None:
     centers = np.asarray(est.cluster_centers_, dtype=np.float64)
     if not np.isfinite(centers).all():
         raise CommandError("fit produced non-finite cluster centers (overflow); rescale the "
-                           "data or lower --temperature")
+                           "data or lower --inverse-temperature")
     if est.geometry != "sphere":
         return
     norms = np.linalg.norm(centers, axis=1)
@@ -400,7 +406,7 @@ def _check_centers(est) -> None:
         worst = int(np.argmax(np.abs(norms - 1.0)))
         raise CommandError(f"fit produced a cluster center of norm {norms[worst]:.6g} "
                            f"(center {worst}), not on the unit sphere; rescale the data or "
-                           "lower --temperature")
+                           "lower --inverse-temperature")
 
 
 def _cmd_fit(args) -> int:
@@ -439,11 +445,34 @@ def _cmd_fit(args) -> int:
         sizes = np.bincount(est.labels_, minlength=args.n_clusters)
         conf_sum, sq_err = _summary_sums(est, X, args.n_clusters)
         head = (f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
-                f"lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
+                f"lambda={est.inverse_temperature_:.4g}  steps={est.n_iter_}  "
                 f"converged={'yes' if est.converged_ else 'no'}  "
                 f"risk={sq_err / X.shape[0]:.4g}  time={seconds:.2f}s")
         _write_all(outputs, _summary([head], sizes, conf_sum, outputs))
     return 0
+
+
+def _deprecated_temperature(parser) -> None:
+    """``--temperature``: the old name of ``--inverse-temperature``, hidden from the help."""
+    parser.add_argument("--temperature", dest="deprecated_temperature", default=None,
+                        help=argparse.SUPPRESS)
+
+
+def _inverse_temperature_arg(args, default):
+    """The value of ``--inverse-temperature``, or of the deprecated ``--temperature`` (with a
+    warning); ``default`` when neither is given (``None``: the option is required)."""
+    old, new = args.deprecated_temperature, args.inverse_temperature
+    if old is not None:
+        if new is not None:
+            raise CommandError("give --inverse-temperature only (--temperature is its "
+                               "deprecated name)")
+        warnings.warn("--temperature is deprecated and will be removed in the next release; "
+                      "use --inverse-temperature (same value: lambda multiplies the logits)",
+                      FutureWarning, stacklevel=2)
+        return old
+    if new is None and default is None:
+        raise CommandError("--inverse-temperature is required")
+    return default if new is None else new
 
 
 def _fit_params(args) -> dict:
@@ -457,14 +486,15 @@ def _fit_params(args) -> dict:
     if not 0 < args.timeout <= _MAX_TIMEOUT:       # also false for nan
         raise CommandError(f"--timeout must be a positive number of seconds, at most "
                            f"{_MAX_TIMEOUT:g}, got {args.timeout}")
-    temperature = args.temperature
-    if temperature != "auto":
+    given = _inverse_temperature_arg(args, default="auto")
+    inverse_temperature = given
+    if given != "auto":
         try:
-            temperature = float(temperature)
+            inverse_temperature = float(given)
         except ValueError:
-            raise CommandError(f"--temperature must be a positive number or 'auto', got "
-                               f"{args.temperature!r}") from None
-    return dict(geometry=args.geometry, temperature=temperature,
+            raise CommandError(f"--inverse-temperature must be a positive number or 'auto', "
+                               f"got {given!r}") from None
+    return dict(geometry=args.geometry, inverse_temperature=inverse_temperature,
                 normalize=None if args.normalize == "none" else args.normalize,
                 anneal=False if args.no_anneal else "auto", max_iter=args.max_iter,
                 random_state=args.seed, device=args.device)
@@ -615,7 +645,8 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp) -
     sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-1] / est.n_samples_total_
     per_pass = ddp.pass_bytes(K, X.shape[1], dtype=torch.float64)
     head = [f"n={est.n_samples_total_}  d={X.shape[1]}  K={K}  ranks={world} "
-            f"({dist.get_backend()})  lambda={est.temperature_:.4g}  steps={est.n_iter_}  "
+            f"({dist.get_backend()})  lambda={est.inverse_temperature_:.4g}  "
+            f"steps={est.n_iter_}  "
             f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
             f"time={seconds:.2f}s",
             f"communicated per rank: {stats.bytes} bytes in {stats.calls} all-reduces, of "
@@ -633,18 +664,23 @@ def _cmd_quantize(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".npy", ".csv") or out.name.startswith("."):
         raise CommandError(f"--out must be a file name ending in .npy or .csv, got {args.out!r}")
-    if not (args.temperature > 0 and args.temperature < float("inf")):
-        raise CommandError(f"--temperature must be a positive number, got {args.temperature}")
+    given = _inverse_temperature_arg(args, default=None)
+    try:
+        lam = float(given)
+    except ValueError:
+        lam = float("nan")
+    if not 0 < lam < float("inf"):      # also false for nan
+        raise CommandError(f"--inverse-temperature must be a positive number, got {given!r}")
     if args.n_steps < 1:
         raise CommandError(f"--n-steps must be a positive integer, got {args.n_steps}")
     _refuse_overwriting_input(args.data, [out])
     X = load_matrix(args.data, min_columns=2)
     with writable_folder(out.parent):
         # the library refuses overflow (NaN or inf) and a dense L x L that cannot fit
-        Y = identity_attention(X, args.temperature, n_steps=args.n_steps,
+        Y = identity_attention(X, lam, n_steps=args.n_steps,
                                exclude_self=args.exclude_self, renormalize=args.renormalize,
                                backend=args.backend)
-        _write_all({out: Y}, f"n={X.shape[0]}  d={X.shape[1]}  lambda={args.temperature:g}  "
+        _write_all({out: Y}, f"n={X.shape[0]}  d={X.shape[1]}  lambda={lam:g}  "
                              f"steps={args.n_steps}  wrote {out}")
     return 0
 

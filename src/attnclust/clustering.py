@@ -24,7 +24,7 @@ Fit
 ---
 1. Initial heads: k-means++ seeding (scikit-learn's), uniform random directions, or
    given; on a seeded sample of at most ``_WARM_SAMPLE`` rows.
-2. ``temperature="auto"``: hard Lloyd steps on that sample to a stable partition, then
+2. ``inverse_temperature="auto"``: hard Lloyd steps on that sample to a stable partition, then
    ``lambda = 1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
    nearest boundary (:mod:`attnclust.warm_start`); a seeding is replaced by the Lloyd
    heads (a warm start).
@@ -51,7 +51,7 @@ Notation
 paper          code                  meaning
 =============  ====================  =============================================
 ``mu_h``       ``cluster_centers_``  heads, shape ``(K, d)``
-``lambda``     ``temperature_``      inverse temperature
+``lambda``     ``inverse_temperature_``      inverse temperature
 ``a_h(x)``     ``predict_proba``     attention of ``x`` on head ``h``
 ``T_mu(x)``    ``transform``         output of the layer
 ``R(mu)``      ``-score``            empirical risk
@@ -72,6 +72,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from ._deprecation import RenamedAttribute, renamed_keywords
 from ._threads import map_chunks, torch_threads
 from ._validation import (
     as_generator,
@@ -79,15 +80,15 @@ from ._validation import (
     as_torch_dtype,
     check_device,
     check_int,
+    check_inverse_temperature,
     check_nonnegative,
-    check_temperature,
 )
 from .communicator import Communicator
 from .fixed_point import IterationInfo, fixed_point_fit
 from .heads import check_geometry, head_logits, softmax_heads
-from .warm_start import auto_temperature, boundary_variance, hard_lloyd
+from .warm_start import auto_inverse_temperature, boundary_variance, hard_lloyd
 
-__all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_temperature"]
+__all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
 
 _logger = logging.getLogger("attnclust")
 
@@ -192,7 +193,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h> - b_h) mu_h``
     (Euclidean heads, ``b_h = lambda ||mu_h||^2 / 2``, or unit heads, ``b_h = 0``) by
     minimizing the empirical risk ``mean ||x - T_mu(x)||^2`` (see the module docstring
-    for the geometry, the solver, the ``"auto"`` temperature and the warnings).
+    for the geometry, the solver, the ``"auto"`` inverse_temperature and the warnings).
 
     Parameters
     ----------
@@ -202,8 +203,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
         from the origin: for directions, such as embeddings compared by cosine).
-    temperature : float or "auto", default="auto"
-        Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
+    inverse_temperature : float or "auto", default="auto"
+        Inverse inverse_temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
         nearest boundary, after hard Lloyd steps from the initialization.
     init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
@@ -211,7 +212,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         rows when there are more), random directions (uniform on the sphere; for
         Euclidean heads scaled to the data's root-mean-square distance from its mean,
         around the mean), or given heads (normalized on the sphere). With
-        ``temperature="auto"`` a seeding is replaced by the hard Lloyd heads that estimate
+        ``inverse_temperature="auto"`` a seeding is replaced by the hard Lloyd heads that estimate
         ``lambda`` (a warm start); given heads are only used to estimate ``lambda`` that
         way and the fit starts from them as given.
     n_init : int or "auto", default="auto"
@@ -231,13 +232,13 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         or ``sum_h (N_h - 1/K)^2`` with ``N_h`` the mean attention of head ``h``.
     rho : float, default=0.0
     anneal : bool or "auto", default="auto"
-        Start at ``lambda/8`` and double the temperature up to ``lambda``; ``"auto"``:
+        Start at ``lambda/8`` and double the inverse_temperature up to ``lambda``; ``"auto"``:
         on the sphere only (from a Lloyd warm start Euclidean heads need no annealing,
         and at ``lambda/8`` nearby heads merge).
     solver : {"fixed-point", "pgd"}, default="fixed-point"
         Safeguarded fixed-point steps (fast) or plain projected gradient descent (sphere).
     max_iter : int, default=300
-        Steps at the final temperature.
+        Steps at the final inverse_temperature.
     tol : float or "auto", default="auto"
         Stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
         relative to the root-mean-square distance of the rows from their mean).
@@ -267,15 +268,15 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         Heads, in the preprocessed space (unit norm on the sphere).
     labels_ : ndarray of shape (n_samples,)
         ``argmax_h a_h(x)`` of the training rows.
-    temperature_ : float
-        The inverse temperature used (the resolved value of ``"auto"``).
+    inverse_temperature_ : float
+        The inverse inverse_temperature used (the resolved value of ``"auto"``).
     n_iter_ : int
-        Steps taken, all temperatures together (with the steps on the sample, on more
+        Steps taken, all inverse_temperatures together (with the steps on the sample, on more
         rows than the sample).
     loss_curve_ : ndarray
-        Objective after each accepted step over all rows, at the temperature in
-        ``temperature_curve_`` (non-increasing while the temperature is constant).
-    temperature_curve_ : ndarray
+        Objective after each accepted step over all rows, at the inverse_temperature in
+        ``inverse_temperature_curve_`` (non-increasing while the inverse_temperature is constant).
+    inverse_temperature_curve_ : ndarray
     converged_ : bool
     n_features_in_ : int
     mean_, scale_ : preprocessing of ``normalize="center-scale"`` (None otherwise)
@@ -295,7 +296,12 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     1.0
     """
 
-    def __init__(self, n_clusters=8, *, geometry="euclidean", temperature="auto",
+    # the names of 0.1, until 0.3
+    temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")
+    temperature_curve_ = RenamedAttribute("temperature_curve_", "inverse_temperature_curve_")
+
+    @renamed_keywords(temperature="inverse_temperature")
+    def __init__(self, n_clusters=8, *, geometry="euclidean", inverse_temperature="auto",
                  init="kmeans++", n_init="auto", normalize="auto", penalty=None, rho=0.0,
                  anneal="auto",
                  solver="fixed-point", max_iter=300, tol="auto", batch_size=None,
@@ -303,7 +309,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                  callback=None):
         self.n_clusters = n_clusters
         self.geometry = geometry
-        self.temperature = temperature
+        self.inverse_temperature = inverse_temperature
         self.init = init
         self.n_init = n_init
         self.normalize = normalize
@@ -341,7 +347,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         return bool(self.anneal)
 
     def anneal_plan(self) -> list[tuple[float, int | None]]:
-        """Temperature stages of a fit: ``(fraction of lambda, steps)``; ``None``: ``max_iter``.
+        """Stages of a fit: ``(fraction of lambda, steps)``; ``None`` steps: ``max_iter``.
 
         Examples
         --------
@@ -373,11 +379,12 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         self._check_solver_params()
         check_device(self.device)
         _torch_dtype(self.dtype, np.float64)
-        if not (self.temperature == "auto" if isinstance(self.temperature, str) else True):
-            raise ValueError(f"temperature must be a positive number or 'auto', got "
-                             f"{self.temperature!r}")
-        if not isinstance(self.temperature, str):
-            check_temperature(self.temperature)
+        lam = self.inverse_temperature
+        if isinstance(lam, str) and lam != "auto":
+            raise ValueError(f"inverse_temperature must be a positive number or 'auto', got "
+                             f"{lam!r}")
+        if not isinstance(lam, str):
+            check_inverse_temperature(lam)
 
     def _check_solver_params(self) -> None:
         if self.solver not in ("fixed-point", "pgd"):
@@ -559,7 +566,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         S = self._sample(working, gen, comm)
         heads0 = self._warm_start(S, working, gen, comm)
         capped = False
-        if isinstance(self.temperature, str):  # "auto", checked above
+        if isinstance(self.inverse_temperature, str):  # "auto", checked above
             lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry).heads
             s2, floor = boundary_variance(S, lloyd, geometry=self.geometry)
             capped = s2 <= floor
@@ -567,7 +574,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             if isinstance(self.init, str):  # a seeding is warm-started; given heads are kept
                 heads0 = lloyd
         else:   # given in the preprocessed space's units
-            lam = check_temperature(self.temperature) * working.scale * working.scale
+            lam = check_inverse_temperature(self.inverse_temperature) * working.scale**2
         plan = self.anneal_plan()
         temps = [lam * f for f, _ in plan]
         steps = [int(self.max_iter) if s is None else s for _, s in plan]
@@ -588,14 +595,14 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                       chunk_size=self._chunk(working.rows.shape[1]), workers=workers)
         n_iter = 0
         if S.shape[0] < comm.n_total:   # the curves are those of the steps over all rows
-            res = fixed_point_fit(S, heads0, temperatures=temps, steps_per_temperature=steps,
+            res = fixed_point_fit(S, heads0, inverse_temperatures=temps, stage_steps=steps,
                                   **common)
             heads0, n_iter = res.heads, res.n_iter
             temps, steps = temps[-1:], steps[-1:]
-        res = fixed_point_fit(working.rows, heads0, temperatures=temps,
-                              steps_per_temperature=steps, reduce=comm.reduce,
+        res = fixed_point_fit(working.rows, heads0, inverse_temperatures=temps,
+                              stage_steps=steps, reduce=comm.reduce,
                               row_map=working.row_map, **common)
-        return (res.heads, res.loss_curve, res.temperature_curve, n_iter + res.n_iter,
+        return (res.heads, res.loss_curve, res.inverse_temperature_curve, n_iter + res.n_iter,
                 res.converged)
 
     def _set_fitted(self, heads, lam, losses, temp_curve, n_iter, converged, working):
@@ -605,13 +612,14 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         lam = float(lam) / working.scale / working.scale
         if not np.finfo(np.float64).tiny <= lam < np.inf:
             raise ValueError(f"the data's spread ({working.scale:.3g}) puts the inverse "
-                             f"temperature {lam:.3g} out of float64's range; rescale the data")
+                             f"temperature {lam:.3g} out of float64's range; rescale the "
+                             "data")
         if working.shift is not None:
             centers = centers * working.scale + working.shift
         self.cluster_centers_ = centers
-        self.temperature_ = lam
+        self.inverse_temperature_ = lam
         self.loss_curve_ = np.asarray(losses, dtype=np.float64) * scale2
-        self.temperature_curve_ = np.asarray(temp_curve, dtype=np.float64) / scale2
+        self.inverse_temperature_curve_ = np.asarray(temp_curve, dtype=np.float64) / scale2
         self.n_iter_ = int(n_iter)
         self.converged_ = bool(converged)
         if not converged:
@@ -637,7 +645,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         sizes = np.bincount(self.labels_, minlength=K).astype(np.float64)
         stats = comm.sum_array(np.append(sizes, sharp))
         n = float(stats[:K].sum())
-        shown = f"lambda={self.temperature_:.3g}"
+        shown = f"lambda={self.inverse_temperature_:.3g}"
         dead = np.flatnonzero(stats[:K] == 0)
         if dead.size:
             warnings.warn(f"head(s) {dead.tolist()} win no row: the fit found fewer than "
@@ -651,7 +659,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if K > 1 and stats[K] / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
             warnings.warn(f"the attention is nearly uniform at {shown} (mean largest weight "
                           f"{stats[K] / n:.3f}, uniform {1 / K:.3f}): the risk then pins down "
-                          "only the mean of the heads; raise temperature or use 'auto'",
+                          "only the mean of the heads; raise inverse_temperature or use 'auto'",
                           DegenerateFitWarning, stacklevel=4)
 
     def _callback_fn(self, working: _Working):
@@ -662,7 +670,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
         def call(info: IterationInfo) -> None:
             info = IterationInfo(info.iteration, info.loss * scale * scale,
-                                 info.temperature / scale / scale, info.shift * scale)
+                                 info.inverse_temperature / scale / scale, info.shift * scale)
             if self.verbose:
                 _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info)
             if self.callback is not None:
@@ -673,20 +681,20 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         """Plain PGD (:func:`attnclust.pgd.pgd`, float64 on the data's device)."""
         from .pgd import pgd
 
-        # one temperature per step: the annealing stages, then the target
+        # one inverse temperature per step: the annealing stages, then the target
         schedule = [t for t, s in zip(temps[:-1], steps[:-1], strict=True) for _ in range(s)]
         n_anneal = len(schedule)
         schedule += [temps[-1]] * int(self.max_iter)
         user = self._callback_fn(working)
 
-        def reporter(offset: int, temperature_of):
+        def reporter(offset: int, inverse_temperature_of):
             # pgd calls back with the number of updates of that call, ``step``, after the
-            # update made at temperature ``temperature_of(step - 1)``
+            # update made at inverse temperature ``inverse_temperature_of(step - 1)``
             if user is None:
                 return None
 
             def on_step(step: int, heads: torch.Tensor) -> None:
-                user(IterationInfo(offset + step, float("nan"), temperature_of(step - 1),
+                user(IterationInfo(offset + step, float("nan"), inverse_temperature_of(step - 1),
                                    float("nan")))
             return on_step
 
@@ -698,17 +706,18 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if n_anneal:  # the annealing stages, without stopping rule
             def anneal_at(t: int) -> float:
                 return schedule[min(t, n_anneal - 1)]
-            res = pgd(Xt, heads0, temperature=temps[-1], n_steps=n_anneal, tol=0.0,
-                      temperature_schedule=anneal_at, callback=reporter(0, anneal_at), **common)
-            # record t is the heads before update t, at its temperature; the last record
+            res = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=n_anneal, tol=0.0,
+                      inverse_temperature_schedule=anneal_at, callback=reporter(0, anneal_at),
+                      **common)
+            # record t is the heads before update t, at its inverse temperature; the last record
             # (after the last update) is the first record of the final phase, at lambda
             losses += [float(v) for v in res.history.risk[:-1]]
-            temp_curve += [float(v) for v in res.history.temperature[:-1]]
+            temp_curve += [float(v) for v in res.history.inverse_temperature[:-1]]
             heads0, n_iter = res.heads, res.n_iter
-        res = pgd(Xt, heads0, temperature=temps[-1], n_steps=int(self.max_iter),
+        res = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=int(self.max_iter),
                   tol=self._tol, callback=reporter(n_iter, lambda t: temps[-1]), **common)
         losses += [float(v) for v in res.history.risk]
-        temp_curve += [float(v) for v in res.history.temperature]
+        temp_curve += [float(v) for v in res.history.inverse_temperature]
         n_iter += res.n_iter
         heads = torch.as_tensor(res.heads, dtype=Xt.dtype, device=Xt.device)
         return heads, losses, temp_curve, int(n_iter), bool(res.converged)
@@ -726,7 +735,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             if self.geometry == "euclidean":
                 center = heads.mean(0)
                 X, heads = X - center, heads - center
-            return softmax_heads(head_logits(X, heads, self.temperature_, self.geometry))
+            return softmax_heads(head_logits(X, heads, self.inverse_temperature_, self.geometry))
 
     def _by_chunks(self, X, fn) -> np.ndarray:
         """``fn(preprocessed rows)`` on ``_CHUNK`` rows at a time, concatenated."""

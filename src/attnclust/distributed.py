@@ -14,7 +14,7 @@ with ``s(x; mu)`` the per-row statistics: loss, ``w(x) x`` (``K x d``), ``a a^T`
 with the same heads, and they are those of one process on ``X`` up to the order of the
 floating-point additions. The k-means++ seeding sees the same rows as one process (the
 sampled rows are assembled by a sum over ranks in which each row is non-zero on exactly
-one rank), and the ``"auto"`` temperature is computed from summed statistics.
+one rank), and the ``"auto"`` inverse temperature is computed from summed statistics.
 
 The same holds for :func:`pgd_distributed`, projected gradient descent on the
 empirical risk: ``R = sum_r (n_r / n) R_r`` and its gradient are all-reduced each step
@@ -370,7 +370,7 @@ def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
 
     Call it on every rank of ``group`` (default: the whole initialized group), each with
     its own rows; the rows of all ranks, in rank order, are the data. Every rank returns
-    an estimator with the same ``cluster_centers_``, ``temperature_``, ``loss_curve_``
+    an estimator with the same ``cluster_centers_``, ``inverse_temperature_``, ``loss_curve_``
     and ``n_iter_``, equal (up to floating-point summation order) to those of
     ``AttentionClustering(n_clusters, **params).fit(X)`` on all the rows.
 
@@ -461,7 +461,7 @@ def pgd_distributed(X_shard, heads0, *, group=None, stats: CommStats | None = No
     >>> rank, world = ac.distributed.init_from_env()                       # doctest: +SKIP
     >>> X = ac.distributed.shard_rows("data.npy", rank, world)             # doctest: +SKIP
     >>> res = ac.distributed.pgd_distributed(X, ac.init_on_sphere(2, X.shape[1], rng=0),
-    ...                                      temperature=10.0)              # doctest: +SKIP
+    ...                                      inverse_temperature=10.0)              # doctest: +SKIP
     """
     if not dist.is_initialized():
         raise ValueError("pgd_distributed needs an initialized process group "

@@ -35,7 +35,7 @@ attention (key) part is not majorized, so every step is safeguarded: if the risk
 not decrease, the step is halved (``normalize(mu - t grad / (2N))``, ``t = 1/2, 1/4,
 ...``), which for small ``t`` moves along minus the Riemannian gradient and therefore
 decreases the risk. The risk is thus non-increasing along the loss curve at a fixed
-temperature, and a fixed point satisfies ``grad_h f = (scalar) mu_h``: its Riemannian
+inverse_temperature, and a fixed point satisfies ``grad_h f = (scalar) mu_h``: its Riemannian
 gradient is zero. The iteration stops when no head moves by more than ``tol`` (see below
 for the extrapolated steps).
 Only the tangent part of the attention (key) gradient enters the step: its radial part
@@ -57,12 +57,12 @@ steps ran to ``max_iter`` with the risk still falling by ``2e-9`` per step (rela
 therefore first tries an *Anderson extrapolation* of the full-step map ``S(mu) =
 normalize(mu - D grad)`` (``D`` the per-head step above): with the last ``m <=
 _ANDERSON_DEPTH`` iterates ``x_j`` and residuals ``f_j = S(x_j) - x_j`` at this
-temperature, ``gamma`` minimizes ``||f - dF gamma||`` over the differences of consecutive
+inverse_temperature, ``gamma`` minimizes ``||f - dF gamma||`` over the differences of consecutive
 residuals and the candidate is ``normalize(x + t f - (dX + t dF) gamma)``. It costs one
 pass and is kept only if the objective does not increase (the acceptance test of the
 plain step); otherwise the history restarts from the current iterate and the plain,
 halved step is taken from it. So the objective stays non-increasing at a fixed
-temperature, and the stopping test is on the *full* step ``S(mu) - mu`` (zero exactly at
+inverse_temperature, and the stopping test is on the *full* step ``S(mu) - mu`` (zero exactly at
 a fixed point) or on an accepted plain step, never on a short extrapolation. Measured
 (``random_state`` 0 to 5, passes over the data, plain / extrapolated): digits 1773 / 924
 (4 / 6 runs converged), iris 248 / 169, wine 199 / 156; the synthetic ``n = 100,000``
@@ -86,7 +86,7 @@ Notation
 paper          code            meaning
 =============  ==============  =============================================
 ``mu_h``       ``heads``       heads, shape ``(K, d)`` (unit on the sphere)
-``lambda``     ``lam``         inverse temperature
+``lambda``     ``lam``         inverse inverse_temperature
 ``a_h(x)``     ``A[i, h]``     attention of row ``i`` on head ``h``
 ``N_h``        ``counts``      soft proportion of head ``h``
 =============  ==============  =============================================
@@ -101,6 +101,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ._deprecation import RenamedAttribute
 from ._threads import map_chunks
 from .heads import softmax_heads
 
@@ -119,8 +120,10 @@ class IterationInfo(NamedTuple):
 
     iteration: int
     loss: float
-    temperature: float
+    inverse_temperature: float
     shift: float
+
+    temperature = RenamedAttribute("temperature", "inverse_temperature")   # until 0.3
 
 
 class FixedPointResult(NamedTuple):
@@ -130,8 +133,8 @@ class FixedPointResult(NamedTuple):
     """Fitted unit heads, ``(K, d)``."""
     loss_curve: list[float]
     """Objective after each accepted step (first entry: at the start)."""
-    temperature_curve: list[float]
-    """Temperature at which each entry of ``loss_curve`` was evaluated."""
+    inverse_temperature_curve: list[float]
+    """Inverse temperature at which each entry of ``loss_curve`` was evaluated."""
     n_iter: int
     converged: bool
 
@@ -294,8 +297,8 @@ def fixed_point_fit(
     X: torch.Tensor,
     heads0: torch.Tensor,
     *,
-    temperatures: list[float],
-    steps_per_temperature: list[int],
+    inverse_temperatures: list[float],
+    stage_steps: list[int],
     tol: float = 1e-6,
     chunk_size: int | None = None,
     geometry: str = "sphere",
@@ -319,9 +322,9 @@ def fixed_point_fit(
         Data, on the device and in the dtype of the computation.
     heads0 : Tensor of shape (K, d)
         Initial heads (unit on the sphere).
-    temperatures, steps_per_temperature : lists of the same length
-        Annealing schedule: at most ``steps_per_temperature[s]`` steps at
-        ``temperatures[s]`` (the last stage also stops when converged).
+    inverse_temperatures, stage_steps : lists of the same length
+        Annealing schedule: at most ``stage_steps[s]`` steps at
+        ``inverse_temperatures[s]`` (the last stage also stops when converged).
     tol : float
         Stop when the full step would move no head by more than ``tol`` (Euclidean), or an
         accepted plain step moved none by more.
@@ -357,7 +360,7 @@ def fixed_point_fit(
     >>> import torch, attnclust as ac
     >>> X = torch.as_tensor(ac.GaussianMixture.antipodal(d=3, sigma=0.1).sample(200, rng=0))
     >>> h0 = torch.tensor([[0.6, 0.8, 0.0], [-0.6, 0.0, 0.8]], dtype=torch.float64)
-    >>> res = fixed_point_fit(X, h0, temperatures=[50.0], steps_per_temperature=[100])
+    >>> res = fixed_point_fit(X, h0, inverse_temperatures=[50.0], stage_steps=[100])
     >>> res.converged, bool(res.heads[:, 0].abs().min() > 0.99)
     (True, True)
     """
@@ -376,9 +379,9 @@ def fixed_point_fit(
     temps: list[float] = []
     n_iter, converged = 0, False
     eps = 1e-12 if heads0.dtype == torch.float64 else 1e-5
-    for stage, (lam, n_steps) in enumerate(zip(temperatures, steps_per_temperature,
+    for stage, (lam, n_steps) in enumerate(zip(inverse_temperatures, stage_steps,
                                                strict=True)):
-        last = stage == len(temperatures) - 1
+        last = stage == len(inverse_temperatures) - 1
         cur = _risk_pass(X, sq_norms, heads, lam, **pass_args)
         losses.append(float(cur.loss))
         temps.append(lam)

@@ -22,7 +22,7 @@ Notation
 paper         code                meaning
 ============  ==================  ===========================================
 ``mu_h``      ``heads[h]``        head ``h``, shape ``(K, d)`` (unit on the sphere)
-``lambda``    ``temperature``     inverse temperature, ``> 0``
+``lambda``    ``inverse_temperature``     inverse temperature, ``> 0``
 ``a_h(x)``    ``head_weights``    attention of token ``x`` on head ``h``
 ``T_mu(x)``   ``attention_heads`` output of the layer
 ============  ==================  ===========================================
@@ -33,7 +33,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validation import as_tensor, check_temperature
+from ._deprecation import RenamedAttribute, renamed_keywords
+from ._validation import as_tensor, check_inverse_temperature
 from .sphere import normalize
 
 __all__ = ["GEOMETRIES", "head_logits", "head_weights", "attention_heads", "AttentionHeads",
@@ -87,19 +88,20 @@ def head_logits(x: torch.Tensor, heads: torch.Tensor, lam: float,
     return scores
 
 
-def _inputs(x, heads, temperature, geometry):
+def _inputs(x, heads, inverse_temperature, geometry):
     """Tensors ``x``, ``heads`` and the float ``lambda``; NumPy input follows the heads.
 
-    Cheap on the hot path: tensors pass through untouched, the temperature check is a
+    Cheap on the hot path: tensors pass through untouched, the inverse temperature check is a
     float comparison.
     """
     heads = as_tensor(heads, name="heads")
     if not isinstance(x, torch.Tensor):
         x = as_tensor(x, name="x", dtype=heads.dtype, device=heads.device)
-    return x, heads, check_temperature(temperature), check_geometry(geometry)
+    return x, heads, check_inverse_temperature(inverse_temperature), check_geometry(geometry)
 
 
-def head_weights(x: torch.Tensor, heads: torch.Tensor, *, temperature: float,
+@renamed_keywords(temperature="inverse_temperature")
+def head_weights(x: torch.Tensor, heads: torch.Tensor, *, inverse_temperature: float,
                  geometry: str = "sphere") -> torch.Tensor:
     """Attention weights ``a_h(x) = softmax_h(lambda <x, mu_h> - b_h)``.
 
@@ -108,8 +110,8 @@ def head_weights(x: torch.Tensor, heads: torch.Tensor, *, temperature: float,
     x : Tensor or array-like of shape (..., d)
         Tokens; NumPy input is converted to a tensor of the heads' dtype.
     heads : Tensor or array-like of shape (K, d)
-    temperature : float
-        Inverse temperature ``lambda > 0``.
+    inverse_temperature : float
+        Inverse inverse_temperature ``lambda > 0``.
     geometry : {"sphere", "euclidean"}, default="sphere"
         Key bias ``b_h``: none, or ``lambda ||mu_h||^2 / 2`` (see the module docstring).
 
@@ -121,16 +123,18 @@ def head_weights(x: torch.Tensor, heads: torch.Tensor, *, temperature: float,
     --------
     >>> import torch
     >>> heads = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
-    >>> head_weights(torch.tensor([1.0, 0.0]), heads, temperature=2.0)
+    >>> head_weights(torch.tensor([1.0, 0.0]), heads, inverse_temperature=2.0)
     tensor([0.8808, 0.1192])
-    >>> head_weights(torch.tensor([3.0, 0.0]), 2 * heads, temperature=0.5, geometry="euclidean")
+    >>> head_weights(torch.tensor([3.0, 0.0]), 2 * heads, inverse_temperature=0.5,
+    ...              geometry="euclidean")
     tensor([0.9526, 0.0474])
     """
-    x, heads, lam, geometry = _inputs(x, heads, temperature, geometry)
+    x, heads, lam, geometry = _inputs(x, heads, inverse_temperature, geometry)
     return softmax_heads(head_logits(x, heads, lam, geometry))
 
 
-def attention_heads(x: torch.Tensor, heads: torch.Tensor, *, temperature: float,
+@renamed_keywords(temperature="inverse_temperature")
+def attention_heads(x: torch.Tensor, heads: torch.Tensor, *, inverse_temperature: float,
                     geometry: str = "sphere") -> torch.Tensor:
     """Output of the K-head layer, ``T_mu(x) = sum_h a_h(x) mu_h``.
 
@@ -139,8 +143,8 @@ def attention_heads(x: torch.Tensor, heads: torch.Tensor, *, temperature: float,
     x : Tensor or array-like of shape (..., d)
         Tokens; NumPy input is converted to a tensor of the heads' dtype.
     heads : Tensor or array-like of shape (K, d)
-    temperature : float
-        Inverse temperature ``lambda > 0``.
+    inverse_temperature : float
+        Inverse inverse_temperature ``lambda > 0``.
     geometry : {"sphere", "euclidean"}, default="sphere"
         Key bias: none, or ``lambda ||mu_h||^2 / 2`` (see the module docstring).
 
@@ -152,10 +156,11 @@ def attention_heads(x: torch.Tensor, heads: torch.Tensor, *, temperature: float,
     --------
     >>> import torch
     >>> heads = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
-    >>> attention_heads(torch.tensor([[0.0, 5.0]], dtype=torch.float64), heads, temperature=1.0)
+    >>> x = torch.tensor([[0.0, 5.0]], dtype=torch.float64)
+    >>> attention_heads(x, heads, inverse_temperature=1.0)
     tensor([[0., 0.]], dtype=torch.float64)
     """
-    x, heads, lam, geometry = _inputs(x, heads, temperature, geometry)
+    x, heads, lam, geometry = _inputs(x, heads, inverse_temperature, geometry)
     return softmax_heads(head_logits(x, heads, lam, geometry)) @ heads
 
 
@@ -170,7 +175,7 @@ class AttentionHeads(nn.Module):
     ----------
     heads : array-like of shape (K, d)
         Initial heads; normalized to unit norm on the sphere, kept as given otherwise.
-    temperature : float
+    inverse_temperature : float
         Inverse temperature ``lambda``.
     geometry : {"sphere", "euclidean"}, default="sphere"
         Key bias: none, or ``lambda ||mu_h||^2 / 2`` (see the module docstring).
@@ -178,16 +183,19 @@ class AttentionHeads(nn.Module):
     Examples
     --------
     >>> import torch, attnclust as ac
-    >>> layer = ac.AttentionHeads([[1.0, 0.0], [-1.0, 0.0]], temperature=30.0)
+    >>> layer = ac.AttentionHeads([[1.0, 0.0], [-1.0, 0.0]], inverse_temperature=30.0)
     >>> layer(torch.tensor([[0.9, 0.1]], dtype=torch.float64)).round(decimals=3)
     tensor([[1., 0.]], dtype=torch.float64, grad_fn=<RoundBackward1>)
-    >>> cells = ac.AttentionHeads([[3.0, 3.0], [0.0, 0.0]], temperature=30.0,
+    >>> cells = ac.AttentionHeads([[3.0, 3.0], [0.0, 0.0]], inverse_temperature=30.0,
     ...                           geometry="euclidean")
     >>> cells(torch.tensor([[2.5, 2.0]], dtype=torch.float64)).round(decimals=3)
     tensor([[3., 3.]], dtype=torch.float64, grad_fn=<RoundBackward1>)
     """
 
-    def __init__(self, heads, temperature: float, *, geometry: str = "sphere"):
+    temperature = RenamedAttribute("temperature", "inverse_temperature")  # until 0.3
+
+    @renamed_keywords(temperature="inverse_temperature")
+    def __init__(self, heads, inverse_temperature: float, *, geometry: str = "sphere"):
         super().__init__()
         heads = as_tensor(heads, name="heads")
         if heads.ndim != 2:
@@ -195,7 +203,7 @@ class AttentionHeads(nn.Module):
         self.geometry = check_geometry(geometry)
         heads = heads.detach().clone()
         self.heads = nn.Parameter(normalize(heads) if geometry == "sphere" else heads)
-        self.temperature = check_temperature(temperature)
+        self.inverse_temperature = check_inverse_temperature(inverse_temperature)
 
     def _heads_like(self, x) -> tuple[torch.Tensor, torch.Tensor]:
         """``x`` as a tensor and the heads cast to its dtype (a differentiable cast)."""
@@ -205,7 +213,8 @@ class AttentionHeads(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, heads = self._heads_like(x)
-        return attention_heads(x, heads, temperature=self.temperature, geometry=self.geometry)
+        return attention_heads(x, heads, inverse_temperature=self.inverse_temperature,
+                               geometry=self.geometry)
 
     def weights(self, x: torch.Tensor) -> torch.Tensor:
         """Attention weights of ``x`` on each head, shape ``(..., K)``.
@@ -213,13 +222,15 @@ class AttentionHeads(nn.Module):
         Examples
         --------
         >>> import torch
-        >>> layer = AttentionHeads([[1.0, 0.0], [0.0, 1.0]], temperature=2.0)
+        >>> layer = AttentionHeads([[1.0, 0.0], [0.0, 1.0]], inverse_temperature=2.0)
         >>> layer.weights(torch.tensor([[1.0, 0.0]])).detach()
         tensor([[0.8808, 0.1192]])
         """
         x, heads = self._heads_like(x)
-        return head_weights(x, heads, temperature=self.temperature, geometry=self.geometry)
+        return head_weights(x, heads, inverse_temperature=self.inverse_temperature,
+                            geometry=self.geometry)
 
     def extra_repr(self) -> str:
         k, d = self.heads.shape
-        return f"n_heads={k}, d={d}, temperature={self.temperature:g}, geometry={self.geometry}"
+        return (f"n_heads={k}, d={d}, inverse_temperature={self.inverse_temperature:g}, "
+                f"geometry={self.geometry}")

@@ -27,6 +27,7 @@ import torch
 from scipy.optimize import linear_sum_assignment
 from sklearn.metrics import adjusted_rand_score
 
+from ._deprecation import renamed_keywords
 from ._validation import as_tensor
 from .heads import head_weights
 
@@ -144,7 +145,9 @@ def distortion(X, outputs) -> float:
     return float(np.mean(np.sum((X - outputs) ** 2, axis=-1)))
 
 
-def assignment_error(heads, X, labels, *, temperature: float, mixture=None) -> AssignmentError:
+@renamed_keywords(temperature="inverse_temperature")
+def assignment_error(heads, X, labels, *, inverse_temperature: float,
+                     mixture=None) -> AssignmentError:
     """Matched error of ``argmax_h a_h(x)`` against true labels, next to the Bayes error.
 
     Heads are matched to clusters by majority vote (Hungarian on the confusion
@@ -156,7 +159,7 @@ def assignment_error(heads, X, labels, *, temperature: float, mixture=None) -> A
     >>> import attnclust as ac
     >>> mix = ac.GaussianMixture.antipodal(d=3, sigma=0.2)
     >>> X, z = mix.sample(500, rng=0, return_labels=True)
-    >>> res = assignment_error(mix.centroids[::-1], X, z, temperature=5.0, mixture=mix)
+    >>> res = assignment_error(mix.centroids[::-1], X, z, inverse_temperature=5.0, mixture=mix)
     >>> res.error == res.bayes_error == 0.0
     True
     """
@@ -168,7 +171,8 @@ def assignment_error(heads, X, labels, *, temperature: float, mixture=None) -> A
         shown = labels if labels.size <= 10 else f"shape {labels.shape}, dtype {labels.dtype}"
         raise ValueError(f"labels must be a non-empty 1-D array of non-negative integers, one "
                          f"per row of X ({X_t.shape[0] if X_t.ndim else 0}), got {shown!r}")
-    pred = head_weights(X_t, heads_t, temperature=temperature).argmax(-1).cpu().numpy()
+    weights = head_weights(X_t, heads_t, inverse_temperature=inverse_temperature)
+    pred = weights.argmax(-1).cpu().numpy()
     k = max(int(labels.max()) + 1, heads_t.shape[0])
     confusion = np.zeros((k, k))
     np.add.at(confusion, (labels, pred), 1)

@@ -1,7 +1,7 @@
 """Objectives of PGD as objects: each gives its value and Euclidean gradient for ``R`` runs.
 
 An objective maps heads ``mu`` of shape ``(R, K, d)`` (``R`` independent runs) and one
-inverse temperature per run, ``lambda`` of shape ``(R,)``, to
+inverse inverse_temperature per run, ``lambda`` of shape ``(R,)``, to
 
     value_r = f_r(mu_r)           (R,)
     grad_r  = d f_r / d mu_r      (R, K, d)
@@ -25,7 +25,7 @@ Notation
 paper         code           meaning
 ============  =============  ==============================================
 ``mu``        ``heads``      ``(R, K, d)``: ``K`` heads for each of ``R`` runs
-``lambda``    ``lam``        inverse temperature, ``(R,)``
+``lambda``    ``lam``        inverse inverse_temperature, ``(R,)``
 ``R(mu)``     ``value``      the objective, ``(R,)``
 ============  =============  ==============================================
 """
@@ -284,7 +284,7 @@ class PopulationRisk(_MixtureObjective):
     >>> value, grad = PopulationRisk(mix).value_and_grad(heads, 10.0)
     >>> value.shape, grad.shape
     (torch.Size([3]), torch.Size([3, 2, 10]))
-    >>> one = ac.population_risk(heads[1], mix, temperature=10.0)
+    >>> one = ac.population_risk(heads[1], mix, inverse_temperature=10.0)
     >>> abs(float(value[1] - one)) < 1e-12
     True
     """
@@ -394,7 +394,7 @@ class Balance(_MixtureObjective):
                                         sigma, lam.numpy(), target, _q._rule())
             return _pack(value, grad, heads)
         return _by_run(heads, lam, lambda ht, r, lam_r: _risk.balance(
-            ht, self.mix.mixture(r), temperature=lam_r, target=self.target))
+            ht, self.mix.mixture(r), inverse_temperature=lam_r, target=self.target))
 
     def _data(self, heads: torch.Tensor, lam, batch) -> ValueAndGrad:
         xb = self.X.to(heads.device)
@@ -521,13 +521,14 @@ class EmpiricalRisk(_Objective):
         xb = self.X if batch is None else self.X[..., batch, :]
         ht = heads.detach().requires_grad_(True)
         lam_t = torch.as_tensor(lam, dtype=ht.dtype, device=ht.device).expand(ht.shape[0])
-        r = _risk.empirical_risk(ht, xb, temperature=lam_t) * self.share
+        r = _risk.empirical_risk(ht, xb, inverse_temperature=lam_t) * self.share
         return ValueAndGrad(r.detach(), torch.autograd.grad(r.sum(), ht)[0])
 
     def full_value(self, heads, lam) -> torch.Tensor:
         """The risk on every row (the global risk with ``reduce``), without gradient."""
         with torch.no_grad():
             lam_t = torch.as_tensor(lam, dtype=heads.dtype, device=heads.device)
-            r = _risk.empirical_risk(heads, self.X, temperature=lam_t.expand(heads.shape[0]),
+            r = _risk.empirical_risk(heads, self.X,
+                                     inverse_temperature=lam_t.expand(heads.shape[0]),
                                      batch_size=65536) * self.share
             return r if self.reduce is None else self.reduce(r)

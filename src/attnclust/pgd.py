@@ -8,7 +8,7 @@ Minimizes the regularized risk ``R_rho(mu) = R(mu) + rho Pen(mu)`` over heads
     mu_h  <- normalize(mu_h - eta xi_h)                  (retraction; eta g_h if not riemannian)
 
 **Batched.** The iterate is a tensor of shape ``(R, K, d)``: ``R`` independent runs,
-each with its own init, mixture (or data), inverse temperature and schedule, penalty
+each with its own init, mixture (or data), inverse inverse_temperature and schedule, penalty
 and penalty weight, step size and stopping test; one run is ``R = 1`` of the same code.
 Each step evaluates the objective of every active run in one call (see
 :mod:`attnclust.objectives`); a run whose Riemannian gradient norm falls below ``tol``
@@ -24,7 +24,7 @@ Schedules (``t = 0..n_steps-1``), per run or shared:
 
 - ``rho_schedule="constant"``: ``rho_t = rho``; ``"decay"``: ``rho_t = rho (1 - 2t/T)``
   for ``t < T/2`` and ``0`` afterwards, so the end point minimizes ``R`` itself.
-- ``temperature_schedule=None``: ``lambda_t = lambda``; ``"anneal"``: geometric from
+- ``inverse_temperature_schedule=None``: ``lambda_t = lambda``; ``"anneal"``: geometric from
   ``lambda / 100`` to ``lambda`` over the first half of the steps, then constant.
 - A callable ``t -> value`` for either (a number, or one value per run).
 
@@ -44,7 +44,7 @@ callables, whose caller owns them).
 
 Notes
 -----
-**Temperature bias.** At finite ``lambda`` the minimizer of ``R`` is not the set of
+**Inverse temperature bias.** At finite ``lambda`` the minimizer of ``R`` is not the set of
 centroids: every token is pulled toward a *soft* mixture of the heads, so a head
 sitting exactly on its centroid quantizes its own cluster toward the other head; the
 heads move apart to compensate. Measured on the running example
@@ -73,7 +73,7 @@ Below the table the bias is *not* monotone and the heads still do not merge: the
 angle peaks near ``lambda = 0.7`` (117.5 degrees, distance 0.240) and returns toward
 90 degrees as ``lambda -> 0`` (112.4 degrees at ``lambda = 0.3``, 100.9 at ``0.1``,
 96.1 at ``0.05``; three seeds each, identical end points). So on the sphere and from
-an init on ``M`` this example shows no split temperature: the heads are apart at
+an init on ``M`` this example shows no split inverse_temperature: the heads are apart at
 every ``lambda`` we tried, unlike unconstrained soft k-means, whose centers merge
 below ``1 / (1 + 2 sigma^2)``.
 
@@ -85,7 +85,7 @@ paper           code                 meaning
 ``mu_h``        ``heads[..., h, :]``  head ``h`` on ``S^{d-1}``; ``(R, K, d)`` batched
 ``eta``         ``step_size``        step size
 ``rho``         ``rho``              penalty weight
-``lambda``      ``temperature``      inverse temperature
+``lambda``      ``inverse_temperature``      inverse temperature
 ``M``           ``init_on_manifold``  heads in ``span(mu*_1..mu*_K)``
 ==============  ===================  ========================================
 """
@@ -101,7 +101,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ._validation import as_generator, as_tensor, check_finite, check_int, check_temperature
+from ._deprecation import RenamedAttribute, renamed_keywords
+from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
 from .metrics import centroid_distance
 from .mixture import GaussianMixture
 from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, _Callable, _Objective
@@ -137,12 +138,14 @@ class PGDHistory(NamedTuple):
     """Heads' Gram matrix, shape ``(T, K, K)``."""
     grad_norm: np.ndarray
     """Frobenius norm of the Riemannian gradient of ``R + rho_t Pen``."""
-    temperature: np.ndarray
+    inverse_temperature: np.ndarray
     """``lambda_t``."""
     rho: np.ndarray
     """``rho_t``."""
     heads: np.ndarray
     """The recorded heads, shape ``(T, K, d)``."""
+
+    temperature = RenamedAttribute("temperature", "inverse_temperature")   # until 0.3
 
 
 class PGDResult(NamedTuple):
@@ -206,11 +209,11 @@ def _named(kind: str, spec, n_steps: int):
     half = _SCHEDULE_FRACTION * n_steps
     if callable(spec):
         return None
-    if (kind, spec) in (("rho", "constant"), ("temperature", None)):
+    if (kind, spec) in (("rho", "constant"), ("inverse_temperature", None)):
         return (lambda t: 1.0), 0
     if (kind, spec) == ("rho", "decay"):
         return (lambda t: max(0.0, 1.0 - t / half) if half > 0 else 0.0), half
-    if (kind, spec) == ("temperature", "anneal"):
+    if (kind, spec) == ("inverse_temperature", "anneal"):
         return (lambda t: _ANNEAL_RATIO ** ((min(1.0, t / half) if half > 0 else 1.0) - 1.0)), half
     names = _RHO_SCHEDULES if kind == "rho" else _TEMPERATURE_SCHEDULES
     raise ValueError(f"{kind}_schedule must be one of {names} or a callable, got {spec!r}")
@@ -257,8 +260,8 @@ class _Schedule:
                 out[idx] = value[idx]
             else:
                 out[idx] = self.base[idx] * named[0](t)
-        if self.kind == "temperature" and not np.all((out > 0) & np.isfinite(out)):
-            check_temperature(out[~((out > 0) & np.isfinite(out))][0])
+        if self.kind == "inverse_temperature" and not np.all((out > 0) & np.isfinite(out)):
+            check_inverse_temperature(out[~((out > 0) & np.isfinite(out))][0])
         return out
 
 
@@ -405,7 +408,8 @@ def _history(records: dict, centroids, single: bool) -> PGDHistory:
               "risk": np.stack(records["risk"]), "distance_max": dmax, "distance_rms": drms,
               "gram": heads @ heads.transpose(0, 1, 3, 2),
               "grad_norm": np.stack(records["grad_norm"]),
-              "temperature": np.stack(records["temperature"]), "rho": np.stack(records["rho"]),
+              "inverse_temperature": np.stack(records["inverse_temperature"]),
+              "rho": np.stack(records["rho"]),
               "heads": heads}
     if single:
         fields = {key: v if key == "step" else v[:, 0] for key, v in fields.items()}
@@ -424,17 +428,19 @@ def _check_options(method, tol, reduce) -> float:
 # --------------------------------------------------------------------------------------
 # PGD
 # --------------------------------------------------------------------------------------
+@renamed_keywords(temperature="inverse_temperature",
+                  temperature_schedule="inverse_temperature_schedule")
 def pgd(
     objective,
     heads0,
     *,
-    temperature,
+    inverse_temperature,
     step_size=0.1,
     n_steps: int = 1000,
     penalty=None,
     rho=0.0,
     rho_schedule="constant",
-    temperature_schedule=None,
+    inverse_temperature_schedule=None,
     riemannian: bool = True,
     tol: float = 0.0,
     record_every: int = 10,
@@ -456,8 +462,8 @@ def pgd(
         :mod:`attnclust.objectives`.
     heads0 : array-like of shape (K, d) or (R, K, d)
         Initial heads (projected to the sphere); ``(R, K, d)`` runs ``R`` descents at once.
-    temperature : float or array-like of shape (R,)
-        Target inverse temperature ``lambda`` (per run).
+    inverse_temperature : float or array-like of shape (R,)
+        Target inverse inverse_temperature ``lambda`` (per run).
     step_size : float or array-like of shape (R,), default=0.1
         ``eta > 0``.
     n_steps : int, default=1000
@@ -468,7 +474,7 @@ def pgd(
     rho : float or array-like of shape (R,), default=0.0
         Penalty weight.
     rho_schedule : {"constant", "decay"} or callable, or a list of them, default="constant"
-    temperature_schedule : {None, "anneal"} or callable, or a list of them, default=None
+    inverse_temperature_schedule : {None, "anneal"} or callable, or a list of them, default=None
     riemannian : bool, default=True
         Step along the Riemannian gradient; ``False`` steps along the Euclidean one
         before projecting.
@@ -508,15 +514,15 @@ def pgd(
     --------
     >>> import torch, attnclust as ac
     >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
-    >>> res = ac.pgd(mix, ac.init_on_manifold(mix, rng=0), temperature=30.0,
+    >>> res = ac.pgd(mix, ac.init_on_manifold(mix, rng=0), inverse_temperature=30.0,
     ...              step_size=0.5, n_steps=1000)
     >>> ac.centroid_distance(res.heads, mix.centroids).max < 1e-2
     True
 
-    Three runs at once, each with its own init and temperature:
+    Three runs at once, each with its own init and inverse temperature:
 
     >>> heads0 = torch.stack([ac.init_on_manifold(mix, rng=r) for r in range(3)])
-    >>> many = ac.pgd(mix, heads0, temperature=[3.0, 10.0, 30.0], step_size=0.5,
+    >>> many = ac.pgd(mix, heads0, inverse_temperature=[3.0, 10.0, 30.0], step_size=0.5,
     ...               n_steps=1000, record_every=1000)
     >>> many.heads.shape, many.history.distance_max.shape
     (torch.Size([3, 2, 10]), (2, 3))
@@ -534,14 +540,15 @@ def pgd(
     single = as_tensor(heads0, name="heads0").ndim == 2
     H = _heads0(heads0, d, device)  # (R, K, d)
     R = H.shape[0]
-    lam = _vector(temperature, R, "temperature", positive=True)
+    lam = _vector(inverse_temperature, R, "inverse_temperature", positive=True)
     eta = _vector(step_size, R, "step_size", positive=True)
     rho = _vector(rho, R, "rho", positive=False)
     n_steps = check_int(n_steps, "n_steps", 0)
     record_every = check_int(record_every, "record_every", 1)
     terms = _penalty_terms(penalty, R, risk, objective, method=method, n_samples=n_samples,
                            qmc_seed=qmc_seed)
-    lam_at = _Schedule("temperature", _per_run(temperature_schedule, R, "temperature_schedule"),
+    lam_at = _Schedule("inverse_temperature",
+                       _per_run(inverse_temperature_schedule, R, "inverse_temperature_schedule"),
                        lam, n_steps)
     rho_at = _Schedule("rho", _per_run(rho_schedule, R, "rho_schedule"), rho, n_steps)
     stop_from = np.maximum(lam_at.done, rho_at.done)
@@ -564,11 +571,11 @@ class _Records:
     def __init__(self, n_runs: int):
         self.risk, self.grad_norm = np.full(n_runs, np.nan), np.full(n_runs, np.nan)
         self.rows: dict[str, list] = {f: [] for f in ("step", "risk", "grad_norm",
-                                                      "temperature", "rho", "heads")}
+                                                      "inverse_temperature", "rho", "heads")}
 
     def add(self, t: int, lam_t, rho_t, H: torch.Tensor) -> None:
         for key, val in (("step", t), ("risk", self.risk.copy()),
-                         ("grad_norm", self.grad_norm.copy()), ("temperature", lam_t),
+                         ("grad_norm", self.grad_norm.copy()), ("inverse_temperature", lam_t),
                          ("rho", rho_t), ("heads", H.detach().cpu().numpy().copy())):
             self.rows[key].append(val)
 

@@ -44,7 +44,7 @@ Notation
 paper              code                        meaning
 =================  ==========================  ===========================================
 ``X``              ``X``                       prompt, ``(L, d)`` or batch ``(B, L, d)``
-``lambda``         ``temperature``             inverse temperature, ``> 0``
+``lambda``         ``inverse_temperature``             inverse temperature, ``> 0``
 ``Q_lambda(X)``    ``identity_attention``      output of the layer, same shape as ``X``
 ``Q_inf(x)``       ``infinite_prompt_limit``   limit of ``Q_lambda(X)_i`` as ``L -> inf``
 ``mu*_k, pi_k``    ``mix.centroids, weights``  mixture that generated the prompt
@@ -65,7 +65,8 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ._validation import as_tensor, check_finite, check_temperature
+from ._deprecation import renamed_keywords
+from ._validation import as_tensor, check_finite, check_inverse_temperature
 from .mixture import GaussianMixture
 from .sphere import normalize
 
@@ -98,9 +99,10 @@ _DENSE_AUTO_ELEMENTS = 2**22
 # --------------------------------------------------------------------------------------
 # identity attention
 # --------------------------------------------------------------------------------------
+@renamed_keywords(temperature="inverse_temperature")
 def identity_attention(
     X,
-    temperature: float,
+    inverse_temperature: float,
     *,
     n_steps: int = 1,
     exclude_self: bool = False,
@@ -119,8 +121,8 @@ def identity_attention(
         One prompt or a batch of prompts. NumPy input gives NumPy output (float32 stays
         float32, anything else becomes float64); a tensor gives a tensor on the same
         device with the same dtype.
-    temperature : float
-        Inverse temperature ``lambda > 0``.
+    inverse_temperature : float
+        Inverse inverse_temperature ``lambda > 0``.
     n_steps : int, default=1
         Number of repeated applications (the self-attention dynamics).
     exclude_self : bool, default=False
@@ -148,7 +150,7 @@ def identity_attention(
     array([[0., 1.],
            [1., 0.]])
     """
-    lam = check_temperature(temperature)
+    lam = check_inverse_temperature(inverse_temperature)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
@@ -414,7 +416,8 @@ def _exact_block(queries, keys, values, acc, m, d, q0, k0, k1, diag):
 # --------------------------------------------------------------------------------------
 # infinite-prompt limit and quantization metrics
 # --------------------------------------------------------------------------------------
-def infinite_prompt_limit(x, mix: GaussianMixture, *, temperature: float):
+@renamed_keywords(temperature="inverse_temperature")
+def infinite_prompt_limit(x, mix: GaussianMixture, *, inverse_temperature: float):
     """Limit of ``Q_lambda(X)_i`` as the prompt length grows, for a query ``x``.
 
     ``Q_inf(x) = lambda sigma^2 x + sum_k softmax_k(log pi_k + lambda <x, mu*_k>) mu*_k``.
@@ -424,8 +427,8 @@ def infinite_prompt_limit(x, mix: GaussianMixture, *, temperature: float):
     x : array-like or Tensor of shape (..., d)
     mix : GaussianMixture
         The mixture the prompt's tokens are drawn from.
-    temperature : float
-        Inverse temperature ``lambda``.
+    inverse_temperature : float
+        Inverse inverse_temperature ``lambda``.
 
     Returns
     -------
@@ -435,10 +438,10 @@ def infinite_prompt_limit(x, mix: GaussianMixture, *, temperature: float):
     --------
     >>> import attnclust as ac
     >>> mix = ac.GaussianMixture.antipodal(d=2, sigma=0.5)
-    >>> infinite_prompt_limit([0.0, 1.0], mix, temperature=2.0)
+    >>> infinite_prompt_limit([0.0, 1.0], mix, inverse_temperature=2.0)
     array([0. , 0.5])
     """
-    lam = check_temperature(temperature)
+    lam = check_inverse_temperature(inverse_temperature)
     if not isinstance(mix, GaussianMixture):
         raise ValueError(f"mix must be a GaussianMixture, got {type(mix).__name__}")
     is_tensor = isinstance(x, torch.Tensor)
@@ -530,30 +533,32 @@ def spread_ratio(X, Y, labels) -> SpreadRatio:
     return SpreadRatio(ratio, per_cluster, float(sx.sum() / len(x)), float(sy.sum() / len(x)))
 
 
-def limit_distance(X, Y, mix: GaussianMixture, *, temperature: float) -> LimitDistance:
+@renamed_keywords(temperature="inverse_temperature")
+def limit_distance(X, Y, mix: GaussianMixture, *, inverse_temperature: float) -> LimitDistance:
     """Distance of each output ``Y_i`` to its infinite-prompt limit ``Q_inf(X_i)``.
 
     Parameters
     ----------
     X, Y : array-like of shape (L, d) or (B, L, d)
         A prompt drawn from ``mix`` and its one-step output ``identity_attention(X,
-        temperature)``.
+        inverse_temperature)``.
     mix : GaussianMixture
-    temperature : float
+    inverse_temperature : float
 
     Examples
     --------
     >>> import attnclust as ac
     >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
     >>> X = mix.sample(2000, rng=0)
-    >>> res = limit_distance(X, identity_attention(X, 0.85), mix, temperature=0.85)
+    >>> res = limit_distance(X, identity_attention(X, 0.85), mix, inverse_temperature=0.85)
     >>> res.mean < 0.05
     True
     """
     x, y = _rows(X, "X"), _rows(Y, "Y")
     if x.shape != y.shape:
         raise ValueError(f"X and Y must have the same shape, got {np.shape(X)}, {np.shape(Y)}")
-    dist = np.linalg.norm(y - infinite_prompt_limit(x, mix, temperature=temperature), axis=1)
+    limit = infinite_prompt_limit(x, mix, inverse_temperature=inverse_temperature)
+    dist = np.linalg.norm(y - limit, axis=1)
     return LimitDistance(float(dist.mean()), float(np.sqrt(np.mean(dist**2))), float(dist.max()))
 
 

@@ -3,13 +3,13 @@
 A thin shell over :func:`attnclust.quantize.identity_attention`. ``transform(X)``
 treats the rows of ``X`` as one prompt of ``L`` tokens and returns
 ``Q_lambda(X)_i = sum_j softmax_j(lambda <X_i, X_j>) X_j``; ``fit`` only fixes the
-inverse temperature ``lambda``.
+inverse inverse_temperature ``lambda``.
 
-The ``"auto"`` temperature. The seeds' Figures 3 and 4 use ``lambda = 1 / (1 + 2
+The ``"auto"`` inverse_temperature. The seeds' Figures 3 and 4 use ``lambda = 1 / (1 + 2
 sigma^2)`` for clusters centred on the unit sphere with isotropic noise ``sigma``. For
 the running example (two orthogonal unit centroids, equal weights) this is
 ``1 / (2 lambda_max)`` with ``lambda_max = 1/2 + sigma^2`` the largest eigenvalue of the
-data covariance, the temperature at which soft k-means first splits the data in two:
+data covariance, the inverse_temperature at which soft k-means first splits the data in two:
 the layer is as sharp as it can be while staying on the smooth side of the split.
 ``fit`` estimates ``sigma`` from the data under the same model. As every centroid has
 unit norm and the noise is independent of the cluster,
@@ -23,14 +23,14 @@ noise-only direction) and ``sigma = 0``, with standard error
 running example with ``n = 2000``; larger in low dimension and for small ``sigma``,
 where the cross term ``2 sigma <mu*_k, xi>`` dominates: 7% of ``sigma`` for ``d = 3``,
 ``sigma = 0.1``). The estimate relies on the unit scale of the
-centroids; data on another scale should be rescaled first, or given a temperature.
+centroids; data on another scale should be rescaled first, or given a inverse_temperature.
 
 Notation
 --------
 ============  ==================  ===========================================
 paper         code                meaning
 ============  ==================  ===========================================
-``lambda``    ``temperature_``    inverse temperature used by ``transform``
+``lambda``    ``inverse_temperature_``    inverse temperature used by ``transform``
 ``sigma``     ``sigma_``          estimated noise level (``"auto"`` only)
 ``d``         ``n_features_in_``  dimension of a token
 ============  ==================  ===========================================
@@ -43,7 +43,8 @@ import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._validation import as_numpy_input, check_device, check_temperature
+from ._deprecation import RenamedAttribute, renamed_keywords
+from ._validation import as_numpy_input, check_device, check_inverse_temperature
 from .quantize import BACKENDS, identity_attention
 
 __all__ = ["AttentionQuantizer", "estimate_sigma"]
@@ -87,8 +88,8 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
 
     Parameters
     ----------
-    temperature : float or "auto", default="auto"
-        Inverse temperature ``lambda``; ``"auto"`` sets ``1 / (1 + 2 sigma_hat^2)`` with
+    inverse_temperature : float or "auto", default="auto"
+        Inverse inverse_temperature ``lambda``; ``"auto"`` sets ``1 / (1 + 2 sigma_hat^2)`` with
         ``sigma_hat`` estimated by :func:`estimate_sigma` at ``fit``.
     n_steps : int, default=1
         Repeated applications of the layer.
@@ -106,10 +107,10 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
 
     Attributes
     ----------
-    temperature_ : float
-        The inverse temperature ``transform`` uses.
+    inverse_temperature_ : float
+        The inverse inverse_temperature ``transform`` uses.
     sigma_ : float
-        Estimated noise level (only with ``temperature="auto"``).
+        Estimated noise level (only with ``inverse_temperature="auto"``).
     n_features_in_ : int
         Dimension ``d`` of the tokens seen in ``fit``.
 
@@ -118,15 +119,18 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
     >>> import attnclust as ac
     >>> X = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3).sample(500, rng=0)
     >>> q = ac.AttentionQuantizer().fit(X)
-    >>> round(q.temperature_, 2)
+    >>> round(q.inverse_temperature_, 2)
     0.85
     >>> q.transform(X).shape
     (500, 10)
     """
 
-    def __init__(self, temperature="auto", *, n_steps=1, exclude_self=False, renormalize=False,
-                 backend="auto", chunk_size=None, device="cpu"):
-        self.temperature = temperature
+    temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")  # until 0.3
+
+    @renamed_keywords(temperature="inverse_temperature")
+    def __init__(self, inverse_temperature="auto", *, n_steps=1, exclude_self=False,
+                 renormalize=False, backend="auto", chunk_size=None, device="cpu"):
+        self.inverse_temperature = inverse_temperature
         self.n_steps = n_steps
         self.exclude_self = exclude_self
         self.renormalize = renormalize
@@ -135,7 +139,7 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
         self.device = device
 
     def fit(self, X, y=None):
-        """Check ``X`` and fix the temperature (estimating ``sigma`` for ``"auto"``).
+        """Check ``X`` and fix the inverse temperature (estimating ``sigma`` for ``"auto"``).
 
         Parameters
         ----------
@@ -150,14 +154,14 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
         check_device(self.device)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
-        if isinstance(self.temperature, str):
-            if self.temperature != "auto":
-                raise ValueError(f"temperature must be a positive number or 'auto', got "
-                                 f"{self.temperature!r}")
+        if isinstance(self.inverse_temperature, str):
+            if self.inverse_temperature != "auto":
+                raise ValueError(f"inverse_temperature must be a positive number or 'auto', got "
+                                 f"{self.inverse_temperature!r}")
             self.sigma_ = estimate_sigma(X)
-            self.temperature_ = 1.0 / (1.0 + 2.0 * self.sigma_**2)
+            self.inverse_temperature_ = 1.0 / (1.0 + 2.0 * self.sigma_**2)
         else:
-            self.temperature_ = check_temperature(self.temperature)
+            self.inverse_temperature_ = check_inverse_temperature(self.inverse_temperature)
         return self
 
     def transform(self, X):
@@ -171,11 +175,11 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
         -------
         ndarray of shape (L, d)
         """
-        check_is_fitted(self, "temperature_")
+        check_is_fitted(self, "inverse_temperature_")
         X = validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32],
                           reset=False)
         device = check_device(self.device)
-        Y = identity_attention(torch.as_tensor(X, device=device), self.temperature_,
+        Y = identity_attention(torch.as_tensor(X, device=device), self.inverse_temperature_,
                                n_steps=self.n_steps, exclude_self=self.exclude_self,
                                renormalize=self.renormalize, backend=self.backend,
                                chunk_size=self.chunk_size)

@@ -1,6 +1,6 @@
 """Population and empirical risk of the K-head layer, and the penalties of ``R_rho``.
 
-The risk of heads ``mu = (mu_1..mu_K)`` at inverse temperature ``lambda`` is
+The risk of heads ``mu = (mu_1..mu_K)`` at inverse inverse_temperature ``lambda`` is
 
     R(mu) = E || X - T_mu(X) ||^2,     T_mu(x) = sum_h a_h(x) mu_h,
     a(x) = softmax(lambda P),          P_h = <x, mu_h>.
@@ -69,7 +69,7 @@ Notation
 paper             code                 meaning
 ================  ===================  ==========================================
 ``mu_h``          ``heads[h]``         head ``h``, shape ``(K, d)``
-``lambda``        ``temperature``      inverse temperature
+``lambda``        ``inverse_temperature``      inverse temperature
 ``G``             ``gram``             ``heads @ heads.T``
 ``D_h``           ``D[h]``             ``P_h - P_K`` (logits differ by ``lambda D_h``)
 ``R(mu)``         ``population_risk``  ``E||X - T_mu(X)||^2``
@@ -86,8 +86,9 @@ import numpy as np
 import torch
 from scipy.special import expit
 
+from ._deprecation import renamed_keywords
 from ._quadrature import _N_SCRAMBLES, _graded_nodes, _Rule, _rule, _sobol_normals
-from ._validation import as_generator, as_tensor, check_finite, check_int, check_temperature
+from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
 from .heads import head_weights, softmax_heads
 from .mixture import GaussianMixture
 
@@ -362,11 +363,12 @@ def _qmc_risk(heads, mix, lam, n_samples, rng) -> RiskEstimate:
 # --------------------------------------------------------------------------------------
 # Public functions
 # --------------------------------------------------------------------------------------
+@renamed_keywords(temperature="inverse_temperature")
 def population_risk(
     heads,
     mix: GaussianMixture,
     *,
-    temperature: float,
+    inverse_temperature: float,
     method: str = "auto",
     n_samples: int = 2**14,
     rng=0,
@@ -378,8 +380,8 @@ def population_risk(
     heads : Tensor of shape (K, d)
         Heads ``mu``; may require grad (the result is differentiable).
     mix : GaussianMixture
-    temperature : float
-        Inverse temperature ``lambda > 0``.
+    inverse_temperature : float
+        Inverse inverse_temperature ``lambda > 0``.
     method : {"auto", "exact", "qmc"}, default="auto"
         ``"exact"``: graded composite Gauss-Legendre rule (``K <= 3``; relative error
         about 1e-11 or less for ``0.1 <= lambda sigma <= 1000``, see the module
@@ -398,12 +400,12 @@ def population_risk(
     >>> import torch, attnclust as ac
     >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.0)
     >>> heads = torch.tensor(mix.centroids)
-    >>> float(ac.population_risk(heads, mix, temperature=50.0)) < 1e-20
+    >>> float(ac.population_risk(heads, mix, inverse_temperature=50.0)) < 1e-20
     True
     """
     mix = _check_mixture(mix)
     heads = _check_heads(heads, mix.d)
-    lam = check_temperature(temperature)
+    lam = check_inverse_temperature(inverse_temperature)
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     K = heads.shape[0]
@@ -416,8 +418,9 @@ def population_risk(
     return _qmc_risk(heads, mix, lam, n_samples, rng).value
 
 
+@renamed_keywords(temperature="inverse_temperature")
 def qmc_risk(
-    heads, mix: GaussianMixture, *, temperature: float, n_samples: int = 2**14, rng=0
+    heads, mix: GaussianMixture, *, inverse_temperature: float, n_samples: int = 2**14, rng=0
 ) -> RiskEstimate:
     """Randomized quasi-Monte Carlo estimate of the population risk, any ``K``.
 
@@ -431,18 +434,19 @@ def qmc_risk(
     >>> import torch, attnclust as ac
     >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
     >>> heads = torch.tensor(mix.centroids)
-    >>> est = ac.qmc_risk(heads, mix, temperature=5.0)
-    >>> exact = ac.population_risk(heads, mix, temperature=5.0, method="exact")
+    >>> est = ac.qmc_risk(heads, mix, inverse_temperature=5.0)
+    >>> exact = ac.population_risk(heads, mix, inverse_temperature=5.0, method="exact")
     >>> abs(float(est.value) - float(exact)) < 5 * est.stderr + 1e-9
     True
     """
     mix = _check_mixture(mix)
     heads = _check_heads(heads, mix.d)
-    lam = check_temperature(temperature)
+    lam = check_inverse_temperature(inverse_temperature)
     return _qmc_risk(heads, mix, lam, n_samples, rng)
 
 
-def empirical_risk(heads, X, *, temperature: float, batch_size: int | None = None):
+@renamed_keywords(temperature="inverse_temperature")
+def empirical_risk(heads, X, *, inverse_temperature: float, batch_size: int | None = None):
     """Empirical risk ``mean_i || x_i - T_mu(x_i) ||^2`` over the rows of ``X``.
 
     Parameters
@@ -451,8 +455,8 @@ def empirical_risk(heads, X, *, temperature: float, batch_size: int | None = Non
         Heads ``mu``; may require grad (the result is differentiable w.r.t. them).
     X : Tensor or array-like of shape (n, d)
         Tokens, ``n >= 1``, finite; cast to the heads' dtype.
-    temperature : float
-        Inverse temperature ``lambda > 0``.
+    inverse_temperature : float
+        Inverse inverse_temperature ``lambda > 0``.
     batch_size : int, optional
         Rows per mini-batch of the accumulation (same value, less memory).
 
@@ -465,37 +469,37 @@ def empirical_risk(heads, X, *, temperature: float, batch_size: int | None = Non
     --------
     >>> import torch, attnclust as ac
     >>> heads = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
-    >>> float(ac.empirical_risk(heads, [[1.0, 0.0], [-1.0, 0.0]], temperature=40.0)) < 1e-30
+    >>> float(ac.empirical_risk(heads, [[1.0, 0.0], [-1.0, 0.0]], inverse_temperature=40.0)) < 1e-30
     True
     """
     X_t = as_tensor(X, name="X")
     heads_t = as_tensor(heads, name="heads")
     if heads_t.ndim == 3:
-        return _empirical_risk_runs(heads_t, X_t, temperature, batch_size)
+        return _empirical_risk_runs(heads_t, X_t, inverse_temperature, batch_size)
     if X_t.ndim != 2 or X_t.shape[0] == 0:
         raise ValueError(f"X must be a non-empty (n, d) array, got shape {tuple(X_t.shape)}")
     check_finite(X_t, "X")
     heads = _check_heads(heads, X_t.shape[1])
     X_t = X_t.to(heads.dtype)
-    lam = check_temperature(temperature)
+    lam = check_inverse_temperature(inverse_temperature)
     n = X_t.shape[0]
     step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
     total = heads.new_zeros(())
     for start in range(0, n, step):
         xb = X_t[start:start + step]  # (b, d)
-        total = total + ((xb - head_weights(xb, heads, temperature=lam) @ heads) ** 2).sum()
+        total = total + ((xb - head_weights(xb, heads, inverse_temperature=lam) @ heads) ** 2).sum()
     return total / n
 
 
-def _empirical_risk_runs(heads: torch.Tensor, X: torch.Tensor, temperature, batch_size):
+def _empirical_risk_runs(heads: torch.Tensor, X: torch.Tensor, inverse_temperature, batch_size):
     """``R`` runs at once: heads ``(R, K, d)``, data ``(n, d)`` or ``(R, n, d)``, one
-    inverse temperature per run (a float or ``(R,)``); returns ``(R,)``."""
+    inverse inverse_temperature per run (a float or ``(R,)``); returns ``(R,)``."""
     if X.ndim not in (2, 3) or X.shape[-2] == 0 or X.shape[-1] != heads.shape[-1]:
         raise ValueError(f"X must be a non-empty (n, {heads.shape[-1]}) or (R, n, "
                          f"{heads.shape[-1]}) array, got shape {tuple(X.shape)}")
     check_finite(X, "X")
     X = X.to(heads.dtype)
-    lam = torch.as_tensor(temperature, dtype=heads.dtype, device=heads.device)
+    lam = torch.as_tensor(inverse_temperature, dtype=heads.dtype, device=heads.device)
     lam = lam.expand(heads.shape[0])[:, None, None]  # (R, 1, 1)
     n = X.shape[-2]
     step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
@@ -531,11 +535,12 @@ def repulsion(heads) -> torch.Tensor:
     return 0.5 * ((gram**2).sum() - (torch.diagonal(gram) ** 2).sum())
 
 
+@renamed_keywords(temperature="inverse_temperature")
 def balance(
     heads,
     data,
     *,
-    temperature: float,
+    inverse_temperature: float,
     target=None,
     method: str = "auto",
     n_samples: int = 2**14,
@@ -555,8 +560,8 @@ def balance(
         Heads ``mu``; may require grad (the result is differentiable w.r.t. them).
     data : GaussianMixture or array-like of shape (n, d)
         Where the expectation of the attention weights is taken.
-    temperature : float
-        Inverse temperature ``lambda > 0``.
+    inverse_temperature : float
+        Inverse inverse_temperature ``lambda > 0``.
     target : array-like of shape (K,), optional
         Target proportions ``pi``; uniform ``1 / K`` when omitted.
     method : {"auto", "exact", "qmc"}, default="auto"
@@ -576,10 +581,10 @@ def balance(
     >>> import torch, attnclust as ac
     >>> mix = ac.GaussianMixture.antipodal(d=3, sigma=0.3)
     >>> heads = torch.tensor(mix.centroids)
-    >>> float(ac.balance(heads, mix, temperature=10.0)) < 1e-20
+    >>> float(ac.balance(heads, mix, inverse_temperature=10.0)) < 1e-20
     True
     """
-    lam = check_temperature(temperature)
+    lam = check_inverse_temperature(inverse_temperature)
     if isinstance(data, GaussianMixture):
         heads = _check_heads(heads, data.d)
         K = heads.shape[0]
@@ -609,7 +614,7 @@ def balance(
         X_t = X_t.to(heads.dtype)
         n = X_t.shape[0]
         step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
-        mean_a = sum(head_weights(X_t[s:s + step], heads, temperature=lam).sum(0)
+        mean_a = sum(head_weights(X_t[s:s + step], heads, inverse_temperature=lam).sum(0)
                      for s in range(0, n, step)) / n
     K = heads.shape[0]
     if target is None:

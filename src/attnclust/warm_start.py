@@ -1,4 +1,4 @@
-"""Warm start of :class:`~attnclust.AttentionClustering`: hard Lloyd steps and the auto temperature.
+"""Warm start of :class:`~attnclust.AttentionClustering`: hard Lloyd steps, the auto lambda.
 
 As ``lambda -> infinity`` the attention of the K-head layer becomes the indicator of the
 highest logit (:func:`attnclust.heads.head_logits`), and the fixed-point step of
@@ -9,7 +9,7 @@ highest logit (:func:`attnclust.heads.head_logits`), and the fixed-point step of
 - ``geometry="sphere"``: cones ``argmax_h <x, mu_h>``, heads moved to the normalized sums
   of their cones (spherical k-means).
 
-``hard_lloyd`` runs these steps to a stable partition; ``auto_temperature`` reads the
+``hard_lloyd`` runs these steps to a stable partition; ``auto_inverse_temperature`` reads the
 inverse temperature off that partition. The softmax of the layer is the E-step of an
 equal-weight isotropic Gaussian mixture of variance ``1 / lambda`` (exactly for Euclidean
 heads, ``-lambda ||x - mu_h||^2 / 2``; on the sphere because ``||x - mu_h||^2 = ||x||^2 + 1
@@ -28,7 +28,7 @@ Notation
 paper          code            meaning
 =============  ==============  =============================================
 ``mu_h``       ``heads``       heads, shape ``(K, d)``
-``lambda``     return value    inverse temperature of :func:`auto_temperature`
+``lambda``     return value    inverse temperature of :func:`auto_inverse_temperature`
 ``P``          ``P``           projections ``X mu^T``, shape ``(n, K)``
 =============  ==============  =============================================
 """
@@ -41,7 +41,7 @@ import torch
 
 from .heads import head_logits
 
-__all__ = ["BoundaryVariance", "LloydResult", "auto_temperature", "boundary_variance",
+__all__ = ["BoundaryVariance", "LloydResult", "auto_inverse_temperature", "boundary_variance",
            "hard_labels", "hard_lloyd"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
@@ -146,7 +146,8 @@ def _cluster_moments(X, heads, labels, chunk):
 
 def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere",
                       chunk: int = _CHUNK) -> BoundaryVariance:
-    """Within-cluster variance across the nearest boundaries (see :func:`auto_temperature`)."""
+    """Within-cluster variance across the nearest boundaries (see
+    :func:`auto_inverse_temperature`)."""
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
     counts, sums, outer = _cluster_moments(X, heads, labels, chunk)
@@ -196,7 +197,7 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "
     return BoundaryVariance(s2, floor)
 
 
-def auto_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere"
+def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere"
                      ) -> float:
     """``1 / s^2`` with ``s^2`` the within-cluster variance across each head's nearest boundary.
 
@@ -219,9 +220,9 @@ def auto_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "s
     >>> import torch, attnclust as ac
     >>> mix = ac.GaussianMixture.orthogonal(d=20, k=2, sigma=0.1)
     >>> X = torch.as_tensor(mix.sample(20_000, rng=0))
-    >>> round(auto_temperature(X, torch.as_tensor(mix.centroids)), -1)
+    >>> round(auto_inverse_temperature(X, torch.as_tensor(mix.centroids)), -1)
     100.0
-    >>> round(auto_temperature(X, torch.as_tensor(mix.centroids), geometry="euclidean"), -1)
+    >>> round(auto_inverse_temperature(X, torch.as_tensor(mix.centroids), geometry="euclidean"), -1)
     100.0
     """
     s2, floor = boundary_variance(X, heads, geometry=geometry)

@@ -13,7 +13,7 @@ from ..pgd import init_on_manifold, init_on_sphere
 from ._style import COLORS, new_figure, save
 
 __all__ = ["running_example", "initial_heads", "wilson", "rate_summary", "rates_over_time",
-           "overlapping", "temperature_of", "prompt", "projected", "inputs_vs_outputs",
+           "overlapping", "inverse_temperature_of", "prompt", "projected", "inputs_vs_outputs",
            "manifold_runs", "manifold_figure", "plot_manifold_figure", "in_span"]
 
 
@@ -84,9 +84,9 @@ def overlapping(summaries: dict) -> list[list[str]]:
 
 
 # -- figures 3 and 4: one prompt of the running example, inputs vs outputs -------------------
-def temperature_of(config: dict) -> float:
+def inverse_temperature_of(config: dict) -> float:
     """The caption's ``lambda = 1/(1 + 2 sigma^2)`` unless the config gives a number."""
-    lam = config["temperature"]
+    lam = config["inverse_temperature"]
     return 1.0 / (1.0 + 2.0 * config["sigma"] ** 2) if isinstance(lam, str) else float(lam)
 
 
@@ -133,18 +133,18 @@ def inputs_vs_outputs(result, out, *, title: str) -> None:
     save(fig, out)
 
 
-# -- figures 1 and 5: PGD from inits on M, one batch of runs per temperature ---------------
+# -- figures 1 and 5: PGD from inits on M, one batch of runs per lambda -------------------
 def manifold_runs(mix: GaussianMixture, config: dict, rng: np.random.Generator):
-    """Every init of every temperature in one batched PGD call.
+    """Every init of every inverse temperature in one batched PGD call.
 
     Returns the recorded steps ``(T,)`` and matched max distances ``(T, n_temps, n_inits)``.
     """
     from ..pgd import pgd  # the function
 
-    lams, n = config["temperatures"], config["n_inits"]
+    lams, n = config["inverse_temperatures"], config["n_inits"]
     streams = [s for child in rng.spawn(len(lams)) for s in child.spawn(n)]
     heads0 = initial_heads(mix, config["init"], streams)  # (n_temps * n, K, d)
-    res = pgd(mix, heads0, temperature=np.repeat(lams, n), step_size=config["step_size"],
+    res = pgd(mix, heads0, inverse_temperature=np.repeat(lams, n), step_size=config["step_size"],
               n_steps=config["n_steps"], record_every=config["record_every"], tol=config["tol"])
     dist = res.history.distance_max.reshape(len(res.history.step), len(lams), n)
     return res.history.step, dist
@@ -156,7 +156,7 @@ def manifold_figure(mix: GaussianMixture, config: dict, rng: np.random.Generator
 
     step, dist = manifold_runs(mix, config, rng)
     arrays, summary = {"step": step}, {}
-    for i, lam in enumerate(config["temperatures"]):
+    for i, lam in enumerate(config["inverse_temperatures"]):
         # the plotted band: 2.5%, 50% and 97.5% percentiles over the inits, (3, T)
         arrays[f"distance_lambda_{lam:g}"] = np.percentile(dist[:, i], [2.5, 50, 97.5], axis=1)
         final = dist[-1, i]
@@ -170,10 +170,10 @@ def manifold_figure(mix: GaussianMixture, config: dict, rng: np.random.Generator
 
 
 def plot_manifold_figure(result, out) -> None:
-    """Median distance with its 95% percentile band per temperature; dead-head rates."""
+    """Median distance with its 95% percentile band per inverse temperature; dead-head rates."""
     fig, (ax,) = new_figure(width=4.8, height=3.6)
     step = result.arrays["step"]
-    for i, lam in enumerate(result.config["temperatures"]):
+    for i, lam in enumerate(result.config["inverse_temperatures"]):
         dead = result.summary[f"lambda_{lam:g}"]["dead_head"]
         lo, hi = dead["wilson_95"]
         p_lo, median, p_hi = result.arrays[f"distance_lambda_{lam:g}"]

@@ -2,9 +2,9 @@
 
 The running example (``d = 10``, ``sigma = 0.3``, ``mu*_0 = e_10``, ``mu*_1 = -e_1``),
 minimizing ``R`` without regularization (``rho = 0``), heads initialized uniformly on
-the unit circle of ``span(mu*_0, mu*_1)``. One curve per inverse temperature: the
-median over ``n_inits`` runs (all temperatures in one batched PGD call) with its 95%
-percentile band. At finite temperature the minimizer of ``R`` is biased away from the
+the unit circle of ``span(mu*_0, mu*_1)``. One curve per inverse inverse_temperature: the
+median over ``n_inits`` runs (all inverse_temperatures in one batched PGD call) with its 95%
+percentile band. At finite inverse_temperature the minimizer of ``R`` is biased away from the
 centroids, so each curve levels off at its own distance. The summary gives, with 95%
 Wilson intervals, the fraction of inits that end farther than ``failure_distance`` from
 the centroids (a *dead head*, which wins no token) and the fraction within 0.05.
@@ -22,11 +22,11 @@ NAME = "fig1"
 DESCRIPTION = "distance to centroids vs PGD iterations, population risk, init on M"
 
 CONFIG = {
-    "d": 10, "sigma": 0.3, "temperatures": [1.0, 3.0, 10.0, 30.0], "n_inits": 1000,
+    "d": 10, "sigma": 0.3, "inverse_temperatures": [1.0, 3.0, 10.0, 30.0], "n_inits": 1000,
     "n_steps": 400, "step_size": 0.5, "record_every": 4, "init": "manifold",
     "failure_distance": 0.5, "tol": 1e-12,
 }
-QUICK = {**CONFIG, "temperatures": [3.0, 10.0, 30.0], "n_steps": 200, "n_inits": 50}
+QUICK = {**CONFIG, "inverse_temperatures": [3.0, 10.0, 30.0], "n_steps": 200, "n_inits": 50}
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:

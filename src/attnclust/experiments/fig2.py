@@ -5,7 +5,7 @@ softmax (``lambda = 100``), a head that starts farther than the other head from 
 centroid wins almost no token and receives almost no gradient: a *dead head*, which
 plain PGD cannot revive. We minimize the regularized risk ``R + rho Pen`` with ``rho``
 decaying to 0 (so the final minimizer is that of ``R``), for the ``repulsion`` and
-``balance`` penalties, and anneal the temperature (``lambda / 100`` to ``lambda`` over
+``balance`` penalties, and anneal the inverse_temperature (``lambda / 100`` to ``lambda`` over
 the first half of the steps), beside plain ``R``: ``n_runs`` inits per variant, the
 four variants of one dimension in one batched PGD call.
 
@@ -34,17 +34,17 @@ DESCRIPTION = "random init on the sphere: regularized risk and annealing vs plai
 
 VARIANTS = {  # label -> per-run pgd arguments
     "no penalty": {"penalty": None, "rho": 0.0, "rho_schedule": "constant",
-                   "temperature_schedule": None},
+                   "inverse_temperature_schedule": None},
     "repulsion": {"penalty": "repulsion", "rho": 1.0, "rho_schedule": "decay",
-                  "temperature_schedule": None},
+                  "inverse_temperature_schedule": None},
     "balance": {"penalty": "balance", "rho": 1.0, "rho_schedule": "decay",
-                "temperature_schedule": None},
+                "inverse_temperature_schedule": None},
     "annealing": {"penalty": None, "rho": 0.0, "rho_schedule": "constant",
-                  "temperature_schedule": "anneal"},
+                  "inverse_temperature_schedule": "anneal"},
 }
 
 CONFIG = {
-    "dims": [10, 100], "sigma": 0.1, "temperature": 100.0, "n_runs": 200, "n_steps": 2000,
+    "dims": [10, 100], "sigma": 0.1, "inverse_temperature": 100.0, "n_runs": 200, "n_steps": 2000,
     "step_size": 0.5, "record_every": 20, "success_tol": 0.05, "variants": list(VARIANTS),
     "n_shown": 4, "tol": 1e-12,
 }
@@ -54,7 +54,7 @@ QUICK = {**CONFIG, "dims": [10], "n_runs": 24, "n_steps": 400}
 def per_run_arguments(variants: list[str], n_runs: int) -> dict[str, list]:
     """``VARIANTS`` spread over runs: ``n_runs`` consecutive runs per variant."""
     return {key: [VARIANTS[v][key] for v in variants for _ in range(n_runs)]
-            for key in ("penalty", "rho", "rho_schedule", "temperature_schedule")}
+            for key in ("penalty", "rho", "rho_schedule", "inverse_temperature_schedule")}
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
@@ -66,7 +66,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
         # the descent stays in span(heads0, centroids): solved there, whatever d is
         mixes, heads0, _ = in_span([mix] * len(streams), initial_heads(mix, "sphere", streams))
         res = pgd(mixes, heads0,
-                  temperature=config["temperature"], step_size=config["step_size"],
+                  inverse_temperature=config["inverse_temperature"], step_size=config["step_size"],
                   n_steps=config["n_steps"], record_every=config["record_every"],
                   tol=config["tol"], **per_run_arguments(variants, n))
         dist = res.history.distance_max.reshape(-1, len(variants), n)  # (T, variant, run)

@@ -17,30 +17,30 @@ from ..heads import attention_heads
 from ..metrics import centroid_distance, distortion
 from ..pgd import init_on_manifold, pgd
 from ..quantize import spread_ratio
-from ._common import inputs_vs_outputs, projected, prompt, temperature_of
+from ._common import inputs_vs_outputs, inverse_temperature_of, projected, prompt
 from ._runner import FigureResult
 from ._style import styled
 
 NAME = "fig3"
 DESCRIPTION = "inputs vs outputs of the trained two-head layer (PCA of the inputs)"
 
-CONFIG = {"d": 10, "sigma": 0.3, "length": 500, "temperature": "1/(1+2 sigma^2)",
+CONFIG = {"d": 10, "sigma": 0.3, "length": 500, "inverse_temperature": "1/(1+2 sigma^2)",
           "n_steps": 3000, "step_size": 0.5}
 QUICK = {**CONFIG, "n_steps": 1000}
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
-    lam = temperature_of(config)
+    lam = inverse_temperature_of(config)
     train_rng, data_rng = rng.spawn(2)
     mix, X, z = prompt(config, data_rng)
-    res = pgd(mix, init_on_manifold(mix, train_rng), temperature=lam,
+    res = pgd(mix, init_on_manifold(mix, train_rng), inverse_temperature=lam,
               step_size=config["step_size"], n_steps=config["n_steps"],
               record_every=config["n_steps"])
     heads = res.heads.numpy()
-    Y = attention_heads(torch.as_tensor(X), res.heads, temperature=lam).numpy()
+    Y = attention_heads(torch.as_tensor(X), res.heads, inverse_temperature=lam).numpy()
     arrays = {**projected(X, Y, heads), "labels": z, "heads": heads}
     summary = {
-        "temperature": lam,
+        "inverse_temperature": lam,
         "heads_distance_to_centroids": centroid_distance(heads, mix.centroids).max,
         "heads_angle_deg": float(np.degrees(np.arccos(np.clip(heads[0] @ heads[1], -1, 1)))),
         "within_cluster_spread_ratio": spread_ratio(X, Y, z).ratio,
@@ -53,5 +53,5 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
 def plot(result: FigureResult, out) -> None:
     s = result.summary
     inputs_vs_outputs(result, out, title=(
-        rf"trained two-head layer, $\lambda={s['temperature']:.3g}$: "
+        rf"trained two-head layer, $\lambda={s['inverse_temperature']:.3g}$: "
         f"within-cluster spread x{s['within_cluster_spread_ratio']:.2f}"))

@@ -11,26 +11,27 @@ from __future__ import annotations
 import numpy as np
 
 from ..quantize import identity_attention, limit_distance, spread_ratio
-from ._common import inputs_vs_outputs, projected, prompt, temperature_of
+from ._common import inputs_vs_outputs, inverse_temperature_of, projected, prompt
 from ._runner import FigureResult
 from ._style import styled
 
 NAME = "fig4"
 DESCRIPTION = "inputs vs outputs of the identity attention layer (PCA of the inputs)"
 
-CONFIG = {"d": 10, "sigma": 0.3, "length": 500, "temperature": "1/(1+2 sigma^2)"}
+CONFIG = {"d": 10, "sigma": 0.3, "length": 500, "inverse_temperature": "1/(1+2 sigma^2)"}
 QUICK = dict(CONFIG)
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
-    lam = temperature_of(config)
+    lam = inverse_temperature_of(config)
     mix, X, z = prompt(config, rng)
     Y = identity_attention(X, lam, backend="dense")
     arrays = {**projected(X, Y), "labels": z}
     summary = {
-        "temperature": lam,
+        "inverse_temperature": lam,
         "within_cluster_spread_ratio": spread_ratio(X, Y, z).ratio,
-        "mean_distance_to_infinite_prompt_limit": limit_distance(X, Y, mix, temperature=lam).mean,
+        "mean_distance_to_infinite_prompt_limit":
+            limit_distance(X, Y, mix, inverse_temperature=lam).mean,
     }
     return FigureResult(config, arrays, summary)
 
@@ -39,5 +40,5 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
 def plot(result: FigureResult, out) -> None:
     s = result.summary
     inputs_vs_outputs(result, out, title=(
-        rf"identity attention, $\lambda={s['temperature']:.3g}$: "
+        rf"identity attention, $\lambda={s['inverse_temperature']:.3g}$: "
         f"within-cluster spread x{s['within_cluster_spread_ratio']:.2f}"))

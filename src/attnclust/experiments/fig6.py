@@ -1,6 +1,6 @@
 """Figure 6: more clusters and higher dimension, from random inits on the sphere.
 
-For each number of clusters ``K``, dimension ``d`` and inverse temperature ``lambda``,
+For each number of clusters ``K``, dimension ``d`` and inverse inverse_temperature ``lambda``,
 each run draws its own random unit centroids (pairwise at least 60 degrees apart) and
 starts its heads uniformly on ``S^{d-1}``; PGD runs on the population risk, estimated
 by quasi-Monte Carlo on common random numbers (``n_samples`` scrambled Sobol points
@@ -8,8 +8,8 @@ per mixture component, the same for every run and step; the kernel in float32). 
 succeeds when every
 head is within ``success_tol`` of a distinct centroid (Hungarian matching). We compare
 plain PGD with PGD on the balance-regularized risk (``rho`` decaying to 0) and with the
-repulsion penalty combined with temperature annealing: ``n_runs`` runs per point, all
-the runs of one ``(K, d)`` (both temperatures, every variant) in one batched PGD call,
+repulsion penalty combined with inverse_temperature annealing: ``n_runs`` runs per point, all
+the runs of one ``(K, d)`` (both inverse_temperatures, every variant) in one batched PGD call,
 each solved in the coordinates of ``span(heads0, centroids)``, which the descent never
 leaves (:func:`attnclust.experiments._common.in_span`; the cost does not grow with d).
 Rates come with 95% Wilson intervals (error bars).
@@ -40,26 +40,26 @@ DESCRIPTION = "K = 3..8 clusters, d up to 1000, random init: success rate over l
 
 VARIANTS = {  # label -> per-run pgd arguments
     "plain": {"penalty": None, "rho": 0.0, "rho_schedule": "constant",
-              "temperature_schedule": None},
+              "inverse_temperature_schedule": None},
     "balance": {"penalty": "balance", "rho": 1.0, "rho_schedule": "decay",
-                "temperature_schedule": None},
+                "inverse_temperature_schedule": None},
     "repulsion + annealing": {"penalty": "repulsion", "rho": 1.0, "rho_schedule": "decay",
-                              "temperature_schedule": "anneal"},
+                              "inverse_temperature_schedule": "anneal"},
 }
 
 CONFIG = {
-    "ks": [3, 5, 8], "dims": [10, 100, 1000], "temperatures": [10.0, 100.0],
+    "ks": [3, 5, 8], "dims": [10, 100, 1000], "inverse_temperatures": [10.0, 100.0],
     "sigma": 0.1, "min_angle_deg": 60.0, "n_runs": 200, "n_steps": 600, "step_size": 0.5,
     "n_samples": 32, "qmc_dtype": "float32", "success_tol": 0.05, "variants": list(VARIANTS),
     "tol": 1e-6,
 }
-QUICK = {**CONFIG, "ks": [3, 5], "dims": [10, 100], "temperatures": [30.0], "n_runs": 16,
+QUICK = {**CONFIG, "ks": [3, 5], "dims": [10, 100], "inverse_temperatures": [30.0], "n_runs": 16,
          "n_steps": 200, "variants": ["plain", "repulsion + annealing"]}
 
 
 def _batch(k: int, d: int, config: dict, rng: np.random.Generator) -> np.ndarray:
     """Final matched max distance ``(lambda, variant, run)`` for one ``(K, d)``."""
-    lams, variants, n = config["temperatures"], config["variants"], config["n_runs"]
+    lams, variants, n = config["inverse_temperatures"], config["variants"], config["n_runs"]
     cells = list(itertools.product(lams, variants))
     streams = [s for cell in rng.spawn(len(cells)) for s in cell.spawn(n)]
     mixes, heads0 = [], []
@@ -74,16 +74,16 @@ def _batch(k: int, d: int, config: dict, rng: np.random.Generator) -> np.ndarray
     mixes, heads0, _ = in_span(mixes, torch.stack(heads0))
     risk, balance = PopulationRisk(mixes, **qmc), Balance(mixes, **qmc)
     per_run = {key: [VARIANTS[v][key] for _, v in cells for _ in range(n)]
-               for key in ("penalty", "rho", "rho_schedule", "temperature_schedule")}
+               for key in ("penalty", "rho", "rho_schedule", "inverse_temperature_schedule")}
     per_run["penalty"] = [balance if p == "balance" else p for p in per_run["penalty"]]
-    res = pgd(risk, heads0, temperature=[lam for lam, _ in cells for _ in range(n)],
+    res = pgd(risk, heads0, inverse_temperature=[lam for lam, _ in cells for _ in range(n)],
               step_size=config["step_size"], n_steps=config["n_steps"],
               record_every=config["n_steps"], tol=config["tol"], **per_run)
     return res.history.distance_max[-1].reshape(len(lams), len(variants), n)
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
-    shape = tuple(len(config[key]) for key in ("ks", "dims", "temperatures", "variants"))
+    shape = tuple(len(config[key]) for key in ("ks", "dims", "inverse_temperatures", "variants"))
     final = np.empty((*shape, config["n_runs"]))  # (K, d, lambda, variant, run)
     pairs = list(itertools.product(range(shape[0]), range(shape[1])))
     for (ik, idim), child in track(zip(pairs, rng.spawn(len(pairs)), strict=True), desc=NAME,
@@ -92,7 +92,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     success = final < config["success_tol"]
     per_setting, not_distinguishable = {}, {}
     for (ik, k), (idim, d), (ilam, lam) in itertools.product(
-            *(enumerate(config[key]) for key in ("ks", "dims", "temperatures"))):
+            *(enumerate(config[key]) for key in ("ks", "dims", "inverse_temperatures"))):
         cell = {v: rate_summary(success[ik, idim, ilam, iv])
                 for iv, v in enumerate(config["variants"])}
         for v, s in cell.items():
@@ -117,9 +117,9 @@ def plot(result: FigureResult, out) -> None:
     n_var = len(cfg["variants"])
     for ax, (ik, k) in zip(axes, enumerate(cfg["ks"]), strict=True):
         for (ivar, variant), (ilam, lam) in itertools.product(enumerate(cfg["variants"]),
-                                                               enumerate(cfg["temperatures"])):
+                                                               enumerate(cfg["inverse_temperatures"])):
             # spread the markers of one d a little, so the error bars do not overlap
-            shift = 1.0 + 0.06 * (ivar * len(cfg["temperatures"]) + ilam - n_var)
+            shift = 1.0 + 0.06 * (ivar * len(cfg["inverse_temperatures"]) + ilam - n_var)
             x = np.asarray(cfg["dims"], dtype=float) * shift
             r = rate[ik, :, ilam, ivar]
             err = [r - a["wilson_low"][ik, :, ilam, ivar], a["wilson_high"][ik, :, ilam, ivar] - r]

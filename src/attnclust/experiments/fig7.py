@@ -1,10 +1,10 @@
-"""Figure 7: the role of the temperature.
+"""Figure 7: the role of the inverse temperature.
 
 For the running example at several noise levels ``sigma`` and a grid of inverse
-temperatures ``lambda``, PGD on the population risk from ``n_runs`` inits on M gives
+inverse_temperatures ``lambda``, PGD on the population risk from ``n_runs`` inits on M gives
 the trained heads (the run with the lowest risk is kept; every run of the figure is in
 one batched PGD call). We plot their matched distance to the centroids (the *bias* of a
-finite temperature), the angle between the two heads (90 degrees at the centroids; 0
+finite inverse_temperature), the angle between the two heads (90 degrees at the centroids; 0
 when the heads merge) and the distortion ``R`` they reach next to ``R`` at the
 centroids themselves. The dotted lines mark ``lambda = 1/(1 + 2 sigma^2)``, where
 unconstrained soft k-means on this data splits; the angle panel shows where the layer
@@ -25,24 +25,25 @@ from ._runner import FigureResult
 from ._style import COLORS, new_figure, save, styled
 
 NAME = "fig7"
-DESCRIPTION = "bias of trained heads and distortion vs temperature; the split temperature"
+DESCRIPTION = "bias of trained heads and distortion vs inverse temperature; where heads split"
 
 CONFIG = {
-    "d": 10, "sigmas": [0.1, 0.2, 0.3, 0.5], "temperatures": np.geomspace(0.2, 100, 15).tolist(),
+    "d": 10, "sigmas": [0.1, 0.2, 0.3, 0.5],
+    "inverse_temperatures": np.geomspace(0.2, 100, 15).tolist(),
     "n_runs": 10, "n_steps": 3000, "step_size": 0.5, "split_angle_deg": 10.0, "tol": 1e-12,
 }
-QUICK = {**CONFIG, "sigmas": [0.3], "temperatures": np.geomspace(0.2, 100, 6).tolist(),
+QUICK = {**CONFIG, "sigmas": [0.3], "inverse_temperatures": np.geomspace(0.2, 100, 6).tolist(),
          "n_runs": 2, "n_steps": 600}
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
-    sigmas, lams, n = config["sigmas"], config["temperatures"], config["n_runs"]
+    sigmas, lams, n = config["sigmas"], config["inverse_temperatures"], config["n_runs"]
     cells = list(itertools.product(sigmas, lams))
     mixes = [running_example(sigma, config["d"]) for sigma, _ in cells for _ in range(n)]
     streams = [s for child in rng.spawn(len(cells)) for s in child.spawn(n)]
     heads0 = initial_heads(mixes[0], "manifold", streams)  # the span is the same for all sigma
     lam_runs = [lam for _, lam in cells for _ in range(n)]
-    res = pgd(mixes, heads0, temperature=lam_runs, step_size=config["step_size"],
+    res = pgd(mixes, heads0, inverse_temperature=lam_runs, step_size=config["step_size"],
               n_steps=config["n_steps"], record_every=config["n_steps"], tol=config["tol"])
     risks = res.history.risk[-1].reshape(len(sigmas), len(lams), n)
     best = np.argmin(risks, axis=-1)  # (sigma, lambda)
@@ -67,7 +68,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
             "runs_per_point_disagreeing_with_best": int(
                 (np.abs(risks[i] - risks[i].min(-1, keepdims=True)) > 1e-9).sum()),
         }
-    arrays = {"temperature": np.asarray(lams), "distance": distance, "angle_deg": angle,
+    arrays = {"inverse_temperature": np.asarray(lams), "distance": distance, "angle_deg": angle,
               "risk": risks.min(-1),
               "risk_at_centroids": at_centroids.numpy().reshape(len(sigmas), len(lams))}
     return FigureResult(config, arrays, summary)
@@ -79,10 +80,11 @@ def plot(result: FigureResult, out) -> None:
     fig, axes = new_figure(3, width=3.6)
     for i, sigma in enumerate(cfg["sigmas"]):
         color, label = COLORS[i], rf"$\sigma={sigma:g}$"
-        axes[0].plot(a["temperature"], a["distance"][i], "o-", ms=3, color=color, label=label)
-        axes[1].plot(a["temperature"], a["angle_deg"][i], "o-", ms=3, color=color, label=label)
-        axes[2].plot(a["temperature"], a["risk"][i], "o-", ms=3, color=color, label=label)
-        axes[2].plot(a["temperature"], a["risk_at_centroids"][i], "--", color=color, lw=1)
+        lams = a["inverse_temperature"]
+        axes[0].plot(lams, a["distance"][i], "o-", ms=3, color=color, label=label)
+        axes[1].plot(lams, a["angle_deg"][i], "o-", ms=3, color=color, label=label)
+        axes[2].plot(a["inverse_temperature"], a["risk"][i], "o-", ms=3, color=color, label=label)
+        axes[2].plot(a["inverse_temperature"], a["risk_at_centroids"][i], "--", color=color, lw=1)
         for ax in axes:
             ax.axvline(1.0 / (1.0 + 2.0 * sigma**2), color=color, ls=":", lw=1)
     for ax in axes:

@@ -6,7 +6,7 @@ between one step of identity attention and its infinite-prompt limit
 ``Q_inf(x) = lambda sigma^2 x + sum_k softmax_k(log pi_k + lambda <x, mu*_k>) mu*_k``,
 with the ``1/sqrt(L)`` slope for reference. Right: the number of distinct clusters
 (tokens closer than ``cluster_tol`` are one) along repeated steps with tokens
-renormalized to the sphere, for several temperatures: at small ``lambda`` the prompt
+renormalized to the sphere, for several inverse_temperatures: at small ``lambda`` the prompt
 collapses to one point, at larger ``lambda`` clusters persist (metastability).
 """
 
@@ -23,9 +23,9 @@ NAME = "fig8"
 DESCRIPTION = "identity attention: finite L vs the infinite-prompt limit; repeated steps"
 
 CONFIG = {
-    "d": 10, "sigma": 0.3, "temperature": "1/(1+2 sigma^2)",
+    "d": 10, "sigma": 0.3, "inverse_temperature": "1/(1+2 sigma^2)",
     "lengths": [100, 300, 1000, 3000, 10000, 30000], "n_runs": 10,
-    "steps_length": 200, "n_steps": 200, "step_temperatures": [1.0, 5.0, 20.0],
+    "steps_length": 200, "n_steps": 200, "step_inverse_temperatures": [1.0, 5.0, 20.0],
     "cluster_tol": 1e-3,
 }
 QUICK = {**CONFIG, "lengths": [100, 1000, 10000], "n_runs": 3, "n_steps": 60}
@@ -33,8 +33,8 @@ QUICK = {**CONFIG, "lengths": [100, 1000, 10000], "n_runs": 3, "n_steps": 60}
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
     sigma = config["sigma"]
-    lam = 1.0 / (1.0 + 2.0 * sigma**2) if isinstance(config["temperature"], str) \
-        else float(config["temperature"])
+    lam = 1.0 / (1.0 + 2.0 * sigma**2) if isinstance(config["inverse_temperature"], str) \
+        else float(config["inverse_temperature"])
     mix = running_example(sigma, config["d"])
     lengths = config["lengths"]
     limit_rng, steps_rng = rng.spawn(2)
@@ -44,9 +44,10 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     for (r, j), child in track(zip(jobs, limit_rng.spawn(len(jobs)), strict=True),
                                desc=f"{NAME} limit", total=len(jobs)):
         X = mix.sample(lengths[j], child)
-        distance[r, j] = limit_distance(X, identity_attention(X, lam), mix, temperature=lam).mean
+        distance[r, j] = limit_distance(X, identity_attention(X, lam), mix,
+                                        inverse_temperature=lam).mean
 
-    temps = config["step_temperatures"]
+    temps = config["step_inverse_temperatures"]
     n_clusters = np.empty((len(temps), config["n_runs"], config["n_steps"] + 1))
     jobs = [(t, r) for t in range(len(temps)) for r in range(config["n_runs"])]
     for (t, r), child in track(zip(jobs, steps_rng.spawn(len(jobs)), strict=True),
@@ -61,7 +62,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     # least-squares slope of log distance against log L (expect about -1/2)
     slope = float(np.polyfit(np.log(lengths), np.log(np.median(distance, axis=0)), 1)[0])
     summary = {
-        "temperature": lam,
+        "inverse_temperature": lam,
         "median_limit_distance": {f"L_{n}": float(v)
                                   for n, v in zip(lengths, np.median(distance, axis=0),
                                                   strict=True)},
@@ -85,9 +86,9 @@ def plot(result: FigureResult, out) -> None:
     axes[0].set_xscale("log")
     axes[0].set_xlabel("prompt length L")
     axes[0].set_ylabel("mean distance to the infinite-prompt limit")
-    axes[0].set_title(rf"$\lambda={s['temperature']:.3g}$")
+    axes[0].set_title(rf"$\lambda={s['inverse_temperature']:.3g}$")
     axes[0].legend()
-    for t, lam in enumerate(result.config["step_temperatures"]):
+    for t, lam in enumerate(result.config["step_inverse_temperatures"]):
         band(axes[1], a["step"], a["n_clusters"][t], color=COLORS[t + 1],
              label=rf"$\lambda={lam:g}$")
     axes[1].set_yscale("log")

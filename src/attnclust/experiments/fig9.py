@@ -2,11 +2,11 @@
 
 For growing sample sizes ``n`` we draw ``n`` tokens of the running example and estimate
 the centroids with (a) the two-head layer trained by PGD on the empirical risk, at two
-inverse temperatures, (b) scikit-learn's ``KMeans(n_init=1)`` and (c) its spherical
+inverse inverse_temperatures, (b) scikit-learn's ``KMeans(n_init=1)`` and (c) its spherical
 ``GaussianMixture`` (EM). The error is the matched max distance to the true centroids;
-median and 95% band over 10 samples (for each size, the runs of both temperatures on
+median and 95% band over 10 samples (for each size, the runs of both inverse_temperatures on
 all samples are one batched PGD call). The layer converges to its population
-minimizer, which is biased at a finite temperature (dashed lines, from PGD on the population
+minimizer, which is biased at a finite inverse_temperature (dashed lines, from PGD on the population
 risk): at ``lambda = 3`` its error levels off at that bias, while at ``lambda = 30`` the
 bias lies below the sampling error of every ``n`` shown and the layer matches k-means
 and EM.
@@ -29,7 +29,7 @@ NAME = "fig9"
 DESCRIPTION = "centroid error vs sample size: trained heads, KMeans and spherical EM"
 
 CONFIG = {
-    "d": 10, "sigma": 0.3, "temperatures": [3.0, 30.0],
+    "d": 10, "sigma": 0.3, "inverse_temperatures": [3.0, 30.0],
     "sizes": [30, 100, 300, 1000, 3000, 10000], "n_runs": 10, "n_steps": 1000,
     "step_size": 0.5, "population_steps": 3000, "tol": 1e-12,
 }
@@ -38,7 +38,7 @@ QUICK = {**CONFIG, "sizes": [30, 300, 3000], "n_runs": 3, "n_steps": 300,
 
 
 def _methods(config: dict) -> list[str]:
-    return [f"attention heads, lambda={lam:g}" for lam in config["temperatures"]] + [
+    return [f"attention heads, lambda={lam:g}" for lam in config["inverse_temperatures"]] + [
         "KMeans", "spherical EM"]
 
 
@@ -50,11 +50,11 @@ def _classical(method: str, X: np.ndarray, seed: int) -> np.ndarray:
 
 def _heads(samples: np.ndarray, config: dict, streams) -> np.ndarray:
     """PGD on each sample's empirical risk (full batch, random init on the sphere), at
-    every temperature: one batched call, runs ``(temperature, sample)``; ``(T, S, K, d)``."""
-    lams, (S, _, d) = config["temperatures"], samples.shape
+    every inverse temperature: one batched call, runs ``(lambda, sample)``; ``(T, S, K, d)``."""
+    lams, (S, _, d) = config["inverse_temperatures"], samples.shape
     X = torch.from_numpy(np.tile(samples, (len(lams), 1, 1)))  # (T * S, n, d)
     heads0 = torch.stack([init_on_sphere(2, d, rng=s) for s in streams])
-    res = pgd(X, heads0, temperature=np.repeat(lams, S), step_size=config["step_size"],
+    res = pgd(X, heads0, inverse_temperature=np.repeat(lams, S), step_size=config["step_size"],
               n_steps=config["n_steps"], record_every=config["n_steps"], tol=config["tol"])
     return res.heads.numpy().reshape(len(lams), S, 2, d)
 
@@ -62,7 +62,7 @@ def _heads(samples: np.ndarray, config: dict, streams) -> np.ndarray:
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
     mix = running_example(config["sigma"], config["d"])
     sizes, methods, n_runs = config["sizes"], _methods(config), config["n_runs"]
-    n_lams = len(config["temperatures"])
+    n_lams = len(config["inverse_temperatures"])
     error = np.empty((len(methods), n_runs, len(sizes)))
     for j, child in track(enumerate(rng.spawn(len(sizes))), desc=NAME, total=len(sizes)):
         data_rng, init_rng, seed_rng = child.spawn(3)
@@ -74,15 +74,16 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
                                          for m in methods[n_lams:])]
             for m, est in enumerate(estimates):
                 error[m, r, j] = centroid_distance(est, mix.centroids).max
-    # the population minimizer at each temperature: the floor of the layer's error
+    # the population minimizer at each inverse temperature: the floor of the layer's error
     start = torch.tensor(mix.centroids).expand(n_lams, -1, -1)
-    bias = pgd(mix, start, temperature=config["temperatures"], step_size=config["step_size"],
+    lams = config["inverse_temperatures"]
+    bias = pgd(mix, start, inverse_temperature=lams, step_size=config["step_size"],
                n_steps=config["population_steps"],
                record_every=config["population_steps"], tol=config["tol"]).history.distance_max[-1]
     summary = {method: {f"n_{n}": float(np.median(error[m, :, j])) for j, n in enumerate(sizes)}
                for m, method in enumerate(methods)}
     summary["population_minimizer_distance"] = {
-        f"lambda_{lam:g}": float(b) for lam, b in zip(config["temperatures"], bias, strict=True)}
+        f"lambda_{lam:g}": float(b) for lam, b in zip(lams, bias, strict=True)}
     return FigureResult(config, {"size": np.asarray(sizes), "error": error,
                                  "population_bias": bias}, summary)
 

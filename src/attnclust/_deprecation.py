@@ -1,0 +1,78 @@
+"""Old names kept for one release: keyword arguments and attributes that were renamed.
+
+``temperature`` became ``inverse_temperature`` in 0.2 (``lambda`` multiplies the logits,
+so larger is sharper); the old name still works and warns with a ``FutureWarning``.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+__all__ = ["renamed_keywords", "RenamedAttribute"]
+
+
+def _warn(old: str, new: str, where: str, stacklevel: int) -> None:
+    warnings.warn(f"{where}: {old!r} is deprecated and will be removed in the next release; "
+                  f"use {new!r} (the same value)", FutureWarning, stacklevel=stacklevel + 1)
+
+
+def renamed_keywords(**renames: str):
+    """Decorator: accept each ``old=...`` keyword as its ``new`` name, with a warning.
+
+    The wrapped function's signature (``inspect.signature``, hence scikit-learn's
+    ``get_params``) shows only the new names.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> @renamed_keywords(temperature="inverse_temperature")
+    ... def f(x, *, inverse_temperature=1.0):
+    ...     return x * inverse_temperature
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     f(2.0, temperature=3.0), caught[0].category.__name__
+    (6.0, 'FutureWarning')
+    """
+    def decorate(fn):
+        name = fn.__qualname__.replace(".__init__", "")
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            for old, new in renames.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{name}() got both {new!r} and its deprecated name "
+                                        f"{old!r}")
+                    _warn(old, new, f"{name}()", stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+        return wrapper
+    return decorate
+
+
+class RenamedAttribute:
+    """Class attribute ``old``: reading ``obj.old`` warns and returns ``obj.new``.
+
+    Examples
+    --------
+    >>> class Fitted:
+    ...     temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")
+    ...     inverse_temperature_ = 2.0
+    >>> import warnings
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     Fitted().temperature_
+    2.0
+    """
+
+    def __init__(self, old: str, new: str):
+        # named here, not by ``__set_name__``, which a NamedTuple does not call on 3.11
+        self.old, self.new = old, new
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        value = getattr(obj, self.new)      # AttributeError first, e.g. when not fitted
+        _warn(self.old, self.new, type(obj).__name__, stacklevel=1)
+        return value

@@ -1,0 +1,106 @@
+"""The old name ``temperature`` (0.1) still works for one release, with a FutureWarning,
+and gives exactly what ``inverse_temperature`` gives."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+
+import attnclust as ac
+from attnclust.cli import main
+
+MIX = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.3)
+X = MIX.sample(60, rng=0)
+HEADS = ac.init_on_manifold(MIX, rng=1)
+
+CALLS = {
+    "population_risk": lambda **kw: ac.population_risk(HEADS, MIX, **kw),
+    "qmc_risk": lambda **kw: ac.qmc_risk(HEADS, MIX, n_samples=2**8, rng=0, **kw).value,
+    "empirical_risk": lambda **kw: ac.empirical_risk(HEADS, X, **kw),
+    "balance": lambda **kw: ac.balance(HEADS, MIX, **kw),
+    "head_weights": lambda **kw: ac.head_weights(torch.as_tensor(X), HEADS, **kw),
+    "attention_heads": lambda **kw: ac.attention_heads(torch.as_tensor(X), HEADS, **kw),
+    "identity_attention": lambda **kw: ac.identity_attention(X, **kw),
+    "infinite_prompt_limit": lambda **kw: ac.infinite_prompt_limit(X, MIX, **kw),
+    "limit_distance": lambda **kw: ac.limit_distance(X, X, MIX, **kw).mean,
+    "assignment_error": lambda **kw: ac.assignment_error(
+        MIX.centroids, X, np.arange(60) % 2, **kw).error,
+    "pgd": lambda **kw: ac.pgd(MIX, HEADS, step_size=0.5, n_steps=5, **kw).heads,
+    "AttentionHeads": lambda **kw: ac.AttentionHeads(HEADS, **kw)(torch.as_tensor(X)).detach(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_old_keyword_warns_and_gives_the_same(name):
+    new = CALLS[name](inverse_temperature=3.0)
+    with pytest.warns(FutureWarning, match="'temperature' is deprecated.*'inverse_temperature'"):
+        old = CALLS[name](temperature=3.0)
+    np.testing.assert_array_equal(np.asarray(old), np.asarray(new))
+    with pytest.raises(TypeError, match="both 'inverse_temperature' and its deprecated name"):
+        CALLS[name](temperature=3.0, inverse_temperature=3.0)
+
+
+def test_old_schedule_keyword_of_pgd():
+    def run(**kw):
+        return ac.pgd(MIX, HEADS, inverse_temperature=10.0, step_size=0.5, n_steps=5, **kw)
+    with pytest.warns(FutureWarning, match="'temperature_schedule' is deprecated"):
+        old = run(temperature_schedule="anneal")
+    torch.testing.assert_close(old.heads, run(inverse_temperature_schedule="anneal").heads,
+                               rtol=0, atol=0)
+    with pytest.warns(FutureWarning, match="'temperature' is deprecated"):
+        np.testing.assert_array_equal(old.history.temperature, old.history.inverse_temperature)
+
+
+@pytest.mark.parametrize("cls", [ac.AttentionClustering, ac.AttentionQuantizer])
+def test_estimators_take_the_old_keyword_but_show_only_the_new(cls):
+    assert "temperature" not in inspect.signature(cls).parameters
+    with pytest.warns(FutureWarning):
+        est = cls(temperature=2.0)
+    assert est.get_params()["inverse_temperature"] == 2.0
+    assert "temperature" not in est.get_params()
+    assert clone(est).inverse_temperature == 2.0
+
+
+def test_fitted_attributes_under_their_old_names():
+    est = ac.AttentionClustering(2, random_state=0).fit(X)
+    with pytest.warns(FutureWarning, match="'temperature_' is deprecated"):
+        assert est.temperature_ == est.inverse_temperature_
+    with pytest.warns(FutureWarning, match="'temperature_curve_' is deprecated"):
+        np.testing.assert_array_equal(est.temperature_curve_, est.inverse_temperature_curve_)
+    q = ac.AttentionQuantizer().fit(X)
+    with pytest.warns(FutureWarning):
+        assert q.temperature_ == q.inverse_temperature_
+    layer = ac.AttentionHeads(HEADS, inverse_temperature=4.0)
+    with pytest.warns(FutureWarning):
+        assert layer.temperature == 4.0
+    # not fitted: no attribute under either name, as scikit-learn expects
+    assert not hasattr(ac.AttentionClustering(2), "temperature_")
+
+
+def test_callback_info_under_the_old_name():
+    seen = []
+    ac.AttentionClustering(2, random_state=0, callback=seen.append).fit(X)
+    with pytest.warns(FutureWarning):
+        assert seen[-1].temperature == seen[-1].inverse_temperature
+
+
+def test_cli_old_option_warns_and_gives_the_same(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", X)
+    outs = []
+    for flag in ("--inverse-temperature", "--temperature"):
+        out = tmp_path / f"q{len(outs)}.npy"
+        assert main(["quantize", str(tmp_path / "x.npy"), flag, "2.5", "--out", str(out)]) == 0
+        outs.append(np.load(out))
+    err = capsys.readouterr().err
+    assert err.count("warning: --temperature is deprecated") == 1
+    np.testing.assert_array_equal(outs[0], outs[1])
+    assert main(["quantize", str(tmp_path / "x.npy"), "--temperature", "1",
+                 "--inverse-temperature", "1", "--out", str(tmp_path / "z.npy")]) == 2
+    assert "give --inverse-temperature only" in capsys.readouterr().err
+    assert main(["quantize", str(tmp_path / "x.npy"), "--out", str(tmp_path / "z.npy")]) == 2
+    assert "--inverse-temperature is required" in capsys.readouterr().err
+    assert not (tmp_path / "z.npy").exists()
