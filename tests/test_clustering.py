@@ -580,3 +580,16 @@ def test_more_rows_than_the_sample_fit_all_rows(monkeypatch):
                              geometry="euclidean")
     (g,) = torch.autograd.grad(((Xt - out) ** 2).sum(1).mean(), h)
     assert float(g.norm()) < 1e-7
+
+
+def test_callback_heads_are_in_the_data_units():
+    """The estimator's callback sees the iterates as ``cluster_centers_`` will be: mapped
+    back from the centred, unit-RMS rows of the fit, with shifts and losses to match."""
+    X = 50.0 + 7.0 * ac.GaussianMixture.orthogonal(d=4, k=3, sigma=0.2).sample(500, rng=1)
+    infos = []
+    est = ac.AttentionClustering(3, random_state=0, callback=infos.append).fit(X)
+    np.testing.assert_allclose(infos[-1].heads.numpy(), est.cluster_centers_, rtol=1e-12)
+    path = np.stack([i.heads.numpy() for i in infos])
+    moved = np.linalg.norm(np.diff(path, axis=0), axis=-1).max(-1)
+    np.testing.assert_allclose([i.shift for i in infos[1:]], moved, rtol=1e-9)
+    assert infos[-1].loss == pytest.approx(est.loss_curve_[-1], rel=1e-12)

@@ -12,6 +12,7 @@ import sys
 import numpy as np
 import pytest
 
+import attnclust as ac
 from attnclust.cli import main
 from attnclust.experiments import FIGURES, load_result, reproduce
 
@@ -181,7 +182,7 @@ def test_descent_in_the_span_of_heads_and_centroids_is_the_descent_in_r_d():
     import torch
 
     import attnclust as ac
-    from attnclust.experiments._common import in_span
+    from attnclust.experiments._common import distance_max, in_span
 
     for K, d, kwargs in [(2, 40, dict(penalty=["balance", "repulsion"], rho=1.0,
                                       rho_schedule="decay", inverse_temperature=30.0)),
@@ -194,7 +195,24 @@ def test_descent_in_the_span_of_heads_and_centroids_is_the_descent_in_r_d():
         assert h0.shape[-1] == 2 * K < d
         reduced = ac.pgd(small, h0, step_size=0.5, n_steps=60, record_every=60, **kwargs)
         back = reduced.heads.numpy() @ bases.transpose(0, 2, 1)  # (R, K, d)
-        assert full.history.distance_max[0].min() > 0.5  # it moved a long way: a real check
+        far = distance_max(full.history.heads, mixes)
+        assert far[0].min() > 0.5  # it moved a long way: a real check
         np.testing.assert_allclose(back, full.heads.numpy(), atol=1e-10)
-        np.testing.assert_allclose(reduced.history.distance_max, full.history.distance_max,
-                                   atol=1e-10)
+        np.testing.assert_allclose(distance_max(reduced.history.heads, small), far, atol=1e-10)
+
+
+@pytest.mark.parametrize("K, k", [(2, 2), (3, 2), (4, 4), (6, 3)])
+def test_distance_max_is_the_hungarian_matched_distance(K, k):
+    """The figures' batched distance (every matching at once for K <= 4, run by run
+    beyond) against scipy's Hungarian matching in ``ac.centroid_distance``."""
+    from attnclust.experiments._common import distance_max
+
+    mixes = [ac.GaussianMixture.random(5, k, 0.1, rng=r) for r in range(3)]
+    heads = np.stack([[ac.init_on_sphere(K, 5, rng=10 * t + r).numpy() for r in range(3)]
+                      for t in range(4)])                                   # (T, R, K, d)
+    expected = [[ac.centroid_distance(heads[t, r], mixes[r].centroids).max for r in range(3)]
+                for t in range(4)]
+    np.testing.assert_allclose(distance_max(heads, mixes), expected, rtol=1e-12)
+    np.testing.assert_allclose(distance_max(heads[0], mixes[0]),
+                               [ac.centroid_distance(h, mixes[0].centroids).max
+                                for h in heads[0]], rtol=1e-12)

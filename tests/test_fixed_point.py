@@ -112,7 +112,7 @@ def test_euclidean_fixed_point_has_zero_gradient(lam):
                                   geometry="euclidean")) ** 2).sum(1)
     (g0,) = torch.autograd.grad(risk0.mean(), h0g)
     assert float(g.norm()) < 1e-9 * float(g0.norm())
-    losses = np.array(res.loss_curve)
+    losses = res.history.risk
     assert np.all(np.diff(losses) <= 1e-12 * abs(losses[0]))     # the safeguard
 
 
@@ -138,4 +138,27 @@ def test_workers_share_chunks_without_changing_the_result(geometry):
     fits = [fixed_point_fit(X, h0, inverse_temperatures=[20.0], stage_steps=[50],
                             chunk_size=150, geometry=geometry, workers=w) for w in (1, 3)]
     assert torch.equal(fits[0].heads, fits[1].heads)
-    assert fits[0].loss_curve == fits[1].loss_curve
+    np.testing.assert_array_equal(fits[0].history.risk, fits[1].history.risk)
+
+
+@pytest.mark.parametrize("geometry", ["sphere", "euclidean"])
+def test_history_and_callback_are_the_shared_types(geometry):
+    """The fixed-point solver reports through the same types as pgd: every accepted step
+    in the history (the first iterate of each stage at its own lambda), the callback's
+    loss the objective after the step, its heads those the history records."""
+    X = torch.as_tensor(ac.GaussianMixture.orthogonal(d=5, k=3, sigma=0.2).sample(600, rng=0))
+    h0 = ac.normalize(X[[0, 1, 2]].clone())
+    infos = []
+    res = fixed_point_fit(X, h0, inverse_temperatures=[5.0, 20.0], stage_steps=[4, 200],
+                          tol=1e-10, geometry=geometry, callback=infos.append)
+    assert isinstance(res, ac.SolverResult) and isinstance(res.history, ac.History)
+    h = res.history
+    assert len(h.step) == res.n_iter + 2 and h.step[-1] == res.n_iter
+    assert list(h.inverse_temperature[:6]) == [5.0] * 5 + [20.0]   # stage 2 starts at step 4
+    assert h.step[4] == h.step[5] == 4
+    firsts = {0, 5}
+    np.testing.assert_array_equal([i.heads.numpy() for i in infos],
+                                  [x for t, x in enumerate(h.heads) if t not in firsts])
+    np.testing.assert_allclose([i.loss for i in infos],
+                               [x for t, x in enumerate(h.risk) if t not in firsts], rtol=1e-14)
+    assert res.converged and h.grad_norm[-1] < 1e-8 < h.grad_norm[0]

@@ -17,8 +17,8 @@ def _angle(heads):
 
 
 def _collect(seen):
-    def callback(step, heads):
-        seen.append(heads.numpy().copy())
+    def callback(info):
+        seen.append(info.heads.numpy().copy())
     return callback
 
 
@@ -62,12 +62,12 @@ def test_running_example_converges_for_ten_seeds():
                      step_size=0.5, n_steps=1000, tol=1e-9)
         assert res.converged, seed
         assert ac.centroid_distance(res.heads, RUNNING.centroids).max < 1e-2, seed
-        assert res.history.distance_max[-1] < 1e-2
+        assert ac.centroid_distance(res.history.heads[-1], RUNNING.centroids).max < 1e-2
         assert res.history.step[-1] == res.n_iter
 
 
 def test_inverse_temperature_bias_pushes_the_heads_apart():
-    """The table of the pgd module notes: bias decreasing in lambda, heads beyond 90 deg."""
+    """The README's bias table: bias decreasing in lambda, heads beyond 90 deg."""
     table = {1 / (1 + 2 * SIGMA**2): (0.2343, 116.9), 1.0: (0.2237, 115.7),
              3.0: (0.0747, 98.6), 10.0: (0.00811, 90.93), 30.0: (0.00330, 90.38)}
     biases = []
@@ -102,11 +102,10 @@ def test_empirical_risk_lands_near_the_population_solution():
     heads0 = ac.init_on_manifold(RUNNING, rng=1)
     full = ac.pgd(X, heads0, inverse_temperature=lam, step_size=0.5, n_steps=30, record_every=10)
     assert ac.centroid_distance(full.heads, pop).max < 0.05
-    assert np.isnan(full.history.distance_max).all()  # no centroids given
     sgd = ac.pgd(X, heads0, inverse_temperature=lam, step_size=0.2, n_steps=150, batch_size=500,
-                 rng=0, centroids=RUNNING.centroids, record_every=50)
+                 rng=0, record_every=50)
     assert ac.centroid_distance(sgd.heads, pop).max < 0.05
-    assert sgd.history.distance_max[-1] < 0.05
+    assert ac.centroid_distance(sgd.history.heads[-1], RUNNING.centroids).max < 0.05
     runs = [ac.pgd(X, heads0, inverse_temperature=lam, step_size=0.2, n_steps=15, batch_size=500,
                    rng=0, record_every=100).heads for _ in range(2)]
     assert torch.equal(runs[0], runs[1])
@@ -134,8 +133,8 @@ def test_schedules_history_and_stopping():
     assert h.inverse_temperature[0] == pytest.approx(20.0 / 100)
     assert np.all(np.diff(h.inverse_temperature) >= 0) and h.inverse_temperature[-1] == 20.0
     assert h.rho[0] == 1.0 and np.all(h.rho[h.step >= n // 2] == 0.0)
-    assert h.gram.shape == (len(h.step), 2, 2)
-    np.testing.assert_allclose(h.gram[:, 0, 0], 1.0, atol=1e-13)
+    assert h.heads.shape == (len(h.step), 2, 10)
+    np.testing.assert_allclose(np.linalg.norm(h.heads, axis=-1), 1.0, atol=1e-13)
     assert h.grad_norm[-1] < 1e-6
     custom = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=20.0,
                     n_steps=20, inverse_temperature_schedule=lambda t: 1.0 + t,
@@ -269,3 +268,32 @@ def test_module_is_callable_and_importable():
     assert isinstance(module, type(np)) and module.pgd is not module
     res = module(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=3.0, n_steps=3)
     assert res.n_iter == 3 and ac.pgd is module
+
+
+def test_callback_and_history_are_the_shared_types():
+    """pgd reports through the same IterationInfo and SolverResult as the fixed-point
+    solver: the heads after each update, how far they moved, the update's lambda."""
+    infos = []
+    res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=10.0,
+                 step_size=0.5, n_steps=30, inverse_temperature_schedule="anneal",
+                 record_every=1, callback=infos.append)
+    assert isinstance(res, ac.SolverResult) and isinstance(res.history, ac.History)
+    assert [i.iteration for i in infos] == list(range(1, 31))
+    path = np.stack([res.history.heads[0]] + [i.heads.numpy() for i in infos])
+    np.testing.assert_array_equal(path, res.history.heads)          # heads after each update
+    moved = np.linalg.norm(np.diff(path, axis=0), axis=-1).max(-1)
+    np.testing.assert_allclose([i.shift for i in infos], moved, rtol=1e-12)
+    np.testing.assert_array_equal([i.inverse_temperature for i in infos],
+                                  res.history.inverse_temperature[:-1])
+    assert np.isnan([i.loss for i in infos]).all()
+
+
+def test_batched_callback_reports_per_run_and_zero_shift_once_stopped():
+    heads0 = torch.stack([ac.init_on_manifold(RUNNING, rng=r) for r in range(2)])
+    infos = []
+    res = ac.pgd(RUNNING, heads0, inverse_temperature=[30.0, 30.0], step_size=[0.5, 0.05],
+                 n_steps=400, tol=1e-8, callback=infos.append)
+    assert res.converged[0] and res.n_iter[0] < res.n_iter[1]        # run 0 stops first
+    assert infos[-1].heads.shape == (2, 2, 10) and infos[-1].shift.shape == (2,)
+    assert all(i.shift[0] == 0.0 for i in infos[res.n_iter[0]:])
+    assert all(i.shift[1] > 0.0 for i in infos)

@@ -29,6 +29,7 @@ from .quantize import (
     spread_ratio,
 )
 from .quantizer import AttentionQuantizer, estimate_sigma
+from .results import History, IterationInfo, SolverResult
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent
 
@@ -47,8 +48,11 @@ __all__ = [
     "DegenerateFitWarning",
     "GaussianMixture",
     "LimitDistance",
+    "History",
+    "IterationInfo",
     "PGDHistory",
     "PGDResult",
+    "SolverResult",
     "PopulationRisk",
     "Repulsion",
     "RiskEstimate",

@@ -84,8 +84,9 @@ from ._validation import (
     check_nonnegative,
 )
 from .communicator import Communicator
-from .fixed_point import IterationInfo, fixed_point_fit
+from .fixed_point import fixed_point_fit
 from .heads import check_geometry, head_logits, softmax_heads
+from .results import History, IterationInfo, SolverResult
 from .warm_start import auto_inverse_temperature, boundary_variance, hard_lloyd
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -232,13 +233,13 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         or ``sum_h (N_h - 1/K)^2`` with ``N_h`` the mean attention of head ``h``.
     rho : float, default=0.0
     anneal : bool or "auto", default="auto"
-        Start at ``lambda/8`` and double the inverse_temperature up to ``lambda``; ``"auto"``:
+        Start at ``lambda/8`` and double it up to ``lambda``; ``"auto"``:
         on the sphere only (from a Lloyd warm start Euclidean heads need no annealing,
         and at ``lambda/8`` nearby heads merge).
     solver : {"fixed-point", "pgd"}, default="fixed-point"
         Safeguarded fixed-point steps (fast) or plain projected gradient descent (sphere).
     max_iter : int, default=300
-        Steps at the final inverse_temperature.
+        Steps at the final inverse temperature.
     tol : float or "auto", default="auto"
         Stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
         relative to the root-mean-square distance of the rows from their mean).
@@ -260,7 +261,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     verbose : int, default=0
         ``> 0`` logs each step on the ``"attnclust"`` logger (level INFO).
     callback : callable, optional
-        Called with an :class:`IterationInfo` after each fixed-point step (progress bars).
+        Called with an :class:`~attnclust.results.IterationInfo` after each step (progress
+        bars), in the data's units; steps are counted over the whole fit.
 
     Attributes
     ----------
@@ -269,13 +271,14 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     labels_ : ndarray of shape (n_samples,)
         ``argmax_h a_h(x)`` of the training rows.
     inverse_temperature_ : float
-        The inverse inverse_temperature used (the resolved value of ``"auto"``).
+        The inverse temperature used (the resolved value of ``"auto"``).
     n_iter_ : int
-        Steps taken, all inverse_temperatures together (with the steps on the sample, on more
+        Steps taken, all stages together (with the steps on the sample, on more
         rows than the sample).
     loss_curve_ : ndarray
-        Objective after each accepted step over all rows, at the inverse_temperature in
-        ``inverse_temperature_curve_`` (non-increasing while the inverse_temperature is constant).
+        Empirical risk (without the penalty) after each step over all rows, at the
+        inverse temperature in ``inverse_temperature_curve_`` (non-increasing while that
+        is constant and there is no penalty); its last entry is ``-score`` of the data.
     inverse_temperature_curve_ : ndarray
     converged_ : bool
     n_features_in_ : int
@@ -579,35 +582,33 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         temps = [lam * f for f, _ in plan]
         steps = [int(self.max_iter) if s is None else s for _, s in plan]
         if self.solver == "pgd":
-            heads, losses, temp_curve, n_iter, converged = self._fit_pgd(
-                working.rows, heads0, temps, steps, gen, working)
+            res = self._fit_pgd(working.rows, heads0, temps, steps, gen, working)
         else:
-            heads, losses, temp_curve, n_iter, converged = self._fit_fixed_point(
-                S, heads0, temps, steps, comm, working, workers)
-        self._set_fitted(heads, lam, losses, temp_curve, n_iter, converged, working)
-        self._label_and_check(working, heads, lam, capped, comm, workers)
+            res = self._fit_fixed_point(S, heads0, temps, steps, comm, working, workers)
+        self._set_fitted(res, lam, working)
+        self._label_and_check(working, res.heads, lam, capped, comm, workers)
         return self
 
     def _fit_fixed_point(self, S, heads0, temps, steps, comm, working, workers):
         """Fixed-point steps: on the sample first when it is smaller than the data."""
         common = dict(tol=self._tol, geometry=self.geometry, penalty=self.penalty,
-                      rho=float(self.rho), callback=self._callback_fn(working),
-                      chunk_size=self._chunk(working.rows.shape[1]), workers=workers)
+                      rho=float(self.rho), chunk_size=self._chunk(working.rows.shape[1]),
+                      workers=workers)
         n_iter = 0
         if S.shape[0] < comm.n_total:   # the curves are those of the steps over all rows
             res = fixed_point_fit(S, heads0, inverse_temperatures=temps, stage_steps=steps,
-                                  **common)
+                                  callback=self._callback_fn(working), **common)
             heads0, n_iter = res.heads, res.n_iter
             temps, steps = temps[-1:], steps[-1:]
         res = fixed_point_fit(working.rows, heads0, inverse_temperatures=temps,
-                              stage_steps=steps, reduce=comm.reduce,
-                              row_map=working.row_map, **common)
-        return (res.heads, res.loss_curve, res.inverse_temperature_curve, n_iter + res.n_iter,
-                res.converged)
+                              stage_steps=steps, reduce=comm.reduce, row_map=working.row_map,
+                              callback=self._callback_fn(working, n_iter), **common)
+        res = res._replace(history=res.history._replace(step=res.history.step + n_iter))
+        return res._replace(n_iter=n_iter + res.n_iter)
 
-    def _set_fitted(self, heads, lam, losses, temp_curve, n_iter, converged, working):
+    def _set_fitted(self, res: SolverResult, lam, working):
         """Fitted attributes, mapped back from the working space to the preprocessed one."""
-        centers = heads.detach().cpu().double().numpy()
+        centers = res.heads.detach().cpu().double().numpy()
         scale2 = working.scale * working.scale
         lam = float(lam) / working.scale / working.scale
         if not np.finfo(np.float64).tiny <= lam < np.inf:
@@ -618,11 +619,11 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             centers = centers * working.scale + working.shift
         self.cluster_centers_ = centers
         self.inverse_temperature_ = lam
-        self.loss_curve_ = np.asarray(losses, dtype=np.float64) * scale2
-        self.inverse_temperature_curve_ = np.asarray(temp_curve, dtype=np.float64) / scale2
-        self.n_iter_ = int(n_iter)
-        self.converged_ = bool(converged)
-        if not converged:
+        self.loss_curve_ = res.history.risk * scale2
+        self.inverse_temperature_curve_ = res.history.inverse_temperature / scale2
+        self.n_iter_ = int(res.n_iter)
+        self.converged_ = bool(res.converged)
+        if not self.converged_:
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
                           "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
 
@@ -662,65 +663,53 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                           "only the mean of the heads; raise inverse_temperature or use 'auto'",
                           DegenerateFitWarning, stacklevel=4)
 
-    def _callback_fn(self, working: _Working):
-        """The user's callback and the log, in the preprocessed space's units."""
+    def _callback_fn(self, working: _Working, offset: int = 0):
+        """The user's callback and the log, in the preprocessed space's units (iterations
+        counted from ``offset``)."""
         if self.callback is None and not self.verbose:
             return None
         scale = working.scale
 
         def call(info: IterationInfo) -> None:
-            info = IterationInfo(info.iteration, info.loss * scale * scale,
-                                 info.inverse_temperature / scale / scale, info.shift * scale)
+            heads = info.heads * scale
+            if working.shift is not None:
+                heads = heads + torch.as_tensor(working.shift, dtype=heads.dtype,
+                                                device=heads.device)
+            info = IterationInfo(offset + info.iteration, info.loss * scale * scale,
+                                 info.inverse_temperature / scale / scale, info.shift * scale,
+                                 heads)
             if self.verbose:
-                _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info)
+                _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info[:4])
             if self.callback is not None:
                 self.callback(info)
         return call
 
-    def _fit_pgd(self, Xt, heads0, temps, steps, gen, working):
-        """Plain PGD (:func:`attnclust.pgd.pgd`, float64 on the data's device)."""
+    def _fit_pgd(self, Xt, heads0, temps, steps, gen, working) -> SolverResult:
+        """Plain PGD (:func:`attnclust.pgd.pgd`, float64 on the data's device): the
+        annealing stages as one schedule without stopping rule, then the target."""
         from .pgd import pgd
-
-        # one inverse temperature per step: the annealing stages, then the target
-        schedule = [t for t, s in zip(temps[:-1], steps[:-1], strict=True) for _ in range(s)]
-        n_anneal = len(schedule)
-        schedule += [temps[-1]] * int(self.max_iter)
-        user = self._callback_fn(working)
-
-        def reporter(offset: int, inverse_temperature_of):
-            # pgd calls back with the number of updates of that call, ``step``, after the
-            # update made at inverse temperature ``inverse_temperature_of(step - 1)``
-            if user is None:
-                return None
-
-            def on_step(step: int, heads: torch.Tensor) -> None:
-                user(IterationInfo(offset + step, float("nan"), inverse_temperature_of(step - 1),
-                                   float("nan")))
-            return on_step
 
         common = dict(step_size=float(self.step_size), penalty=self.penalty,
                       rho=float(self.rho), record_every=1, batch_size=self.batch_size, rng=gen)
-        losses: list[float] = []
-        temp_curve: list[float] = []
-        n_iter = 0
-        if n_anneal:  # the annealing stages, without stopping rule
-            def anneal_at(t: int) -> float:
-                return schedule[min(t, n_anneal - 1)]
-            res = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=n_anneal, tol=0.0,
-                      inverse_temperature_schedule=anneal_at, callback=reporter(0, anneal_at),
-                      **common)
-            # record t is the heads before update t, at its inverse temperature; the last record
-            # (after the last update) is the first record of the final phase, at lambda
-            losses += [float(v) for v in res.history.risk[:-1]]
-            temp_curve += [float(v) for v in res.history.inverse_temperature[:-1]]
-            heads0, n_iter = res.heads, res.n_iter
+        schedule = [t for t, s in zip(temps[:-1], steps[:-1], strict=True) for _ in range(s)]
+        first = None
+        if schedule:
+            first = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=len(schedule),
+                        tol=0.0, callback=self._callback_fn(working),
+                        inverse_temperature_schedule=lambda t: schedule[min(t, len(schedule) - 1)],
+                        **common)
+            heads0 = first.heads
         res = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=int(self.max_iter),
-                  tol=self._tol, callback=reporter(n_iter, lambda t: temps[-1]), **common)
-        losses += [float(v) for v in res.history.risk]
-        temp_curve += [float(v) for v in res.history.inverse_temperature]
-        n_iter += res.n_iter
+                  tol=self._tol, callback=self._callback_fn(working, len(schedule)), **common)
         heads = torch.as_tensor(res.heads, dtype=Xt.dtype, device=Xt.device)
-        return heads, losses, temp_curve, int(n_iter), bool(res.converged)
+        if first is None:
+            return res._replace(heads=heads)
+        # the last record of the annealing (after its last update) is the first of the
+        # final phase, at lambda: kept once, from the final phase
+        final = res.history._replace(step=res.history.step + first.n_iter)
+        history = History(*(np.concatenate([a[:-1], b]) for a, b in zip(
+            first.history, final, strict=True)))
+        return SolverResult(heads, history, first.n_iter + res.n_iter, res.converged)
 
     # -- prediction -------------------------------------------------------------------------
     def _weights(self, Xp: np.ndarray) -> torch.Tensor:

@@ -86,7 +86,7 @@ Notation
 paper          code            meaning
 =============  ==============  =============================================
 ``mu_h``       ``heads``       heads, shape ``(K, d)`` (unit on the sphere)
-``lambda``     ``lam``         inverse inverse_temperature
+``lambda``     ``lam``         inverse temperature
 ``a_h(x)``     ``A[i, h]``     attention of row ``i`` on head ``h``
 ``N_h``        ``counts``      soft proportion of head ``h``
 =============  ==============  =============================================
@@ -101,11 +101,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ._deprecation import RenamedAttribute
 from ._threads import map_chunks
 from .heads import softmax_heads
+from .results import History, IterationInfo, SolverResult
+from .sphere import tangent
 
-__all__ = ["IterationInfo", "FixedPointResult", "fixed_point_fit"]
+__all__ = ["fixed_point_fit"]
 
 _logger = logging.getLogger("attnclust")
 
@@ -115,33 +116,10 @@ _ANDERSON_REG = 1e-10     # Tikhonov term of its least squares, relative to thei
 _GROW_AFTER = 2           # first-try acceptances before the step is doubled again
 
 
-class IterationInfo(NamedTuple):
-    """What the ``callback`` of :class:`AttentionClustering` receives after each step."""
-
-    iteration: int
-    loss: float
-    inverse_temperature: float
-    shift: float
-
-    temperature = RenamedAttribute("temperature", "inverse_temperature")   # until 0.3
-
-
-class FixedPointResult(NamedTuple):
-    """Result of :func:`fixed_point_fit`."""
-
-    heads: torch.Tensor
-    """Fitted unit heads, ``(K, d)``."""
-    loss_curve: list[float]
-    """Objective after each accepted step (first entry: at the start)."""
-    inverse_temperature_curve: list[float]
-    """Inverse temperature at which each entry of ``loss_curve`` was evaluated."""
-    n_iter: int
-    converged: bool
-
-
 # -- one pass over the data -------------------------------------------------------------
 class _Pass(NamedTuple):
     loss: torch.Tensor       # 0-dim, objective (risk + rho * penalty)
+    risk: torch.Tensor       # 0-dim, the risk alone
     grad: torch.Tensor       # (K, d) Euclidean gradient of the objective
     counts: torch.Tensor     # (K,) soft proportions N_h
     value_radial: torch.Tensor  # (K,) <grad_h of the value part, mu_h>
@@ -213,6 +191,7 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
         # gradient: + 2 lam sum_i a_ih c_ih mu_h / n, and lam a c = W - a
         grad = grad + 2.0 * (wsum - counts)[:, None] * heads
     value_radial = -2.0 * (vproj - (ata * gram).sum(1))      # <-2 (A^T X - A^T A mu)_h, mu_h>
+    risk = loss
     if penalty == "repulsion" and rho > 0:
         off = gram - torch.diag(torch.diagonal(gram))
         loss = loss + rho * 0.5 * (off**2).sum()             # sum_{h<h'} <mu_h, mu_h'>^2
@@ -225,7 +204,7 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
         pair_x = pair_x / n                                  # (K_h, K_g, d)
         own = pair_x.sum(1)                                  # (K, d)
         grad = grad + 2.0 * rho * lam * (w[:, None] * own - torch.einsum("h,hgd->gd", w, pair_x))
-    return _Pass(loss, grad, counts, value_radial)
+    return _Pass(loss, risk, grad, counts, value_radial)
 
 
 def _fixed_point_step(heads, p: _Pass, t: float, geometry: str = "sphere") -> torch.Tensor:
@@ -308,7 +287,7 @@ def fixed_point_fit(
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
     workers: int = 1,
     row_map: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> FixedPointResult:
+) -> SolverResult:
     """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
 
     ``mu_h <- normalize(mu_h - grad_h f / (2 N_h))`` (not normalized for Euclidean heads)
@@ -336,7 +315,8 @@ def fixed_point_fit(
     penalty, rho :
         Regularizer (``None``, ``"repulsion"`` or ``"balance"``) and its weight.
     callback : callable, optional
-        Called with an :class:`IterationInfo` after each accepted step.
+        Called with an :class:`~attnclust.results.IterationInfo` after each accepted
+        step (``loss``: the objective at the new heads).
     reduce : callable, optional
         Data-parallel fitting: ``X`` holds this rank's rows and ``reduce(t)`` returns the
         sum of ``t`` over all ranks (the same tensor on every rank, e.g. an all-reduce).
@@ -353,7 +333,9 @@ def fixed_point_fit(
 
     Returns
     -------
-    FixedPointResult
+    SolverResult
+        Heads, :class:`~attnclust.results.History` of every accepted step (the first
+        iterate of each stage at its own ``lambda``), ``n_iter`` and ``converged``.
 
     Examples
     --------
@@ -375,16 +357,14 @@ def fixed_point_fit(
     pass_args = dict(chunk=chunk, geometry=geometry, penalty=penalty, rho=rho, reduce=reduce,
                      n_total=n_total, workers=workers, row_map=row_map)
     heads = heads0
-    losses: list[float] = []
-    temps: list[float] = []
+    log = _Log(callback, rho, geometry)
     n_iter, converged = 0, False
     eps = 1e-12 if heads0.dtype == torch.float64 else 1e-5
     for stage, (lam, n_steps) in enumerate(zip(inverse_temperatures, stage_steps,
                                                strict=True)):
         last = stage == len(inverse_temperatures) - 1
         cur = _risk_pass(X, sq_norms, heads, lam, **pass_args)
-        losses.append(float(cur.loss))
-        temps.append(lam)
+        log.record(n_iter, lam, heads, cur)
         t_prev, streak = 1.0, 0
         hist_x: list[torch.Tensor] = []                      # Anderson history, this stage
         hist_f: list[torch.Tensor] = []
@@ -423,13 +403,35 @@ def fixed_point_fit(
                 break
             shift = float(torch.linalg.vector_norm(cand - heads, dim=1).max())
             heads, cur, t_prev = cand, new, (t_prev if extrapolated else t)
-            losses.append(float(cur.loss))
-            temps.append(lam)
-            if callback is not None:
-                callback(IterationInfo(n_iter, losses[-1], lam, shift))
-            _logger.debug("iter %d  lambda %.4g  loss %.8g  shift %.2e", n_iter, lam,
-                          losses[-1], shift)
+            log.record(n_iter, lam, heads, cur, shift)
             if shift <= tol and not extrapolated:  # a short extrapolation proves nothing
                 converged = last
                 break
-    return FixedPointResult(heads, losses, temps, n_iter, converged)
+    return SolverResult(heads, log.history(), n_iter, converged)
+
+
+class _Log:
+    """The history of a fit, and the callback after each accepted step."""
+
+    def __init__(self, callback, rho: float, geometry: str):
+        self.callback, self.rho, self.geometry = callback, float(rho), geometry
+        self.rows: dict[str, list] = {field: [] for field in History._fields}
+
+    def record(self, n_iter: int, lam: float, heads: torch.Tensor, cur: _Pass,
+               shift: float | None = None) -> None:
+        """Record the iterate ``heads`` (``shift=None``: the first of a stage)."""
+        grad = cur.grad if self.geometry == "euclidean" else tangent(heads, cur.grad)
+        for field, value in zip(History._fields, (
+                n_iter, float(cur.risk), float(torch.linalg.vector_norm(grad)), lam,
+                self.rho, heads.detach().cpu().double().numpy()), strict=True):
+            self.rows[field].append(value)
+        if shift is None:
+            return
+        loss = float(cur.loss)
+        _logger.debug("iter %d  lambda %.4g  loss %.8g  shift %.2e", n_iter, lam, loss, shift)
+        if self.callback is not None:
+            self.callback(IterationInfo(n_iter, loss, lam, shift, heads.detach().clone()))
+
+    def history(self) -> History:
+        return History(*(np.asarray(self.rows[field], dtype=np.int64 if field == "step"
+                                    else np.float64) for field in History._fields))

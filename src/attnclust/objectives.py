@@ -1,7 +1,7 @@
 """Objectives of PGD as objects: each gives its value and Euclidean gradient for ``R`` runs.
 
 An objective maps heads ``mu`` of shape ``(R, K, d)`` (``R`` independent runs) and one
-inverse inverse_temperature per run, ``lambda`` of shape ``(R,)``, to
+inverse temperature per run, ``lambda`` of shape ``(R,)``, to
 
     value_r = f_r(mu_r)           (R,)
     grad_r  = d f_r / d mu_r      (R, K, d)
@@ -25,7 +25,7 @@ Notation
 paper         code           meaning
 ============  =============  ==============================================
 ``mu``        ``heads``      ``(R, K, d)``: ``K`` heads for each of ``R`` runs
-``lambda``    ``lam``        inverse inverse_temperature, ``(R,)``
+``lambda``    ``lam``        inverse temperature, ``(R,)``
 ``R(mu)``     ``value``      the objective, ``(R,)``
 ============  =============  ==============================================
 """

@@ -8,7 +8,7 @@ Minimizes the regularized risk ``R_rho(mu) = R(mu) + rho Pen(mu)`` over heads
     mu_h  <- normalize(mu_h - eta xi_h)                  (retraction; eta g_h if not riemannian)
 
 **Batched.** The iterate is a tensor of shape ``(R, K, d)``: ``R`` independent runs,
-each with its own init, mixture (or data), inverse inverse_temperature and schedule, penalty
+each with its own init, mixture (or data), inverse temperature and schedule, penalty
 and penalty weight, step size and stopping test; one run is ``R = 1`` of the same code.
 Each step evaluates the objective of every active run in one call (see
 :mod:`attnclust.objectives`); a run whose Riemannian gradient norm falls below ``tol``
@@ -44,38 +44,13 @@ callables, whose caller owns them).
 
 Notes
 -----
-**Inverse temperature bias.** At finite ``lambda`` the minimizer of ``R`` is not the set of
-centroids: every token is pulled toward a *soft* mixture of the heads, so a head
-sitting exactly on its centroid quantizes its own cluster toward the other head; the
-heads move apart to compensate. Measured on the running example
-(``GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)``, exact risk, PGD from an init
-on ``M`` until ``||xi|| < 1e-10``; ``tests/test_pgd.py`` re-checks the direction):
-
-    ==========  ==============  ==============  ====================
-    lambda      distance max    angle (deg)     heads
-    ==========  ==============  ==============  ====================
-    0.847       0.2343          116.9           apart, symmetric
-    1           0.2237          115.7           apart, symmetric
-    3           0.0747          98.6            apart, symmetric
-    10          0.00811         90.93           apart, symmetric
-    30          0.00330         90.38           apart, symmetric
-    ==========  ==============  ==============  ====================
-
-(``0.847 = 1 / (1 + 2 sigma^2)``; the centroids are at 90 degrees; every seed tried
-gives the same point, with ``mu_h = cos(t) mu*_h + sin(t) (-mu*_{1-h})``: the heads
-rotate away from each other symmetrically, within the plane of the centroids. The
-heads do *not* merge from an init on ``M``, even at ``lambda = 1 / (1 + 2 sigma^2)``.
-The bias decays with ``lambda`` but not to zero: at ``lambda = 100`` it is still
-``0.0019``, the bias of hard (Voronoi) quantization of a noisy mixture, whose cell
-means sit further apart than the centroids.)
-
-Below the table the bias is *not* monotone and the heads still do not merge: the
-angle peaks near ``lambda = 0.7`` (117.5 degrees, distance 0.240) and returns toward
-90 degrees as ``lambda -> 0`` (112.4 degrees at ``lambda = 0.3``, 100.9 at ``0.1``,
-96.1 at ``0.05``; three seeds each, identical end points). So on the sphere and from
-an init on ``M`` this example shows no split inverse_temperature: the heads are apart at
-every ``lambda`` we tried, unlike unconstrained soft k-means, whose centers merge
-below ``1 / (1 + 2 sigma^2)``.
+**The inverse temperature's bias.** At finite ``lambda`` the minimizer of ``R`` is not the
+set of centroids: every token is pulled toward a *soft* mixture of the heads, so a head
+sitting exactly on its centroid quantizes its own cluster toward the other head, and the
+heads move apart to compensate, symmetrically within the plane of the centroids. The
+README's table ("What we measured") gives the bias on the running example; the test
+``test_inverse_temperature_bias_pushes_the_heads_apart`` re-measures it, and figure 7
+charts it against ``lambda``.
 
 Notation
 --------
@@ -92,20 +67,18 @@ paper           code                 meaning
 
 from __future__ import annotations
 
-import itertools
 import sys
 import types
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from ._deprecation import RenamedAttribute, renamed_keywords
+from ._deprecation import renamed_keywords
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
-from .metrics import centroid_distance
 from .mixture import GaussianMixture
 from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, _Callable, _Objective
+from .results import History, IterationInfo, SolverResult
 from .sphere import random_sphere, retract, tangent
 
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]
@@ -118,47 +91,8 @@ _ANNEAL_RATIO = 100.0  # "anneal" starts at lambda / _ANNEAL_RATIO
 _SCHEDULE_FRACTION = 0.5  # "decay" and "anneal" finish after this fraction of the steps
 
 
-class PGDHistory(NamedTuple):
-    """Quantities recorded every ``record_every`` steps and at the last step.
-
-    Shapes are for one run; a batch of ``R`` runs adds an axis of length ``R`` after
-    the first (``risk`` is ``(T, R)``, ``heads`` is ``(T, R, K, d)``). A run that has
-    stopped keeps the values of its last step.
-    """
-
-    step: np.ndarray
-    """Iteration index ``t`` of each record, shape ``(T,)``."""
-    risk: np.ndarray
-    """Risk ``R`` (without the penalty) at the recorded heads."""
-    distance_max: np.ndarray
-    """Largest matched distance to the centroids (NaN when they are unknown)."""
-    distance_rms: np.ndarray
-    """Root-mean-square matched distance to the centroids."""
-    gram: np.ndarray
-    """Heads' Gram matrix, shape ``(T, K, K)``."""
-    grad_norm: np.ndarray
-    """Frobenius norm of the Riemannian gradient of ``R + rho_t Pen``."""
-    inverse_temperature: np.ndarray
-    """``lambda_t``."""
-    rho: np.ndarray
-    """``rho_t``."""
-    heads: np.ndarray
-    """The recorded heads, shape ``(T, K, d)``."""
-
-    temperature = RenamedAttribute("temperature", "inverse_temperature")   # until 0.3
-
-
-class PGDResult(NamedTuple):
-    """Outcome of :func:`pgd`."""
-
-    heads: torch.Tensor
-    """Final heads, shape ``(K, d)`` (``(R, K, d)`` batched), float64, detached, on the
-    device of the data (of ``heads0`` for a mixture)."""
-    history: PGDHistory
-    n_iter: int | np.ndarray
-    """Number of updates performed (per run when batched)."""
-    converged: bool | np.ndarray
-    """Whether the Riemannian gradient norm went below ``tol`` (per run when batched)."""
+PGDHistory = History    # the names of 0.1
+PGDResult = SolverResult
 
 
 # --------------------------------------------------------------------------------------
@@ -284,18 +218,17 @@ def _is_mixtures(objective) -> bool:
 
 
 def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed):
-    """The risk as an objective object, and the default centroids for the history."""
+    """The risk as an objective object."""
     if isinstance(objective, _Objective):
-        cents = objective.mix.cents if isinstance(objective, PopulationRisk) else None
-        return objective, cents
+        return objective
     if _is_mixtures(objective):
         if batch_size is not None:
             raise ValueError("batch_size applies to data arrays, not to a GaussianMixture")
         if reduce is not None:
             raise ValueError("reduce applies to data shards, not to a GaussianMixture")
         risk = PopulationRisk(objective, method=method, n_samples=n_samples, rng=qmc_seed)
-        return risk, risk.mix.cents
-    return EmpiricalRisk(objective, batch_size=batch_size, reduce=reduce, rng=gen), None
+        return risk
+    return EmpiricalRisk(objective, batch_size=batch_size, reduce=reduce, rng=gen)
 
 
 def _heads0(heads0, d: int, device) -> torch.Tensor:
@@ -379,41 +312,16 @@ def _evaluate(risk, terms, heads, lam, rho, *, batch, reduce):
     return value, grad
 
 
-def _distances(heads: np.ndarray, centroids: np.ndarray | None):
-    """Matched max and rms distance ``(T, R)`` of recorded heads ``(T, R, K, d)`` to
-    centroids ``(M, k, d)`` (``M`` = 1 or ``R``); NaN without centroids or if ``k > K``."""
-    T, R, K, _ = heads.shape
-    if centroids is None or centroids.shape[1] > K:
-        nan = np.full((T, R), np.nan)
-        return nan, nan.copy()
-    k = centroids.shape[1]
-    if K > 4:  # Hungarian matching run by run
-        out = np.array([[centroid_distance(heads[t, r], centroids[r % len(centroids)])[:2]
-                         for r in range(R)] for t in range(T)])
-        return out[..., 0], out[..., 1]
-    perms = np.array(list(itertools.permutations(range(K), k)))  # (P, k)
-    dmax, drms = np.empty((T, R)), np.empty((T, R))
-    for t in range(T):
-        dist = np.linalg.norm(centroids[:, :, None] - heads[t][:, None], axis=-1)  # (R, k, K)
-        matched = dist[:, np.arange(k), perms]  # (R, P, k)
-        best = np.take_along_axis(matched, matched.sum(-1).argmin(1)[:, None, None], 1)[:, 0]
-        dmax[t], drms[t] = best.max(-1), np.sqrt((best**2).mean(-1))
-    return dmax, drms
-
-
-def _history(records: dict, centroids, single: bool) -> PGDHistory:
-    heads = np.stack(records["heads"])  # (T, R, K, d)
-    dmax, drms = _distances(heads, centroids)
+def _history(records: dict, single: bool) -> History:
     fields = {"step": np.asarray(records["step"], dtype=np.int64),
-              "risk": np.stack(records["risk"]), "distance_max": dmax, "distance_rms": drms,
-              "gram": heads @ heads.transpose(0, 1, 3, 2),
+              "risk": np.stack(records["risk"]),
               "grad_norm": np.stack(records["grad_norm"]),
               "inverse_temperature": np.stack(records["inverse_temperature"]),
               "rho": np.stack(records["rho"]),
-              "heads": heads}
+              "heads": np.stack(records["heads"])}
     if single:
         fields = {key: v if key == "step" else v[:, 0] for key, v in fields.items()}
-    return PGDHistory(**fields)
+    return History(**fields)
 
 
 def _check_options(method, tol, reduce) -> float:
@@ -445,13 +353,12 @@ def pgd(
     tol: float = 0.0,
     record_every: int = 10,
     batch_size: int | None = None,
-    centroids=None,
     rng=None,
     method: str = "auto",
     n_samples: int = 2**14,
-    callback: Callable[[int, torch.Tensor], None] | None = None,
+    callback: Callable[[IterationInfo], None] | None = None,
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> PGDResult:
+) -> SolverResult:
     """Projected (Riemannian) gradient descent of ``R + rho Pen`` on the sphere.
 
     Parameters
@@ -463,7 +370,7 @@ def pgd(
     heads0 : array-like of shape (K, d) or (R, K, d)
         Initial heads (projected to the sphere); ``(R, K, d)`` runs ``R`` descents at once.
     inverse_temperature : float or array-like of shape (R,)
-        Target inverse inverse_temperature ``lambda`` (per run).
+        Target inverse temperature ``lambda`` (per run).
     step_size : float or array-like of shape (R,), default=0.1
         ``eta > 0``.
     n_steps : int, default=1000
@@ -485,16 +392,16 @@ def pgd(
     batch_size : int, optional
         Mini-batch size for data (stochastic steps; batches drawn with ``rng``, the same
         rows for every run).
-    centroids : array-like of shape (K', d), optional
-        Reference for the recorded distances (default: the mixtures' centroids).
     rng : int or numpy Generator, optional
         Mini-batch sampling; seed of the QMC points for ``K > 3`` mixtures.
     method : {"auto", "exact", "qmc"}, default="auto"
         Population risk rule (see :func:`attnclust.population_risk`).
     n_samples : int, default=2**14
         QMC points per mixture component.
-    callback : callable ``(step, heads) -> None``, optional
-        Called after each update with the new heads (``(K, d)``, or ``(R, K, d)``).
+    callback : callable ``(IterationInfo) -> None``, optional
+        Called after each update (:class:`attnclust.results.IterationInfo`: the new heads,
+        ``(K, d)`` or ``(R, K, d)``, with the update's ``lambda`` and shift per run; the
+        objective is evaluated before each update, so ``loss`` is NaN).
     reduce : callable ``tensor -> tensor``, optional
         Data-parallel hook: the sum of a tensor over the ranks of a process group, the
         same result on every rank (see :func:`attnclust.distributed.pgd_distributed`).
@@ -506,9 +413,11 @@ def pgd(
 
     Returns
     -------
-    PGDResult
-        For ``heads0`` of shape ``(R, K, d)``, heads ``(R, K, d)``, a history with a run
-        axis, and ``n_iter`` and ``converged`` arrays of shape ``(R,)``.
+    SolverResult
+        Heads, :class:`~attnclust.results.History` (risk, gradient norm, schedules and
+        heads at the recorded steps), ``n_iter`` and ``converged``. For ``heads0`` of
+        shape ``(R, K, d)``: heads ``(R, K, d)``, a history with a run axis, and
+        ``n_iter`` and ``converged`` arrays of shape ``(R,)``.
 
     Examples
     --------
@@ -524,16 +433,16 @@ def pgd(
     >>> heads0 = torch.stack([ac.init_on_manifold(mix, rng=r) for r in range(3)])
     >>> many = ac.pgd(mix, heads0, inverse_temperature=[3.0, 10.0, 30.0], step_size=0.5,
     ...               n_steps=1000, record_every=1000)
-    >>> many.heads.shape, many.history.distance_max.shape
-    (torch.Size([3, 2, 10]), (2, 3))
-    >>> [round(float(x), 4) for x in many.history.distance_max[-1]]
+    >>> many.heads.shape, many.history.heads.shape
+    (torch.Size([3, 2, 10]), (2, 3, 2, 10))
+    >>> [round(ac.centroid_distance(h, mix.centroids).max, 4) for h in many.heads]
     [0.0747, 0.0081, 0.0033]
     """
     tol = _check_options(method, tol, reduce)
     gen = as_generator(rng)
     qmc_seed = int(rng) if isinstance(rng, (int, np.integer)) else int(gen.integers(2**31))
-    risk, default_cents = _objective(objective, batch_size=batch_size, reduce=reduce, gen=gen,
-                                     method=method, n_samples=n_samples, qmc_seed=qmc_seed)
+    risk = _objective(objective, batch_size=batch_size, reduce=reduce, gen=gen,
+                      method=method, n_samples=n_samples, qmc_seed=qmc_seed)
     d = risk.X.shape[-1] if isinstance(risk, EmpiricalRisk) else risk.mix.d
     device = risk.X.device if isinstance(risk, EmpiricalRisk) else \
         as_tensor(heads0, name="heads0").device
@@ -552,17 +461,9 @@ def pgd(
                        lam, n_steps)
     rho_at = _Schedule("rho", _per_run(rho_schedule, R, "rho_schedule"), rho, n_steps)
     stop_from = np.maximum(lam_at.done, rho_at.done)
-    if centroids is not None:
-        centroids = as_tensor(centroids, name="centroids", dtype=torch.float64).cpu().numpy()
-        if centroids.ndim != 2 or centroids.shape[1] != d:
-            raise ValueError(f"centroids must have shape (K', {d}), got {centroids.shape}")
-        centroids = centroids[None]
-    else:
-        centroids = default_cents
     return _descend(risk, terms, H, single=single, lam_at=lam_at, rho_at=rho_at, eta=eta,
                     stop_from=stop_from, n_steps=n_steps, record_every=record_every, tol=tol,
-                    riemannian=riemannian, reduce=reduce, callback=callback,
-                    centroids=centroids)
+                    riemannian=riemannian, reduce=reduce, callback=callback)
 
 
 class _Records:
@@ -588,7 +489,7 @@ def _grad_norms(rgrad: torch.Tensor, t: int) -> np.ndarray:
 
 
 def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps, record_every,
-             tol, riemannian, reduce, callback, centroids) -> PGDResult:
+             tol, riemannian, reduce, callback) -> SolverResult:
     """The loop: one batched evaluation and one retraction per step, for the active runs.
 
     The host reads numbers only at recorded steps and, with ``tol``, for the stopping
@@ -601,6 +502,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
     sub_risk, sub_terms = _restrict(risk, terms, active)
     n_iter, converged = np.full(R, n_steps), np.zeros(R, dtype=bool)
     records = _Records(R)
+    report = _Reporter(callback, R, single)
     idx = torch.from_numpy(active).to(device)
     for t in range(n_steps + 1):
         lam_t, rho_t = lam_at(t), rho_at(t)
@@ -626,6 +528,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
         if t == n_steps or stop.all():
             break
         moved = retract(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
+        report.shifts(active[~stop], (moved - Ha)[torch.from_numpy(~stop).to(device)])
         if stop.any():  # frozen at this step: the others move on without them
             keep = torch.from_numpy(~stop).to(device)
             H[idx[keep]] = moved[keep]
@@ -636,19 +539,46 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
             H = moved
         else:
             H[idx] = moved
-        if callback is not None:
-            callback(t + 1, H[0].clone() if single else H.clone())
-    history = _history(records.rows, centroids, single)
+        report(t + 1, lam_t, H)
+    history = _history(records.rows, single)
     if single:
-        return PGDResult(H[0].detach().clone(), history, int(n_iter[0]), bool(converged[0]))
-    return PGDResult(H.detach().clone(), history, n_iter, converged)
+        return SolverResult(H[0].detach().clone(), history, int(n_iter[0]),
+                            bool(converged[0]))
+    return SolverResult(H.detach().clone(), history, n_iter, converged)
+
+
+class _Reporter:
+    """Calls ``callback`` with an :class:`IterationInfo` after each update (a no-op
+    without one); runs that have stopped report a shift of 0."""
+
+    def __init__(self, callback, n_runs: int, single: bool):
+        self.callback, self.single = callback, single
+        self.shift = np.zeros(n_runs)
+
+    def shifts(self, runs: np.ndarray, change: torch.Tensor) -> None:
+        """Record how far the heads of ``runs`` moved, ``change`` of shape ``(A, K, d)``."""
+        if self.callback is not None:
+            self.shift[:] = 0.0
+            self.shift[runs] = change.norm(dim=-1).amax(-1).cpu().numpy()
+
+    def __call__(self, iteration: int, lam_t: np.ndarray, H: torch.Tensor) -> None:
+        if self.callback is None:
+            return
+        heads = H.detach().clone()
+        if self.single:
+            info = IterationInfo(iteration, float("nan"), float(lam_t[0]),
+                                 float(self.shift[0]), heads[0])
+        else:
+            info = IterationInfo(iteration, np.full(len(self.shift), np.nan), lam_t.copy(),
+                                 self.shift.copy(), heads)
+        self.callback(info)
 
 
 class _CallableModule(types.ModuleType):
     """``attnclust.pgd`` is this module, and calling it calls :func:`pgd`, so that
     ``import attnclust.pgd`` gives the module while ``ac.pgd(mix, heads0, ...)`` works."""
 
-    def __call__(self, *args, **kwargs) -> PGDResult:
+    def __call__(self, *args, **kwargs) -> SolverResult:
         return pgd(*args, **kwargs)
 
 

@@ -3,13 +3,13 @@
 A thin shell over :func:`attnclust.quantize.identity_attention`. ``transform(X)``
 treats the rows of ``X`` as one prompt of ``L`` tokens and returns
 ``Q_lambda(X)_i = sum_j softmax_j(lambda <X_i, X_j>) X_j``; ``fit`` only fixes the
-inverse inverse_temperature ``lambda``.
+inverse temperature ``lambda``.
 
 The ``"auto"`` inverse_temperature. The seeds' Figures 3 and 4 use ``lambda = 1 / (1 + 2
 sigma^2)`` for clusters centred on the unit sphere with isotropic noise ``sigma``. For
 the running example (two orthogonal unit centroids, equal weights) this is
 ``1 / (2 lambda_max)`` with ``lambda_max = 1/2 + sigma^2`` the largest eigenvalue of the
-data covariance, the inverse_temperature at which soft k-means first splits the data in two:
+data covariance, the inverse temperature at which soft k-means first splits the data in two:
 the layer is as sharp as it can be while staying on the smooth side of the split.
 ``fit`` estimates ``sigma`` from the data under the same model. As every centroid has
 unit norm and the noise is independent of the cluster,
@@ -23,7 +23,7 @@ noise-only direction) and ``sigma = 0``, with standard error
 running example with ``n = 2000``; larger in low dimension and for small ``sigma``,
 where the cross term ``2 sigma <mu*_k, xi>`` dominates: 7% of ``sigma`` for ``d = 3``,
 ``sigma = 0.1``). The estimate relies on the unit scale of the
-centroids; data on another scale should be rescaled first, or given a inverse_temperature.
+centroids; data on another scale should be rescaled first, or given ``inverse_temperature``.
 
 Notation
 --------
@@ -108,7 +108,7 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
     Attributes
     ----------
     inverse_temperature_ : float
-        The inverse inverse_temperature ``transform`` uses.
+        The inverse temperature ``transform`` uses.
     sigma_ : float
         Estimated noise level (only with ``inverse_temperature="auto"``).
     n_features_in_ : int

@@ -1,6 +1,6 @@
 """Population and empirical risk of the K-head layer, and the penalties of ``R_rho``.
 
-The risk of heads ``mu = (mu_1..mu_K)`` at inverse inverse_temperature ``lambda`` is
+The risk of heads ``mu = (mu_1..mu_K)`` at inverse temperature ``lambda`` is
 
     R(mu) = E || X - T_mu(X) ||^2,     T_mu(x) = sum_h a_h(x) mu_h,
     a(x) = softmax(lambda P),          P_h = <x, mu_h>.
@@ -493,7 +493,7 @@ def empirical_risk(heads, X, *, inverse_temperature: float, batch_size: int | No
 
 def _empirical_risk_runs(heads: torch.Tensor, X: torch.Tensor, inverse_temperature, batch_size):
     """``R`` runs at once: heads ``(R, K, d)``, data ``(n, d)`` or ``(R, n, d)``, one
-    inverse inverse_temperature per run (a float or ``(R,)``); returns ``(R,)``."""
+    inverse temperature per run (a float or ``(R,)``); returns ``(R,)``."""
     if X.ndim not in (2, 3) or X.shape[-2] == 0 or X.shape[-1] != heads.shape[-1]:
         raise ValueError(f"X must be a non-empty (n, {heads.shape[-1]}) or (R, n, "
                          f"{heads.shape[-1]}) array, got shape {tuple(X.shape)}")

@@ -3,18 +3,47 @@ intervals, the running example's prompt and the inputs-vs-outputs panels."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import torch
 from scipy.stats import norm
 from sklearn.decomposition import PCA
 
+from ..metrics import centroid_distance
 from ..mixture import GaussianMixture
 from ..pgd import init_on_manifold, init_on_sphere
 from ._style import COLORS, new_figure, save
 
-__all__ = ["running_example", "initial_heads", "wilson", "rate_summary", "rates_over_time",
-           "overlapping", "inverse_temperature_of", "prompt", "projected", "inputs_vs_outputs",
-           "manifold_runs", "manifold_figure", "plot_manifold_figure", "in_span"]
+__all__ = ["distance_max", "running_example", "initial_heads", "wilson", "rate_summary",
+           "rates_over_time", "overlapping", "inverse_temperature_of", "prompt", "projected",
+           "inputs_vs_outputs", "manifold_runs", "manifold_figure", "plot_manifold_figure",
+           "in_span"]
+
+
+def distance_max(heads, mixes) -> np.ndarray:
+    """Largest matched distance of each run's heads to its mixture's centroids.
+
+    ``heads`` is ``(..., R, K, d)`` (e.g. a PGD history ``(T, R, K, d)``), ``mixes`` one
+    mixture per run or one for all; the result has shape ``(..., R)``. For ``K <= 4``
+    every matching is tried at once (the Hungarian matching of
+    :func:`attnclust.centroid_distance` gives the same), beyond that run by run.
+    """
+    heads = np.asarray(heads, dtype=np.float64)
+    mixes = mixes if isinstance(mixes, (list, tuple)) else [mixes]
+    cents = np.stack([mix.centroids for mix in mixes])            # (R or 1, k, d)
+    K, k = heads.shape[-2], cents.shape[1]
+    lead = heads.shape[:-2]
+    cents = np.broadcast_to(cents, lead[-1:] + cents.shape[1:])
+    if K > 4:
+        flat = heads.reshape(-1, *heads.shape[-3:])
+        return np.array([[centroid_distance(h, c).max for h, c in zip(hs, cents, strict=True)]
+                         for hs in flat]).reshape(lead)
+    perms = np.array(list(itertools.permutations(range(K), k)))   # (P, k)
+    dist = np.linalg.norm(cents[..., :, None, :] - heads[..., None, :, :], axis=-1)  # (.., k, K)
+    matched = dist[..., np.arange(k), perms]                        # (..., P, k)
+    best = np.take_along_axis(matched, matched.sum(-1).argmin(-1)[..., None, None], -2)
+    return best[..., 0, :].max(-1)
 
 
 def running_example(sigma: float, d: int = 10) -> GaussianMixture:
@@ -146,7 +175,7 @@ def manifold_runs(mix: GaussianMixture, config: dict, rng: np.random.Generator):
     heads0 = initial_heads(mix, config["init"], streams)  # (n_temps * n, K, d)
     res = pgd(mix, heads0, inverse_temperature=np.repeat(lams, n), step_size=config["step_size"],
               n_steps=config["n_steps"], record_every=config["record_every"], tol=config["tol"])
-    dist = res.history.distance_max.reshape(len(res.history.step), len(lams), n)
+    dist = distance_max(res.history.heads, mix).reshape(len(res.history.step), len(lams), n)
     return res.history.step, dist
 
 

@@ -5,7 +5,7 @@ softmax (``lambda = 100``), a head that starts farther than the other head from 
 centroid wins almost no token and receives almost no gradient: a *dead head*, which
 plain PGD cannot revive. We minimize the regularized risk ``R + rho Pen`` with ``rho``
 decaying to 0 (so the final minimizer is that of ``R``), for the ``repulsion`` and
-``balance`` penalties, and anneal the inverse_temperature (``lambda / 100`` to ``lambda`` over
+``balance`` penalties, and anneal the inverse temperature (``lambda / 100`` to ``lambda`` over
 the first half of the steps), beside plain ``R``: ``n_runs`` inits per variant, the
 four variants of one dimension in one batched PGD call.
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from ..pgd import pgd
 from ._common import (
+    distance_max,
     in_span,
     initial_heads,
     overlapping,
@@ -69,7 +70,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
                   inverse_temperature=config["inverse_temperature"], step_size=config["step_size"],
                   n_steps=config["n_steps"], record_every=config["record_every"],
                   tol=config["tol"], **per_run_arguments(variants, n))
-        dist = res.history.distance_max.reshape(-1, len(variants), n)  # (T, variant, run)
+        dist = distance_max(res.history.heads, mixes).reshape(-1, len(variants), n)  # (T, v, r)
         arrays["step"] = res.history.step
         per_d = {}
         for i, variant in enumerate(variants):

@@ -2,7 +2,7 @@
 
 Every token is one of the two centroids, so the risk is a finite sum; PGD from an
 init on M drives the heads towards the centroids, with a bias that vanishes as the
-inverse inverse_temperature grows, unless a head starts where it wins no token (a dead head,
+inverse temperature grows, unless a head starts where it wins no token (a dead head,
 frequent at large ``lambda``): the summary gives that rate over ``n_inits`` inits with
 its 95% Wilson interval.
 """

@@ -1,6 +1,6 @@
 """Figure 6: more clusters and higher dimension, from random inits on the sphere.
 
-For each number of clusters ``K``, dimension ``d`` and inverse inverse_temperature ``lambda``,
+For each number of clusters ``K``, dimension ``d`` and inverse temperature ``lambda``,
 each run draws its own random unit centroids (pairwise at least 60 degrees apart) and
 starts its heads uniformly on ``S^{d-1}``; PGD runs on the population risk, estimated
 by quasi-Monte Carlo on common random numbers (``n_samples`` scrambled Sobol points
@@ -31,7 +31,7 @@ import torch
 from ..mixture import GaussianMixture
 from ..objectives import Balance, PopulationRisk
 from ..pgd import init_on_sphere, pgd
-from ._common import in_span, overlapping, rate_summary
+from ._common import distance_max, in_span, overlapping, rate_summary
 from ._runner import FigureResult, track
 from ._style import COLORS, new_figure, save, styled
 
@@ -79,7 +79,7 @@ def _batch(k: int, d: int, config: dict, rng: np.random.Generator) -> np.ndarray
     res = pgd(risk, heads0, inverse_temperature=[lam for lam, _ in cells for _ in range(n)],
               step_size=config["step_size"], n_steps=config["n_steps"],
               record_every=config["n_steps"], tol=config["tol"], **per_run)
-    return res.history.distance_max[-1].reshape(len(lams), len(variants), n)
+    return distance_max(res.heads, mixes).reshape(len(lams), len(variants), n)
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:

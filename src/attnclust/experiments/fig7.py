@@ -20,7 +20,7 @@ import torch
 
 from ..objectives import PopulationRisk
 from ..pgd import pgd
-from ._common import initial_heads, running_example
+from ._common import distance_max, initial_heads, running_example
 from ._runner import FigureResult
 from ._style import COLORS, new_figure, save, styled
 
@@ -49,7 +49,7 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     best = np.argmin(risks, axis=-1)  # (sigma, lambda)
     heads = res.heads.numpy().reshape(len(sigmas), len(lams), n, 2, -1)
     heads = np.take_along_axis(heads, best[..., None, None, None], 2)[:, :, 0]
-    distance = res.history.distance_max[-1].reshape(len(sigmas), len(lams), n)
+    distance = distance_max(res.heads, mixes).reshape(len(sigmas), len(lams), n)
     distance = np.take_along_axis(distance, best[..., None], 2)[..., 0]
     angle = np.degrees(np.arccos(np.clip((heads[..., 0, :] * heads[..., 1, :]).sum(-1), -1, 1)))
     centroids = torch.tensor(mixes[0].centroids).expand(len(cells), -1, -1)

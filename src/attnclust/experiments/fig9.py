@@ -2,9 +2,9 @@
 
 For growing sample sizes ``n`` we draw ``n`` tokens of the running example and estimate
 the centroids with (a) the two-head layer trained by PGD on the empirical risk, at two
-inverse inverse_temperatures, (b) scikit-learn's ``KMeans(n_init=1)`` and (c) its spherical
+inverse temperatures, (b) scikit-learn's ``KMeans(n_init=1)`` and (c) its spherical
 ``GaussianMixture`` (EM). The error is the matched max distance to the true centroids;
-median and 95% band over 10 samples (for each size, the runs of both inverse_temperatures on
+median and 95% band over 10 samples (for each size, the runs of both inverse temperatures on
 all samples are one batched PGD call). The layer converges to its population
 minimizer, which is biased at a finite inverse_temperature (dashed lines, from PGD on the population
 risk): at ``lambda = 3`` its error levels off at that bias, while at ``lambda = 30`` the
@@ -21,7 +21,7 @@ from sklearn.mixture import GaussianMixture as SklearnGMM
 
 from ..metrics import centroid_distance
 from ..pgd import init_on_sphere, pgd
-from ._common import running_example
+from ._common import distance_max, running_example
 from ._runner import FigureResult, track
 from ._style import COLORS, band, new_figure, save, styled
 
@@ -77,9 +77,10 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     # the population minimizer at each inverse temperature: the floor of the layer's error
     start = torch.tensor(mix.centroids).expand(n_lams, -1, -1)
     lams = config["inverse_temperatures"]
-    bias = pgd(mix, start, inverse_temperature=lams, step_size=config["step_size"],
-               n_steps=config["population_steps"],
-               record_every=config["population_steps"], tol=config["tol"]).history.distance_max[-1]
+    minimizers = pgd(mix, start, inverse_temperature=lams, step_size=config["step_size"],
+                     n_steps=config["population_steps"],
+                     record_every=config["population_steps"], tol=config["tol"]).heads
+    bias = distance_max(minimizers, mix)
     summary = {method: {f"n_{n}": float(np.median(error[m, :, j])) for j, n in enumerate(sizes)}
                for m, method in enumerate(methods)}
     summary["population_minimizer_distance"] = {
