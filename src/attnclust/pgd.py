@@ -528,7 +528,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
         if t == n_steps or stop.all():
             break
         moved = retract(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
-        report.shifts(active[~stop], (moved - Ha)[torch.from_numpy(~stop).to(device)])
+        report.shifts(active, stop, moved, Ha)
         if stop.any():  # frozen at this step: the others move on without them
             keep = torch.from_numpy(~stop).to(device)
             H[idx[keep]] = moved[keep]
@@ -555,11 +555,12 @@ class _Reporter:
         self.callback, self.single = callback, single
         self.shift = np.zeros(n_runs)
 
-    def shifts(self, runs: np.ndarray, change: torch.Tensor) -> None:
-        """Record how far the heads of ``runs`` moved, ``change`` of shape ``(A, K, d)``."""
+    def shifts(self, active: np.ndarray, stop: np.ndarray, moved, before) -> None:
+        """Record how far the heads of the active runs moved (``moved - before``, of shape
+        ``(A, K, d)``); those that stop at this step do not move."""
         if self.callback is not None:
             self.shift[:] = 0.0
-            self.shift[runs] = change.norm(dim=-1).amax(-1).cpu().numpy()
+            self.shift[active] = (moved - before).norm(dim=-1).amax(-1).cpu().numpy() * ~stop
 
     def __call__(self, iteration: int, lam_t: np.ndarray, H: torch.Tensor) -> None:
         if self.callback is None:
