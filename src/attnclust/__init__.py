@@ -10,24 +10,21 @@ from .heads import AttentionHeads, attention_heads, head_weights
 from .metrics import (
     AssignmentError,
     CentroidDistance,
+    ClusterCount,
+    LimitDistance,
+    SpreadRatio,
     adjusted_rand_index,
     assignment_error,
     centroid_distance,
+    count_clusters,
     distortion,
+    limit_distance,
+    spread_ratio,
 )
 from .mixture import GaussianMixture
 from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, ValueAndGrad
 from .pgd import PGDHistory, PGDResult, init_on_manifold, init_on_sphere
-from .quantize import (
-    ClusterCount,
-    LimitDistance,
-    SpreadRatio,
-    count_clusters,
-    identity_attention,
-    infinite_prompt_limit,
-    limit_distance,
-    spread_ratio,
-)
+from .quantize import identity_attention, infinite_prompt_limit
 from .quantizer import AttentionQuantizer, estimate_sigma
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..quantize import identity_attention, limit_distance, spread_ratio
+from ..metrics import limit_distance, spread_ratio
+from ..quantize import identity_attention
 from ._common import inputs_vs_outputs, inverse_temperature_of, projected, prompt
 from ._runner import FigureResult
 from ._style import styled
