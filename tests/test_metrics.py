@@ -3,8 +3,8 @@ import pytest
 from scipy.cluster.hierarchy import fcluster, linkage
 
 import attnclust as ac
+from attnclust.in_context import infinite_prompt_limit
 from attnclust.metrics import count_clusters, limit_distance, spread_ratio
-from attnclust.quantize import infinite_prompt_limit
 from attnclust.sphere import random_sphere
 
 SIGMA = 0.3

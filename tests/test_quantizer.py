@@ -7,7 +7,7 @@ import pytest
 from sklearn.utils.estimator_checks import check_estimator
 
 import attnclust as ac
-from attnclust.quantize import identity_attention
+from attnclust.in_context import identity_attention
 from attnclust.quantizer import AttentionQuantizer, estimate_sigma
 
 

@@ -7,6 +7,7 @@ from . import pgd  # the module, callable as the function (attnclust.pgd.pgd)
 from .clustering import AttentionClustering, DegenerateFitWarning
 from .communicator import Communicator
 from .heads import AttentionHeads, attention_heads, head_weights
+from .in_context import identity_attention, infinite_prompt_limit
 from .metrics import (
     AssignmentError,
     CentroidDistance,
@@ -24,7 +25,6 @@ from .metrics import (
 from .mixture import GaussianMixture
 from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, ValueAndGrad
 from .pgd import PGDHistory, PGDResult, init_on_manifold, init_on_sphere
-from .quantize import identity_attention, infinite_prompt_limit
 from .quantizer import AttentionQuantizer, estimate_sigma
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..in_context import identity_attention
 from ..metrics import limit_distance, spread_ratio
-from ..quantize import identity_attention
 from ._common import inputs_vs_outputs, inverse_temperature_of, projected, prompt
 from ._runner import FigureResult
 from ._style import styled
