@@ -10,19 +10,20 @@ through row sums (see :mod:`attnclust.fixed_point`), so one pass over the data i
     S     = sum_r S_r                              (one all-reduce, the same S on every rank)
 
 with ``s(x; mu)`` the per-row statistics: loss, ``w(x) x`` (``K x d``), ``a a^T``
-(``K x K``) and ``a`` (``K``). Every rank then takes the same step, so every rank ends
-with the same heads, and they are those of one process on ``X`` up to the order of the
-floating-point additions. The k-means++ seeding sees the same rows as one process (the
-sampled rows are assembled by a sum over ranks in which each row is non-zero on exactly
-one rank), and the ``"auto"`` inverse temperature is computed from summed statistics.
+(``K x K``), ``a_h <x, mu_h>`` and ``w(x)`` (``K`` each). Every rank then takes the same
+step, so every rank ends with the same heads, and they are those of one process on
+``X`` up to the order of the floating-point additions. The k-means++ seeding sees the
+same rows as one process (the sampled rows are assembled by a sum over ranks in which
+each row is non-zero on exactly one rank), and the ``"auto"`` inverse temperature is
+computed from summed statistics.
 
 The same holds for :func:`pgd_distributed`, projected gradient descent on the
 empirical risk: ``R = sum_r (n_r / n) R_r`` and its gradient are all-reduced each step
 (``1 + K d`` numbers; ``K`` more with the ``"balance"`` penalty).
 
-Per pass of the fixed-point solver, the all-reduce carries ``1 + K d + K^2 + K``
-numbers (plus ``K^2 d`` with the ``"balance"`` penalty): 2,632 bytes in float64 for
-``K = 8, d = 32``, whatever ``n``.
+Per pass of the fixed-point solver, the all-reduce carries ``1 + K d + K^2 + 2 K``
+numbers (plus ``K^2 d`` with the ``"balance"`` penalty; :func:`pass_bytes`): 2,696 bytes
+in float64 for ``K = 8, d = 32``, whatever ``n``.
 
 Notation
 --------
