@@ -1,8 +1,19 @@
 import numpy as np
 import pytest
+from scipy.cluster.hierarchy import fcluster, linkage
 
 import attnclust as ac
+from attnclust.in_context import infinite_prompt_limit
+from attnclust.metrics import count_clusters, limit_distance, spread_ratio
 from attnclust.sphere import random_sphere
+
+SIGMA = 0.3
+LAM = 1.0 / (1.0 + 2.0 * SIGMA**2)  # the running example's inverse temperature
+
+
+@pytest.fixture(scope="module")
+def mix():
+    return ac.GaussianMixture.orthogonal(d=10, k=2, sigma=SIGMA)
 
 
 def test_centroid_distance_is_invariant_to_relabelling():
@@ -61,3 +72,40 @@ def test_assignment_error_rejects_bad_labels(labels):
         ac.assignment_error(np.eye(3)[:2], X, labels, inverse_temperature=1.0)
     with pytest.raises(ValueError, match="labels must be a non-empty 1-D array"):
         ac.assignment_error(np.eye(3)[:2], X[:0], [], inverse_temperature=1.0)
+
+
+# -- quantization metrics ------------------------------------------------------------------
+def test_spread_ratio_by_hand():
+    X = np.array([[0.0, 0.0], [2.0, 0.0], [9.0, 9.0], [9.0, 11.0]])
+    Y = np.array([[0.0, 0.0], [1.0, 0.0], [9.0, 9.0], [9.0, 9.0]])
+    res = spread_ratio(X, Y, [0, 0, 1, 1])
+    np.testing.assert_allclose(res.per_cluster, [0.25, 0.0])
+    assert res.ratio == pytest.approx(0.5 / 4.0)
+    assert res.input_spread == pytest.approx(1.0) and res.output_spread == pytest.approx(0.125)
+
+
+def test_count_clusters_matches_single_linkage():
+    rng = np.random.default_rng(7)
+    centers = rng.standard_normal((5, 4)) * 3
+    Y = centers[rng.integers(0, 5, 300)] + 1e-5 * rng.standard_normal((300, 4))
+    res = count_clusters(Y, tol=1e-3)
+    reference = fcluster(linkage(Y, "single"), t=1e-3, criterion="distance")
+    assert res.n_clusters == len(np.unique(reference)) == 5
+    assert ac.adjusted_rand_index(reference, res.labels) == 1.0
+    np.testing.assert_allclose(np.sort(res.centers[:, 0]), np.sort(centers[:, 0]), atol=1e-5)
+
+
+def test_limit_distance_is_zero_on_the_limit_itself(mix):
+    X = mix.sample(50, rng=9)
+    res = limit_distance(X, infinite_prompt_limit(X, mix, inverse_temperature=LAM), mix,
+                         inverse_temperature=LAM)
+    assert res.max == pytest.approx(0.0, abs=1e-15) and res.rms <= res.max
+
+
+def test_metric_inputs_are_checked(mix):
+    with pytest.raises(ValueError, match="NaN"):
+        limit_distance([[np.nan] * 10], [[0.0] * 10], mix, inverse_temperature=LAM)
+    with pytest.raises(ValueError, match="same tokens"):
+        spread_ratio(np.ones((3, 2)), np.ones((3, 2)), [0, 1])
+    with pytest.raises(ValueError, match="tol"):
+        count_clusters(np.ones((3, 2)), tol=0.0)

@@ -7,7 +7,7 @@ import pytest
 from sklearn.utils.estimator_checks import check_estimator
 
 import attnclust as ac
-from attnclust.quantize import identity_attention
+from attnclust.in_context import identity_attention
 from attnclust.quantizer import AttentionQuantizer, estimate_sigma
 
 
@@ -60,7 +60,7 @@ def test_transform_is_identity_attention_on_the_prompt():
     assert isinstance(Y, np.ndarray) and not hasattr(q, "sigma_")
     np.testing.assert_allclose(Y, identity_attention(X, 2.0, n_steps=2, exclude_self=True,
                                                      backend="dense"), atol=1e-10)
-    assert ac.quantize.spread_ratio(X, Y, z).ratio < 0.05
+    assert ac.spread_ratio(X, Y, z).ratio < 0.05
 
 
 def test_float32_is_preserved():

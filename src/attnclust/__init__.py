@@ -7,27 +7,24 @@ from . import pgd  # the module, callable as the function (attnclust.pgd.pgd)
 from .clustering import AttentionClustering, DegenerateFitWarning
 from .communicator import Communicator
 from .heads import AttentionHeads, attention_heads, head_weights
+from .in_context import identity_attention, infinite_prompt_limit
 from .metrics import (
     AssignmentError,
     CentroidDistance,
+    ClusterCount,
+    LimitDistance,
+    SpreadRatio,
     adjusted_rand_index,
     assignment_error,
     centroid_distance,
+    count_clusters,
     distortion,
+    limit_distance,
+    spread_ratio,
 )
 from .mixture import GaussianMixture
 from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, ValueAndGrad
 from .pgd import PGDHistory, PGDResult, init_on_manifold, init_on_sphere
-from .quantize import (
-    ClusterCount,
-    LimitDistance,
-    SpreadRatio,
-    count_clusters,
-    identity_attention,
-    infinite_prompt_limit,
-    limit_distance,
-    spread_ratio,
-)
 from .quantizer import AttentionQuantizer, estimate_sigma
 from .results import History, IterationInfo, SolverResult
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion

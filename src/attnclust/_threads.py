@@ -2,11 +2,10 @@
 
 Torch splits each operation over its threads and synchronizes them after each one. The
 operations of a pass over ``(rows, K)`` blocks are short, so that synchronization costs
-more than it gives, and on a busy machine (more runnable threads than cores) tens of
-times more: a row sum of a ``(65536, 8)`` block took 0.5 ms with one thread and 4 ms with
-two; a fit on wine 33 ms and 200 ms. The solvers therefore run torch single-threaded and
-hand whole chunks of rows to a pool of workers (:func:`map_chunks`), which meet once per
-pass, like scikit-learn's k-means.
+more than it gives, and on a busy machine (more runnable threads than cores) many times
+more (measurements in ``docs/solver.md``). The solvers therefore run torch
+single-threaded and hand whole chunks of rows to a pool of workers (:func:`map_chunks`),
+which meet once per pass, like scikit-learn's k-means.
 """
 
 from __future__ import annotations

@@ -659,7 +659,7 @@ def _cmd_quantize(args) -> int:
     from pathlib import Path
 
     from ._io import load_matrix, writable_folder
-    from .quantize import identity_attention
+    from .in_context import identity_attention
 
     out = Path(args.out)
     if out.suffix.lower() not in (".npy", ".csv") or out.name.startswith("."):

@@ -10,19 +10,20 @@ through row sums (see :mod:`attnclust.fixed_point`), so one pass over the data i
     S     = sum_r S_r                              (one all-reduce, the same S on every rank)
 
 with ``s(x; mu)`` the per-row statistics: loss, ``w(x) x`` (``K x d``), ``a a^T``
-(``K x K``) and ``a`` (``K``). Every rank then takes the same step, so every rank ends
-with the same heads, and they are those of one process on ``X`` up to the order of the
-floating-point additions. The k-means++ seeding sees the same rows as one process (the
-sampled rows are assembled by a sum over ranks in which each row is non-zero on exactly
-one rank), and the ``"auto"`` inverse temperature is computed from summed statistics.
+(``K x K``), ``a_h <x, mu_h>`` and ``w(x)`` (``K`` each). Every rank then takes the same
+step, so every rank ends with the same heads, and they are those of one process on
+``X`` up to the order of the floating-point additions. The k-means++ seeding sees the
+same rows as one process (the sampled rows are assembled by a sum over ranks in which
+each row is non-zero on exactly one rank), and the ``"auto"`` inverse temperature is
+computed from summed statistics.
 
 The same holds for :func:`pgd_distributed`, projected gradient descent on the
 empirical risk: ``R = sum_r (n_r / n) R_r`` and its gradient are all-reduced each step
 (``1 + K d`` numbers; ``K`` more with the ``"balance"`` penalty).
 
-Per pass of the fixed-point solver, the all-reduce carries ``1 + K d + K^2 + K``
-numbers (plus ``K^2 d`` with the ``"balance"`` penalty): 2,632 bytes in float64 for
-``K = 8, d = 32``, whatever ``n``.
+Per pass of the fixed-point solver, the all-reduce carries ``1 + K d + K^2 + 2 K``
+numbers (plus ``K^2 d`` with the ``"balance"`` penalty; :func:`pass_bytes`): 2,696 bytes
+in float64 for ``K = 8, d = 32``, whatever ``n``.
 
 Notation
 --------
@@ -239,10 +240,17 @@ def make_reduce(group=None, *, stats: CommStats | None = None):
 
     Examples
     --------
-    >>> import torch
-    >>> reduce = make_reduce()          # doctest: +SKIP
-    >>> reduce(torch.ones(3))           # doctest: +SKIP
-    tensor([2., 2., 2.])                # on each of 2 ranks
+    In one process (a group of one rank, gloo, meeting through a file); under torchrun
+    the group comes from :func:`init_from_env`, and on ``W`` ranks the sum is ``W``:
+
+    >>> import tempfile, torch, torch.distributed as dist
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> dist.init_process_group("gloo", init_method=f"file://{tmp.name}/store", rank=0,
+    ...                         world_size=1)
+    >>> reduce = make_reduce()
+    >>> reduce(torch.ones(3))
+    tensor([1., 1., 1.])
+    >>> dist.destroy_process_group(); tmp.cleanup()
     """
     device = _comm_device(group)
 
@@ -282,8 +290,16 @@ def gather_rows(a, *, group=None) -> np.ndarray:
 
     Examples
     --------
-    >>> gather_rows(np.arange(3))   # doctest: +SKIP
-    array([0, 1, 2, 0, 1, 2])       # on each of 2 ranks
+    In one process (as for :func:`make_reduce`); on 2 ranks each passing
+    ``np.arange(3)``, every rank gets ``[0, 1, 2, 0, 1, 2]``:
+
+    >>> import tempfile, torch.distributed as dist
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> dist.init_process_group("gloo", init_method=f"file://{tmp.name}/store", rank=0,
+    ...                         world_size=1)
+    >>> gather_rows(np.arange(3))
+    array([0, 1, 2])
+    >>> dist.destroy_process_group(); tmp.cleanup()
     """
     t = torch.as_tensor(np.ascontiguousarray(a))
     sizes = _all_gather(torch.tensor([t.shape[0]], dtype=torch.int64), group)
@@ -401,10 +417,28 @@ def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
 
     Examples
     --------
-    >>> import attnclust as ac                                             # doctest: +SKIP
-    >>> rank, world = ac.distributed.init_from_env()                       # doctest: +SKIP
-    >>> X = ac.distributed.shard_rows("data.npy", rank, world)             # doctest: +SKIP
-    >>> est = ac.distributed.fit_distributed(X, 8, random_state=0)         # doctest: +SKIP
+    What every rank runs, here in one process: a group of one rank (gloo, meeting
+    through a file in a temporary folder) stands for the group that
+    ``ddp.init_from_env()`` joins under torchrun.
+
+    >>> import tempfile, numpy as np, torch.distributed as dist
+    >>> import attnclust as ac
+    >>> from attnclust import distributed as ddp
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> data = f"{tmp.name}/data.npy"
+    >>> np.save(data, ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2).sample(300, rng=0))
+    >>> dist.init_process_group("gloo", init_method=f"file://{tmp.name}/store", rank=0,
+    ...                         world_size=1)           # torchrun: ddp.init_from_env()
+    >>> rank, world = dist.get_rank(), dist.get_world_size()
+    >>> X = ddp.shard_rows(data, rank, world)             # this rank's rows
+    >>> est = ddp.fit_distributed(X, 2, random_state=0)
+    >>> labels = ddp.gather_rows(est.labels_)             # every rank's labels, in order
+    >>> labels.shape, est.shard_offset_, est.n_samples_total_
+    ((300,), 0, 300)
+    >>> one = ac.AttentionClustering(2, random_state=0).fit(np.load(data))
+    >>> np.allclose(est.cluster_centers_, one.cluster_centers_)
+    True
+    >>> dist.destroy_process_group(); tmp.cleanup()
     """
     if not dist.is_initialized():
         raise ValueError("fit_distributed needs an initialized process group "
@@ -457,11 +491,24 @@ def pgd_distributed(X_shard, heads0, *, group=None, stats: CommStats | None = No
 
     Examples
     --------
-    >>> import attnclust as ac                                             # doctest: +SKIP
-    >>> rank, world = ac.distributed.init_from_env()                       # doctest: +SKIP
-    >>> X = ac.distributed.shard_rows("data.npy", rank, world)             # doctest: +SKIP
-    >>> res = ac.distributed.pgd_distributed(X, ac.init_on_sphere(2, X.shape[1], rng=0),
-    ...                                      inverse_temperature=10.0)              # doctest: +SKIP
+    What every rank runs, here in one process (as for :func:`fit_distributed`):
+
+    >>> import tempfile, numpy as np, torch.distributed as dist
+    >>> import attnclust as ac
+    >>> from attnclust import distributed as ddp
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> data = f"{tmp.name}/data.npy"
+    >>> np.save(data, ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2).sample(300, rng=0))
+    >>> dist.init_process_group("gloo", init_method=f"file://{tmp.name}/store", rank=0,
+    ...                         world_size=1)           # torchrun: ddp.init_from_env()
+    >>> rank, world = dist.get_rank(), dist.get_world_size()
+    >>> X = ddp.shard_rows(data, rank, world)
+    >>> heads0 = ac.init_on_sphere(2, X.shape[1], rng=0)  # rank 0's is used everywhere
+    >>> res = ddp.pgd_distributed(X, heads0, inverse_temperature=10.0, n_steps=50)
+    >>> one = ac.pgd(np.load(data), heads0, inverse_temperature=10.0, n_steps=50)
+    >>> np.allclose(res.heads, one.heads)
+    True
+    >>> dist.destroy_process_group(); tmp.cleanup()
     """
     if not dist.is_initialized():
         raise ValueError("pgd_distributed needs an initialized process group "

@@ -49,12 +49,9 @@ accepted one and is doubled again only after two steps accepted at first try, so
 of damped steps costs about one pass per step.
 
 Overlapping clusters make these steps slow: the step length is set by the stiff (key)
-directions of the Hessian, so the safeguard settles on ``t = 1/4`` or ``1/8``, successive
-steps point in nearly opposite directions (cosine -0.3 to -0.7) and the heads creep along
-the flat directions. On digits (row-normalized, ``K = 10``, ``random_state=0``) the plain
-steps ran to ``max_iter`` with the risk still falling by ``2e-9`` per step (relative
-``1e-8``: not converged to float precision) and a Riemannian gradient ``6e-5``. Each step
-therefore first tries an *Anderson extrapolation* of the full-step map ``S(mu) =
+directions of the Hessian, so the safeguard settles on a short step, successive steps
+point in nearly opposite directions and the heads creep along the flat directions. Each
+step therefore first tries an *Anderson extrapolation* of the full-step map ``S(mu) =
 normalize(mu - D grad)`` (``D`` the per-head step above): with the last ``m <=
 _ANDERSON_DEPTH`` iterates ``x_j`` and residuals ``f_j = S(x_j) - x_j`` at this
 inverse_temperature, ``gamma`` minimizes ``||f - dF gamma||`` over the differences of consecutive
@@ -63,11 +60,10 @@ pass and is kept only if the objective does not increase (the acceptance test of
 plain step); otherwise the history restarts from the current iterate and the plain,
 halved step is taken from it. So the objective stays non-increasing at a fixed
 inverse_temperature, and the stopping test is on the *full* step ``S(mu) - mu`` (zero exactly at
-a fixed point) or on an accepted plain step, never on a short extrapolation. Measured
-(``random_state`` 0 to 5, passes over the data, plain / extrapolated): digits 1773 / 924
-(4 / 6 runs converged), iris 248 / 169, wine 199 / 156; the synthetic ``n = 100,000``
-benchmark (13 steps, 17 passes) is unchanged. All quantities are global sums or come
-from them, so data-parallel ranks take the same branches.
+a fixed point) or on an accepted plain step, never on a short extrapolation. All
+quantities are global sums or come from them, so data-parallel ranks take the same
+branches. How many passes the extrapolation saves (``benchmarks/bench_solver.py``) and
+the measurements that motivated it are in ``docs/solver.md``.
 
 Euclidean heads
 ---------------

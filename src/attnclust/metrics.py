@@ -7,6 +7,15 @@
 - *Assignment error*: the fraction of tokens whose most-attended head is not the head
   matched to their true cluster, next to the Bayes error of the mixture.
 
+For in-context quantization (:func:`attnclust.identity_attention`, outputs ``Y`` of a
+prompt ``X``):
+
+- *Spread ratio*: within-cluster spread of ``Y`` over that of ``X``, small for a
+  quantizer.
+- *Limit distance*: ``||Y_i - Q_inf(X_i)||``, the distance of each output to its
+  infinite-prompt limit (:func:`attnclust.infinite_prompt_limit`).
+- *Cluster count*: the number of groups of (nearly) coincident tokens.
+
 Notation
 --------
 ===========  ==============  ==========================================
@@ -15,6 +24,8 @@ paper        code            meaning
 ``mu``       ``heads``       trained heads, shape ``(K, d)``
 ``mu*``      ``centroids``   true centroids, shape ``(K, d)``
 ``sigma``    permutation     ``heads[matching[k]]`` is matched to ``mu*_k``
+``X, Y``     ``X, Y``        a prompt and the layer's output, ``(L, d)``
+``Q_inf``    ``limit``       infinite-prompt limit of identity attention
 ===========  ==============  ==========================================
 """
 
@@ -30,6 +41,8 @@ from sklearn.metrics import adjusted_rand_score
 from ._deprecation import renamed_keywords
 from ._validation import as_tensor
 from .heads import head_weights
+from .in_context import infinite_prompt_limit
+from .mixture import GaussianMixture
 
 __all__ = [
     "CentroidDistance",
@@ -39,6 +52,12 @@ __all__ = [
     "distortion",
     "assignment_error",
     "adjusted_rand_index",
+    "SpreadRatio",
+    "LimitDistance",
+    "ClusterCount",
+    "spread_ratio",
+    "limit_distance",
+    "count_clusters",
 ]
 
 
@@ -195,3 +214,147 @@ def adjusted_rand_index(labels_true, labels_pred) -> float:
     -0.5
     """
     return float(adjusted_rand_score(labels_true, labels_pred))
+
+
+# --------------------------------------------------------------------------------------
+# quantization by identity attention
+# --------------------------------------------------------------------------------------
+class SpreadRatio(NamedTuple):
+    """Within-cluster spread of the outputs over that of the inputs."""
+
+    ratio: float
+    """Pooled ratio ``sum_k sum_{i in k} ||Y_i - Ybar_k||^2 / (same for X)``."""
+    per_cluster: np.ndarray
+    """The same ratio cluster by cluster (``nan`` where the input spread is zero)."""
+    input_spread: float
+    """Mean squared distance of the inputs to their cluster mean."""
+    output_spread: float
+    """Mean squared distance of the outputs to their cluster mean."""
+
+
+class LimitDistance(NamedTuple):
+    """Distances ``||Y_i - Q_inf(X_i)||`` between outputs and their limit points."""
+
+    mean: float
+    rms: float
+    max: float
+
+
+class ClusterCount(NamedTuple):
+    """Groups of (nearly) coincident tokens."""
+
+    n_clusters: int
+    labels: np.ndarray
+    """Group of each token, numbered in order of first appearance."""
+    centers: np.ndarray
+    """Mean of each group, shape ``(n_clusters, d)``."""
+
+
+def _rows(a, name: str) -> np.ndarray:
+    arr = a.detach().cpu().double().numpy() if isinstance(a, torch.Tensor) else np.asarray(
+        a, dtype=np.float64)
+    if arr.ndim not in (2, 3) or arr.size == 0:
+        raise ValueError(f"{name} must be a non-empty (L, d) or (B, L, d) array, got shape "
+                         f"{arr.shape}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains NaN or inf")
+    return arr.reshape(-1, arr.shape[-1])
+
+
+def spread_ratio(X, Y, labels) -> SpreadRatio:
+    """Within-cluster spread of the outputs ``Y`` relative to that of the inputs ``X``.
+
+    ``ratio = sum_k sum_{i: z_i = k} ||Y_i - Ybar_k||^2 / sum_k sum_{i: z_i = k}
+    ||X_i - Xbar_k||^2``; a quantizer sends each cluster close to one point, so the
+    ratio is small.
+
+    Parameters
+    ----------
+    X, Y : array-like of shape (L, d) or (B, L, d)
+        Inputs and outputs of a layer (pooled over the batch).
+    labels : array-like of shape (L,) or (B, L)
+        Cluster of each token.
+
+    Examples
+    --------
+    >>> X = [[0.0, 1.0], [0.0, -1.0], [5.0, 1.0], [5.0, -1.0]]
+    >>> Y = [[0.0, 0.1], [0.0, -0.1], [5.0, 0.1], [5.0, -0.1]]
+    >>> round(spread_ratio(X, Y, [0, 0, 1, 1]).ratio, 6)
+    0.01
+    """
+    x, y = _rows(X, "X"), _rows(Y, "Y")
+    z = np.asarray(labels).reshape(-1)
+    if x.shape != y.shape or z.shape != (len(x),):
+        raise ValueError(f"X, Y and labels must describe the same tokens, got shapes "
+                         f"{np.shape(X)}, {np.shape(Y)}, {np.shape(labels)}")
+    clusters = np.unique(z)
+    sx = np.array([np.sum((x[z == k] - x[z == k].mean(0)) ** 2) for k in clusters])
+    sy = np.array([np.sum((y[z == k] - y[z == k].mean(0)) ** 2) for k in clusters])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_cluster = np.where(sx > 0, sy / np.where(sx > 0, sx, 1.0), np.nan)
+        ratio = float(sy.sum() / sx.sum()) if sx.sum() > 0 else float("nan")
+    return SpreadRatio(ratio, per_cluster, float(sx.sum() / len(x)), float(sy.sum() / len(x)))
+
+
+@renamed_keywords(temperature="inverse_temperature")
+def limit_distance(X, Y, mix: GaussianMixture, *, inverse_temperature: float) -> LimitDistance:
+    """Distance of each output ``Y_i`` to its infinite-prompt limit ``Q_inf(X_i)``.
+
+    Parameters
+    ----------
+    X, Y : array-like of shape (L, d) or (B, L, d)
+        A prompt drawn from ``mix`` and its one-step output ``identity_attention(X,
+        inverse_temperature)``.
+    mix : GaussianMixture
+    inverse_temperature : float
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
+    >>> X = mix.sample(2000, rng=0)
+    >>> Y = ac.identity_attention(X, 0.85)
+    >>> res = limit_distance(X, Y, mix, inverse_temperature=0.85)
+    >>> res.mean < 0.05
+    True
+    """
+    x, y = _rows(X, "X"), _rows(Y, "Y")
+    if x.shape != y.shape:
+        raise ValueError(f"X and Y must have the same shape, got {np.shape(X)}, {np.shape(Y)}")
+    limit = infinite_prompt_limit(x, mix, inverse_temperature=inverse_temperature)
+    dist = np.linalg.norm(y - limit, axis=1)
+    return LimitDistance(float(dist.mean()), float(np.sqrt(np.mean(dist**2))), float(dist.max()))
+
+
+def count_clusters(Y, *, tol: float = 1e-3) -> ClusterCount:
+    """Number of distinct clusters among tokens, grouping tokens closer than ``tol``.
+
+    Greedy leader grouping: the first token not yet grouped opens a group and takes
+    every ungrouped token within ``tol`` of it. When every true group has diameter
+    below ``tol`` and distinct groups are more than ``tol`` apart (collapsed or
+    metastable clusters after repeated steps), the count does not depend on the order.
+
+    Parameters
+    ----------
+    Y : array-like of shape (L, d)
+    tol : float, default=1e-3
+
+    Examples
+    --------
+    >>> count_clusters([[0.0, 0.0], [1e-6, 0.0], [1.0, 0.0]], tol=1e-3).n_clusters
+    2
+    """
+    y = _rows(Y, "Y")
+    if np.ndim(Y) != 2:
+        raise ValueError(f"Y must be one prompt of shape (L, d), got shape {np.shape(Y)}")
+    if not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a positive number, got {tol!r}")
+    labels = np.full(len(y), -1, dtype=np.int64)
+    left = np.arange(len(y))
+    centers = []
+    while left.size:
+        close = np.linalg.norm(y[left] - y[left[0]], axis=1) < tol
+        labels[left[close]] = len(centers)
+        centers.append(y[left[close]].mean(0))
+        left = left[~close]
+    return ClusterCount(len(centers), labels, np.array(centers))

@@ -1,6 +1,6 @@
 """In-context quantization as a scikit-learn transformer: ``AttentionQuantizer``.
 
-A thin shell over :func:`attnclust.quantize.identity_attention`. ``transform(X)``
+A thin shell over :func:`attnclust.in_context.identity_attention`. ``transform(X)``
 treats the rows of ``X`` as one prompt of ``L`` tokens and returns
 ``Q_lambda(X)_i = sum_j softmax_j(lambda <X_i, X_j>) X_j``; ``fit`` only fixes the
 inverse temperature ``lambda``.
@@ -45,7 +45,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._deprecation import RenamedAttribute, renamed_keywords
 from ._validation import as_numpy_input, check_device, check_inverse_temperature
-from .quantize import BACKENDS, identity_attention
+from .in_context import BACKENDS, identity_attention
 
 __all__ = ["AttentionQuantizer", "estimate_sigma"]
 

@@ -14,9 +14,8 @@ import numpy as np
 import torch
 
 from ..heads import attention_heads
-from ..metrics import centroid_distance, distortion
+from ..metrics import centroid_distance, distortion, spread_ratio
 from ..pgd import init_on_manifold, pgd
-from ..quantize import spread_ratio
 from ._common import inputs_vs_outputs, inverse_temperature_of, projected, prompt
 from ._runner import FigureResult
 from ._style import styled

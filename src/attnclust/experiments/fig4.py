@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..quantize import identity_attention, limit_distance, spread_ratio
+from ..in_context import identity_attention
+from ..metrics import limit_distance, spread_ratio
 from ._common import inputs_vs_outputs, inverse_temperature_of, projected, prompt
 from ._runner import FigureResult
 from ._style import styled

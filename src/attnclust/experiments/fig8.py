@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..quantize import count_clusters, identity_attention, limit_distance
+from ..in_context import identity_attention
+from ..metrics import count_clusters, limit_distance
 from ._common import running_example
 from ._runner import FigureResult, track
 from ._style import COLORS, band, new_figure, save, styled

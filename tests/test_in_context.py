@@ -1,5 +1,5 @@
 """Identity attention: backends against an independent reference, the infinite-prompt
-limit, the quantization metrics and input checks."""
+limit, quantization measured by the metrics, and input checks."""
 
 from __future__ import annotations
 
@@ -8,19 +8,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.cluster.hierarchy import fcluster, linkage
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 import attnclust as ac
-from attnclust.quantize import (
-    count_clusters,
-    fused_available,
-    identity_attention,
-    infinite_prompt_limit,
-    limit_distance,
-    spread_ratio,
-)
+from attnclust.in_context import fused_available, identity_attention, infinite_prompt_limit
+from attnclust.metrics import count_clusters, limit_distance, spread_ratio
 
 SIGMA = 0.3
 LAM = 1.0 / (1.0 + 2.0 * SIGMA**2)  # the running example's inverse temperature
@@ -279,7 +272,7 @@ def test_finite_prompts_converge_to_the_limit_like_one_over_sqrt_l(mix):
     assert scaled.max() / scaled.min() < 1.6, scaled
 
 
-# -- quantization metrics ------------------------------------------------------------------
+# -- quantization, measured by the metrics ------------------------------------------------
 def test_outputs_of_one_cluster_are_squeezed(mix):
     # Measured on the running example (L = 500): the within-cluster spread of the
     # outputs is 2.2% of that of the inputs (and 2.3% for the infinite-prompt limit).
@@ -293,26 +286,6 @@ def test_outputs_of_one_cluster_are_squeezed(mix):
     assert abs(res.ratio - limit.ratio) < 0.25 * limit.ratio, (res.ratio, limit.ratio)
 
 
-def test_spread_ratio_by_hand():
-    X = np.array([[0.0, 0.0], [2.0, 0.0], [9.0, 9.0], [9.0, 11.0]])
-    Y = np.array([[0.0, 0.0], [1.0, 0.0], [9.0, 9.0], [9.0, 9.0]])
-    res = spread_ratio(X, Y, [0, 0, 1, 1])
-    np.testing.assert_allclose(res.per_cluster, [0.25, 0.0])
-    assert res.ratio == pytest.approx(0.5 / 4.0)
-    assert res.input_spread == pytest.approx(1.0) and res.output_spread == pytest.approx(0.125)
-
-
-def test_count_clusters_matches_single_linkage():
-    rng = np.random.default_rng(7)
-    centers = rng.standard_normal((5, 4)) * 3
-    Y = centers[rng.integers(0, 5, 300)] + 1e-5 * rng.standard_normal((300, 4))
-    res = count_clusters(Y, tol=1e-3)
-    reference = fcluster(linkage(Y, "single"), t=1e-3, criterion="distance")
-    assert res.n_clusters == len(np.unique(reference)) == 5
-    assert ac.adjusted_rand_index(reference, res.labels) == 1.0
-    np.testing.assert_allclose(np.sort(res.centers[:, 0]), np.sort(centers[:, 0]), atol=1e-5)
-
-
 @pytest.mark.parametrize(("lam", "expected"), [(LAM, 1), (10.0, 2)])
 def test_repeated_steps_collapse_or_keep_metastable_clusters(lam, expected):
     # One step moves every token (no two coincide); repeated steps on the sphere merge
@@ -324,13 +297,6 @@ def test_repeated_steps_collapse_or_keep_metastable_clusters(lam, expected):
     counts = [count_clusters(identity_attention(X, lam, n_steps=n, renormalize=True),
                              tol=1e-3).n_clusters for n in (30, 100)]
     assert counts == [expected, expected]
-
-
-def test_limit_distance_is_zero_on_the_limit_itself(mix):
-    X = mix.sample(50, rng=9)
-    res = limit_distance(X, infinite_prompt_limit(X, mix, inverse_temperature=LAM), mix,
-                         inverse_temperature=LAM)
-    assert res.max == pytest.approx(0.0, abs=1e-15) and res.rms <= res.max
 
 
 # -- bad input -------------------------------------------------------------------------
@@ -358,17 +324,11 @@ def test_bad_input_names_the_problem(X, kwargs, match):
         identity_attention(X, **kwargs)
 
 
-def test_metric_inputs_are_checked(mix):
-    with pytest.raises(ValueError, match="NaN"):
-        limit_distance([[np.nan] * 10], [[0.0] * 10], mix, inverse_temperature=LAM)
+def test_limit_inputs_are_checked(mix):
     with pytest.raises(ValueError, match="shape"):
         infinite_prompt_limit(np.ones(3), mix, inverse_temperature=LAM)
     with pytest.raises(ValueError, match="inverse_temperature"):
         infinite_prompt_limit(np.ones(10), mix, inverse_temperature=0.0)
-    with pytest.raises(ValueError, match="same tokens"):
-        spread_ratio(np.ones((3, 2)), np.ones((3, 2)), [0, 1])
-    with pytest.raises(ValueError, match="tol"):
-        count_clusters(np.ones((3, 2)), tol=0.0)
 
 
 # -- overflow and memory: refused, never NaN or an allocator crash (issue 10) --------------
@@ -395,9 +355,9 @@ def test_scores_near_the_limit_but_finite_are_exact():
 @pytest.mark.parametrize("exclude_self, fits", [(False, "'fused' or 'chunked'"),
                                                 (True, "'chunked' (memory")])
 def test_dense_refuses_when_its_matrices_do_not_fit(monkeypatch, exclude_self, fits):
-    from attnclust import quantize
+    from attnclust import in_context
 
-    monkeypatch.setattr(quantize, "_available_memory", lambda device: 10 * 2**20)   # 10 MiB
+    monkeypatch.setattr(in_context, "_available_memory", lambda device: 10 * 2**20)   # 10 MiB
     X = np.random.default_rng(0).normal(size=(2, 1000, 4))              # 2 x 1000 x 1000
     with pytest.raises(ValueError, match=r"needs 30\.5 MiB" if not exclude_self
                        else r"needs 31\.5 MiB") as info:
@@ -412,7 +372,7 @@ def test_dense_refuses_when_its_matrices_do_not_fit(monkeypatch, exclude_self, f
 
 
 def test_available_memory_is_a_positive_number_here():
-    from attnclust.quantize import _available_memory, dense_bytes
+    from attnclust.in_context import _available_memory, dense_bytes
 
     free = _available_memory(torch.device("cpu"))
     assert free is None or free > 0
@@ -421,7 +381,7 @@ def test_available_memory_is_a_positive_number_here():
 
 
 def test_available_memory_on_cuda_is_the_free_device_memory(monkeypatch):
-    from attnclust.quantize import _available_memory
+    from attnclust.in_context import _available_memory
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * 2**30, 80 * 2**30))
     assert _available_memory(torch.device("cuda", 0)) == 3 * 2**30
