@@ -104,3 +104,13 @@ def test_cli_old_option_warns_and_gives_the_same(tmp_path, capsys):
     assert main(["quantize", str(tmp_path / "x.npy"), "--out", str(tmp_path / "z.npy")]) == 2
     assert "--inverse-temperature is required" in capsys.readouterr().err
     assert not (tmp_path / "z.npy").exists()
+
+
+def test_assignment_error_takes_its_mixture_as_mix():
+    """``mix`` names the mixture everywhere; ``mixture=`` (0.1) still works."""
+    labels = np.arange(60) % 2
+    new = ac.assignment_error(MIX.centroids, X, labels, inverse_temperature=3.0, mix=MIX)
+    with pytest.warns(FutureWarning, match="'mixture' is deprecated.*'mix'"):
+        old = ac.assignment_error(MIX.centroids, X, labels, inverse_temperature=3.0,
+                                  mixture=MIX)
+    assert old == new and not np.isnan(new.bayes_error)

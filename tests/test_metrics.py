@@ -52,7 +52,7 @@ def test_distortion_and_errors():
 def test_assignment_error_close_to_bayes_with_true_centroids():
     mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.5)
     X, z = mix.sample(50_000, rng=0, return_labels=True)
-    res = ac.assignment_error(mix.centroids, X, z, inverse_temperature=1.0, mixture=mix)
+    res = ac.assignment_error(mix.centroids, X, z, inverse_temperature=1.0, mix=mix)
     # equal weights: argmax_h <x, mu*_h> is the Bayes rule itself
     assert res.error == pytest.approx(res.bayes_error, abs=1e-12)
     assert 0.05 < res.bayes_error < 0.1  # Phi(-sqrt(2)/(2*0.5)) ~ 0.079

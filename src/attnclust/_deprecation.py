@@ -1,7 +1,8 @@
 """Old names kept for one release: keyword arguments and attributes that were renamed.
 
-``temperature`` became ``inverse_temperature`` in 0.2 (``lambda`` multiplies the logits,
-so larger is sharper); the old name still works and warns with a ``FutureWarning``.
+In 0.2 ``temperature`` became ``inverse_temperature`` (``lambda`` multiplies the logits,
+so larger is sharper) and ``assignment_error``'s ``mixture`` became ``mix`` (the name of a
+mixture everywhere else); the old names still work and warn with a ``FutureWarning``.
 """
 
 from __future__ import annotations

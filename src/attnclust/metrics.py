@@ -164,21 +164,21 @@ def distortion(X, outputs) -> float:
     return float(np.mean(np.sum((X - outputs) ** 2, axis=-1)))
 
 
-@renamed_keywords(temperature="inverse_temperature")
+@renamed_keywords(temperature="inverse_temperature", mixture="mix")
 def assignment_error(heads, X, labels, *, inverse_temperature: float,
-                     mixture=None) -> AssignmentError:
+                     mix=None) -> AssignmentError:
     """Matched error of ``argmax_h a_h(x)`` against true labels, next to the Bayes error.
 
     Heads are matched to clusters by majority vote (Hungarian on the confusion
     matrix). The Bayes error is that of the mixture's own Bayes classifier on the same
-    tokens (``nan`` when ``mixture`` is not given).
+    tokens (``nan`` when ``mix`` is not given).
 
     Examples
     --------
     >>> import attnclust as ac
     >>> mix = ac.GaussianMixture.antipodal(d=3, sigma=0.2)
     >>> X, z = mix.sample(500, rng=0, return_labels=True)
-    >>> res = assignment_error(mix.centroids[::-1], X, z, inverse_temperature=5.0, mixture=mix)
+    >>> res = assignment_error(mix.centroids[::-1], X, z, inverse_temperature=5.0, mix=mix)
     >>> res.error == res.bayes_error == 0.0
     True
     """
@@ -198,8 +198,8 @@ def assignment_error(heads, X, labels, *, inverse_temperature: float,
     rows, cols = linear_sum_assignment(-confusion)
     error = 1.0 - confusion[rows, cols].sum() / len(labels)
     bayes = float("nan")
-    if mixture is not None:
-        bayes = float(np.mean(mixture.predict(_to_numpy(X)) != labels))
+    if mix is not None:
+        bayes = float(np.mean(mix.predict(_to_numpy(X)) != labels))
     return AssignmentError(float(error), bayes)
 
 
