@@ -44,7 +44,8 @@ from ._validation import as_generator, as_tensor, check_finite, check_int
 from .heads import softmax_heads
 from .mixture import GaussianMixture
 
-__all__ = ["ValueAndGrad", "PopulationRisk", "EmpiricalRisk", "Repulsion", "Balance"]
+__all__ = ["ValueAndGrad", "Objective", "PopulationRisk", "EmpiricalRisk", "Repulsion",
+           "Balance", "CallablePenalty"]
 
 _METHODS = ("auto", "exact", "qmc")
 _CHUNK = 2**18  # node-evaluations per kernel call: arrays stay in cache
@@ -86,7 +87,7 @@ class _Mixtures:
         self.cents = np.stack([m.centroids for m in mixes])
         self.pi = np.stack([m.weights for m in mixes])
         self.sigma = np.array([m.sigma for m in mixes])
-        self.second = np.array([_risk._second_moment(m) for m in mixes])
+        self.second = np.array([_q.second_moment(m) for m in mixes])
         self.d = mixes[0].d
 
     def __len__(self) -> int:
@@ -124,13 +125,13 @@ class _Mixtures:
         return new
 
 
-class _Objective:
+class Objective:
     """What :func:`attnclust.pgd` needs of an objective or penalty."""
 
     sharded = False
     """Whether the gradient is one shard's part, to be summed over ranks."""
 
-    def take(self, index) -> _Objective:
+    def take(self, index) -> Objective:
         """The objective of the runs ``index`` only (itself when shared by all runs)."""
         return self
 
@@ -148,7 +149,7 @@ def _resolve(method: str, K: int) -> str:
     return method
 
 
-class _MixtureObjective(_Objective):
+class _MixtureObjective(Objective):
     """Shared pieces of the population objectives: mixtures, rule and QMC points."""
 
     def __init__(self, mix, *, method: str = "auto", n_samples: int = 2**14, rng=0,
@@ -156,7 +157,7 @@ class _MixtureObjective(_Objective):
         self.mix = mix if isinstance(mix, _Mixtures) else _Mixtures(mix)
         _resolve(method, 1)
         self.method = method
-        self.n_samples = check_int(n_samples, "n_samples", _q._N_SCRAMBLES)
+        self.n_samples = check_int(n_samples, "n_samples", _q.N_SCRAMBLES)
         self.seed = _seed(rng)
         self.qmc_dtype = np.dtype(qmc_dtype)
         if self.qmc_dtype not in (np.float32, np.float64):
@@ -176,7 +177,7 @@ class _MixtureObjective(_Objective):
         R, K, _ = heads.shape
         cents, pi, sigma, second = self.mix.runs(R)
         cents_t = self.mix.tensor().expand(R, -1, -1)
-        Z = _q._sobol_normals(K, self.n_samples, self.seed).reshape(-1, K).T.contiguous()
+        Z = _q.sobol_normals(K, self.n_samples, self.seed).reshape(-1, K).T.contiguous()
         Zn = Z.numpy()
         values, grads = [], []
         for sl in _chunks(R, K * cents.shape[1] * Z.shape[1]):
@@ -303,14 +304,14 @@ class PopulationRisk(_MixtureObjective):
             value = second - 2.0 * (mean * h[:, 0]).sum(-1) + (h[:, 0] ** 2).sum(-1)
             return _pack(value, (2.0 * (h[:, 0] - mean))[:, None], heads)
         if K == 2:
-            rule = _q._rule()
+            rule = _q.rule()
             n_nodes = cents.shape[1] * (rule.grid.size + rule.offsets.size) * rule.gl_x.size
             parts = [_q.k2_exact(h[sl], cents[sl], pi[sl], sigma[sl], lam[sl].numpy(),
                                  second[sl], rule) for sl in _chunks(R, n_nodes)]
             return _pack(np.concatenate([p[0] for p in parts]),
                          np.concatenate([p[1] for p in parts]), heads)
-        return _by_run(heads, lam, lambda ht, r, lam_r: _risk._exact_risk(
-            ht, self.mix.mixture(r), lam_r, _q._rule()))
+        return _by_run(heads, lam, lambda ht, r, lam_r: _risk.population_risk(
+            ht, self.mix.mixture(r), inverse_temperature=lam_r, method="exact"))
 
 
 def _by_run(heads: torch.Tensor, lam: torch.Tensor, fn) -> ValueAndGrad:
@@ -391,7 +392,7 @@ class Balance(_MixtureObjective):
         if K == 2:
             cents, pi, sigma, _ = self.mix.runs(R)
             value, grad = _q.k2_balance(heads.detach().cpu().double().numpy(), cents, pi,
-                                        sigma, lam.numpy(), target, _q._rule())
+                                        sigma, lam.numpy(), target, _q.rule())
             return _pack(value, grad, heads)
         return _by_run(heads, lam, lambda ht, r, lam_r: _risk.balance(
             ht, self.mix.mixture(r), inverse_temperature=lam_r, target=self.target))
@@ -416,7 +417,7 @@ class Balance(_MixtureObjective):
         return ValueAndGrad(((total - target) ** 2).sum(-1), grad)
 
 
-class Repulsion(_Objective):
+class Repulsion(Objective):
     """Repulsion penalty ``sum_{h<h'} <mu_h, mu_h'>^2``, gradient ``2 sum_{h' != h}
     G_{hh'} mu_h'``.
 
@@ -435,7 +436,7 @@ class Repulsion(_Objective):
         return ValueAndGrad(0.5 * (off**2).sum((1, 2)), 2.0 * (off @ heads))
 
 
-class _Callable(_Objective):
+class CallablePenalty(Objective):
     """A user's penalty ``(K, d) tensor -> scalar``, differentiated by autograd per run."""
 
     def __init__(self, fn):
@@ -446,7 +447,7 @@ class _Callable(_Objective):
         return _by_run(heads, _lam(lam, heads), lambda ht, r, lam_r: self.fn(ht))
 
 
-class EmpiricalRisk(_Objective):
+class EmpiricalRisk(Objective):
     """Empirical risk ``mean_i ||x_i - T_mu(x_i)||^2`` of ``R`` runs at once.
 
     Parameters

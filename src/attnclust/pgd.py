@@ -105,7 +105,9 @@ from ._deprecation import RenamedAttribute, renamed_keywords
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
 from .metrics import centroid_distance
 from .mixture import GaussianMixture
-from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, _Callable, _Objective
+from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion
+from .objectives import CallablePenalty as _Callable
+from .objectives import Objective as _Objective
 from .sphere import random_sphere, retract, tangent
 
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]

@@ -86,8 +86,8 @@ import numpy as np
 import torch
 from scipy.special import expit
 
+from . import _quadrature as _q
 from ._deprecation import renamed_keywords
-from ._quadrature import _N_SCRAMBLES, _graded_nodes, _Rule, _rule, _sobol_normals
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
 from .heads import head_weights, softmax_heads
 from .mixture import GaussianMixture
@@ -139,15 +139,10 @@ def _const(x: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(x, dtype=like.dtype, device=like.device)
 
 
-def _second_moment(mix: GaussianMixture) -> float:
-    """``E||X||^2 = sum_k pi_k ||mu*_k||^2 + d sigma^2``."""
-    return float(mix.weights @ (mix.centroids**2).sum(1) + mix.d * mix.sigma**2)
-
-
 # --------------------------------------------------------------------------------------
 # Expectations over the mixture of functions of the logit differences D
 # --------------------------------------------------------------------------------------
-def _exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _Rule):
+def _exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.Rule):
     """Quadrature nodes in ``D`` space for ``K = 2, 3``.
 
     Returns ``order`` (head permutation: the last one is the reference ``mu_K``),
@@ -163,7 +158,7 @@ def _exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: 
     return order, D, weights
 
 
-def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _Rule):
+def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.Rule):
     """Pieces of the exact rule: ``D = delta_k + sigma L z`` at nodes ``z``.
 
     Returns ``order``, ``delta`` ``(k_mix, K-1)`` and ``L`` ``(K-1, K-1)`` (both
@@ -193,7 +188,7 @@ def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _R
     with np.errstate(divide="ignore", invalid="ignore"):
         s0 = sigma * abs(Ld[0, 0])
         c0 = -dd[:, 0] / (sigma * Ld[0, 0])
-        z0, w0 = _graded_nodes(c0[:, None], np.full((mix.k, 1), 1.0 / (lam * s0)), rule)
+        z0, w0 = _q.graded_nodes(c0[:, None], np.full((mix.k, 1), 1.0 / (lam * s0)), rule)
         if K == 2:
             z = z0[None]  # (1, k_mix, N)
             weights = w0
@@ -204,7 +199,7 @@ def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _R
             s1 = sigma * Ld[1, 1]
             centers = np.stack([-base / s1, (D0 - base) / s1], axis=-1)  # (k_mix, N0, 2)
             eps1 = np.full(centers.shape, 1.0 / (lam * abs(s1)))
-            z1, w1 = _graded_nodes(centers, eps1, rule)  # (k_mix, N0, N1)
+            z1, w1 = _q.graded_nodes(centers, eps1, rule)  # (k_mix, N0, N1)
             z = np.stack([np.broadcast_to(z0[..., None], z1.shape).reshape(mix.k, -1),
                           z1.reshape(mix.k, -1)])  # (2, k_mix, N0 * N1)
             weights = (w0[..., None] * w1).reshape(mix.k, -1)
@@ -293,20 +288,20 @@ class _FusedIntegral(torch.autograd.Function):
         return grad_out * gd, grad_out * gl, grad_out * gg, None, None, None, None
 
 
-def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _Rule) -> torch.Tensor:
+def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _q.Rule) -> torch.Tensor:
     """Exact rule, differentiable in the heads through :class:`_FusedIntegral`."""
     K = heads.shape[0]
     cents = _const(mix.centroids, heads)
     pi = _const(mix.weights, heads)
     if K == 1:
         mean = pi @ cents
-        return _second_moment(mix) - 2.0 * (mean @ heads[0]) + heads[0] @ heads[0]
+        return _q.second_moment(mix) - 2.0 * (mean @ heads[0]) + heads[0] @ heads[0]
     h_mean = pi @ (cents @ heads.T)  # (K,) E<X, mu_h>
     order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
     h = heads[order]
     integral = _FusedIntegral.apply(delta, L, h @ h.T, z, mix.weights[:, None] * weights,
                                     mix.sigma, lam)
-    return _second_moment(mix) + integral - 2.0 * h_mean[order[-1]]
+    return _q.second_moment(mix) + integral - 2.0 * h_mean[order[-1]]
 
 
 # --------------------------------------------------------------------------------------
@@ -318,12 +313,12 @@ def _qmc_setup(heads, mix: GaussianMixture, n_samples: int, rng):
     ``z`` is the cached ``(S, n/S, K)`` tensor of common random numbers; ``C`` is
     ``None`` for the Dirac mixture.
     """
-    n_samples = check_int(n_samples, "n_samples", _N_SCRAMBLES)
+    n_samples = check_int(n_samples, "n_samples", _q.N_SCRAMBLES)
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         seed = int(rng)
     else:
         seed = int(as_generator(rng).integers(2**63))
-    z = _sobol_normals(heads.shape[0], int(n_samples), seed)  # (S, n', K)
+    z = _q.sobol_normals(heads.shape[0], int(n_samples), seed)  # (S, n', K)
     mean = _const(mix.centroids, heads) @ heads.T  # (k_mix, K)
     if mix.sigma == 0.0:
         return mean, None, z
@@ -354,7 +349,7 @@ def _qmc_risk(heads, mix, lam, n_samples, rng) -> RiskEstimate:
     pi = _const(mix.weights, heads)
     a = softmax_heads(lam * P)
     f = -2.0 * (a * P).sum(-1) + ((a @ (heads @ heads.T)) * a).sum(-1)
-    per_scramble = _second_moment(mix) + f.mean(-1) @ pi  # (S,)
+    per_scramble = _q.second_moment(mix) + f.mean(-1) @ pi  # (S,)
     value = per_scramble.mean()
     stderr = float(per_scramble.detach().std() / per_scramble.numel() ** 0.5)
     return RiskEstimate(value, stderr)
@@ -414,7 +409,7 @@ def population_risk(
     if method == "exact":
         if K > 3:
             raise ValueError(f"method='exact' needs K <= 3 heads, got K={K}; use 'qmc'")
-        return _exact_risk(heads, mix, lam, _rule())
+        return _exact_risk(heads, mix, lam, _q.rule())
     return _qmc_risk(heads, mix, lam, n_samples, rng).value
 
 
@@ -600,7 +595,7 @@ def balance(
             mean_a = torch.einsum("k,skh->h", pi, softmax_heads(lam * P).mean(2))
             mean_a = mean_a / P.shape[0]
         else:
-            order, D, weights = _exact_samples(heads, data, lam, _rule())
+            order, D, weights = _exact_samples(heads, data, lam, _q.rule())
             a = torch.stack(_softmax_weights(D, lam), dim=-1)  # (k_mix, N, K)
             mean_perm = torch.einsum("k,kn,knh->h", pi, weights, a)
             mean_a = torch.empty_like(mean_perm)
