@@ -41,7 +41,6 @@ import torch
 from . import _quadrature as _q
 from . import risk as _risk
 from ._validation import as_generator, as_tensor, check_finite, check_int
-from .heads import softmax_heads
 from .mixture import GaussianMixture
 
 __all__ = ["ValueAndGrad", "Objective", "PopulationRisk", "EmpiricalRisk", "Repulsion",
@@ -315,7 +314,7 @@ class PopulationRisk(_MixtureObjective):
 
 
 def _by_run(heads: torch.Tensor, lam: torch.Tensor, fn) -> ValueAndGrad:
-    """Autograd, one run at a time (``K = 3`` exact rule, callables)."""
+    """Autograd, one run at a time (``K = 3`` exact rule, ``K = 1`` balance, callables)."""
     values, grads = [], []
     for r in range(heads.shape[0]):
         ht = heads[r].detach().clone().requires_grad_(True)
@@ -384,16 +383,14 @@ class Balance(_MixtureObjective):
         R, K, _ = heads.shape
         target = self._targets(R, K)
         method = _resolve(self.method, K)
-        if K == 1:
-            return ValueAndGrad(heads.new_tensor((1.0 - target[:, 0]) ** 2),
-                                torch.zeros_like(heads))
-        if method == "qmc":
+        if method == "qmc" and K > 1:
             return self._qmc(heads, lam, np.ascontiguousarray(target))
-        if K == 2:
+        if method == "exact" and K == 2:
             cents, pi, sigma, _ = self.mix.runs(R)
             value, grad = _q.k2_balance(heads.detach().cpu().double().numpy(), cents, pi,
                                         sigma, lam.numpy(), target, _q.rule())
             return _pack(value, grad, heads)
+        # K = 1 (a constant) and K = 3 exact: the definition, risk.balance, by autograd
         return _by_run(heads, lam, lambda ht, r, lam_r: _risk.balance(
             ht, self.mix.mixture(r), inverse_temperature=lam_r, target=self.target))
 
@@ -402,24 +399,21 @@ class Balance(_MixtureObjective):
         xb = xb if batch is None else xb[batch]
         ht = heads.detach().requires_grad_(True)
         lam_t = torch.as_tensor(lam, dtype=ht.dtype, device=ht.device).expand(ht.shape[0])
-        part = softmax_heads(lam_t[:, None, None] * (xb @ ht.transpose(1, 2))).mean(1)
+        # the penalty of risk.balance with E a_h(X) summed over ranks: A = sum_r share_r A_r,
+        # A_r this rank's mean attention; the gradient of |A - t|^2 is sum_r grad <c, A_r>
+        # with c = 2 (A - t) fixed (one all-reduce of K numbers per run)
+        part = _risk.mean_attention(ht, xb, inverse_temperature=lam_t) * self.share  # (R, K)
         R, K = part.shape
-        target = torch.as_tensor(self._targets(R, K), dtype=ht.dtype, device=ht.device)
-        if self.reduce is None:
-            pen = ((part - target) ** 2).sum(-1)
-            return ValueAndGrad(pen.detach(), torch.autograd.grad(pen.sum(), ht)[0])
-        # Pen = |A - pi|^2, A = sum_r share_r A_r: the gradient is sum_r grad <c, A_r>,
-        # c = 2 (A - pi) fixed (one all-reduce of K numbers per run)
-        part = part * self.share
-        total = self.reduce(part.detach().reshape(-1)).view_as(part)
-        coef = 2.0 * (total - target)
-        (grad,) = torch.autograd.grad((coef * part).sum(), ht)
+        target = torch.tensor(self._targets(R, K), dtype=ht.dtype, device=ht.device)
+        total = part.detach() if self.reduce is None else \
+            self.reduce(part.detach().reshape(-1)).view_as(part)
+        (grad,) = torch.autograd.grad((2.0 * (total - target) * part).sum(), ht)
         return ValueAndGrad(((total - target) ** 2).sum(-1), grad)
 
 
 class Repulsion(Objective):
-    """Repulsion penalty ``sum_{h<h'} <mu_h, mu_h'>^2``, gradient ``2 sum_{h' != h}
-    G_{hh'} mu_h'``.
+    """Repulsion penalty ``sum_{h<h'} <mu_h, mu_h'>^2`` (:func:`attnclust.repulsion`), with
+    its gradient ``2 sum_{h' != h} G_{hh'} mu_h'`` written out.
 
     Examples
     --------
@@ -433,7 +427,7 @@ class Repulsion(Objective):
         heads = torch.as_tensor(heads)
         gram = heads @ heads.transpose(1, 2)  # (R, K, K)
         off = gram - torch.diag_embed(torch.diagonal(gram, dim1=1, dim2=2))
-        return ValueAndGrad(0.5 * (off**2).sum((1, 2)), 2.0 * (off @ heads))
+        return ValueAndGrad(_risk.repulsion(heads), 2.0 * (off @ heads))
 
 
 class CallablePenalty(Objective):
