@@ -3,6 +3,7 @@ the code uses, value semantics of GaussianMixture, and the shared input checks."
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 from pathlib import Path
@@ -159,3 +160,120 @@ def test_as_numpy_input_detaches():
     X = np.ones((2, 2))
     assert as_numpy_input(X) is X            # non-tensors are left to validate_data
     assert as_numpy_input(torch.ones(2, dtype=torch.bfloat16)).dtype == np.float32
+
+
+# -- modules talk through public names ------------------------------------------------------------
+PACKAGE = ROOT / "src" / "attnclust"
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``attnclust.x.y`` names a module (file or package) of the source tree."""
+    parts = dotted.split(".")
+    if parts[0] != "attnclust":
+        return False
+    path = PACKAGE.joinpath(*parts[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _imported_module(node: ast.ImportFrom, here: list[str]) -> str:
+    """The absolute name of the module a ``from ... import`` reads from."""
+    if not node.level:
+        return node.module or ""
+    return ".".join(here[:len(here) - node.level + 1] + ([node.module] if node.module else []))
+
+
+def _scan_imports(tree, module: str, here: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Local names bound to attnclust modules, and the private names imported from others."""
+    bound: dict[str, str] = {}                      # local name -> attnclust module it names
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "attnclust":
+                    bound[alias.asname or "attnclust"] = alias.name if alias.asname \
+                        else "attnclust"
+        elif isinstance(node, ast.ImportFrom):
+            source_mod = _imported_module(node, here)
+            if source_mod.split(".")[0] != "attnclust":
+                continue
+            for alias in node.names:
+                target = f"{source_mod}.{alias.name}"
+                if _is_module(target):
+                    bound[alias.asname or alias.name] = target
+                elif _is_private(alias.name) and source_mod != module:
+                    found.append(f"{module}:{node.lineno} imports {target}")
+    return bound, found
+
+
+def private_crossings(source: str, module: str, *, package: bool = False) -> list[str]:
+    """Private names of other attnclust modules that ``source`` (the module ``module``,
+    e.g. ``attnclust.pgd``; ``package``: an ``__init__.py``) imports (``from .x import _y``)
+    or reads (``x._y``), sorted by line.
+
+    A private *module* may be imported or named (``from . import _io``); its public names
+    are public to the package.
+    """
+    here = module.split(".") if package else module.split(".")[:-1]
+    tree = ast.parse(source)
+    bound, found = _scan_imports(tree, module, here)
+
+    def resolve(node) -> str | None:
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = resolve(node.value)
+            if base is not None and _is_module(f"{base}.{node.attr}"):
+                return f"{base}.{node.attr}"
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            owner = resolve(node.value)
+            if owner is not None and owner != module and not _is_module(f"{owner}.{node.attr}"):
+                found.append(f"{module}:{node.lineno} reads {owner}.{node.attr}")
+    return sorted(found, key=lambda hit: (int(hit.split(":")[1].split()[0]), hit))
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        package = parts[-1] == "__init__"
+        yield ".".join(parts[:-1] if package else parts), path, package
+
+
+def test_no_module_uses_a_private_name_of_another():
+    found = [hit for module, path, package in _modules()
+             for hit in private_crossings(path.read_text(), module, package=package)]
+    assert found == []
+
+
+def test_the_private_name_check_can_fail():
+    """Each form the check looks for, in a module that would commit it."""
+    source = ("from . import _quadrature as _q\n"
+              "from . import risk as _risk\n"
+              "from ._quadrature import _rule, graded_nodes\n"
+              "from .objectives import _Objective\n"
+              "from . import _io\n"
+              "import attnclust.risk\n"
+              "def f():\n"
+              "    from .experiments import _runner\n"
+              "    return (_q._N_SCRAMBLES, _risk._second_moment, _risk.__name__, _q.rule,\n"
+              "            attnclust.risk._exact_risk, _runner._private, _io.public)\n")
+    assert private_crossings(source, "attnclust.pgd") == [
+        "attnclust.pgd:3 imports attnclust._quadrature._rule",
+        "attnclust.pgd:4 imports attnclust.objectives._Objective",
+        "attnclust.pgd:9 reads attnclust._quadrature._N_SCRAMBLES",
+        "attnclust.pgd:9 reads attnclust.risk._second_moment",
+        "attnclust.pgd:10 reads attnclust.experiments._runner._private",
+        "attnclust.pgd:10 reads attnclust.risk._exact_risk",
+    ]
+    # a module's own private names and relative imports inside a subpackage
+    assert private_crossings("from . import _common\nx = _common._helper\n",
+                             "attnclust.experiments.fig1") == [
+        "attnclust.experiments.fig1:2 reads attnclust.experiments._common._helper"]
+    assert private_crossings("from ._runner import reproduce as _reproduce\n",
+                             "attnclust.experiments", package=True) == []

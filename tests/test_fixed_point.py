@@ -41,6 +41,28 @@ def test_pass_gradient_matches_autograd(penalty):
             float(ac.empirical_risk(heads, X, inverse_temperature=lam)), rel=1e-12)
 
 
+@pytest.mark.parametrize("geometry, penalty", [("sphere", "repulsion"), ("sphere", "balance"),
+                                               ("euclidean", "repulsion")])
+def test_pass_penalty_is_the_one_definition(geometry, penalty):
+    """The pass's closed-form penalty (what it adds to the loss and gradient) against autograd
+    of :func:`attnclust.repulsion` / :func:`attnclust.balance` on the same rows; the
+    balance of the key-biased layer is not defined (the estimator refuses it)."""
+    gen = np.random.default_rng(5)
+    X = torch.as_tensor(gen.standard_normal((250, 6)))
+    heads = torch.as_tensor(gen.standard_normal((3, 6)))
+    heads = ac.normalize(heads) if geometry == "sphere" else heads
+    lam, rho = 1.7, 0.6
+    args = dict(chunk=60, geometry=geometry, penalty=penalty)
+    plain = _risk_pass(X, (X * X).sum(1), heads, lam, rho=0.0, **args)
+    pen = _risk_pass(X, (X * X).sum(1), heads, lam, rho=rho, **args)
+    h = heads.clone().requires_grad_(True)
+    ref = ac.repulsion(h) if penalty == "repulsion" else \
+        ac.balance(h, X, inverse_temperature=lam, batch_size=100)
+    (g,) = torch.autograd.grad(ref, h)
+    assert float(pen.loss - plain.loss) == pytest.approx(rho * float(ref), rel=1e-10)
+    torch.testing.assert_close(pen.grad - plain.grad, rho * g, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(pen.counts, plain.counts, rtol=0, atol=0)
+
 def test_step_is_spherical_lloyd_when_attention_is_hard():
     gen = np.random.default_rng(1)
     X = torch.as_tensor(gen.standard_normal((400, 5)))

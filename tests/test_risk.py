@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import attnclust as ac
+from attnclust import _quadrature as Q
 from attnclust import risk as R
 
 D = 10
@@ -33,7 +34,7 @@ def _reference_exact_risk(heads, mix, lam, rule):
         for j in range(K):
             F = F + gram[i, j] * a[i] * a[j]
     pi, cents = torch.from_numpy(mix.weights), torch.from_numpy(mix.centroids)
-    return R._second_moment(mix) + pi @ (weights * F).sum(-1) - 2.0 * pi @ (cents @ h[-1])
+    return Q.second_moment(mix) + pi @ (weights * F).sum(-1) - 2.0 * pi @ (cents @ h[-1])
 
 
 def _heads(K, seed, mix=None):
@@ -102,7 +103,7 @@ def test_fused_gradient_matches_plain_autograd(K, sigma, lam, kind):
     out = []
     for risk in (R._exact_risk, _reference_exact_risk):
         h = heads.clone().requires_grad_(True)
-        value = risk(h, mix, lam, R._rule())
+        value = risk(h, mix, lam, Q.rule())
         out.append((value.item(), torch.autograd.grad(value, h)[0]))
     assert out[0][0] == pytest.approx(out[1][0], rel=1e-13)
     torch.testing.assert_close(out[0][1], out[1][1], rtol=1e-11, atol=1e-12)
@@ -121,7 +122,7 @@ def test_fast_k2_value_and_gradient_match_autograd(sigma, lam, kind):
     np.testing.assert_allclose(fast_grad, grad.numpy(), rtol=1e-10, atol=1e-12)
     # and against the op-by-op autograd reference (the fused path shares the fast kernel)
     h = heads.clone().requires_grad_(True)
-    ref = _reference_exact_risk(h, mix, lam, R._rule())
+    ref = _reference_exact_risk(h, mix, lam, Q.rule())
     (ref_grad,) = torch.autograd.grad(ref, h)
     assert fast_value == pytest.approx(ref.item(), rel=1e-13)
     np.testing.assert_allclose(fast_grad, ref_grad.numpy(), rtol=1e-10, atol=1e-12)
@@ -132,14 +133,14 @@ def test_accuracy_against_a_much_finer_rule(K):
     """The accuracy table of the module docstring, re-measured (margin: 1e-9 < 1e-8)."""
     mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=0.3)
     if K == 2:
-        fine, scales = R._rule(12, 0.25, 9.5, 2**0.5, 0.25, 40.0), [0.1, 1.0, 10.0, 100.0, 1e3]
+        fine, scales = Q.rule(12, 0.25, 9.5, 2**0.5, 0.25, 40.0), [0.1, 1.0, 10.0, 100.0, 1e3]
     else:
-        fine, scales = R._rule(10, 0.5, 9.5, 2**0.5, 0.5, 40.0), [0.1, 10.0, 1e3]
+        fine, scales = Q.rule(10, 0.5, 9.5, 2**0.5, 0.5, 40.0), [0.1, 10.0, 1e3]
     heads = ac.init_on_sphere(K, D, rng=4)
     for s in scales:
         lam = s / mix.sigma
         ref = float(R._exact_risk(heads, mix, lam, fine))
-        got = float(R._exact_risk(heads, mix, lam, R._rule()))
+        got = float(R._exact_risk(heads, mix, lam, Q.rule()))
         assert abs(got - ref) < 1e-9 * ref, (s, got, ref)
 
 

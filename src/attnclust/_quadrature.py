@@ -13,6 +13,7 @@ for ``R`` independent runs at once (no autograd: a few dozen vectorized passes):
   random numbers ``z``, with the gradient in the means, the noise and ``G``.
 
 Shapes: ``R`` runs, ``K`` heads, ``k`` mixture components, ``N`` nodes or points.
+The names without a leading underscore are the engine's interface to those two modules.
 """
 
 from __future__ import annotations
@@ -24,13 +25,18 @@ import numpy as np
 import torch
 from scipy.special import expit
 
-_N_SCRAMBLES = 4
+N_SCRAMBLES = 4  # independent scrambles of the QMC rule (they give its standard error)
+
+
+def second_moment(mix) -> float:
+    """``E||X||^2 = sum_k pi_k ||mu*_k||^2 + d sigma^2`` of a :class:`GaussianMixture`."""
+    return float(mix.weights @ (mix.centroids**2).sum(1) + mix.d * mix.sigma**2)
 
 
 # --------------------------------------------------------------------------------------
 # Composite Gauss-Legendre rule graded toward sharp points (numpy; nodes are detached)
 # --------------------------------------------------------------------------------------
-class _Rule(NamedTuple):
+class Rule(NamedTuple):
     gl_x: np.ndarray  # (m,) Gauss-Legendre nodes on [-1, 1]
     gl_w: np.ndarray  # (m,)
     grid: np.ndarray  # (U,) uniform breakpoints on [-trunc, trunc]
@@ -39,8 +45,8 @@ class _Rule(NamedTuple):
 
 
 @functools.lru_cache(maxsize=8)
-def _rule(n_gauss: int = 6, width: float = 1.0, trunc: float = 8.5, ratio: float = 2.0,
-          first: float = 1.0, last: float = 32.0) -> _Rule:
+def rule(n_gauss: int = 6, width: float = 1.0, trunc: float = 8.5, ratio: float = 2.0,
+          first: float = 1.0, last: float = 32.0) -> Rule:
     """Fixed pieces of the rule, computed once per setting (module-level cache)."""
     gl_x, gl_w = np.polynomial.legendre.leggauss(n_gauss)
     n_panels = int(np.ceil(2 * trunc / width))
@@ -48,13 +54,13 @@ def _rule(n_gauss: int = 6, width: float = 1.0, trunc: float = 8.5, ratio: float
     n_graded = int(np.floor(np.log(last / first) / np.log(ratio) + 1e-9)) + 1
     pos = first * ratio ** np.arange(n_graded)
     offsets = np.concatenate([-pos[::-1], [0.0], pos])
-    return _Rule(gl_x, gl_w, grid, offsets, trunc)
+    return Rule(gl_x, gl_w, grid, offsets, trunc)
 
 
 _EPS_MAX = 1e6  # wider than this, a "sharp" point is flat on [-trunc, trunc]
 
 
-def _graded_nodes(center: np.ndarray, eps: np.ndarray, rule: _Rule):
+def graded_nodes(center: np.ndarray, eps: np.ndarray, rule: Rule):
     """Nodes and Gaussian-weighted weights of the rule for N(0, 1).
 
     ``center``, ``eps`` have shape ``(..., F)``: ``F`` sharp points per integral.
@@ -84,19 +90,17 @@ def _graded_nodes(center: np.ndarray, eps: np.ndarray, rule: _Rule):
     return z, w
 
 
-
 @functools.lru_cache(maxsize=32)
-def _sobol_normals(dim: int, n: int, seed: int) -> torch.Tensor:
+def sobol_normals(dim: int, n: int, seed: int) -> torch.Tensor:
     """``(S, n // S, dim)`` normals from ``S`` independent scrambled Sobol sequences."""
-    seeds = np.random.SeedSequence(seed).generate_state(_N_SCRAMBLES)
-    per = max(n // _N_SCRAMBLES, 1)
+    seeds = np.random.SeedSequence(seed).generate_state(N_SCRAMBLES)
+    per = max(n // N_SCRAMBLES, 1)
     out = []
     for s in seeds:
         engine = torch.quasirandom.SobolEngine(dim, scramble=True, seed=int(s))
         u = engine.draw(per, dtype=torch.float64).clamp(1e-16, 1 - 1e-16)
         out.append(torch.special.ndtri(u))
     return torch.stack(out)
-
 
 
 # --------------------------------------------------------------------------------------
@@ -114,7 +118,7 @@ class K2Nodes(NamedTuple):
 
 
 def k2_nodes(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.ndarray,
-             lam: np.ndarray, rule: _Rule) -> K2Nodes:
+             lam: np.ndarray, rule: Rule) -> K2Nodes:
     """Nodes of the exact rule for heads ``(R, 2, d)``, centroids ``(R, k, d)``."""
     w = heads[:, 0] - heads[:, 1]  # (R, d)
     nw = np.sqrt((w * w).sum(-1))
@@ -128,7 +132,7 @@ def k2_nodes(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.nda
         safe = np.where(flat, 1.0, s)
         center = (-delta / safe[:, None])[..., None]  # (R, k, 1)
         eps = np.broadcast_to((1.0 / (lam * safe))[:, None, None], center.shape)
-        z, wt = _graded_nodes(center, eps, rule)
+        z, wt = graded_nodes(center, eps, rule)
         if flat.any():
             z[flat] = 0.0
             wt[flat] = 0.0
@@ -147,7 +151,7 @@ def _k2_chain(nodes: K2Nodes, gD: np.ndarray, cents: np.ndarray, sigma: np.ndarr
 
 
 def k2_exact(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.ndarray,
-             lam: np.ndarray, second: np.ndarray, rule: _Rule, nodes: K2Nodes | None = None):
+             lam: np.ndarray, second: np.ndarray, rule: Rule, nodes: K2Nodes | None = None):
     """Exact ``K = 2`` risk ``(R,)`` and its Euclidean gradient ``(R, 2, d)``.
 
     At each node ``F = -2 a_0 D + a^T G a`` with ``a = (a_0, 1 - a_0)``, so
@@ -185,7 +189,7 @@ def k2_exact(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.nda
 
 
 def k2_balance(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.ndarray,
-               lam: np.ndarray, target: np.ndarray, rule: _Rule,
+               lam: np.ndarray, target: np.ndarray, rule: Rule,
                nodes: K2Nodes | None = None):
     """Balance penalty ``sum_h (E a_h - t_h)^2`` ``(R,)`` and its gradient, ``K = 2``.
 

@@ -41,10 +41,10 @@ import torch
 from . import _quadrature as _q
 from . import risk as _risk
 from ._validation import as_generator, as_tensor, check_finite, check_int
-from .heads import softmax_heads
 from .mixture import GaussianMixture
 
-__all__ = ["ValueAndGrad", "PopulationRisk", "EmpiricalRisk", "Repulsion", "Balance"]
+__all__ = ["ValueAndGrad", "Objective", "PopulationRisk", "EmpiricalRisk", "Repulsion",
+           "Balance", "CallablePenalty"]
 
 _METHODS = ("auto", "exact", "qmc")
 _CHUNK = 2**18  # node-evaluations per kernel call: arrays stay in cache
@@ -86,7 +86,7 @@ class _Mixtures:
         self.cents = np.stack([m.centroids for m in mixes])
         self.pi = np.stack([m.weights for m in mixes])
         self.sigma = np.array([m.sigma for m in mixes])
-        self.second = np.array([_risk._second_moment(m) for m in mixes])
+        self.second = np.array([_q.second_moment(m) for m in mixes])
         self.d = mixes[0].d
 
     def __len__(self) -> int:
@@ -124,13 +124,13 @@ class _Mixtures:
         return new
 
 
-class _Objective:
+class Objective:
     """What :func:`attnclust.pgd` needs of an objective or penalty."""
 
     sharded = False
     """Whether the gradient is one shard's part, to be summed over ranks."""
 
-    def take(self, index) -> _Objective:
+    def take(self, index) -> Objective:
         """The objective of the runs ``index`` only (itself when shared by all runs)."""
         return self
 
@@ -148,7 +148,7 @@ def _resolve(method: str, K: int) -> str:
     return method
 
 
-class _MixtureObjective(_Objective):
+class _MixtureObjective(Objective):
     """Shared pieces of the population objectives: mixtures, rule and QMC points."""
 
     def __init__(self, mix, *, method: str = "auto", n_samples: int = 2**14, rng=0,
@@ -156,7 +156,7 @@ class _MixtureObjective(_Objective):
         self.mix = mix if isinstance(mix, _Mixtures) else _Mixtures(mix)
         _resolve(method, 1)
         self.method = method
-        self.n_samples = check_int(n_samples, "n_samples", _q._N_SCRAMBLES)
+        self.n_samples = check_int(n_samples, "n_samples", _q.N_SCRAMBLES)
         self.seed = _seed(rng)
         self.qmc_dtype = np.dtype(qmc_dtype)
         if self.qmc_dtype not in (np.float32, np.float64):
@@ -176,7 +176,7 @@ class _MixtureObjective(_Objective):
         R, K, _ = heads.shape
         cents, pi, sigma, second = self.mix.runs(R)
         cents_t = self.mix.tensor().expand(R, -1, -1)
-        Z = _q._sobol_normals(K, self.n_samples, self.seed).reshape(-1, K).T.contiguous()
+        Z = _q.sobol_normals(K, self.n_samples, self.seed).reshape(-1, K).T.contiguous()
         Zn = Z.numpy()
         values, grads = [], []
         for sl in _chunks(R, K * cents.shape[1] * Z.shape[1]):
@@ -303,18 +303,18 @@ class PopulationRisk(_MixtureObjective):
             value = second - 2.0 * (mean * h[:, 0]).sum(-1) + (h[:, 0] ** 2).sum(-1)
             return _pack(value, (2.0 * (h[:, 0] - mean))[:, None], heads)
         if K == 2:
-            rule = _q._rule()
+            rule = _q.rule()
             n_nodes = cents.shape[1] * (rule.grid.size + rule.offsets.size) * rule.gl_x.size
             parts = [_q.k2_exact(h[sl], cents[sl], pi[sl], sigma[sl], lam[sl].numpy(),
                                  second[sl], rule) for sl in _chunks(R, n_nodes)]
             return _pack(np.concatenate([p[0] for p in parts]),
                          np.concatenate([p[1] for p in parts]), heads)
-        return _by_run(heads, lam, lambda ht, r, lam_r: _risk._exact_risk(
-            ht, self.mix.mixture(r), lam_r, _q._rule()))
+        return _by_run(heads, lam, lambda ht, r, lam_r: _risk.population_risk(
+            ht, self.mix.mixture(r), inverse_temperature=lam_r, method="exact"))
 
 
 def _by_run(heads: torch.Tensor, lam: torch.Tensor, fn) -> ValueAndGrad:
-    """Autograd, one run at a time (``K = 3`` exact rule, callables)."""
+    """Autograd, one run at a time (``K = 3`` exact rule, ``K = 1`` balance, callables)."""
     values, grads = [], []
     for r in range(heads.shape[0]):
         ht = heads[r].detach().clone().requires_grad_(True)
@@ -383,16 +383,14 @@ class Balance(_MixtureObjective):
         R, K, _ = heads.shape
         target = self._targets(R, K)
         method = _resolve(self.method, K)
-        if K == 1:
-            return ValueAndGrad(heads.new_tensor((1.0 - target[:, 0]) ** 2),
-                                torch.zeros_like(heads))
-        if method == "qmc":
+        if method == "qmc" and K > 1:
             return self._qmc(heads, lam, np.ascontiguousarray(target))
-        if K == 2:
+        if method == "exact" and K == 2:
             cents, pi, sigma, _ = self.mix.runs(R)
             value, grad = _q.k2_balance(heads.detach().cpu().double().numpy(), cents, pi,
-                                        sigma, lam.numpy(), target, _q._rule())
+                                        sigma, lam.numpy(), target, _q.rule())
             return _pack(value, grad, heads)
+        # K = 1 (a constant) and K = 3 exact: the definition, risk.balance, by autograd
         return _by_run(heads, lam, lambda ht, r, lam_r: _risk.balance(
             ht, self.mix.mixture(r), inverse_temperature=lam_r, target=self.target))
 
@@ -401,24 +399,21 @@ class Balance(_MixtureObjective):
         xb = xb if batch is None else xb[batch]
         ht = heads.detach().requires_grad_(True)
         lam_t = torch.as_tensor(lam, dtype=ht.dtype, device=ht.device).expand(ht.shape[0])
-        part = softmax_heads(lam_t[:, None, None] * (xb @ ht.transpose(1, 2))).mean(1)
+        # the penalty of risk.balance with E a_h(X) summed over ranks: A = sum_r share_r A_r,
+        # A_r this rank's mean attention; the gradient of |A - t|^2 is sum_r grad <c, A_r>
+        # with c = 2 (A - t) fixed (one all-reduce of K numbers per run)
+        part = _risk.mean_attention(ht, xb, inverse_temperature=lam_t) * self.share  # (R, K)
         R, K = part.shape
-        target = torch.as_tensor(self._targets(R, K), dtype=ht.dtype, device=ht.device)
-        if self.reduce is None:
-            pen = ((part - target) ** 2).sum(-1)
-            return ValueAndGrad(pen.detach(), torch.autograd.grad(pen.sum(), ht)[0])
-        # Pen = |A - pi|^2, A = sum_r share_r A_r: the gradient is sum_r grad <c, A_r>,
-        # c = 2 (A - pi) fixed (one all-reduce of K numbers per run)
-        part = part * self.share
-        total = self.reduce(part.detach().reshape(-1)).view_as(part)
-        coef = 2.0 * (total - target)
-        (grad,) = torch.autograd.grad((coef * part).sum(), ht)
+        target = torch.tensor(self._targets(R, K), dtype=ht.dtype, device=ht.device)
+        total = part.detach() if self.reduce is None else \
+            self.reduce(part.detach().reshape(-1)).view_as(part)
+        (grad,) = torch.autograd.grad((2.0 * (total - target) * part).sum(), ht)
         return ValueAndGrad(((total - target) ** 2).sum(-1), grad)
 
 
-class Repulsion(_Objective):
-    """Repulsion penalty ``sum_{h<h'} <mu_h, mu_h'>^2``, gradient ``2 sum_{h' != h}
-    G_{hh'} mu_h'``.
+class Repulsion(Objective):
+    """Repulsion penalty ``sum_{h<h'} <mu_h, mu_h'>^2`` (:func:`attnclust.repulsion`), with
+    its gradient ``2 sum_{h' != h} G_{hh'} mu_h'`` written out.
 
     Examples
     --------
@@ -432,10 +427,10 @@ class Repulsion(_Objective):
         heads = torch.as_tensor(heads)
         gram = heads @ heads.transpose(1, 2)  # (R, K, K)
         off = gram - torch.diag_embed(torch.diagonal(gram, dim1=1, dim2=2))
-        return ValueAndGrad(0.5 * (off**2).sum((1, 2)), 2.0 * (off @ heads))
+        return ValueAndGrad(_risk.repulsion(heads), 2.0 * (off @ heads))
 
 
-class _Callable(_Objective):
+class CallablePenalty(Objective):
     """A user's penalty ``(K, d) tensor -> scalar``, differentiated by autograd per run."""
 
     def __init__(self, fn):
@@ -446,7 +441,7 @@ class _Callable(_Objective):
         return _by_run(heads, _lam(lam, heads), lambda ht, r, lam_r: self.fn(ht))
 
 
-class EmpiricalRisk(_Objective):
+class EmpiricalRisk(Objective):
     """Empirical risk ``mean_i ||x_i - T_mu(x_i)||^2`` of ``R`` runs at once.
 
     Parameters

@@ -77,7 +77,14 @@ import torch
 from ._deprecation import renamed_keywords
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
 from .mixture import GaussianMixture
-from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, _Callable, _Objective
+from .objectives import (
+    Balance,
+    CallablePenalty,
+    EmpiricalRisk,
+    Objective,
+    PopulationRisk,
+    Repulsion,
+)
 from .results import History, IterationInfo, SolverResult
 from .sphere import random_sphere, retract, tangent
 
@@ -219,7 +226,7 @@ def _is_mixtures(objective) -> bool:
 
 def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed):
     """The risk as an objective object."""
-    if isinstance(objective, _Objective):
+    if isinstance(objective, Objective):
         return objective
     if _is_mixtures(objective):
         if batch_size is not None:
@@ -251,10 +258,10 @@ def _penalty_terms(penalty, n_runs: int, risk, objective, *, method, n_samples, 
     for spec, idx in _groups(_per_run(penalty, n_runs, "penalty")):
         if spec is None:
             continue
-        if isinstance(spec, _Objective):
+        if isinstance(spec, Objective):
             term = spec
         elif callable(spec):
-            term = _Callable(spec)
+            term = CallablePenalty(spec)
         elif spec == "repulsion":
             term = Repulsion()
         elif spec == "balance":

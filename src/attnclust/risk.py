@@ -75,6 +75,7 @@ paper             code                 meaning
 ``R(mu)``         ``population_risk``  ``E||X - T_mu(X)||^2``
 ``Pen(mu)``       ``repulsion``,       penalties of ``R_rho = R + rho Pen``
                   ``balance``
+``N_h``           ``mean_attention``   ``E[a_h(X)]``, the expectation of ``balance``
 ================  ===================  ==========================================
 """
 
@@ -86,10 +87,10 @@ import numpy as np
 import torch
 from scipy.special import expit
 
+from . import _quadrature as _q
 from ._deprecation import renamed_keywords
-from ._quadrature import _N_SCRAMBLES, _graded_nodes, _Rule, _rule, _sobol_normals
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
-from .heads import head_weights, softmax_heads
+from .heads import softmax_heads
 from .mixture import GaussianMixture
 
 __all__ = [
@@ -99,6 +100,7 @@ __all__ = [
     "empirical_risk",
     "repulsion",
     "balance",
+    "mean_attention",
 ]
 
 _METHODS = ("auto", "exact", "qmc")
@@ -139,15 +141,10 @@ def _const(x: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     return torch.tensor(x, dtype=like.dtype, device=like.device)
 
 
-def _second_moment(mix: GaussianMixture) -> float:
-    """``E||X||^2 = sum_k pi_k ||mu*_k||^2 + d sigma^2``."""
-    return float(mix.weights @ (mix.centroids**2).sum(1) + mix.d * mix.sigma**2)
-
-
 # --------------------------------------------------------------------------------------
 # Expectations over the mixture of functions of the logit differences D
 # --------------------------------------------------------------------------------------
-def _exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _Rule):
+def _exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.Rule):
     """Quadrature nodes in ``D`` space for ``K = 2, 3``.
 
     Returns ``order`` (head permutation: the last one is the reference ``mu_K``),
@@ -163,7 +160,7 @@ def _exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: 
     return order, D, weights
 
 
-def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _Rule):
+def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.Rule):
     """Pieces of the exact rule: ``D = delta_k + sigma L z`` at nodes ``z``.
 
     Returns ``order``, ``delta`` ``(k_mix, K-1)`` and ``L`` ``(K-1, K-1)`` (both
@@ -193,7 +190,7 @@ def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _R
     with np.errstate(divide="ignore", invalid="ignore"):
         s0 = sigma * abs(Ld[0, 0])
         c0 = -dd[:, 0] / (sigma * Ld[0, 0])
-        z0, w0 = _graded_nodes(c0[:, None], np.full((mix.k, 1), 1.0 / (lam * s0)), rule)
+        z0, w0 = _q.graded_nodes(c0[:, None], np.full((mix.k, 1), 1.0 / (lam * s0)), rule)
         if K == 2:
             z = z0[None]  # (1, k_mix, N)
             weights = w0
@@ -204,7 +201,7 @@ def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _R
             s1 = sigma * Ld[1, 1]
             centers = np.stack([-base / s1, (D0 - base) / s1], axis=-1)  # (k_mix, N0, 2)
             eps1 = np.full(centers.shape, 1.0 / (lam * abs(s1)))
-            z1, w1 = _graded_nodes(centers, eps1, rule)  # (k_mix, N0, N1)
+            z1, w1 = _q.graded_nodes(centers, eps1, rule)  # (k_mix, N0, N1)
             z = np.stack([np.broadcast_to(z0[..., None], z1.shape).reshape(mix.k, -1),
                           z1.reshape(mix.k, -1)])  # (2, k_mix, N0 * N1)
             weights = (w0[..., None] * w1).reshape(mix.k, -1)
@@ -293,20 +290,20 @@ class _FusedIntegral(torch.autograd.Function):
         return grad_out * gd, grad_out * gl, grad_out * gg, None, None, None, None
 
 
-def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _Rule) -> torch.Tensor:
+def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _q.Rule) -> torch.Tensor:
     """Exact rule, differentiable in the heads through :class:`_FusedIntegral`."""
     K = heads.shape[0]
     cents = _const(mix.centroids, heads)
     pi = _const(mix.weights, heads)
     if K == 1:
         mean = pi @ cents
-        return _second_moment(mix) - 2.0 * (mean @ heads[0]) + heads[0] @ heads[0]
+        return _q.second_moment(mix) - 2.0 * (mean @ heads[0]) + heads[0] @ heads[0]
     h_mean = pi @ (cents @ heads.T)  # (K,) E<X, mu_h>
     order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
     h = heads[order]
     integral = _FusedIntegral.apply(delta, L, h @ h.T, z, mix.weights[:, None] * weights,
                                     mix.sigma, lam)
-    return _second_moment(mix) + integral - 2.0 * h_mean[order[-1]]
+    return _q.second_moment(mix) + integral - 2.0 * h_mean[order[-1]]
 
 
 # --------------------------------------------------------------------------------------
@@ -318,12 +315,12 @@ def _qmc_setup(heads, mix: GaussianMixture, n_samples: int, rng):
     ``z`` is the cached ``(S, n/S, K)`` tensor of common random numbers; ``C`` is
     ``None`` for the Dirac mixture.
     """
-    n_samples = check_int(n_samples, "n_samples", _N_SCRAMBLES)
+    n_samples = check_int(n_samples, "n_samples", _q.N_SCRAMBLES)
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         seed = int(rng)
     else:
         seed = int(as_generator(rng).integers(2**63))
-    z = _sobol_normals(heads.shape[0], int(n_samples), seed)  # (S, n', K)
+    z = _q.sobol_normals(heads.shape[0], int(n_samples), seed)  # (S, n', K)
     mean = _const(mix.centroids, heads) @ heads.T  # (k_mix, K)
     if mix.sigma == 0.0:
         return mean, None, z
@@ -354,7 +351,7 @@ def _qmc_risk(heads, mix, lam, n_samples, rng) -> RiskEstimate:
     pi = _const(mix.weights, heads)
     a = softmax_heads(lam * P)
     f = -2.0 * (a * P).sum(-1) + ((a @ (heads @ heads.T)) * a).sum(-1)
-    per_scramble = _second_moment(mix) + f.mean(-1) @ pi  # (S,)
+    per_scramble = _q.second_moment(mix) + f.mean(-1) @ pi  # (S,)
     value = per_scramble.mean()
     stderr = float(per_scramble.detach().std() / per_scramble.numel() ** 0.5)
     return RiskEstimate(value, stderr)
@@ -414,7 +411,7 @@ def population_risk(
     if method == "exact":
         if K > 3:
             raise ValueError(f"method='exact' needs K <= 3 heads, got K={K}; use 'qmc'")
-        return _exact_risk(heads, mix, lam, _rule())
+        return _exact_risk(heads, mix, lam, _q.rule())
     return _qmc_risk(heads, mix, lam, n_samples, rng).value
 
 
@@ -445,25 +442,66 @@ def qmc_risk(
     return _qmc_risk(heads, mix, lam, n_samples, rng)
 
 
+def _row_mean(heads, X, inverse_temperature, batch_size, per_rows, *, name: str = "X",
+              kind: str = "a non-empty (n, d) array"):
+    """``(1/n) sum_i f(x_i, a(x_i))`` over the rows of ``X``, ``batch_size`` rows at a time.
+
+    One run: heads ``(K, d)``, ``X`` ``(n, d)``, a float ``lambda`` (all three checked).
+    ``R`` runs at once (the objectives of :mod:`attnclust.objectives`): heads
+    ``(R, K, d)``, ``X`` ``(n, d)`` shared or ``(R, n, d)``, ``lambda`` a float or ``(R,)``.
+    ``per_rows(xb, a, heads)`` gets a chunk ``xb`` ``(b, d)`` or ``(R, b, d)``, its weights
+    ``a = softmax(lambda xb mu^T)`` ``(R, b, K)`` and the heads ``(R, K, d)``, and returns
+    its sum over the ``b`` rows, per run.
+    """
+    X = as_tensor(X, name=name)
+    heads = as_tensor(heads, name="heads")
+    single = heads.ndim != 3
+    if single:
+        if X.ndim != 2 or X.shape[0] == 0:
+            raise ValueError(f"{name} must be {kind}, got shape {tuple(X.shape)}")
+        check_finite(X, name)
+        heads = _check_heads(heads, X.shape[1])[None]  # (1, K, d)
+        lam = check_inverse_temperature(inverse_temperature)
+    else:
+        d = heads.shape[-1]
+        if X.ndim not in (2, 3) or X.shape[-2] == 0 or X.shape[-1] != d:
+            raise ValueError(f"{name} must be a non-empty (n, {d}) or (R, n, {d}) array, got "
+                             f"shape {tuple(X.shape)}")
+        check_finite(X, name)
+        lam = torch.as_tensor(inverse_temperature, dtype=heads.dtype, device=heads.device)
+        lam = lam.expand(heads.shape[0])[:, None, None]  # (R, 1, 1)
+    X = X.to(heads.dtype)
+    n = X.shape[-2]
+    step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
+    total = 0.0
+    for start in range(0, n, step):
+        xb = X[..., start:start + step, :]  # (b, d) or (R, b, d)
+        a = softmax_heads(lam * (xb @ heads.transpose(1, 2)))  # (R, b, K)
+        total = total + per_rows(xb, a, heads)
+    total = total / n
+    return total[0] if single else total
+
+
 @renamed_keywords(temperature="inverse_temperature")
 def empirical_risk(heads, X, *, inverse_temperature: float, batch_size: int | None = None):
     """Empirical risk ``mean_i || x_i - T_mu(x_i) ||^2`` over the rows of ``X``.
 
     Parameters
     ----------
-    heads : Tensor or array-like of shape (K, d)
-        Heads ``mu``; may require grad (the result is differentiable w.r.t. them).
-    X : Tensor or array-like of shape (n, d)
+    heads : Tensor or array-like of shape (K, d) or (R, K, d)
+        Heads ``mu``, or those of ``R`` runs; may require grad (the result is
+        differentiable w.r.t. them).
+    X : Tensor or array-like of shape (n, d), or (R, n, d) for runs
         Tokens, ``n >= 1``, finite; cast to the heads' dtype.
-    inverse_temperature : float
-        Inverse inverse_temperature ``lambda > 0``.
+    inverse_temperature : float, or Tensor of shape (R,) for runs
+        Inverse temperature ``lambda > 0``.
     batch_size : int, optional
         Rows per mini-batch of the accumulation (same value, less memory).
 
     Returns
     -------
     Tensor
-        0-dim tensor.
+        0-dim tensor, or ``(R,)`` for runs.
 
     Examples
     --------
@@ -472,43 +510,8 @@ def empirical_risk(heads, X, *, inverse_temperature: float, batch_size: int | No
     >>> float(ac.empirical_risk(heads, [[1.0, 0.0], [-1.0, 0.0]], inverse_temperature=40.0)) < 1e-30
     True
     """
-    X_t = as_tensor(X, name="X")
-    heads_t = as_tensor(heads, name="heads")
-    if heads_t.ndim == 3:
-        return _empirical_risk_runs(heads_t, X_t, inverse_temperature, batch_size)
-    if X_t.ndim != 2 or X_t.shape[0] == 0:
-        raise ValueError(f"X must be a non-empty (n, d) array, got shape {tuple(X_t.shape)}")
-    check_finite(X_t, "X")
-    heads = _check_heads(heads, X_t.shape[1])
-    X_t = X_t.to(heads.dtype)
-    lam = check_inverse_temperature(inverse_temperature)
-    n = X_t.shape[0]
-    step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
-    total = heads.new_zeros(())
-    for start in range(0, n, step):
-        xb = X_t[start:start + step]  # (b, d)
-        total = total + ((xb - head_weights(xb, heads, inverse_temperature=lam) @ heads) ** 2).sum()
-    return total / n
-
-
-def _empirical_risk_runs(heads: torch.Tensor, X: torch.Tensor, inverse_temperature, batch_size):
-    """``R`` runs at once: heads ``(R, K, d)``, data ``(n, d)`` or ``(R, n, d)``, one
-    inverse temperature per run (a float or ``(R,)``); returns ``(R,)``."""
-    if X.ndim not in (2, 3) or X.shape[-2] == 0 or X.shape[-1] != heads.shape[-1]:
-        raise ValueError(f"X must be a non-empty (n, {heads.shape[-1]}) or (R, n, "
-                         f"{heads.shape[-1]}) array, got shape {tuple(X.shape)}")
-    check_finite(X, "X")
-    X = X.to(heads.dtype)
-    lam = torch.as_tensor(inverse_temperature, dtype=heads.dtype, device=heads.device)
-    lam = lam.expand(heads.shape[0])[:, None, None]  # (R, 1, 1)
-    n = X.shape[-2]
-    step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
-    total = heads.new_zeros(heads.shape[0])
-    for start in range(0, n, step):
-        xb = X[..., start:start + step, :]  # (b, d) or (R, b, d)
-        a = softmax_heads(lam * (xb @ heads.transpose(1, 2)))  # (R, b, K)
-        total = total + ((xb - a @ heads) ** 2).sum((-1, -2))
-    return total / n
+    return _row_mean(heads, X, inverse_temperature, batch_size,
+                     lambda xb, a, h: ((xb - a @ h) ** 2).sum((-1, -2)))
 
 
 def repulsion(heads) -> torch.Tensor:
@@ -516,13 +519,14 @@ def repulsion(heads) -> torch.Tensor:
 
     Parameters
     ----------
-    heads : Tensor or array-like of shape (K, d)
+    heads : Tensor or array-like of shape (K, d), or (R, K, d) for runs
         Heads ``mu``; may require grad.
 
     Returns
     -------
     Tensor
-        0-dim tensor, zero exactly when the heads are pairwise orthogonal.
+        0-dim tensor (``(R,)`` for runs), zero exactly when the heads are pairwise
+        orthogonal.
 
     Examples
     --------
@@ -530,9 +534,69 @@ def repulsion(heads) -> torch.Tensor:
     >>> float(repulsion(torch.eye(3, dtype=torch.float64)))
     0.0
     """
-    heads = _check_heads(heads)
-    gram = heads @ heads.T
-    return 0.5 * ((gram**2).sum() - (torch.diagonal(gram) ** 2).sum())
+    heads = as_tensor(heads, name="heads")
+    if heads.ndim != 3:
+        heads = _check_heads(heads)
+    gram = heads @ heads.transpose(-1, -2)  # (..., K, K)
+    off = gram - torch.diag_embed(torch.diagonal(gram, dim1=-2, dim2=-1))
+    return 0.5 * (off**2).sum((-2, -1))
+
+
+def mean_attention(heads, data, *, inverse_temperature: float, method: str = "auto",
+                   n_samples: int = 2**14, rng=0, batch_size: int | None = None) -> torch.Tensor:
+    """Soft proportions ``N_h = E[a_h(X)]``: the mean attention weight of each head.
+
+    ``E`` is over a :class:`GaussianMixture` (the exact rule of this module for ``K <= 3``,
+    QMC with common random numbers otherwise, or as ``method`` says) or the mean over the
+    rows of a data array ``(n, d)``; the expectation of :func:`balance`.
+
+    Parameters
+    ----------
+    heads : Tensor or array-like of shape (K, d), or (R, K, d) for runs on data
+        Heads ``mu``; may require grad (the result is differentiable w.r.t. them).
+    data : GaussianMixture or array-like of shape (n, d)
+        Where the expectation is taken.
+    inverse_temperature : float, or Tensor of shape (R,) for runs
+        Inverse temperature ``lambda > 0``.
+    method, n_samples, rng :
+        For a mixture, as in :func:`population_risk`.
+    batch_size : int, optional
+        Rows per mini-batch for a data array (same value, less memory).
+
+    Returns
+    -------
+    Tensor of shape (K,), or (R, K) for runs, summing to one.
+
+    Examples
+    --------
+    >>> import torch, attnclust as ac
+    >>> mix = ac.GaussianMixture.antipodal(d=3, sigma=0.3)
+    >>> ac.risk.mean_attention(torch.tensor(mix.centroids), mix, inverse_temperature=10.0)
+    tensor([0.5000, 0.5000], dtype=torch.float64)
+    """
+    if not isinstance(data, GaussianMixture):
+        return _row_mean(heads, data, inverse_temperature, batch_size,
+                         lambda xb, a, h: a.sum(-2), name="data",
+                         kind="a GaussianMixture or a non-empty (n, d) array")
+    lam = check_inverse_temperature(inverse_temperature)
+    heads = _check_heads(heads, data.d)
+    K = heads.shape[0]
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    if method == "exact" and K > 3:
+        raise ValueError(f"method='exact' needs K <= 3 heads, got K={K}; use 'qmc'")
+    pi = _const(data.weights, heads)
+    if K == 1:
+        return heads.new_ones(1)
+    if method == "qmc" or (method == "auto" and K > 3):
+        P = _qmc_points(heads, data, n_samples, rng)  # (S, k_mix, n', K)
+        return torch.einsum("k,skh->h", pi, softmax_heads(lam * P).mean(2)) / P.shape[0]
+    order, D, weights = _exact_samples(heads, data, lam, _q.rule())
+    a = torch.stack(_softmax_weights(D, lam), dim=-1)  # (k_mix, N, K)
+    mean_perm = torch.einsum("k,kn,knh->h", pi, weights, a)
+    mean_a = torch.empty_like(mean_perm)
+    mean_a[order] = mean_perm
+    return mean_a
 
 
 @renamed_keywords(temperature="inverse_temperature")
@@ -549,19 +613,19 @@ def balance(
 ) -> torch.Tensor:
     """Balance penalty ``sum_h (E[a_h(X)] - pi_h)^2``: no knowledge of the centroids.
 
-    ``E`` is over a :class:`GaussianMixture` (the exact rule of this module for
-    ``K <= 3``, QMC with common random numbers otherwise, or as ``method`` says) or
-    the mean over the rows of a data array ``(n, d)``. ``target`` defaults to the
-    uniform proportions ``1 / K``.
+    ``E[a_h(X)]`` is :func:`mean_attention`: over a :class:`GaussianMixture` (the exact
+    rule of this module for ``K <= 3``, QMC with common random numbers otherwise, or as
+    ``method`` says) or the mean over the rows of a data array ``(n, d)``. ``target``
+    defaults to the uniform proportions ``1 / K``.
 
     Parameters
     ----------
-    heads : Tensor or array-like of shape (K, d)
+    heads : Tensor or array-like of shape (K, d), or (R, K, d) for runs on data
         Heads ``mu``; may require grad (the result is differentiable w.r.t. them).
     data : GaussianMixture or array-like of shape (n, d)
         Where the expectation of the attention weights is taken.
-    inverse_temperature : float
-        Inverse inverse_temperature ``lambda > 0``.
+    inverse_temperature : float, or Tensor of shape (R,) for runs
+        Inverse temperature ``lambda > 0``.
     target : array-like of shape (K,), optional
         Target proportions ``pi``; uniform ``1 / K`` when omitted.
     method : {"auto", "exact", "qmc"}, default="auto"
@@ -574,7 +638,7 @@ def balance(
     Returns
     -------
     Tensor
-        0-dim tensor.
+        0-dim tensor, or ``(R,)`` for runs.
 
     Examples
     --------
@@ -584,43 +648,13 @@ def balance(
     >>> float(ac.balance(heads, mix, inverse_temperature=10.0)) < 1e-20
     True
     """
-    lam = check_inverse_temperature(inverse_temperature)
-    if isinstance(data, GaussianMixture):
-        heads = _check_heads(heads, data.d)
-        K = heads.shape[0]
-        if method not in _METHODS:
-            raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-        if method == "exact" and K > 3:
-            raise ValueError(f"method='exact' needs K <= 3 heads, got K={K}; use 'qmc'")
-        pi = _const(data.weights, heads)
-        if K == 1:
-            mean_a = heads.new_ones(1)
-        elif method == "qmc" or (method == "auto" and K > 3):
-            P = _qmc_points(heads, data, n_samples, rng)  # (S, k_mix, n', K)
-            mean_a = torch.einsum("k,skh->h", pi, softmax_heads(lam * P).mean(2))
-            mean_a = mean_a / P.shape[0]
-        else:
-            order, D, weights = _exact_samples(heads, data, lam, _rule())
-            a = torch.stack(_softmax_weights(D, lam), dim=-1)  # (k_mix, N, K)
-            mean_perm = torch.einsum("k,kn,knh->h", pi, weights, a)
-            mean_a = torch.empty_like(mean_perm)
-            mean_a[order] = mean_perm
-    else:
-        X_t = as_tensor(data, name="data")
-        if X_t.ndim != 2 or X_t.shape[0] == 0:
-            raise ValueError(f"data must be a GaussianMixture or a non-empty (n, d) array, "
-                             f"got shape {tuple(X_t.shape)}")
-        heads = _check_heads(heads, X_t.shape[1])
-        X_t = X_t.to(heads.dtype)
-        n = X_t.shape[0]
-        step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
-        mean_a = sum(head_weights(X_t[s:s + step], heads, inverse_temperature=lam).sum(0)
-                     for s in range(0, n, step)) / n
-    K = heads.shape[0]
+    mean_a = mean_attention(heads, data, inverse_temperature=inverse_temperature,
+                            method=method, n_samples=n_samples, rng=rng, batch_size=batch_size)
+    K = mean_a.shape[-1]
     if target is None:
-        tgt = torch.full((K,), 1.0 / K, dtype=heads.dtype, device=heads.device)
+        tgt = torch.full((K,), 1.0 / K, dtype=mean_a.dtype, device=mean_a.device)
     else:
-        tgt = as_tensor(target, name="target", dtype=heads.dtype)
+        tgt = as_tensor(target, name="target", dtype=mean_a.dtype, device=mean_a.device)
         if tgt.shape != (K,):
             raise ValueError(f"target must have shape ({K},), got {tuple(tgt.shape)}")
-    return ((mean_a - tgt) ** 2).sum()
+    return ((mean_a - tgt) ** 2).sum(-1)
