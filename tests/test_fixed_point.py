@@ -184,3 +184,14 @@ def test_history_and_callback_are_the_shared_types(geometry):
     np.testing.assert_allclose([i.loss for i in infos],
                                [x for t, x in enumerate(h.risk) if t not in firsts], rtol=1e-14)
     assert res.converged and h.grad_norm[-1] < 1e-8 < h.grad_norm[0]
+
+
+def test_balance_on_euclidean_heads_is_refused():
+    """The pass's balance gradient leaves out the key bias: refused, not silently wrong."""
+    X = torch.as_tensor(ac.GaussianMixture.orthogonal(d=3, k=2, sigma=0.2).sample(50, rng=0))
+    with pytest.raises(ValueError, match="geometry='sphere' only"):
+        fixed_point_fit(X, X[:2].clone(), inverse_temperatures=[5.0], stage_steps=[3],
+                        geometry="euclidean", penalty="balance", rho=1.0)
+    with pytest.raises(ValueError, match="penalty must be"):
+        fixed_point_fit(X, X[:2].clone(), inverse_temperatures=[5.0], stage_steps=[3],
+                        penalty="ridge", rho=1.0)

@@ -342,6 +342,7 @@ def fixed_point_fit(
     >>> res.converged, bool(res.heads[:, 0].abs().min() > 0.99)
     (True, True)
     """
+    _check_penalty(geometry, penalty)
     n = X.shape[0]
     chunk = max(1, n) if chunk_size is None else max(1, int(chunk_size))
     rows = _chunk_reader(X, row_map)
@@ -404,6 +405,15 @@ def fixed_point_fit(
                 converged = last
                 break
     return SolverResult(heads, log.history(), n_iter, converged)
+
+
+def _check_penalty(geometry: str, penalty) -> None:
+    """The pass's closed forms: repulsion for both geometries, balance on the sphere only
+    (its gradient leaves out the key bias of Euclidean heads)."""
+    if penalty not in (None, "repulsion", "balance"):
+        raise ValueError(f"penalty must be None, 'repulsion' or 'balance', got {penalty!r}")
+    if penalty == "balance" and geometry == "euclidean":
+        raise ValueError("penalty='balance' is implemented for geometry='sphere' only")
 
 
 class _Log:
