@@ -50,6 +50,7 @@ def _numbers(value):
         yield value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FIGURES))
 def test_quick_figure_files_and_json(request, name):
     quick_results = request.getfixturevalue(f"quick_{name}")   # this figure's render only
@@ -78,10 +79,12 @@ def _summary(folder, name):
 # bias (0.045 for the Dirac mixture at lambda = 3), in every run; on the Dirac
 # mixture only for small lambda: at lambda >= 10 a head can start where it wins no
 # token and stay there
+@pytest.mark.slow
 def test_quick_headlines_hold_fig1(quick_fig1):
     assert _summary(quick_fig1, "fig1")["lambda_30"]["final_distance_max"] < 0.01
 
 
+@pytest.mark.slow
 def test_quick_headlines_hold_fig5(quick_fig5):
     fig5 = _summary(quick_fig5, "fig5")
     assert fig5["lambda_3"]["final_distance_max"] < 0.05
@@ -91,30 +94,36 @@ def test_quick_headlines_hold_fig5(quick_fig5):
 
 
 # figure 2 and 6: regularization or annealing beat plain PGD from random inits
+@pytest.mark.slow
 def test_quick_headlines_hold_fig2(quick_fig2):
     fig2 = _summary(quick_fig2, "fig2")
     assert fig2["d10_annealing"]["rate"] > fig2["d10_no penalty"]["rate"]
 
 
+@pytest.mark.slow
 def test_quick_headlines_hold_fig6(quick_fig6):
     fig6 = _summary(quick_fig6, "fig6")["success_rate_by_variant"]
     assert fig6["repulsion + annealing"]["wilson_95"][0] > fig6["plain"]["wilson_95"][1]
 
 
 # figure 3 and 4: both layers shrink the within-cluster spread
+@pytest.mark.slow
 def test_quick_headlines_hold_fig3(quick_fig3):
     assert _summary(quick_fig3, "fig3")["within_cluster_spread_ratio"] < 0.5
 
 
+@pytest.mark.slow
 def test_quick_headlines_hold_fig4(quick_fig4):
     assert _summary(quick_fig4, "fig4")["within_cluster_spread_ratio"] < 0.1
 
 
 # figure 8: the distance to the infinite-prompt limit decays like L^(-1/2)
+@pytest.mark.slow
 def test_quick_headlines_hold_fig8(quick_fig8):
     assert -0.7 < _summary(quick_fig8, "fig8")["log_log_slope"] < -0.35
 
 
+@pytest.mark.slow
 def test_cache_is_reused_and_replotted(quick_fig4, monkeypatch):
     quick_results = quick_fig4
     module = FIGURES["fig4"]
@@ -132,6 +141,7 @@ def test_cache_is_reused_and_replotted(quick_fig4, monkeypatch):
     assert meta["seed"] == 0 and set(result.arrays) >= {"inputs_2d", "outputs_2d", "labels"}
 
 
+@pytest.mark.slow
 def test_rates_carry_wilson_intervals(quick_fig1, quick_fig2, quick_fig5, quick_fig6):
     """Every success or failure rate in the JSON has its count, its runs and an interval
     that contains it; the interval is Wilson's (scipy's binomtest as the reference)."""
@@ -157,6 +167,7 @@ def test_rates_carry_wilson_intervals(quick_fig1, quick_fig2, quick_fig5, quick_
     assert found > 20
 
 
+@pytest.mark.slow
 def test_importing_the_study_leaves_matplotlib_alone(tmp_path):
     """No backend switch and no rcParams change on import or while plotting."""
     code = (
