@@ -13,7 +13,13 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust._validation import as_numpy_input, as_torch_dtype, check_device
+from attnclust._validation import (
+    as_numpy_input,
+    as_torch_dtype,
+    check_device,
+    check_finite,
+    check_int,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE = "\n".join(p.read_text() for p in sorted((ROOT / "src" / "attnclust").rglob("*.py")))
@@ -277,3 +283,20 @@ def test_the_private_name_check_can_fail():
         "attnclust.experiments.fig1:2 reads attnclust.experiments._common._helper"]
     assert private_crossings("from ._runner import reproduce as _reproduce\n",
                              "attnclust.experiments", package=True) == []
+
+
+# -- the shared input checks ----------------------------------------------------------------
+def test_check_finite_names_the_first_bad_index():
+    x = torch.zeros(3, 4)
+    x[2, 1], x[1, 3] = float("inf"), float("nan")
+    with pytest.raises(ValueError, match=r"X contains NaN or inf \(first at index \(1, 3\)"):
+        check_finite(x, "X")
+    with pytest.raises(ValueError, match=r"index 2: inf"):
+        check_finite(torch.tensor([0.0, 1.0, float("inf")]), "v")
+    assert check_finite(x[0], "ok") is not None
+
+
+@pytest.mark.parametrize("bad", [True, 2.0, "3", -1, None])
+def test_check_int_refuses_non_integers(bad):
+    with pytest.raises(ValueError, match=f"n must be an integer >= 0, got {bad!r}"):
+        check_int(bad, "n", 0)

@@ -285,6 +285,7 @@ def test_pgd_reduce_of_one_rank_is_pgd(data):
 
 
 # -- real processes, gloo on loopback ----------------------------------------------------
+@pytest.mark.slow
 def test_pgd_two_processes_match_one_process(data, tmp_path):
     path, X = data
     heads0 = ac.init_on_sphere(4, X.shape[1], rng=3)
@@ -307,6 +308,7 @@ def test_pgd_two_processes_match_one_process(data, tmp_path):
 
 
 # -- real processes, gloo on loopback ----------------------------------------------------
+@pytest.mark.slow
 def test_torchrun_cli_matches_single_process(data, tmp_path):
     path, X = data
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
@@ -325,6 +327,7 @@ def test_torchrun_cli_matches_single_process(data, tmp_path):
     np.testing.assert_array_equal(np.load(tmp_path / "dp.labels.npy"), one.labels_)
 
 
+@pytest.mark.slow
 def test_api_two_processes_identical_centers(data, tmp_path):
     path, X = data
     results = _finish(_launch("fit", path, tmp_path / "c"), timeout=120)
@@ -339,6 +342,7 @@ def test_api_two_processes_identical_centers(data, tmp_path):
     np.testing.assert_array_equal(labels, one.labels_)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["crash", "hang"])
 def test_a_failing_rank_stops_the_others(data, tmp_path, mode):
     path, _ = data
@@ -365,6 +369,7 @@ def _cli_ranks(paths, tmp_path, *, world: int = 2, extra: tuple = (), timeout: s
                              stderr=subprocess.PIPE, text=True) for r in range(world)]
 
 
+@pytest.mark.slow
 def test_cli_rank_without_data_stops_every_rank(data, tmp_path):
     path, _ = data
     missing = tmp_path / "missing.npy"

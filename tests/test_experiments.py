@@ -1,13 +1,16 @@
 """The reproducible study: every figure's quick config runs, caches and plots.
 
-``attnclust reproduce all --quick`` runs once per test session (module fixture); the
-JSON sanity checks then read its output, so a broken figure turns CI red.
+Each figure has its own module fixture (``quick_fig1`` ... ``quick_fig9``) that runs
+``attnclust reproduce FIG --quick`` once into a shared folder, so a test renders only the
+figures it reads (``-k fig4`` renders figure 4 alone); the JSON sanity checks then read
+that output, so a broken figure turns CI red.
 """
 
 import json
 import math
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,9 +22,22 @@ from attnclust.experiments import FIGURES, load_result, reproduce
 
 @pytest.fixture(scope="module")
 def quick_results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("results")
-    assert main(["reproduce", "all", "--quick", "--quiet", "--out", str(out)]) == 0
-    return out
+    """The folder every figure's fixture renders into; it renders nothing itself."""
+    return tmp_path_factory.mktemp("results")
+
+
+def _quick_figure_fixture(name):
+    @pytest.fixture(scope="module", name=f"quick_{name}")
+    def fixture(quick_results):
+        assert main(["reproduce", name, "--quick", "--quiet", "--out", str(quick_results)]) == 0
+        return quick_results
+
+    fixture.__doc__ = f"``attnclust reproduce {name} --quick``, run once; returns its folder."
+    return fixture
+
+
+for _name in FIGURES:
+    globals()[f"_quick_{_name}"] = _quick_figure_fixture(_name)
 
 
 def _numbers(value):
@@ -35,8 +51,10 @@ def _numbers(value):
         yield value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(FIGURES))
-def test_quick_figure_files_and_json(quick_results, name):
+def test_quick_figure_files_and_json(request, name):
+    quick_results = request.getfixturevalue(f"quick_{name}")   # this figure's render only
     for suffix in ("png", "pdf", "json", "npz"):
         path = quick_results / f"{name}-quick.{suffix}"
         assert path.exists() and path.stat().st_size > 0, path
@@ -53,32 +71,62 @@ def test_quick_figure_files_and_json(quick_results, name):
             assert np.all((arr >= 0) & (arr <= 2 + 1e-9)), key
 
 
-def test_quick_headlines_hold(quick_results):
-    """The qualitative claims the README makes survive even the quick configs."""
-    summary = {name: json.loads((quick_results / f"{name}-quick.json").read_text())["summary"]
-               for name in FIGURES}
-    # figure 1 and 5: PGD from an init on M reaches the centroids up to the inverse temperature
-    # bias (0.045 for the Dirac mixture at lambda = 3), in every run; on the Dirac
-    # mixture only for small lambda: at lambda >= 10 a head can start where it wins no
-    # token and stay there
-    assert summary["fig1"]["lambda_30"]["final_distance_max"] < 0.01
-    assert summary["fig5"]["lambda_3"]["final_distance_max"] < 0.05
-    assert summary["fig5"]["lambda_3"]["dead_head"]["count"] == 0
+# -- the qualitative claims the README makes survive even the quick configs ------------------
+def _summary(folder, name):
+    return json.loads((folder / f"{name}-quick.json").read_text())["summary"]
+
+
+# figure 1 and 5: PGD from an init on M reaches the centroids up to the inverse temperature
+# bias (0.045 for the Dirac mixture at lambda = 3), in every run; on the Dirac
+# mixture only for small lambda: at lambda >= 10 a head can start where it wins no
+# token and stay there
+@pytest.mark.slow
+def test_quick_headlines_hold_fig1(quick_fig1):
+    assert _summary(quick_fig1, "fig1")["lambda_30"]["final_distance_max"] < 0.01
+
+
+@pytest.mark.slow
+def test_quick_headlines_hold_fig5(quick_fig5):
+    fig5 = _summary(quick_fig5, "fig5")
+    assert fig5["lambda_3"]["final_distance_max"] < 0.05
+    assert fig5["lambda_3"]["dead_head"]["count"] == 0
     # ... while on the Dirac mixture a sharp softmax leaves dead heads (figure 5)
-    assert summary["fig5"]["lambda_30"]["dead_head"]["wilson_95"][0] > 0.05
-    # figure 2 and 6: regularization or annealing beat plain PGD from random inits
-    fig2 = summary["fig2"]
+    assert fig5["lambda_30"]["dead_head"]["wilson_95"][0] > 0.05
+
+
+# figure 2 and 6: regularization or annealing beat plain PGD from random inits
+@pytest.mark.slow
+def test_quick_headlines_hold_fig2(quick_fig2):
+    fig2 = _summary(quick_fig2, "fig2")
     assert fig2["d10_annealing"]["rate"] > fig2["d10_no penalty"]["rate"]
-    fig6 = summary["fig6"]["success_rate_by_variant"]
+
+
+@pytest.mark.slow
+def test_quick_headlines_hold_fig6(quick_fig6):
+    fig6 = _summary(quick_fig6, "fig6")["success_rate_by_variant"]
     assert fig6["repulsion + annealing"]["wilson_95"][0] > fig6["plain"]["wilson_95"][1]
-    # figure 3 and 4: both layers shrink the within-cluster spread
-    assert summary["fig3"]["within_cluster_spread_ratio"] < 0.5
-    assert summary["fig4"]["within_cluster_spread_ratio"] < 0.1
-    # figure 8: the distance to the infinite-prompt limit decays like L^(-1/2)
-    assert -0.7 < summary["fig8"]["log_log_slope"] < -0.35
 
 
-def test_cache_is_reused_and_replotted(quick_results, monkeypatch):
+# figure 3 and 4: both layers shrink the within-cluster spread
+@pytest.mark.slow
+def test_quick_headlines_hold_fig3(quick_fig3):
+    assert _summary(quick_fig3, "fig3")["within_cluster_spread_ratio"] < 0.5
+
+
+@pytest.mark.slow
+def test_quick_headlines_hold_fig4(quick_fig4):
+    assert _summary(quick_fig4, "fig4")["within_cluster_spread_ratio"] < 0.1
+
+
+# figure 8: the distance to the infinite-prompt limit decays like L^(-1/2)
+@pytest.mark.slow
+def test_quick_headlines_hold_fig8(quick_fig8):
+    assert -0.7 < _summary(quick_fig8, "fig8")["log_log_slope"] < -0.35
+
+
+@pytest.mark.slow
+def test_cache_is_reused_and_replotted(quick_fig4, monkeypatch):
+    quick_results = quick_fig4
     module = FIGURES["fig4"]
     before = (quick_results / "fig4-quick.npz").stat().st_mtime_ns
     (quick_results / "fig4-quick.png").unlink()
@@ -94,9 +142,11 @@ def test_cache_is_reused_and_replotted(quick_results, monkeypatch):
     assert meta["seed"] == 0 and set(result.arrays) >= {"inputs_2d", "outputs_2d", "labels"}
 
 
-def test_rates_carry_wilson_intervals(quick_results):
+@pytest.mark.slow
+def test_rates_carry_wilson_intervals(quick_fig1, quick_fig2, quick_fig5, quick_fig6):
     """Every success or failure rate in the JSON has its count, its runs and an interval
     that contains it; the interval is Wilson's (scipy's binomtest as the reference)."""
+    quick_results = quick_fig1          # one folder: every figure's fixture renders into it
     from scipy.stats import binomtest
 
     found = 0
@@ -118,6 +168,7 @@ def test_rates_carry_wilson_intervals(quick_results):
     assert found > 20
 
 
+@pytest.mark.slow
 def test_importing_the_study_leaves_matplotlib_alone(tmp_path):
     """No backend switch and no rcParams change on import or while plotting."""
     code = (
@@ -166,6 +217,25 @@ def test_interrupted_run_leaves_no_cache(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         reproduce("fig4", out=tmp_path, quick=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_reproduce_all_runs_every_figure_in_order(tmp_path, monkeypatch, capsys):
+    """``reproduce all`` is every figure of FIGURES, in order (the figures' own tests render
+    one figure each; this checks the expansion without rendering any)."""
+    import attnclust.experiments as ex
+
+    done = []
+
+    def fake(name, *, out, quick, **kwargs):
+        done.append((name, out, quick))
+        return SimpleNamespace(png=f"{out}/{name}-quick.png")
+
+    monkeypatch.setattr(ex, "reproduce", fake)
+    out = str(tmp_path / "r")
+    assert main(["reproduce", "all", "--quick", "--quiet", "--out", out]) == 0
+    assert done == [(name, out, True) for name in FIGURES]
+    assert capsys.readouterr().out.splitlines() == [
+        f"{name}: {out}/{name}-quick.png" for name in FIGURES]
 
 
 def test_list_and_unknown_figure(capsys):
