@@ -130,7 +130,7 @@ def test_fast_k2_value_and_gradient_match_autograd(sigma, lam, kind):
 
 @pytest.mark.parametrize("K", [2, 3])
 def test_accuracy_against_a_much_finer_rule(K):
-    """The accuracy table of the module docstring, re-measured (margin: 1e-9 < 1e-8)."""
+    """The accuracy table of docs/risk.md, re-measured (margin: 1e-9 < 1e-8)."""
     mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=0.3)
     if K == 2:
         fine, scales = Q.rule(12, 0.25, 9.5, 2**0.5, 0.25, 40.0), [0.1, 1.0, 10.0, 100.0, 1e3]
