@@ -194,7 +194,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h> - b_h) mu_h``
     (Euclidean heads, ``b_h = lambda ||mu_h||^2 / 2``, or unit heads, ``b_h = 0``) by
     minimizing the empirical risk ``mean ||x - T_mu(x)||^2`` (see the module docstring
-    for the geometry, the solver, the ``"auto"`` inverse_temperature and the warnings).
+    for the geometry, the solver, the ``"auto"`` inverse temperature and the warnings).
 
     Parameters
     ----------
@@ -205,7 +205,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
         from the origin: for directions, such as embeddings compared by cosine).
     inverse_temperature : float or "auto", default="auto"
-        Inverse inverse_temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
+        Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
         nearest boundary, after hard Lloyd steps from the initialization.
     init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)

@@ -111,7 +111,7 @@ def head_weights(x: torch.Tensor, heads: torch.Tensor, *, inverse_temperature: f
         Tokens; NumPy input is converted to a tensor of the heads' dtype.
     heads : Tensor or array-like of shape (K, d)
     inverse_temperature : float
-        Inverse inverse_temperature ``lambda > 0``.
+        Inverse temperature ``lambda > 0``.
     geometry : {"sphere", "euclidean"}, default="sphere"
         Key bias ``b_h``: none, or ``lambda ||mu_h||^2 / 2`` (see the module docstring).
 
@@ -144,7 +144,7 @@ def attention_heads(x: torch.Tensor, heads: torch.Tensor, *, inverse_temperature
         Tokens; NumPy input is converted to a tensor of the heads' dtype.
     heads : Tensor or array-like of shape (K, d)
     inverse_temperature : float
-        Inverse inverse_temperature ``lambda > 0``.
+        Inverse temperature ``lambda > 0``.
     geometry : {"sphere", "euclidean"}, default="sphere"
         Key bias: none, or ``lambda ||mu_h||^2 / 2`` (see the module docstring).
 

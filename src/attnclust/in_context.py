@@ -115,7 +115,7 @@ def identity_attention(
         float32, anything else becomes float64); a tensor gives a tensor on the same
         device with the same dtype.
     inverse_temperature : float
-        Inverse inverse_temperature ``lambda > 0``.
+        Inverse temperature ``lambda > 0``.
     n_steps : int, default=1
         Number of repeated applications (the self-attention dynamics).
     exclude_self : bool, default=False
@@ -421,7 +421,7 @@ def infinite_prompt_limit(x, mix: GaussianMixture, *, inverse_temperature: float
     mix : GaussianMixture
         The mixture the prompt's tokens are drawn from.
     inverse_temperature : float
-        Inverse inverse_temperature ``lambda``.
+        Inverse temperature ``lambda``.
 
     Returns
     -------

@@ -5,7 +5,7 @@ treats the rows of ``X`` as one prompt of ``L`` tokens and returns
 ``Q_lambda(X)_i = sum_j softmax_j(lambda <X_i, X_j>) X_j``; ``fit`` only fixes the
 inverse temperature ``lambda``.
 
-The ``"auto"`` inverse_temperature. The seeds' Figures 3 and 4 use ``lambda = 1 / (1 + 2
+The ``"auto"`` inverse temperature. The seeds' Figures 3 and 4 use ``lambda = 1 / (1 + 2
 sigma^2)`` for clusters centred on the unit sphere with isotropic noise ``sigma``. For
 the running example (two orthogonal unit centroids, equal weights) this is
 ``1 / (2 lambda_max)`` with ``lambda_max = 1/2 + sigma^2`` the largest eigenvalue of the
@@ -89,7 +89,7 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
     Parameters
     ----------
     inverse_temperature : float or "auto", default="auto"
-        Inverse inverse_temperature ``lambda``; ``"auto"`` sets ``1 / (1 + 2 sigma_hat^2)`` with
+        Inverse temperature ``lambda``; ``"auto"`` sets ``1 / (1 + 2 sigma_hat^2)`` with
         ``sigma_hat`` estimated by :func:`estimate_sigma` at ``fit``.
     n_steps : int, default=1
         Repeated applications of the layer.

@@ -362,7 +362,7 @@ def population_risk(
         Heads ``mu``; may require grad (the result is differentiable).
     mix : GaussianMixture
     inverse_temperature : float
-        Inverse inverse_temperature ``lambda > 0``.
+        Inverse temperature ``lambda > 0``.
     method : {"auto", "exact", "qmc"}, default="auto"
         ``"exact"``: graded composite Gauss-Legendre rule (``K <= 3``; relative error
         about 1e-11 or less for ``0.1 <= lambda sigma <= 1000``, see the module

@@ -3,8 +3,8 @@
 The running example (``d = 10``, ``sigma = 0.3``, ``mu*_0 = e_10``, ``mu*_1 = -e_1``),
 minimizing ``R`` without regularization (``rho = 0``), heads initialized uniformly on
 the unit circle of ``span(mu*_0, mu*_1)``. One curve per inverse temperature: the
-median over ``n_inits`` runs (all inverse_temperatures in one batched PGD call) with its 95%
-percentile band. At finite inverse_temperature the minimizer of ``R`` is biased away from the
+median over ``n_inits`` runs (all of them in one batched PGD call) with its 95%
+percentile band. At finite lambda the minimizer of ``R`` is biased away from the
 centroids, so each curve levels off at its own distance. The summary gives, with 95%
 Wilson intervals, the fraction of inits that end farther than ``failure_distance`` from
 the centroids (a *dead head*, which wins no token) and the fraction within 0.05.

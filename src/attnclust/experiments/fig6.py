@@ -8,8 +8,8 @@ per mixture component, the same for every run and step; the kernel in float32). 
 succeeds when every
 head is within ``success_tol`` of a distinct centroid (Hungarian matching). We compare
 plain PGD with PGD on the balance-regularized risk (``rho`` decaying to 0) and with the
-repulsion penalty combined with inverse_temperature annealing: ``n_runs`` runs per point, all
-the runs of one ``(K, d)`` (both inverse_temperatures, every variant) in one batched PGD call,
+repulsion penalty combined with annealing of lambda: ``n_runs`` runs per point, all
+the runs of one ``(K, d)`` (both values of lambda, every variant) in one batched PGD call,
 each solved in the coordinates of ``span(heads0, centroids)``, which the descent never
 leaves (:func:`attnclust.experiments._common.in_span`; the cost does not grow with d).
 Rates come with 95% Wilson intervals (error bars).

@@ -1,7 +1,7 @@
 """Figure 7: the role of the inverse temperature.
 
 For the running example at several noise levels ``sigma`` and a grid of inverse
-inverse_temperatures ``lambda``, PGD on the population risk from ``n_runs`` inits on M gives
+temperatures ``lambda``, PGD on the population risk from ``n_runs`` inits on M gives
 the trained heads (the run with the lowest risk is kept; every run of the figure is in
 one batched PGD call). We plot their matched distance to the centroids (the *bias* of a
 finite inverse_temperature), the angle between the two heads (90 degrees at the centroids; 0

@@ -6,7 +6,7 @@ inverse temperatures, (b) scikit-learn's ``KMeans(n_init=1)`` and (c) its spheri
 ``GaussianMixture`` (EM). The error is the matched max distance to the true centroids;
 median and 95% band over 10 samples (for each size, the runs of both inverse temperatures on
 all samples are one batched PGD call). The layer converges to its population
-minimizer, which is biased at a finite inverse_temperature (dashed lines, from PGD on the population
+minimizer, which is biased at finite lambda (dashed lines, from PGD on the population
 risk): at ``lambda = 3`` its error levels off at that bias, while at ``lambda = 30`` the
 bias lies below the sampling error of every ``n`` shown and the layer matches k-means
 and EM.
