@@ -603,8 +603,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         res = fixed_point_fit(working.rows, heads0, inverse_temperatures=temps,
                               stage_steps=steps, reduce=comm.reduce, row_map=working.row_map,
                               callback=self._callback_fn(working, n_iter), **common)
-        res = res._replace(history=res.history._replace(step=res.history.step + n_iter))
-        return res._replace(n_iter=n_iter + res.n_iter)
+        return res._replace(n_iter=n_iter + res.n_iter,
+                            history=res.history._replace(step=res.history.step + n_iter))
 
     def _set_fitted(self, res: SolverResult, lam, working):
         """Fitted attributes, mapped back from the working space to the preprocessed one."""
