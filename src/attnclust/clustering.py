@@ -669,12 +669,12 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if self.callback is None and not self.verbose:
             return None
         scale = working.scale
+        shift = None if working.shift is None else torch.from_numpy(working.shift)
 
         def call(info: IterationInfo) -> None:
             heads = info.heads * scale
-            if working.shift is not None:
-                heads = heads + torch.as_tensor(working.shift, dtype=heads.dtype,
-                                                device=heads.device)
+            if shift is not None:
+                heads = heads + shift.to(dtype=heads.dtype, device=heads.device)
             info = IterationInfo(offset + info.iteration, info.loss * scale * scale,
                                  info.inverse_temperature / scale / scale, info.shift * scale,
                                  heads)
