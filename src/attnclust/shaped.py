@@ -109,20 +109,23 @@ def log_det_precision(precisions_cholesky: torch.Tensor, covariance_type: str,
 
 
 def precision_trace(precisions_cholesky: torch.Tensor, covariance_type: str,
-                    n_features: int) -> torch.Tensor:
-    """``tr P_h = ||U_h||_F^2``, shape ``(K,)`` (the floor's term of the fit's objective).
+                    floor: torch.Tensor) -> torch.Tensor:
+    """``tr(P_h D) = sum_j D_j (P_h)_jj`` for a diagonal ``D = diag(floor)``, shape ``(K,)``.
+
+    The term of the fit's objective that a covariance floor ``D`` adds
+    (:mod:`attnclust.shaped_fit`).
 
     Examples
     --------
-    >>> precision_trace(torch.tensor([2.0]), "spherical", 3)
+    >>> precision_trace(torch.tensor([2.0]), "spherical", torch.ones(3))
     tensor([12.])
     """
     sq = precisions_cholesky * precisions_cholesky
     if covariance_type == "full":
-        return sq.sum((-2, -1))
+        return sq.sum(-1) @ floor                 # (P_h)_jj = sum_k (U_h)_jk^2
     if covariance_type == "diag":
-        return sq.sum(-1)
-    return n_features * sq
+        return sq @ floor
+    return sq * floor.sum()
 
 
 def shaped_logits(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch.Tensor,

@@ -5,11 +5,11 @@ The layer is :mod:`attnclust.shaped`'s, ``a_h(x) = softmax_h lambda l_h(x)`` wit
 T(x)||^2`` is no objective for the metrics ``P_h`` (``docs/guide/shaped-heads.md``
 derives and measures why: for given heads the risk prefers nearest-head cells, so a
 metric learnt on it stays isotropic). The objective here is the **tempered
-log-likelihood** of the mixture, with the data known up to an isotropic resolution
-``r`` (the covariance floor):
+log-likelihood** of the mixture, with the data known up to a resolution ``D =
+diag(r_1..r_d)`` (the covariance floor):
 
     F_lambda(theta) = (1/W) sum_i w_i (1/lambda) log sum_h exp( lambda l~_h(x_i) ),
-    l~_h(x) = E_{e ~ N(0, r I)} l_h(x + e) = l_h(x) - (r/2) tr P_h,
+    l~_h(x) = E_{e ~ N(0, D)} l_h(x + e) = l_h(x) - (1/2) tr(P_h D),
 
 and the solver minimizes ``f = -F_lambda`` (``loss`` below). Since ``(1/lambda) log
 sum_h exp(lambda l_h) = max_q sum_h q_h l_h + H(q)/lambda`` over distributions ``q``,
@@ -17,22 +17,24 @@ sum_h exp(lambda l_h) = max_q sum_h q_h l_h + H(q)/lambda`` over distributions `
 fixed ``q``, a weighted Gaussian log-likelihood; coordinate ascent is
 
 - E-step: ``q_ih = softmax_h lambda l~_h(x_i)``: the layer's attention (with the floor's
-  ``-(r/2) tr P_h`` in the bias, negligible unless a head has no spread);
+  ``-(1/2) tr(P_h D)`` in the bias, negligible unless a head has no spread);
 - M-step (exact): ``N_h = sum_i w_i q_ih``, ``pi_h = N_h / W``, ``mu_h = sum_i w_i q_ih
-  x_i / N_h``, ``Sigma_h = sum_i w_i q_ih (x_i - mu_h)(x_i - mu_h)^T / N_h + r I`` (the
-  ``+ r I`` is what maximizes the floor's term ``-(r/2) N_h tr P_h``); ``"diag"`` keeps
+  x_i / N_h``, ``Sigma_h = sum_i w_i q_ih (x_i - mu_h)(x_i - mu_h)^T / N_h + D`` (the
+  ``+ D`` is what maximizes the floor's term ``-(1/2) N_h tr(P_h D)``); ``"diag"`` keeps
   the diagonal, ``"spherical"`` its mean.
 
 so ``f`` never increases (deterministic-annealing EM, Ueda and Nakano 1998). At
-``lambda = 1`` and ``r = 0`` this is exactly the EM of
+``lambda = 1`` and ``D = 0`` this is exactly the EM of
 ``sklearn.mixture.GaussianMixture``; ``lambda < 1`` flattens the posteriors (heads merge,
 the annealing of the K-head layer), ``lambda > 1`` sharpens them (classification EM as
 ``lambda -> infinity``). ``lambda`` is dimensionless here: log-densities change by a
 constant under a change of units.
 
-Safeguards: ``r = reg_covar * s^2`` with ``s^2`` the data's mean variance per feature
-(a floor relative to the data's scale, where scikit-learn's ``reg_covar`` is absolute),
-so no covariance is singular; a head whose covariance sits at the floor in some
+Safeguards: ``r_j = reg_covar * max(v_j, v / 1000)`` with ``v_j`` the data's variance
+along feature ``j`` and ``v`` their mean (a floor relative to the data's scale, feature by
+feature, where scikit-learn's ``reg_covar`` is absolute: it follows a change of units of
+any feature, and a constant feature gets a floor from the others), so no covariance is
+singular; a head whose covariance sits at the floor in some
 direction (a constant column, a cluster of repeated rows) or that holds (almost) no row
 is reported by a :class:`~attnclust.DegenerateFitWarning` (the dead head keeps its last
 mean and covariance); every step's objective is checked, and a step that would increase
@@ -46,7 +48,7 @@ Notation
 paper         code                   meaning
 ============  =====================  ==============================================
 ``lambda``    ``inverse_temperature``  tempering exponent of the likelihood
-``r``         ``floor``              covariance floor ``reg_covar * s^2``
+``D``         ``floor``              covariance floor ``diag(r_1..r_d)``, ``(d,)``
 ``w_i``       ``sample_weight``      weight of row ``i`` (default 1), ``W = sum w_i``
 ``q_ih``      (responsibilities)     attention of row ``i`` on head ``h``
 ``N_h``       ``counts``             soft (weighted) count of head ``h``
@@ -68,7 +70,7 @@ from .results import IterationInfo
 from .shaped import check_covariance_type, precision_trace, shaped_logits
 
 __all__ = ["ShapedFitResult", "shaped_fit", "tempered_objective", "precisions_cholesky_of",
-           "data_variance"]
+           "data_variance", "covariance_floor"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _CHUNK_NUMBERS = 1 << 21        # at most this many numbers per (K, rows, d) block
@@ -85,8 +87,8 @@ class ShapedFitResult(NamedTuple):
     """``U_h`` with ``Sigma_h^{-1} = U_h U_h^T``, shapes as ``covariances``."""
     weights: torch.Tensor
     """``(K,)`` mixing weights ``pi_h``."""
-    floor: float
-    """The covariance floor ``r`` (added to every covariance's diagonal)."""
+    floor: torch.Tensor
+    """The covariance floor ``(r_1..r_d)``, added to every covariance's diagonal."""
     loss_curve: np.ndarray
     """``f`` at every iterate (the first of each stage at its own ``lambda``)."""
     inverse_temperature_curve: np.ndarray
@@ -96,11 +98,11 @@ class ShapedFitResult(NamedTuple):
 
 def tempered_objective(X: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch.Tensor,
                        weights: torch.Tensor, *, inverse_temperature: float = 1.0,
-                       covariance_type: str = "full", floor: float = 0.0,
+                       covariance_type: str = "full", floor: torch.Tensor | None = None,
                        sample_weight: torch.Tensor | None = None) -> torch.Tensor:
     """``f = -(1/W) sum_i w_i (1/lambda) log sum_h exp(lambda l~_h(x_i))``, differentiable.
 
-    At ``inverse_temperature=1`` and ``floor=0``: minus the mean log-likelihood of the
+    At ``inverse_temperature=1`` and ``floor=None`` (no floor): minus the mean log-likelihood of the
     mixture (``-GaussianMixture.score``).
 
     Examples
@@ -123,12 +125,12 @@ def tempered_objective(X: torch.Tensor, means: torch.Tensor, precisions_cholesky
     return (sample_weight * per_row).sum() / sample_weight.sum()
 
 
-def _log_joint(x, means, factors, log_weights, lam: float, cov: str, floor: float):
+def _log_joint(x, means, factors, log_weights, lam: float, cov: str, floor):
     """``lambda l~_h(x)``, ``(n, K)``: the layer's logits less the constants of the density."""
     d = means.shape[-1]
     bias = log_weights - 0.5 * d * _LOG_2PI
-    if floor > 0:
-        bias = bias - 0.5 * floor * precision_trace(factors, cov, d)
+    if floor is not None:
+        bias = bias - 0.5 * precision_trace(factors, cov, floor.to(factors.dtype))
     return shaped_logits(x, means, factors, bias, inverse_temperature=lam, covariance_type=cov)
 
 
@@ -165,8 +167,8 @@ def _chunks(X, chunk: int, row_map, sample_weight):
 
 
 def data_variance(X, center: torch.Tensor, *, chunk: int, reduce=None, row_map=None,
-                  sample_weight=None) -> tuple[float, float]:
-    """``(W, s^2)``: total weight and mean variance per feature of the rows (all ranks).
+                  sample_weight=None) -> tuple[float, torch.Tensor]:
+    """``(W, v)``: total weight and variance of each feature ``(d,)`` (all ranks' rows).
 
     Sums are centred on ``center`` (any point near the data) for accuracy.
 
@@ -174,18 +176,31 @@ def data_variance(X, center: torch.Tensor, *, chunk: int, reduce=None, row_map=N
     --------
     >>> X = torch.tensor([[0.0, 0.0], [2.0, 4.0]], dtype=torch.float64)
     >>> data_variance(X, torch.zeros(2, dtype=torch.float64), chunk=1)
-    (2.0, 2.5)
+    (2.0, tensor([1., 4.], dtype=torch.float64))
     """
-    acc = torch.zeros(X.shape[1] + 2, dtype=torch.float64, device=X.device)
+    d = X.shape[1]
+    acc = torch.zeros(2 * d + 1, dtype=torch.float64, device=X.device)
     for rows, w in _chunks(X, chunk, row_map, sample_weight):
         diff = (rows - center.to(rows.dtype)).double()                      # (n_c, d)
         w = torch.ones(rows.shape[0], dtype=torch.float64, device=X.device) if w is None \
             else w.double()
-        acc += torch.cat([w.sum()[None], w @ diff, (w @ (diff * diff)).sum()[None]])
+        acc += torch.cat([w.sum()[None], w @ diff, w @ (diff * diff)])
     acc = acc if reduce is None else reduce(acc)
-    total, d = float(acc[0]), X.shape[1]
-    shift = acc[1:-1] / total
-    return total, max(float(acc[-1]) / total - float(shift @ shift), 0.0) / d
+    total = float(acc[0])
+    shift = acc[1:d + 1] / total
+    return total, (acc[d + 1:] / total - shift * shift).clamp_min(0.0)
+
+
+def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
+    """``r_j = reg_covar * max(v_j, v / 1000)``, ``v`` the mean of the ``v_j`` (1 if 0).
+
+    Examples
+    --------
+    >>> covariance_floor(torch.tensor([4.0, 0.0]), 0.5)
+    tensor([2.0000e+00, 1.0000e-03])
+    """
+    mean = float(variances.mean()) if float(variances.mean()) > 0 else 1.0
+    return float(reg_covar) * variances.clamp_min(mean / 1000.0)
 
 
 class _Params(NamedTuple):
@@ -255,26 +270,27 @@ def _m_step(stats: _Stats, params: _Params, cov: str, floor: float, total: float
     if cov == "full":
         spread = stats.second / n[:, None, None] - shift[:, :, None] * shift[:, None, :]
         spread = 0.5 * (spread + spread.mT)
-        covs = spread + floor * torch.eye(d, dtype=spread.dtype, device=spread.device)
+        covs = spread + torch.diag_embed(floor)
         covs = torch.where(alive[:, None, None], covs, params.covariances)
     else:
         spread = stats.second / n[:, None] - shift * shift if cov == "diag" else \
             stats.second / n - (shift * shift).sum(-1)
-        covs = spread.clamp_min(0.0) / (1 if cov == "diag" else d) + floor
+        covs = (spread.clamp_min(0.0) + floor if cov == "diag" else
+                spread.clamp_min(0.0) / d + floor.mean())
         covs = torch.where(alive[:, None] if cov == "diag" else alive, covs, params.covariances)
     log_weights = n.log() - math.log(float(n.sum()))
-    return _Params(means, covs, _factors(covs, cov, floor), log_weights)
+    return _Params(means, covs, _factors(covs, cov), log_weights)
 
 
-def _factors(covs: torch.Tensor, cov: str, floor: float) -> torch.Tensor:
-    """``precisions_cholesky_of``, with a jitter when rounding (or ``floor = 0``) left a
+def _factors(covs: torch.Tensor, cov: str) -> torch.Tensor:
+    """``precisions_cholesky_of``, with a jitter when rounding (or no floor) left a
     covariance that is not positive definite."""
     try:
         return precisions_cholesky_of(covs, cov)
     except ValueError:
         warnings.warn("a covariance lost positive definiteness (floor reg_covar too small "
-                      "for this data); added a jitter of 1e-10 of its trace", _warning(),
-                      stacklevel=4)
+                      "for this data); added 1e-10 of its largest entry to its diagonal",
+                      _warning(), stacklevel=4)
         scale = covs.reshape(covs.shape[0], -1).abs().amax(-1).clamp_min(1e-300) * 1e-10
         if cov == "full":
             eye = torch.eye(covs.shape[-1], dtype=covs.dtype, device=covs.device)
@@ -290,25 +306,29 @@ def _warning():
     return DegenerateFitWarning
 
 
-def _check_degenerate(params: _Params, counts: torch.Tensor, cov: str, floor: float,
+def _check_degenerate(params: _Params, counts: torch.Tensor, cov: str, floor: torch.Tensor,
                       total: float, n_rows: int) -> None:
-    """Warn for heads with (almost) no weight or no spread in some direction."""
+    """Warn for heads with (almost) no weight, or at the floor in some direction."""
     per_row = total / max(n_rows, 1)
     dead = torch.nonzero(counts < 0.5 * per_row).flatten().tolist()
     if dead:
         warnings.warn(f"head(s) {dead} hold less than one row's weight: the fit found fewer "
                       "clusters than heads; try another start or fewer clusters", _warning(),
                       stacklevel=3)
-    if cov == "full":
-        smallest = torch.linalg.eigvalsh(params.covariances)[:, 0]
+    if not bool((floor > 0).all()):
+        return
+    if cov == "full":   # the covariance in units of the floor: eigenvalues >= 1
+        root = floor.rsqrt()
+        ratio = torch.linalg.eigvalsh(params.covariances * root[:, None] * root)[:, 0]
+    elif cov == "diag":
+        ratio = (params.covariances / floor).amin(-1)
     else:
-        smallest = params.covariances if cov == "spherical" else params.covariances.amin(-1)
-    flat = torch.nonzero(smallest <= 2.0 * floor).flatten().tolist()
-    flat = [h for h in flat if h not in dead]
+        ratio = params.covariances / floor.mean()
+    flat = [h for h in torch.nonzero(ratio <= 2.0).flatten().tolist() if h not in dead]
     if flat:
         warnings.warn(f"head(s) {flat} have (nearly) no spread in some direction: their "
-                      f"covariance there is held at the floor {floor:.3g} (reg_covar times the "
-                      "data's variance per feature); a constant column or repeated rows?",
+                      "covariance there is held at the floor (reg_covar times the data's "
+                      "variance along it); a constant column or repeated rows?",
                       _warning(), stacklevel=3)
 
 
@@ -381,13 +401,14 @@ def shaped_fit(
     K, d = means0.shape
     chunk = int(chunk_size) if chunk_size else max(256, _CHUNK_NUMBERS // max(K * d, 1))
     means = means0.to(X.device, torch.float64)
-    total, s2 = data_variance(X, means.mean(0), chunk=chunk, reduce=reduce, row_map=row_map,
-                              sample_weight=sample_weight)
-    floor = float(reg_covar) * (s2 if s2 > 0 else 1.0)
+    total, variances = data_variance(X, means.mean(0), chunk=chunk, reduce=reduce,
+                                     row_map=row_map, sample_weight=sample_weight)
+    floor = covariance_floor(variances, reg_covar)
+    s2 = float(variances.mean()) if float(variances.mean()) > 0 else 1.0
     common = dict(chunk=chunk, reduce=reduce, row_map=row_map, sample_weight=sample_weight,
                   total=total)
     if covariances0 is None:   # the M-step of the nearest-mean partition
-        empty = _Params(means, _eye_like(means, cov) * (s2 if s2 > 0 else 1.0), None, None)
+        empty = _Params(means, _eye_like(means, cov) * s2, None, None)
         params = _m_step(_pass(X, empty, 1.0, cov, floor, hard=True, **common), empty, cov,
                          floor, total)
         if weights0 is not None:
