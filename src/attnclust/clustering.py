@@ -87,6 +87,8 @@ from .communicator import Communicator
 from .fixed_point import fixed_point_fit
 from .heads import check_geometry, head_logits, softmax_heads
 from .results import History, IterationInfo, SolverResult
+from .shaped import check_covariance_type
+from .shaped_fit import shaped_fit, tempered_log_joint
 from .warm_start import auto_inverse_temperature, boundary_variance, hard_lloyd
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -304,7 +306,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     temperature_curve_ = RenamedAttribute("temperature_curve_", "inverse_temperature_curve_")
 
     @renamed_keywords(temperature="inverse_temperature")
-    def __init__(self, n_clusters=8, *, geometry="euclidean", inverse_temperature="auto",
+    def __init__(self, n_clusters=8, *, geometry="euclidean", covariance_type="spherical",
+                 inverse_temperature="auto",
                  init="kmeans++", n_init="auto", normalize="auto", penalty=None, rho=0.0,
                  anneal="auto",
                  solver="fixed-point", max_iter=300, tol="auto", batch_size=None,
@@ -312,6 +315,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                  callback=None):
         self.n_clusters = n_clusters
         self.geometry = geometry
+        self.covariance_type = covariance_type
         self.inverse_temperature = inverse_temperature
         self.init = init
         self.n_init = n_init
@@ -338,8 +342,15 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         return self.normalize
 
     @property
+    def _shaped(self) -> bool:
+        """Heads with their own metric (``covariance_type`` "diag" or "full")."""
+        return self.covariance_type != "spherical"
+
+    @property
     def _tol(self) -> float:
         if isinstance(self.tol, str) and self.tol == "auto":
+            if self._shaped:   # GaussianMixture's: the mean log-likelihood's change
+                return 1e-3
             return 1e-6 if self.geometry == "sphere" else 1e-4
         return check_nonnegative(self.tol, "tol")
 
@@ -366,6 +377,11 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     def _check_params(self, n_samples: int) -> None:
         check_int(self.n_clusters, "n_clusters", 1)
         check_geometry(self.geometry)
+        check_covariance_type(self.covariance_type)
+        if self._shaped and (self.geometry != "euclidean" or self.solver != "fixed-point"
+                             or self.penalty is not None):
+            raise ValueError(f"covariance_type={self.covariance_type!r} needs "
+                             "geometry='euclidean', solver='fixed-point' and penalty=None")
         if n_samples < self.n_clusters:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
         if not (self.normalize is None or (isinstance(self.normalize, str)
@@ -568,6 +584,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         del Xp
         S = self._sample(working, gen, comm)
         heads0 = self._warm_start(S, working, gen, comm)
+        if self._shaped:
+            return self._fit_shaped(S, heads0, working, comm)
         capped = False
         if isinstance(self.inverse_temperature, str):  # "auto", checked above
             lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry).heads
@@ -605,6 +623,57 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                               callback=self._callback_fn(working, n_iter), **common)
         return res._replace(n_iter=n_iter + res.n_iter,
                             history=res.history._replace(step=res.history.step + n_iter))
+
+    def _fit_shaped(self, S, heads0, working: _Working, comm: Communicator):
+        """Shaped heads: tempered EM (:mod:`attnclust.shaped_fit`) from the Lloyd heads."""
+        if isinstance(self.init, str):   # a seeding: hard Lloyd steps first (a no-op after them)
+            heads0 = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry="euclidean").heads
+        lam = 1.0 if isinstance(self.inverse_temperature, str) else check_inverse_temperature(
+            self.inverse_temperature)
+        plan = self.anneal_plan()
+        scale, d = working.scale, working.rows.shape[1]
+        chunk = self._chunk(d)
+        res = shaped_fit(working.rows, heads0, covariance_type=self.covariance_type,
+                         inverse_temperatures=[lam * f for f, _ in plan],
+                         stage_steps=[int(self.max_iter) if n is None else n for _, n in plan],
+                         tol=self._tol, chunk_size=chunk, reduce=comm.reduce,
+                         row_map=working.row_map, callback=self._shaped_callback(working))
+        factors = res.precisions_cholesky.detach().cpu().double().numpy() / scale
+        self.cluster_centers_ = res.means.cpu().double().numpy() * scale + working.shift
+        self.covariances_ = res.covariances.cpu().double().numpy() * scale**2
+        self.precisions_cholesky_ = factors
+        self.precisions_ = (factors @ factors.transpose(0, 2, 1)
+                            if self.covariance_type == "full" else factors * factors)
+        self.weights_ = res.weights.cpu().double().numpy()
+        self.covariance_floor_ = res.floor.cpu().numpy() * scale**2
+        self.inverse_temperature_ = lam
+        # log-densities of the data's units: the working rows are the data over ``scale``
+        self.loss_curve_ = res.loss_curve + d * np.log(scale)
+        self.inverse_temperature_curve_ = res.inverse_temperature_curve
+        self.n_iter_, self.converged_ = int(res.n_iter), bool(res.converged)
+        if not self.converged_:
+            warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
+                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
+        args = (res.means, res.precisions_cholesky, res.weights.log())
+        kw = dict(inverse_temperature=lam, covariance_type=self.covariance_type,
+                  floor=res.floor)
+        self.labels_ = torch.cat([tempered_log_joint(working.read(s, s + chunk), *args, **kw)
+                                  .argmax(1) for s in range(0, working.rows.shape[0], chunk)]
+                                 ).cpu().numpy().astype(np.int64)
+        return self
+
+    def _shaped_callback(self, working: _Working):
+        """The callback in the data's units: the log-likelihood shifts by ``d log(scale)``
+        and ``lambda`` is a pure number (:meth:`_callback_fn` converts a risk's units)."""
+        base = self._callback_fn(working)
+        if base is None:
+            return None
+        s2, offset = working.scale**2, working.rows.shape[1] * np.log(working.scale)
+
+        def call(info: IterationInfo) -> None:
+            base(info._replace(loss=(info.loss + offset) / s2,
+                               inverse_temperature=info.inverse_temperature * s2))
+        return call
 
     def _set_fitted(self, res: SolverResult, lam, working):
         """Fitted attributes, mapped back from the working space to the preprocessed one."""
@@ -721,10 +790,25 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
         X = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
         with torch_threads(self._torch_threads):
+            if self._shaped:
+                return softmax_heads(self._shaped_log_joint(X))
             if self.geometry == "euclidean":
                 center = heads.mean(0)
                 X, heads = X - center, heads - center
             return softmax_heads(head_logits(X, heads, self.inverse_temperature_, self.geometry))
+
+    def _shaped_log_joint(self, X: torch.Tensor) -> torch.Tensor:
+        """``lambda l~_h(x)`` of rows ``(n, d)`` (float64), rows and means centred on the
+        means' mean for precision far from the origin."""
+        def tensor(a):
+            return torch.as_tensor(a, dtype=torch.float64, device=X.device)
+        means = tensor(self.cluster_centers_)
+        center = means.mean(0)
+        return tempered_log_joint(X - center, means - center, tensor(self.precisions_cholesky_),
+                                  tensor(self.weights_).log(),
+                                  inverse_temperature=self.inverse_temperature_,
+                                  covariance_type=self.covariance_type,
+                                  floor=tensor(self.covariance_floor_))
 
     def _by_chunks(self, X, fn) -> np.ndarray:
         """``fn(preprocessed rows)`` on ``_CHUNK`` rows at a time, concatenated."""
@@ -756,7 +840,21 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         return self._by_chunks(X, self._outputs)
 
     def score(self, X, y=None) -> float:
-        """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better)."""
+        """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better).
+
+        Shaped heads (``covariance_type`` "diag" or "full"): the objective they fit, the
+        mean tempered log-likelihood ``mean (1/lambda) log sum_h exp(lambda l~_h(x))``
+        (at ``lambda = 1``, ``GaussianMixture.score``'s; see :mod:`attnclust.shaped_fit`).
+        """
+        if self._shaped:
+            check_is_fitted(self)
+
+            def loglik(Xp):
+                X64 = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
+                with torch_threads(self._torch_threads):
+                    lse = torch.logsumexp(self._shaped_log_joint(X64), dim=1)
+                return (lse / self.inverse_temperature_).cpu().numpy()
+            return float(np.mean(self._by_chunks(X, loglik)))
         def squared_errors(Xp):
             return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
         return -float(np.mean(self._by_chunks(X, squared_errors)))

@@ -51,7 +51,8 @@ from torch import nn
 from ._validation import as_tensor, check_inverse_temperature
 from .heads import softmax_heads
 
-__all__ = ["COVARIANCE_TYPES", "check_covariance_type", "mahalanobis", "log_det_precision",
+__all__ = ["COVARIANCE_TYPES", "check_covariance_type", "whitened_norms", "mahalanobis",
+           "log_det_precision",
            "precision_trace", "shaped_logits", "shaped_weights", "shaped_attention",
            "ShapedAttentionHeads"]
 
@@ -72,6 +73,24 @@ def check_covariance_type(covariance_type) -> str:
     return covariance_type
 
 
+def whitened_norms(diff: torch.Tensor, precisions_cholesky: torch.Tensor,
+                   covariance_type: str) -> torch.Tensor:
+    """``||d U_h||^2`` of differences ``(K, N, d)`` (row ``h`` against head ``h``): ``(K, N)``.
+
+    Examples
+    --------
+    >>> whitened_norms(torch.tensor([[[2.0, 1.0]]]), torch.tensor([[2.0, 1.0]]), "diag")
+    tensor([[17.]])
+    """
+    if covariance_type == "full":
+        y = diff @ precisions_cholesky                                      # (K, N, d)
+        return (y * y).sum(-1)
+    sq = diff * diff
+    if covariance_type == "diag":
+        return (sq * (precisions_cholesky * precisions_cholesky)[:, None]).sum(-1)
+    return sq.sum(-1) * (precisions_cholesky * precisions_cholesky)[:, None]
+
+
 def mahalanobis(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch.Tensor,
                 covariance_type: str) -> torch.Tensor:
     """Squared distances ``||(x - mu_h) U_h||^2`` of tokens ``(..., d)`` to heads: ``(..., K)``.
@@ -82,14 +101,10 @@ def mahalanobis(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch
     ...             "spherical")
     tensor([[1.2500]])
     """
-    diff = x.unsqueeze(-2) - means                            # (..., K, d)
-    if covariance_type == "full":
-        y = torch.einsum("...kd,kde->...ke", diff, precisions_cholesky)
-    elif covariance_type == "diag":
-        y = diff * precisions_cholesky
-    else:
-        y = diff * precisions_cholesky[:, None]
-    return (y * y).sum(-1)
+    k, d = means.shape
+    diff = x.reshape(-1, d).unsqueeze(0) - means[:, None]                   # (K, N, d)
+    dist = whitened_norms(diff, precisions_cholesky, covariance_type)       # (K, N)
+    return dist.T.reshape(*x.shape[:-1], k)
 
 
 def log_det_precision(precisions_cholesky: torch.Tensor, covariance_type: str,

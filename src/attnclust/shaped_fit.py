@@ -67,9 +67,16 @@ import numpy as np
 import torch
 
 from .results import IterationInfo
-from .shaped import check_covariance_type, precision_trace, shaped_logits
+from .shaped import (
+    check_covariance_type,
+    log_det_precision,
+    precision_trace,
+    shaped_logits,
+    whitened_norms,
+)
 
-__all__ = ["ShapedFitResult", "shaped_fit", "tempered_objective", "precisions_cholesky_of",
+__all__ = ["ShapedFitResult", "shaped_fit", "tempered_objective", "tempered_log_joint",
+           "precisions_cholesky_of",
            "data_variance", "covariance_floor"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -117,21 +124,44 @@ def tempered_objective(X: torch.Tensor, means: torch.Tensor, precisions_cholesky
     True
     """
     lam = float(inverse_temperature)
-    logits = _log_joint(X, means, precisions_cholesky, weights.log(), lam, covariance_type,
-                        floor)
+    logits = tempered_log_joint(X, means, precisions_cholesky, weights.log(),
+                                inverse_temperature=lam, covariance_type=covariance_type,
+                                floor=floor)
     per_row = -torch.logsumexp(logits, dim=-1) / lam
     if sample_weight is None:
         return per_row.mean()
     return (sample_weight * per_row).sum() / sample_weight.sum()
 
 
-def _log_joint(x, means, factors, log_weights, lam: float, cov: str, floor):
-    """``lambda l~_h(x)``, ``(n, K)``: the layer's logits less the constants of the density."""
+def tempered_log_joint(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch.Tensor,
+                       log_weights: torch.Tensor, *, inverse_temperature: float = 1.0,
+                       covariance_type: str = "full", floor: torch.Tensor | None = None
+                       ) -> torch.Tensor:
+    """``lambda l~_h(x)`` of tokens ``(..., d)``: ``(..., K)``, the E-step's logits.
+
+    The layer's logits (:func:`attnclust.shaped.shaped_logits`) with the density's
+    constant ``-d/2 log 2 pi`` and the floor's ``-(1/2) tr(P_h D)`` in the bias: their
+    softmax is the fit's attention, their log-sum-exp over ``lambda`` the tempered
+    log-likelihood of ``x``.
+
+    Examples
+    --------
+    >>> from scipy.stats import norm
+    >>> x = torch.tensor([[0.5]], dtype=torch.float64)
+    >>> lj = tempered_log_joint(x, torch.zeros(1, 1, dtype=torch.float64),
+    ...                         torch.ones(1, dtype=torch.float64),
+    ...                         torch.zeros(1, dtype=torch.float64), covariance_type="spherical")
+    >>> bool(torch.isclose(lj[0, 0], torch.tensor(norm.logpdf(0.5), dtype=torch.float64)))
+    True
+    """
     d = means.shape[-1]
     bias = log_weights - 0.5 * d * _LOG_2PI
     if floor is not None:
-        bias = bias - 0.5 * precision_trace(factors, cov, floor.to(factors.dtype))
-    return shaped_logits(x, means, factors, bias, inverse_temperature=lam, covariance_type=cov)
+        bias = bias - 0.5 * precision_trace(precisions_cholesky, covariance_type,
+                                            floor.to(precisions_cholesky.dtype))
+    return shaped_logits(x, means, precisions_cholesky, bias,
+                         inverse_temperature=inverse_temperature,
+                         covariance_type=covariance_type)
 
 
 def precisions_cholesky_of(covariances: torch.Tensor, covariance_type: str) -> torch.Tensor:
@@ -217,16 +247,27 @@ class _Stats(NamedTuple):
     second: torch.Tensor         # (K, d, d), (K, d) or (K,) centred second moments
 
 
-def _second(diff, qw, cov: str):
-    """Second moments ``sum_i qw_ih (x_i - mu_h)(...)`` of one chunk (float64)."""
+def _moments(diff, qw, cov: str):
+    """First and second moments ``sum_i qw_hi (x_i - mu_h)(...)`` of a chunk (float64)."""
+    weighted = qw[..., None] * diff                                         # (K, n_c, d)
+    first = weighted.sum(1).double()                                        # (K, d)
     if cov == "full":
-        return ((diff * qw.T[..., None]).mT @ diff).double()                # (K, d, d)
-    sq = diff * diff
-    moments = torch.einsum("nk,knd->kd", qw, sq).double()                   # (K, d)
-    return moments if cov == "diag" else moments.sum(-1)
+        return first, (weighted.mT @ diff).double()                         # (K, d, d)
+    second = (weighted * diff).sum(1).double()                              # (K, d)
+    return first, second if cov == "diag" else second.sum(-1)
 
 
-def _pass(X, params: _Params, lam: float, cov: str, floor: float, *, chunk, reduce, row_map,
+def _head_bias(params: _Params, lam: float, cov: str, floor) -> torch.Tensor:
+    """``lambda (log pi_h + 1/2 log det P_h - d/2 log 2 pi - 1/2 tr(P_h D))``, ``(K,)``."""
+    d = params.means.shape[1]
+    bias = params.log_weights - 0.5 * d * _LOG_2PI + 0.5 * log_det_precision(
+        params.factors, cov, d)
+    if floor is not None:
+        bias = bias - 0.5 * precision_trace(params.factors, cov, floor)
+    return lam * bias
+
+
+def _pass(X, params: _Params, lam: float, cov: str, floor, *, chunk, reduce, row_map,
           sample_weight, total: float, hard: bool = False) -> _Stats:
     """One pass over the rows: the objective at ``params`` and the sums of the M-step.
 
@@ -235,28 +276,31 @@ def _pass(X, params: _Params, lam: float, cov: str, floor: float, *, chunk, redu
     K, d = params.means.shape
     size = {"full": d * d, "diag": d, "spherical": 1}[cov]
     acc = torch.zeros(1 + K + K * d + K * size, dtype=torch.float64, device=X.device)
+    bias = None if hard else _head_bias(params, lam, cov, floor)
     for rows, w in _chunks(X, chunk, row_map, sample_weight):
         dtype = rows.dtype
-        means = params.means.to(dtype)
-        diff = rows.unsqueeze(0) - means[:, None]                           # (K, n_c, d)
+        diff = rows.unsqueeze(0) - params.means.to(dtype)[:, None]          # (K, n_c, d)
         if hard:
-            q = torch.nn.functional.one_hot((diff * diff).sum(-1).argmin(0), K).to(dtype)
+            nearest = (diff * diff).sum(-1).argmin(0)
+            q = torch.nn.functional.one_hot(nearest, K).T.to(dtype)         # (K, n_c)
             loss = rows.new_zeros(())
-        else:
-            logits = _log_joint(rows, means, params.factors.to(dtype),
-                                params.log_weights.to(dtype), lam, cov, floor)   # (n_c, K)
-            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-            q = (logits - lse).exp()
-            loss = -(lse[:, 0] if w is None else w * lse[:, 0]).double().sum() / lam
-        qw = q if w is None else q * w[:, None]                               # (n_c, K)
-        first = torch.einsum("nk,knd->kd", qw, diff).double()
-        acc += torch.cat([loss.double().reshape(1), qw.double().sum(0), first.reshape(-1),
-                          _second(diff, qw, cov).reshape(-1)])
+        else:   # the E-step: a softmax over heads of lambda l~_h, and its log-sum-exp
+            logits = bias.to(dtype)[:, None] - (0.5 * lam) * whitened_norms(
+                diff, params.factors.to(dtype), cov)                        # (K, n_c)
+            top = logits.amax(0)
+            e = (logits - top).exp()
+            total_e = e.sum(0)
+            q = e / total_e
+            lse = top + total_e.log()                                       # (n_c,)
+            loss = -(lse if w is None else w * lse).double().sum() / lam
+        qw = q if w is None else q * w                                      # (K, n_c)
+        first, second = _moments(diff, qw, cov)
+        acc += torch.cat([loss.double().reshape(1), qw.double().sum(1), first.reshape(-1),
+                          second.reshape(-1)])
     acc = acc if reduce is None else reduce(acc)
-    second = acc[1 + K + K * d:]
     shape = {"full": (K, d, d), "diag": (K, d), "spherical": (K,)}[cov]
     return _Stats(float(acc[0]) / total, acc[1:1 + K], acc[1 + K:1 + K + K * d].reshape(K, d),
-                  second.reshape(shape))
+                  acc[1 + K + K * d:].reshape(shape))
 
 
 def _m_step(stats: _Stats, params: _Params, cov: str, floor: float, total: float) -> _Params:
