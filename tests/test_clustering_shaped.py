@@ -7,7 +7,9 @@ import pytest
 import torch
 from scipy.stats import multivariate_normal as mvn
 from sklearn.datasets import load_iris, make_blobs
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
 from attnclust import AttentionClustering, DegenerateFitWarning
@@ -167,3 +169,11 @@ def test_data_parallel_fit_sums_the_ranks():
     np.testing.assert_allclose(two.cluster_centers_, one.cluster_centers_, rtol=1e-10)
     np.testing.assert_allclose(two.covariances_, one.covariances_, rtol=1e-9)
     assert two.n_iter_ == one.n_iter_
+
+
+@parametrize_with_checks([AttentionClustering(covariance_type="full", max_iter=20),
+                          AttentionClustering(covariance_type="diag", max_iter=20)])
+def test_sklearn_compatible(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)    # tiny data, constant columns
+        check(estimator)

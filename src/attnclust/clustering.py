@@ -206,6 +206,15 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
         from the origin: for directions, such as embeddings compared by cosine).
+    covariance_type : {"spherical", "diag", "full"}, default="spherical"
+        The heads' query-key metric. ``"spherical"``: one isotropic metric shared by all
+        heads, today's layer fitted on the risk. ``"diag"``, ``"full"``: each head learns
+        its own precision ``P_h`` and weight ``pi_h`` (:mod:`attnclust.shaped`), fitted by
+        tempered EM on the likelihood of the Gaussian mixture they describe
+        (:mod:`attnclust.shaped_fit`; Euclidean heads only): ``inverse_temperature`` is then
+        the tempering exponent (``"auto"``: 1, the likelihood itself, where the fit is
+        ``GaussianMixture``'s EM), ``tol`` the change of the mean log-likelihood per step
+        (``"auto"``: 1e-3) and ``score`` the mean tempered log-likelihood.
     inverse_temperature : float or "auto", default="auto"
         Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
@@ -285,6 +294,10 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     converged_ : bool
     n_features_in_ : int
     mean_, scale_ : preprocessing of ``normalize="center-scale"`` (None otherwise)
+    covariances_, precisions_, precisions_cholesky_, weights_ : ndarray
+        Shaped heads only (names and shapes as in ``sklearn.mixture.GaussianMixture``).
+    covariance_floor_ : ndarray of shape (n_features,)
+        Shaped heads only: the floor added to every covariance's diagonal.
 
     Examples
     --------
@@ -299,6 +312,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     >>> sph = ac.AttentionClustering(3, geometry="sphere", random_state=0).fit(X)
     >>> ac.adjusted_rand_index(z, sph.labels_)
     1.0
+    >>> full = ac.AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
+    >>> full.covariances_.shape, ac.adjusted_rand_index(z, full.labels_)
+    ((3, 10, 10), 1.0)
     """
 
     # the names of 0.1, until 0.3
