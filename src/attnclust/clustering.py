@@ -85,7 +85,8 @@ from ._validation import (
 )
 from .communicator import Communicator
 from .fixed_point import fixed_point_fit
-from .heads import check_geometry, head_logits, softmax_heads
+from .geometry import Geometry, as_geometry
+from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
 from .shaped import check_covariance_type
 from .shaped_fit import shaped_fit, tempered_log_joint
@@ -104,6 +105,20 @@ _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this ma
 _CHUNK = 16_384           # rows per chunk of a pass when batch_size is None, at most ...
 _CHUNK_NUMBERS = 1 << 19  # ... and at most this many numbers per (rows, d or K) block
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
+
+
+def _kmeans_plusplus(S, K, gen, geometry) -> np.ndarray:
+    """k-means++ seeding (scikit-learn's) of ``K`` heads on the rows ``S``."""
+    seed = int(gen.integers(2**31 - 1))
+    return kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed)[0]
+
+
+def _random_directions(S, K, gen, geometry) -> np.ndarray:
+    """``K`` uniform random directions, as the geometry starts from them."""
+    return geometry.init_directions(gen.standard_normal((K, S.shape[1])))
+
+
+_SEEDINGS = {"kmeans++": _kmeans_plusplus, "sphere": _random_directions}   # init="..."
 
 
 class DegenerateFitWarning(ConvergenceWarning):
@@ -352,9 +367,13 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     # -- the resolved settings ----------------------------------------------------------------
     @property
+    def _geometry(self) -> Geometry:
+        return as_geometry(self.geometry)
+
+    @property
     def _normalize(self):
         if isinstance(self.normalize, str) and self.normalize == "auto":
-            return "rows" if self.geometry == "sphere" else None
+            return self._geometry.normalize
         return self.normalize
 
     @property
@@ -367,13 +386,13 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if isinstance(self.tol, str) and self.tol == "auto":
             if self._shaped:   # GaussianMixture's: the mean log-likelihood's change
                 return 1e-3
-            return 1e-6 if self.geometry == "sphere" else 1e-4
+            return self._geometry.tol
         return check_nonnegative(self.tol, "tol")
 
     @property
     def _anneal(self) -> bool:
         if isinstance(self.anneal, str) and self.anneal == "auto":
-            return self.geometry == "sphere"
+            return self._geometry.anneal
         return bool(self.anneal)
 
     def anneal_plan(self) -> list[tuple[float, int | None]]:
@@ -392,9 +411,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     # -- input handling -------------------------------------------------------------------
     def _check_params(self, n_samples: int) -> None:
         check_int(self.n_clusters, "n_clusters", 1)
-        check_geometry(self.geometry)
+        geometry = as_geometry(self.geometry)
         check_covariance_type(self.covariance_type)
-        if self._shaped and (self.geometry != "euclidean" or self.solver != "fixed-point"
+        if self._shaped and (geometry.unit_heads or self.solver != "fixed-point"
                              or self.penalty is not None):
             raise ValueError(f"covariance_type={self.covariance_type!r} needs "
                              "geometry='euclidean', solver='fixed-point' and penalty=None")
@@ -407,7 +426,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if self.penalty not in _PENALTIES:
             raise ValueError(f"penalty must be None, 'repulsion' or 'balance', got "
                              f"{self.penalty!r}")
-        if self.penalty is not None and self.geometry != "sphere":
+        if self.penalty is not None and not geometry.unit_heads:
             raise ValueError(f"penalty={self.penalty!r} is defined for unit heads; use "
                              "geometry='sphere' or penalty=None")
         check_nonnegative(self.rho, "rho")
@@ -424,7 +443,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     def _check_solver_params(self) -> None:
         if self.solver not in ("fixed-point", "pgd"):
             raise ValueError(f"solver must be 'fixed-point' or 'pgd', got {self.solver!r}")
-        if self.solver == "pgd" and self.geometry != "sphere":
+        if self.solver == "pgd" and not self._geometry.unit_heads:
             raise ValueError("solver='pgd' runs projected gradient descent on the sphere; use "
                              "geometry='sphere' or solver='fixed-point'")
         if not (isinstance(self.anneal, bool | np.bool_) or self.anneal == "auto"):
@@ -454,7 +473,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             if fitting:
                 self.mean_, self.scale_ = _center_scale(X, comm, "normalize='center-scale'")
             return (X - self.mean_.astype(X.dtype)) / X.dtype.type(self.scale_)
-        if self.geometry == "sphere":
+        if self._geometry.unit_heads:
             sq = _squared_norms(X, "normalize=None", offset)
             if fitting:
                 msq = float(comm.sum_array(np.sum(sq))) / comm.n_total
@@ -477,7 +496,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         with warnings.catch_warnings():   # a read-only memmap is only ever read
             warnings.simplefilter("ignore", UserWarning)
             rows = torch.from_numpy(np.ascontiguousarray(Xp))
-        if self.geometry == "sphere":
+        if not self._geometry.equivariant:
             return _Working(rows.to(self.device, dtype), None, 1.0, None)
         shift, scale = _center_scale(Xp, comm, "geometry='euclidean'")
         if not np.finfo(np.float64).tiny < scale * scale < np.inf:
@@ -511,16 +530,10 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                        ) -> torch.Tensor:
         K, d = self.n_clusters, S.shape[1]
         if isinstance(self.init, str):
-            if self.init == "kmeans++":
-                seed = int(gen.integers(2**31 - 1))
-                centers, _ = kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed)
-            elif self.init == "sphere":
-                centers = gen.standard_normal((K, d))
-                if self.geometry == "euclidean":   # the working rows have unit RMS norm
-                    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
-            else:
+            if self.init not in _SEEDINGS:
                 raise ValueError(f"init must be 'kmeans++', 'sphere' or an array, got "
                                  f"{self.init!r}")
+            centers = _SEEDINGS[self.init](S, K, gen, self._geometry)
         else:
             centers = np.array(self.init, dtype=np.float64)
             if centers.shape != (K, d):
@@ -530,13 +543,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                 raise ValueError("init array contains NaN or inf")
             if working.shift is not None:
                 centers = (centers - working.shift) / working.scale
-        if self.geometry == "sphere":
-            norms = np.linalg.norm(centers, axis=1)
-            bad = norms == 0
-            if bad.any():  # a center at the origin has no direction: draw one at random
-                centers[bad] = gen.standard_normal((int(bad.sum()), d))
-                norms = np.linalg.norm(centers, axis=1)
-            centers = centers / norms[:, None]
+        centers = self._geometry.start_heads(centers, gen)
         heads = torch.as_tensor(centers, dtype=S.dtype, device=S.device)
         # every rank computed the same heads; rank 0's copy makes sure they agree bitwise
         return comm.broadcast(heads)
@@ -544,7 +551,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     @property
     def _n_init(self) -> int:
         if isinstance(self.n_init, str) and self.n_init == "auto":
-            return 3 if self.geometry == "euclidean" and isinstance(self.init, str) else 1
+            return self._geometry.n_init(isinstance(self.init, str))
         return check_int(self.n_init, "n_init", 1)
 
     def _warm_start(self, S, working, gen, comm: Communicator) -> torch.Tensor:
@@ -552,7 +559,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if self._n_init == 1:
             return self._initial_heads(S, working, gen, comm)
         runs = [hard_lloyd(S, self._initial_heads(S, working, gen, comm), _LLOYD_STEPS,
-                           geometry=self.geometry) for _ in range(self._n_init)]
+                           geometry=self._geometry) for _ in range(self._n_init)]
         return max(runs, key=lambda run: run.score).heads
 
     # -- fitting ----------------------------------------------------------------------------
@@ -604,8 +611,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             return self._fit_shaped(S, heads0, working, comm)
         capped = False
         if isinstance(self.inverse_temperature, str):  # "auto", checked above
-            lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry).heads
-            s2, floor = boundary_variance(S, lloyd, geometry=self.geometry)
+            lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self._geometry).heads
+            s2, floor = boundary_variance(S, lloyd, geometry=self._geometry)
             capped = s2 <= floor
             lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
             if isinstance(self.init, str):  # a seeding is warm-started; given heads are kept
@@ -625,7 +632,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     def _fit_fixed_point(self, S, heads0, temps, steps, comm, working, workers):
         """Fixed-point steps: on the sample first when it is smaller than the data."""
-        common = dict(tol=self._tol, geometry=self.geometry, penalty=self.penalty,
+        common = dict(tol=self._tol, geometry=self._geometry, penalty=self.penalty,
                       rho=float(self.rho), chunk_size=self._chunk(working.rows.shape[1]),
                       workers=workers)
         n_iter = 0
@@ -643,7 +650,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     def _fit_shaped(self, S, heads0, working: _Working, comm: Communicator):
         """Shaped heads: tempered EM (:mod:`attnclust.shaped_fit`) from the Lloyd heads."""
         if isinstance(self.init, str):   # a seeding: hard Lloyd steps first (a no-op after them)
-            heads0 = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry="euclidean").heads
+            heads0 = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self._geometry).heads
         lam = 1.0 if isinstance(self.inverse_temperature, str) else check_inverse_temperature(
             self.inverse_temperature)
         plan = self.anneal_plan()
@@ -722,8 +729,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         self.labels_ = np.empty(n, dtype=np.int64)
 
         def winners(start):   # labels (written in place) and sum_i max_h a_ih of one chunk
-            A = softmax_heads(head_logits(working.read(start, start + chunk), heads, lam,
-                                          self.geometry))
+            A = softmax_heads(self._geometry.logits(working.read(start, start + chunk), heads,
+                                                    lam))
             best, z = A.max(1)
             self.labels_[start:start + chunk] = z.cpu().numpy()
             return float(best.double().sum())
@@ -808,10 +815,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         with torch_threads(self._torch_threads):
             if self._shaped:
                 return softmax_heads(self._shaped_log_joint(X))
-            if self.geometry == "euclidean":
-                center = heads.mean(0)
-                X, heads = X - center, heads - center
-            return softmax_heads(head_logits(X, heads, self.inverse_temperature_, self.geometry))
+            X, heads = self._geometry.stable_frame(X, heads)
+            return softmax_heads(self._geometry.logits(X, heads, self.inverse_temperature_))
 
     def _shaped_log_joint(self, X: torch.Tensor) -> torch.Tensor:
         """``lambda l~_h(x)`` of rows ``(n, d)`` (float64), rows and means centred on the
