@@ -31,6 +31,7 @@ from attnclust._threads import torch_threads
 
 SEEDS = range(5)
 REPEATS = 3
+RATIO = "time full / GMM full"
 
 
 def _rotation(angle: float) -> np.ndarray:
@@ -119,17 +120,18 @@ def _run(quick: bool) -> list[dict]:
             for _ in range(repeats - 1):          # interleaved repeats of the timed pair
                 for method in best:
                     best[method][-1] = min(best[method][-1], _timed(methods[method], X)[0])
-        row = {"data": name, "n": X.shape[0], "d": X.shape[1], "K": K}
-        row.update({f"ARI {m}": float(np.mean(v)) for m, v in ari.items()})
-        row["time full / GMM full"] = float(np.median(best["full"])
-                                            / np.median(best["GMM full"]))
-        rows.append(row)
-    keys = [k for k in rows[0] if k.startswith("ARI")]
-    mean = {"data": "mean (time: median)", "n": "", "d": "", "K": ""}
-    mean.update({k: float(np.mean([r[k] for r in rows])) for k in keys})
-    mean["time full / GMM full"] = float(np.median([r["time full / GMM full"] for r in rows]))
-    return rows + [mean]
+        rows.append({"data": name, "n": X.shape[0], "d": X.shape[1], "K": K,
+                     **{f"ARI {m}": float(np.mean(v)) for m, v in ari.items()},
+                     RATIO: float(np.median(best["full"]) / np.median(best["GMM full"]))})
+    return rows + [_summary(rows)]
 
+
+def _summary(rows: list[dict]) -> dict:
+    """The last row: the mean of every ARI column, the median of the time ratios."""
+    columns = {key: [row[key] for row in rows] for key in rows[0] if key.startswith("ARI")}
+    return {"data": "mean (time: median)", "n": "", "d": "", "K": "",
+            **{key: float(np.mean(values)) for key, values in columns.items()},
+            RATIO: float(np.median([row[RATIO] for row in rows]))}
 
 if __name__ == "__main__":
     from attnclust._bench import format_table

@@ -649,7 +649,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     def _fit_shaped(self, S, heads0, working: _Working, comm: Communicator):
         """Shaped heads: tempered EM (:mod:`attnclust.shaped_fit`) from the Lloyd heads."""
-        if isinstance(self.init, str):   # a seeding: hard Lloyd steps first (a no-op after them)
+        if isinstance(self.init, str) and self._n_init == 1:   # else already Lloyd's heads
             heads0 = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self._geometry).heads
         lam = 1.0 if isinstance(self.inverse_temperature, str) else check_inverse_temperature(
             self.inverse_temperature)
