@@ -65,7 +65,7 @@ def datasets(quick: bool = False):
     sets.append(("tilted, unequal sizes K=3", *_shaped(
         [500, 200, 100], [[0, 0], [6, 2], [1, 6]], [[3, 0.5], [2, 0.3], [1.5, 1]],
         [0.5, -0.9, 1.2], 1)))
-    sets.append(("crossing-free needles K=4", *_shaped(
+    sets.append(("parallel needles K=4", *_shaped(
         [300] * 4, [[0, 0], [0, 4], [8, 0], [8, 4]], [[4, 0.4]] * 4, [0.2, 0.2, -0.3, -0.3],
         2)))
     X, y = make_blobs(1500, centers=3, cluster_std=[0.5, 1.5, 3.0], random_state=1)
