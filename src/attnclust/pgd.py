@@ -54,15 +54,15 @@ charts it against ``lambda``.
 
 Notation
 --------
-==============  ===================  ========================================
-paper           code                 meaning
-==============  ===================  ========================================
-``mu_h``        ``heads[..., h, :]``  head ``h`` on ``S^{d-1}``; ``(R, K, d)`` batched
-``eta``         ``step_size``        step size
-``rho``         ``rho``              penalty weight
-``lambda``      ``inverse_temperature``      inverse temperature
-``M``           ``init_on_manifold``  heads in ``span(mu*_1..mu*_K)``
-==============  ===================  ========================================
+==============  =======================  ========================================
+paper           code                     meaning
+==============  =======================  ========================================
+``mu_h``        ``heads[..., h, :]``     head ``h`` on ``S^{d-1}``; ``(R, K, d)`` batched
+``eta``         ``step_size``            step size
+``rho``         ``rho``                  penalty weight
+``lambda``      ``inverse_temperature``  inverse temperature
+``M``           ``init_on_manifold``     heads in ``span(mu*_1..mu*_K)``
+==============  =======================  ========================================
 """
 
 from __future__ import annotations
