@@ -40,6 +40,7 @@ extensions = [
     "sphinx.ext.viewcode",
     "numpydoc",
     "myst_parser",
+    "sphinx_gallery.gen_gallery",
 ]
 
 source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
@@ -68,6 +69,21 @@ numpydoc_validation_checks: set[str] = set()  # style is reviewed, not enforced 
 # callable module attnclust.pgd that is the module's docstring, whose Notation heading
 # it does not know (the page itself shows it, see _notation_as_rubric below).
 warnings.filterwarnings("ignore", message="Unknown section Notation", category=UserWarning)
+
+# --- sphinx-gallery -----------------------------------------------------------------
+sphinx_gallery_conf = {
+    "examples_dirs": str(HERE.parent / "examples"),
+    "gallery_dirs": "auto_examples",
+    "filename_pattern": r"/plot_",
+    "download_all_examples": False,
+    "remove_config_comments": True,
+    "within_subsection_order": "FileNameSortKey",
+    "matplotlib_animations": False,
+    "reset_modules": ("matplotlib",),
+    "abort_on_example_error": True,
+    "show_memory": False,
+    "min_reported_time": 1,
+}
 
 # --- HTML ---------------------------------------------------------------------------
 html_theme = "pydata_sphinx_theme"

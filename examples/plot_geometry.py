@@ -1,0 +1,42 @@
+"""
+Geometry: cones on the sphere, cells in the plane
+=================================================
+
+The paper's layer has unit heads and attention ``softmax_h(lambda <x, mu_h>)``: it
+partitions space into *cones from the origin* and clusters directions
+(``geometry="sphere"``). The default Euclidean heads add a key bias
+``lambda ||mu_h||^2 / 2``, so that the attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)``,
+a soft Voronoi partition: k-means cells (``geometry="euclidean"``). The same five blobs,
+one of them behind another on the same ray from the origin, fitted with each.
+"""
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+import attnclust as ac
+
+gen = np.random.default_rng(0)
+centers = np.array([[2.0, 2.0], [5.0, 5.0], [7.0, 1.5], [1.5, 7.0], [4.5, 2.5]])
+X = np.concatenate([c + 0.5 * gen.standard_normal((150, 2)) for c in centers])
+y = np.repeat(np.arange(len(centers)), 150)
+
+# %%
+# The background is the cluster that each point of the plane is assigned to
+# (``predict`` on a grid); crosses are the heads, dashed lines the sphere's rays.
+grid = np.stack(np.meshgrid(np.linspace(-0.5, 9, 150), np.linspace(-0.5, 9, 150)), -1)
+colors = plt.get_cmap("tab10").colors[:len(centers)]
+fig, axes = plt.subplots(1, 2, figsize=(9, 4.4), constrained_layout=True)
+for ax, geometry in zip(axes, ("sphere", "euclidean"), strict=True):
+    est = ac.AttentionClustering(len(centers), geometry=geometry, random_state=0).fit(X)
+    regions = est.predict(grid.reshape(-1, 2)).reshape(grid.shape[:2])
+    ax.contourf(grid[..., 0], grid[..., 1], regions, levels=np.arange(-0.5, len(centers)),
+                colors=colors, alpha=0.25)
+    ax.scatter(*X.T, c=np.asarray(colors)[est.labels_], s=4)
+    if geometry == "sphere":
+        for h in est.cluster_centers_:
+            ax.plot([0, 9 * h[0]], [0, 9 * h[1]], color="0.5", lw=0.6, ls="--")
+    ax.scatter(*est.cluster_centers_.T, marker="x", c="k", s=60, linewidths=2)
+    ari = ac.adjusted_rand_index(y, est.labels_)
+    ax.set(title=f"geometry={geometry!r}: ARI {ari:.2f}", xlim=(-0.5, 9), ylim=(-0.5, 9),
+           aspect="equal")
+plt.show()
