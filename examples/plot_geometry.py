@@ -6,8 +6,10 @@ The paper's layer has unit heads and attention ``softmax_h(lambda <x, mu_h>)``: 
 partitions space into *cones from the origin* and clusters directions
 (``geometry="sphere"``). The default Euclidean heads add a key bias
 ``lambda ||mu_h||^2 / 2``, so that the attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)``,
-a soft Voronoi partition: k-means cells (``geometry="euclidean"``). The same five blobs,
-one of them behind another on the same ray from the origin, fitted with each.
+a soft Voronoi partition: k-means cells (``geometry="euclidean"``). The same five blobs
+in the positive quadrant, one of them behind another on the same ray from the origin,
+fitted with each. (``python docs/geometry.py`` runs this script and writes the picture
+of the README and of the estimator's page, ``docs/geometry.png``.)
 """
 
 import matplotlib.pyplot as plt
@@ -23,20 +25,22 @@ y = np.repeat(np.arange(len(centers)), 150)
 # %%
 # The background is the cluster that each point of the plane is assigned to
 # (``predict`` on a grid); crosses are the heads, dashed lines the sphere's rays.
-grid = np.stack(np.meshgrid(np.linspace(-0.5, 9, 150), np.linspace(-0.5, 9, 150)), -1)
-colors = plt.get_cmap("tab10").colors[:len(centers)]
+grid = np.stack(np.meshgrid(np.linspace(-0.5, 9, 300), np.linspace(-0.5, 9, 300)), -1)
 fig, axes = plt.subplots(1, 2, figsize=(9, 4.4), constrained_layout=True)
 for ax, geometry in zip(axes, ("sphere", "euclidean"), strict=True):
     est = ac.AttentionClustering(len(centers), geometry=geometry, random_state=0).fit(X)
     regions = est.predict(grid.reshape(-1, 2)).reshape(grid.shape[:2])
+    colors = plt.get_cmap("tab10").colors[:len(centers)]
     ax.contourf(grid[..., 0], grid[..., 1], regions, levels=np.arange(-0.5, len(centers)),
                 colors=colors, alpha=0.25)
     ax.scatter(*X.T, c=np.asarray(colors)[est.labels_], s=4)
-    if geometry == "sphere":
-        for h in est.cluster_centers_:
+    heads = est.cluster_centers_
+    if geometry == "sphere":   # unit heads: draw them on the unit circle and their rays
+        for h in heads:
             ax.plot([0, 9 * h[0]], [0, 9 * h[1]], color="0.5", lw=0.6, ls="--")
-    ax.scatter(*est.cluster_centers_.T, marker="x", c="k", s=60, linewidths=2)
+    ax.scatter(*heads.T, marker="x", c="k", s=60, linewidths=2)
     ari = ac.adjusted_rand_index(y, est.labels_)
-    ax.set(title=f"geometry={geometry!r}: ARI {ari:.2f}", xlim=(-0.5, 9), ylim=(-0.5, 9),
-           aspect="equal")
+    title = ("sphere: cones from the origin" if geometry == "sphere"
+             else "euclidean (default): k-means cells")
+    ax.set(title=f"{title}\nARI {ari:.2f}", xlim=(-0.5, 9), ylim=(-0.5, 9), aspect="equal")
 plt.show()
