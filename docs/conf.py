@@ -57,7 +57,6 @@ myst_heading_anchors = 3
 # --- autodoc / autosummary / numpydoc ------------------------------------------------
 autosummary_generate = True
 autosummary_imported_members = True
-autodoc_default_options = {"members": False}
 autodoc_typehints = "none"           # the numpydoc Parameters section says the types
 autodoc_member_order = "bysource"
 numpydoc_show_class_members = False  # the class template lists members itself
@@ -113,5 +112,15 @@ def _notation_as_rubric(app, what, name, obj, options, lines):
             break
 
 
+def _skip_foreign_methods(app, what, name, obj, skip, options):
+    """Leave out methods a base class from another library attaches to ours (scikit-learn's
+    ``set_fit_request`` and friends): their docstrings belong to that library's site."""
+    module = getattr(obj, "__module__", None)
+    if callable(obj) and isinstance(module, str) and not module.startswith("attnclust"):
+        return True
+    return None
+
+
 def setup(app):
     app.connect("autodoc-process-docstring", _notation_as_rubric, priority=100)
+    app.connect("autodoc-skip-member", _skip_foreign_methods)
