@@ -112,9 +112,12 @@ def _notation_as_rubric(app, what, name, obj, options, lines):
             break
 
 
-def _skip_foreign_methods(app, what, name, obj, skip, options):
+def _skip_member(app, what, name, obj, skip, options):
     """Leave out methods a base class from another library attaches to ours (scikit-learn's
-    ``set_fit_request`` and friends): their docstrings belong to that library's site."""
+    ``set_fit_request`` and friends: their docstrings belong to that library's site), and
+    the deprecated names of 0.1 (the changelog lists them)."""
+    if type(obj).__name__ == "RenamedAttribute":
+        return True
     module = getattr(obj, "__module__", None)
     if callable(obj) and isinstance(module, str) and not module.startswith("attnclust"):
         return True
@@ -123,4 +126,4 @@ def _skip_foreign_methods(app, what, name, obj, skip, options):
 
 def setup(app):
     app.connect("autodoc-process-docstring", _notation_as_rubric, priority=100)
-    app.connect("autodoc-skip-member", _skip_foreign_methods)
+    app.connect("autodoc-skip-member", _skip_member)
