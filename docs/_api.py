@@ -62,16 +62,20 @@ def public_names() -> list[tuple[str, str, object]]:
                 continue
             obj = getattr(module, name)
             path = f"{package}.{name}"
-            if isinstance(obj, types.ModuleType):
+            if isinstance(obj, types.ModuleType) and callable(getattr(obj, name, None)):
                 # a module callable as its function (attnclust.pgd): document the function
                 obj = getattr(obj, name)
                 path = f"{obj.__module__}.{name}"
+            elif isinstance(obj, types.ModuleType):
+                path = obj.__name__
             home = package if package != "attnclust" else _home(obj)
             rows.append((path, home, obj))
     return rows
 
 
 def _home(obj: object) -> str:
+    if isinstance(obj, types.ModuleType):
+        return obj.__name__
     module = inspect.getmodule(obj)
     return module.__name__ if module is not None else "attnclust"
 
