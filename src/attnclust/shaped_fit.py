@@ -44,16 +44,16 @@ current heads for accuracy), read in chunks and summed over ranks by ``reduce``.
 
 Notation
 --------
-============  =====================  ==============================================
-paper         code                   meaning
-============  =====================  ==============================================
-``lambda``    ``inverse_temperature``  tempering exponent of the likelihood
-``D``         ``floor``              covariance floor ``diag(r_1..r_d)``, ``(d,)``
-``w_i``       ``sample_weight``      weight of row ``i`` (default 1), ``W = sum w_i``
-``q_ih``      (responsibilities)     attention of row ``i`` on head ``h``
-``N_h``       ``counts``             soft (weighted) count of head ``h``
-``f``         ``loss``               ``-F_lambda``, per unit weight
-============  =====================  ==============================================
+============  =========================  ==============================================
+paper         code                       meaning
+============  =========================  ==============================================
+``lambda``    ``inverse_temperature``    tempering exponent of the likelihood
+``D``         ``floor``                  covariance floor ``diag(r_1..r_d)``, ``(d,)``
+``w_i``       ``sample_weight``          weight of row ``i`` (default 1), ``W = sum w_i``
+``q_ih``      (responsibilities)         attention of row ``i`` on head ``h``
+``N_h``       ``counts``                 soft (weighted) count of head ``h``
+``f``         ``loss``                   ``-F_lambda``, per unit weight
+============  =========================  ==============================================
 """
 
 from __future__ import annotations
