@@ -229,7 +229,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         (:mod:`attnclust.shaped_fit`; Euclidean heads only): ``inverse_temperature`` is then
         the tempering exponent (``"auto"``: 1, the likelihood itself, where the fit is
         ``GaussianMixture``'s EM), ``tol`` the change of the mean log-likelihood per step
-        (``"auto"``: 1e-3) and ``score`` the mean tempered log-likelihood.
+        (``"auto"``: 1e-3), ``score`` the mean tempered log-likelihood and ``loss_curve_``
+        its negative after each step.
     inverse_temperature : float or "auto", default="auto"
         Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
