@@ -177,3 +177,13 @@ def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)    # tiny data, constant columns
         check(estimator)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_fit_matches_the_cpu_fit():
+    X, _ = _anisotropic()
+    cpu = AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
+    gpu = AttentionClustering(3, covariance_type="full", random_state=0, device="cuda").fit(X)
+    np.testing.assert_array_equal(gpu.labels_, cpu.labels_)
+    np.testing.assert_allclose(gpu.covariances_, cpu.covariances_, rtol=1e-8)
+    np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), atol=1e-10)
