@@ -656,7 +656,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             self.inverse_temperature)
         plan = self.anneal_plan()
         scale, d = working.scale, working.rows.shape[1]
-        chunk = self._chunk(d)
+        # a pass holds (K, rows, d) blocks: K times fewer rows than the risk's passes
+        chunk = self.batch_size or max(256, self._chunk(d) // self.n_clusters)
         res = shaped_fit(working.rows, heads0, covariance_type=self.covariance_type,
                          inverse_temperatures=[lam * f for f, _ in plan],
                          stage_steps=[int(self.max_iter) if n is None else n for _, n in plan],
