@@ -41,15 +41,15 @@ the fit of one process on all rows, up to the order of floating-point additions.
 
 Notation
 --------
-=============  ==============================  =======================================
-paper          code                            meaning
-=============  ==============================  =======================================
-``mu_h``       ``cluster_centers_``            heads, shape ``(K, d)``
-``lambda``     ``inverse_temperature_``        inverse temperature
-``a_h(x)``     ``predict_proba``               attention of ``x`` on head ``h``
-``T_mu(x)``    ``transform``                   output of the layer
-``R(mu)``      ``-score``                      empirical risk
-=============  ==============================  =======================================
+=============  ========================  =============================================
+paper          code                      meaning
+=============  ========================  =============================================
+``mu_h``       ``cluster_centers_``      heads, shape ``(K, d)``
+``lambda``     ``inverse_temperature_``  inverse temperature
+``a_h(x)``     ``predict_proba``         attention of ``x`` on head ``h``
+``T_mu(x)``    ``transform``             output of the layer
+``R(mu)``      ``-score``                empirical risk
+=============  ========================  =============================================
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
         nearest boundary, after hard Lloyd steps from the initialization.
     init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
-        Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 100,000
+        Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 20,000
         rows when there are more), random directions (uniform on the sphere; for
         Euclidean heads scaled to the data's root-mean-square distance from its mean,
         around the mean), or given heads (normalized on the sphere). With
@@ -141,9 +141,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         ``lambda`` (a warm start); given heads are only used to estimate ``lambda`` that
         way and the fit starts from them as given.
     n_init : int or "auto", default="auto"
-        Seedings tried (each on the sample of at most 100,000 rows, followed by hard Lloyd
+        Seedings tried (each on the sample of at most 20,000 rows, followed by hard Lloyd
         steps); the one of lowest k-means objective starts the fit. ``"auto"``: 3 for
-        Euclidean heads seeded by ``init``, 1 otherwise (the sphere's fit as before).
+        Euclidean heads seeded by ``init``, 1 otherwise.
     normalize : {"auto", "rows", "center-scale"} or None, default="auto"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
         each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
