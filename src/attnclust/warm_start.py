@@ -152,11 +152,7 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *,
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
     counts, sums, outer = _cluster_moments(X, heads, labels, chunk)
-    extra = torch.cat([X.sum(0), torch.stack([(X * X).sum(), X.new_tensor(float(X.shape[0]))])])
-    stats = torch.cat([counts, sums.reshape(-1), outer.reshape(-1), extra])
-    counts, sums = stats[:K], stats[K:K + K * K].reshape(K, K)
-    outer = stats[K + K * K:K + K * K + K**3].reshape(K, K, K)
-    col_sums, sq_norm, n = stats[-2 - X.shape[1]:-2], float(stats[-2]), float(stats[-1])
+    col_sums, sq_norm, n = X.sum(0), float((X * X).sum()), float(X.shape[0])
     means = sums / counts.clamp_min(1)[:, None]                # (K, K) mean projection
     cov = outer / counts.clamp_min(1)[:, None, None] - means[:, :, None] * means[:, None, :]
     # the floor's scale: the rows' mean squared norm on the sphere, their mean squared
