@@ -66,6 +66,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .degenerate import DegenerateFitWarning
 from .results import IterationInfo
 from .shaped import (
     check_covariance_type,
@@ -334,20 +335,13 @@ def _factors(covs: torch.Tensor, cov: str) -> torch.Tensor:
     except ValueError:
         warnings.warn("a covariance lost positive definiteness (floor reg_covar too small "
                       "for this data); added 1e-10 of its largest entry to its diagonal",
-                      _warning(), stacklevel=4)
+                      DegenerateFitWarning, stacklevel=4)
         scale = covs.reshape(covs.shape[0], -1).abs().amax(-1).clamp_min(1e-300) * 1e-10
         if cov == "full":
             eye = torch.eye(covs.shape[-1], dtype=covs.dtype, device=covs.device)
             return precisions_cholesky_of(covs + scale[:, None, None] * eye, cov)
         return precisions_cholesky_of(covs.clamp_min(0) + (scale[:, None] if cov == "diag"
                                                             else scale), cov)
-
-
-def _warning():
-    """The estimator's warning class (imported late: the estimator imports this module)."""
-    from .clustering import DegenerateFitWarning
-
-    return DegenerateFitWarning
 
 
 def _check_degenerate(params: _Params, counts: torch.Tensor, cov: str, floor: torch.Tensor,
@@ -357,8 +351,8 @@ def _check_degenerate(params: _Params, counts: torch.Tensor, cov: str, floor: to
     dead = torch.nonzero(counts < 0.5 * per_row).flatten().tolist()
     if dead:
         warnings.warn(f"head(s) {dead} hold less than one row's weight: the fit found fewer "
-                      "clusters than heads; try another start or fewer clusters", _warning(),
-                      stacklevel=3)
+                      "clusters than heads; try another start or fewer clusters",
+                      DegenerateFitWarning, stacklevel=3)
     if not bool((floor > 0).all()):
         return
     if cov == "full":   # the covariance in units of the floor: eigenvalues >= 1
@@ -373,7 +367,7 @@ def _check_degenerate(params: _Params, counts: torch.Tensor, cov: str, floor: to
         warnings.warn(f"head(s) {flat} have (nearly) no spread in some direction: their "
                       "covariance there is held at the floor (reg_covar times the data's "
                       "variance along it); a constant column or repeated rows?",
-                      _warning(), stacklevel=3)
+                      DegenerateFitWarning, stacklevel=3)
 
 
 def shaped_fit(
