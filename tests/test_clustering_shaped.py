@@ -44,13 +44,19 @@ def test_spherical_is_todays_fit_and_todays_layer(params):
 
 @pytest.mark.parametrize("cov_type", ["full", "diag"])
 def test_fit_is_the_maximum_likelihood_of_gaussian_mixture(cov_type):
-    # from the same centres both EMs climb to the same maximum (floors of 1e-6 apart)
+    # from the same start (given centres; covariances and weights of their nearest-centre
+    # partition) both EMs climb to the same maximum (floors of 1e-6 apart)
     X, y = load_iris(return_X_y=True)
     centres = np.stack([X[y == k].mean(0) for k in range(3)])
+    near = ((X[:, None] - centres) ** 2).sum(-1).argmin(1)
+    covs = [np.cov(X[near == k].T, bias=True) for k in range(3)]
+    covs = np.stack(covs if cov_type == "full" else [np.diag(c) for c in covs])
     est = AttentionClustering(3, covariance_type=cov_type, init=centres, tol=1e-12,
                               max_iter=2000).fit(X)
     gm = GaussianMixture(3, covariance_type=cov_type, means_init=centres, tol=1e-12,
-                         max_iter=2000).fit(X)
+                         weights_init=np.bincount(near) / len(X), max_iter=2000,
+                         precisions_init=np.linalg.inv(covs) if cov_type == "full" else 1 / covs
+                         ).fit(X)
     np.testing.assert_allclose(est.cluster_centers_, gm.means_, atol=1e-4)
     np.testing.assert_allclose(est.covariances_, gm.covariances_, atol=1e-4)
     np.testing.assert_allclose(est.weights_, gm.weights_, atol=1e-5)
