@@ -304,7 +304,8 @@ def _pass(X, params: _Params, lam: float, cov: str, floor, *, chunk, reduce, row
                   acc[1 + K + K * d:].reshape(shape))
 
 
-def _m_step(stats: _Stats, params: _Params, cov: str, floor: float, total: float) -> _Params:
+def _m_step(stats: _Stats, params: _Params, cov: str, floor: torch.Tensor, total: float
+            ) -> _Params:
     """The exact maximizer of the M-step; a head with (almost) no weight keeps its shape."""
     K, d = params.means.shape
     eps = torch.finfo(torch.float64).eps
@@ -406,7 +407,7 @@ def shaped_fit(
     tol : float, default=1e-3
         Stop a stage when a step lowers ``f`` (per unit weight) by less than ``tol``.
     reg_covar : float, default=1e-6
-        Covariance floor relative to the data's mean variance per feature.
+        Covariance floor relative to each feature's variance (:func:`covariance_floor`).
     sample_weight : Tensor of shape (n,), optional
         Non-negative row weights.
     chunk_size : int, optional
