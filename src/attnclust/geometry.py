@@ -52,8 +52,8 @@ class Geometry(ABC):
     """The set the heads live on, the key bias of their logits and the steps that keep
     the heads on that set (subclass it for another geometry, e.g. shaped heads).
 
-    Class attributes
-    ----------------
+    Attributes
+    ----------
     name : str
         The user-facing name (``geometry="..."``).
     unit_heads : bool
