@@ -139,10 +139,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
                         "(default: DATA without its suffix; a folder, written DIR/, gets "
                         "the files named after DATA)")
-    p.add_argument("--inverse-temperature", default=None, metavar="LAMBDA",
-                   help="inverse temperature lambda (it multiplies the logits: larger is "
-                        "sharper), or 'auto' (default)")
-    _deprecated_temperature(p)
+    _inverse_temperature_option(p, required=False,
+                                help="inverse temperature lambda (it multiplies the logits: "
+                                     "larger is sharper), or 'auto' (default)")
     p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
                    help="euclidean: free heads, soft k-means cells (default); sphere: unit "
                         "heads, cones from the origin (directions, e.g. embeddings)")
@@ -151,7 +150,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         "--geometry sphere, as given otherwise)")
     p.add_argument("--no-anneal", action="store_true",
                    help="fit at the target inverse temperature only")
-    p.add_argument("--max-iter", type=int, default=300)
+    p.add_argument("--max-iter", type=int, default=300, metavar="N",
+                   help="most fixed-point steps at the final inverse temperature (default: "
+                        "300); the fit stops earlier when it converges")
     p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: cpu)")
@@ -168,10 +169,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
     p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
-    p.add_argument("--inverse-temperature", default=None, metavar="LAMBDA",
-                   help="inverse temperature lambda (required; it multiplies the logits: "
-                        "larger is sharper)")
-    _deprecated_temperature(p)
+    _inverse_temperature_option(p, required=True,
+                                help="inverse temperature lambda (it multiplies the logits: "
+                                     "larger is sharper)")
     p.add_argument("--out", required=True, metavar="FILE", help="output file (.npy or .csv)")
     p.add_argument("--n-steps", type=int, default=1, help="repeated applications (default: 1)")
     p.add_argument("--exclude-self", action="store_true", help="a token does not attend to itself")
@@ -452,26 +452,29 @@ def _cmd_fit(args) -> int:
     return 0
 
 
-def _deprecated_temperature(parser) -> None:
-    """``--temperature``: the old name of ``--inverse-temperature``, hidden from the help."""
-    parser.add_argument("--temperature", dest="deprecated_temperature", default=None,
-                        help=argparse.SUPPRESS)
+def _inverse_temperature_option(parser, *, required: bool, help: str) -> None:
+    """``--inverse-temperature``, and ``--temperature``, its old name hidden from the help.
+
+    The two form one mutually exclusive group, so that the usage line shows a required
+    ``--inverse-temperature`` as required and giving both is a usage error.
+    """
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--inverse-temperature", default=None, metavar="LAMBDA", help=help)
+    group.add_argument("--temperature", dest="deprecated_temperature", default=None,
+                       help=argparse.SUPPRESS)
 
 
 def _inverse_temperature_arg(args, default):
     """The value of ``--inverse-temperature``, or of the deprecated ``--temperature`` (with a
-    warning); ``default`` when neither is given (``None``: the option is required)."""
+    warning); ``default`` when neither is given."""
+    from ._deprecation import REMOVED_IN
+
     old, new = args.deprecated_temperature, args.inverse_temperature
     if old is not None:
-        if new is not None:
-            raise CommandError("give --inverse-temperature only (--temperature is its "
-                               "deprecated name)")
-        warnings.warn("--temperature is deprecated and will be removed in the next release; "
+        warnings.warn(f"--temperature is deprecated and will be removed in {REMOVED_IN}; "
                       "use --inverse-temperature (same value: lambda multiplies the logits)",
                       FutureWarning, stacklevel=2)
         return old
-    if new is None and default is None:
-        raise CommandError("--inverse-temperature is required")
     return default if new is None else new
 
 
@@ -664,7 +667,7 @@ def _cmd_quantize(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".npy", ".csv") or out.name.startswith("."):
         raise CommandError(f"--out must be a file name ending in .npy or .csv, got {args.out!r}")
-    given = _inverse_temperature_arg(args, default=None)
+    given = _inverse_temperature_arg(args, default=None)   # required by the parser
     try:
         lam = float(given)
     except ValueError:

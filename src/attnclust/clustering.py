@@ -72,7 +72,7 @@ from sklearn.cluster import kmeans_plusplus
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._deprecation import RenamedAttribute, renamed_keywords
+from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from ._threads import map_chunks, torch_threads
 from ._validation import (
     as_generator,
@@ -188,7 +188,7 @@ class _Working(NamedTuple):
         return picked if self.row_map is None else self.row_map(picked)
 
 
-class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
     """Clustering by a trained K-head attention layer.
 
     Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h> - b_h) mu_h``
@@ -299,7 +299,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     1.0
     """
 
-    # the names of 0.1, until 0.3
+    # the names of 0.1, until 0.4 (set_params takes them too)
     temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")
     temperature_curve_ = RenamedAttribute("temperature_curve_", "inverse_temperature_curve_")
 

@@ -43,7 +43,7 @@ import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._deprecation import RenamedAttribute, renamed_keywords
+from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from ._validation import as_numpy_input, check_device, check_inverse_temperature
 from .in_context import BACKENDS, identity_attention
 
@@ -80,7 +80,7 @@ def estimate_sigma(X) -> float:
     return float(np.sqrt(max(excess, 0.0) / X.shape[1]))
 
 
-class AttentionQuantizer(TransformerMixin, BaseEstimator):
+class AttentionQuantizer(RenamedParamsMixin, TransformerMixin, BaseEstimator):
     """Parameter-free attention layer as a transformer: quantizes a prompt in context.
 
     ``transform(X)_i = sum_j softmax_j(lambda <X_i, X_j>) X_j`` over the rows of ``X``
@@ -125,7 +125,7 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
     (500, 10)
     """
 
-    temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")  # until 0.3
+    temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")  # until 0.4
 
     @renamed_keywords(temperature="inverse_temperature")
     def __init__(self, inverse_temperature="auto", *, n_steps=1, exclude_self=False,
