@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -17,6 +18,7 @@ __all__ = [
     "check_finite",
     "check_int",
     "check_nonnegative",
+    "readonly_tensor",
 ]
 
 
@@ -47,6 +49,25 @@ def as_tensor(x, *, name: str = "x", dtype=None, device=None) -> torch.Tensor:
     if dtype is not None or device is not None:
         t = t.to(dtype=dtype or t.dtype, device=device or t.device)
     return t
+
+
+def readonly_tensor(X: np.ndarray) -> torch.Tensor:
+    """A tensor on the memory of ``X`` (copied only when not C-contiguous), to be read only.
+
+    ``X`` may be read-only (a read-only memory map, a pandas 3 frame's values): torch wraps
+    it all the same but warns that writing to it would be undefined, which callers that
+    only read it must not pass on to their users.
+
+    Examples
+    --------
+    >>> X = np.ones((2, 3))
+    >>> X.flags.writeable = False
+    >>> readonly_tensor(X).sum().item()
+    6.0
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable", category=UserWarning)
+        return torch.from_numpy(np.ascontiguousarray(X))
 
 
 def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
