@@ -511,6 +511,23 @@ def test_auto_inverse_temperature_stays_clear_of_uniform_attention(loader):
     assert est.converged_
 
 
+@pytest.mark.parametrize("geometry", ["euclidean", "sphere"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_equal_rows_cap_lambda_and_warn_consistently(geometry, k):
+    """All rows equal: lambda is the cap, 1e12 (it was 1 / float64's tiny, 4.49e307), and
+    the warnings agree: the cap and dead heads, never "raise inverse_temperature"."""
+    X = np.tile([[1.0, 2.0]], (50, 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = AttentionClustering(k, geometry=geometry, random_state=0).fit(X)
+    messages = [str(w.message) for w in caught]
+    assert est.inverse_temperature_ == pytest.approx(1e12, rel=1e-9)
+    assert any("at its cap" in m for m in messages)
+    assert not any("raise inverse_temperature" in m for m in messages)
+    assert sum("win no row" in m for m in messages) == (k > 1)
+    np.testing.assert_array_equal(est.labels_, 0)
+
+
 def test_dead_head_warns():
     X, _ = _blobs([[0.0, 0.0], [5.0, 0.0]], n=100)
     init = np.array([[0.0, 0.0], [5.0, 0.0], [1e3, 1e3]])     # a head far from every row

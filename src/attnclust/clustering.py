@@ -654,10 +654,12 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                           DegenerateFitWarning, stacklevel=4)
         if capped:
             warnings.warn(f"the clusters have (nearly) no spread, so {shown} is at its cap "
-                          "(1e12 over the data's mean squared spread, 1e6 in float32); "
-                          "duplicated rows?",
+                          "(1e12 over the data's mean squared spread, or 1e12 when the rows "
+                          "are all equal; 1e6 in float32); duplicated rows?",
                           DegenerateFitWarning, stacklevel=4)
-        if K > 1 and stats[K] / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
+        # at the cap the attention is as sharp as it gets: heads that share their rows
+        # (reported above as winning none) are the cause, not a small lambda
+        if not capped and K > 1 and stats[K] / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
             warnings.warn(f"the attention is nearly uniform at {shown} (mean largest weight "
                           f"{stats[K] / n:.3f}, uniform {1 / K:.3f}): the risk then pins down "
                           "only the mean of the heads; raise inverse_temperature or use 'auto'",

@@ -127,7 +127,8 @@ class BoundaryVariance(NamedTuple):
     """Pooled within-cluster variance across the nearest boundaries, ``s^2``."""
     floor: float
     """``1e-12`` (float32: ``1e-6``) times the rows' mean squared norm (sphere) or distance
-    from their mean (Euclidean): the least ``s^2`` the rule uses."""
+    from their mean (Euclidean), or times 1 when that is zero (all rows equal): the least
+    ``s^2`` the rule uses."""
 
 
 def _cluster_moments(X, heads, labels, chunk):
@@ -161,7 +162,8 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "
     # the floor's scale: the rows' mean squared norm on the sphere, their mean squared
     # distance from their mean for Euclidean heads (the rule is then translation invariant)
     msq = sq_norm / n - (float((col_sums / n) @ (col_sums / n)) if geometry == "euclidean" else 0)
-    floor = _FLOOR[X.dtype] * max(msq, 0.0)
+    # rows without any spread (all equal) have no scale of their own: the working unit's
+    floor = _FLOOR[X.dtype] * (msq if msq > 0 else 1.0)
     if K == 1:
         if geometry == "euclidean":   # the head is the mean: the variance per coordinate
             s2 = (sq_norm / n - float(heads[0] @ heads[0])) / X.shape[1]
@@ -211,8 +213,8 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: 
     ``s_h^2`` weighted by cluster size. Only the projections ``P = X mu^T`` are needed:
     the variance along ``u_hg`` follows from each cluster's ``K x K`` covariance of ``P``.
     ``s^2`` is floored at ``1e-12`` (float32: ``1e-6``) times the mean squared norm of the
-    rows (Euclidean: their mean squared distance from their mean), so ``lambda`` stays
-    finite on duplicated points; with one head (the attention is then constant) it
+    rows (Euclidean: their mean squared distance from their mean; 1 when that is zero),
+    so ``lambda`` stays finite on duplicated points; with one head (the attention is then constant) it
     is the within-cluster variance of ``P`` (sphere) or per coordinate (Euclidean).
 
     Examples
