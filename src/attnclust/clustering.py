@@ -188,7 +188,8 @@ class _Working(NamedTuple):
         return picked if self.row_map is None else self.row_map(picked)
 
 
-class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin,
+                          TransformerMixin, BaseEstimator):
     """Clustering by a trained K-head attention layer.
 
     Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h> - b_h) mu_h``

@@ -214,8 +214,8 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: 
     the variance along ``u_hg`` follows from each cluster's ``K x K`` covariance of ``P``.
     ``s^2`` is floored at ``1e-12`` (float32: ``1e-6``) times the mean squared norm of the
     rows (Euclidean: their mean squared distance from their mean; 1 when that is zero),
-    so ``lambda`` stays finite on duplicated points; with one head (the attention is then constant) it
-    is the within-cluster variance of ``P`` (sphere) or per coordinate (Euclidean).
+    so ``lambda`` stays finite on duplicated points; with one head (the attention is then
+    constant) it is the within-cluster variance of ``P`` (sphere) or per coordinate (Euclidean).
 
     Examples
     --------
