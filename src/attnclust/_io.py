@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -204,6 +205,9 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
                   before_rename: Callable[[], None] | None = None) -> None:
     """Write every ``path -> array`` (by suffix, see :func:`save_matrix`), all or nothing.
 
+    A value may also be a function that writes its file at the path it is given (a
+    temporary path with the target's suffix), such as ``lambda p: fig.savefig(p)``.
+
     Every array is first written to a temporary file next to its target; only when all of
     them are written are they renamed, in one loop, onto their targets. If anything fails,
     every temporary file is removed, and so is every target this call had already created.
@@ -229,7 +233,10 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
         for path, array in targets:
             tmp = _temp_next_to(path)
             staged.append((tmp, path))
-            save_matrix(array, tmp)
+            if callable(array):     # a writer of its own format (a figure)
+                array(tmp)
+            else:
+                save_matrix(array, tmp)
             os.chmod(tmp, _file_mode(path))
         if before_rename is not None:
             before_rename()
@@ -265,7 +272,36 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def _parse_csv(path: Path) -> np.ndarray:
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _is_integer(cell: str) -> bool:
+    return _INTEGER.fullmatch(cell) is not None
+
+
+def _numeric_header(path: Path, first: list[str], rows: list[tuple[int, list[str]]]) -> bool:
+    """Whether a first line of numbers is a header (``header="auto"``), or ``ValueError``.
+
+    A line of numbers is data, unless it reads like column names: written as integers while
+    the lines after it hold other numbers. Then it is pandas' ``to_csv(index=False)``
+    header ``0,1,...,d-1`` when it is exactly that; anything else (``2019,2020``, or
+    ``0,1,...`` above integer data) is ambiguous and refused: guessing would shift every
+    label by one row, or drop a row, without a word.
+    """
+    if not all(_is_integer(c) for c in first):
+        return False
+    pandas = first == [str(j) for j in range(len(first))]
+    integer_data = all(_is_integer(c) for _, cells in rows for c in cells)
+    if pandas and not integer_data:
+        return True
+    if integer_data and not pandas:
+        return False
+    raise ValueError(f"{path}: cannot tell whether the first line ({','.join(first)[:40]}) "
+                     "is a header of column numbers or a row of data; pass --header yes "
+                     "or --header no (header=True or False)")
+
+
+def _parse_csv(path: Path, header: bool | None = None) -> np.ndarray:
     # utf-8-sig drops the byte-order mark that spreadsheet programs write ("CSV UTF-8")
     text = path.read_text(encoding="utf-8-sig", errors="strict")
     # (line number in the file, stripped text) of the lines that hold data or a header
@@ -279,9 +315,13 @@ def _parse_csv(path: Path) -> np.ndarray:
     def split(line: str) -> list[str]:
         return [c.strip() for c in (line.split(delimiter) if delimiter else line.split())]
 
-    # the first line is a header only when none of its cells is a number: a line of numbers
-    # with one bad cell is data with a bad value, reported below like any other
-    header = not any(_is_number(c) for c in split(first))
+    if header is None:
+        # a header when none of its cells is a number: a line of numbers with one bad cell
+        # is data with a bad value, reported below like any other
+        cells = split(first)
+        header = not any(_is_number(c) for c in cells)
+        if not header and all(_is_number(c) for c in cells):
+            header = _numeric_header(path, cells, [(n, split(ln)) for n, ln in lines[1:]])
     rows = [(n, split(ln)) for n, ln in lines[1 if header else 0:]]
     if not rows:
         raise ValueError(f"{path}: no data rows after the header")
@@ -429,11 +469,13 @@ def _check_file(path: Path) -> None:
 
 
 def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
-                mmap: bool = False) -> np.ndarray:
+                mmap: bool = False, header: bool | None = None) -> np.ndarray:
     r"""Read a data matrix, one point per row, from ``.npy`` or ``.csv`` (header optional).
 
     A CSV header is recognized as a first line none of whose cells is a number (a first
-    line of numbers with one bad cell is data with a bad value, reported as such); fields
+    line of numbers with one bad cell is data with a bad value, reported as such), or as
+    pandas' header of column numbers ``0,1,...,d-1`` above rows that are not all integers;
+    a first line of integers that could be either is refused (see ``header``). Fields
     are separated by commas (or semicolons, or whitespace when the first line has neither);
     a UTF-8 byte-order mark is skipped. A ``.npy`` header is checked against the file size
     before anything is allocated.
@@ -445,6 +487,9 @@ def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
     mmap : bool, default=False
         Return a float32 or float64 ``.npy`` as a read-only memory map instead of a
         float64 copy in memory (other dtypes are still converted to float64).
+    header : bool or None, default=None
+        Whether a CSV's first line is a header (``True``: skipped whatever it holds;
+        ``False``: data); ``None`` detects it as above. Ignored for ``.npy``.
 
     Raises
     ------
@@ -471,7 +516,7 @@ def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
         X = open_npy(path)
     elif suffix == ".csv":
         try:
-            X = _parse_csv(path)
+            X = _parse_csv(path, header)
         except UnicodeDecodeError:
             raise ValueError(f"{path}: not a text CSV file (not UTF-8)") from None
         except OSError as exc:

@@ -117,6 +117,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="attnclust",
         description="Attention layers as clustering and quantization operators.",
     )
+    _version_option(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("list", help="list the reproducible figures")
@@ -165,6 +166,8 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="with --distributed: how long a rank waits for the others before "
                         "failing (rendezvous and each collective; default: 300, at most "
                         "1e7)")
+    _fit_output_options(p)
+    _header_option(p)
     p.set_defaults(handler=_cmd_fit)
 
     p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
@@ -179,6 +182,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="project tokens back to the sphere after each step")
     p.add_argument("--backend", default="auto", help="auto, dense, fused or chunked")
     p.add_argument("--quiet", action="store_true", help="no warnings")
+    _header_option(p)
     p.set_defaults(handler=_cmd_quantize)
 
     p = sub.add_parser("bench", help="run the benchmarks of a source checkout and print tables")
@@ -391,6 +395,80 @@ def _fit_outputs(prefix: str, centers, labels) -> dict:
             Path(f"{prefix}.labels.npy"): labels, Path(f"{prefix}.labels.csv"): labels}
 
 
+def _version_option(parser) -> None:
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"attnclust {__version__}")
+
+
+def _header_option(parser) -> None:
+    parser.add_argument("--header", default="auto", choices=["auto", "yes", "no"],
+                        help="whether a CSV's first line is a header (default auto: a "
+                             "line with a non-number, or pandas' 0,1,...,d-1 above "
+                             "non-integer rows; a line that could be either is refused)")
+
+
+def _header(args) -> bool | None:
+    return {"auto": None, "yes": True, "no": False}[args.header]
+
+
+def _fit_output_options(parser) -> None:
+    parser.add_argument("--proba", action="store_true",
+                        help="also write PREFIX.proba.{npy,csv}: each row's attention on "
+                             "every head (soft memberships; rows sum to 1)")
+    parser.add_argument("--plot", action="store_true",
+                        help="also write PREFIX.png: the rows in 2-D (the data for d = 2, "
+                             "else a PCA) coloured by cluster, the heads marked, at most "
+                             "20,000 rows drawn")
+
+
+def _extra_outputs(args, prefix: str, est=None, X=None) -> dict:
+    """``--proba`` and ``--plot``: ``path -> array or writer`` (``None`` values without
+    ``est``, for the check that no output is the input)."""
+    from pathlib import Path
+
+    outputs = {}
+    if args.proba:
+        outputs.update(_proba_outputs(prefix, None if est is None else _predict_proba(est, X)))
+    if args.plot:
+        outputs[Path(f"{prefix}.png")] = None if est is None else _plot_writer(args, est, X)
+    return outputs
+
+
+def _predict_proba(est, X, *, chunk: int = 1 << 16):
+    """``est.predict_proba`` of every row, in blocks (a memory map is read, not copied)."""
+    import numpy as np
+
+    return np.concatenate([est.predict_proba(X[s:s + chunk])
+                           for s in range(0, X.shape[0], chunk)])
+
+
+def _proba_outputs(prefix: str, proba) -> dict:
+    from pathlib import Path
+
+    return {Path(f"{prefix}.proba.npy"): proba, Path(f"{prefix}.proba.csv"): proba}
+
+
+def _plot_writer(args, est, X):
+    """Draw the picture now; return the function that writes it (as a PNG) when the
+    outputs are staged."""
+    import matplotlib
+
+    from .experiments._style import RC
+    from .picture import plot_clusters
+
+    with matplotlib.rc_context(RC):
+        fig = plot_clusters(est, X, labels=est.labels_, random_state=args.seed,
+                            title=f"attnclust fit {os.path.basename(args.data)}: "
+                                  f"K={est.n_clusters}, lambda={est.inverse_temperature_:.3g}, "
+                                  f"{X.shape[0]:,} rows")
+
+    def write(path) -> None:
+        with matplotlib.rc_context(RC):
+            fig.savefig(path, format="png", dpi=150)
+    return write
+
+
 def _check_centers(est) -> None:
     """The CLI's last check before writing: finite centers (of unit norm on the sphere)."""
     import numpy as np
@@ -422,9 +500,10 @@ def _cmd_fit(args) -> int:
 
     params = _fit_params(args)
     prefix = _output_prefix(args)
-    _refuse_overwriting_input(args.data, _fit_outputs(prefix, None, None))
+    _refuse_overwriting_input(args.data, {**_fit_outputs(prefix, None, None),
+                                          **_extra_outputs(args, prefix)})
     # a float32/float64 .npy stays memory-mapped: no float64 copy made here
-    X = load_matrix(args.data, min_columns=2, mmap=True)
+    X = load_matrix(args.data, min_columns=2, mmap=True, header=_header(args))
     if args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
@@ -440,7 +519,8 @@ def _cmd_fit(args) -> int:
                 bar.close()
         seconds = time.perf_counter() - start
         _check_centers(est)
-        outputs = _fit_outputs(prefix, est.cluster_centers_, est.labels_)
+        outputs = {**_fit_outputs(prefix, est.cluster_centers_, est.labels_),
+                   **_extra_outputs(args, prefix, est, X)}
 
         sizes = np.bincount(est.labels_, minlength=args.n_clusters)
         conf_sum, sq_err = _summary_sums(est, X, args.n_clusters)
@@ -541,7 +621,7 @@ def _load_shard(args, rank: int, world_size: int):
         X = open_npy(path)
         check_matrix_shape(X, path, min_columns=2)
     else:
-        X = load_matrix(path, min_columns=2)
+        X = load_matrix(path, min_columns=2, header=_header(args))
     n = X.shape[0]
     if n < world_size:
         raise ValueError(f"{path}: {n} rows, fewer rows than ranks ({world_size}); run at most "
@@ -574,9 +654,13 @@ def _cmd_fit_distributed(args) -> int:
 
     from . import distributed as ddp
 
+    if args.plot:
+        raise CommandError("--plot needs all rows in one process: fit without --distributed, "
+                           "or draw a sample of the rows with the centers written")
     params = _fit_params(args)
     prefix = _output_prefix(args)
-    _refuse_overwriting_input(args.data, _fit_outputs(prefix, None, None))
+    _refuse_overwriting_input(args.data, {**_fit_outputs(prefix, None, None),
+                                          **_extra_outputs(args, prefix)})
     backend = "nccl" if str(args.device).startswith("cuda") else "gloo"
     try:
         rank, world = ddp.init_from_env(backend=backend, timeout=args.timeout)
@@ -638,6 +722,9 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp) -
     seconds = time.perf_counter() - start
     _check_centers(est)   # the same centers on every rank
     labels = ddp.gather_rows(est.labels_)
+    proba = {}
+    if args.proba:       # every rank takes part in the gather
+        proba = _proba_outputs(prefix, ddp.gather_rows(_predict_proba(est, X)))
     # summary statistics of all rows: sizes, summed max attention, summed squared error
     K = args.n_clusters
     conf_sum, sq_err = _summary_sums(est, X, K)
@@ -654,7 +741,7 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp) -
             f"time={seconds:.2f}s",
             f"communicated per rank: {stats.bytes} bytes in {stats.calls} all-reduces, of "
             f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes"]
-    outputs = _fit_outputs(prefix, est.cluster_centers_, labels)
+    outputs = {**_fit_outputs(prefix, est.cluster_centers_, labels), **proba}
     _write_all(outputs, _summary(head, sizes, conf_sum, outputs))
 
 
@@ -677,7 +764,7 @@ def _cmd_quantize(args) -> int:
     if args.n_steps < 1:
         raise CommandError(f"--n-steps must be a positive integer, got {args.n_steps}")
     _refuse_overwriting_input(args.data, [out])
-    X = load_matrix(args.data, min_columns=2)
+    X = load_matrix(args.data, min_columns=2, header=_header(args))
     with writable_folder(out.parent):
         # the library refuses overflow (NaN or inf) and a dense L x L that cannot fit
         Y = identity_attention(X, lam, n_steps=args.n_steps,
