@@ -152,3 +152,23 @@ def test_quantize_reads_the_header_as_fit_does(blobs):
     assert main(["quantize", str(tmp / "x.csv"), "--inverse-temperature", "2", "--out",
                  str(tmp / "q.npy"), "--quiet"]) == 0
     assert np.load(tmp / "q.npy").shape == (300, 4)
+
+
+# -- bench --device ------------------------------------------------------------------------
+def test_bench_device_runs_only_the_benchmarks_that_take_it(tmp_path, capsys):
+    (tmp_path / "bench_dev.py").write_text(
+        "def run(quick, device='cpu'):\n    return [{'device': device, 'quick': quick}]\n")
+    (tmp_path / "bench_cpu.py").write_text("def run(quick):\n    return [{'ran': 1}]\n")
+    assert main(["bench", "--dir", str(tmp_path), "--device", "cpu", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: it measures the CPU only" in out and "ran" not in out
+    assert "cpu     True" in out
+    assert main(["bench", "--dir", str(tmp_path)]) == 0       # without --device: both run
+    out = capsys.readouterr().out
+    assert "ran" in out and "skipped" not in out
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA device is here")
+def test_bench_on_a_missing_device_is_one_line(capsys):
+    line = _error(capsys, ["bench", "--only", "devices", "--device", "cuda"])
+    assert "CUDA is not available" in line

@@ -192,6 +192,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="folder of bench_*.py files (default: ./benchmarks, else the "
                         "benchmarks/ folder of the source checkout attnclust runs from)")
     p.add_argument("--quiet", action="store_true", help="no warnings")
+    _bench_device_option(p)
     p.set_defaults(handler=_cmd_bench)
 
     return parser
@@ -208,12 +209,14 @@ def _cmd_bench(args) -> int:
     if not chosen:
         raise CommandError(f"--only {args.only!r} matches no benchmark; available: "
                            f"{', '.join(names)}")
+    device = _bench_device(args)
     status = 0
     for path in chosen:
         name = path.stem.removeprefix("bench_")
         try:
-            for name, rows in run_benchmarks([path], quick=args.quick):
-                table = format_table(rows)
+            for name, rows in run_benchmarks([path], quick=args.quick, device=device):
+                table = format_table(rows) if rows is not None else \
+                    f"(skipped: it measures the CPU only, not --device {device})"
                 print(f"\n== {name}")
                 print(table, flush=True)
         except (Exception, SystemExit) as exc:   # a benchmark's bug is not ours to re-raise
@@ -221,6 +224,20 @@ def _cmd_bench(args) -> int:
                  f"{describe_failure(path, exc)}")
             status = 1
     return status
+
+
+def _bench_device_option(parser) -> None:
+    parser.add_argument("--device", default=None,
+                        help="run the benchmarks of device paths (bench_devices.py) on this "
+                             "torch device, e.g. cuda, against the CPU; the others are "
+                             "skipped (default: every benchmark, each on its own devices)")
+
+
+def _bench_device(args) -> str | None:
+    """``--device``, checked (one line, status 2, for a device this machine lacks)."""
+    if args.device is not None:
+        _check_device(args.device)
+    return args.device
 
 
 def _progress_total(est) -> int:
