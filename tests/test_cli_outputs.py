@@ -134,6 +134,8 @@ def test_numeric_rows_without_header_are_all_data(blobs):
     X, _, tmp = blobs
     _write_csv(tmp / "f.csv", X, None)                                    # floats
     assert _labels(tmp, [str(tmp / "f.csv")]).shape == (300,)
+    _write_csv(tmp / "d.csv", X, "3,1,4,1")        # integers, not increasing: not names
+    assert _labels(tmp, [str(tmp / "d.csv")]).shape == (301,)
     _write_csv(tmp / "i.csv", np.round(X * 100), None, integers=True)    # integers
     assert _labels(tmp, [str(tmp / "i.csv")]).shape == (300,)
 

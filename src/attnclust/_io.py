@@ -282,16 +282,21 @@ def _is_integer(cell: str) -> bool:
 def _numeric_header(path: Path, first: list[str], rows: list[tuple[int, list[str]]]) -> bool:
     """Whether a first line of numbers is a header (``header="auto"``), or ``ValueError``.
 
-    A line of numbers is data, unless it reads like column names: written as integers while
-    the lines after it hold other numbers. Then it is pandas' ``to_csv(index=False)``
+    A line of numbers is data, unless it reads like column names: increasing integers
+    while the lines after it hold other numbers. Then it is pandas' ``to_csv(index=False)``
     header ``0,1,...,d-1`` when it is exactly that; anything else (``2019,2020``, or
     ``0,1,...`` above integer data) is ambiguous and refused: guessing would shift every
-    label by one row, or drop a row, without a word.
+    label by one row, or drop a row, without a word. (NaN, inf and non-numbers below are
+    left to the checks that report them.)
     """
     if not all(_is_integer(c) for c in first):
         return False
+    values = [int(c) for c in first]
+    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        return False                  # column numbers increase; this is a row of data
     pandas = first == [str(j) for j in range(len(first))]
-    integer_data = all(_is_integer(c) for _, cells in rows for c in cells)
+    integer_data = all(_is_integer(c) for _, cells in rows for c in cells
+                       if _is_number(c) and math.isfinite(float(c)))
     if pandas and not integer_data:
         return True
     if integer_data and not pandas:
