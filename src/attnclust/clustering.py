@@ -82,6 +82,7 @@ from ._validation import (
     check_int,
     check_inverse_temperature,
     check_nonnegative,
+    check_sample_weight,
 )
 from .communicator import Communicator
 from .fixed_point import fixed_point_fit
@@ -144,26 +145,42 @@ def _squared_norms(X: np.ndarray, how: str, offset: int = 0) -> np.ndarray:
     return sq
 
 
-def _center_scale(X: np.ndarray, comm: Communicator, what: str) -> tuple[np.ndarray, float]:
+def _center_scale(X: np.ndarray, comm: Communicator, what: str,
+                  weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Column means and root-mean-square norm of the centred rows, overflow-safe, in chunks.
 
     The norm is computed on rows divided by their largest centred entry so that no square
     overflows; rows are read ``_CHUNK`` at a time (a memory-mapped ``X`` is never copied
-    whole); every sum is taken over the ranks' rows.
+    whole); every sum is taken over the ranks' rows. With ``weights`` (n,) both are
+    weighted means (rows of weight zero take no part).
     """
-    n = comm.n_total
-    chunks = [X[s:s + _CHUNK] for s in range(0, X.shape[0], _CHUNK)]
+    starts = range(0, X.shape[0], _CHUNK)
+    chunks = [X[s:s + _CHUNK] for s in starts]
+    if weights is None:
+        n, ws = comm.n_total, [None] * len(chunks)
+    else:
+        n, ws = float(comm.sum_array(weights.sum())), [weights[s:s + _CHUNK] for s in starts]
+
+    def total(values, w):          # sum of rows, weighted when w is given, in float64
+        return values.sum(0, dtype=np.float64) if w is None else w @ values
+
+    def weighted(c, w):            # the rows that count
+        return c if w is None else c[w > 0]
     with np.errstate(over="ignore", invalid="ignore"):       # checked just below
-        mean = comm.sum_array(sum((c.sum(0, dtype=np.float64) for c in chunks),
+        mean = comm.sum_array(sum((total(c, w) for c, w in zip(chunks, ws, strict=True)),
                                   np.zeros(X.shape[1]))) / n
-        big = max((float(np.abs(c - mean).max(initial=0.0)) for c in chunks), default=0.0)
+        big = max((float(np.abs(weighted(c, w) - mean).max(initial=0.0))
+                   for c, w in zip(chunks, ws, strict=True)), default=0.0)
     # a unit common to all ranks, between the largest entry and R times it
     big = float(comm.sum_array(big))
     if not np.isfinite(big) or not np.all(np.isfinite(mean)):
         raise ValueError(f"{what}: the column sums or X - mean overflow (entries near the "
                          "largest float); rescale the data")
     unit = big if big > 0 else 1.0
-    dev = float(comm.sum_array(sum(float(np.sum(((c - mean) / unit) ** 2)) for c in chunks)))
+    def squares(c, w):             # sum of squared centred entries (in units of unit)
+        q = ((c - mean) / unit) ** 2
+        return float(np.sum(q) if w is None else w @ q.sum(1))
+    dev = float(comm.sum_array(sum(squares(c, w) for c, w in zip(chunks, ws, strict=True))))
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 
@@ -176,6 +193,7 @@ class _Working(NamedTuple):
     row_map: Callable | None            # chunk of rows -> chunk of the fit's rows, or None
     scale: float
     shift: np.ndarray | None            # (d,), None: the sphere's fit runs as preprocessed
+    weights: torch.Tensor | None = None  # (n,) sample weights, in the fit's dtype and device
 
     def read(self, start: int, stop: int) -> torch.Tensor:
         """Rows ``start:stop`` of the fit."""
@@ -413,7 +431,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                              ensure_min_samples=1)
 
     def _preprocess(self, X: np.ndarray, *, fitting: bool, comm: Communicator | None = None,
-                    offset: int = 0) -> np.ndarray:
+                    offset: int = 0, weights: np.ndarray | None = None) -> np.ndarray:
         """Apply ``normalize`` to validated rows (``comm``: the fit's, when ``fitting``);
         ``offset``: the index of ``X``'s first row in the caller's rows (for messages)."""
         how = self._normalize
@@ -421,7 +439,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             return _normalize_rows(X, offset)
         if how == "center-scale":
             if fitting:
-                self.mean_, self.scale_ = _center_scale(X, comm, "normalize='center-scale'")
+                self.mean_, self.scale_ = _center_scale(X, comm, "normalize='center-scale'",
+                                                        weights)
             return (X - self.mean_.astype(X.dtype)) / X.dtype.type(self.scale_)
         if self.geometry == "sphere":
             sq = _squared_norms(X, "normalize=None", offset)
@@ -434,21 +453,24 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                         "to bring the data to the sphere's scale", UserWarning, stacklevel=4)
         return X
 
-    def _working_rows(self, Xp: np.ndarray, comm: Communicator) -> _Working:
+    def _working_rows(self, Xp: np.ndarray, comm: Communicator,
+                      weights: np.ndarray | None = None) -> _Working:
         """The rows of the fit: ``Xp`` as a tensor, and the map of its chunks to the fit's.
 
         Euclidean heads are fitted on rows centred and scaled to unit root-mean-square
         norm. On the CPU that map is applied to each chunk as it is read, so that a
         memory-mapped ``Xp`` is never copied whole; on another device the mapped rows are
-        made there once.
+        made there once. ``weights``: the sample weights, carried along as a tensor.
         """
         dtype = _torch_dtype(self.dtype, Xp.dtype)
         with warnings.catch_warnings():   # a read-only memmap is only ever read
             warnings.simplefilter("ignore", UserWarning)
             rows = torch.from_numpy(np.ascontiguousarray(Xp))
+        w = None if weights is None else torch.as_tensor(weights, dtype=dtype,
+                                                         device=self.device)
         if self.geometry == "sphere":
-            return _Working(rows.to(self.device, dtype), None, 1.0, None)
-        shift, scale = _center_scale(Xp, comm, "geometry='euclidean'")
+            return _Working(rows.to(self.device, dtype), None, 1.0, None, w)
+        shift, scale = _center_scale(Xp, comm, "geometry='euclidean'", weights)
         if not np.finfo(np.float64).tiny < scale * scale < np.inf:
             raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
                              "out of float64's range; rescale the data")
@@ -457,32 +479,45 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         def row_map(chunk: torch.Tensor) -> torch.Tensor:   # centred in the data's dtype
             return (chunk - shift_t).to(dtype).div_(scale)
         if torch.device(self.device).type != "cpu":
-            return _Working(row_map(rows).to(self.device), None, scale, shift)
-        return _Working(rows, row_map, scale, shift)
+            return _Working(row_map(rows).to(self.device), None, scale, shift, w)
+        return _Working(rows, row_map, scale, shift, w)
 
-    def _sample(self, working: _Working, gen, comm: Communicator) -> torch.Tensor:
-        """At most ``_WARM_SAMPLE`` rows, drawn with the estimator's generator.
+    def _sample(self, working: _Working, gen, comm: Communicator
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """At most ``_WARM_SAMPLE`` rows, drawn with the estimator's generator, and their
+        sample weights (``None`` without weights).
 
         The sample is drawn from the global row indices and each rank fills in the sampled
         rows it holds, so a sum over ranks assembles exactly the rows one process would
-        draw, on every rank.
+        draw, on every rank. The rows are drawn uniformly and keep their weights.
         """
         n, X = comm.n_total, working.rows
         idx = np.arange(n) if n <= _WARM_SAMPLE else np.sort(
             gen.choice(n, _WARM_SAMPLE, replace=False))
         mine = (idx >= comm.offset) & (idx < comm.offset + X.shape[0])
-        picked = working.take(torch.from_numpy(idx[mine] - comm.offset).to(X.device))
-        rows = picked.new_zeros(idx.size, X.shape[1], dtype=torch.float64)  # 0 where not ours
-        rows[torch.from_numpy(mine).to(X.device)] = picked.double()
-        return comm.reduce(rows).to(picked.dtype)            # x + 0 = x exactly
+        local = torch.from_numpy(idx[mine] - comm.offset).to(X.device)
+        picked = working.take(local).double()
+        if working.weights is not None:          # the weight rides along as one more column
+            picked = torch.cat([picked, working.weights[local].double()[:, None]], 1)
+        rows = picked.new_zeros(idx.size, picked.shape[1])   # 0 where not ours
+        rows[torch.from_numpy(mine).to(X.device)] = picked
+        rows = comm.reduce(rows)                              # x + 0 = x exactly
+        dtype = working.take(local[:0]).dtype
+        if working.weights is None:
+            return rows.to(dtype), None
+        return rows[:, :-1].to(dtype), rows[:, -1].to(dtype)
 
-    def _initial_heads(self, S: torch.Tensor, working: _Working, gen, comm: Communicator
-                       ) -> torch.Tensor:
+    def _initial_heads(self, S: torch.Tensor, working: _Working, gen, comm: Communicator,
+                       Sw: torch.Tensor | None = None) -> torch.Tensor:
         K, d = self.n_clusters, S.shape[1]
         if isinstance(self.init, str):
             if self.init == "kmeans++":
                 seed = int(gen.integers(2**31 - 1))
-                centers, _ = kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed)
+                # seeds drawn with probability proportional to weight x squared distance
+                # (a sample holding only rows of weight zero is seeded as unweighted)
+                w = None if Sw is None or not float(Sw.sum()) > 0 else Sw.cpu().double().numpy()
+                centers, _ = kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed,
+                                             sample_weight=w)
             elif self.init == "sphere":
                 centers = gen.standard_normal((K, d))
                 if self.geometry == "euclidean":   # the working rows have unit RMS norm
@@ -516,29 +551,42 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             return 3 if self.geometry == "euclidean" and isinstance(self.init, str) else 1
         return check_int(self.n_init, "n_init", 1)
 
-    def _warm_start(self, S, working, gen, comm: Communicator) -> torch.Tensor:
-        """Initial heads; with ``n_init > 1``, the Lloyd heads of the best of the seedings."""
+    def _warm_start(self, S, Sw, working, gen, comm: Communicator) -> torch.Tensor:
+        """Initial heads; with ``n_init > 1``, the Lloyd heads of the best of the seedings
+        (``Sw``: the sample's weights, or None)."""
         if self._n_init == 1:
-            return self._initial_heads(S, working, gen, comm)
-        runs = [hard_lloyd(S, self._initial_heads(S, working, gen, comm), _LLOYD_STEPS,
-                           geometry=self.geometry) for _ in range(self._n_init)]
+            return self._initial_heads(S, working, gen, comm, Sw)
+        runs = [hard_lloyd(S, self._initial_heads(S, working, gen, comm, Sw), _LLOYD_STEPS,
+                           geometry=self.geometry, weights=Sw) for _ in range(self._n_init)]
         return max(runs, key=lambda run: run.score).heads
 
     # -- fitting ----------------------------------------------------------------------------
-    def fit(self, X, y=None, *, comm: Communicator | None = None):
+    def fit(self, X, y=None, sample_weight=None, *, comm: Communicator | None = None):
         """Fit the heads to ``X`` (n_samples, n_features); ``y`` is ignored.
 
+        ``sample_weight`` (n_samples,), optional: non-negative weights of the rows; every
+        sum of the fit (seeding, Lloyd steps, the ``"auto"`` inverse temperature, the
+        fixed-point steps, the cluster sizes of the warnings) is weighted, so an integer
+        weight acts as that many copies of the row and a zero weight as no row.
+
         With ``comm`` (a :class:`~attnclust.communicator.Communicator`), ``X`` is this
-        rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`);
-        every rank gets the fit of all the rows.
+        rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`)
+        and ``sample_weight`` their weights; every rank gets the fit of all the rows.
         """
         X = self._validate(X, reset=True)
+        weights = check_sample_weight(sample_weight, X.shape[0])
         comm = Communicator.local(X.shape[0]) if comm is None else comm
         self._check_params(comm.n_total)
+        if weights is not None:
+            if self.solver != "fixed-point":
+                raise ValueError(f"sample_weight needs solver='fixed-point', got "
+                                 f"{self.solver!r}")
+            if not float(comm.sum_array(weights.sum())) > 0:
+                raise ValueError("sample_weight sums to zero: no row has a positive weight")
         # on the CPU, the threads torch would have used share the chunks of each pass
         workers = torch.get_num_threads() if self._torch_threads == 1 else 1
         with torch_threads(self._torch_threads):
-            return self._fit_validated(X, comm, workers)
+            return self._fit_validated(X, comm, workers, weights)
 
     def _chunk(self, n_features: int) -> int:
         """Rows per chunk of a pass: ``batch_size``, or blocks of about 2 MB (float32).
@@ -557,22 +605,24 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         :mod:`attnclust._threads`)."""
         return 1 if torch.device(self.device).type == "cpu" else None
 
-    def _fit_validated(self, X: np.ndarray, comm: Communicator, workers: int):
+    def _fit_validated(self, X: np.ndarray, comm: Communicator, workers: int,
+                       weights: np.ndarray | None = None):
         """The fit of validated rows (warnings raised here point at the caller of ``fit``)."""
         if comm.n_total != X.shape[0] and self.solver != "fixed-point":
             raise ValueError(f"data-parallel fitting needs solver='fixed-point', got "
                              f"{self.solver!r}")
         self.mean_, self.scale_ = None, None
-        Xp = self._preprocess(X, fitting=True, comm=comm)
+        Xp = self._preprocess(X, fitting=True, comm=comm, weights=weights)
         gen = as_generator(self.random_state)
-        working = self._working_rows(Xp, comm)
+        working = self._working_rows(Xp, comm, weights)
         del Xp
-        S = self._sample(working, gen, comm)
-        heads0 = self._warm_start(S, working, gen, comm)
+        S, Sw = self._sample(working, gen, comm)
+        heads0 = self._warm_start(S, Sw, working, gen, comm)
         capped = False
         if isinstance(self.inverse_temperature, str):  # "auto", checked above
-            lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry).heads
-            s2, floor = boundary_variance(S, lloyd, geometry=self.geometry)
+            lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry,
+                               weights=Sw).heads
+            s2, floor = boundary_variance(S, lloyd, geometry=self.geometry, weights=Sw)
             capped = s2 <= floor
             lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
             if isinstance(self.init, str):  # a seeding is warm-started; given heads are kept
@@ -585,12 +635,12 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         if self.solver == "pgd":
             res = self._fit_pgd(working.rows, heads0, temps, steps, gen, working)
         else:
-            res = self._fit_fixed_point(S, heads0, temps, steps, comm, working, workers)
+            res = self._fit_fixed_point(S, Sw, heads0, temps, steps, comm, working, workers)
         self._set_fitted(res, lam, working)
         self._label_and_check(working, res.heads, lam, capped, comm, workers)
         return self
 
-    def _fit_fixed_point(self, S, heads0, temps, steps, comm, working, workers):
+    def _fit_fixed_point(self, S, Sw, heads0, temps, steps, comm, working, workers):
         """Fixed-point steps: on the sample first when it is smaller than the data."""
         common = dict(tol=self._tol, geometry=self.geometry, penalty=self.penalty,
                       rho=float(self.rho), chunk_size=self._chunk(working.rows.shape[1]),
@@ -598,12 +648,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         n_iter = 0
         if S.shape[0] < comm.n_total:   # the curves are those of the steps over all rows
             res = fixed_point_fit(S, heads0, inverse_temperatures=temps, stage_steps=steps,
-                                  callback=self._callback_fn(working), **common)
+                                  callback=self._callback_fn(working), weights=Sw, **common)
             heads0, n_iter = res.heads, res.n_iter
             temps, steps = temps[-1:], steps[-1:]
         res = fixed_point_fit(working.rows, heads0, inverse_temperatures=temps,
                               stage_steps=steps, reduce=comm.reduce, row_map=working.row_map,
-                              callback=self._callback_fn(working, n_iter), **common)
+                              callback=self._callback_fn(working, n_iter),
+                              weights=working.weights, **common)
         return res._replace(n_iter=n_iter + res.n_iter,
                             history=res.history._replace(step=res.history.step + n_iter))
 
@@ -637,14 +688,19 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         n = working.rows.shape[0]
         self.labels_ = np.empty(n, dtype=np.int64)
 
-        def winners(start):   # labels (written in place) and sum_i max_h a_ih of one chunk
+        w = working.weights
+        def winners(start):   # labels (written in place) and sum_i w_i max_h a_ih of a chunk
             A = softmax_heads(head_logits(working.read(start, start + chunk), heads, lam,
                                           self.geometry))
             best, z = A.max(1)
             self.labels_[start:start + chunk] = z.cpu().numpy()
-            return float(best.double().sum())
+            return float((best if w is None else best * w[start:start + chunk]).double().sum())
         sharp = sum(map_chunks(winners, n, chunk, workers))
-        sizes = np.bincount(self.labels_, minlength=K).astype(np.float64)
+        # cluster sizes: rows, or their total weight (a head winning only rows of weight
+        # zero wins nothing)
+        sizes = np.bincount(self.labels_, minlength=K,
+                            weights=None if w is None else w.cpu().double().numpy()
+                            ).astype(np.float64)
         stats = comm.sum_array(np.append(sizes, sharp))
         n = float(stats[:K].sum())
         shown = f"lambda={self.inverse_temperature_:.3g}"
@@ -745,9 +801,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         return self._by_chunks(X, lambda Xp: self._weights(Xp).argmax(1).cpu().numpy()
                                .astype(np.int64))
 
-    def fit_predict(self, X, y=None) -> np.ndarray:
+    def fit_predict(self, X, y=None, sample_weight=None) -> np.ndarray:
         """Fit and return ``labels_``."""
-        return self.fit(X).labels_
+        return self.fit(X, sample_weight=sample_weight).labels_
 
     def _outputs(self, Xp: np.ndarray) -> np.ndarray:
         """``T_mu(x)`` of preprocessed rows, ``(n, d)``: what ``transform`` and ``score`` use."""
@@ -758,11 +814,16 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         """Layer outputs ``T_mu(x)`` of the preprocessed rows, shape (n_samples, n_features)."""
         return self._by_chunks(X, self._outputs)
 
-    def score(self, X, y=None) -> float:
-        """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better)."""
+    def score(self, X, y=None, sample_weight=None) -> float:
+        """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better); with
+        ``sample_weight``, the weighted mean."""
         def squared_errors(Xp):
             return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
-        return -float(np.mean(self._by_chunks(X, squared_errors)))
+        errors = self._by_chunks(X, squared_errors)
+        weights = check_sample_weight(sample_weight, errors.shape[0])
+        if weights is not None and not weights.sum() > 0:
+            raise ValueError("sample_weight sums to zero: no row has a positive weight")
+        return -float(np.average(errors, weights=weights))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

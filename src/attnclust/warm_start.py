@@ -21,6 +21,9 @@ that decide nothing on anisotropic data).
 They run on the estimator's warm-start sample, which a data-parallel fit assembles on
 every rank (see :class:`~attnclust.AttentionClustering`), so they need no sums over ranks.
 Rows are read in chunks of ``chunk`` so that memory stays ``O(chunk K)`` beyond the data.
+Every function takes optional ``weights`` ``w_i >= 0`` (the estimator's
+``sample_weight``): each sum over rows becomes ``sum_i w_i (...)`` and each count a sum of
+weights, so integer weights act as repeated rows and zero weights as absent rows.
 
 Notation
 --------
@@ -63,20 +66,21 @@ def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str = "sphere", 
     return _assign(X, heads, geometry, chunk)[0]
 
 
-def _assign(X, heads, geometry, chunk):
-    """Labels ``(n,)`` and the sum of the winning logits at ``lambda = 1`` (a 0-dim tensor)."""
+def _assign(X, heads, geometry, chunk, weights=None):
+    """Labels ``(n,)`` and the (weighted) sum of the winning logits at ``lambda = 1`` (a
+    0-dim tensor)."""
     labels, score = [], X.new_zeros(())
     for s in range(0, X.shape[0], chunk):
         best, z = head_logits(X[s:s + chunk], heads, 1.0, geometry).max(1)
         labels.append(z)
-        score = score + best.sum()
+        score = score + (best.sum() if weights is None else best @ weights[s:s + chunk])
     return (torch.cat(labels) if labels else X.new_zeros(0, dtype=torch.long)), score
 
 
 def _lloyd_heads(sums, counts, heads, geometry):
     """New heads from the per-cell sums ``(K, d)``; an empty cell keeps its head."""
-    if geometry == "euclidean":
-        new = sums / counts.clamp_min(1)[:, None]
+    if geometry == "euclidean":   # counts are sums of weights: maybe fractional
+        new = sums / counts.clamp_min(torch.finfo(sums.dtype).tiny)[:, None]
         return torch.where((counts > 0)[:, None], new, heads)
     norm = torch.linalg.vector_norm(sums, dim=1, keepdim=True)
     return torch.where(norm > 0, sums / norm.clamp_min(torch.finfo(sums.dtype).tiny), heads)
@@ -95,9 +99,25 @@ class LloydResult(NamedTuple):
     higher the better."""
 
 
+def _weighted_sums(X, labels, K, weights):
+    """Per-cell counts ``(K,)`` and sums ``(K, d)`` (of weights and weighted rows)."""
+    if weights is None:
+        return (torch.bincount(labels, minlength=K).to(X.dtype),
+                X.new_zeros(K, X.shape[1]).index_add_(0, labels, X))
+    return (X.new_zeros(K).index_add_(0, labels, weights),
+            X.new_zeros(K, X.shape[1]).index_add_(0, labels, X * weights[:, None]))
+
+
+def _total(X, weights) -> float:
+    return float(X.shape[0]) if weights is None else float(weights.sum())
+
+
 def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
-               geometry: str = "sphere", chunk: int = _CHUNK) -> LloydResult:
+               geometry: str = "sphere", chunk: int = _CHUNK,
+               weights: torch.Tensor | None = None) -> LloydResult:
     """Hard Lloyd steps, at most ``n_steps``, stopping early once no label changes.
+
+    ``weights`` ``(n,)``: each row counts with its weight in the means (and the score).
 
     Examples
     --------
@@ -107,17 +127,16 @@ def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
     ([[0.1, 0.0], [3.2, 0.0]], [0, 0, 1, 1])
     """
     K = heads.shape[0]
-    labels, score = _assign(X, heads, geometry, chunk)
+    labels, score = _assign(X, heads, geometry, chunk, weights)
     for _ in range(n_steps):
-        counts = torch.bincount(labels, minlength=K).to(X.dtype)
-        sums = torch.zeros_like(heads).index_add_(0, labels, X)
+        counts, sums = _weighted_sums(X, labels, K, weights)
         heads = _lloyd_heads(sums, counts, heads, geometry)
-        new, score = _assign(X, heads, geometry, chunk)
+        new, score = _assign(X, heads, geometry, chunk, weights)
         changed = bool((new != labels).any())
         labels = new
         if not changed:
             break
-    return LloydResult(heads, labels, float(score) / X.shape[0])
+    return LloydResult(heads, labels, float(score) / _total(X, weights))
 
 
 class BoundaryVariance(NamedTuple):
@@ -131,34 +150,41 @@ class BoundaryVariance(NamedTuple):
     ``s^2`` the rule uses."""
 
 
-def _cluster_moments(X, heads, labels, chunk):
-    """Per-cluster count, sum and second moment of the projections ``P = X mu^T``."""
+def _cluster_moments(X, heads, labels, chunk, weights=None):
+    """Per-cluster count, sum and second moment of the projections ``P = X mu^T``
+    (weighted by ``weights`` when given)."""
     K = heads.shape[0]
-    counts = torch.bincount(labels, minlength=K).to(X.dtype)
+    counts = (torch.bincount(labels, minlength=K).to(X.dtype) if weights is None
+              else X.new_zeros(K).index_add_(0, labels, weights))
     sums = X.new_zeros(K, K)
     outer = X.new_zeros(K, K, K)                               # sum_{i in h} P_i P_i^T
     chunk = max(1, min(chunk, (1 << 20) // (K * K)))          # (m, K, K) below 1M numbers
     for s in range(0, X.shape[0], chunk):
         P, z = X[s:s + chunk] @ heads.T, labels[s:s + chunk]   # (m, K), (m,)
-        sums.index_add_(0, z, P)
-        outer.index_add_(0, z, P[:, :, None] * P[:, None, :])
+        wP = P if weights is None else P * weights[s:s + chunk, None]
+        sums.index_add_(0, z, wP)
+        outer.index_add_(0, z, wP[:, :, None] * P[:, None, :])
     return counts, sums, outer
 
 
 def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere",
-                      chunk: int = _CHUNK) -> BoundaryVariance:
+                      chunk: int = _CHUNK, weights: torch.Tensor | None = None
+                      ) -> BoundaryVariance:
     """Within-cluster variance across the nearest boundaries (see
-    :func:`auto_inverse_temperature`)."""
+    :func:`auto_inverse_temperature`); ``weights`` ``(n,)`` weigh the rows."""
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
-    counts, sums, outer = _cluster_moments(X, heads, labels, chunk)
-    extra = torch.cat([X.sum(0), torch.stack([(X * X).sum(), X.new_tensor(float(X.shape[0]))])])
+    counts, sums, outer = _cluster_moments(X, heads, labels, chunk, weights)
+    wX = X if weights is None else X * weights[:, None]
+    extra = torch.cat([wX.sum(0), torch.stack([(wX * X).sum(),
+                                               X.new_tensor(_total(X, weights))])])
     stats = torch.cat([counts, sums.reshape(-1), outer.reshape(-1), extra])
     counts, sums = stats[:K], stats[K:K + K * K].reshape(K, K)
     outer = stats[K + K * K:K + K * K + K**3].reshape(K, K, K)
     col_sums, sq_norm, n = stats[-2 - X.shape[1]:-2], float(stats[-2]), float(stats[-1])
-    means = sums / counts.clamp_min(1)[:, None]                # (K, K) mean projection
-    cov = outer / counts.clamp_min(1)[:, None, None] - means[:, :, None] * means[:, None, :]
+    tiny = torch.finfo(X.dtype).tiny           # counts are sums of weights: maybe below 1
+    means = sums / counts.clamp_min(tiny)[:, None]                # (K, K) mean projection
+    cov = outer / counts.clamp_min(tiny)[:, None, None] - means[:, :, None] * means[:, None, :]
     # the floor's scale: the rows' mean squared norm on the sphere, their mean squared
     # distance from their mean for Euclidean heads (the rule is then translation invariant)
     msq = sq_norm / n - (float((col_sums / n) @ (col_sums / n)) if geometry == "euclidean" else 0)
@@ -170,7 +196,6 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "
         else:
             s2 = float(cov[0, 0, 0] * counts[0]) / n
         return BoundaryVariance(max(s2, 0.0), floor)
-    tiny = torch.finfo(X.dtype).tiny
     gram = heads @ heads.T
     h = torch.arange(K, device=X.device)
     if geometry == "euclidean":
@@ -194,13 +219,13 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "
     def var_across(a, b):
         return cov[a, b, b] - 2 * g2 * cov[a, a, b] + g2**2 * cov[a, a, a]
     pooled = (counts * var_across(h, c) + counts[c] * var_across(c, h)) \
-        / (counts + counts[c]).clamp_min(1)
+        / (counts + counts[c]).clamp_min(tiny)
     s2 = float((counts * pooled.clamp_min(0) / norm2).sum()) / n
     return BoundaryVariance(s2, floor)
 
 
-def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere"
-                     ) -> float:
+def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere",
+                             weights: torch.Tensor | None = None) -> float:
     """``1 / s^2`` with ``s^2`` the within-cluster variance across each head's nearest boundary.
 
     Clusters are the hard assignments (highest logit). For cluster ``h`` with nearest
@@ -227,5 +252,5 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: 
     >>> round(auto_inverse_temperature(X, torch.as_tensor(mix.centroids), geometry="euclidean"), -1)
     100.0
     """
-    s2, floor = boundary_variance(X, heads, geometry=geometry)
+    s2, floor = boundary_variance(X, heads, geometry=geometry, weights=weights)
     return 1.0 / max(s2, floor, torch.finfo(X.dtype).tiny)
