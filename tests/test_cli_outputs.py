@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -174,3 +176,89 @@ def test_bench_device_runs_only_the_benchmarks_that_take_it(tmp_path, capsys):
 def test_bench_on_a_missing_device_is_one_line(capsys):
     line = _error(capsys, ["bench", "--only", "devices", "--device", "cuda"])
     assert "CUDA is not available" in line
+
+
+# -- --sample-weight / --weight-column -----------------------------------------------------
+def _fit_files(tmp, argv) -> tuple[np.ndarray, np.ndarray]:
+    assert main(["fit", *argv, "-k", "3", "--out", str(tmp / "r"), "--quiet"]) == 0
+    return np.load(tmp / "r.centers.npy"), np.load(tmp / "r.labels.npy")
+
+
+def test_sample_weight_file_and_column_give_the_weighted_fit(blobs, capsys):
+    X, _, tmp = blobs
+    w = np.random.default_rng(0).integers(0, 4, size=len(X)).astype(float)
+    est = ac.AttentionClustering(3, random_state=0).fit(X, sample_weight=w)
+    np.save(tmp / "x.npy", X)
+    np.save(tmp / "w.npy", w)
+    np.save(tmp / "xw.npy", np.column_stack([X[:, :2], w, X[:, 2:]]))
+    (tmp / "w.csv").write_text("weight\n" + "\n".join(repr(float(v)) for v in w) + "\n")
+    for argv in ([str(tmp / "x.npy"), "--sample-weight", str(tmp / "w.npy")],
+                 [str(tmp / "x.npy"), "--sample-weight", str(tmp / "w.csv")],
+                 [str(tmp / "xw.npy"), "--weight-column", "3"]):
+        centers, labels = _fit_files(tmp, argv)
+        np.testing.assert_allclose(centers, est.cluster_centers_, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(labels, est.labels_)
+    out = capsys.readouterr().out
+    assert f"weights={w.sum():.6g}" in out and "d=4" in out
+
+
+@pytest.mark.parametrize("weights, match", [
+    (np.r_[-1.0, np.ones(299)], "must be non-negative, got -1.0 at index 0"),
+    (np.r_[np.ones(299), np.nan], "must be finite, got nan at index 299"),
+    (np.ones(299), "299 weights for the 300 rows of"),
+    (np.zeros(300), "sums to zero"),
+    (np.ones((300, 2)), r"one weight per row, shape \(n,\) or \(n, 1\), got shape \(300, 2\)"),
+])
+def test_bad_weights_are_one_line_and_no_file(blobs, capsys, weights, match):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    np.save(tmp / "w.npy", weights)
+    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--sample-weight",
+                           str(tmp / "w.npy"), "--out", str(tmp / "r")])
+    assert re.search(match, line), line
+    assert sorted(p.name for p in tmp.iterdir()) == ["w.npy", "x.npy"]
+
+
+def test_weight_options_errors(blobs, capsys):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert "is not a column of" in _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3",
+                                                   "--weight-column", "5"])
+    assert "nope.npy: no such file" in _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3",
+                                                       "--sample-weight", str(tmp / "nope.npy")])
+    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--weight-column", "1",
+                           "--sample-weight", str(tmp / "x.npy")])
+    assert "not allowed with argument" in line
+    bad = X.copy()
+    bad[7, 1] = -2.0
+    np.save(tmp / "neg.npy", bad)
+    assert "--weight-column 2 of" in _error(capsys, ["fit", str(tmp / "neg.npy"), "-k", "3",
+                                                     "--weight-column", "2"])
+
+
+@pytest.mark.slow
+def test_distributed_fit_with_weights_is_the_weighted_fit(blobs):
+    """Two gloo ranks, each reading its rows' weights: the one-process weighted fit."""
+    import subprocess
+    import sys
+
+    from test_distributed import _env, _free_port
+
+    X, _, tmp = blobs
+    w = np.random.default_rng(3).integers(0, 4, size=len(X)).astype(float)
+    np.save(tmp / "x.npy", X)
+    np.save(tmp / "w.npy", w)
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "attnclust", "fit", str(tmp / "x.npy"),
+                               "-k", "3", "--distributed", "--timeout", "30", "--sample-weight",
+                               str(tmp / "w.npy"), "--proba", "--out", str(tmp / "dp"),
+                               "--quiet"], env=_env(r, 2, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-1500:] for _, err in outs]
+    est = ac.AttentionClustering(3, random_state=0).fit(X, sample_weight=w)
+    np.testing.assert_allclose(np.load(tmp / "dp.centers.npy"), est.cluster_centers_,
+                               atol=1e-8)
+    np.testing.assert_array_equal(np.load(tmp / "dp.labels.npy"), est.labels_)
+    np.testing.assert_allclose(np.load(tmp / "dp.proba.npy"), est.predict_proba(X), atol=1e-8)
+    assert f"weights={w.sum():.6g}" in outs[0][0]

@@ -167,6 +167,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         "failing (rendezvous and each collective; default: 300, at most "
                         "1e7)")
     _fit_output_options(p)
+    _fit_weight_options(p)
     _header_option(p)
     p.set_defaults(handler=_cmd_fit)
 
@@ -377,8 +378,9 @@ def _refuse_overwriting_input(data: str, outputs) -> None:
                                "--out")
 
 
-def _summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16):
-    """Per cluster, the summed max attention of its rows; and the summed squared error.
+def _summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16, weights=None):
+    """Per cluster, the summed max attention of its rows; and the summed squared error
+    (weighted by the sample weights, when given).
 
     In blocks of rows, so a memory-mapped ``X`` is never copied whole for the summary
     (``predict_proba`` and ``score`` act row by row, so the sums are exact).
@@ -390,7 +392,11 @@ def _summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16):
         block, labels = X[start:start + chunk], est.labels_[start:start + chunk]
         conf_sum += np.bincount(labels, weights=est.predict_proba(block).max(1),
                                 minlength=n_clusters)
-        sq_err += -est.score(block) * block.shape[0]
+        if weights is None:
+            sq_err += -est.score(block) * block.shape[0]
+        elif weights[start:start + chunk].sum() > 0:
+            w = weights[start:start + chunk]
+            sq_err += -est.score(block, sample_weight=w) * float(w.sum())
     return conf_sum, sq_err
 
 
@@ -486,6 +492,74 @@ def _plot_writer(args, est, X):
     return write
 
 
+def _fit_weight_options(parser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--sample-weight", default=None, metavar="FILE",
+                       help="a weight per row of DATA (.npy of shape (n,) or (n, 1), or a "
+                            "one-column .csv; non-negative, not all zero): a row of weight "
+                            "w counts as w copies of it")
+    group.add_argument("--weight-column", type=int, default=None, metavar="J",
+                       help="take the weights from column J of DATA (counted from 1), "
+                            "which is then left out of the features")
+
+
+def _weights_note(weights) -> str:
+    return "" if weights is None else f"weights={float(weights.sum()):.6g}  "
+
+
+def _split_weights(args, X, *, rows: slice | None = None, n_rows: int | None = None):
+    """``(features, weights)``: DATA without ``--weight-column``, and the weights of its
+    rows (a rank's shard: ``X`` holds ``rows`` of the file's ``n_rows``); weights ``None``
+    without either option. Bad weights are one line naming their source."""
+    import numpy as np
+
+    from ._validation import check_sample_weight
+
+    if args.weight_column is None and args.sample_weight is None:
+        return X, None
+    if args.weight_column is not None:
+        j, d = args.weight_column, X.shape[1]
+        if not 1 <= j <= d:
+            raise CommandError(f"--weight-column {j} is not a column of {args.data} (columns "
+                               f"1 to {d})")
+        where = f"--weight-column {j} of {args.data}"
+        weights = np.asarray(X[:, j - 1], dtype=np.float64)
+        X = X[:, [c for c in range(d) if c != j - 1]]
+    else:
+        where = f"--sample-weight {args.sample_weight}"
+        weights = _weight_file(args, where)
+        n = X.shape[0] if n_rows is None else n_rows
+        if weights.shape[0] != n:
+            raise CommandError(f"{where}: {weights.shape[0]} weights for the {n} rows of "
+                               f"{args.data}")
+        weights = weights if rows is None else weights[rows]
+    try:
+        weights = check_sample_weight(weights, X.shape[0])
+    except ValueError as exc:
+        raise CommandError(f"{where}: {str(exc).removeprefix('sample_weight ')}") from None
+    return X, weights
+
+
+def _weight_file(args, where: str):
+    """The weights of ``--sample-weight``: a .npy of shape (n,) or (n, 1), or a one-column
+    .csv (read with DATA's --header rule), as float64."""
+    import numpy as np
+
+    from ._io import load_matrix, open_npy
+
+    path = args.sample_weight
+    if path.lower().endswith(".npy") and os.path.isfile(path):
+        weights = np.asarray(open_npy(path))    # (n,) allowed: load_matrix wants 2-D
+    else:
+        weights = load_matrix(path, header=_header(args))
+    if weights.ndim == 2 and weights.shape[1] == 1:
+        weights = weights[:, 0]
+    if weights.ndim != 1 or weights.shape[0] == 0:
+        raise CommandError(f"{where}: expected one weight per row, shape (n,) or (n, 1), "
+                           f"got shape {weights.shape}")
+    return np.asarray(weights, dtype=np.float64)
+
+
 def _check_centers(est) -> None:
     """The CLI's last check before writing: finite centers (of unit norm on the sphere)."""
     import numpy as np
@@ -520,7 +594,9 @@ def _cmd_fit(args) -> int:
     _refuse_overwriting_input(args.data, {**_fit_outputs(prefix, None, None),
                                           **_extra_outputs(args, prefix)})
     # a float32/float64 .npy stays memory-mapped: no float64 copy made here
-    X = load_matrix(args.data, min_columns=2, mmap=True, header=_header(args))
+    X = load_matrix(args.data, min_columns=2 + (args.weight_column is not None), mmap=True,
+                    header=_header(args))
+    X, weights = _split_weights(args, X)
     if args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
@@ -530,7 +606,7 @@ def _cmd_fit(args) -> int:
         est.set_params(callback=callback)
         start = time.perf_counter()
         try:
-            est.fit(X)
+            est.fit(X, sample_weight=weights)
         finally:
             if bar is not None:
                 bar.close()
@@ -540,11 +616,13 @@ def _cmd_fit(args) -> int:
                    **_extra_outputs(args, prefix, est, X)}
 
         sizes = np.bincount(est.labels_, minlength=args.n_clusters)
-        conf_sum, sq_err = _summary_sums(est, X, args.n_clusters)
+        conf_sum, sq_err = _summary_sums(est, X, args.n_clusters, weights=weights)
+        total = X.shape[0] if weights is None else float(weights.sum())
         head = (f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
+                f"{_weights_note(weights)}"
                 f"lambda={est.inverse_temperature_:.4g}  steps={est.n_iter_}  "
                 f"converged={'yes' if est.converged_ else 'no'}  "
-                f"risk={sq_err / X.shape[0]:.4g}  time={seconds:.2f}s")
+                f"risk={sq_err / total:.4g}  time={seconds:.2f}s")
         _write_all(outputs, _summary([head], sizes, conf_sum, outputs))
     return 0
 
@@ -616,7 +694,8 @@ def _check_device(device: str) -> None:
 
 
 def _load_shard(args, rank: int, world_size: int):
-    """This rank's rows, checked like one process checks the whole file.
+    """This rank's rows and their sample weights (or None), checked like one process
+    checks the whole file.
 
     A ``.npy`` is memory-mapped (only this rank's block is read); a ``.csv`` is read whole,
     then sliced. Errors name rows by their index in the file. Every rank sees the row
@@ -634,11 +713,12 @@ def _load_shard(args, rank: int, world_size: int):
     from .distributed import shard_bounds
 
     path = Path(args.data)
+    min_columns = 2 + (args.weight_column is not None)
     if path.suffix.lower() == ".npy" and path.is_file():
         X = open_npy(path)
-        check_matrix_shape(X, path, min_columns=2)
+        check_matrix_shape(X, path, min_columns=min_columns)
     else:
-        X = load_matrix(path, min_columns=2, header=_header(args))
+        X = load_matrix(path, min_columns=min_columns, header=_header(args))
     n = X.shape[0]
     if n < world_size:
         raise ValueError(f"{path}: {n} rows, fewer rows than ranks ({world_size}); run at most "
@@ -646,9 +726,10 @@ def _load_shard(args, rank: int, world_size: int):
     start, stop = shard_bounds(n, rank, world_size)
     shard = X[start:stop]
     check_finite_rows(shard, path, row_offset=start)
+    shard, weights = _split_weights(args, shard, rows=slice(start, stop), n_rows=n)
     if args.normalize == "rows" or (args.normalize == "auto" and args.geometry == "sphere"):
         check_nonzero_rows(shard, path, row_offset=start)
-    return shard
+    return shard, weights
 
 
 def _agree_on_errors(error: str | None, ddp) -> None:
@@ -686,8 +767,8 @@ def _cmd_fit_distributed(args) -> int:
         return 1
     try:
         with contextlib.ExitStack() as rank0_folder:
-            X = _checked_shard(args, rank, world, prefix, rank0_folder, ddp)
-            _fit_shard(args, X, rank, world, prefix, params, ddp)
+            X, weights = _checked_shard(args, rank, world, prefix, rank0_folder, ddp)
+            _fit_shard(args, X, rank, world, prefix, params, ddp, weights)
         return 0
     except ddp.DistributedError as exc:
         _say(f"attnclust fit: error: {exc}")
@@ -697,17 +778,17 @@ def _cmd_fit_distributed(args) -> int:
 
 
 def _checked_shard(args, rank: int, world: int, prefix: str, rank0_folder, ddp):
-    """This rank's rows, once every rank has read and checked its own (and rank 0 its
-    output folder, kept for the rest of the command by ``rank0_folder``); any failure
-    stops every rank with the same line."""
+    """This rank's rows and weights, once every rank has read and checked its own (and
+    rank 0 its output folder, kept for the rest of the command by ``rank0_folder``); any
+    failure stops every rank with the same line."""
     from pathlib import Path
 
     from ._io import writable_folder
 
     try:
         X, error = _load_shard(args, rank, world), None
-    except (ValueError, OSError) as exc:
-        X, error = None, str(exc)
+    except (ValueError, OSError, CommandError) as exc:
+        X, error = (None, None), str(exc)
     if rank == 0 and error is None:            # rank 0 writes: its folder is checked now
         try:
             rank0_folder.enter_context(writable_folder(Path(prefix).parent))
@@ -717,7 +798,8 @@ def _checked_shard(args, rank: int, world: int, prefix: str, rank0_folder, ddp):
     return X
 
 
-def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp) -> None:
+def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
+               weights=None) -> None:
     """Fit on every rank; sum the summary's statistics; rank 0 prints and writes."""
     import time
 
@@ -732,7 +814,8 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp) -
     stats = ddp.CommStats()
     start = time.perf_counter()
     try:
-        est = ddp.fit_distributed(X, args.n_clusters, stats=stats, callback=callback, **params)
+        est = ddp.fit_distributed(X, args.n_clusters, stats=stats, callback=callback,
+                                  sample_weight=weights, **params)
     finally:
         if bar is not None:
             bar.close()
@@ -744,15 +827,17 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp) -
         proba = _proba_outputs(prefix, ddp.gather_rows(_predict_proba(est, X)))
     # summary statistics of all rows: sizes, summed max attention, summed squared error
     K = args.n_clusters
-    conf_sum, sq_err = _summary_sums(est, X, K)
-    local = np.concatenate([np.bincount(est.labels_, minlength=K), conf_sum, [sq_err]])
+    conf_sum, sq_err = _summary_sums(est, X, K, weights=weights)
+    weight = X.shape[0] if weights is None else float(weights.sum())
+    local = np.concatenate([np.bincount(est.labels_, minlength=K), conf_sum, [sq_err, weight]])
     total = ddp.make_reduce()(torch.from_numpy(local)).numpy()
     if rank != 0:
         return
-    sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-1] / est.n_samples_total_
+    sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-2] / total[-1]
     per_pass = ddp.pass_bytes(K, X.shape[1], dtype=torch.float64)
     head = [f"n={est.n_samples_total_}  d={X.shape[1]}  K={K}  ranks={world} "
-            f"({dist.get_backend()})  lambda={est.inverse_temperature_:.4g}  "
+            f"({dist.get_backend()})  {_weights_note(None if weights is None else total[-1:])}"
+            f"lambda={est.inverse_temperature_:.4g}  "
             f"steps={est.n_iter_}  "
             f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
             f"time={seconds:.2f}s",
