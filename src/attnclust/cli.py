@@ -168,6 +168,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         "1e7)")
     _fit_output_options(p)
     _fit_weight_options(p)
+    _batch_rows_option(p)
     _header_option(p)
     p.set_defaults(handler=_cmd_fit)
 
@@ -454,7 +455,8 @@ def _extra_outputs(args, prefix: str, est=None, X=None) -> dict:
     if args.proba:
         outputs.update(_proba_outputs(prefix, None if est is None else _predict_proba(est, X)))
     if args.plot:
-        outputs[Path(f"{prefix}.png")] = None if est is None else _plot_writer(args, est, X)
+        outputs[Path(f"{prefix}.png")] = None if est is None else _plot_writer(args, est, X,
+                                                                               est.labels_)
     return outputs
 
 
@@ -472,16 +474,16 @@ def _proba_outputs(prefix: str, proba) -> dict:
     return {Path(f"{prefix}.proba.npy"): proba, Path(f"{prefix}.proba.csv"): proba}
 
 
-def _plot_writer(args, est, X):
-    """Draw the picture now; return the function that writes it (as a PNG) when the
-    outputs are staged."""
+def _plot_writer(args, est, X, labels):
+    """Draw the picture now (``labels``: of every row, or None to predict those drawn);
+    return the function that writes it (as a PNG) when the outputs are staged."""
     import matplotlib
 
     from .experiments._style import RC
     from .picture import plot_clusters
 
     with matplotlib.rc_context(RC):
-        fig = plot_clusters(est, X, labels=est.labels_, random_state=args.seed,
+        fig = plot_clusters(est, X, labels=labels, random_state=args.seed,
                             title=f"attnclust fit {os.path.basename(args.data)}: "
                                   f"K={est.n_clusters}, lambda={est.inverse_temperature_:.3g}, "
                                   f"{X.shape[0]:,} rows")
@@ -513,8 +515,6 @@ def _split_weights(args, X, *, rows: slice | None = None, n_rows: int | None = N
     without either option. Bad weights are one line naming their source."""
     import numpy as np
 
-    from ._validation import check_sample_weight
-
     if args.weight_column is None and args.sample_weight is None:
         return X, None
     if args.weight_column is not None:
@@ -526,18 +526,30 @@ def _split_weights(args, X, *, rows: slice | None = None, n_rows: int | None = N
         weights = np.asarray(X[:, j - 1], dtype=np.float64)
         X = X[:, [c for c in range(d) if c != j - 1]]
     else:
-        where = f"--sample-weight {args.sample_weight}"
-        weights = _weight_file(args, where)
-        n = X.shape[0] if n_rows is None else n_rows
-        if weights.shape[0] != n:
-            raise CommandError(f"{where}: {weights.shape[0]} weights for the {n} rows of "
-                               f"{args.data}")
-        weights = weights if rows is None else weights[rows]
+        weights = _file_weights(args, X.shape[0] if n_rows is None else n_rows)
+        return X, (weights if rows is None else weights[rows])
+    return X, _checked_weights(weights, X.shape[0], where)
+
+
+def _checked_weights(weights, n: int, where: str):
+    """:func:`attnclust._validation.check_sample_weight`, its error one line naming
+    ``where`` the weights come from."""
+    from ._validation import check_sample_weight
+
     try:
-        weights = check_sample_weight(weights, X.shape[0])
+        return check_sample_weight(weights, n)
     except ValueError as exc:
         raise CommandError(f"{where}: {str(exc).removeprefix('sample_weight ')}") from None
-    return X, weights
+
+
+def _file_weights(args, n: int):
+    """The ``n`` checked weights of the ``--sample-weight`` file."""
+    where = f"--sample-weight {args.sample_weight}"
+    weights = _weight_file(args, where)
+    if weights.shape[0] != n:
+        raise CommandError(f"{where}: {weights.shape[0]} weights for the {n} rows of "
+                           f"{args.data}")
+    return _checked_weights(weights, n, where)
 
 
 def _weight_file(args, where: str):
@@ -558,6 +570,174 @@ def _weight_file(args, where: str):
         raise CommandError(f"{where}: expected one weight per row, shape (n,) or (n, 1), "
                            f"got shape {weights.shape}")
     return np.asarray(weights, dtype=np.float64)
+
+
+def _batch_rows_option(parser) -> None:
+    parser.add_argument("--batch-rows", type=int, default=None, metavar="N",
+                        help="stream DATA through partial_fit in chunks of N rows (one pass; a "
+                             ".npy is memory-mapped and read chunk by chunk, a .csv is parsed "
+                             "whole), then write the outputs chunk by chunk: memory bounded by "
+                             "the chunk, not the file")
+
+
+def _open_rows(args):
+    """DATA for a streamed fit: a .npy memory-mapped (its values checked chunk by chunk
+    as they are read), anything else read whole by :func:`attnclust._io.load_matrix`."""
+    from pathlib import Path
+
+    from ._io import check_matrix_shape, load_matrix, open_npy
+
+    path = Path(args.data)
+    min_columns = 2 + (args.weight_column is not None)
+    if path.suffix.lower() == ".npy" and path.is_file():
+        X = open_npy(path)
+        check_matrix_shape(X, path, min_columns=min_columns)
+        return X
+    return load_matrix(path, min_columns=min_columns, header=_header(args))
+
+
+def _chunks(args, X, weights):
+    """``(start, rows, weights)`` of each chunk of ``--batch-rows``: rows checked (finite,
+    non-zero where rows are normalized) and split from their weight column."""
+    import numpy as np
+
+    from ._io import check_finite_rows, check_nonzero_rows
+
+    normalized = args.normalize == "rows" or (args.normalize == "auto"
+                                              and args.geometry == "sphere")
+    for start in range(0, X.shape[0], args.batch_rows):
+        block = np.asarray(X[start:start + args.batch_rows])
+        check_finite_rows(block, args.data, row_offset=start)
+        block, w = _split_weights(args, block, rows=slice(start, start + block.shape[0]),
+                                  n_rows=X.shape[0]) if args.weight_column is not None \
+            else (block, None if weights is None else weights[start:start + block.shape[0]])
+        if normalized:
+            check_nonzero_rows(block, args.data, row_offset=start)
+        yield start, block, w
+
+
+def _cmd_fit_streamed(args) -> int:
+    """``fit --batch-rows N``: ``partial_fit`` over the chunks of DATA, then the summary and
+    every output computed chunk by chunk (labels and attention by ``predict``)."""
+    import time
+    from pathlib import Path
+
+    from ._io import writable_folder
+    from .clustering import AttentionClustering
+
+    if args.batch_rows < 1:
+        raise CommandError(f"--batch-rows must be a positive integer, got {args.batch_rows}")
+    params = _fit_params(args)
+    prefix = _output_prefix(args)
+    _refuse_overwriting_input(args.data, {**_fit_outputs(prefix, None, None),
+                                          **_extra_outputs(args, prefix)})
+    X = _open_rows(args)
+    # a weight file is read whole (n numbers); a weight column chunk by chunk
+    weights = None if args.sample_weight is None else _file_weights(args, X.shape[0])
+    if args.n_clusters > min(args.batch_rows, X.shape[0]):
+        raise CommandError(f"--n-clusters {args.n_clusters} is larger than the rows of the "
+                           f"first chunk ({min(args.batch_rows, X.shape[0])}); use a larger "
+                           "--batch-rows")
+    with writable_folder(Path(prefix).parent):
+        est = AttentionClustering(args.n_clusters, **params)
+        bar = _rows_bar(X.shape[0], args.quiet)
+        start = time.perf_counter()
+        try:
+            for _, block, w in _chunks(args, X, weights):
+                est.partial_fit(block, sample_weight=w)
+                if bar is not None:
+                    bar.update(block.shape[0])
+        finally:
+            if bar is not None:
+                bar.close()
+        seconds = time.perf_counter() - start
+        _check_centers(est)
+        _write_all(*_streamed_outputs(args, prefix, est, X, weights, seconds))
+    return 0
+
+
+def _rows_bar(total: int, quiet: bool):
+    """A tqdm bar counting rows; None when quiet or stderr is no terminal."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="partial_fit", unit="row", unit_scale=True, leave=False,
+                file=sys.stderr)
+
+
+def _streamed_outputs(args, prefix, est, X, weights, seconds):
+    """The outputs of a streamed fit (labels and attention written chunk by chunk) and the
+    summary, from one more pass over the chunks."""
+    from pathlib import Path
+
+    import numpy as np
+
+    K = args.n_clusters
+    sizes, conf_sum, sq_err, total = np.zeros(K), np.zeros(K), 0.0, 0.0
+    for _, block, w in _chunks(args, X, weights):
+        proba = est.predict_proba(block)
+        labels = proba.argmax(1)
+        sizes += np.bincount(labels, minlength=K)
+        conf_sum += np.bincount(labels, weights=proba.max(1), minlength=K)
+        ww = np.ones(block.shape[0]) if w is None else w
+        if ww.sum() > 0:
+            sq_err += -est.score(block, sample_weight=ww) * float(ww.sum())
+        total += float(ww.sum())
+    n = X.shape[0]
+    outputs = {Path(f"{prefix}.centers.npy"): est.cluster_centers_,
+               Path(f"{prefix}.centers.csv"): est.cluster_centers_}
+    for suffix in ("npy", "csv"):
+        outputs[Path(f"{prefix}.labels.{suffix}")] = _chunked_writer(
+            args, X, weights, lambda b: est.predict(b), (n,), np.int64)
+    if args.proba:
+        for suffix in ("npy", "csv"):
+            outputs[Path(f"{prefix}.proba.{suffix}")] = _chunked_writer(
+                args, X, weights, est.predict_proba, (n, K), np.float64)
+    if args.plot:
+        outputs[Path(f"{prefix}.png")] = _plot_writer(args, est, _Features(args, X), None)
+    head = (f"n={n}  d={est.n_features_in_}  K={K}  {_weights_note(weights)}"
+            f"lambda={est.inverse_temperature_:.4g}  batches={est.n_steps_} of at most "
+            f"{args.batch_rows} rows  risk={sq_err / total:.4g}  time={seconds:.2f}s")
+    return outputs, _summary([head], sizes, conf_sum, outputs)
+
+
+def _chunked_writer(args, X, weights, fn, shape, dtype):
+    """A writer (see :func:`attnclust._io.save_matrices`) that fills its file chunk by chunk
+    with ``fn(rows)``: ``.npy`` through a memory map, ``.csv`` line by line."""
+    import numpy as np
+
+    def write(path) -> None:
+        if str(path).lower().endswith(".npy"):
+            out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+            for start, block, _ in _chunks(args, X, weights):
+                out[start:start + block.shape[0]] = fn(block)
+            out.flush()
+            del out
+            return
+        fmt = "%d" if np.issubdtype(dtype, np.integer) else "%.17g"
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            for _, block, _ in _chunks(args, X, weights):
+                values = fn(block)
+                np.savetxt(f, values if values.ndim == 2 else values[:, None], delimiter=",",
+                           fmt=fmt)
+    return write
+
+
+class _Features:
+    """DATA's rows without ``--weight-column``, read by blocks (for the picture)."""
+
+    def __init__(self, args, X):
+        self._args, self._X = args, X
+        d = X.shape[1] - (args.weight_column is not None)
+        self.shape = (X.shape[0], d)
+
+    def __getitem__(self, key):
+        import numpy as np
+
+        block = np.asarray(self._X[key])
+        j = self._args.weight_column
+        return block if j is None else np.delete(block, j - 1, axis=-1)
 
 
 def _check_centers(est) -> None:
@@ -581,6 +761,8 @@ def _check_centers(est) -> None:
 def _cmd_fit(args) -> int:
     if args.distributed:
         return _cmd_fit_distributed(args)
+    if args.batch_rows is not None:
+        return _cmd_fit_streamed(args)
     import time
     from pathlib import Path
 

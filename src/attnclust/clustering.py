@@ -588,6 +588,19 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         with torch_threads(self._torch_threads):
             return self._fit_validated(X, comm, workers, weights)
 
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """Update the heads with one batch of rows ``X`` (n_batch, n_features).
+
+        The first call seeds the heads and fixes the inverse temperature on its batch;
+        every call adds its batch's sufficient statistics to running sums (scikit-learn's
+        ``MiniBatchKMeans`` rule: running counts) and takes one fixed-point step from
+        them. ``labels_`` are those of the last batch. See :mod:`attnclust.streaming`.
+        """
+        from .streaming import partial_fit
+
+        with torch_threads(self._torch_threads):
+            return partial_fit(self, X, sample_weight)
+
     def _chunk(self, n_features: int) -> int:
         """Rows per chunk of a pass: ``batch_size``, or blocks of about 2 MB (float32).
 
@@ -612,23 +625,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             raise ValueError(f"data-parallel fitting needs solver='fixed-point', got "
                              f"{self.solver!r}")
         self.mean_, self.scale_ = None, None
+        self.__dict__.pop("stream_state_", None)    # a fit starts no stream
         Xp = self._preprocess(X, fitting=True, comm=comm, weights=weights)
         gen = as_generator(self.random_state)
         working = self._working_rows(Xp, comm, weights)
         del Xp
         S, Sw = self._sample(working, gen, comm)
-        heads0 = self._warm_start(S, Sw, working, gen, comm)
-        capped = False
-        if isinstance(self.inverse_temperature, str):  # "auto", checked above
-            lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry,
-                               weights=Sw).heads
-            s2, floor = boundary_variance(S, lloyd, geometry=self.geometry, weights=Sw)
-            capped = s2 <= floor
-            lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
-            if isinstance(self.init, str):  # a seeding is warm-started; given heads are kept
-                heads0 = lloyd
-        else:   # given in the preprocessed space's units
-            lam = check_inverse_temperature(self.inverse_temperature) * working.scale**2
+        heads0, lam, capped = self._start(S, Sw, working, gen, comm)
         plan = self.anneal_plan()
         temps = [lam * f for f, _ in plan]
         steps = [int(self.max_iter) if s is None else s for _, s in plan]
@@ -639,6 +642,20 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         self._set_fitted(res, lam, working)
         self._label_and_check(working, res.heads, lam, capped, comm, workers)
         return self
+
+    def _start(self, S, Sw, working: _Working, gen, comm: Communicator):
+        """``(heads0, lambda, capped)`` in the working space, from the sample ``S`` (weights
+        ``Sw``): the initial heads, and ``"auto"``'s hard Lloyd steps and boundary variance
+        (``capped``: ``lambda`` is at the cap of spreadless clusters)."""
+        heads0 = self._warm_start(S, Sw, working, gen, comm)
+        if not isinstance(self.inverse_temperature, str):  # in the preprocessed units
+            return heads0, check_inverse_temperature(self.inverse_temperature) \
+                * working.scale**2, False
+        lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry, weights=Sw).heads
+        s2, floor = boundary_variance(S, lloyd, geometry=self.geometry, weights=Sw)
+        lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
+        # a seeding is warm-started by the Lloyd heads; given heads are kept
+        return (lloyd if isinstance(self.init, str) else heads0), lam, s2 <= floor
 
     def _fit_fixed_point(self, S, Sw, heads0, temps, steps, comm, working, workers):
         """Fixed-point steps: on the sample first when it is smaller than the data."""

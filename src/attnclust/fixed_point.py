@@ -109,7 +109,7 @@ from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
 from .sphere import tangent
 
-__all__ = ["fixed_point_fit"]
+__all__ = ["fixed_point_fit", "pass_sums", "step_from_sums"]
 
 _logger = logging.getLogger("attnclust")
 
@@ -135,10 +135,12 @@ def _chunk_reader(X, row_map):
     return lambda start, stop: row_map(X[start:stop])
 
 
-def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs, w=None) -> torch.Tensor:
+def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs, w=None,
+                need_values=False) -> torch.Tensor:
     """The row sums of one chunk ``Xc`` (m, d), flat: loss, ``W^T X``, ``A^T A``, ``sum_i a_ih
-    P_ih``, ``sum_i W_ih`` (and ``sum_i a_ih a_ig x_i`` for the balance penalty); each
-    row's terms times its weight ``w_i`` when ``w`` (m,) is given."""
+    P_ih``, ``sum_i W_ih`` (and ``sum_i a_ih a_ig x_i`` for the balance penalty, ``A^T X``
+    with ``need_values``); each row's terms times its weight ``w_i`` when ``w`` (m,) is
+    given."""
     P = Xc @ heads.T                                         # (m, K)
     A = softmax_heads(lam * P if bias is None else lam * P - bias)   # (m, K)
     AG = A @ gram                                            # (m, K) = <T_i, mu_h>
@@ -158,6 +160,8 @@ def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs, w=None) -> tor
              AP.sum(0), W.sum(0)]
     if need_pairs:
         parts.append(torch.einsum("nh,ng,nd->hgd", wA, A, Xc).reshape(-1))
+    if need_values:
+        parts.append((wA.T @ Xc).reshape(-1))
     return torch.cat(parts)
 
 
@@ -191,6 +195,16 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
         flat += part
     if reduce is not None:
         flat = reduce(flat)
+    return _decode(flat, heads, gram, lam, n, geometry=geometry, penalty=penalty, rho=rho)
+
+
+def _decode(flat, heads, gram, lam, n, *, geometry, penalty=None, rho=0.0) -> _Pass:
+    """The objective, gradient and soft proportions from the flat row sums of a pass over
+    rows of total weight ``n`` (see :func:`_risk_pass`)."""
+    K, d = heads.shape
+    bias = geometry == "euclidean"
+    need_pairs = penalty == "balance" and rho > 0
+    sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
     pieces = torch.split(flat, sizes)
     loss, lin, ata = pieces[0][0], pieces[1].reshape(K, d), pieces[2].reshape(K, K)
     vproj, wsum = pieces[3], pieces[4]
@@ -198,7 +212,7 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
     loss, lin, ata, vproj, wsum = loss / n, lin / n, ata / n, vproj / n, wsum / n
     counts = ata.sum(1)                                      # rows of A sum to one
     grad = -2.0 * (lin - ata @ heads)
-    if bias is not None:
+    if bias:
         # the key bias adds d(-lam ||mu_h||^2 / 2)/d mu_h = -lam mu_h to each logit's
         # gradient: + 2 lam sum_i a_ih c_ih mu_h / n, and lam a c = W - a
         grad = grad + 2.0 * (wsum - counts)[:, None] * heads
@@ -217,6 +231,62 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
         own = pair_x.sum(1)                                  # (K, d)
         grad = grad + 2.0 * rho * lam * (w[:, None] * own - torch.einsum("h,hgd->gd", w, pair_x))
     return _Pass(loss, risk, grad, counts, value_radial)
+
+
+def pass_sums(X: torch.Tensor, heads: torch.Tensor, inverse_temperature: float, *,
+              geometry: str = "sphere", weights: torch.Tensor | None = None,
+              chunk: int = 16_384) -> torch.Tensor:
+    """The row sums one pass of the solver accumulates over the rows of ``X``, flat.
+
+    ``1 + 2 K d + K^2 + 2 K`` numbers: the summed squared error ``sum_i w_i ||x_i -
+    T(x_i)||^2``, ``W^T X``, ``A^T A``, ``sum_i a_ih P_ih``, ``sum_i W_ih`` (module
+    docstring) and ``A^T X``, weighted by ``weights`` when given. Sums of disjoint sets of
+    rows add up: what :mod:`attnclust.streaming` accumulates over batches (taken at
+    different heads); :func:`step_from_sums` takes the step from them, with the radial
+    part of the value gradient ``sum_i a_ih <x_i, mu_h>`` recomputed from ``A^T X`` at the
+    heads it is given.
+
+    Examples
+    --------
+    >>> X = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> pass_sums(X, X, 1.0).shape      # K = 2, d = 2: 1 + 4 + 4 + 2 + 2 + 4
+    torch.Size([17])
+    """
+    K, d = heads.shape
+    gram = heads @ heads.T
+    bias = (0.5 * inverse_temperature) * torch.diagonal(gram) if geometry == "euclidean" else None
+    flat = heads.new_zeros(1 + 2 * K * d + K * K + 2 * K)
+    for s in range(0, X.shape[0], chunk):
+        Xc = X[s:s + chunk]
+        w = None if weights is None else weights[s:s + chunk]
+        flat += _chunk_sums(Xc, (Xc * Xc).sum(1), heads, gram, inverse_temperature, bias,
+                            False, w, need_values=True)
+    return flat
+
+
+def step_from_sums(sums: torch.Tensor, heads: torch.Tensor, inverse_temperature: float,
+                   total: float, *, geometry: str = "sphere") -> tuple[torch.Tensor, float]:
+    """The full fixed-point step (``t = 1``, no safeguard) from :func:`pass_sums` of rows of
+    total weight ``total``, and the risk those sums give.
+
+    With hard attention it is Lloyd's step: the new heads are the means of the rows each
+    wins (normalized on the sphere).
+
+    Examples
+    --------
+    >>> X = torch.tensor([[2.0, 0.0], [4.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+    >>> h = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> new, risk = step_from_sums(pass_sums(X, h, 1e3, geometry="euclidean"), h, 1e3, 3.0,
+    ...                            geometry="euclidean")
+    >>> new.tolist()
+    [[3.0, 0.0], [0.0, 3.0]]
+    """
+    K, d = heads.shape
+    base = 1 + K * d + K * K                   # the offset of sum_i a_ih P_ih
+    values = sums[-K * d:].reshape(K, d)       # A^T X
+    sums = torch.cat([sums[:base], (values * heads).sum(1), sums[base + K:-K * d]])
+    p = _decode(sums, heads, heads @ heads.T, inverse_temperature, total, geometry=geometry)
+    return _fixed_point_step(heads, p, 1.0, geometry), float(p.risk)
 
 
 def _fixed_point_step(heads, p: _Pass, t: float, geometry: str = "sphere") -> torch.Tensor:
