@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["atomic_path", "check_finite_rows", "check_matrix_shape", "check_nonzero_rows",
-           "deferred_interrupts", "interrupt",
+__all__ = ["NpyRows", "atomic_path", "check_finite_rows", "check_matrix_shape",
+           "check_nonzero_rows", "deferred_interrupts", "interrupt",
            "load_matrix", "open_npy", "read_npy_header", "remove_temporaries", "save_matrix",
            "save_matrices", "writable_folder"]
 
@@ -421,6 +421,72 @@ def open_npy(path: str | os.PathLike) -> np.memmap | np.ndarray:
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, EOFError, OSError) as exc:
         raise ValueError(f"{path}: not a readable .npy array ({_first_line(exc)})") from None
+
+
+class NpyRows:
+    """The rows of a 2-D ``.npy`` file, read on demand with plain reads (no memory map).
+
+    A memory map keeps every page it has touched in the process's resident memory until
+    the system reclaims it; reading blocks into fresh arrays keeps the resident memory of
+    a pass over the file at one block. Indexing: a slice of rows (step 1), an integer
+    array of rows, or anything NumPy takes on the block of those rows.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.npy"
+    >>> np.save(path, np.arange(12.0).reshape(4, 3))
+    >>> rows = NpyRows(path)
+    >>> rows.shape, rows[1:3].tolist(), rows[np.array([0, 3])][:, 0].tolist()
+    ((4, 3), [[3.0, 4.0, 5.0], [6.0, 7.0, 8.0]], [0.0, 9.0])
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        shape, self.dtype, self._offset = read_npy_header(self.path)
+        _check_real_dtype(self.path, self.dtype)
+        if len(shape) != 2:
+            raise ValueError(f"{self.path}: expected a 2-D array (one point per row), got "
+                             f"shape {shape}")
+        with open(self.path, "rb") as f:   # a Fortran-ordered file is not row by row
+            version = np.lib.format.read_magic(f)
+            fortran = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)(f)[1]
+        if fortran:
+            raise ValueError(f"{self.path}: a Fortran-ordered .npy; save it in C order "
+                             "(np.save of np.ascontiguousarray(X))")
+        self.shape = shape
+        self.ndim, self.size = 2, math.prod(shape)
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        n, d = self.shape
+        start, stop = max(0, min(start, n)), max(0, min(stop, n))
+        count = max(0, stop - start) * d
+        row_bytes = d * self.dtype.itemsize
+        with open(self.path, "rb") as f:
+            f.seek(self._offset + start * row_bytes)
+            block = np.fromfile(f, dtype=self.dtype, count=count)
+        return block.reshape(-1, d)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        rows, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        if isinstance(rows, slice) and rows.step in (None, 1):
+            start, stop, _ = rows.indices(self.shape[0])
+            block = self._read(start, stop)
+        else:                       # rows picked out of blocks, in the order asked
+            idx = np.arange(self.shape[0])[rows]
+            flat = np.atleast_1d(idx)
+            block = np.empty((flat.size, self.shape[1]), self.dtype)
+            for start in range(0, self.shape[0], _CHECK_ROWS):
+                here = np.flatnonzero((flat >= start) & (flat < start + _CHECK_ROWS))
+                if here.size:
+                    block[here] = self._read(start, start + _CHECK_ROWS)[flat[here] - start]
+            if np.ndim(idx) == 0:
+                block = block[0]
+        return block[(slice(None), *rest)] if rest else block
 
 
 # rows checked at once by the finiteness check: bounded memory on memory-mapped files

@@ -581,16 +581,17 @@ def _batch_rows_option(parser) -> None:
 
 
 def _open_rows(args):
-    """DATA for a streamed fit: a .npy memory-mapped (its values checked chunk by chunk
-    as they are read), anything else read whole by :func:`attnclust._io.load_matrix`."""
+    """DATA for a streamed fit: a .npy read block by block with plain reads (its values
+    checked as they are read; a memory map would keep every page it touched resident),
+    anything else read whole by :func:`attnclust._io.load_matrix`."""
     from pathlib import Path
 
-    from ._io import check_matrix_shape, load_matrix, open_npy
+    from ._io import NpyRows, check_matrix_shape, load_matrix
 
     path = Path(args.data)
     min_columns = 2 + (args.weight_column is not None)
     if path.suffix.lower() == ".npy" and path.is_file():
-        X = open_npy(path)
+        X = NpyRows(path)
         check_matrix_shape(X, path, min_columns=min_columns)
         return X
     return load_matrix(path, min_columns=min_columns, header=_header(args))
@@ -704,16 +705,17 @@ def _streamed_outputs(args, prefix, est, X, weights, seconds):
 
 def _chunked_writer(args, X, weights, fn, shape, dtype):
     """A writer (see :func:`attnclust._io.save_matrices`) that fills its file chunk by chunk
-    with ``fn(rows)``: ``.npy`` through a memory map, ``.csv`` line by line."""
+    with ``fn(rows)``: a ``.npy`` header then the rows' bytes, or ``.csv`` lines."""
     import numpy as np
 
     def write(path) -> None:
         if str(path).lower().endswith(".npy"):
-            out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
-            for start, block, _ in _chunks(args, X, weights):
-                out[start:start + block.shape[0]] = fn(block)
-            out.flush()
-            del out
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                      "fortran_order": False, "shape": shape}
+            with open(path, "wb") as f:
+                np.lib.format.write_array_header_1_0(f, header)
+                for _, block, _ in _chunks(args, X, weights):
+                    f.write(np.ascontiguousarray(fn(block), dtype=dtype).tobytes())
             return
         fmt = "%d" if np.issubdtype(dtype, np.integer) else "%.17g"
         with open(path, "w", encoding="utf-8", newline="") as f:
