@@ -604,8 +604,7 @@ def _chunks(args, X, weights):
 
     from ._io import check_finite_rows, check_nonzero_rows
 
-    normalized = args.normalize == "rows" or (args.normalize == "auto"
-                                              and args.geometry == "sphere")
+    normalized = _normalizes_rows(args)
     for start in range(0, X.shape[0], args.batch_rows):
         block = np.asarray(X[start:start + args.batch_rows])
         check_finite_rows(block, args.data, row_offset=start)
@@ -750,7 +749,9 @@ def _check_centers(est) -> None:
     if not np.isfinite(centers).all():
         raise CommandError("fit produced non-finite cluster centers (overflow); rescale the "
                            "data or lower --inverse-temperature")
-    if est.geometry != "sphere":
+    from .geometry import as_geometry
+
+    if not as_geometry(est.geometry).unit_heads:
         return
     norms = np.linalg.norm(centers, axis=1)
     if not np.allclose(norms, 1.0, rtol=0.0, atol=1e-6):
@@ -911,9 +912,17 @@ def _load_shard(args, rank: int, world_size: int):
     shard = X[start:stop]
     check_finite_rows(shard, path, row_offset=start)
     shard, weights = _split_weights(args, shard, rows=slice(start, stop), n_rows=n)
-    if args.normalize == "rows" or (args.normalize == "auto" and args.geometry == "sphere"):
+    if _normalizes_rows(args):
         check_nonzero_rows(shard, path, row_offset=start)
     return shard, weights
+
+
+def _normalizes_rows(args) -> bool:
+    """Whether the fit projects rows on the sphere (then an all-zero row is an error)."""
+    from .geometry import as_geometry
+
+    return args.normalize == "rows" or (args.normalize == "auto"
+                                        and as_geometry(args.geometry).normalize == "rows")
 
 
 def _agree_on_errors(error: str | None, ddp) -> None:

@@ -105,9 +105,9 @@ import numpy as np
 import torch
 
 from ._threads import map_chunks
+from .geometry import Geometry, Sphere, as_geometry
 from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
-from .sphere import tangent
 
 __all__ = ["fixed_point_fit", "pass_sums", "step_from_sums"]
 
@@ -117,6 +117,7 @@ _MAX_HALVINGS = 30
 _ANDERSON_DEPTH = 5       # past steps the extrapolation combines (0: plain steps only)
 _ANDERSON_REG = 1e-10     # Tikhonov term of its least squares, relative to their scale
 _GROW_AFTER = 2           # first-try acceptances before the step is doubled again
+_SPHERE = Sphere()        # the default geometry of the private helpers (the paper's layer)
 
 
 # -- one pass over the data -------------------------------------------------------------
@@ -156,8 +157,8 @@ def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs, w=None,
     else:                                                    # weigh each row's terms
         loss = (w * (sq_norms - (2 * xt - tt))).sum()
         W, AP, wA = W.mul_(w[:, None]), AP * w[:, None], A * w[:, None]
-    parts = [loss.reshape(1), (W.T @ Xc).reshape(-1), (wA.T @ A).reshape(-1),
-             AP.sum(0), W.sum(0)]
+    parts = [loss.reshape(1), (W.T @ Xc).reshape(-1), (wA.T @ A).reshape(-1), AP.sum(0),
+             W.sum(0)]
     if need_pairs:
         parts.append(torch.einsum("nh,ng,nd->hgd", wA, A, Xc).reshape(-1))
     if need_values:
@@ -165,8 +166,9 @@ def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs, w=None,
     return torch.cat(parts)
 
 
-def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=None, rho=0.0,
-               reduce=None, n_total=None, workers=1, row_map=None, weights=None) -> _Pass:
+def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry: Geometry = _SPHERE, penalty=None,
+               rho=0.0, reduce=None, n_total=None, workers=1, row_map=None,
+               weights=None) -> _Pass:
     """Risk, gradient and soft proportions in one pass, all in the K-dim projection space.
 
     The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) over chunks
@@ -182,11 +184,12 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
     n = X.shape[0] if n_total is None else n_total
     K, d = heads.shape
     gram = heads @ heads.T                                   # (K, K)
-    bias = (0.5 * lam) * torch.diagonal(gram) if geometry == "euclidean" else None
+    bias = geometry.key_bias(heads, lam, sq_norms=torch.diagonal(gram))   # (K,) or None
     need_pairs = penalty == "balance" and rho > 0
     sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
     flat = heads.new_zeros(sum(sizes))
     rows = _chunk_reader(X, row_map)
+
     def sums(s):
         w = None if weights is None else weights[s:s + chunk]
         return _chunk_sums(rows(s, s + chunk), sq_norms[s:s + chunk], heads, gram, lam, bias,
@@ -195,14 +198,16 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
         flat += part
     if reduce is not None:
         flat = reduce(flat)
-    return _decode(flat, heads, gram, lam, n, geometry=geometry, penalty=penalty, rho=rho)
+    return _decode(flat, heads, gram, lam, n, geometry=geometry, penalty=penalty, rho=rho,
+                   bias=bias is not None)
 
 
-def _decode(flat, heads, gram, lam, n, *, geometry, penalty=None, rho=0.0) -> _Pass:
+def _decode(flat, heads, gram, lam, n, *, geometry, penalty=None, rho=0.0, bias=False
+            ) -> _Pass:
     """The objective, gradient and soft proportions from the flat row sums of a pass over
-    rows of total weight ``n`` (see :func:`_risk_pass`)."""
+    rows of total weight ``n`` (see :func:`_risk_pass`; ``bias``: the geometry has a key
+    bias)."""
     K, d = heads.shape
-    bias = geometry == "euclidean"
     need_pairs = penalty == "balance" and rho > 0
     sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
     pieces = torch.split(flat, sizes)
@@ -234,7 +239,7 @@ def _decode(flat, heads, gram, lam, n, *, geometry, penalty=None, rho=0.0) -> _P
 
 
 def pass_sums(X: torch.Tensor, heads: torch.Tensor, inverse_temperature: float, *,
-              geometry: str = "sphere", weights: torch.Tensor | None = None,
+              geometry: str | Geometry = "sphere", weights: torch.Tensor | None = None,
               chunk: int = 16_384) -> torch.Tensor:
     """The row sums one pass of the solver accumulates over the rows of ``X``, flat.
 
@@ -252,9 +257,10 @@ def pass_sums(X: torch.Tensor, heads: torch.Tensor, inverse_temperature: float, 
     >>> pass_sums(X, X, 1.0).shape      # K = 2, d = 2: 1 + 4 + 4 + 2 + 2 + 4
     torch.Size([17])
     """
+    geometry = as_geometry(geometry)
     K, d = heads.shape
     gram = heads @ heads.T
-    bias = (0.5 * inverse_temperature) * torch.diagonal(gram) if geometry == "euclidean" else None
+    bias = geometry.key_bias(heads, inverse_temperature, sq_norms=torch.diagonal(gram))
     flat = heads.new_zeros(1 + 2 * K * d + K * K + 2 * K)
     for s in range(0, X.shape[0], chunk):
         Xc = X[s:s + chunk]
@@ -265,7 +271,8 @@ def pass_sums(X: torch.Tensor, heads: torch.Tensor, inverse_temperature: float, 
 
 
 def step_from_sums(sums: torch.Tensor, heads: torch.Tensor, inverse_temperature: float,
-                   total: float, *, geometry: str = "sphere") -> tuple[torch.Tensor, float]:
+                   total: float, *, geometry: str | Geometry = "sphere"
+                   ) -> tuple[torch.Tensor, float]:
     """The full fixed-point step (``t = 1``, no safeguard) from :func:`pass_sums` of rows of
     total weight ``total``, and the risk those sums give.
 
@@ -281,31 +288,24 @@ def step_from_sums(sums: torch.Tensor, heads: torch.Tensor, inverse_temperature:
     >>> new.tolist()
     [[3.0, 0.0], [0.0, 3.0]]
     """
+    geometry = as_geometry(geometry)
     K, d = heads.shape
     base = 1 + K * d + K * K                   # the offset of sum_i a_ih P_ih
     values = sums[-K * d:].reshape(K, d)       # A^T X
     sums = torch.cat([sums[:base], (values * heads).sum(1), sums[base + K:-K * d]])
-    p = _decode(sums, heads, heads @ heads.T, inverse_temperature, total, geometry=geometry)
+    gram = heads @ heads.T
+    bias = geometry.key_bias(heads, inverse_temperature, sq_norms=torch.diagonal(gram))
+    p = _decode(sums, heads, gram, inverse_temperature, total, geometry=geometry,
+                bias=bias is not None)
     return _fixed_point_step(heads, p, 1.0, geometry), float(p.risk)
 
 
-def _fixed_point_step(heads, p: _Pass, t: float, geometry: str = "sphere") -> torch.Tensor:
-    tiny = torch.finfo(heads.dtype).tiny
-    if geometry == "euclidean":
-        # mu_h - t grad_h / (2 N_h); a head without any attention (N_h = 0) stays put
-        step = p.grad / (2.0 * p.counts.clamp_min(tiny))[:, None]
-        return torch.where((p.counts > 0)[:, None], heads - t * step, heads)
-    # the tangent part of the gradient, plus the radial part of the value gradient only
-    radial = (p.grad * heads).sum(1) - p.value_radial        # (K,) radial part to drop
-    direction = p.grad - radial[:, None] * heads
-    step = direction / (2.0 * p.counts.clamp_min(tiny))[:, None]
-    new = heads - t * step
-    norm = torch.linalg.vector_norm(new, dim=1, keepdim=True)
-    # a head whose step lands on the origin keeps its position
-    return torch.where(norm > 0, new / norm.clamp_min(tiny), heads)
+def _fixed_point_step(heads, p: _Pass, t: float, geometry: Geometry = _SPHERE) -> torch.Tensor:
+    """The geometry's per-head step of length ``t`` from the pass ``p``."""
+    return geometry.fixed_point_step(heads, p.grad, p.counts, p.value_radial, t)
 
 
-def _halving_step(evaluate, heads, cur: _Pass, t: float, geometry: str, bound: float):
+def _halving_step(evaluate, heads, cur: _Pass, t: float, geometry: Geometry, bound: float):
     """The plain step of length ``t``, halved until the objective is at most ``bound``.
 
     Returns the candidate heads, its pass, the length used and whether it was accepted
@@ -320,7 +320,7 @@ def _halving_step(evaluate, heads, cur: _Pass, t: float, geometry: str, bound: f
     return cand, new, t, False
 
 
-def _anderson_candidate(heads, hist_x, hist_f, beta: float, geometry: str = "sphere"):
+def _anderson_candidate(heads, hist_x, hist_f, beta: float, geometry: Geometry):
     """Anderson extrapolation of the fixed-point map, projected back on the spheres.
 
     ``hist_x[j]`` are past iterates and ``hist_f[j] = S(x_j) - x_j`` their full-step
@@ -345,13 +345,8 @@ def _anderson_candidate(heads, hist_x, hist_f, beta: float, geometry: str = "sph
     gamma = torch.linalg.solve(gram, rhs).to(heads.device, heads.dtype)
     if not bool(torch.isfinite(gamma).all()):
         return None
-    x = (hist_x[-1] + beta * f - (dX + beta * dF) @ gamma).reshape(heads.shape)
-    if geometry == "euclidean":
-        return x if bool(torch.isfinite(x).all()) else None
-    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    if not bool((norm > 0).all() and torch.isfinite(norm).all()):
-        return None
-    return x / norm
+    return geometry.extrapolated((hist_x[-1] + beta * f - (dX + beta * dF) @ gamma)
+                                 .reshape(heads.shape))
 
 
 def fixed_point_fit(
@@ -362,7 +357,7 @@ def fixed_point_fit(
     stage_steps: list[int],
     tol: float = 1e-6,
     chunk_size: int | None = None,
-    geometry: str = "sphere",
+    geometry: str | Geometry = "sphere",
     penalty: str | None = None,
     rho: float = 0.0,
     callback: Callable[[IterationInfo], None] | None = None,
@@ -392,9 +387,9 @@ def fixed_point_fit(
         accepted plain step moved none by more.
     chunk_size : int, optional
         Rows per chunk of each pass (memory bound only; the steps are full-batch).
-    geometry : {"sphere", "euclidean"}, default="sphere"
+    geometry : {"sphere", "euclidean"} or Geometry, default="sphere"
         Unit heads (steps normalized back on the spheres) or free heads with the key bias
-        ``lambda ||mu_h||^2 / 2`` (plain steps; see :mod:`attnclust.heads`).
+        ``lambda ||mu_h||^2 / 2`` (plain steps; see :mod:`attnclust.geometry`).
     penalty, rho :
         Regularizer (``None``, ``"repulsion"`` or ``"balance"``) and its weight.
     callback : callable, optional
@@ -432,6 +427,7 @@ def fixed_point_fit(
     >>> res.converged, bool(res.heads[:, 0].abs().min() > 0.99)
     (True, True)
     """
+    geometry = as_geometry(geometry)
     _check_penalty(geometry, penalty)
     n = X.shape[0]
     chunk = max(1, n) if chunk_size is None else max(1, int(chunk_size))
@@ -500,26 +496,26 @@ def fixed_point_fit(
     return SolverResult(heads, log.history(), n_iter, converged)
 
 
-def _check_penalty(geometry: str, penalty) -> None:
+def _check_penalty(geometry: Geometry, penalty) -> None:
     """The pass's closed forms: repulsion for both geometries, balance on the sphere only
     (its gradient leaves out the key bias of Euclidean heads)."""
     if penalty not in (None, "repulsion", "balance"):
         raise ValueError(f"penalty must be None, 'repulsion' or 'balance', got {penalty!r}")
-    if penalty == "balance" and geometry == "euclidean":
-        raise ValueError("penalty='balance' is implemented for geometry='sphere' only")
+    if penalty is not None and penalty not in geometry.penalties:
+        raise ValueError(f"penalty={penalty!r} is implemented for geometry='sphere' only")
 
 
 class _Log:
     """The history of a fit, and the callback after each accepted step."""
 
-    def __init__(self, callback, rho: float, geometry: str):
+    def __init__(self, callback, rho: float, geometry: Geometry):
         self.callback, self.rho, self.geometry = callback, float(rho), geometry
         self.rows: dict[str, list] = {field: [] for field in History._fields}
 
     def record(self, n_iter: int, lam: float, heads: torch.Tensor, cur: _Pass,
                shift: float | None = None) -> None:
         """Record the iterate ``heads`` (``shift=None``: the first of a stage)."""
-        grad = cur.grad if self.geometry == "euclidean" else tangent(heads, cur.grad)
+        grad = self.geometry.egrad2rgrad(heads, cur.grad)
         for field, value in zip(History._fields, (
                 n_iter, float(cur.risk), float(torch.linalg.vector_norm(grad)), lam,
                 self.rho, heads.detach().cpu().double().numpy()), strict=True):

@@ -31,6 +31,8 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from .geometry import as_geometry
+
 __all__ = ["plot_clusters", "principal_axes"]
 
 _BLOCK = 1 << 16          # rows per block of the PCA's sums
@@ -69,7 +71,7 @@ def principal_axes(X, *, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray, n
 
 def _normalizes_rows(est) -> bool:
     how = est.normalize
-    return how == "rows" or (how == "auto" and est.geometry == "sphere")
+    return how == "rows" or (how == "auto" and as_geometry(est.geometry).normalize == "rows")
 
 
 def _plotted_rows(est, X) -> np.ndarray:

@@ -49,7 +49,6 @@ import torch
 from ._validation import as_generator, check_sample_weight
 from .communicator import Communicator
 from .fixed_point import pass_sums, step_from_sums
-from .heads import head_logits
 
 __all__ = ["StreamState", "partial_fit"]
 
@@ -66,6 +65,7 @@ class StreamState:
     scale: float
     dtype: torch.dtype
     device: str
+    chunk: int
     n_batches: int = 0
 
     def to_working(self, Xp: np.ndarray) -> torch.Tensor:
@@ -78,27 +78,23 @@ class StreamState:
 
 def _first_state(est, Xp: np.ndarray, weights, gen) -> StreamState:
     """Initial heads and lambda from the first batch, as ``fit`` starts (see above)."""
-    comm = Communicator.local(Xp.shape[0])
-    working = est._working_rows(Xp, comm, weights)
-    S, Sw = est._sample(working, gen, comm)
-    heads, lam, _ = est._start(S, Sw, working, gen, comm)
-    return StreamState(heads, float(lam), heads.new_zeros(0), 0.0, working.shift,
-                       float(working.scale), S.dtype, str(est.device))
+    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), weights=weights)
+    S, _, start, lam = est._warm_start(rows, gen)
+    return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.shift,
+                       float(rows.scale), S.dtype, str(est.device), rows.chunk)
 
 
 def _resumed_state(est, Xp: np.ndarray) -> StreamState:
     """A state for an estimator fitted by ``fit``: its heads and lambda, in a working space
     taken from this batch, and no sums yet (this batch's statistics decide the first step
     alone)."""
-    working = est._working_rows(Xp, Communicator.local(Xp.shape[0]))
-    rows = working.read(0, 1)
-    centers = est.cluster_centers_
-    if working.shift is not None:
-        centers = (centers - working.shift) / working.scale
-    heads = torch.as_tensor(centers, dtype=rows.dtype, device=rows.device)
-    lam = est.inverse_temperature_ * working.scale**2
-    return StreamState(heads, float(lam), heads.new_zeros(0), 0.0, working.shift,
-                       float(working.scale), rows.dtype, str(est.device))
+    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]))
+    one = rows.read(0, 1)
+    heads = torch.as_tensor(rows.heads_in(est.cluster_centers_), dtype=one.dtype,
+                            device=one.device)
+    return StreamState(heads, float(rows.inverse_temperature_in(est.inverse_temperature_)),
+                       heads.new_zeros(0), 0.0, rows.shift, float(rows.scale), one.dtype,
+                       str(est.device), rows.chunk)
 
 
 def partial_fit(est, X, sample_weight=None):
@@ -127,15 +123,14 @@ def partial_fit(est, X, sample_weight=None):
     X = est._validate(X, reset=not fitted)
     weights = check_sample_weight(sample_weight, X.shape[0])
     if not fitted:
-        est._check_params(X.shape[0])
+        est._check_params(X.shape[0], X.shape[0])
         _check_streaming(est)
         est.mean_, est.scale_ = None, None
-        Xp = est._preprocess(X, fitting=True, comm=Communicator.local(X.shape[0]),
-                             weights=weights)
+        Xp = est._preprocess(X, comm=Communicator.local(X.shape[0]), weights=weights)
         state = _first_state(est, Xp, weights, as_generator(est.random_state))
         est.loss_curve_ = np.zeros(0)
     else:
-        Xp = est._preprocess(X, fitting=False)
+        Xp = est._preprocess(X)
         if resumed:
             state = _resumed_state(est, Xp)
             est.loss_curve_ = np.zeros(0)
@@ -159,17 +154,18 @@ def _step(est, state: StreamState, rows: torch.Tensor, weights) -> None:
     """Add the batch's sums to the running ones and take the step; set the attributes."""
     w = None if weights is None else torch.as_tensor(weights, dtype=state.dtype,
                                                      device=rows.device)
-    batch = pass_sums(rows, state.heads, state.lam, geometry=est.geometry, weights=w,
-                      chunk=est._chunk(rows.shape[1]))
+    geometry = est._geometry
+    batch = pass_sums(rows, state.heads, state.lam, geometry=geometry, weights=w,
+                      chunk=state.chunk)
     state.sums = batch if state.sums.numel() == 0 else state.sums + batch
     state.total += float(rows.shape[0] if w is None else w.sum())
     state.n_batches += 1
     if state.total > 0:
         state.heads, risk = step_from_sums(state.sums, state.heads, state.lam, state.total,
-                                           geometry=est.geometry)
+                                           geometry=geometry)
     else:                                    # only rows of weight zero so far
         risk = float("nan")
-    labels = head_logits(rows, state.heads, state.lam, est.geometry).argmax(1)
+    labels = geometry.logits(rows, state.heads, state.lam).argmax(1)
     scale2 = state.scale * state.scale
     est.stream_state_ = state
     est.cluster_centers_ = _centers(est, state)
