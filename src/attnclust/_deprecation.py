@@ -23,6 +23,18 @@ def _warn(old: str, new: str, where: str, stacklevel: int) -> None:
                   f"use {new!r} (the same value)", FutureWarning, stacklevel=stacklevel + 1)
 
 
+def _renamed(kwargs: dict, renames: dict, where: str, error: type[Exception]) -> dict:
+    """``kwargs`` with each old name of ``renames`` replaced by its new one, warning once per
+    old name for the caller of the caller; ``error`` when both names are given."""
+    for old, new in renames.items():
+        if old in kwargs:
+            if new in kwargs:
+                raise error(f"{where} got both {new!r} and its deprecated name {old!r}")
+            _warn(old, new, where, stacklevel=3)
+            kwargs[new] = kwargs.pop(old)
+    return kwargs
+
+
 def renamed_keywords(**renames: str):
     """Decorator: accept each ``old=...`` keyword as its ``new`` name, with a warning.
 
@@ -45,14 +57,7 @@ def renamed_keywords(**renames: str):
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            for old, new in renames.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{name}() got both {new!r} and its deprecated name "
-                                        f"{old!r}")
-                    _warn(old, new, f"{name}()", stacklevel=2)
-                    kwargs[new] = kwargs.pop(old)
-            return fn(*args, **kwargs)
+            return fn(*args, **_renamed(kwargs, renames, f"{name}()", TypeError))
         wrapper.renamed_keywords = dict(renames)   # read by RenamedParamsMixin.set_params
         return wrapper
     return decorate
@@ -108,11 +113,5 @@ class RenamedParamsMixin:
 
     def set_params(self, **params):
         renames = getattr(type(self).__init__, "renamed_keywords", {})
-        for old, new in renames.items():
-            if old in params:
-                if new in params:
-                    raise ValueError(f"{type(self).__name__}.set_params() got both {new!r} "
-                                     f"and its deprecated name {old!r}")
-                _warn(old, new, f"{type(self).__name__}.set_params()", stacklevel=2)
-                params[new] = params.pop(old)
-        return super().set_params(**params)
+        return super().set_params(**_renamed(params, renames,
+                                             f"{type(self).__name__}.set_params()", ValueError))
