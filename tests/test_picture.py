@@ -72,3 +72,17 @@ def test_one_column_is_refused():
     est = ac.AttentionClustering(2, random_state=0).fit(np.arange(20.0).reshape(10, 2))
     with pytest.raises(ValueError, match="at least 2 columns"):
         plot_clusters(est, np.zeros((10, 1)))
+
+
+def test_legend_counts_all_rows_only_when_it_knows_them():
+    X = ac.GaussianMixture.random(d=3, k=2, sigma=0.1, rng=0).sample(3000, rng=0)
+    est = ac.AttentionClustering(2, random_state=0).fit(X)
+
+    def legend(**kw):
+        ax = plot_clusters(est, X, max_points=500, **kw).axes[0]
+        return [t.get_text() for t in ax.get_legend().get_texts()][:2]
+    drawn = legend()
+    assert all(t.endswith(" drawn") for t in drawn)
+    assert sum(int(t.split(": ")[1].split()[0].replace(",", "")) for t in drawn) == 500
+    sizes = np.bincount(est.labels_, minlength=2)
+    assert legend(sizes=sizes) == [f"cluster {k}: {sizes[k]:,} rows" for k in range(2)]

@@ -474,16 +474,17 @@ def _proba_outputs(prefix: str, proba) -> dict:
     return {Path(f"{prefix}.proba.npy"): proba, Path(f"{prefix}.proba.csv"): proba}
 
 
-def _plot_writer(args, est, X, labels):
-    """Draw the picture now (``labels``: of every row, or None to predict those drawn);
-    return the function that writes it (as a PNG) when the outputs are staged."""
+def _plot_writer(args, est, X, labels, sizes=None):
+    """Draw the picture now (``labels``: of every row, or None to predict those drawn;
+    ``sizes``: the clusters' sizes, when known without them); return the function that
+    writes it (as a PNG) when the outputs are staged."""
     import matplotlib
 
     from .experiments._style import RC
     from .picture import plot_clusters
 
     with matplotlib.rc_context(RC):
-        fig = plot_clusters(est, X, labels=labels, random_state=args.seed,
+        fig = plot_clusters(est, X, labels=labels, sizes=sizes, random_state=args.seed,
                             title=f"attnclust fit {os.path.basename(args.data)}: "
                                   f"K={est.n_clusters}, lambda={est.inverse_temperature_:.3g}, "
                                   f"{X.shape[0]:,} rows")
@@ -695,7 +696,8 @@ def _streamed_outputs(args, prefix, est, X, weights, seconds):
             outputs[Path(f"{prefix}.proba.{suffix}")] = _chunked_writer(
                 args, X, weights, est.predict_proba, (n, K), np.float64)
     if args.plot:
-        outputs[Path(f"{prefix}.png")] = _plot_writer(args, est, _Features(args, X), None)
+        outputs[Path(f"{prefix}.png")] = _plot_writer(args, est, _Features(args, X), None,
+                                                      sizes)
     head = (f"n={n}  d={est.n_features_in_}  K={K}  {_weights_note(weights)}"
             f"lambda={est.inverse_temperature_:.4g}  batches={est.n_steps_} of at most "
             f"{args.batch_rows} rows  risk={sq_err / total:.4g}  time={seconds:.2f}s")

@@ -123,8 +123,8 @@ def _boundary(ax, est, pts: np.ndarray) -> None:
                    linewidths=0.8, zorder=1)
 
 
-def plot_clusters(est, X, *, labels=None, max_points: int = 20_000, random_state=0,
-                  title: str | None = None) -> Figure:
+def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
+                  random_state=0, title: str | None = None) -> Figure:
     """A figure of the fitted clusters of ``X`` (see the module docstring).
 
     Parameters
@@ -134,6 +134,9 @@ def plot_clusters(est, X, *, labels=None, max_points: int = 20_000, random_state
         The rows (a memory map is read in blocks).
     labels : ndarray of shape (n,), optional
         The rows' clusters (default: ``est.predict`` of the drawn rows).
+    sizes : ndarray of shape (n_clusters,), optional
+        The clusters' sizes over all rows, for the legend (default: counted from
+        ``labels``, else the rows drawn, and the legend says "drawn").
     max_points : int, default=20,000
         Rows drawn at most; more are sampled uniformly, and the title says so.
     random_state : int, default=0
@@ -182,10 +185,12 @@ def plot_clusters(est, X, *, labels=None, max_points: int = 20_000, random_state
     rgba = np.array([colors[k] for k in z])
     rgba[:, 3] = np.clip(alpha, 0.05, 1.0)
     ax.scatter(pts[:, 0], pts[:, 1], c=rgba, s=size, lw=0, rasterized=True, zorder=2)
-    # sizes over all rows when their labels are given, else over the rows drawn
-    counts = np.bincount(z if labels is None else np.asarray(labels), minlength=K)
+    # sizes over all rows when known, else over the rows drawn
+    what = "rows" if sizes is not None or labels is not None else "drawn"
+    counts = np.asarray(sizes, dtype=np.int64) if sizes is not None else \
+        np.bincount(z if labels is None else np.asarray(labels), minlength=K)
     for k in range(min(K, _LEGEND_MAX)):     # legend entries (the points carry their alpha)
-        ax.scatter([], [], color=colors[k], s=20, label=f"cluster {k}: {counts[k]:,} rows")
+        ax.scatter([], [], color=colors[k], s=20, label=f"cluster {k}: {counts[k]:,} {what}")
     ax.scatter(hpts[:, 0], hpts[:, 1], marker="X", s=140, c=colors, edgecolors="black",
                linewidths=1.2, zorder=3)
     ax.scatter([], [], marker="X", s=140, color="white", edgecolors="black", linewidths=1.2,
