@@ -262,3 +262,22 @@ def test_distributed_fit_with_weights_is_the_weighted_fit(blobs):
     np.testing.assert_array_equal(np.load(tmp / "dp.labels.npy"), est.labels_)
     np.testing.assert_allclose(np.load(tmp / "dp.proba.npy"), est.predict_proba(X), atol=1e-8)
     assert f"weights={w.sum():.6g}" in outs[0][0]
+
+
+def test_usage_shows_required_options_as_required_and_every_option_has_help(capsys):
+    """quantize's usage line showed the required --inverse-temperature in brackets, and
+    fit --max-iter had no help text."""
+    for command in ("fit", "quantize", "bench"):
+        assert main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        usage, options = out.split("\n\n", 1)[0], out.split("options:", 1)[1]
+        if command == "quantize":
+            assert "--inverse-temperature LAMBDA" in usage
+            assert "[--inverse-temperature" not in usage
+        # every option line is followed by its help (on the same line or the next)
+        lines = [ln for ln in options.splitlines() if ln.strip()]
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith("-") and len(line.strip().split("  ")) == 1:
+                assert not lines[i + 1].lstrip().startswith("-"), f"{command}: {line}"
+    assert main(["fit", "--help"]) == 0
+    assert "most fixed-point steps at the final inverse" in capsys.readouterr().out
