@@ -93,6 +93,8 @@ def test_distributed_plot_is_refused_before_any_work(blobs, capsys):
     np.save(tmp / "x.npy", X)
     assert "--plot needs all rows" in _error(
         capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--plot", "--distributed"])
+    assert "cannot be combined with --distributed" in _error(
+        capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--batch-rows", "100", "--distributed"])
 
 
 # -- --header ---------------------------------------------------------------------------------

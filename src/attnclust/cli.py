@@ -950,6 +950,9 @@ def _cmd_fit_distributed(args) -> int:
     if args.plot:
         raise CommandError("--plot needs all rows in one process: fit without --distributed, "
                            "or draw a sample of the rows with the centers written")
+    if args.batch_rows is not None:
+        raise CommandError("--batch-rows streams the rows through one process; it cannot be "
+                           "combined with --distributed")
     params = _fit_params(args)
     prefix = _output_prefix(args)
     _refuse_overwriting_input(args.data, {**_fit_outputs(prefix, None, None),
