@@ -177,8 +177,21 @@ def test_data_parallel_fit_sums_the_ranks():
     assert two.n_iter_ == one.n_iter_
 
 
+_PARTIAL_FIT = "shaped heads have no partial_fit yet: it raises a ValueError saying so"
+_EXPECTED = {
+    "check_sample_weight_equivalence_on_dense_data": (
+        "k-means++ draws its seeds among the rows, so repeated rows change the draws (as in "
+        "today's fit and scikit-learn's KMeans); from the same start weights and repeated "
+        "rows give the same fit (test_sample_weight_counts_rows)"),
+    "check_fit_score_takes_y": _PARTIAL_FIT,
+    "check_n_features_in_after_fitting": _PARTIAL_FIT,
+    "check_estimators_partial_fit_n_features": _PARTIAL_FIT,
+}
+
+
 @parametrize_with_checks([AttentionClustering(covariance_type="full", max_iter=20),
-                          AttentionClustering(covariance_type="diag", max_iter=20)])
+                          AttentionClustering(covariance_type="diag", max_iter=20)],
+                         expected_failed_checks=lambda est: _EXPECTED)
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)    # tiny data, constant columns
@@ -193,3 +206,25 @@ def test_cuda_fit_matches_the_cpu_fit():
     np.testing.assert_array_equal(gpu.labels_, cpu.labels_)
     np.testing.assert_allclose(gpu.covariances_, cpu.covariances_, rtol=1e-8)
     np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), atol=1e-10)
+
+
+def test_sample_weight_counts_rows():
+    # integer weights fit as repeated rows (same given centres, so the same start), and
+    # score weighs the rows' log-likelihoods
+    X, _ = _anisotropic()
+    counts = np.random.default_rng(0).integers(0, 3, len(X))
+    init = X[[0, 200, 400]]
+    weighted = AttentionClustering(3, covariance_type="full", init=init).fit(
+        X, sample_weight=counts)
+    repeated = AttentionClustering(3, covariance_type="full", init=init).fit(
+        np.repeat(X, counts, axis=0))
+    np.testing.assert_allclose(weighted.cluster_centers_, repeated.cluster_centers_, rtol=1e-9)
+    np.testing.assert_allclose(weighted.covariances_, repeated.covariances_, rtol=1e-8)
+    assert weighted.score(X, sample_weight=counts) == pytest.approx(
+        repeated.score(np.repeat(X, counts, axis=0)), rel=1e-10)
+
+
+def test_partial_fit_refuses_shaped_heads():
+    X, _ = _anisotropic()
+    with pytest.raises(ValueError, match="covariance_type='full' is fitted by fit"):
+        AttentionClustering(3, covariance_type="full").partial_fit(X)

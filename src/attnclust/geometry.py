@@ -319,8 +319,9 @@ class Euclidean(Geometry):
         return x if bool(torch.isfinite(x).all()) else None
 
     def lloyd_step(self, sums, counts, heads):
-        """k-means: ``mu_h <- mean of the cell of h``."""
-        new = sums / counts.clamp_min(1)[:, None]
+        """k-means: ``mu_h <- mean of the cell of h`` (``counts``: maybe sums of sample
+        weights, below 1)."""
+        new = sums / counts.clamp_min(torch.finfo(sums.dtype).tiny)[:, None]
         return torch.where((counts > 0)[:, None], new, heads)
 
     def spread(self, sq_norm, col_sums, n):
