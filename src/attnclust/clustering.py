@@ -437,7 +437,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                            auto=n_init == 1 if self._shaped else auto, weights=Sw)
         if self._shaped:
             return S, Sw, start, None
-        lam = start.inverse_temperature if auto else \
+        lam = start.inverse_temperature if start.inverse_temperature is not None else \
             rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
         return S, Sw, start, lam
 
