@@ -21,6 +21,7 @@ READING_ORDER = [
     "attnclust.mixture",
     "attnclust.geometry",
     "attnclust.heads",
+    "attnclust.shaped",
     "attnclust.sphere",
     "attnclust.risk",
     "attnclust.objectives",

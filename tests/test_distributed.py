@@ -161,6 +161,7 @@ def _fit_simulated(X, world, **params):
          penalty="balance", rho=0.1, random_state=1),
     dict(n_clusters=3, geometry="sphere", inverse_temperature=20.0, penalty="repulsion", rho=0.1,
          anneal=False, chunk_size=300, random_state=2),
+    dict(n_clusters=4, covariance_type="full", chunk_size=300, random_state=0),
 ])
 def test_simulated_ranks_match_one_process(data, params, monkeypatch):
     _, X = data

@@ -28,6 +28,7 @@ from .pgd import PGDHistory, PGDResult, init_on_manifold, init_on_sphere
 from .quantizer import AttentionQuantizer, estimate_sigma
 from .results import History, IterationInfo, SolverResult
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
+from .shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent
 
 __version__ = "0.2.0"
@@ -53,6 +54,7 @@ __all__ = [
     "PopulationRisk",
     "Repulsion",
     "RiskEstimate",
+    "ShapedAttentionHeads",
     "SpreadRatio",
     "ValueAndGrad",
     "__version__",
@@ -78,6 +80,8 @@ __all__ = [
     "random_sphere",
     "repulsion",
     "riemannian_gradient",
+    "shaped_attention",
+    "shaped_weights",
     "spread_ratio",
     "tangent",
 ]

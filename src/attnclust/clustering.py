@@ -33,6 +33,14 @@ Fit
    pins down only the mean of the heads) warn with a :class:`DegenerateFitWarning`; not
    converging warns with a ``ConvergenceWarning``.
 
+Shaped heads
+------------
+``covariance_type="diag"`` or ``"full"`` gives each (Euclidean) head its own metric and
+weight (:mod:`attnclust.shaped`), fitted after the same warm start by tempered EM on the
+likelihood of the Gaussian mixture the heads describe (:mod:`attnclust.shaped_fit`; the
+layer's risk does not reward shaped cells, see ``docs/guide/shaped-heads.md``). The
+default, ``"spherical"``, is the fit above.
+
 Data-parallel fitting
 ---------------------
 Every statistic of the fit is a sum over rows: with each rank holding a shard of the rows
@@ -82,6 +90,8 @@ from .geometry import Geometry, as_geometry
 from .heads import softmax_heads
 from .results import History, SolverResult
 from .rows import WorkingRows, center_scale, fit_threads, preprocess
+from .shaped import COVARIANCE_TYPES
+from .shaped_fit import shaped_fit, tempered_log_joint
 from .warm_start import auto_inverse_temperature, warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -98,6 +108,7 @@ _CHUNK = 16_384           # rows per chunk of predict, transform and score
 _CONSTRAINTS = {
     "n_clusters": ((), lambda v: check_int(v, "n_clusters", 1)),
     "geometry": ((), as_geometry),
+    "covariance_type": (COVARIANCE_TYPES, None),
     "inverse_temperature": (("auto",), check_inverse_temperature),
     "n_init": (("auto",), lambda v: check_int(v, "n_init", 1)),
     "normalize": (("auto", "rows", "center-scale", None), None),
@@ -131,6 +142,16 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
         from the origin: for directions, such as embeddings compared by cosine).
+    covariance_type : {"spherical", "diag", "full"}, default="spherical"
+        The heads' query-key metric. ``"spherical"``: one isotropic metric shared by all
+        heads, today's layer fitted on the risk. ``"diag"``, ``"full"``: each head learns
+        its own precision ``P_h`` and weight ``pi_h`` (:mod:`attnclust.shaped`), fitted by
+        tempered EM on the likelihood of the Gaussian mixture they describe
+        (:mod:`attnclust.shaped_fit`; Euclidean heads only): ``inverse_temperature`` is then
+        the tempering exponent (``"auto"``: 1, the likelihood itself, where the fit is
+        ``GaussianMixture``'s EM), ``tol`` the change of the mean log-likelihood per step
+        (``"auto"``: 1e-3), ``score`` the mean tempered log-likelihood and ``loss_curve_``
+        its negative after each step.
     inverse_temperature : float or "auto", default="auto"
         Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
@@ -146,7 +167,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     n_init : int or "auto", default="auto"
         Seedings tried (each on the sample of at most 20,000 rows, followed by hard Lloyd
         steps); the one of lowest k-means objective starts the fit. ``"auto"``: 3 for
-        Euclidean heads seeded by ``init``, 1 otherwise.
+        Euclidean heads seeded by ``init``, 1 otherwise and for shaped heads.
     normalize : {"auto", "rows", "center-scale"} or None, default="auto"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
         each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
@@ -213,6 +234,10 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     converged_ : bool
     n_features_in_ : int
     mean_, scale_ : preprocessing of ``normalize="center-scale"`` (None otherwise)
+    covariances_, precisions_, precisions_cholesky_, weights_ : ndarray
+        Shaped heads only (names and shapes as in ``sklearn.mixture.GaussianMixture``).
+    covariance_floor_ : ndarray of shape (n_features,)
+        Shaped heads only: the floor added to every covariance's diagonal.
 
     Examples
     --------
@@ -227,6 +252,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     >>> sph = ac.AttentionClustering(3, geometry="sphere", random_state=0).fit(X)
     >>> ac.adjusted_rand_index(z, sph.labels_)
     1.0
+    >>> full = ac.AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
+    >>> full.covariances_.shape, ac.adjusted_rand_index(z, full.labels_)
+    ((3, 10, 10), 1.0)
     """
 
     # the names of 0.1, until 0.4 (set_params takes them too)
@@ -234,13 +262,15 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     temperature_curve_ = RenamedAttribute("temperature_curve_", "inverse_temperature_curve_")
 
     @renamed_keywords(temperature="inverse_temperature")
-    def __init__(self, n_clusters=8, *, geometry="euclidean", inverse_temperature="auto",
-                 init="kmeans++", n_init="auto", normalize="auto", penalty=None, rho=0.0,
+    def __init__(self, n_clusters=8, *, geometry="euclidean", covariance_type="spherical",
+                 inverse_temperature="auto", init="kmeans++", n_init="auto", normalize="auto",
+                 penalty=None, rho=0.0,
                  anneal="auto", solver="fixed-point", max_iter=300, tol="auto",
                  batch_size=None, chunk_size=None, step_size=0.5, device="cpu", dtype="auto",
                  random_state=None, verbose=0, callback=None):
         self.n_clusters = n_clusters
         self.geometry = geometry
+        self.covariance_type = covariance_type
         self.inverse_temperature = inverse_temperature
         self.init = init
         self.n_init = n_init
@@ -264,6 +294,11 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     @property
     def _geometry(self) -> Geometry:
         return as_geometry(self.geometry)
+
+    @property
+    def _shaped(self) -> bool:
+        """Heads with their own metric (``covariance_type`` "diag" or "full")."""
+        return self.covariance_type != "spherical"
 
     def _auto(self, name: str):
         """Parameter ``name``, its ``"auto"`` resolved by the geometry (``normalize``,
@@ -303,6 +338,10 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         check_constraints(self.get_params(deep=False), _CONSTRAINTS)
         if n_samples < self.n_clusters:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
+        if self._shaped and (self._geometry.unit_heads or self.solver != "fixed-point"
+                             or self.penalty is not None):
+            raise ValueError(f"covariance_type={self.covariance_type!r} needs "
+                             "geometry='euclidean', solver='fixed-point' and penalty=None")
         if self.penalty is not None and not self._geometry.unit_heads:
             raise ValueError(f"penalty={self.penalty!r} is defined for unit heads; use "
                              "geometry='sphere' or penalty=None")
@@ -369,6 +408,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         """
         from .streaming import partial_fit
 
+        if self._shaped:
+            raise ValueError(f"partial_fit takes the risk's fixed-point steps; "
+                             f"covariance_type={self.covariance_type!r} is fitted by fit")
         with fit_threads(self.device):
             return partial_fit(self, X, sample_weight)
 
@@ -381,11 +423,20 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             weights=weights)
 
     def _warm_start(self, rows: WorkingRows, gen):
-        """The warm-start sample (and its weights) and :func:`warm_start` on it."""
+        """The warm-start sample (and its weights) and :func:`warm_start` on it (``lam``:
+        the risk's inverse temperature, ``None`` for shaped heads)."""
         S, Sw = rows.weighted_sample(gen, _WARM_SAMPLE)
+        auto = isinstance(self.inverse_temperature, str)   # "auto", checked above
+        # shaped heads: one seeding by default, as GaussianMixture's one k-means start (three
+        # gain 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
+        # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or those
+        # the "auto" inverse temperature computes
+        n_init = 1 if self._shaped and self.n_init == "auto" else int(self._auto("n_init"))
         start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
-                           n_init=int(self._auto("n_init")), geometry=self._geometry,
-                           auto=isinstance(self.inverse_temperature, str), weights=Sw)
+                           n_init=n_init, geometry=self._geometry,
+                           auto=n_init == 1 if self._shaped else auto, weights=Sw)
+        if self._shaped:
+            return S, Sw, start, None
         lam = start.inverse_temperature if start.inverse_temperature is not None else \
             rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
         return S, Sw, start, lam
@@ -398,6 +449,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
                                   workers, weights)
         S, Sw, start, lam = self._warm_start(rows, gen)
+        if self._shaped:
+            return self._fit_shaped(rows, start.heads)
         temps = [lam * f for f, _ in self.anneal_plan()]
         steps = [int(self.max_iter) if s is None else s for _, s in self.anneal_plan()]
         if self.solver == "pgd":
@@ -455,6 +508,58 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             first.history, final, strict=True)))
         return SolverResult(heads, history, first.n_iter + res.n_iter, res.converged)
 
+    def _fit_shaped(self, rows: WorkingRows, heads0):
+        """Shaped heads: tempered EM (:mod:`attnclust.shaped_fit`) from the Lloyd heads."""
+        lam = 1.0 if isinstance(self.inverse_temperature, str) else check_inverse_temperature(
+            self.inverse_temperature)
+        tol = 1e-3 if isinstance(self.tol, str) else float(self.tol)   # GaussianMixture's
+        plan = self.anneal_plan()
+        scale, d = rows.scale, rows.rows.shape[1]
+        # a pass holds (K, rows, d) blocks: K times fewer rows than the risk's passes
+        chunk = max(256, rows.chunk // self.n_clusters) if self.chunk_size is None \
+            else rows.chunk
+        res = shaped_fit(rows.rows, heads0, covariance_type=self.covariance_type,
+                         inverse_temperatures=[lam * f for f, _ in plan],
+                         stage_steps=[int(self.max_iter) if n is None else n for _, n in plan],
+                         tol=tol, chunk_size=chunk, reduce=rows.comm.reduce,
+                         row_map=rows.row_map, sample_weight=rows.weights,
+                         callback=self._shaped_callback(rows))
+        factors = res.precisions_cholesky.cpu().double().numpy() / scale
+        self.cluster_centers_ = rows.heads_out(res.means)
+        self.covariances_ = res.covariances.cpu().double().numpy() * scale**2
+        self.precisions_cholesky_ = factors
+        self.precisions_ = (factors @ factors.transpose(0, 2, 1)
+                            if self.covariance_type == "full" else factors * factors)
+        self.weights_ = res.weights.cpu().double().numpy()
+        self.covariance_floor_ = res.floor.cpu().numpy() * scale**2
+        self.inverse_temperature_ = lam
+        # log-densities of the data's units: the working rows are the data over ``scale``
+        self.loss_curve_ = res.loss_curve + d * np.log(scale)
+        self.inverse_temperature_curve_ = res.inverse_temperature_curve
+        self.n_iter_, self.converged_ = int(res.n_iter), bool(res.converged)
+        if not self.converged_:
+            warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
+                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
+        args = (res.means, res.precisions_cholesky, res.weights.log())
+        kw = dict(inverse_temperature=lam, covariance_type=self.covariance_type,
+                  floor=res.floor)
+        self.labels_, _ = rows.assign(lambda c: tempered_log_joint(c, *args, **kw),
+                                      self.n_clusters)
+        return self
+
+    def _shaped_callback(self, rows: WorkingRows):
+        """The callback in the data's units: the log-likelihood shifts by ``d log(scale)``
+        and ``lambda`` is a pure number (:meth:`_callback_fn` converts a risk's units)."""
+        base = self._callback_fn(rows)
+        if base is None:
+            return None
+        s2, offset = rows.scale**2, rows.rows.shape[1] * np.log(rows.scale)
+
+        def call(info) -> None:
+            base(info._replace(loss=(info.loss + offset) / s2,
+                               inverse_temperature=info.inverse_temperature * s2))
+        return call
+
     def _callback_fn(self, rows: WorkingRows, offset: int = 0):
         """The user's callback and the log, in the preprocessed space's units (iterations
         counted from ``offset``)."""
@@ -499,8 +604,23 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
         X = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
         with fit_threads(self.device):
+            if self._shaped:
+                return softmax_heads(self._shaped_log_joint(X))
             X, heads = self._geometry.stable_frame(X, heads)
             return softmax_heads(self._geometry.logits(X, heads, self.inverse_temperature_))
+
+    def _shaped_log_joint(self, X: torch.Tensor) -> torch.Tensor:
+        """``lambda l~_h(x)`` of rows ``(n, d)`` (float64), rows and means centred on the
+        means' mean for precision far from the origin."""
+        def tensor(a):
+            return torch.as_tensor(a, dtype=torch.float64, device=X.device)
+        means = tensor(self.cluster_centers_)
+        center = means.mean(0)
+        return tempered_log_joint(X - center, means - center, tensor(self.precisions_cholesky_),
+                                  tensor(self.weights_).log(),
+                                  inverse_temperature=self.inverse_temperature_,
+                                  covariance_type=self.covariance_type,
+                                  floor=tensor(self.covariance_floor_))
 
     def _by_chunks(self, X, fn) -> np.ndarray:
         """``fn(preprocessed rows)`` on ``_CHUNK`` rows at a time, concatenated."""
@@ -533,10 +653,21 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
     def score(self, X, y=None, sample_weight=None) -> float:
         """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better); with
-        ``sample_weight``, the weighted mean."""
+        ``sample_weight``, the weighted mean.
+
+        Shaped heads (``covariance_type`` "diag" or "full"): the objective they fit, the
+        mean tempered log-likelihood ``mean (1/lambda) log sum_h exp(lambda l~_h(x))``
+        (at ``lambda = 1``, ``GaussianMixture.score``'s; see :mod:`attnclust.shaped_fit`).
+        """
         def squared_errors(Xp):
             return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
-        errors = self._by_chunks(X, squared_errors)
+
+        def minus_loglik(Xp):
+            X64 = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
+            with fit_threads(self.device):
+                lse = torch.logsumexp(self._shaped_log_joint(X64), dim=1)
+            return -(lse / self.inverse_temperature_).cpu().numpy()
+        errors = self._by_chunks(X, minus_loglik if self._shaped else squared_errors)
         weights = check_sample_weight(sample_weight, errors.shape[0])
         if weights is not None and not weights.sum() > 0:
             raise ValueError("sample_weight sums to zero: no row has a positive weight")
