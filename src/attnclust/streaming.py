@@ -34,8 +34,8 @@ moves, with the head of the largest within-cell cost, to the two centres of that
 the two moved heads are forgotten (:func:`attnclust.fixed_point.forget_heads`), so
 their next step is taken from the rows they win from then on; nothing else is
 forgotten. Running counts alone cannot repair a seeding that puts two heads in one
-cluster and one head on two (one seeding in three with ``K = 32``); this does, in one
-swap.
+cluster and one head on two (every seed of ``bench_streaming.py``'s ``K = 32`` set
+with ``--quick``); this does, in one or two swaps.
 
 Notation
 --------

@@ -4,9 +4,10 @@ holds two clusters.
 A streamed fit keeps running sums and takes one step per batch (:mod:`attnclust.streaming`),
 so the heads it is seeded with decide which clusters it can find: two heads seeded in one
 cluster split it for good, and a cluster left without a head is shared with a neighbour
-(one seeding in three with ``K = 32``, whichever method). Before each batch's step,
-:func:`single_swap` tries the one move of the single-swap local search of k-means
-(Kanungo et al., 2004) that repairs this, on the batch's rows with hard attention:
+(every seed of the ``K = 32`` set of ``benchmarks/bench_streaming.py``). Before each
+batch's step, :func:`single_swap` tries the one move of the single-swap local search of
+k-means (Kanungo et al., 2004) that repairs this, on the batch's rows with hard
+attention:
 
 - the *removal cost* of head ``h``, ``c_h = sum_{i in cell h} w_i (D2_i - D1_i)``
   (``D1_i``, ``D2_i``: the squared distances to the nearest and second-nearest heads),
