@@ -4,8 +4,9 @@ Rows: one per (data set, chunk size): the adjusted Rand index of ``fit`` and of 
 pass of ``partial_fit`` over the rows in chunks (in their order in the file, which is
 random), each the mean over ``random_state`` 0, 1, 2 (with K = 32 one seeding in three
 or so misses a cluster, whichever method: a single seed measures luck), the difference
-(the target: at least ``-0.01``), and the time of the pass over the time of the fit
-(median over the seeds, fits interleaved; the machine's load weighs on both). Data: the
+(the target: at least ``-0.01``), the time of the pass over the time of the fit
+(median over the seeds, fits interleaved; the machine's load weighs on both) and the
+swaps each seed's pass took (``attnclust.swap``). Data: the
 large sets of ``bench_clustering.py`` (quick: a tenth of each) and the three largest of
 the development battery (``bench_battery.py``).
 The memory of a streamed fit is measured by ``bench_memory.py``.
@@ -31,16 +32,18 @@ SEEDS = range(3)
 
 
 def _stream(X, K, chunk, seed):
+    """One pass of ``partial_fit``: the labels of all rows and the swaps it took."""
     est = ac.AttentionClustering(K, random_state=seed)
     for start in range(0, X.shape[0], chunk):
         est.partial_fit(X[start:start + chunk])
-    return est.predict(X)
+    return est.predict(X), est.stream_state_.n_swaps
 
 
 def _compare(name, X, z, K, chunks) -> list[dict]:
     """Mean ARI over ``SEEDS`` of ``fit`` and of the streamed fits; median time ratio."""
     ari = {c: [] for c in (None, *chunks)}
     ratio = {c: [] for c in chunks}
+    swaps = {c: [] for c in chunks}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for seed in SEEDS:            # interleaved: one fit, then each streamed fit
@@ -50,13 +53,16 @@ def _compare(name, X, z, K, chunks) -> list[dict]:
             fit_s = time.perf_counter() - start
             for c in chunks:
                 start = time.perf_counter()
-                ari[c].append(adjusted_rand_score(z, _stream(X, K, c, seed)))
+                labels, n_swaps = _stream(X, K, c, seed)
                 ratio[c].append((time.perf_counter() - start) / fit_s)
+                ari[c].append(adjusted_rand_score(z, labels))
+                swaps[c].append(str(n_swaps))
     fit = float(np.mean(ari[None]))
     return [{"data": name, "chunk rows": c, "ARI fit": fit,
              "ARI partial_fit": float(np.mean(ari[c])),
              "difference": float(np.mean(ari[c])) - fit,
-             "time / fit": float(np.median(ratio[c]))} for c in chunks]
+             "time / fit": float(np.median(ratio[c])),
+             "swaps": " ".join(swaps[c])} for c in chunks]
 
 
 def run(quick: bool) -> list[dict]:

@@ -196,3 +196,21 @@ def test_balance_on_euclidean_heads_is_refused():
     with pytest.raises(ValueError, match="penalty must be"):
         fixed_point_fit(X, X[:2].clone(), inverse_temperatures=[5.0], stage_steps=[3],
                         penalty="ridge", rho=1.0)
+
+
+def test_forget_heads_is_the_sums_without_their_rows_under_hard_attention():
+    """With hard attention the statistics of a head are those of the rows it wins: the
+    sums without heads 1 and 3 are the sums of the other rows (the summed error kept)."""
+    from attnclust.fixed_point import forget_heads, pass_sums
+
+    gen = torch.Generator().manual_seed(0)
+    X = torch.randn(300, 3, generator=gen, dtype=torch.float64)
+    heads = torch.randn(4, 3, generator=gen, dtype=torch.float64)
+    lam = 1e9
+    won = ((X[:, None, :] - heads[None]) ** 2).sum(-1).argmin(1)
+    kept = (won != 1) & (won != 3)
+    forgot = forget_heads(pass_sums(X, heads, lam, geometry="euclidean"), 4, 3, [1, 3])
+    ref = pass_sums(X[kept], heads, lam, geometry="euclidean")
+    full = pass_sums(X, heads, lam, geometry="euclidean")
+    torch.testing.assert_close(forgot[1:], ref[1:], rtol=1e-12, atol=1e-12)
+    assert forgot[0] == full[0]

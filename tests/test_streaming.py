@@ -46,12 +46,13 @@ def _running_means(batches, heads, *, sphere=False):
 def test_hard_attention_is_minibatch_kmeans_running_means(geometry):
     sphere = geometry == "sphere"
     data = X / np.linalg.norm(X, axis=1, keepdims=True) if sphere else X
-    init = data[[0, 1, 2]] + 0.1
+    init = data[[int(np.flatnonzero(Z == k)[0]) for k in range(3)]] + 0.1   # one per cluster
     est = AttentionClustering(3, geometry=geometry, init=init, inverse_temperature=1e9,
                               random_state=0)
     batches = _batches(data, 400)
     for B in batches:
         est.partial_fit(B)
+    assert est.stream_state_.n_swaps == 0           # heads in every cluster: nothing moves
     ref = _running_means(batches, init / np.linalg.norm(init, axis=1, keepdims=True)
                          if sphere else init, sphere=sphere)
     np.testing.assert_allclose(est.cluster_centers_, ref, rtol=0, atol=1e-10)
@@ -122,6 +123,56 @@ def test_one_pass_reaches_the_batch_fit(geometry):
     assert ac.centroid_distance(est.cluster_centers_, fit.cluster_centers_).max < 0.05
 
 
+def _four_blobs(n, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])
+    z = rng.integers(0, 4, size=n)
+    return centres[z] + 0.5 * rng.standard_normal((n, 2)), z
+
+
+@pytest.mark.parametrize("inverse_temperature", [1e9, "auto"])
+@pytest.mark.parametrize("init", [
+    [[0.0, 0.0], [6.0, 0.0], [3.0, 6.0], [60.0, 60.0]],      # a dead head, far from the data
+    [[-0.4, 0.0], [0.4, 0.0], [6.0, 0.0], [3.0, 6.0]],       # two heads in one, one on two
+], ids=["dead head", "split and merge"])
+def test_a_swap_repairs_the_seeding(init, inverse_temperature):
+    """Without the swap the running means keep the seeding's mistake (the reference of
+    MiniBatchKMeans's rule, written out: ARI at most 0.75); with it, every cluster."""
+    Xb, zb = _four_blobs(4000)
+    init = np.array(init)
+    batches = _batches(Xb, 500)
+    without = _running_means(batches, init)
+    nearest = ((Xb[:, None, :] - without[None]) ** 2).sum(-1).argmin(1)
+    assert ac.adjusted_rand_index(zb, nearest) < 0.75
+    est = AttentionClustering(4, init=init, inverse_temperature=inverse_temperature,
+                              random_state=0)
+    for B in batches:
+        est.partial_fit(B)
+    assert est.stream_state_.n_swaps >= 1
+    assert ac.adjusted_rand_index(zb, est.predict(Xb)) > 0.99
+    centres = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])
+    assert ac.centroid_distance(est.cluster_centers_, centres).max < 0.1
+
+
+def test_streams_are_deterministic_given_random_state():
+    Xb, _ = _four_blobs(3000, seed=1)
+    fits = []
+    for _ in range(2):
+        est = AttentionClustering(4, random_state=3, init=[[-0.4, 0.0], [0.4, 0.0],
+                                                           [6.0, 0.0], [3.0, 6.0]])
+        for B in _batches(Xb, 400):
+            est.partial_fit(B)
+        fits.append(est)
+    assert fits[0].stream_state_.n_swaps >= 1
+    np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)
+    np.testing.assert_array_equal(fits[0].loss_curve_, fits[1].loss_curve_)
+    seeded = [AttentionClustering(8, random_state=5) for _ in range(2)]
+    for B in _batches(X, 500):
+        for est in seeded:
+            est.partial_fit(B)
+    np.testing.assert_array_equal(seeded[0].cluster_centers_, seeded[1].cluster_centers_)
+
+
 def test_integer_weights_are_repeated_rows_and_zero_weights_absent_rows():
     rng = np.random.default_rng(0)
     w = rng.integers(0, 3, size=len(X)).astype(float)
@@ -136,6 +187,7 @@ def test_integer_weights_are_repeated_rows_and_zero_weights_absent_rows():
     for other in (repeated, dropped):
         np.testing.assert_allclose(weighted.cluster_centers_, other.cluster_centers_,
                                    rtol=0, atol=1e-9)
+        assert other.stream_state_.n_swaps == weighted.stream_state_.n_swaps
 
 
 def test_partial_fit_after_fit_continues_from_its_heads():

@@ -403,8 +403,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         The first call seeds the heads and fixes the inverse temperature on its batch, as
         ``fit`` starts; every call adds its batch's sufficient statistics to running sums
         (scikit-learn's ``MiniBatchKMeans`` rule: running counts) and takes one
-        fixed-point step from them. ``labels_`` are those of the last batch. See
-        :mod:`attnclust.streaming`.
+        fixed-point step from them, after at most one swap of two heads that lowers the
+        batch's k-means cost (:mod:`attnclust.swap`). ``labels_`` are those of the last
+        batch. See :mod:`attnclust.streaming`.
         """
         from .streaming import partial_fit
 

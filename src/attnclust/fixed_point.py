@@ -109,7 +109,7 @@ from .geometry import Geometry, Sphere, as_geometry
 from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
 
-__all__ = ["fixed_point_fit", "pass_sums", "step_from_sums"]
+__all__ = ["fixed_point_fit", "forget_heads", "pass_sums", "step_from_sums"]
 
 _logger = logging.getLogger("attnclust")
 
@@ -268,6 +268,27 @@ def pass_sums(X: torch.Tensor, heads: torch.Tensor, inverse_temperature: float, 
         flat += _chunk_sums(Xc, (Xc * Xc).sum(1), heads, gram, inverse_temperature, bias,
                             False, w, need_values=True)
     return flat
+
+
+def forget_heads(sums: torch.Tensor, K: int, d: int, index) -> torch.Tensor:
+    """:func:`pass_sums` without the statistics of the heads ``index``: their entries of
+    ``W^T X``, ``sum_i a_ih P_ih``, ``sum_i W_ih`` and ``A^T X``, and their rows and
+    columns of ``A^T A``, are zero (the summed error is kept). What a streamed fit keeps
+    of heads that it moves: their past statistics were taken elsewhere.
+
+    Examples
+    --------
+    >>> X = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> kept = forget_heads(pass_sums(X, X, 50.0), 2, 2, [1])
+    >>> step_from_sums(kept, X, 50.0, 2.0)[0].tolist()   # head 1 has no statistics: stays
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    sizes = [1, K * d, K * K, K, K, K * d]
+    loss, lin, ata, proj, wsum, values = (p.clone() for p in torch.split(sums, sizes))
+    lin, values, ata = lin.view(K, d), values.view(K, d), ata.view(K, K)
+    for piece in (lin, values, ata, ata.T, proj, wsum):
+        piece[index] = 0.0
+    return torch.cat([loss, lin.reshape(-1), ata.reshape(-1), proj, wsum, values.reshape(-1)])
 
 
 def step_from_sums(sums: torch.Tensor, heads: torch.Tensor, inverse_temperature: float,

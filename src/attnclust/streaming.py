@@ -27,6 +27,16 @@ attention, the soft counts ``N_h = sum_i w_i a_ih`` and sums ``sum_i W_ih x_i`` 
 them, so a fixed point of the running step is a fixed point of the batch solver on the
 rows seen. Memory is one batch plus ``O(K d + K^2)`` numbers.
 
+Before its sums are taken, every batch may move two heads: the single swap of
+:mod:`attnclust.swap` (a head that costs the batch's k-means cost little to remove
+moves, with the head of the largest within-cell cost, to the two centres of that cell's
+2-means split, when this lowers the batch's k-means cost). The running statistics of
+the two moved heads are forgotten (:func:`attnclust.fixed_point.forget_heads`), so
+their next step is taken from the rows they win from then on; nothing else is
+forgotten. Running counts alone cannot repair a seeding that puts two heads in one
+cluster and one head on two (every seed of ``bench_streaming.py``'s ``K = 32`` set
+with ``--quick``); this does, in one or two swaps.
+
 Notation
 --------
 =============  ==============  =============================================
@@ -37,6 +47,8 @@ paper          code            meaning
 ``S_t``        ``sums``        running row sums of the passes over batches
 ``n_t``        ``total``       running total weight of the rows seen
 =============  ==============  =============================================
+
+``stream_state_.n_swaps`` counts the swaps taken.
 """
 
 from __future__ import annotations
@@ -48,7 +60,8 @@ import torch
 
 from ._validation import as_generator, check_sample_weight
 from .communicator import Communicator
-from .fixed_point import pass_sums, step_from_sums
+from .fixed_point import forget_heads, pass_sums, step_from_sums
+from .swap import single_swap
 
 __all__ = ["StreamState", "partial_fit"]
 
@@ -67,6 +80,7 @@ class StreamState:
     device: str
     chunk: int
     n_batches: int = 0
+    n_swaps: int = 0
 
     def to_working(self, Xp: np.ndarray) -> torch.Tensor:
         """Preprocessed rows -> the working space, on the fit's device and dtype."""
@@ -150,11 +164,25 @@ def _centers(est, state: StreamState) -> np.ndarray:
     return centers if state.shift is None else centers * state.scale + state.shift
 
 
+def _swap(state: StreamState, rows: torch.Tensor, w, geometry) -> None:
+    """The single swap of :mod:`attnclust.swap` on the batch, before its sums are taken;
+    the moved heads' running statistics are forgotten."""
+    move = single_swap(rows, state.heads, geometry, weights=w, chunk=state.chunk)
+    if move is None:
+        return
+    state.heads = state.heads.clone()
+    state.heads[[move.h, move.g]] = move.new.to(state.heads.dtype)
+    if state.sums.numel():
+        state.sums = forget_heads(state.sums, *state.heads.shape, [move.h, move.g])
+    state.n_swaps += 1
+
+
 def _step(est, state: StreamState, rows: torch.Tensor, weights) -> None:
     """Add the batch's sums to the running ones and take the step; set the attributes."""
     w = None if weights is None else torch.as_tensor(weights, dtype=state.dtype,
                                                      device=rows.device)
     geometry = est._geometry
+    _swap(state, rows, w, geometry)
     batch = pass_sums(rows, state.heads, state.lam, geometry=geometry, weights=w,
                       chunk=state.chunk)
     state.sums = batch if state.sums.numel() == 0 else state.sums + batch
