@@ -262,12 +262,72 @@ def test_batched_runs_share_nothing_but_the_call():
         ac.pgd(RUNNING, heads0, inverse_temperature=[1.0, 2.0, -1.0, 1.0])
 
 
-def test_module_is_callable_and_importable():
-    import attnclust.pgd as module
+def test_pgd_is_the_function_and_the_module_moved():
+    """``attnclust.pgd`` is a plain function; its module is ``attnclust.descent``. The old
+    module path keeps its names with a FutureWarning, and importing it leaves the function
+    in place."""
+    import types
 
-    assert isinstance(module, type(np)) and module.pgd is not module
-    res = module(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=3.0, n_steps=3)
-    assert res.n_iter == 3 and ac.pgd is module
+    import attnclust.pgd  # noqa: F401  (the 0.2 module path: must not rebind ac.pgd)
+
+    import attnclust.descent
+
+    assert isinstance(ac.pgd, types.FunctionType) and ac.pgd is attnclust.descent.pgd
+    assert type(attnclust.descent) is types.ModuleType  # no class swap
+    with pytest.warns(FutureWarning, match="attnclust.descent"):
+        from attnclust.pgd import init_on_manifold
+    assert init_on_manifold is ac.init_on_manifold
+    res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=3.0,
+                 n_steps=3)
+    assert res.n_iter == 3
+
+
+def test_any_objective_object_works():
+    """The objective protocol: a penalty alone (no mixture, no data) is an objective.
+    Repulsion alone drives unit heads to pairwise orthogonal ones."""
+    heads0 = ac.init_on_sphere(3, 5, rng=0)
+    res = ac.pgd(ac.Repulsion(), heads0, inverse_temperature=1.0, step_size=0.2, n_steps=300)
+    gram = (res.heads @ res.heads.T).numpy()
+    np.testing.assert_allclose(gram, np.eye(3), atol=1e-8)
+    assert res.history.risk[0] > 0.01 and res.history.risk[-1] < 1e-15
+
+    class Distance(ac.objectives.Objective):  # a user's objective: only value_and_grad
+        def value_and_grad(self, heads, lam, *, batch=None):
+            target = torch.eye(2, 4, dtype=heads.dtype)
+            diff = heads - target
+            return ac.ValueAndGrad((diff**2).sum((1, 2)), 2.0 * diff)
+
+    res = ac.pgd(Distance(), torch.ones(2, 4), inverse_temperature=1.0, step_size=0.1,
+                 n_steps=400, geometry="euclidean")
+    torch.testing.assert_close(res.heads, torch.eye(2, 4, dtype=torch.float64), atol=1e-12,
+                               rtol=0)
+
+
+def test_euclidean_pgd_on_the_population_risk_and_on_data():
+    """PGD for Euclidean heads: plain gradient steps on the population risk with the key
+    bias. The end point is a stationary point of that risk (its gradient, by the exact
+    rule, vanishes) and not of the sphere's; on data it follows the empirical risk."""
+    mix = ac.GaussianMixture.random(d=6, k=2, sigma=0.3, min_angle=1.2, rng=0)
+    heads0 = 0.6 * ac.init_on_manifold(mix, rng=1)
+    res = ac.pgd(mix, heads0, inverse_temperature=8.0, step_size=0.3, n_steps=1000,
+                 tol=1e-9, geometry="euclidean")
+    assert res.converged
+    h = res.heads.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(ac.population_risk(h, mix, inverse_temperature=8.0,
+                                                  geometry="euclidean"), h)
+    assert float(g.norm()) < 1e-8
+    # free heads: from norm 0.6 out to near the unit centroids, yet not on the sphere
+    norms = res.heads.norm(dim=1)
+    assert bool(((norms - 1.0).abs() > 1e-3).all()) and bool(((norms - 1.0).abs() < 0.1).all())
+    assert ac.centroid_distance(res.heads, mix.centroids).max < 0.2
+    # the same descent on a large sample lands near the population end point
+    X = mix.sample(2000, rng=2)
+    on_data = ac.pgd(X, heads0, inverse_temperature=8.0, step_size=0.3, n_steps=200,
+                     geometry="euclidean")
+    assert float((on_data.heads - res.heads).norm(dim=1).max()) < 0.05
+    # a sphere objective given to a Euclidean descent is refused
+    with pytest.raises(ValueError, match="geometry"):
+        ac.pgd(ac.PopulationRisk(mix), heads0, inverse_temperature=8.0, geometry="euclidean")
 
 
 def test_callback_and_history_are_the_shared_types():

@@ -3,14 +3,18 @@
 In 0.2 ``temperature`` became ``inverse_temperature`` (``lambda`` multiplies the logits,
 so larger is sharper) and ``assignment_error``'s ``mixture`` became ``mix`` (the name of a
 mixture everywhere else); the old names still work and warn with a ``FutureWarning``.
+In 0.3 the module ``attnclust.pgd`` became ``attnclust.descent`` (``attnclust.pgd`` is
+the function); ``from attnclust.pgd import name`` still works and warns.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
+import types
 import warnings
 
-__all__ = ["renamed_keywords", "RenamedAttribute"]
+__all__ = ["renamed_keywords", "RenamedAttribute", "moved_module"]
 
 
 def _warn(old: str, new: str, where: str, stacklevel: int) -> None:
@@ -77,3 +81,40 @@ class RenamedAttribute:
         value = getattr(obj, self.new)      # AttributeError first, e.g. when not fitted
         _warn(self.old, self.new, type(obj).__name__, stacklevel=1)
         return value
+
+
+def moved_module(old: str, new: types.ModuleType) -> types.ModuleType:
+    """A stand-in for the module ``old``, whose names now live in ``new``.
+
+    Reading a name from it (``from old import name``) warns with a ``FutureWarning`` and
+    gives ``new``'s. Registered in ``sys.modules`` under ``old`` by the package, so that
+    importing ``old`` never rebinds the package's attribute of the same name.
+
+    Examples
+    --------
+    >>> import types, warnings
+    >>> new = types.ModuleType("new")
+    >>> new.answer = 42
+    >>> old = moved_module("old", new)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     value = old.answer
+    >>> value, caught[0].category.__name__
+    (42, 'FutureWarning')
+    """
+    stub = types.ModuleType(old, f"Moved to {new.__name__}; this name is kept until 0.4.")
+    package = old.split(".")[0]
+
+    def __getattr__(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        # the package's own modules that still read the old path do not warn its users
+        if sys._getframe(1).f_globals.get("__name__", "").startswith(package + "."):
+            return getattr(new, name)
+        warnings.warn(f"the module {old} is now {new.__name__}; import {name!r} from there "
+                      f"(or from the package); {old} will be removed in 0.4",
+                      FutureWarning, stacklevel=2)
+        return getattr(new, name)
+
+    stub.__getattr__ = __getattr__
+    return stub

@@ -53,7 +53,7 @@ import torch.distributed as dist
 from ._validation import as_generator, as_tensor
 from .clustering import AttentionClustering
 from .communicator import Communicator
-from .pgd import PGDResult, pgd
+from .descent import PGDResult, pgd
 
 __all__ = ["CommStats", "DistributedError", "failed_ranks", "fit_distributed", "gather_errors",
            "gather_rows",

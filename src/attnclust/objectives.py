@@ -68,17 +68,40 @@ def _seed(rng) -> int:
 
 
 class Objective:
-    """What :func:`attnclust.pgd` needs of an objective or penalty."""
+    """What :func:`attnclust.pgd` needs of an objective or penalty.
+
+    Only :meth:`value_and_grad` must be written; the rest has defaults that fit an
+    objective of the heads alone (as :class:`Repulsion`): any number of features, the
+    heads' own device, full batch, not sharded.
+    """
 
     sharded = False
     """Whether the gradient is one shard's part, to be summed over ranks."""
+    d: int | None = None
+    """The number of features the heads must have (``None``: any)."""
+    device: torch.device | None = None
+    """Where the iterate lives (``None``: where ``heads0`` is)."""
+    stochastic = False
+    """Whether :meth:`next_batch` draws mini-batches (then :meth:`full_value` is recorded)."""
+    geometry: str | None = None
+    """The heads' geometry the objective assumes (``None``: any)."""
 
     def take(self, index) -> Objective:
         """The objective of the runs ``index`` only (itself when shared by all runs)."""
         return self
 
     def value_and_grad(self, heads: torch.Tensor, lam, *, batch=None) -> ValueAndGrad:
+        """Values ``(R,)`` and Euclidean gradients ``(R, K, d)`` at heads ``(R, K, d)`` and
+        inverse temperatures ``lam`` ``(R,)`` (on the rows ``batch`` when stochastic)."""
         raise NotImplementedError
+
+    def next_batch(self):
+        """Row indices of the next mini-batch (``None``: full batch)."""
+        return None
+
+    def full_value(self, heads: torch.Tensor, lam) -> torch.Tensor:
+        """The value on the whole objective (not a mini-batch), without gradient."""
+        return self.value_and_grad(heads, lam).value
 
 
 class _MixtureObjective(Objective):
@@ -95,6 +118,10 @@ class _MixtureObjective(Objective):
         if self.qmc_dtype not in (np.float32, np.float64):
             raise ValueError(f"qmc_dtype must be float32 or float64, got {qmc_dtype!r}")
         self.geometry = check_geometry(geometry)
+
+    @property
+    def d(self) -> int:
+        return self.mix.d
 
     def _copy(self, mix: _pop.Mixtures):
         new = object.__new__(type(self))
@@ -201,6 +228,10 @@ class Balance(_MixtureObjective):
         self.reduce, self.share = reduce, share
         self.sharded = reduce is not None
         self.geometry = check_geometry(geometry)
+
+    @property
+    def d(self) -> int:
+        return self.mix.d if self.X is None else self.X.shape[-1]
 
     def take(self, index):
         return self if self.X is not None else super().take(index)
@@ -345,6 +376,14 @@ class EmpiricalRisk(Objective):
     @property
     def d(self) -> int:
         return self.X.shape[-1]
+
+    @property
+    def device(self) -> torch.device:
+        return self.X.device
+
+    @property
+    def stochastic(self) -> bool:
+        return self.batch_size is not None
 
     def next_batch(self):
         """Row indices of the next mini-batch (``None`` in full batch)."""

@@ -1,11 +1,18 @@
-"""Projected gradient descent on the product of spheres (PGD_rho), for many runs at once.
+"""Projected gradient descent on the heads (PGD_rho), for many runs at once.
 
 Minimizes the regularized risk ``R_rho(mu) = R(mu) + rho Pen(mu)`` over heads
-``mu = (mu_1..mu_K)`` on ``S^{d-1}``, one step per iteration ``t``:
+``mu = (mu_1..mu_K)``, one step per iteration ``t``. On the product of spheres
+``S^{d-1}`` (``geometry="sphere"``, the paper's layer):
 
     g_h    = grad_{mu_h} R_rho(mu)                       (Euclidean)
     xi_h   = g_h - <g_h, mu_h> mu_h                      (Riemannian gradient, sphere.tangent)
     mu_h  <- normalize(mu_h - eta xi_h)                  (retraction; eta g_h if not riemannian)
+
+For Euclidean heads (``geometry="euclidean"``: logits ``lambda <x, mu_h> - lambda
+||mu_h||^2 / 2``, heads of any norm) the step is the plain gradient step
+``mu_h <- mu_h - eta g_h``.
+
+This module is ``attnclust.descent``; the function is ``attnclust.pgd``.
 
 **Batched.** The iterate is a tensor of shape ``(R, K, d)``: ``R`` independent runs,
 each with its own init, mixture (or data), inverse temperature and schedule, penalty
@@ -18,7 +25,9 @@ iterates are those of ``R`` separate calls (tested to 1e-12 in float64).
 ``R`` is the population risk of a :class:`~attnclust.GaussianMixture` (full batch;
 exact rule for ``K <= 3``, QMC with common random numbers otherwise) or the empirical
 risk of a data array (full batch, or mini-batch SGD with ``batch_size``), or any
-objective object with ``value_and_grad(heads, lam)``.
+objective object with ``value_and_grad(heads, lam)`` (:class:`attnclust.objectives.Objective`
+gives the rest of the protocol its defaults, so a penalty such as
+:class:`~attnclust.Repulsion` alone is an objective too).
 
 Schedules (``t = 0..n_steps-1``), per run or shared:
 
@@ -67,15 +76,15 @@ paper           code                 meaning
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from ._deprecation import renamed_keywords
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
+from .heads import check_geometry
 from .mixture import GaussianMixture
 from .objectives import (
     Balance,
@@ -100,6 +109,26 @@ _SCHEDULE_FRACTION = 0.5  # "decay" and "anneal" finish after this fraction of t
 
 PGDHistory = History    # the names of 0.1
 PGDResult = SolverResult
+
+
+# --------------------------------------------------------------------------------------
+# The geometry of the heads: where they start, the gradient along it, the step
+# --------------------------------------------------------------------------------------
+def _unit_rows(heads: torch.Tensor) -> torch.Tensor:
+    norms = heads.norm(dim=-1, keepdim=True)
+    if bool((norms == 0).any()):
+        raise ValueError("heads0 has a zero row, which has no direction")
+    return heads / norms
+
+
+class _Steps(NamedTuple):
+    project: Callable  # heads0 -> a point of the geometry
+    tangent: Callable  # (heads, Euclidean gradient) -> the gradient along the geometry
+    retract: Callable  # (heads, step) -> the next point
+
+
+_STEPS = {"sphere": _Steps(_unit_rows, tangent, retract),
+          "euclidean": _Steps(lambda h: h, lambda h, g: g, lambda h, step: h + step)}
 
 
 # --------------------------------------------------------------------------------------
@@ -224,31 +253,33 @@ def _is_mixtures(objective) -> bool:
         and all(isinstance(m, GaussianMixture) for m in objective))
 
 
-def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed):
-    """The risk as an objective object."""
-    if isinstance(objective, Objective):
+def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed, geometry):
+    """The risk as an objective object (one given is checked against ``geometry``)."""
+    if isinstance(objective, Objective) or hasattr(objective, "value_and_grad"):
+        assumed = getattr(objective, "geometry", None)
+        if assumed is not None and assumed != geometry:
+            raise ValueError(f"the objective is for geometry={assumed!r}, but pgd was asked "
+                             f"for geometry={geometry!r}")
         return objective
     if _is_mixtures(objective):
         if batch_size is not None:
             raise ValueError("batch_size applies to data arrays, not to a GaussianMixture")
         if reduce is not None:
             raise ValueError("reduce applies to data shards, not to a GaussianMixture")
-        risk = PopulationRisk(objective, method=method, n_samples=n_samples, rng=qmc_seed)
-        return risk
-    return EmpiricalRisk(objective, batch_size=batch_size, reduce=reduce, rng=gen)
+        return PopulationRisk(objective, method=method, n_samples=n_samples, rng=qmc_seed,
+                              geometry=geometry)
+    return EmpiricalRisk(objective, batch_size=batch_size, reduce=reduce, rng=gen,
+                         geometry=geometry)
 
 
-def _heads0(heads0, d: int, device) -> torch.Tensor:
+def _heads0(heads0, d: int | None, device, steps: _Steps) -> torch.Tensor:
     heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
     if heads.ndim not in (2, 3) or heads.shape[-2] < 1:
         raise ValueError(f"heads0 must have shape (K, d) or (R, K, d), got {tuple(heads.shape)}")
-    if heads.shape[-1] != d:
+    if d is not None and heads.shape[-1] != d:
         raise ValueError(f"heads0 must have d={d} columns, got {heads.shape[-1]}")
     check_finite(heads, "heads0")
-    norms = heads.norm(dim=-1, keepdim=True)
-    if bool((norms == 0).any()):
-        raise ValueError("heads0 has a zero row, which has no direction")
-    heads = heads / norms
+    heads = steps.project(heads)
     return (heads if heads.ndim == 3 else heads[None]).to(device)
 
 
@@ -266,9 +297,11 @@ def _penalty_terms(penalty, n_runs: int, risk, objective, *, method, n_samples, 
             term = Repulsion()
         elif spec == "balance":
             if isinstance(risk, EmpiricalRisk):
-                term = Balance(risk.X, reduce=risk.reduce, share=risk.share)
+                term = Balance(risk.X, reduce=risk.reduce, share=risk.share,
+                               geometry=risk.geometry)
             elif isinstance(risk, PopulationRisk):
-                term = Balance(risk.mix, method=method, n_samples=n_samples, rng=qmc_seed)
+                term = Balance(risk.mix, method=method, n_samples=n_samples, rng=qmc_seed,
+                               geometry=risk.geometry)
             else:
                 raise ValueError("penalty='balance' needs a mixture or data objective")
         else:
@@ -365,6 +398,7 @@ def pgd(
     n_samples: int = 2**14,
     callback: Callable[[IterationInfo], None] | None = None,
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    geometry: str = "sphere",
 ) -> SolverResult:
     """Projected (Riemannian) gradient descent of ``R + rho Pen`` on the sphere.
 
@@ -372,10 +406,11 @@ def pgd(
     ----------
     objective : GaussianMixture, sequence of GaussianMixture, array-like or objective
         Population risk of a mixture (one per run, or shared), empirical risk of data
-        ``(n, d)`` (or ``(R, n, d)``, one data set per run), or an object of
-        :mod:`attnclust.objectives`.
+        ``(n, d)`` (or ``(R, n, d)``, one data set per run), or any object with
+        ``value_and_grad(heads, lam)`` (:class:`attnclust.objectives.Objective`).
     heads0 : array-like of shape (K, d) or (R, K, d)
-        Initial heads (projected to the sphere); ``(R, K, d)`` runs ``R`` descents at once.
+        Initial heads (projected to the sphere for ``geometry="sphere"``); ``(R, K, d)``
+        runs ``R`` descents at once.
     inverse_temperature : float or array-like of shape (R,)
         Target inverse temperature ``lambda`` (per run).
     step_size : float or array-like of shape (R,), default=0.1
@@ -417,6 +452,10 @@ def pgd(
         step and records the global risk. With ``batch_size`` (the global batch), each
         rank draws ``round(batch_size n_r / n)`` rows of its shard with its own ``rng``
         (stratified sampling: the summed gradient is unbiased for the full one).
+    geometry : {"sphere", "euclidean"}, default="sphere"
+        Unit heads and the Riemannian step on the spheres, or free heads with the key
+        bias ``lambda ||mu_h||^2 / 2`` and the plain gradient step (``riemannian`` then
+        has no effect; the stopping test reads the Euclidean gradient).
 
     Returns
     -------
@@ -444,17 +483,24 @@ def pgd(
     (torch.Size([3, 2, 10]), (2, 3, 2, 10))
     >>> [round(ac.centroid_distance(h, mix.centroids).max, 4) for h in many.heads]
     [0.0747, 0.0081, 0.0033]
+
+    Euclidean heads (free norms) on the same population risk:
+
+    >>> free = ac.pgd(mix, 0.5 * ac.init_on_manifold(mix, rng=0), inverse_temperature=30.0,
+    ...               step_size=0.5, n_steps=1000, geometry="euclidean")
+    >>> ac.centroid_distance(free.heads, mix.centroids).max < 0.05
+    True
     """
     tol = _check_options(method, tol, reduce)
     gen = as_generator(rng)
     qmc_seed = int(rng) if isinstance(rng, (int, np.integer)) else int(gen.integers(2**31))
+    steps = _STEPS[check_geometry(geometry)]
     risk = _objective(objective, batch_size=batch_size, reduce=reduce, gen=gen,
-                      method=method, n_samples=n_samples, qmc_seed=qmc_seed)
-    d = risk.X.shape[-1] if isinstance(risk, EmpiricalRisk) else risk.mix.d
-    device = risk.X.device if isinstance(risk, EmpiricalRisk) else \
-        as_tensor(heads0, name="heads0").device
-    single = as_tensor(heads0, name="heads0").ndim == 2
-    H = _heads0(heads0, d, device)  # (R, K, d)
+                      method=method, n_samples=n_samples, qmc_seed=qmc_seed, geometry=geometry)
+    given = as_tensor(heads0, name="heads0")
+    device = getattr(risk, "device", None) or given.device
+    single = given.ndim == 2
+    H = _heads0(heads0, getattr(risk, "d", None), device, steps)  # (R, K, d)
     R = H.shape[0]
     lam = _vector(inverse_temperature, R, "inverse_temperature", positive=True)
     eta = _vector(step_size, R, "step_size", positive=True)
@@ -470,7 +516,7 @@ def pgd(
     stop_from = np.maximum(lam_at.done, rho_at.done)
     return _descend(risk, terms, H, single=single, lam_at=lam_at, rho_at=rho_at, eta=eta,
                     stop_from=stop_from, n_steps=n_steps, record_every=record_every, tol=tol,
-                    riemannian=riemannian, reduce=reduce, callback=callback)
+                    riemannian=riemannian, reduce=reduce, callback=callback, steps=steps)
 
 
 class _Records:
@@ -496,14 +542,14 @@ def _grad_norms(rgrad: torch.Tensor, t: int) -> np.ndarray:
 
 
 def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps, record_every,
-             tol, riemannian, reduce, callback) -> SolverResult:
+             tol, riemannian, reduce, callback, steps) -> SolverResult:
     """The loop: one batched evaluation and one retraction per step, for the active runs.
 
     The host reads numbers only at recorded steps and, with ``tol``, for the stopping
     test; a run that stops leaves ``active`` (and the batch of the next evaluations).
     """
     R, device = H.shape[0], H.device
-    stochastic = isinstance(risk, EmpiricalRisk) and risk.batch_size is not None
+    stochastic = bool(getattr(risk, "stochastic", False))
     eta_t = torch.from_numpy(eta).to(device)[:, None, None]
     active = np.arange(R)
     sub_risk, sub_terms = _restrict(risk, terms, active)
@@ -518,7 +564,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
         value, grad = _evaluate(sub_risk, sub_terms, Ha, lam_t if everyone else lam_t[active],
                                 rho_t,
                                 batch=risk.next_batch() if stochastic else None, reduce=reduce)
-        rgrad = tangent(Ha, grad)  # Riemannian gradient
+        rgrad = steps.tangent(Ha, grad)  # Riemannian gradient on the sphere
         checking = tol > 0 and bool(np.any(t >= stop_from[active]))
         due = t == n_steps or t % record_every == 0
         stop = np.zeros(len(active), dtype=bool)
@@ -534,7 +580,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
                 records.add(t, lam_t, rho_t, H)
         if t == n_steps or stop.all():
             break
-        moved = retract(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
+        moved = steps.retract(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
         report.shifts(active, stop, moved, Ha)
         if stop.any():  # frozen at this step: the others move on without them
             keep = torch.from_numpy(~stop).to(device)
@@ -580,14 +626,3 @@ class _Reporter:
             info = IterationInfo(iteration, np.full(len(self.shift), np.nan), lam_t.copy(),
                                  self.shift.copy(), heads)
         self.callback(info)
-
-
-class _CallableModule(types.ModuleType):
-    """``attnclust.pgd`` is this module, and calling it calls :func:`pgd`, so that
-    ``import attnclust.pgd`` gives the module while ``ac.pgd(mix, heads0, ...)`` works."""
-
-    def __call__(self, *args, **kwargs) -> SolverResult:
-        return pgd(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
