@@ -373,7 +373,7 @@ _DTYPES_REASON = ("integer data with an all-zero row cannot be row-normalized (n
     [AttentionClustering(max_iter=20), SphereClustering(max_iter=20),
      SphereClustering(normalize="center-scale", max_iter=20)],
     expected_failed_checks=lambda est: (
-        {"check_estimators_dtypes": _DTYPES_REASON} if est._normalize == "rows" else {}),
+        {"check_estimators_dtypes": _DTYPES_REASON} if est._auto("normalize") == "rows" else {}),
 )
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
@@ -417,7 +417,7 @@ def test_default_clusters_cells_not_cones(name, centers):
     X, y = _blobs(centers, std=0.6)
     X[0] = 0.0                                 # a row at the origin is no error
     est = AttentionClustering(len(centers), random_state=0).fit(X)
-    assert est.geometry == "euclidean" and est._normalize is None
+    assert est.geometry == "euclidean" and est._auto("normalize") is None
     assert ac.adjusted_rand_index(y, est.labels_) > 0.98
     assert ac.centroid_distance(est.cluster_centers_, centers).max < 0.15
 

@@ -18,9 +18,13 @@ variance: the variance *across each cluster's nearest boundary*, the one directi
 softmax has to resolve there (a per-coordinate variance would be dominated by directions
 that decide nothing on anisotropic data).
 
-They run on the estimator's warm-start sample, which a data-parallel fit assembles on
-every rank (see :class:`~attnclust.AttentionClustering`), so they need no sums over ranks.
-Rows are read in chunks of ``chunk`` so that memory stays ``O(chunk K)`` beyond the data.
+:func:`warm_start` is the estimator's start: ``n_init`` seedings (k-means++, random
+directions, or given heads), each followed by hard Lloyd steps, the best of them by the
+k-means objective, and with ``inverse_temperature="auto"`` the rule above on a last
+Lloyd run (a seeding is then replaced by its Lloyd heads). All of it runs on the
+estimator's warm-start sample, which a data-parallel fit assembles on every rank (see
+:class:`~attnclust.rows.WorkingRows`), so it needs no sums over ranks. Rows are read in
+chunks of ``chunk`` so that memory stays ``O(chunk K)`` beyond the data.
 
 Notation
 --------
@@ -37,20 +41,24 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
+from sklearn.cluster import kmeans_plusplus
 
-from .heads import head_logits
+from .geometry import Geometry, as_geometry
+from .rows import WorkingRows
 
-__all__ = ["BoundaryVariance", "LloydResult", "auto_inverse_temperature", "boundary_variance",
-           "hard_labels", "hard_lloyd"]
+__all__ = ["BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
+           "boundary_variance", "hard_labels", "hard_lloyd", "warm_start"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
 # second moments is rounding noise of the dtype (and lambda would be unbounded)
 _FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
+_LLOYD_STEPS = 20         # hard Lloyd steps of the warm start (stops when stable)
 
 
-def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str = "sphere", *,
+def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str | Geometry = "sphere", *,
                 chunk: int = _CHUNK) -> torch.Tensor:
     """Index of the highest logit of each row, ``(n,)`` (the hard attention's winner).
 
@@ -60,26 +68,17 @@ def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str = "sphere", 
     >>> hard_labels(X, torch.tensor([[0.0, 0.0], [2.0, 0.0]]), "euclidean").tolist()
     [0, 1]
     """
-    return _assign(X, heads, geometry, chunk)[0]
+    return _assign(X, heads, as_geometry(geometry), chunk)[0]
 
 
 def _assign(X, heads, geometry, chunk):
     """Labels ``(n,)`` and the sum of the winning logits at ``lambda = 1`` (a 0-dim tensor)."""
     labels, score = [], X.new_zeros(())
     for s in range(0, X.shape[0], chunk):
-        best, z = head_logits(X[s:s + chunk], heads, 1.0, geometry).max(1)
+        best, z = geometry.logits(X[s:s + chunk], heads, 1.0).max(1)
         labels.append(z)
         score = score + best.sum()
     return (torch.cat(labels) if labels else X.new_zeros(0, dtype=torch.long)), score
-
-
-def _lloyd_heads(sums, counts, heads, geometry):
-    """New heads from the per-cell sums ``(K, d)``; an empty cell keeps its head."""
-    if geometry == "euclidean":
-        new = sums / counts.clamp_min(1)[:, None]
-        return torch.where((counts > 0)[:, None], new, heads)
-    norm = torch.linalg.vector_norm(sums, dim=1, keepdim=True)
-    return torch.where(norm > 0, sums / norm.clamp_min(torch.finfo(sums.dtype).tiny), heads)
 
 
 class LloydResult(NamedTuple):
@@ -96,7 +95,7 @@ class LloydResult(NamedTuple):
 
 
 def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
-               geometry: str = "sphere", chunk: int = _CHUNK) -> LloydResult:
+               geometry: str | Geometry = "sphere", chunk: int = _CHUNK) -> LloydResult:
     """Hard Lloyd steps, at most ``n_steps``, stopping early once no label changes.
 
     Examples
@@ -106,12 +105,12 @@ def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
     >>> res.heads.tolist(), res.labels.tolist()
     ([[0.1, 0.0], [3.2, 0.0]], [0, 0, 1, 1])
     """
-    K = heads.shape[0]
+    K, geometry = heads.shape[0], as_geometry(geometry)
     labels, score = _assign(X, heads, geometry, chunk)
     for _ in range(n_steps):
         counts = torch.bincount(labels, minlength=K).to(X.dtype)
         sums = torch.zeros_like(heads).index_add_(0, labels, X)
-        heads = _lloyd_heads(sums, counts, heads, geometry)
+        heads = geometry.lloyd_step(sums, counts, heads)
         new, score = _assign(X, heads, geometry, chunk)
         changed = bool((new != labels).any())
         labels = new
@@ -144,49 +143,27 @@ def _cluster_moments(X, heads, labels, chunk):
     return counts, sums, outer
 
 
-def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere",
-                      chunk: int = _CHUNK) -> BoundaryVariance:
+def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *,
+                      geometry: str | Geometry = "sphere", chunk: int = _CHUNK
+                      ) -> BoundaryVariance:
     """Within-cluster variance across the nearest boundaries (see
     :func:`auto_inverse_temperature`)."""
+    geometry = as_geometry(geometry)
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
     counts, sums, outer = _cluster_moments(X, heads, labels, chunk)
-    extra = torch.cat([X.sum(0), torch.stack([(X * X).sum(), X.new_tensor(float(X.shape[0]))])])
-    stats = torch.cat([counts, sums.reshape(-1), outer.reshape(-1), extra])
-    counts, sums = stats[:K], stats[K:K + K * K].reshape(K, K)
-    outer = stats[K + K * K:K + K * K + K**3].reshape(K, K, K)
-    col_sums, sq_norm, n = stats[-2 - X.shape[1]:-2], float(stats[-2]), float(stats[-1])
+    col_sums, sq_norm, n = X.sum(0), float((X * X).sum()), float(X.shape[0])
     means = sums / counts.clamp_min(1)[:, None]                # (K, K) mean projection
     cov = outer / counts.clamp_min(1)[:, None, None] - means[:, :, None] * means[:, None, :]
     # the floor's scale: the rows' mean squared norm on the sphere, their mean squared
     # distance from their mean for Euclidean heads (the rule is then translation invariant)
-    msq = sq_norm / n - (float((col_sums / n) @ (col_sums / n)) if geometry == "euclidean" else 0)
-    floor = _FLOOR[X.dtype] * max(msq, 0.0)
+    floor = _FLOOR[X.dtype] * max(geometry.spread(sq_norm, col_sums, n), 0.0)
     if K == 1:
-        if geometry == "euclidean":   # the head is the mean: the variance per coordinate
-            s2 = (sq_norm / n - float(heads[0] @ heads[0])) / X.shape[1]
-        else:
-            s2 = float(cov[0, 0, 0] * counts[0]) / n
+        s2 = geometry.one_head_variance(heads, cov, counts, sq_norm, n, X.shape[1])
         return BoundaryVariance(max(s2, 0.0), floor)
-    tiny = torch.finfo(X.dtype).tiny
-    gram = heads @ heads.T
     h = torch.arange(K, device=X.device)
-    if geometry == "euclidean":
-        # nearest head in distance, boundary normal u = (mu_g - mu_h) / ||mu_g - mu_h||
-        dist2 = (torch.diagonal(gram)[:, None] + torch.diagonal(gram)[None, :] - 2 * gram)
-        c = (dist2 + torch.eye(K, dtype=X.dtype, device=X.device) * float("inf")).argmin(1)
-        g2 = torch.ones(K, dtype=X.dtype, device=X.device)   # <x, mu_g - 1 * mu_h>
-        norm2 = dist2[h, c].clamp_min(tiny)
-    else:
-        # nearest head in angle; the tangent at mu_h pointing to mu_g is mu_g - G mu_h,
-        # of squared norm 1 - G^2. Nearly antipodal heads have no such direction (every
-        # tangent points to mu_g): there the boundary <x, mu_h> = <x, mu_g> is crossed
-        # along the chord mu_g - mu_h, as for Euclidean heads
-        c = (gram - 3.0 * torch.eye(K, dtype=X.dtype, device=X.device)).argmax(1)
-        G = gram[h, c]
-        antipodal = 1.0 - G**2 < 1e-3
-        g2 = torch.where(antipodal, torch.ones_like(G), G)
-        norm2 = torch.where(antipodal, 2.0 - 2.0 * G, 1.0 - G**2).clamp_min(tiny)
+    # the nearest other head c_h and the boundary normal mu_c - g2_h mu_h, of norm^2 norm2
+    c, g2, norm2 = geometry.nearest_boundary(heads @ heads.T)
 
     # variance within cluster a of <x, mu_b - g mu_a> = e^T cov_a e, e = e_b - g e_a
     def var_across(a, b):
@@ -197,8 +174,8 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "
     return BoundaryVariance(s2, floor)
 
 
-def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere"
-                     ) -> float:
+def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *,
+                             geometry: str | Geometry = "sphere") -> float:
     """``1 / s^2`` with ``s^2`` the within-cluster variance across each head's nearest boundary.
 
     Clusters are the hard assignments (highest logit). For cluster ``h`` with nearest
@@ -227,3 +204,87 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: 
     """
     s2, floor = boundary_variance(X, heads, geometry=geometry)
     return 1.0 / max(s2, floor, torch.finfo(X.dtype).tiny)
+
+
+# -- the estimator's warm start -------------------------------------------------------------
+def _kmeans_plusplus(S, K, gen, geometry) -> np.ndarray:
+    """k-means++ seeding (scikit-learn's) of ``K`` heads on the rows ``S``."""
+    seed = int(gen.integers(2**31 - 1))
+    return kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed)[0]
+
+
+def _random_directions(S, K, gen, geometry) -> np.ndarray:
+    """``K`` uniform random directions, as the geometry starts from them."""
+    return geometry.init_directions(gen.standard_normal((K, S.shape[1])))
+
+
+_SEEDINGS = {"kmeans++": _kmeans_plusplus, "sphere": _random_directions}   # init="..."
+
+
+def _initial_heads(S: torch.Tensor, rows: WorkingRows, init, K: int, geometry: Geometry,
+                   gen: np.random.Generator) -> torch.Tensor:
+    """One seeding (``init``: a name of ``_SEEDINGS`` or heads in the preprocessed space),
+    on the set of the geometry, the same on every rank."""
+    d = S.shape[1]
+    if isinstance(init, str):
+        if init not in _SEEDINGS:
+            raise ValueError(f"init must be 'kmeans++', 'sphere' or an array, got {init!r}")
+        centers = _SEEDINGS[init](S, K, gen, geometry)
+    else:
+        centers = np.array(init, dtype=np.float64)
+        if centers.shape != (K, d):
+            raise ValueError(f"init array must have shape (n_clusters, n_features) = "
+                             f"{(K, d)}, got {centers.shape}")
+        if not np.all(np.isfinite(centers)):
+            raise ValueError("init array contains NaN or inf")
+        centers = rows.heads_in(centers)
+    heads = torch.as_tensor(geometry.start_heads(centers, gen), dtype=S.dtype, device=S.device)
+    # every rank computed the same heads; rank 0's copy makes sure they agree bitwise
+    return rows.comm.broadcast(heads)
+
+
+class WarmStart(NamedTuple):
+    """Result of :func:`warm_start`, in the working space of the fit."""
+
+    heads: torch.Tensor
+    """Starting heads of the solver, ``(K, d)``."""
+    inverse_temperature: float | None
+    """``1 / s^2`` of :func:`auto_inverse_temperature` (``None`` when not asked for)."""
+    capped: bool
+    """Whether ``s^2`` was at its floor (clusters without spread)."""
+
+
+def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_init: int,
+               geometry: Geometry, gen: np.random.Generator, auto: bool) -> WarmStart:
+    """The estimator's starting heads and, with ``auto``, its inverse temperature.
+
+    ``S`` is the warm-start sample (working rows, the same on every rank). With ``n_init >
+    1`` each seeding is followed by hard Lloyd steps and the run of highest
+    :attr:`LloydResult.score` is kept. With ``auto``, hard Lloyd steps from those heads
+    give the partition whose boundary variance sets ``lambda``; a seeding is replaced by
+    these Lloyd heads (a warm start), given heads are kept.
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> X = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.1).sample(400, rng=0)
+    >>> rows = WorkingRows.prepare(X, geometry=ac.geometry.Sphere(), comm=None)
+    >>> start = warm_start(rows.rows, rows, init="kmeans++", n_clusters=2, n_init=1,
+    ...                    geometry=ac.geometry.Sphere(), gen=np.random.default_rng(0),
+    ...                    auto=True)
+    >>> round(start.inverse_temperature, -1), start.capped
+    (100.0, False)
+    """
+    def seed():
+        return _initial_heads(S, rows, init, n_clusters, geometry, gen)
+    if n_init == 1:
+        heads = seed()
+    else:
+        runs = [hard_lloyd(S, seed(), _LLOYD_STEPS, geometry=geometry) for _ in range(n_init)]
+        heads = max(runs, key=lambda run: run.score).heads
+    if not auto:
+        return WarmStart(heads, None, False)
+    lloyd = hard_lloyd(S, heads, _LLOYD_STEPS, geometry=geometry).heads
+    s2, floor = boundary_variance(S, lloyd, geometry=geometry)
+    lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
+    return WarmStart(lloyd if isinstance(init, str) else heads, lam, s2 <= floor)
