@@ -27,6 +27,7 @@ import torch
 
 from . import _qmc
 from . import _quadrature as _q
+from .geometry import as_geometry
 from .mixture import GaussianMixture
 
 METHODS = ("auto", "exact", "qmc")
@@ -173,7 +174,7 @@ def exact_risk(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.R
     """The exact rule for one run's heads ``(K, d)``, ``K <= 3``, differentiable in them
     (``K = 2``: :func:`attnclust._quadrature.k2_exact` with its gradient; ``K = 3``:
     :class:`_K3Integral`)."""
-    K = heads.shape[0]
+    K, geometry = heads.shape[0], as_geometry(geometry)
     cents, pi = _const(mix.centroids, heads), _const(mix.weights, heads)
     if K == 1:
         mean = pi @ cents
@@ -225,7 +226,7 @@ def exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _
     row summing to ~1): what :func:`attnclust.risk.mean_attention` integrates, and the
     tests' op-by-op autograd reference of the kernels.
     """
-    K = heads.shape[0]
+    K, geometry = heads.shape[0], as_geometry(geometry)
     offset = _q.key_offset(heads, geometry)
     if K == 2:
         off = None if offset is None else offset.detach().cpu().double().numpy()[None]
@@ -270,7 +271,7 @@ def evaluate(heads: torch.Tensor, mix: Mixtures, lam: torch.Tensor, *, method: s
     inverse temperatures ``lam`` ``(R,)`` (float64 CPU): exact for ``K <= 3`` (or as
     ``method`` says), QMC with common random numbers otherwise."""
     R, K, _ = heads.shape
-    method = resolve_method(method, K)
+    method, geometry = resolve_method(method, K), as_geometry(geometry)
     h = heads.detach().cpu().double()
     cents, pi, sigma, second = mix.runs(R)
     if method == "qmc":
@@ -279,8 +280,7 @@ def evaluate(heads: torch.Tensor, mix: Mixtures, lam: torch.Tensor, *, method: s
         est = _qmc.estimate(h, mix.tensor().expand(R, -1, -1), pi, sigma, lam.numpy(),
                             qmc_normals(K, n_samples, seed), second=second, offset=offset,
                             dtype=qmc_dtype)
-        grad = est.grad if offset is None else \
-            _q.chain_offset(est.grad, torch.from_numpy(est.d_offset), h, geometry)
+        grad = _q.chain_offset(est.grad, est.d_offset, h, geometry)
         return est.value, grad
     if K == 1:
         hn = h.numpy()
@@ -296,7 +296,7 @@ def evaluate(heads: torch.Tensor, mix: Mixtures, lam: torch.Tensor, *, method: s
 def qmc_stderr(heads: torch.Tensor, mix: GaussianMixture, lam: float, *, n_samples: int,
                seed: int, geometry: str = "sphere") -> float:
     """Standard error of the QMC risk of one run's heads ``(K, d)``, over its scrambles."""
-    h = heads.detach().cpu().double()[None]
+    h, geometry = heads.detach().cpu().double()[None], as_geometry(geometry)
     K = h.shape[1]
     many = Mixtures(mix)
     cents, pi, sigma, second = many.runs(1)

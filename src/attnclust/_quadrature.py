@@ -28,6 +28,7 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
+import torch
 from scipy.special import expit
 
 
@@ -278,14 +279,23 @@ def k3_integral(delta: np.ndarray, L: np.ndarray, gram: np.ndarray, z: np.ndarra
 
 
 # --------------------------------------------------------------------------------------
-# Key offsets of a geometry (logits lambda (P_h + c_h))
+# Key offsets of a geometry (logits lambda (P_h + c_h), c_h = -b_h / lambda)
 # --------------------------------------------------------------------------------------
-def key_offset(heads, geometry: str):
-    """``c_h`` of heads ``(..., K, d)`` (array or tensor): ``None`` on the sphere (no
-    offset), ``-||mu_h||^2 / 2`` for Euclidean heads."""
-    return None if geometry == "sphere" else -0.5 * (heads * heads).sum(-1)
+def key_offset(heads, geometry):
+    """``c_h`` of heads ``(..., K, d)`` (array or tensor) for a
+    :class:`~attnclust.geometry.Geometry`: ``None`` where it has no key bias (the
+    sphere), ``-||mu_h||^2 / 2`` for Euclidean heads."""
+    bias = geometry.key_bias(heads, 1.0)
+    return None if bias is None else -bias
 
 
-def chain_offset(grad, d_offset, heads, geometry: str):
-    """The gradient in the heads once the offsets' own dependence on them is added."""
-    return grad if geometry == "sphere" else grad - d_offset[..., None] * heads
+def chain_offset(grad, d_offset, heads, geometry):
+    """The gradient in the heads once the offsets' own dependence on them is added:
+    ``grad + (dc/dmu)^T d_offset``, by autograd through the geometry's key bias (tensors
+    or arrays, returned as given)."""
+    if d_offset is None or geometry.key_bias(heads, 1.0) is None:
+        return grad
+    h = torch.as_tensor(heads, dtype=torch.float64).detach().requires_grad_(True)
+    (extra,) = torch.autograd.grad(-geometry.key_bias(h, 1.0), h,
+                                   torch.as_tensor(d_offset, dtype=torch.float64))
+    return grad + (extra if isinstance(grad, torch.Tensor) else extra.numpy())

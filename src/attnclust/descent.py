@@ -63,28 +63,27 @@ charts it against ``lambda``.
 
 Notation
 --------
-==============  ===================  ========================================
-paper           code                 meaning
-==============  ===================  ========================================
-``mu_h``        ``heads[..., h, :]``  head ``h`` on ``S^{d-1}``; ``(R, K, d)`` batched
-``eta``         ``step_size``        step size
-``rho``         ``rho``              penalty weight
-``lambda``      ``inverse_temperature``      inverse temperature
-``M``           ``init_on_manifold``  heads in ``span(mu*_1..mu*_K)``
-==============  ===================  ========================================
+============  =========================  ==================================================
+paper         code                       meaning
+============  =========================  ==================================================
+``mu_h``      ``heads[..., h, :]``       head ``h`` (unit on the sphere); ``(R, K, d)`` batched
+``eta``       ``step_size``              step size
+``rho``       ``rho``                    penalty weight
+``lambda``    ``inverse_temperature``    inverse temperature
+``M``         ``init_on_manifold``       heads in ``span(mu*_1..mu*_K)``
+============  =========================  ==================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from ._deprecation import renamed_keywords
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
-from .heads import check_geometry
+from .geometry import Geometry, as_geometry
 from .mixture import GaussianMixture
 from .objectives import (
     Balance,
@@ -95,7 +94,7 @@ from .objectives import (
     Repulsion,
 )
 from .results import History, IterationInfo, SolverResult
-from .sphere import random_sphere, retract, tangent
+from .sphere import random_sphere
 
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]
 
@@ -109,26 +108,6 @@ _SCHEDULE_FRACTION = 0.5  # "decay" and "anneal" finish after this fraction of t
 
 PGDHistory = History    # the names of 0.1
 PGDResult = SolverResult
-
-
-# --------------------------------------------------------------------------------------
-# The geometry of the heads: where they start, the gradient along it, the step
-# --------------------------------------------------------------------------------------
-def _unit_rows(heads: torch.Tensor) -> torch.Tensor:
-    norms = heads.norm(dim=-1, keepdim=True)
-    if bool((norms == 0).any()):
-        raise ValueError("heads0 has a zero row, which has no direction")
-    return heads / norms
-
-
-class _Steps(NamedTuple):
-    project: Callable  # heads0 -> a point of the geometry
-    tangent: Callable  # (heads, Euclidean gradient) -> the gradient along the geometry
-    retract: Callable  # (heads, step) -> the next point
-
-
-_STEPS = {"sphere": _Steps(_unit_rows, tangent, retract),
-          "euclidean": _Steps(lambda h: h, lambda h, g: g, lambda h, step: h + step)}
 
 
 # --------------------------------------------------------------------------------------
@@ -256,10 +235,10 @@ def _is_mixtures(objective) -> bool:
 def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed, geometry):
     """The risk as an objective object (one given is checked against ``geometry``)."""
     if isinstance(objective, Objective) or hasattr(objective, "value_and_grad"):
-        assumed = getattr(objective, "geometry", None)
-        if assumed is not None and assumed != geometry:
-            raise ValueError(f"the objective is for geometry={assumed!r}, but pgd was asked "
-                             f"for geometry={geometry!r}")
+        wanted, assumed = geometry, getattr(objective, "geometry", None)
+        if assumed not in (None, wanted):  # Geometry objects, equal when of one kind
+            raise ValueError(f"the objective is for geometry={assumed.name!r}, but pgd was "
+                             f"asked for geometry={wanted.name!r}")
         return objective
     if _is_mixtures(objective):
         if batch_size is not None:
@@ -272,14 +251,16 @@ def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_see
                          geometry=geometry)
 
 
-def _heads0(heads0, d: int | None, device, steps: _Steps) -> torch.Tensor:
+def _heads0(heads0, d: int | None, device, geometry: Geometry) -> torch.Tensor:
     heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
     if heads.ndim not in (2, 3) or heads.shape[-2] < 1:
         raise ValueError(f"heads0 must have shape (K, d) or (R, K, d), got {tuple(heads.shape)}")
     if d is not None and heads.shape[-1] != d:
         raise ValueError(f"heads0 must have d={d} columns, got {heads.shape[-1]}")
     check_finite(heads, "heads0")
-    heads = steps.project(heads)
+    if geometry.unit_heads and bool((heads.norm(dim=-1) == 0).any()):
+        raise ValueError("heads0 has a zero row, which has no direction")
+    heads = geometry.projx(heads)
     return (heads if heads.ndim == 3 else heads[None]).to(device)
 
 
@@ -494,13 +475,13 @@ def pgd(
     tol = _check_options(method, tol, reduce)
     gen = as_generator(rng)
     qmc_seed = int(rng) if isinstance(rng, (int, np.integer)) else int(gen.integers(2**31))
-    steps = _STEPS[check_geometry(geometry)]
+    geometry = as_geometry(geometry)
     risk = _objective(objective, batch_size=batch_size, reduce=reduce, gen=gen,
                       method=method, n_samples=n_samples, qmc_seed=qmc_seed, geometry=geometry)
     given = as_tensor(heads0, name="heads0")
     device = getattr(risk, "device", None) or given.device
     single = given.ndim == 2
-    H = _heads0(heads0, getattr(risk, "d", None), device, steps)  # (R, K, d)
+    H = _heads0(heads0, getattr(risk, "d", None), device, geometry)  # (R, K, d)
     R = H.shape[0]
     lam = _vector(inverse_temperature, R, "inverse_temperature", positive=True)
     eta = _vector(step_size, R, "step_size", positive=True)
@@ -516,7 +497,7 @@ def pgd(
     stop_from = np.maximum(lam_at.done, rho_at.done)
     return _descend(risk, terms, H, single=single, lam_at=lam_at, rho_at=rho_at, eta=eta,
                     stop_from=stop_from, n_steps=n_steps, record_every=record_every, tol=tol,
-                    riemannian=riemannian, reduce=reduce, callback=callback, steps=steps)
+                    riemannian=riemannian, reduce=reduce, callback=callback, geometry=geometry)
 
 
 class _Records:
@@ -542,7 +523,7 @@ def _grad_norms(rgrad: torch.Tensor, t: int) -> np.ndarray:
 
 
 def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps, record_every,
-             tol, riemannian, reduce, callback, steps) -> SolverResult:
+             tol, riemannian, reduce, callback, geometry) -> SolverResult:
     """The loop: one batched evaluation and one retraction per step, for the active runs.
 
     The host reads numbers only at recorded steps and, with ``tol``, for the stopping
@@ -564,7 +545,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
         value, grad = _evaluate(sub_risk, sub_terms, Ha, lam_t if everyone else lam_t[active],
                                 rho_t,
                                 batch=risk.next_batch() if stochastic else None, reduce=reduce)
-        rgrad = steps.tangent(Ha, grad)  # Riemannian gradient on the sphere
+        rgrad = geometry.egrad2rgrad(Ha, grad)  # Riemannian gradient
         checking = tol > 0 and bool(np.any(t >= stop_from[active]))
         due = t == n_steps or t % record_every == 0
         stop = np.zeros(len(active), dtype=bool)
@@ -580,7 +561,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
                 records.add(t, lam_t, rho_t, H)
         if t == n_steps or stop.all():
             break
-        moved = steps.retract(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
+        moved = geometry.retr(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
         report.shifts(active, stop, moved, Ha)
         if stop.any():  # frozen at this step: the others move on without them
             keep = torch.from_numpy(~stop).to(device)

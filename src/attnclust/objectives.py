@@ -43,7 +43,7 @@ from . import _qmc
 from . import _quadrature as _q
 from . import risk as _risk
 from ._validation import as_generator, as_tensor, check_finite, check_int
-from .heads import check_geometry
+from .geometry import as_geometry
 from .mixture import GaussianMixture
 
 __all__ = ["ValueAndGrad", "Objective", "PopulationRisk", "EmpiricalRisk", "Repulsion",
@@ -117,7 +117,7 @@ class _MixtureObjective(Objective):
         self.qmc_dtype = np.dtype(qmc_dtype)
         if self.qmc_dtype not in (np.float32, np.float64):
             raise ValueError(f"qmc_dtype must be float32 or float64, got {qmc_dtype!r}")
-        self.geometry = check_geometry(geometry)
+        self.geometry = as_geometry(geometry)
 
     @property
     def d(self) -> int:
@@ -227,7 +227,7 @@ class Balance(_MixtureObjective):
                              f"got shape {tuple(self.X.shape)}")
         self.reduce, self.share = reduce, share
         self.sharded = reduce is not None
-        self.geometry = check_geometry(geometry)
+        self.geometry = as_geometry(geometry)
 
     @property
     def d(self) -> int:
@@ -264,7 +264,6 @@ class Balance(_MixtureObjective):
                 h, self.mix.tensor().expand(R, -1, -1), pi, sigma, lam.numpy(),
                 _pop.qmc_normals(K, self.n_samples, self.seed),
                 target=np.ascontiguousarray(target), offset=offset, dtype=self.qmc_dtype)
-            d_offset = None if d_offset is None else torch.from_numpy(d_offset)
             h_chain = h
         else:
             value, grad, d_offset = _q.k2_balance(h.numpy(), cents, pi, sigma, lam.numpy(),
@@ -371,7 +370,7 @@ class EmpiricalRisk(Objective):
             self.batch_size = min(n, max(1, round(b * self.share)))
         self._gen = as_generator(rng)
         self._order, self._cursor = None, 0
-        self.geometry = check_geometry(geometry)
+        self.geometry = as_geometry(geometry)
 
     @property
     def d(self) -> int:
