@@ -14,7 +14,7 @@ import sys
 import types
 import warnings
 
-__all__ = ["renamed_keywords", "RenamedAttribute", "moved_module"]
+__all__ = ["renamed_keywords", "RenamedAttribute", "moved_module", "warn_deprecated"]
 
 
 def _warn(old: str, new: str, where: str, stacklevel: int) -> None:
@@ -84,7 +84,7 @@ class RenamedAttribute:
 
 
 def moved_module(old: str, new: types.ModuleType) -> types.ModuleType:
-    """A stand-in for the module ``old``, whose names now live in ``new``.
+    r"""A stand-in for the module ``old``, whose names now live in ``new``.
 
     Reading a name from it (``from old import name``) warns with a ``FutureWarning`` and
     gives ``new``'s. Registered in ``sys.modules`` under ``old`` by the package, so that
@@ -95,26 +95,43 @@ def moved_module(old: str, new: types.ModuleType) -> types.ModuleType:
     >>> import types, warnings
     >>> new = types.ModuleType("new")
     >>> new.answer = 42
-    >>> old = moved_module("old", new)
+    >>> user = {"__name__": "script", "old": moved_module("old", new)}
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     value = old.answer
+    ...     value = eval("old.answer", user)
     >>> value, caught[0].category.__name__
     (42, 'FutureWarning')
     """
     stub = types.ModuleType(old, f"Moved to {new.__name__}; this name is kept until 0.4.")
-    package = old.split(".")[0]
 
     def __getattr__(name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        # the package's own modules that still read the old path do not warn its users
-        if sys._getframe(1).f_globals.get("__name__", "").startswith(package + "."):
-            return getattr(new, name)
-        warnings.warn(f"the module {old} is now {new.__name__}; import {name!r} from there "
-                      f"(or from the package); {old} will be removed in 0.4",
-                      FutureWarning, stacklevel=2)
+        warn_deprecated(f"the module {old} is now {new.__name__}; import {name!r} from there "
+                        f"(or from the package); {old} will be removed in 0.4", stacklevel=2)
         return getattr(new, name)
 
     stub.__getattr__ = __getattr__
     return stub
+
+
+def warn_deprecated(message: str, *, stacklevel: int) -> None:
+    r"""A ``FutureWarning`` for the caller ``stacklevel`` frames up, unless that caller is
+    one of the package's own modules (those still moving to the new form must not warn
+    the package's users).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> user = {"__name__": "script", "warn_deprecated": warn_deprecated}
+    >>> exec("def old_call():\n    warn_deprecated('old form', stacklevel=1)", user)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     user["old_call"]()
+    >>> [str(w.message) for w in caught]
+    ['old form']
+    """
+    caller = sys._getframe(stacklevel).f_globals.get("__name__", "")
+    if caller.startswith(__name__.split(".")[0] + ".") and caller != "__main__":
+        return
+    warnings.warn(message, FutureWarning, stacklevel=stacklevel + 1)

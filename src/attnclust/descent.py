@@ -29,13 +29,14 @@ objective object with ``value_and_grad(heads, lam)`` (:class:`attnclust.objectiv
 gives the rest of the protocol its defaults, so a penalty such as
 :class:`~attnclust.Repulsion` alone is an objective too).
 
-Schedules (``t = 0..n_steps-1``), per run or shared:
-
-- ``rho_schedule="constant"``: ``rho_t = rho``; ``"decay"``: ``rho_t = rho (1 - 2t/T)``
-  for ``t < T/2`` and ``0`` afterwards, so the end point minimizes ``R`` itself.
-- ``inverse_temperature_schedule=None``: ``lambda_t = lambda``; ``"anneal"``: geometric from
-  ``lambda / 100`` to ``lambda`` over the first half of the steps, then constant.
-- A callable ``t -> value`` for either (a number, or one value per run).
+Schedules (``t = 0..n_steps-1``), per run or shared: ``inverse_temperature`` and ``rho``
+are values or schedules of :mod:`attnclust.schedules` (the same ones the fixed-point
+solver takes), e.g. ``inverse_temperature=Anneal(30.0, steps=500)`` (geometric from
+``lambda / 100`` to ``lambda`` over 500 steps, then constant) or ``rho=Decay(0.5,
+steps=500)`` (linear to ``0``, so the end point minimizes ``R`` itself), or a callable
+``t -> value`` (a number, or one value per run). The 0.2 keywords
+``inverse_temperature_schedule="anneal"`` and ``rho_schedule="decay"`` (over the first
+half of the steps) still work, with a ``FutureWarning``.
 
 **Data-parallel** (``reduce``, :func:`attnclust.distributed.pgd_distributed`): with the
 rows split into shards ``X_r`` of ``n_r`` rows, ``R = sum_r (n_r / n) R_r`` and so
@@ -81,7 +82,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ._deprecation import renamed_keywords
+from ._deprecation import renamed_keywords, warn_deprecated
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
 from .geometry import Geometry, as_geometry
 from .mixture import GaussianMixture
@@ -94,6 +95,7 @@ from .objectives import (
     Repulsion,
 )
 from .results import History, IterationInfo, SolverResult
+from .schedules import Anneal, Decay, Schedule, as_schedule
 from .sphere import random_sphere
 
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]
@@ -153,21 +155,6 @@ def init_on_sphere(k: int, d: int, *, rng=None) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 # Schedules: one spec for every run, or one per run
 # --------------------------------------------------------------------------------------
-def _named(kind: str, spec, n_steps: int):
-    """``(factor(t), finished_at)`` of a named schedule; ``None`` for a callable."""
-    half = _SCHEDULE_FRACTION * n_steps
-    if callable(spec):
-        return None
-    if (kind, spec) in (("rho", "constant"), ("inverse_temperature", None)):
-        return (lambda t: 1.0), 0
-    if (kind, spec) == ("rho", "decay"):
-        return (lambda t: max(0.0, 1.0 - t / half) if half > 0 else 0.0), half
-    if (kind, spec) == ("inverse_temperature", "anneal"):
-        return (lambda t: _ANNEAL_RATIO ** ((min(1.0, t / half) if half > 0 else 1.0) - 1.0)), half
-    names = _RHO_SCHEDULES if kind == "rho" else _TEMPERATURE_SCHEDULES
-    raise ValueError(f"{kind}_schedule must be one of {names} or a callable, got {spec!r}")
-
-
 def _per_run(value, n_runs: int, name: str) -> list:
     """A spec for each run: ``value`` itself, or its items when it is a per-run list."""
     if isinstance(value, (list, tuple)):
@@ -185,33 +172,77 @@ def _groups(specs: list) -> list[tuple[object, np.ndarray]]:
     return [(spec, np.asarray(idx)) for spec, idx in keys.values()]
 
 
-class _Schedule:
-    """``t -> (R,)`` values of a schedule, and the step from which each run's is finished."""
+def _is_number(value) -> bool:
+    return not (isinstance(value, Schedule) or callable(value))
 
-    def __init__(self, kind: str, specs: list, base: np.ndarray, n_steps: int):
-        self.kind, self.base = kind, base
+
+class _RunSchedule:
+    """``t -> (R,)`` values of one schedule per run (numbers, schedules or callables), and
+    the step from which each run's is finished."""
+
+    def __init__(self, name: str, value, n_runs: int, *, positive: bool):
+        self.name = name
+        entries = _per_run(value, n_runs, name) if isinstance(value, (list, tuple)) else None
+        if entries is None or all(_is_number(e) for e in entries):
+            if entries is None and not _is_number(value):
+                entries = [value] * n_runs
+            else:  # numbers only: one vector, returned as is at every step
+                self.base = _vector(value, n_runs, name, positive=positive)
+                self.parts, self.done = [], np.zeros(n_runs)
+                return
+        self.base = np.zeros(n_runs)
         self.parts = []
-        self.done = np.zeros(len(base))
-        for spec, idx in _groups(specs):
-            named = _named(kind, spec, n_steps)
-            self.parts.append((spec, idx, named))
-            if named is not None:
-                self.done[idx] = named[1]
-        self.constant = all(spec in (None, "constant") for spec, _, _ in self.parts)
+        for spec, idx in _groups(entries):
+            if _is_number(spec):
+                self.base[idx] = _vector(spec, 1, name, positive=positive)[0]
+            else:
+                self.parts.append((as_schedule(spec), idx))
+        self.done = np.zeros(n_runs)
+        for sched, idx in self.parts:
+            self.done[idx] = getattr(sched, "finished_at", 0)
 
     def __call__(self, t: int) -> np.ndarray:
-        if self.constant:  # the common case: no copy per step
+        if not self.parts:  # the common case: no copy per step
             return self.base
-        out = np.empty_like(self.base)
-        for spec, idx, named in self.parts:
-            if named is None:
-                value = np.broadcast_to(np.asarray(spec(t), dtype=np.float64), out.shape)
-                out[idx] = value[idx]
-            else:
-                out[idx] = self.base[idx] * named[0](t)
-        if self.kind == "inverse_temperature" and not np.all((out > 0) & np.isfinite(out)):
+        out = self.base.copy()
+        for sched, idx in self.parts:
+            out[idx] = np.broadcast_to(np.asarray(sched(t), dtype=np.float64), out.shape)[idx]
+        if self.name == "inverse_temperature" and not np.all((out > 0) & np.isfinite(out)):
             check_inverse_temperature(out[~((out > 0) & np.isfinite(out))][0])
         return out
+
+
+_LEGACY = {  # the named schedules of 0.2, as schedules: (kind, name) -> (base, n_steps) -> ...
+    ("rho", "decay"): lambda base, n: Decay(base, steps=_SCHEDULE_FRACTION * n),
+    ("inverse_temperature", "anneal"):
+        lambda base, n: Anneal(base, ratio=_ANNEAL_RATIO, steps=_SCHEDULE_FRACTION * n),
+}
+_LEGACY_NAMES = {"rho": ("constant", "decay"), "inverse_temperature": (None, "anneal")}
+
+
+def _legacy(kind: str, value, spec, n_runs: int, n_steps: int):
+    """``value`` with the 0.2 keyword ``{kind}_schedule`` folded in (a FutureWarning when
+    that keyword says anything but its default)."""
+    specs = _per_run(spec, n_runs, f"{kind}_schedule")
+    default = _LEGACY_NAMES[kind][0]
+    if all(not callable(s) and s == default for s in specs):
+        return value
+    warn_deprecated(f"{kind}_schedule is deprecated and will be removed in 0.4; pass a "
+                    f"schedule as {kind} (attnclust.schedules: Anneal, Decay, Stages, or a "
+                    f"callable t -> value)", stacklevel=4)
+    base = _vector(value, n_runs, kind, positive=kind == "inverse_temperature")
+    entries: list = [float(b) for b in base]
+    for s, idx in _groups(specs):
+        if callable(s):
+            made = s
+        elif s in _LEGACY_NAMES[kind]:
+            made = _LEGACY[(kind, s)](base, n_steps) if s != default else None
+        else:
+            raise ValueError(f"{kind}_schedule must be one of {_LEGACY_NAMES[kind]} or a "
+                             f"callable, got {s!r}")
+        for r in idx:
+            entries[r] = entries[r] if made is None else made
+    return entries
 
 
 def _vector(value, n_runs: int, name: str, *, positive: bool) -> np.ndarray:
@@ -392,8 +423,9 @@ def pgd(
     heads0 : array-like of shape (K, d) or (R, K, d)
         Initial heads (projected to the sphere for ``geometry="sphere"``); ``(R, K, d)``
         runs ``R`` descents at once.
-    inverse_temperature : float or array-like of shape (R,)
-        Target inverse temperature ``lambda`` (per run).
+    inverse_temperature : float, array-like of shape (R,), schedule or callable, or a list
+        Inverse temperature ``lambda`` (per run in a list or array): a value, or a schedule
+        of :mod:`attnclust.schedules` (or a callable ``t -> value``) giving ``lambda_t``.
     step_size : float or array-like of shape (R,), default=0.1
         ``eta > 0``.
     n_steps : int, default=1000
@@ -401,10 +433,12 @@ def pgd(
     penalty : {None, "repulsion", "balance"}, callable or objective, or a list of them
         ``Pen`` (one per run in a list); a callable maps a ``(K, d)`` tensor to a
         differentiable scalar.
-    rho : float or array-like of shape (R,), default=0.0
-        Penalty weight.
-    rho_schedule : {"constant", "decay"} or callable, or a list of them, default="constant"
-    inverse_temperature_schedule : {None, "anneal"} or callable, or a list of them, default=None
+    rho : float, array-like of shape (R,), schedule or callable, or a list, default=0.0
+        Penalty weight ``rho_t``, as ``inverse_temperature``.
+    rho_schedule, inverse_temperature_schedule :
+        Deprecated (0.2's names): ``"decay"`` is ``rho=Decay(rho, steps=n_steps / 2)``,
+        ``"anneal"`` is ``inverse_temperature=Anneal(lambda, steps=n_steps / 2)``, a
+        callable is the schedule itself.
     riemannian : bool, default=True
         Step along the Riemannian gradient; ``False`` steps along the Euclidean one
         before projecting.
@@ -483,17 +517,16 @@ def pgd(
     single = given.ndim == 2
     H = _heads0(heads0, getattr(risk, "d", None), device, geometry)  # (R, K, d)
     R = H.shape[0]
-    lam = _vector(inverse_temperature, R, "inverse_temperature", positive=True)
-    eta = _vector(step_size, R, "step_size", positive=True)
-    rho = _vector(rho, R, "rho", positive=False)
     n_steps = check_int(n_steps, "n_steps", 0)
+    lam_at = _RunSchedule("inverse_temperature", _legacy(
+        "inverse_temperature", inverse_temperature, inverse_temperature_schedule, R, n_steps),
+        R, positive=True)
+    rho_at = _RunSchedule("rho", _legacy("rho", rho, rho_schedule, R, n_steps), R,
+                          positive=False)
+    eta = _vector(step_size, R, "step_size", positive=True)
     record_every = check_int(record_every, "record_every", 1)
     terms = _penalty_terms(penalty, R, risk, objective, method=method, n_samples=n_samples,
                            qmc_seed=qmc_seed)
-    lam_at = _Schedule("inverse_temperature",
-                       _per_run(inverse_temperature_schedule, R, "inverse_temperature_schedule"),
-                       lam, n_steps)
-    rho_at = _Schedule("rho", _per_run(rho_schedule, R, "rho_schedule"), rho, n_steps)
     stop_from = np.maximum(lam_at.done, rho_at.done)
     return _descend(risk, terms, H, single=single, lam_at=lam_at, rho_at=rho_at, eta=eta,
                     stop_from=stop_from, n_steps=n_steps, record_every=record_every, tol=tol,
