@@ -201,6 +201,9 @@ class Balance(_MixtureObjective):
     reduce : callable, optional
         Data-parallel hook (sum over ranks); ``data`` is then this rank's rows and the
         gradient is this rank's part (``sharded``).
+    share : float, optional
+        This rank's part ``n_r / n`` of all rows (default: counted through ``reduce``,
+        one all-reduce at construction; ``1`` without ``reduce``).
 
     Examples
     --------
@@ -212,7 +215,7 @@ class Balance(_MixtureObjective):
     """
 
     def __init__(self, data, *, target=None, method: str = "auto", n_samples: int = 2**14,
-                 rng=0, qmc_dtype="float64", reduce=None, share: float = 1.0,
+                 rng=0, qmc_dtype="float64", reduce=None, share: float | None = None,
                  geometry: str = "sphere"):
         self.target = None if target is None else np.asarray(target, dtype=np.float64)
         self.X = None
@@ -225,8 +228,9 @@ class Balance(_MixtureObjective):
         if self.X.ndim != 2 or self.X.shape[0] == 0:
             raise ValueError(f"data must be a GaussianMixture or a non-empty (n, d) array, "
                              f"got shape {tuple(self.X.shape)}")
-        self.reduce, self.share = reduce, share
-        self.sharded = reduce is not None
+        self.reduce, self.sharded = reduce, reduce is not None
+        n = self.X.shape[0]
+        self.share = n / _n_total(n, reduce) if share is None else float(share)
         self.geometry = as_geometry(geometry)
 
     @property
@@ -287,6 +291,15 @@ class Balance(_MixtureObjective):
             self.reduce(part.detach().reshape(-1)).view_as(part)
         (grad,) = torch.autograd.grad((2.0 * (total - target) * part).sum(), ht)
         return ValueAndGrad(((total - target) ** 2).sum(-1), grad)
+
+
+def _n_total(n: int, reduce) -> int:
+    """The rows of all ranks, this shard having ``n`` (``n`` itself without ``reduce``)."""
+    if reduce is None:
+        return n
+    if not callable(reduce):
+        raise ValueError(f"reduce must be a callable (sum over ranks), got {reduce!r}")
+    return int(reduce(torch.tensor([float(n)], dtype=torch.float64)).item())
 
 
 class Repulsion(Objective):
@@ -359,10 +372,7 @@ class EmpiricalRisk(Objective):
         n = self.X.shape[-2]
         self.reduce = reduce
         self.sharded = reduce is not None
-        if reduce is not None and not callable(reduce):
-            raise ValueError(f"reduce must be a callable (sum over ranks), got {reduce!r}")
-        n_total = n if reduce is None else int(
-            reduce(torch.tensor([float(n)], dtype=torch.float64)).item())
+        n_total = _n_total(n, reduce)
         self.share = n / n_total
         self.batch_size = None
         if batch_size is not None:
