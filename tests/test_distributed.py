@@ -160,7 +160,7 @@ def _fit_simulated(X, world, **params):
     dict(n_clusters=4, geometry="sphere", init="sphere", normalize="center-scale",
          penalty="balance", rho=0.1, random_state=1),
     dict(n_clusters=3, geometry="sphere", inverse_temperature=20.0, penalty="repulsion", rho=0.1,
-         anneal=False, batch_size=300, random_state=2),
+         anneal=False, chunk_size=300, random_state=2),
 ])
 def test_simulated_ranks_match_one_process(data, params, monkeypatch):
     _, X = data

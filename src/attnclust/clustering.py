@@ -107,6 +107,7 @@ _CONSTRAINTS = {
     "max_iter": ((), lambda v: check_int(v, "max_iter", 1)),
     "tol": (("auto",), lambda v: check_nonnegative(v, "tol")),
     "batch_size": ((None,), lambda v: check_int(v, "batch_size", 1)),
+    "chunk_size": ((None,), lambda v: check_int(v, "chunk_size", 1)),
     "device": ((), check_device),
     "dtype": (("auto",), as_torch_dtype),
 }
@@ -170,9 +171,12 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (overlapping
         clusters converge slowly, and the labels stop changing long before ``1e-6``).
     batch_size : int, optional
-        Rows per chunk of each pass (memory only: steps stay full-batch; default: 16,384,
-        fewer for wide data, about 2 MB per block);
-        for ``solver="pgd"``, the mini-batch size of stochastic steps.
+        Mini-batch size of the stochastic steps of ``solver="pgd"`` (default: full batch).
+        With the fixed-point solver it is read as ``chunk_size``, with a ``FutureWarning``
+        (its meaning in 0.1 and 0.2), until 0.4.
+    chunk_size : int, optional
+        Rows per chunk of each pass (memory only: the result does not depend on it;
+        default: 16,384, fewer for wide data, about 2 MB per block).
     step_size : float, default=0.5
         Step of ``solver="pgd"`` (ignored by the fixed-point solver).
     device : str, default="cpu"
@@ -230,10 +234,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     @renamed_keywords(temperature="inverse_temperature")
     def __init__(self, n_clusters=8, *, geometry="euclidean", inverse_temperature="auto",
                  init="kmeans++", n_init="auto", normalize="auto", penalty=None, rho=0.0,
-                 anneal="auto",
-                 solver="fixed-point", max_iter=300, tol="auto", batch_size=None,
-                 step_size=0.5, device="cpu", dtype="auto", random_state=None, verbose=0,
-                 callback=None):
+                 anneal="auto", solver="fixed-point", max_iter=300, tol="auto",
+                 batch_size=None, chunk_size=None, step_size=0.5, device="cpu", dtype="auto",
+                 random_state=None, verbose=0, callback=None):
         self.n_clusters = n_clusters
         self.geometry = geometry
         self.inverse_temperature = inverse_temperature
@@ -247,6 +250,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         self.max_iter = max_iter
         self.tol = tol
         self.batch_size = batch_size
+        self.chunk_size = chunk_size
         self.step_size = step_size
         self.device = device
         self.dtype = dtype
@@ -281,6 +285,15 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         """
         stages = [(f, ANNEAL_STEPS) for f in ANNEAL_FACTORS] if self._auto("anneal") else []
         return stages + [(1.0, None)]
+
+    def _chunk_size(self) -> int | None:
+        """``chunk_size``, or ``batch_size`` in its old meaning for the fixed-point solver."""
+        if self.batch_size is None or self.solver == "pgd":
+            return self.chunk_size
+        warnings.warn("batch_size as the rows per chunk of the fixed-point solver is "
+                      "deprecated and will be removed in 0.4: pass chunk_size (batch_size is "
+                      "the mini-batch of solver='pgd')", FutureWarning, stacklevel=4)
+        return self.batch_size if self.chunk_size is None else self.chunk_size
 
     # -- input handling -------------------------------------------------------------------
     def _check_params(self, n_samples: int, n_local: int) -> None:
@@ -332,15 +345,14 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         """The algorithm on validated rows (its warnings point at the caller of ``fit``)."""
         geometry, gen = self._geometry, as_generator(self.random_state)
         self.mean_, self.scale_ = None, None
-        rows = WorkingRows.prepare(self._preprocess(X, comm=comm),
-                                   geometry=geometry, comm=comm, device=self.device,
-                                   dtype=self.dtype, chunk_size=self.batch_size,
-                                   n_clusters=self.n_clusters, workers=workers)
+        rows = WorkingRows.prepare(
+            self._preprocess(X, comm=comm), geometry=geometry, comm=comm, device=self.device,
+            dtype=self.dtype, chunk_size=self._chunk_size(), n_clusters=self.n_clusters,
+            workers=workers)
         S = rows.sample(gen, _WARM_SAMPLE)
         auto = isinstance(self.inverse_temperature, str)   # "auto", checked above
-        start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters,
-                           n_init=int(self._auto("n_init")), geometry=geometry, gen=gen,
-                           auto=auto)
+        start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
+                           n_init=int(self._auto("n_init")), geometry=geometry, auto=auto)
         lam = start.inverse_temperature if auto else \
             rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
         temps = [lam * f for f, _ in self.anneal_plan()]
