@@ -9,15 +9,15 @@ of a batch of runs and applies the chain rule of the heads' key offsets (logits
 
 Notation
 --------
-============  =============  ==============================================
-paper         code           meaning
-============  =============  ==============================================
-``mu``        ``heads``      ``(R, K, d)``: ``K`` heads for each of ``R`` runs
-``lambda``    ``lam``        inverse temperature, ``(R,)``
-``mu*_k``     ``cents``      centroids ``(M, k, d)``, ``M = 1`` or ``R``
-``c_h``       ``offset``     key offset of head ``h`` (projection units)
-``D_h``       ``D[h]``       ``P_h - P_K + c_h - c_K``: the logits differ by ``lambda D``
-============  =============  ==============================================
+===========  ==============  ==========================================================
+paper        code            meaning
+===========  ==============  ==========================================================
+``mu``       ``heads``       ``(R, K, d)``: ``K`` heads for each of ``R`` runs
+``lambda``   ``lam``         inverse temperature, ``(R,)``
+``mu*_k``    ``cents``       centroids ``(M, k, d)``, ``M = 1`` or ``R``
+``c_h``      ``offset``      key offset of head ``h`` (projection units)
+``D_h``      ``D[h]``        ``P_h - P_K + c_h - c_K``: the logits differ by ``lambda D``
+===========  ==============  ==========================================================
 """
 
 from __future__ import annotations

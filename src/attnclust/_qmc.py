@@ -18,14 +18,14 @@ Heads with a key offset (logits ``lambda (P_h + c_h)``, e.g. Euclidean heads, ``
 
 Notation
 --------
-============  =============  ==============================================
-paper         code           meaning
-============  =============  ==============================================
-``mu``        ``heads``      ``(R, K, d)``: ``K`` heads for each of ``R`` runs
-``C``         ``factor``     ``(R, K, K)``, ``C C^T = G``
-``z``         ``Z``          ``(K, N)`` normals (all scrambles side by side)
-``c``         ``offset``     ``(R, K)`` key offsets, projection units
-============  =============  ==============================================
+==========  ============  ========================================================
+paper       code          meaning
+==========  ============  ========================================================
+``mu``      ``heads``     ``(R, K, d)``: ``K`` heads for each of ``R`` runs
+``C``       ``factor``    ``(R, K, K)``, ``C C^T = G``
+``z``       ``Z``         ``(K, N)`` normals (all scrambles side by side)
+``c``       ``offset``    ``(R, K)`` key offsets, projection units
+==========  ============  ========================================================
 """
 
 from __future__ import annotations
