@@ -65,7 +65,7 @@ def test_the_table_check_can_fail():
 
 
 # statements of the warm-start sample's size, in docstrings and documentation pages
-_SAMPLE = re.compile(r"(?:sample\s+of\s+(?:at\s+most\s+)?|at\s+most\s+)([\d,]+)\s+rows",
+_SAMPLE = re.compile(r"(?:\bsample\s+of\s+(?:at\s+most\s+)?|at\s+most\s+)([\d,]+)\s+rows",
                      re.IGNORECASE)
 
 
