@@ -48,9 +48,10 @@ On data, the iterate stays on the data's device (CUDA included); the host reads
 numbers only at recorded steps and, when ``tol > 0``, for the stopping test. The
 population kernels run on the host (NumPy) whatever the device of the heads.
 
-The stopping rule ``||xi|| < tol`` is checked only once the named schedules have
-finished (from ``t = T/2`` for ``"decay"`` / ``"anneal"``; at every step for
-callables, whose caller owns them).
+The stopping rule ``||xi|| < tol`` is checked only once the schedules have finished
+(from their ``finished_at`` step, e.g. ``steps`` for :class:`~attnclust.schedules.Anneal`
+and :class:`~attnclust.schedules.Decay`; at every step for callables, whose caller owns
+them).
 
 Notes
 -----
@@ -65,7 +66,16 @@ charts it against ``lambda``.
 
 Notation
 --------
-============  =========================  ==========================================="""
+==========  =========================  ======================================================
+paper       code                       meaning
+==========  =========================  ======================================================
+``mu_h``    ``heads[..., h, :]``       head ``h`` (unit on the sphere); ``(R, K, d)`` batched
+``eta``     ``step_size``              step size
+``rho``     ``rho``                    penalty weight
+``lambda``  ``inverse_temperature``    inverse temperature
+``M``       ``init_on_manifold``       heads in ``span(mu*_1..mu*_K)``
+==========  =========================  ======================================================
+"""
 
 from __future__ import annotations
 
