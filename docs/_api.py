@@ -26,7 +26,7 @@ READING_ORDER = [
     "attnclust.risk",
     "attnclust.objectives",
     "attnclust.schedules",
-    "attnclust.pgd",
+    "attnclust.descent",
     "attnclust.fixed_point",
     "attnclust.results",
     "attnclust.clustering",

@@ -249,7 +249,7 @@ def test_pgd_simulated_minibatch_is_stratified(data, monkeypatch):
     drawn, real = [], risk_module.empirical_risk
 
     def spy(heads, xb, *, inverse_temperature, **kw):  # the steps' calls: no batch_size keyword
-        if not kw:
+        if "batch_size" not in kw:
             drawn.append(xb.shape[0])
         return real(heads, xb, inverse_temperature=inverse_temperature, **kw)
     monkeypatch.setattr(risk_module, "empirical_risk", spy)
@@ -575,3 +575,28 @@ def test_quantizer_on_device(device):
     out = ac.AttentionQuantizer(inverse_temperature=0.8, device=device).fit_transform(X)
     assert isinstance(out, np.ndarray)
     np.testing.assert_allclose(out, ref, atol=1e-12)
+
+
+def test_balance_on_a_shard_counts_its_share_of_the_rows():
+    """Balance(X_shard, reduce=f) alone: W identical shards (reduce = W * t) must give the
+    penalty and the summed gradient of Balance on the rows themselves, not W times them."""
+    X = ac.GaussianMixture.orthogonal(d=5, k=3, sigma=0.3).sample(400, rng=0)
+    heads = torch.stack([ac.init_on_sphere(3, 5, rng=r) for r in range(2)])
+    lam = torch.tensor([3.0, 8.0], dtype=torch.float64)
+    whole = ac.Balance(X).value_and_grad(heads, lam)
+    W = 4
+    shard = ac.Balance(X, reduce=lambda t: W * t).value_and_grad(heads, lam)
+    assert float(whole.value.min()) > 1e-4  # a penalty far from zero: the check can fail
+    torch.testing.assert_close(shard.value, whole.value, rtol=1e-12, atol=0)
+    torch.testing.assert_close(W * shard.grad, whole.grad, rtol=1e-10, atol=1e-14)
+
+
+def test_every_public_name_of_distributed_is_used():
+    """No dead public name: each name of attnclust.distributed.__all__ is used by the rest
+    of the package or by the tests."""
+    root = Path(ac.__file__).parent
+    text = "".join(p.read_text() for p in [*root.rglob("*.py"), *Path(__file__).parent.glob("*.py")]
+                   if p.name not in ("distributed.py", "test_distributed.py"))
+    text += Path(__file__).read_text().split("def test_every_public_name_of_distributed")[0]
+    unused = [name for name in ac.distributed.__all__ if name not in text]
+    assert unused == []

@@ -10,6 +10,7 @@ import attnclust as ac
 from attnclust.fixed_point import _fixed_point_step, _risk_pass, fixed_point_fit
 from attnclust.geometry import Euclidean, as_geometry
 from attnclust.heads import attention_heads
+from attnclust.schedules import Stages
 
 
 def _risk_autograd(heads, X, lam):
@@ -80,8 +81,8 @@ def test_step_is_spherical_lloyd_when_attention_is_hard():
 def test_fixed_point_fit_example_converges_from_far():
     X = torch.as_tensor(ac.GaussianMixture.antipodal(d=3, sigma=0.1).sample(400, rng=0))
     h0 = ac.normalize(torch.tensor([[0.2, 1.0, 0.0], [0.1, 0.0, 1.0]], dtype=torch.float64))
-    res = fixed_point_fit(X, h0, inverse_temperatures=[1.0, 10.0, 50.0],
-                          stage_steps=[5, 5, 500], tol=1e-10)
+    res = fixed_point_fit(X, h0, inverse_temperature=Stages([1.0, 10.0, 50.0], [5, 5, 500]),
+                          n_steps=510, tol=1e-10)
     assert res.converged
     assert ac.centroid_distance(res.heads, [[1, 0, 0], [-1, 0, 0]]).max < 0.05
 
@@ -124,7 +125,7 @@ def test_euclidean_fixed_point_has_zero_gradient(lam):
     mix = ac.GaussianMixture.orthogonal(d=4, k=3, sigma=0.4)
     X = torch.as_tensor(3 * mix.sample(1500, rng=0) + 1.0)
     h0 = X[[0, 1, 2]].clone()
-    res = fixed_point_fit(X, h0, inverse_temperatures=[lam], stage_steps=[2000], tol=1e-12,
+    res = fixed_point_fit(X, h0, inverse_temperature=lam, n_steps=2000, tol=1e-12,
                           geometry="euclidean")
     assert res.converged
     h = res.heads.clone().requires_grad_(True)
@@ -148,8 +149,8 @@ def test_euclidean_fit_equals_lloyd_at_large_lambda():
     X = np.concatenate([c + gen.standard_normal((200, 2)) for c in centers])
     start = X[[0, 200, 400]]
     km = KMeans(3, init=start, n_init=1, tol=0, max_iter=100).fit(X)
-    res = fixed_point_fit(torch.as_tensor(X), torch.as_tensor(start), inverse_temperatures=[1e4],
-                          stage_steps=[100], tol=1e-12, geometry="euclidean")
+    res = fixed_point_fit(torch.as_tensor(X), torch.as_tensor(start), inverse_temperature=1e4,
+                          n_steps=100, tol=1e-12, geometry="euclidean")
     np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, atol=1e-9)
 
 
@@ -158,7 +159,7 @@ def test_workers_share_chunks_without_changing_the_result(geometry):
     """Chunks summed in their order whatever thread computed them: bitwise the same fit."""
     X = torch.as_tensor(ac.GaussianMixture.orthogonal(d=5, k=3, sigma=0.3).sample(2000, rng=0))
     h0 = ac.normalize(X[[0, 1, 2]].clone())
-    fits = [fixed_point_fit(X, h0, inverse_temperatures=[20.0], stage_steps=[50],
+    fits = [fixed_point_fit(X, h0, inverse_temperature=20.0, n_steps=50,
                             chunk_size=150, geometry=geometry, workers=w) for w in (1, 3)]
     assert torch.equal(fits[0].heads, fits[1].heads)
     np.testing.assert_array_equal(fits[0].history.risk, fits[1].history.risk)
@@ -172,7 +173,7 @@ def test_history_and_callback_are_the_shared_types(geometry):
     X = torch.as_tensor(ac.GaussianMixture.orthogonal(d=5, k=3, sigma=0.2).sample(600, rng=0))
     h0 = ac.normalize(X[[0, 1, 2]].clone())
     infos = []
-    res = fixed_point_fit(X, h0, inverse_temperatures=[5.0, 20.0], stage_steps=[4, 200],
+    res = fixed_point_fit(X, h0, inverse_temperature=Stages([5.0, 20.0], [4, 200]), n_steps=204,
                           tol=1e-10, geometry=geometry, callback=infos.append)
     assert isinstance(res, ac.SolverResult) and isinstance(res.history, ac.History)
     h = res.history
@@ -191,10 +192,10 @@ def test_balance_on_euclidean_heads_is_refused():
     """The pass's balance gradient leaves out the key bias: refused, not silently wrong."""
     X = torch.as_tensor(ac.GaussianMixture.orthogonal(d=3, k=2, sigma=0.2).sample(50, rng=0))
     with pytest.raises(ValueError, match="geometry='sphere' only"):
-        fixed_point_fit(X, X[:2].clone(), inverse_temperatures=[5.0], stage_steps=[3],
+        fixed_point_fit(X, X[:2].clone(), inverse_temperature=5.0, n_steps=3,
                         geometry="euclidean", penalty="balance", rho=1.0)
     with pytest.raises(ValueError, match="penalty must be"):
-        fixed_point_fit(X, X[:2].clone(), inverse_temperatures=[5.0], stage_steps=[3],
+        fixed_point_fit(X, X[:2].clone(), inverse_temperature=5.0, n_steps=3,
                         penalty="ridge", rho=1.0)
 
 
@@ -214,3 +215,17 @@ def test_forget_heads_is_the_sums_without_their_rows_under_hard_attention():
     full = pass_sums(X, heads, lam, geometry="euclidean")
     torch.testing.assert_close(forgot[1:], ref[1:], rtol=1e-12, atol=1e-12)
     assert forgot[0] == full[0]
+
+
+def test_old_stage_lists_warn_and_fit_the_same():
+    """0.2's inverse_temperatures / stage_steps are a Stages schedule: same fit, warned."""
+    X = torch.as_tensor(ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.3).sample(300, rng=0))
+    h0 = X[:2].clone() / X[:2].norm(dim=1, keepdim=True)
+    with pytest.warns(FutureWarning, match="stage_steps are deprecated"):
+        old = fixed_point_fit(X, h0, inverse_temperatures=[2.0, 10.0], stage_steps=[3, 50])
+    new = fixed_point_fit(X, h0, inverse_temperature=Stages([2.0, 10.0], [3, 50]), n_steps=53)
+    torch.testing.assert_close(new.heads, old.heads, rtol=0, atol=0)
+    np.testing.assert_array_equal(new.history.inverse_temperature,
+                                  old.history.inverse_temperature)
+    with pytest.raises(ValueError, match="not both"):
+        fixed_point_fit(X, h0, inverse_temperature=2.0, n_steps=3, stage_steps=[3])

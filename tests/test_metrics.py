@@ -61,17 +61,46 @@ def test_assignment_error_close_to_bayes_with_true_centroids():
     assert swapped.error == pytest.approx(res.error) and np.isnan(swapped.bayes_error)
 
 
-def test_adjusted_rand_index_relabelling():
+def _reference_ari(a, b) -> float:
+    """The adjusted Rand index by pair counting on the contingency table (Hubert and
+    Arabie, 1985), independent of scikit-learn."""
+    from math import comb
+    a, b = np.asarray(a), np.asarray(b)
+    table = np.array([[np.sum((a == i) & (b == j)) for j in np.unique(b)] for i in np.unique(a)])
+    pairs = sum(comb(int(x), 2) for x in table.ravel())
+    rows = sum(comb(int(x), 2) for x in table.sum(1))
+    cols = sum(comb(int(x), 2) for x in table.sum(0))
+    expected = rows * cols / comb(len(a), 2)
+    return (pairs - expected) / (0.5 * (rows + cols) - expected)
+
+
+def test_adjusted_rand_index_matches_pair_counting_and_ignores_label_names():
+    rng = np.random.default_rng(0)
+    truth = rng.integers(0, 3, 60)
+    pred = np.where(rng.random(60) < 0.7, truth, rng.integers(0, 4, 60))  # a partial match
+    value = ac.adjusted_rand_index(truth, pred)
+    assert 0.2 < value < 0.9  # neither trivial value: the comparisons below can fail
+    assert value == pytest.approx(_reference_ari(truth, pred), rel=1e-12)
+    renamed = np.array([7, 3, 11, 5])[pred]  # other names for the same partition
+    assert ac.adjusted_rand_index(truth, renamed) == pytest.approx(value, rel=1e-12)
+    assert ac.adjusted_rand_index(pred, truth) == pytest.approx(value, rel=1e-12)
     assert ac.adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0]) == 1.0
 
 
 @pytest.mark.parametrize("labels", [[], [0, 1], [[0, 1, 0]], [0.0, 1.0, 0.0], [0, -1, 0]])
 def test_assignment_error_rejects_bad_labels(labels):
-    X = np.eye(3)
+    """Each bad labelling is refused, the message showing it; the same call with good
+    labels goes through (so the refusal is the labels' doing)."""
+    X, heads = np.eye(3), np.eye(3)[:2]
+    with pytest.raises(ValueError, match="labels must be a non-empty 1-D array") as err:
+        ac.assignment_error(heads, X, labels, inverse_temperature=1.0)
+    assert repr(np.asarray(labels)) in str(err.value)
+    ac.assignment_error(heads, X, [0, 1, 0], inverse_temperature=1.0)
+
+
+def test_assignment_error_rejects_empty_data():
     with pytest.raises(ValueError, match="labels must be a non-empty 1-D array"):
-        ac.assignment_error(np.eye(3)[:2], X, labels, inverse_temperature=1.0)
-    with pytest.raises(ValueError, match="labels must be a non-empty 1-D array"):
-        ac.assignment_error(np.eye(3)[:2], X[:0], [], inverse_temperature=1.0)
+        ac.assignment_error(np.eye(3)[:2], np.eye(3)[:0], [], inverse_temperature=1.0)
 
 
 # -- quantization metrics ------------------------------------------------------------------

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import attnclust as ac
+from attnclust.schedules import Anneal, Decay, Stages
 
 SIGMA = 0.3
 RUNNING = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=SIGMA)
@@ -123,10 +124,9 @@ def test_fused_path_matches_the_autograd_path():
 
 def test_schedules_history_and_stopping():
     n = 200
-    res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=20.0,
-                 step_size=0.5, n_steps=n, rho=1.0, penalty="repulsion",
-                 rho_schedule="decay", inverse_temperature_schedule="anneal", record_every=7,
-                 tol=1e-6)
+    res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0),
+                 inverse_temperature=Anneal(20.0, steps=n // 2), step_size=0.5, n_steps=n,
+                 rho=Decay(1.0, steps=n // 2), penalty="repulsion", record_every=7, tol=1e-6)
     h = res.history
     assert h.step[0] == 0 and h.step[-1] == res.n_iter
     assert res.converged and res.n_iter >= n // 2  # tol only once schedules are done
@@ -136,9 +136,8 @@ def test_schedules_history_and_stopping():
     assert h.heads.shape == (len(h.step), 2, 10)
     np.testing.assert_allclose(np.linalg.norm(h.heads, axis=-1), 1.0, atol=1e-13)
     assert h.grad_norm[-1] < 1e-6
-    custom = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=20.0,
-                    n_steps=20, inverse_temperature_schedule=lambda t: 1.0 + t,
-                    rho_schedule=lambda t: 0.0)
+    custom = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0),
+                    inverse_temperature=lambda t: 1.0 + t, n_steps=20, rho=lambda t: 0.0)
     assert custom.history.inverse_temperature[1] == 11.0
     assert len(custom.history.step) == 3  # steps 0, 10, 20
     euclid = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=30.0,
@@ -210,11 +209,11 @@ def test_batched_runs_equal_separate_runs_population_k2():
     inverse temperatures, penalties, weights, schedules and stopping steps."""
     R = 6
     heads0 = torch.stack([ac.init_on_sphere(2, 10, rng=r) for r in range(R)])
-    per_run = dict(inverse_temperature=[10.0, 30.0, 100.0, 30.0, 10.0, 50.0],
+    per_run = dict(inverse_temperature=[10.0, 30.0, Anneal(100.0, steps=80),
+                                        Anneal(30.0, steps=80), 10.0, 50.0],
                    penalty=[None, "repulsion", "balance", None, "balance", "repulsion"],
-                   rho=[0.0, 1.0, 0.5, 0.0, 1.0, 0.3],
-                   rho_schedule=["constant", "decay", "decay", "constant", "constant", "decay"],
-                   inverse_temperature_schedule=[None, None, "anneal", "anneal", None, None],
+                   rho=[0.0, Decay(1.0, steps=80), Decay(0.5, steps=80), 0.0, 1.0,
+                        Decay(0.3, steps=80)],
                    step_size=[0.5, 0.05, 0.5, 0.5, 0.5, 0.05])
     mixes = [RUNNING.with_sigma(s) for s in (0.1, 0.3, 0.1, 0.0, 0.2, 0.3)]
     common = dict(n_steps=160, record_every=20, tol=1e-12)
@@ -262,12 +261,72 @@ def test_batched_runs_share_nothing_but_the_call():
         ac.pgd(RUNNING, heads0, inverse_temperature=[1.0, 2.0, -1.0, 1.0])
 
 
-def test_module_is_callable_and_importable():
-    import attnclust.pgd as module
+def test_pgd_is_the_function_and_the_module_moved():
+    """``attnclust.pgd`` is a plain function; its module is ``attnclust.descent``. The old
+    module path keeps its names with a FutureWarning, and importing it leaves the function
+    in place."""
+    import types
 
-    assert isinstance(module, type(np)) and module.pgd is not module
-    res = module(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=3.0, n_steps=3)
-    assert res.n_iter == 3 and ac.pgd is module
+    import attnclust.pgd  # noqa: F401  (the 0.2 module path: must not rebind ac.pgd)
+
+    import attnclust.descent
+
+    assert isinstance(ac.pgd, types.FunctionType) and ac.pgd is attnclust.descent.pgd
+    assert type(attnclust.descent) is types.ModuleType  # no class swap
+    with pytest.warns(FutureWarning, match="attnclust.descent"):
+        from attnclust.pgd import init_on_manifold
+    assert init_on_manifold is ac.init_on_manifold
+    res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=3.0,
+                 n_steps=3)
+    assert res.n_iter == 3
+
+
+def test_any_objective_object_works():
+    """The objective protocol: a penalty alone (no mixture, no data) is an objective.
+    Repulsion alone drives unit heads to pairwise orthogonal ones."""
+    heads0 = ac.init_on_sphere(3, 5, rng=0)
+    res = ac.pgd(ac.Repulsion(), heads0, inverse_temperature=1.0, step_size=0.2, n_steps=300)
+    gram = (res.heads @ res.heads.T).numpy()
+    np.testing.assert_allclose(gram, np.eye(3), atol=1e-8)
+    assert res.history.risk[0] > 0.01 and res.history.risk[-1] < 1e-15
+
+    class Distance(ac.objectives.Objective):  # a user's objective: only value_and_grad
+        def value_and_grad(self, heads, lam, *, batch=None):
+            target = torch.eye(2, 4, dtype=heads.dtype)
+            diff = heads - target
+            return ac.ValueAndGrad((diff**2).sum((1, 2)), 2.0 * diff)
+
+    res = ac.pgd(Distance(), torch.ones(2, 4), inverse_temperature=1.0, step_size=0.1,
+                 n_steps=400, geometry="euclidean")
+    torch.testing.assert_close(res.heads, torch.eye(2, 4, dtype=torch.float64), atol=1e-12,
+                               rtol=0)
+
+
+def test_euclidean_pgd_on_the_population_risk_and_on_data():
+    """PGD for Euclidean heads: plain gradient steps on the population risk with the key
+    bias. The end point is a stationary point of that risk (its gradient, by the exact
+    rule, vanishes) and not of the sphere's; on data it follows the empirical risk."""
+    mix = ac.GaussianMixture.random(d=6, k=2, sigma=0.3, min_angle=1.2, rng=0)
+    heads0 = 0.6 * ac.init_on_manifold(mix, rng=1)
+    res = ac.pgd(mix, heads0, inverse_temperature=8.0, step_size=0.3, n_steps=1000,
+                 tol=1e-9, geometry="euclidean")
+    assert res.converged
+    h = res.heads.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(ac.population_risk(h, mix, inverse_temperature=8.0,
+                                                  geometry="euclidean"), h)
+    assert float(g.norm()) < 1e-8
+    # free heads: from norm 0.6 out to near the unit centroids, yet not on the sphere
+    norms = res.heads.norm(dim=1)
+    assert bool(((norms - 1.0).abs() > 1e-3).all()) and bool(((norms - 1.0).abs() < 0.1).all())
+    assert ac.centroid_distance(res.heads, mix.centroids).max < 0.2
+    # the same descent on a large sample lands near the population end point
+    X = mix.sample(2000, rng=2)
+    on_data = ac.pgd(X, heads0, inverse_temperature=8.0, step_size=0.3, n_steps=200,
+                     geometry="euclidean")
+    assert float((on_data.heads - res.heads).norm(dim=1).max()) < 0.05
+    # a sphere objective given to a Euclidean descent is refused
+    with pytest.raises(ValueError, match="geometry"):
+        ac.pgd(ac.PopulationRisk(mix), heads0, inverse_temperature=8.0, geometry="euclidean")
 
 
 def test_callback_and_history_are_the_shared_types():
@@ -275,7 +334,7 @@ def test_callback_and_history_are_the_shared_types():
     solver: the heads after each update, how far they moved, the update's lambda."""
     infos = []
     res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=10.0,
-                 step_size=0.5, n_steps=30, inverse_temperature_schedule="anneal",
+                 step_size=0.5, n_steps=30,
                  record_every=1, callback=infos.append)
     assert isinstance(res, ac.SolverResult) and isinstance(res.history, ac.History)
     assert [i.iteration for i in infos] == list(range(1, 31))
@@ -297,3 +356,32 @@ def test_batched_callback_reports_per_run_and_zero_shift_once_stopped():
     assert infos[-1].heads.shape == (2, 2, 10) and infos[-1].shift.shape == (2,)
     assert all(i.shift[0] == 0.0 for i in infos[res.n_iter[0]:])
     assert all(i.shift[1] > 0.0 for i in infos)
+
+
+def test_old_schedule_keywords_warn_and_give_the_same_iterates():
+    """0.2's rho_schedule / inverse_temperature_schedule are schedules over half the steps:
+    the same iterates bit for bit, with a FutureWarning; per-run lists too."""
+    heads0 = torch.stack([ac.init_on_sphere(2, 10, rng=r) for r in range(3)])
+    common = dict(step_size=0.5, n_steps=60, penalty="repulsion", record_every=10)
+    with pytest.warns(FutureWarning, match="inverse_temperature_schedule is deprecated"):
+        old = ac.pgd(RUNNING, heads0, inverse_temperature=[10.0, 30.0, 20.0],
+                     inverse_temperature_schedule=[None, "anneal", "anneal"],
+                     rho=0.5, rho_schedule="decay", **common)
+    lam = [10.0, Anneal(30.0, steps=30), Anneal(20.0, steps=30)]
+    new = ac.pgd(RUNNING, heads0, inverse_temperature=lam, rho=Decay(0.5, steps=30), **common)
+    torch.testing.assert_close(new.heads, old.heads, rtol=0, atol=0)
+    np.testing.assert_array_equal(new.history.inverse_temperature,
+                                  old.history.inverse_temperature)
+    np.testing.assert_array_equal(new.history.rho, old.history.rho)
+    assert old.history.inverse_temperature[0, 1] == pytest.approx(0.3)
+
+
+def test_one_schedule_type_for_both_solvers():
+    """A Stages schedule drives pgd step by step and the fixed-point solver stage by stage."""
+    lam = Stages([2.0, 8.0, 30.0], [5, 5, 100])
+    res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=lam,
+                 step_size=0.5, n_steps=20, record_every=1)
+    np.testing.assert_array_equal(res.history.inverse_temperature[:11],
+                                  [2.0] * 5 + [8.0] * 5 + [30.0])
+    assert lam.stages(20) == [(2.0, 5), (8.0, 5), (30.0, 10)] and lam.finished_at == 10
+    assert Anneal(10.0, ratio=4.0, steps=2).stages(4) == [(2.5, 1), (5.0, 1), (10.0, 2)]

@@ -3,9 +3,13 @@
 The public names below are the library's contract; everything else is private.
 """
 
-from . import pgd  # the module, callable as the function (attnclust.pgd.pgd)
+import sys
+
+from . import descent
+from ._deprecation import moved_module
 from .clustering import AttentionClustering, DegenerateFitWarning
 from .communicator import Communicator
+from .descent import PGDHistory, PGDResult, init_on_manifold, init_on_sphere, pgd
 from .heads import AttentionHeads, attention_heads, head_weights
 from .in_context import identity_attention, infinite_prompt_limit
 from .metrics import (
@@ -24,7 +28,6 @@ from .metrics import (
 )
 from .mixture import GaussianMixture
 from .objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, ValueAndGrad
-from .pgd import PGDHistory, PGDResult, init_on_manifold, init_on_sphere
 from .quantizer import AttentionQuantizer, estimate_sigma
 from .results import History, IterationInfo, SolverResult
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
@@ -32,6 +35,10 @@ from .shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent
 
 __version__ = "0.2.0"
+
+# the module of 0.2 named attnclust.pgd is attnclust.descent: `from attnclust.pgd import X`
+# warns until 0.4, and importing it leaves attnclust.pgd the function
+sys.modules[__name__ + ".pgd"] = moved_module(__name__ + ".pgd", descent)
 
 __all__ = [
     "AssignmentError",

@@ -5,14 +5,19 @@ so larger is sharper) and ``assignment_error``'s ``mixture`` became ``mix`` (the
 mixture everywhere else); the old names still work, until 0.4, and warn with a
 ``FutureWarning``: as keywords, as attributes, and through an estimator's ``set_params``
 (so parameter grids written for 0.1, as in ``GridSearchCV``, keep working).
+In 0.3 the module ``attnclust.pgd`` became ``attnclust.descent`` (``attnclust.pgd`` is
+the function); ``from attnclust.pgd import name`` still works and warns.
 """
 
 from __future__ import annotations
 
 import functools
+import sys
+import types
 import warnings
 
-__all__ = ["REMOVED_IN", "RenamedAttribute", "RenamedParamsMixin", "renamed_keywords"]
+__all__ = ["REMOVED_IN", "RenamedAttribute", "RenamedParamsMixin", "moved_module",
+           "renamed_keywords", "warn_deprecated"]
 
 # the release that drops the old names
 REMOVED_IN = "0.4"
@@ -115,3 +120,57 @@ class RenamedParamsMixin:
         renames = getattr(type(self).__init__, "renamed_keywords", {})
         return super().set_params(**_renamed(params, renames,
                                              f"{type(self).__name__}.set_params()", ValueError))
+
+
+def moved_module(old: str, new: types.ModuleType) -> types.ModuleType:
+    r"""A stand-in for the module ``old``, whose names now live in ``new``.
+
+    Reading a name from it (``from old import name``) warns with a ``FutureWarning`` and
+    gives ``new``'s. Registered in ``sys.modules`` under ``old`` by the package, so that
+    importing ``old`` never rebinds the package's attribute of the same name.
+
+    Examples
+    --------
+    >>> import types, warnings
+    >>> new = types.ModuleType("new")
+    >>> new.answer = 42
+    >>> user = {"__name__": "script", "old": moved_module("old", new)}
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     value = eval("old.answer", user)
+    >>> value, caught[0].category.__name__
+    (42, 'FutureWarning')
+    """
+    stub = types.ModuleType(old, f"Moved to {new.__name__}; this name is kept until 0.4.")
+
+    def __getattr__(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        warn_deprecated(f"the module {old} is now {new.__name__}; import {name!r} from there "
+                        f"(or from the package); {old} will be removed in 0.4", stacklevel=2)
+        return getattr(new, name)
+
+    stub.__getattr__ = __getattr__
+    return stub
+
+
+def warn_deprecated(message: str, *, stacklevel: int) -> None:
+    r"""A ``FutureWarning`` for the caller ``stacklevel`` frames up, unless that caller is
+    one of the package's own modules (those still moving to the new form must not warn
+    the package's users).
+
+    Examples
+    --------
+    >>> import warnings
+    >>> user = {"__name__": "script", "warn_deprecated": warn_deprecated}
+    >>> exec("def old_call():\n    warn_deprecated('old form', stacklevel=1)", user)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     user["old_call"]()
+    >>> [str(w.message) for w in caught]
+    ['old form']
+    """
+    caller = sys._getframe(stacklevel).f_globals.get("__name__", "")
+    if caller.startswith(__name__.split(".")[0] + ".") and caller != "__main__":
+        return
+    warnings.warn(message, FutureWarning, stacklevel=stacklevel + 1)

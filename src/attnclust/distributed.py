@@ -53,9 +53,9 @@ import torch.distributed as dist
 from ._validation import as_generator, as_tensor
 from .clustering import AttentionClustering
 from .communicator import Communicator
-from .pgd import PGDResult, pgd
+from .descent import PGDResult, pgd
 
-__all__ = ["CommStats", "DistributedError", "failed_ranks", "fit_distributed", "gather_errors",
+__all__ = ["CommStats", "DistributedError", "fit_distributed", "gather_errors",
            "gather_rows",
            "init_from_env", "make_reduce", "pass_bytes", "pgd_distributed", "shard_bounds",
            "shard_rows"]
@@ -311,16 +311,6 @@ def gather_rows(a, *, group=None) -> np.ndarray:
 
 
 # -- fitting -------------------------------------------------------------------------------
-def failed_ranks(ok: bool, *, group=None) -> list[int]:
-    """Ranks of ``group`` that passed ``ok=False`` (every rank must call it).
-
-    Lets every rank stop together after a local failure (a missing file on one machine)
-    instead of waiting in the next collective for a rank that has given up.
-    """
-    flags = _all_gather(torch.tensor([int(bool(ok))], dtype=torch.int64), group)
-    return [r for r, f in enumerate(flags) if int(f) == 0]
-
-
 def gather_errors(error: str | None, *, group=None) -> list[tuple[int, str]]:
     """``(rank, message)`` of every rank of ``group`` that passed an error (all must call).
 

@@ -104,10 +104,12 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ._deprecation import warn_deprecated
 from ._threads import map_chunks
 from .geometry import Geometry, Sphere, as_geometry
 from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
+from .schedules import Schedule, as_schedule
 
 __all__ = ["fixed_point_fit", "forget_heads", "pass_sums", "step_from_sums"]
 
@@ -374,8 +376,8 @@ def fixed_point_fit(
     X: torch.Tensor,
     heads0: torch.Tensor,
     *,
-    inverse_temperatures: list[float],
-    stage_steps: list[int],
+    inverse_temperature: float | Schedule | None = None,
+    n_steps: int | None = None,
     tol: float = 1e-6,
     chunk_size: int | None = None,
     geometry: str | Geometry = "sphere",
@@ -386,6 +388,8 @@ def fixed_point_fit(
     workers: int = 1,
     row_map: Callable[[torch.Tensor], torch.Tensor] | None = None,
     weights: torch.Tensor | None = None,
+    inverse_temperatures: list[float] | None = None,
+    stage_steps: list[int] | None = None,
 ) -> SolverResult:
     """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
 
@@ -400,9 +404,15 @@ def fixed_point_fit(
         Data, on the device and in the dtype of the computation.
     heads0 : Tensor of shape (K, d)
         Initial heads (unit on the sphere).
+    inverse_temperature : float or Schedule
+        ``lambda``, or a schedule of :mod:`attnclust.schedules` (the one :func:`attnclust.pgd`
+        takes), run as its :meth:`~attnclust.schedules.Schedule.stages`: at most ``count``
+        steps at each value (the last stage also stops when converged).
+    n_steps : int
+        Most steps in all (``lambda``'s stages are cut there).
     inverse_temperatures, stage_steps : lists of the same length
-        Annealing schedule: at most ``stage_steps[s]`` steps at
-        ``inverse_temperatures[s]`` (the last stage also stops when converged).
+        Deprecated (0.2's form): ``inverse_temperature=Stages(inverse_temperatures,
+        stage_steps)`` with ``n_steps=sum(stage_steps)``.
     tol : float
         Stop when the full step would move no head by more than ``tol`` (Euclidean), or an
         accepted plain step moved none by more.
@@ -444,7 +454,7 @@ def fixed_point_fit(
     >>> import torch, attnclust as ac
     >>> X = torch.as_tensor(ac.GaussianMixture.antipodal(d=3, sigma=0.1).sample(200, rng=0))
     >>> h0 = torch.tensor([[0.6, 0.8, 0.0], [-0.6, 0.0, 0.8]], dtype=torch.float64)
-    >>> res = fixed_point_fit(X, h0, inverse_temperatures=[50.0], stage_steps=[100])
+    >>> res = fixed_point_fit(X, h0, inverse_temperature=50.0, n_steps=100)
     >>> res.converged, bool(res.heads[:, 0].abs().min() > 0.99)
     (True, True)
     """
@@ -467,9 +477,9 @@ def fixed_point_fit(
     log = _Log(callback, rho, geometry)
     n_iter, converged = 0, False
     eps = 1e-12 if heads0.dtype == torch.float64 else 1e-5
-    for stage, (lam, n_steps) in enumerate(zip(inverse_temperatures, stage_steps,
-                                               strict=True)):
-        last = stage == len(inverse_temperatures) - 1
+    stages = _stages(inverse_temperature, n_steps, inverse_temperatures, stage_steps)
+    for stage, (lam, n_steps) in enumerate(stages):
+        last = stage == len(stages) - 1
         cur = _risk_pass(X, sq_norms, heads, lam, **pass_args)
         log.record(n_iter, lam, heads, cur)
         t_prev, streak = 1.0, 0
@@ -515,6 +525,22 @@ def fixed_point_fit(
                 converged = last
                 break
     return SolverResult(heads, log.history(), n_iter, converged)
+
+
+def _stages(lam, n_steps, old_lams, old_steps) -> list[tuple[float, int]]:
+    """``[(lambda, most steps), ...]`` from a value or schedule and ``n_steps``, or from
+    0.2's two lists (with a FutureWarning)."""
+    if old_lams is not None or old_steps is not None:
+        if lam is not None or n_steps is not None:
+            raise ValueError("pass inverse_temperature and n_steps, or the deprecated "
+                             "inverse_temperatures and stage_steps, not both")
+        warn_deprecated("inverse_temperatures and stage_steps are deprecated and will be "
+                        "removed in 0.4; pass inverse_temperature=attnclust.schedules."
+                        "Stages(values, steps) and n_steps=sum(steps)", stacklevel=3)
+        return list(zip(old_lams, old_steps, strict=True))
+    if lam is None or n_steps is None:
+        raise ValueError("fixed_point_fit needs inverse_temperature and n_steps")
+    return as_schedule(lam).stages(n_steps)
 
 
 def _check_penalty(geometry: Geometry, penalty) -> None:

@@ -1,10 +1,10 @@
 """What the solvers report, in types they share.
 
-:func:`attnclust.pgd.pgd` and :func:`attnclust.fixed_point.fixed_point_fit` both call
+:func:`attnclust.pgd` and :func:`attnclust.fixed_point.fixed_point_fit` both call
 ``callback(info)`` with an :class:`IterationInfo` after each update, and both return a
 :class:`SolverResult` whose :class:`History` holds the recorded iterates; so does the
 estimator :class:`~attnclust.AttentionClustering` with either solver. One run gives
-scalars and ``(K, d)`` heads; a batch of ``R`` runs of :func:`~attnclust.pgd.pgd` gives
+scalars and ``(K, d)`` heads; a batch of ``R`` runs of :func:`~attnclust.pgd` gives
 one value per run and ``(R, K, d)`` heads.
 """
 

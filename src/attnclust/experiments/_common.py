@@ -10,9 +10,9 @@ import torch
 from scipy.stats import norm
 from sklearn.decomposition import PCA
 
+from ..descent import init_on_manifold, init_on_sphere
 from ..metrics import centroid_distance
 from ..mixture import GaussianMixture
-from ..pgd import init_on_manifold, init_on_sphere
 from ._style import COLORS, new_figure, save
 
 __all__ = ["distance_max", "running_example", "initial_heads", "wilson", "rate_summary",
@@ -168,7 +168,7 @@ def manifold_runs(mix: GaussianMixture, config: dict, rng: np.random.Generator):
 
     Returns the recorded steps ``(T,)`` and matched max distances ``(T, n_temps, n_inits)``.
     """
-    from ..pgd import pgd  # the function
+    from ..descent import pgd  # the function
 
     lams, n = config["inverse_temperatures"], config["n_inits"]
     streams = [s for child in rng.spawn(len(lams)) for s in child.spawn(n)]

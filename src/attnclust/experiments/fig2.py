@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..pgd import pgd
+from ..descent import pgd
 from ._common import (
     distance_max,
     in_span,

@@ -28,9 +28,9 @@ import itertools
 import numpy as np
 import torch
 
+from ..descent import init_on_sphere, pgd
 from ..mixture import GaussianMixture
 from ..objectives import Balance, PopulationRisk
-from ..pgd import init_on_sphere, pgd
 from ._common import distance_max, in_span, overlapping, rate_summary
 from ._runner import FigureResult, track
 from ._style import COLORS, new_figure, save, styled

@@ -18,8 +18,8 @@ import itertools
 import numpy as np
 import torch
 
+from ..descent import pgd
 from ..objectives import PopulationRisk
-from ..pgd import pgd
 from ._common import distance_max, initial_heads, running_example
 from ._runner import FigureResult
 from ._style import COLORS, new_figure, save, styled

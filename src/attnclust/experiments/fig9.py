@@ -19,8 +19,8 @@ import torch
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture as SklearnGMM
 
+from ..descent import init_on_sphere, pgd
 from ..metrics import centroid_distance
-from ..pgd import init_on_sphere, pgd
 from ._common import distance_max, running_example
 from ._runner import FigureResult, track
 from ._style import COLORS, band, new_figure, save, styled

@@ -1,11 +1,18 @@
-"""Projected gradient descent on the product of spheres (PGD_rho), for many runs at once.
+"""Projected gradient descent on the heads (PGD_rho), for many runs at once.
 
 Minimizes the regularized risk ``R_rho(mu) = R(mu) + rho Pen(mu)`` over heads
-``mu = (mu_1..mu_K)`` on ``S^{d-1}``, one step per iteration ``t``:
+``mu = (mu_1..mu_K)``, one step per iteration ``t``. On the product of spheres
+``S^{d-1}`` (``geometry="sphere"``, the paper's layer):
 
     g_h    = grad_{mu_h} R_rho(mu)                       (Euclidean)
     xi_h   = g_h - <g_h, mu_h> mu_h                      (Riemannian gradient, sphere.tangent)
     mu_h  <- normalize(mu_h - eta xi_h)                  (retraction; eta g_h if not riemannian)
+
+For Euclidean heads (``geometry="euclidean"``: logits ``lambda <x, mu_h> - lambda
+||mu_h||^2 / 2``, heads of any norm) the step is the plain gradient step
+``mu_h <- mu_h - eta g_h``.
+
+This module is ``attnclust.descent``; the function is ``attnclust.pgd``.
 
 **Batched.** The iterate is a tensor of shape ``(R, K, d)``: ``R`` independent runs,
 each with its own init, mixture (or data), inverse temperature and schedule, penalty
@@ -18,15 +25,18 @@ iterates are those of ``R`` separate calls (tested to 1e-12 in float64).
 ``R`` is the population risk of a :class:`~attnclust.GaussianMixture` (full batch;
 exact rule for ``K <= 3``, QMC with common random numbers otherwise) or the empirical
 risk of a data array (full batch, or mini-batch SGD with ``batch_size``), or any
-objective object with ``value_and_grad(heads, lam)``.
+objective object with ``value_and_grad(heads, lam)`` (:class:`attnclust.objectives.Objective`
+gives the rest of the protocol its defaults, so a penalty such as
+:class:`~attnclust.Repulsion` alone is an objective too).
 
-Schedules (``t = 0..n_steps-1``), per run or shared:
-
-- ``rho_schedule="constant"``: ``rho_t = rho``; ``"decay"``: ``rho_t = rho (1 - 2t/T)``
-  for ``t < T/2`` and ``0`` afterwards, so the end point minimizes ``R`` itself.
-- ``inverse_temperature_schedule=None``: ``lambda_t = lambda``; ``"anneal"``: geometric from
-  ``lambda / 100`` to ``lambda`` over the first half of the steps, then constant.
-- A callable ``t -> value`` for either (a number, or one value per run).
+Schedules (``t = 0..n_steps-1``), per run or shared: ``inverse_temperature`` and ``rho``
+are values or schedules of :mod:`attnclust.schedules` (the same ones the fixed-point
+solver takes), e.g. ``inverse_temperature=Anneal(30.0, steps=500)`` (geometric from
+``lambda / 100`` to ``lambda`` over 500 steps, then constant) or ``rho=Decay(0.5,
+steps=500)`` (linear to ``0``, so the end point minimizes ``R`` itself), or a callable
+``t -> value`` (a number, or one value per run). The 0.2 keywords
+``inverse_temperature_schedule="anneal"`` and ``rho_schedule="decay"`` (over the first
+half of the steps) still work, with a ``FutureWarning``.
 
 **Data-parallel** (``reduce``, :func:`attnclust.distributed.pgd_distributed`): with the
 rows split into shards ``X_r`` of ``n_r`` rows, ``R = sum_r (n_r / n) R_r`` and so
@@ -38,9 +48,10 @@ On data, the iterate stays on the data's device (CUDA included); the host reads
 numbers only at recorded steps and, when ``tol > 0``, for the stopping test. The
 population kernels run on the host (NumPy) whatever the device of the heads.
 
-The stopping rule ``||xi|| < tol`` is checked only once the named schedules have
-finished (from ``t = T/2`` for ``"decay"`` / ``"anneal"``; at every step for
-callables, whose caller owns them).
+The stopping rule ``||xi|| < tol`` is checked only once the schedules have finished
+(from their ``finished_at`` step, e.g. ``steps`` for :class:`~attnclust.schedules.Anneal`
+and :class:`~attnclust.schedules.Decay`; at every step for callables, whose caller owns
+them).
 
 Notes
 -----
@@ -55,28 +66,27 @@ charts it against ``lambda``.
 
 Notation
 --------
-==============  =======================  ========================================
-paper           code                     meaning
-==============  =======================  ========================================
-``mu_h``        ``heads[..., h, :]``     head ``h`` on ``S^{d-1}``; ``(R, K, d)`` batched
-``eta``         ``step_size``            step size
-``rho``         ``rho``                  penalty weight
-``lambda``      ``inverse_temperature``  inverse temperature
-``M``           ``init_on_manifold``     heads in ``span(mu*_1..mu*_K)``
-==============  =======================  ========================================
+==========  =========================  ======================================================
+paper       code                       meaning
+==========  =========================  ======================================================
+``mu_h``    ``heads[..., h, :]``       head ``h`` (unit on the sphere); ``(R, K, d)`` batched
+``eta``     ``step_size``              step size
+``rho``     ``rho``                    penalty weight
+``lambda``  ``inverse_temperature``    inverse temperature
+``M``       ``init_on_manifold``       heads in ``span(mu*_1..mu*_K)``
+==========  =========================  ======================================================
 """
 
 from __future__ import annotations
 
-import sys
-import types
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-from ._deprecation import renamed_keywords
+from ._deprecation import renamed_keywords, warn_deprecated
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
+from .geometry import Geometry, as_geometry
 from .mixture import GaussianMixture
 from .objectives import (
     Balance,
@@ -87,7 +97,8 @@ from .objectives import (
     Repulsion,
 )
 from .results import History, IterationInfo, SolverResult
-from .sphere import random_sphere, retract, tangent
+from .schedules import Anneal, Decay, Schedule, as_schedule
+from .sphere import random_sphere
 
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]
 
@@ -146,21 +157,6 @@ def init_on_sphere(k: int, d: int, *, rng=None) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 # Schedules: one spec for every run, or one per run
 # --------------------------------------------------------------------------------------
-def _named(kind: str, spec, n_steps: int):
-    """``(factor(t), finished_at)`` of a named schedule; ``None`` for a callable."""
-    half = _SCHEDULE_FRACTION * n_steps
-    if callable(spec):
-        return None
-    if (kind, spec) in (("rho", "constant"), ("inverse_temperature", None)):
-        return (lambda t: 1.0), 0
-    if (kind, spec) == ("rho", "decay"):
-        return (lambda t: max(0.0, 1.0 - t / half) if half > 0 else 0.0), half
-    if (kind, spec) == ("inverse_temperature", "anneal"):
-        return (lambda t: _ANNEAL_RATIO ** ((min(1.0, t / half) if half > 0 else 1.0) - 1.0)), half
-    names = _RHO_SCHEDULES if kind == "rho" else _TEMPERATURE_SCHEDULES
-    raise ValueError(f"{kind}_schedule must be one of {names} or a callable, got {spec!r}")
-
-
 def _per_run(value, n_runs: int, name: str) -> list:
     """A spec for each run: ``value`` itself, or its items when it is a per-run list."""
     if isinstance(value, (list, tuple)):
@@ -178,33 +174,77 @@ def _groups(specs: list) -> list[tuple[object, np.ndarray]]:
     return [(spec, np.asarray(idx)) for spec, idx in keys.values()]
 
 
-class _Schedule:
-    """``t -> (R,)`` values of a schedule, and the step from which each run's is finished."""
+def _is_number(value) -> bool:
+    return not (isinstance(value, Schedule) or callable(value))
 
-    def __init__(self, kind: str, specs: list, base: np.ndarray, n_steps: int):
-        self.kind, self.base = kind, base
+
+class _RunSchedule:
+    """``t -> (R,)`` values of one schedule per run (numbers, schedules or callables), and
+    the step from which each run's is finished."""
+
+    def __init__(self, name: str, value, n_runs: int, *, positive: bool):
+        self.name = name
+        entries = _per_run(value, n_runs, name) if isinstance(value, (list, tuple)) else None
+        if entries is None or all(_is_number(e) for e in entries):
+            if entries is None and not _is_number(value):
+                entries = [value] * n_runs
+            else:  # numbers only: one vector, returned as is at every step
+                self.base = _vector(value, n_runs, name, positive=positive)
+                self.parts, self.done = [], np.zeros(n_runs)
+                return
+        self.base = np.zeros(n_runs)
         self.parts = []
-        self.done = np.zeros(len(base))
-        for spec, idx in _groups(specs):
-            named = _named(kind, spec, n_steps)
-            self.parts.append((spec, idx, named))
-            if named is not None:
-                self.done[idx] = named[1]
-        self.constant = all(spec in (None, "constant") for spec, _, _ in self.parts)
+        for spec, idx in _groups(entries):
+            if _is_number(spec):
+                self.base[idx] = _vector(spec, 1, name, positive=positive)[0]
+            else:
+                self.parts.append((as_schedule(spec), idx))
+        self.done = np.zeros(n_runs)
+        for sched, idx in self.parts:
+            self.done[idx] = getattr(sched, "finished_at", 0)
 
     def __call__(self, t: int) -> np.ndarray:
-        if self.constant:  # the common case: no copy per step
+        if not self.parts:  # the common case: no copy per step
             return self.base
-        out = np.empty_like(self.base)
-        for spec, idx, named in self.parts:
-            if named is None:
-                value = np.broadcast_to(np.asarray(spec(t), dtype=np.float64), out.shape)
-                out[idx] = value[idx]
-            else:
-                out[idx] = self.base[idx] * named[0](t)
-        if self.kind == "inverse_temperature" and not np.all((out > 0) & np.isfinite(out)):
+        out = self.base.copy()
+        for sched, idx in self.parts:
+            out[idx] = np.broadcast_to(np.asarray(sched(t), dtype=np.float64), out.shape)[idx]
+        if self.name == "inverse_temperature" and not np.all((out > 0) & np.isfinite(out)):
             check_inverse_temperature(out[~((out > 0) & np.isfinite(out))][0])
         return out
+
+
+_LEGACY = {  # the named schedules of 0.2, as schedules: (kind, name) -> (base, n_steps) -> ...
+    ("rho", "decay"): lambda base, n: Decay(base, steps=_SCHEDULE_FRACTION * n),
+    ("inverse_temperature", "anneal"):
+        lambda base, n: Anneal(base, ratio=_ANNEAL_RATIO, steps=_SCHEDULE_FRACTION * n),
+}
+_LEGACY_NAMES = {"rho": ("constant", "decay"), "inverse_temperature": (None, "anneal")}
+
+
+def _legacy(kind: str, value, spec, n_runs: int, n_steps: int):
+    """``value`` with the 0.2 keyword ``{kind}_schedule`` folded in (a FutureWarning when
+    that keyword says anything but its default)."""
+    specs = _per_run(spec, n_runs, f"{kind}_schedule")
+    default = _LEGACY_NAMES[kind][0]
+    if all(not callable(s) and s == default for s in specs):
+        return value
+    warn_deprecated(f"{kind}_schedule is deprecated and will be removed in 0.4; pass a "
+                    f"schedule as {kind} (attnclust.schedules: Anneal, Decay, Stages, or a "
+                    f"callable t -> value)", stacklevel=4)
+    base = _vector(value, n_runs, kind, positive=kind == "inverse_temperature")
+    entries: list = [float(b) for b in base]
+    for s, idx in _groups(specs):
+        if callable(s):
+            made = s
+        elif s in _LEGACY_NAMES[kind]:
+            made = _LEGACY[(kind, s)](base, n_steps) if s != default else None
+        else:
+            raise ValueError(f"{kind}_schedule must be one of {_LEGACY_NAMES[kind]} or a "
+                             f"callable, got {s!r}")
+        for r in idx:
+            entries[r] = entries[r] if made is None else made
+    return entries
 
 
 def _vector(value, n_runs: int, name: str, *, positive: bool) -> np.ndarray:
@@ -225,31 +265,35 @@ def _is_mixtures(objective) -> bool:
         and all(isinstance(m, GaussianMixture) for m in objective))
 
 
-def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed):
-    """The risk as an objective object."""
-    if isinstance(objective, Objective):
+def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed, geometry):
+    """The risk as an objective object (one given is checked against ``geometry``)."""
+    if isinstance(objective, Objective) or hasattr(objective, "value_and_grad"):
+        wanted, assumed = geometry, getattr(objective, "geometry", None)
+        if assumed not in (None, wanted):  # Geometry objects, equal when of one kind
+            raise ValueError(f"the objective is for geometry={assumed.name!r}, but pgd was "
+                             f"asked for geometry={wanted.name!r}")
         return objective
     if _is_mixtures(objective):
         if batch_size is not None:
             raise ValueError("batch_size applies to data arrays, not to a GaussianMixture")
         if reduce is not None:
             raise ValueError("reduce applies to data shards, not to a GaussianMixture")
-        risk = PopulationRisk(objective, method=method, n_samples=n_samples, rng=qmc_seed)
-        return risk
-    return EmpiricalRisk(objective, batch_size=batch_size, reduce=reduce, rng=gen)
+        return PopulationRisk(objective, method=method, n_samples=n_samples, rng=qmc_seed,
+                              geometry=geometry)
+    return EmpiricalRisk(objective, batch_size=batch_size, reduce=reduce, rng=gen,
+                         geometry=geometry)
 
 
-def _heads0(heads0, d: int, device) -> torch.Tensor:
+def _heads0(heads0, d: int | None, device, geometry: Geometry) -> torch.Tensor:
     heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
     if heads.ndim not in (2, 3) or heads.shape[-2] < 1:
         raise ValueError(f"heads0 must have shape (K, d) or (R, K, d), got {tuple(heads.shape)}")
-    if heads.shape[-1] != d:
+    if d is not None and heads.shape[-1] != d:
         raise ValueError(f"heads0 must have d={d} columns, got {heads.shape[-1]}")
     check_finite(heads, "heads0")
-    norms = heads.norm(dim=-1, keepdim=True)
-    if bool((norms == 0).any()):
+    if geometry.unit_heads and bool((heads.norm(dim=-1) == 0).any()):
         raise ValueError("heads0 has a zero row, which has no direction")
-    heads = heads / norms
+    heads = geometry.projx(heads)
     return (heads if heads.ndim == 3 else heads[None]).to(device)
 
 
@@ -267,9 +311,11 @@ def _penalty_terms(penalty, n_runs: int, risk, objective, *, method, n_samples, 
             term = Repulsion()
         elif spec == "balance":
             if isinstance(risk, EmpiricalRisk):
-                term = Balance(risk.X, reduce=risk.reduce, share=risk.share)
+                term = Balance(risk.X, reduce=risk.reduce, share=risk.share,
+                               geometry=risk.geometry)
             elif isinstance(risk, PopulationRisk):
-                term = Balance(risk.mix, method=method, n_samples=n_samples, rng=qmc_seed)
+                term = Balance(risk.mix, method=method, n_samples=n_samples, rng=qmc_seed,
+                               geometry=risk.geometry)
             else:
                 raise ValueError("penalty='balance' needs a mixture or data objective")
         else:
@@ -366,6 +412,7 @@ def pgd(
     n_samples: int = 2**14,
     callback: Callable[[IterationInfo], None] | None = None,
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    geometry: str = "sphere",
 ) -> SolverResult:
     """Projected (Riemannian) gradient descent of ``R + rho Pen`` on the sphere.
 
@@ -373,12 +420,14 @@ def pgd(
     ----------
     objective : GaussianMixture, sequence of GaussianMixture, array-like or objective
         Population risk of a mixture (one per run, or shared), empirical risk of data
-        ``(n, d)`` (or ``(R, n, d)``, one data set per run), or an object of
-        :mod:`attnclust.objectives`.
+        ``(n, d)`` (or ``(R, n, d)``, one data set per run), or any object with
+        ``value_and_grad(heads, lam)`` (:class:`attnclust.objectives.Objective`).
     heads0 : array-like of shape (K, d) or (R, K, d)
-        Initial heads (projected to the sphere); ``(R, K, d)`` runs ``R`` descents at once.
-    inverse_temperature : float or array-like of shape (R,)
-        Target inverse temperature ``lambda`` (per run).
+        Initial heads (projected to the sphere for ``geometry="sphere"``); ``(R, K, d)``
+        runs ``R`` descents at once.
+    inverse_temperature : float, array-like of shape (R,), schedule or callable, or a list
+        Inverse temperature ``lambda`` (per run in a list or array): a value, or a schedule
+        of :mod:`attnclust.schedules` (or a callable ``t -> value``) giving ``lambda_t``.
     step_size : float or array-like of shape (R,), default=0.1
         ``eta > 0``.
     n_steps : int, default=1000
@@ -386,10 +435,12 @@ def pgd(
     penalty : {None, "repulsion", "balance"}, callable or objective, or a list of them
         ``Pen`` (one per run in a list); a callable maps a ``(K, d)`` tensor to a
         differentiable scalar.
-    rho : float or array-like of shape (R,), default=0.0
-        Penalty weight.
-    rho_schedule : {"constant", "decay"} or callable, or a list of them, default="constant"
-    inverse_temperature_schedule : {None, "anneal"} or callable, or a list of them, default=None
+    rho : float, array-like of shape (R,), schedule or callable, or a list, default=0.0
+        Penalty weight ``rho_t``, as ``inverse_temperature``.
+    rho_schedule, inverse_temperature_schedule :
+        Deprecated (0.2's names): ``"decay"`` is ``rho=Decay(rho, steps=n_steps / 2)``,
+        ``"anneal"`` is ``inverse_temperature=Anneal(lambda, steps=n_steps / 2)``, a
+        callable is the schedule itself.
     riemannian : bool, default=True
         Step along the Riemannian gradient; ``False`` steps along the Euclidean one
         before projecting.
@@ -418,6 +469,10 @@ def pgd(
         step and records the global risk. With ``batch_size`` (the global batch), each
         rank draws ``round(batch_size n_r / n)`` rows of its shard with its own ``rng``
         (stratified sampling: the summed gradient is unbiased for the full one).
+    geometry : {"sphere", "euclidean"}, default="sphere"
+        Unit heads and the Riemannian step on the spheres, or free heads with the key
+        bias ``lambda ||mu_h||^2 / 2`` and the plain gradient step (``riemannian`` then
+        has no effect; the stopping test reads the Euclidean gradient).
 
     Returns
     -------
@@ -445,33 +500,39 @@ def pgd(
     (torch.Size([3, 2, 10]), (2, 3, 2, 10))
     >>> [round(ac.centroid_distance(h, mix.centroids).max, 4) for h in many.heads]
     [0.0747, 0.0081, 0.0033]
+
+    Euclidean heads (free norms) on the same population risk:
+
+    >>> free = ac.pgd(mix, 0.5 * ac.init_on_manifold(mix, rng=0), inverse_temperature=30.0,
+    ...               step_size=0.5, n_steps=1000, geometry="euclidean")
+    >>> ac.centroid_distance(free.heads, mix.centroids).max < 0.05
+    True
     """
     tol = _check_options(method, tol, reduce)
     gen = as_generator(rng)
     qmc_seed = int(rng) if isinstance(rng, (int, np.integer)) else int(gen.integers(2**31))
+    geometry = as_geometry(geometry)
     risk = _objective(objective, batch_size=batch_size, reduce=reduce, gen=gen,
-                      method=method, n_samples=n_samples, qmc_seed=qmc_seed)
-    d = risk.X.shape[-1] if isinstance(risk, EmpiricalRisk) else risk.mix.d
-    device = risk.X.device if isinstance(risk, EmpiricalRisk) else \
-        as_tensor(heads0, name="heads0").device
-    single = as_tensor(heads0, name="heads0").ndim == 2
-    H = _heads0(heads0, d, device)  # (R, K, d)
+                      method=method, n_samples=n_samples, qmc_seed=qmc_seed, geometry=geometry)
+    given = as_tensor(heads0, name="heads0")
+    device = getattr(risk, "device", None) or given.device
+    single = given.ndim == 2
+    H = _heads0(heads0, getattr(risk, "d", None), device, geometry)  # (R, K, d)
     R = H.shape[0]
-    lam = _vector(inverse_temperature, R, "inverse_temperature", positive=True)
-    eta = _vector(step_size, R, "step_size", positive=True)
-    rho = _vector(rho, R, "rho", positive=False)
     n_steps = check_int(n_steps, "n_steps", 0)
+    lam_at = _RunSchedule("inverse_temperature", _legacy(
+        "inverse_temperature", inverse_temperature, inverse_temperature_schedule, R, n_steps),
+        R, positive=True)
+    rho_at = _RunSchedule("rho", _legacy("rho", rho, rho_schedule, R, n_steps), R,
+                          positive=False)
+    eta = _vector(step_size, R, "step_size", positive=True)
     record_every = check_int(record_every, "record_every", 1)
     terms = _penalty_terms(penalty, R, risk, objective, method=method, n_samples=n_samples,
                            qmc_seed=qmc_seed)
-    lam_at = _Schedule("inverse_temperature",
-                       _per_run(inverse_temperature_schedule, R, "inverse_temperature_schedule"),
-                       lam, n_steps)
-    rho_at = _Schedule("rho", _per_run(rho_schedule, R, "rho_schedule"), rho, n_steps)
     stop_from = np.maximum(lam_at.done, rho_at.done)
     return _descend(risk, terms, H, single=single, lam_at=lam_at, rho_at=rho_at, eta=eta,
                     stop_from=stop_from, n_steps=n_steps, record_every=record_every, tol=tol,
-                    riemannian=riemannian, reduce=reduce, callback=callback)
+                    riemannian=riemannian, reduce=reduce, callback=callback, geometry=geometry)
 
 
 class _Records:
@@ -497,14 +558,14 @@ def _grad_norms(rgrad: torch.Tensor, t: int) -> np.ndarray:
 
 
 def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps, record_every,
-             tol, riemannian, reduce, callback) -> SolverResult:
+             tol, riemannian, reduce, callback, geometry) -> SolverResult:
     """The loop: one batched evaluation and one retraction per step, for the active runs.
 
     The host reads numbers only at recorded steps and, with ``tol``, for the stopping
     test; a run that stops leaves ``active`` (and the batch of the next evaluations).
     """
     R, device = H.shape[0], H.device
-    stochastic = isinstance(risk, EmpiricalRisk) and risk.batch_size is not None
+    stochastic = bool(getattr(risk, "stochastic", False))
     eta_t = torch.from_numpy(eta).to(device)[:, None, None]
     active = np.arange(R)
     sub_risk, sub_terms = _restrict(risk, terms, active)
@@ -519,7 +580,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
         value, grad = _evaluate(sub_risk, sub_terms, Ha, lam_t if everyone else lam_t[active],
                                 rho_t,
                                 batch=risk.next_batch() if stochastic else None, reduce=reduce)
-        rgrad = tangent(Ha, grad)  # Riemannian gradient
+        rgrad = geometry.egrad2rgrad(Ha, grad)  # Riemannian gradient
         checking = tol > 0 and bool(np.any(t >= stop_from[active]))
         due = t == n_steps or t % record_every == 0
         stop = np.zeros(len(active), dtype=bool)
@@ -535,7 +596,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
                 records.add(t, lam_t, rho_t, H)
         if t == n_steps or stop.all():
             break
-        moved = retract(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
+        moved = geometry.retr(Ha, -eta_t[idx] * (rgrad if riemannian else grad))
         report.shifts(active, stop, moved, Ha)
         if stop.any():  # frozen at this step: the others move on without them
             keep = torch.from_numpy(~stop).to(device)
@@ -581,14 +642,3 @@ class _Reporter:
             info = IterationInfo(iteration, np.full(len(self.shift), np.nan), lam_t.copy(),
                                  self.shift.copy(), heads)
         self.callback(info)
-
-
-class _CallableModule(types.ModuleType):
-    """``attnclust.pgd`` is this module, and calling it calls :func:`pgd`, so that
-    ``import attnclust.pgd`` gives the module while ``ac.pgd(mix, heads0, ...)`` works."""
-
-    def __call__(self, *args, **kwargs) -> SolverResult:
-        return pgd(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
