@@ -57,7 +57,7 @@ class HardEnding(NamedTuple):
     n_passes: int
     """Passes over the rows."""
     converged: bool
-    """The last pass moved no head by more than ``tol``."""
+    """The last pass moved the heads by at most ``tol`` (sum of squared moves)."""
 
 
 def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor) -> torch.Tensor:
@@ -74,7 +74,11 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
                  *, max_passes: int, tol: float, chunk: int, workers: int = 1,
                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  n_total: int | None = None) -> HardEnding:
-    """Lloyd passes from ``heads`` until no head moves by more than ``tol``.
+    """Lloyd passes from ``heads`` until the heads' squared moves sum to at most ``tol``.
+
+    The stopping rule is scikit-learn's ``KMeans`` rule (``sum_h ||mu_h' - mu_h||^2 <=
+    tol``, which scikit-learn takes as ``1e-4`` times the data's mean variance per
+    feature), so that both stop at the same point of the same iteration.
 
     Parameters
     ----------
@@ -88,7 +92,7 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     max_passes : int
         At most this many passes.
     tol : float
-        Stop after a pass that moved no head by more than ``tol`` (Euclidean norm).
+        Stop after a pass whose squared head moves sum to at most ``tol``.
     chunk, workers :
         Rows per chunk, and threads sharing the chunks (:func:`attnclust._threads.map_chunks`).
     reduce : callable, optional
@@ -123,7 +127,7 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         counts, sums = flat[:K], flat[K:K + K * d].reshape(K, d)
         objective.append(float(flat[-1]) / n)
         new = torch.where((counts > 0)[:, None], sums / counts.clamp_min(1)[:, None], heads)
-        shift = float(torch.linalg.vector_norm(new - heads, dim=1).max())
+        shift = float(((new - heads) ** 2).sum())
         heads = new
         if shift <= tol:
             converged = True
