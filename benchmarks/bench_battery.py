@@ -86,16 +86,17 @@ def _g2(d, sd, seed):
 
 
 def _scaled_table(informative_small: bool, seed: int):
-    """4 clusters in 4 informative columns plus 4 noise columns; the columns multiplied by
-    1, 10, ..., 10^5, the informative ones on the small scales or on the large ones."""
+    """4 clusters in a table whose columns are on scales 1 to 10^5. ``informative_small``:
+    4 informative columns on scales 1-10 beside 4 noise columns on 10^3-10^5 (the noise
+    drowns the clusters unless the columns are standardised); else 3 informative columns
+    on 10^4 beside 9 noise columns on 1-100 (standardising blows the noise up)."""
     rng = np.random.default_rng(seed)
-    centers = rng.normal(0, 3, size=(4, 4))
-    X, y = _blobs([300, 300, 300, 300], centers, [1] * 4, seed + 1)
-    X = np.concatenate([X, rng.normal(0, 3, size=(X.shape[0], 4))], axis=1)
-    scales = np.array([1, 1, 10, 10, 1e3, 1e3, 1e5, 1e5])
-    if not informative_small:
-        scales = scales[::-1]
-    return X * scales, y
+    m, noise = (4, 4) if informative_small else (3, 9)
+    X, y = _blobs([300] * 4, rng.normal(0, 3, size=(4, m)), [1] * 4, seed + 1)
+    X = np.concatenate([X, rng.normal(0, 3, size=(X.shape[0], noise))], axis=1)
+    scales = ([1, 1, 10, 10] + [1e3, 1e3, 1e5, 1e5] if informative_small
+              else [1e4, 1e4, 1e4] + [1, 10, 100] * 3)
+    return X * np.asarray(scales, dtype=float), y
 
 
 def _grid(side, spacing, sigma, per_blob, seed):
