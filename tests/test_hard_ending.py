@@ -65,3 +65,15 @@ def test_a_head_with_an_empty_cell_stays_put():
     res = lloyd_passes(lambda a, b: X[a:b], 3, heads0, max_passes=10, tol=0.0, chunk=2)
     assert res.heads[2].tolist() == [100.0, 100.0]
     assert res.heads[0].tolist() == [0.5, 0.0]
+
+
+def test_rtol_stops_once_the_objective_settles():
+    X, heads0 = _data(6)
+    full = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                        chunk=600)
+    loose = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                         rtol=1e-2, chunk=600)
+    assert loose.converged and loose.n_passes < full.n_passes
+    drops = -np.diff(loose.objective)
+    assert drops[-1] <= 1e-2 * loose.objective[-2]
+    assert np.all(drops[:-1] > 1e-2 * loose.objective[:-2])

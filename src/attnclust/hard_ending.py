@@ -57,7 +57,7 @@ class HardEnding(NamedTuple):
     n_passes: int
     """Passes over the rows."""
     converged: bool
-    """The last pass moved the heads by at most ``tol`` (sum of squared moves)."""
+    """A stopping rule (``tol`` or ``rtol``) was met before ``max_passes``."""
 
 
 def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor) -> torch.Tensor:
@@ -71,10 +71,11 @@ def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor) -> 
 
 
 def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
-                 *, max_passes: int, tol: float, chunk: int, workers: int = 1,
+                 *, max_passes: int, tol: float, chunk: int, rtol: float = 0.0, workers: int = 1,
                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  n_total: int | None = None) -> HardEnding:
-    """Lloyd passes from ``heads`` until the heads' squared moves sum to at most ``tol``.
+    """Lloyd passes from ``heads`` until the heads' squared moves sum to at most ``tol``,
+    or a move lowered ``R_inf`` by at most ``rtol`` of its value.
 
     The stopping rule is scikit-learn's ``KMeans`` rule (``sum_h ||mu_h' - mu_h||^2 <=
     tol``, which scikit-learn takes as ``1e-4`` times the data's mean variance per
@@ -93,6 +94,10 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         At most this many passes.
     tol : float
         Stop after a pass whose squared head moves sum to at most ``tol``.
+    rtol : float, default=0
+        Stop after a pass that finds that the previous move lowered ``R_inf`` by at most
+        ``rtol`` times its value (the heads still take that pass's move): on many rows
+        Lloyd's heads creep long after the partition has settled.
     chunk, workers :
         Rows per chunk, and threads sharing the chunks (:func:`attnclust._threads.map_chunks`).
     reduce : callable, optional
@@ -126,10 +131,11 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
             flat = reduce(flat)
         counts, sums = flat[:K], flat[K:K + K * d].reshape(K, d)
         objective.append(float(flat[-1]) / n)
+        settled = len(objective) > 1 and objective[-2] - objective[-1] <= rtol * objective[-2]
         new = torch.where((counts > 0)[:, None], sums / counts.clamp_min(1)[:, None], heads)
         shift = float(((new - heads) ** 2).sum())
         heads = new
-        if shift <= tol:
+        if shift <= tol or settled:
             converged = True
             break
     return HardEnding(heads, np.asarray(objective, dtype=np.float64), len(objective), converged)
