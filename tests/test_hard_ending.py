@@ -77,3 +77,14 @@ def test_rtol_stops_once_the_objective_settles():
     drops = -np.diff(loose.objective)
     assert drops[-1] <= 1e-2 * loose.objective[-2]
     assert np.all(drops[:-1] > 1e-2 * loose.objective[:-2])
+
+
+@pytest.mark.parametrize("max_passes", [1, 3, 300])
+def test_labels_are_the_nearest_returned_heads_and_the_objective_theirs(max_passes):
+    X, heads0 = _data(7)
+    labels = np.full(X.shape[0], -1)
+    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=max_passes,
+                       tol=1e-6, chunk=128, workers=2, labels=labels)
+    dist = torch.cdist(X, res.heads) ** 2                      # dense reference
+    np.testing.assert_array_equal(labels, dist.argmin(1).numpy())
+    assert res.objective[-1] == pytest.approx(float(dist.min(1).values.mean()), rel=1e-12)

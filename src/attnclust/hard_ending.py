@@ -60,26 +60,29 @@ class HardEnding(NamedTuple):
     """A stopping rule (``tol`` or ``rtol``) was met before ``max_passes``."""
 
 
-def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor) -> torch.Tensor:
-    """Flat ``[counts (K), sums (K d), sum_i min_h ||x_i - mu_h||^2]`` of one chunk."""
+def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor):
+    """Flat ``[counts (K), sums (K d), sum_i min_h ||x_i - mu_h||^2]`` of one chunk, and its
+    labels ``(m,)``."""
     K = heads.shape[0]
     best, z = (Xc @ heads.T - half_sq).max(1)                 # (m,) <x, mu> - ||mu||^2 / 2
     counts = torch.bincount(z, minlength=K).to(heads.dtype)
     sums = heads.new_zeros(heads.shape).index_add_(0, z, Xc)  # (K, d)
     dist = (Xc * Xc).sum() - 2.0 * best.sum()                 # sum_i ||x_i - mu_z(i)||^2
-    return torch.cat([counts, sums.reshape(-1), dist.reshape(1)])
+    return torch.cat([counts, sums.reshape(-1), dist.reshape(1)]), z
 
 
 def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
                  *, max_passes: int, tol: float, chunk: int, rtol: float = 0.0, workers: int = 1,
                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 n_total: int | None = None) -> HardEnding:
-    """Lloyd passes from ``heads`` until the heads' squared moves sum to at most ``tol``,
-    or a move lowered ``R_inf`` by at most ``rtol`` of its value.
+                 n_total: int | None = None, labels: np.ndarray | None = None) -> HardEnding:
+    """Lloyd passes from ``heads`` until the step would move the heads by a sum of squares
+    of at most ``tol``, or the last move lowered ``R_inf`` by at most ``rtol`` of its value.
 
-    The stopping rule is scikit-learn's ``KMeans`` rule (``sum_h ||mu_h' - mu_h||^2 <=
+    The ``tol`` rule is scikit-learn's ``KMeans`` rule (``sum_h ||mu_h' - mu_h||^2 <=
     tol``, which scikit-learn takes as ``1e-4`` times the data's mean variance per
-    feature), so that both stop at the same point of the same iteration.
+    feature). The heads returned are those of the last pass, whose cells it computed: so
+    ``labels``, when given, holds their nearest heads without another pass over the rows
+    (the last step, of at most ``tol``, is not taken).
 
     Parameters
     ----------
@@ -93,17 +96,19 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     max_passes : int
         At most this many passes.
     tol : float
-        Stop after a pass whose squared head moves sum to at most ``tol``.
+        Stop at a pass whose step would move the heads by a sum of squares of at most ``tol``.
     rtol : float, default=0
-        Stop after a pass that finds that the previous move lowered ``R_inf`` by at most
-        ``rtol`` times its value (the heads still take that pass's move): on many rows
-        Lloyd's heads creep long after the partition has settled.
+        Stop at a pass that finds that the previous step lowered ``R_inf`` by at most
+        ``rtol`` times its value: on many rows Lloyd's heads creep long after the
+        partition has settled.
     chunk, workers :
         Rows per chunk, and threads sharing the chunks (:func:`attnclust._threads.map_chunks`).
     reduce : callable, optional
         Sum over data-parallel ranks of a tensor (the same on every rank).
     n_total : int, optional
         Rows of all ranks (default ``n_rows``).
+    labels : ndarray of shape (n_rows,), optional
+        Filled with the index of each row's nearest returned head.
 
     Returns
     -------
@@ -121,21 +126,25 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     n = n_rows if n_total is None else n_total
     objective: list[float] = []
     converged = False
+
+    def cells(start, h, q):
+        part, z = _cell_sums(read(start, start + chunk), h, q)
+        if labels is not None:
+            labels[start:start + z.shape[0]] = z.cpu().numpy()
+        return part
     for _ in range(int(max_passes)):
         half_sq = 0.5 * (heads * heads).sum(1)
-        flat = heads.new_zeros(K * (d + 1) + 1)
-        for part in map_chunks(lambda s, h=heads, q=half_sq: _cell_sums(read(s, s + chunk), h, q),
-                               n_rows, chunk, workers):
-            flat += part
+        flat = sum(map_chunks(lambda s, h=heads, q=half_sq: cells(s, h, q), n_rows, chunk,
+                              workers), heads.new_zeros(K * (d + 1) + 1))
         if reduce is not None:
             flat = reduce(flat)
         counts, sums = flat[:K], flat[K:K + K * d].reshape(K, d)
         objective.append(float(flat[-1]) / n)
-        settled = len(objective) > 1 and objective[-2] - objective[-1] <= rtol * objective[-2]
         new = torch.where((counts > 0)[:, None], sums / counts.clamp_min(1)[:, None], heads)
-        shift = float(((new - heads) ** 2).sum())
-        heads = new
-        if shift <= tol or settled:
+        settled = len(objective) > 1 and objective[-2] - objective[-1] <= rtol * objective[-2]
+        if float(((new - heads) ** 2).sum()) <= tol or settled:
             converged = True
             break
+        if len(objective) < max_passes:
+            heads = new
     return HardEnding(heads, np.asarray(objective, dtype=np.float64), len(objective), converged)
