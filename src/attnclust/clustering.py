@@ -47,15 +47,15 @@ seeds and warm-starts from the same rows.
 
 Notation
 --------
-=============  ====================  =============================================
-paper          code                  meaning
-=============  ====================  =============================================
-``mu_h``       ``cluster_centers_``  heads, shape ``(K, d)``
-``lambda``     ``inverse_temperature_``      inverse temperature
-``a_h(x)``     ``predict_proba``     attention of ``x`` on head ``h``
-``T_mu(x)``    ``transform``         output of the layer
-``R(mu)``      ``-score``            empirical risk
-=============  ====================  =============================================
+=============  ========================  =============================================
+paper          code                      meaning
+=============  ========================  =============================================
+``mu_h``       ``cluster_centers_``      heads, shape ``(K, d)``
+``lambda``     ``inverse_temperature_``  inverse temperature
+``a_h(x)``     ``predict_proba``         attention of ``x`` on head ``h``
+``T_mu(x)``    ``transform``             output of the layer
+``R(mu)``      ``-score``                empirical risk
+=============  ========================  =============================================
 """
 
 from __future__ import annotations

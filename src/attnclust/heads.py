@@ -18,14 +18,14 @@ token-wise, on any leading batch shape. Two geometries:
 
 Notation
 --------
-============  ==================  ===========================================
-paper         code                meaning
-============  ==================  ===========================================
-``mu_h``      ``heads[h]``        head ``h``, shape ``(K, d)`` (unit on the sphere)
-``lambda``    ``inverse_temperature``     inverse temperature, ``> 0``
-``a_h(x)``    ``head_weights``    attention of token ``x`` on head ``h``
-``T_mu(x)``   ``attention_heads`` output of the layer
-============  ==================  ===========================================
+============  =======================  ===========================================
+paper         code                     meaning
+============  =======================  ===========================================
+``mu_h``      ``heads[h]``             head ``h``, shape ``(K, d)`` (unit on the sphere)
+``lambda``    ``inverse_temperature``  inverse temperature, ``> 0``
+``a_h(x)``    ``head_weights``         attention of token ``x`` on head ``h``
+``T_mu(x)``   ``attention_heads``      output of the layer
+============  =======================  ===========================================
 """
 
 from __future__ import annotations
