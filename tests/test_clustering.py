@@ -125,8 +125,29 @@ def test_chunked_passes_give_the_same_fit():
     d = load_wine()
     X = d.data / np.linalg.norm(d.data, axis=1, keepdims=True)
     a = SphereClustering(3, random_state=0, max_iter=30).fit(X)
-    b = SphereClustering(3, random_state=0, max_iter=30, batch_size=17).fit(X)
+    b = SphereClustering(3, random_state=0, max_iter=30, chunk_size=17).fit(X)
     np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore:AttentionClustering did not converge")
+def test_batch_size_of_the_fixed_point_solver_is_the_deprecated_chunk_size():
+    """batch_size meant rows per chunk for the fixed-point solver and the mini-batch for
+    pgd: the chunks are chunk_size now, and batch_size keeps its old meaning there with a
+    FutureWarning until 0.4; with pgd it is the mini-batch, without a warning."""
+    X = ac.GaussianMixture.orthogonal(d=6, k=3, sigma=0.1).sample(400, rng=0)
+    new = ac.AttentionClustering(3, random_state=0, chunk_size=50).fit(X)
+    with pytest.warns(FutureWarning, match="batch_size as the rows per chunk .* chunk_size"):
+        old = ac.AttentionClustering(3, random_state=0, batch_size=50).fit(X)
+    np.testing.assert_array_equal(old.cluster_centers_, new.cluster_centers_)
+    assert old.n_iter_ == new.n_iter_
+    common = dict(geometry="sphere", solver="pgd", max_iter=20, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        full = ac.AttentionClustering(3, chunk_size=50, **common).fit(X)
+        mini = ac.AttentionClustering(3, batch_size=50, **common).fit(X)
+    assert full.loss_curve_.tolist() == ac.AttentionClustering(3, **common).fit(X) \
+        .loss_curve_.tolist()                       # chunks change no step
+    assert not np.array_equal(mini.loss_curve_, full.loss_curve_)   # stochastic steps
 
 
 def test_pgd_solver_reaches_the_same_heads():
@@ -289,6 +310,7 @@ def test_zero_row_with_row_normalization_names_the_row():
     (dict(max_iter=2.5), "max_iter"),
     (dict(n_clusters=True), "n_clusters"),
     (dict(batch_size=0), "batch_size"),
+    (dict(chunk_size=1.5), "chunk_size must be an integer >= 1, got 1.5"),
     (dict(device="foo"), "device 'foo'"),
 ])
 def test_bad_parameters(bad, match):
@@ -373,7 +395,7 @@ _DTYPES_REASON = ("integer data with an all-zero row cannot be row-normalized (n
     [AttentionClustering(max_iter=20), SphereClustering(max_iter=20),
      SphereClustering(normalize="center-scale", max_iter=20)],
     expected_failed_checks=lambda est: (
-        {"check_estimators_dtypes": _DTYPES_REASON} if est._normalize == "rows" else {}),
+        {"check_estimators_dtypes": _DTYPES_REASON} if est._auto("normalize") == "rows" else {}),
 )
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
@@ -417,7 +439,7 @@ def test_default_clusters_cells_not_cones(name, centers):
     X, y = _blobs(centers, std=0.6)
     X[0] = 0.0                                 # a row at the origin is no error
     est = AttentionClustering(len(centers), random_state=0).fit(X)
-    assert est.geometry == "euclidean" and est._normalize is None
+    assert est.geometry == "euclidean" and est._auto("normalize") is None
     assert ac.adjusted_rand_index(y, est.labels_) > 0.98
     assert ac.centroid_distance(est.cluster_centers_, centers).max < 0.15
 

@@ -209,9 +209,13 @@ def test_init_directions_and_start_heads():
 def test_estimator_defaults_are_the_geometrys():
     for geometry in (Sphere(), Euclidean()):
         est = ac.AttentionClustering(geometry=geometry.name)
-        assert est._normalize == geometry.normalize
-        assert est._tol == geometry.tol and est._anneal == geometry.anneal
-        assert est._n_init == geometry.n_init(True)
+        assert est._auto("normalize") == geometry.normalize
+        assert est._auto("tol") == geometry.tol and est._auto("anneal") == geometry.anneal
+        assert est._auto("n_init") == geometry.n_init(True)
+        assert ac.AttentionClustering(init=np.eye(8), geometry=geometry.name)._auto("n_init") \
+            == geometry.n_init(False) == 1
+        assert ac.AttentionClustering(tol=0.5, n_init=7, geometry=geometry.name)._auto("tol") \
+            == 0.5
     assert (Sphere().n_init(True), Euclidean().n_init(True), Euclidean().n_init(False)) \
         == (1, 3, 1)
 

@@ -12,6 +12,7 @@ __all__ = [
     "as_numpy_input",
     "as_tensor",
     "as_torch_dtype",
+    "check_constraints",
     "check_device",
     "check_inverse_temperature",
     "check_finite",
@@ -217,3 +218,41 @@ def as_numpy_input(X):
     if t.dtype in (torch.float16, torch.bfloat16):
         t = t.float()
     return t.cpu().resolve_conj().resolve_neg().numpy()
+
+
+def _is_constant(value, option) -> bool:
+    """Whether ``value`` is the constant ``option`` (None, a bool or a string)."""
+    if option is None:
+        return value is None
+    if isinstance(option, bool):
+        return isinstance(value, bool | np.bool_) and bool(value) == option
+    return isinstance(value, str) and value == option
+
+
+def check_constraints(params: dict, constraints: dict) -> None:
+    """Check parameters against a declarative table (scikit-learn's
+    ``_parameter_constraints`` pattern): one table, checked once in ``fit``.
+
+    ``constraints[name] = (constants, check)``: ``params[name]`` may be one of the
+    ``constants`` (``None``, booleans, strings); any other value goes to ``check(value)``,
+    which raises a ``ValueError`` naming it (``check=None``: a ``ValueError`` listing the
+    constants).
+
+    Examples
+    --------
+    >>> table = {"solver": (("fixed-point", "pgd"), None),
+    ...          "tol": (("auto",), lambda v: check_nonnegative(v, "tol"))}
+    >>> check_constraints({"solver": "pgd", "tol": 1e-4}, table)
+    >>> check_constraints({"solver": "newton", "tol": "auto"}, table)
+    Traceback (most recent call last):
+    ...
+    ValueError: solver must be 'fixed-point' or 'pgd', got 'newton'
+    """
+    for name, (constants, check) in constraints.items():
+        value = params[name]
+        if any(_is_constant(value, option) for option in constants):
+            continue
+        if check is None:
+            listed = ", ".join(map(repr, constants[:-1])) + f" or {constants[-1]!r}"
+            raise ValueError(f"{name} must be {listed}, got {value!r}")
+        check(value)

@@ -18,9 +18,13 @@ variance: the variance *across each cluster's nearest boundary*, the one directi
 softmax has to resolve there (a per-coordinate variance would be dominated by directions
 that decide nothing on anisotropic data).
 
-They run on the estimator's warm-start sample, which a data-parallel fit assembles on
-every rank (see :class:`~attnclust.AttentionClustering`), so they need no sums over ranks.
-Rows are read in chunks of ``chunk`` so that memory stays ``O(chunk K)`` beyond the data.
+:func:`warm_start` is the estimator's start: ``n_init`` seedings (k-means++, random
+directions, or given heads), each followed by hard Lloyd steps, the best of them by the
+k-means objective, and with ``inverse_temperature="auto"`` the rule above on a last
+Lloyd run (a seeding is then replaced by its Lloyd heads). All of it runs on the
+estimator's warm-start sample, which a data-parallel fit assembles on every rank (see
+:class:`~attnclust.rows.WorkingRows`), so it needs no sums over ranks. Rows are read in
+chunks of ``chunk`` so that memory stays ``O(chunk K)`` beyond the data.
 
 Notation
 --------
@@ -37,17 +41,21 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
+from sklearn.cluster import kmeans_plusplus
 
 from .geometry import Geometry, as_geometry
+from .rows import WorkingRows
 
-__all__ = ["BoundaryVariance", "LloydResult", "auto_inverse_temperature", "boundary_variance",
-           "hard_labels", "hard_lloyd"]
+__all__ = ["BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
+           "boundary_variance", "hard_labels", "hard_lloyd", "warm_start"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
 # second moments is rounding noise of the dtype (and lambda would be unbounded)
 _FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
+_LLOYD_STEPS = 20         # hard Lloyd steps of the warm start (stops when stable)
 
 
 def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str | Geometry = "sphere", *,
@@ -144,11 +152,7 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *,
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
     counts, sums, outer = _cluster_moments(X, heads, labels, chunk)
-    extra = torch.cat([X.sum(0), torch.stack([(X * X).sum(), X.new_tensor(float(X.shape[0]))])])
-    stats = torch.cat([counts, sums.reshape(-1), outer.reshape(-1), extra])
-    counts, sums = stats[:K], stats[K:K + K * K].reshape(K, K)
-    outer = stats[K + K * K:K + K * K + K**3].reshape(K, K, K)
-    col_sums, sq_norm, n = stats[-2 - X.shape[1]:-2], float(stats[-2]), float(stats[-1])
+    col_sums, sq_norm, n = X.sum(0), float((X * X).sum()), float(X.shape[0])
     means = sums / counts.clamp_min(1)[:, None]                # (K, K) mean projection
     cov = outer / counts.clamp_min(1)[:, None, None] - means[:, :, None] * means[:, None, :]
     # the floor's scale: the rows' mean squared norm on the sphere, their mean squared
@@ -200,3 +204,87 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *,
     """
     s2, floor = boundary_variance(X, heads, geometry=geometry)
     return 1.0 / max(s2, floor, torch.finfo(X.dtype).tiny)
+
+
+# -- the estimator's warm start -------------------------------------------------------------
+def _kmeans_plusplus(S, K, gen, geometry) -> np.ndarray:
+    """k-means++ seeding (scikit-learn's) of ``K`` heads on the rows ``S``."""
+    seed = int(gen.integers(2**31 - 1))
+    return kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed)[0]
+
+
+def _random_directions(S, K, gen, geometry) -> np.ndarray:
+    """``K`` uniform random directions, as the geometry starts from them."""
+    return geometry.init_directions(gen.standard_normal((K, S.shape[1])))
+
+
+_SEEDINGS = {"kmeans++": _kmeans_plusplus, "sphere": _random_directions}   # init="..."
+
+
+def _initial_heads(S: torch.Tensor, rows: WorkingRows, init, K: int, geometry: Geometry,
+                   gen: np.random.Generator) -> torch.Tensor:
+    """One seeding (``init``: a name of ``_SEEDINGS`` or heads in the preprocessed space),
+    on the set of the geometry, the same on every rank."""
+    d = S.shape[1]
+    if isinstance(init, str):
+        if init not in _SEEDINGS:
+            raise ValueError(f"init must be 'kmeans++', 'sphere' or an array, got {init!r}")
+        centers = _SEEDINGS[init](S, K, gen, geometry)
+    else:
+        centers = np.array(init, dtype=np.float64)
+        if centers.shape != (K, d):
+            raise ValueError(f"init array must have shape (n_clusters, n_features) = "
+                             f"{(K, d)}, got {centers.shape}")
+        if not np.all(np.isfinite(centers)):
+            raise ValueError("init array contains NaN or inf")
+        centers = rows.heads_in(centers)
+    heads = torch.as_tensor(geometry.start_heads(centers, gen), dtype=S.dtype, device=S.device)
+    # every rank computed the same heads; rank 0's copy makes sure they agree bitwise
+    return rows.comm.broadcast(heads)
+
+
+class WarmStart(NamedTuple):
+    """Result of :func:`warm_start`, in the working space of the fit."""
+
+    heads: torch.Tensor
+    """Starting heads of the solver, ``(K, d)``."""
+    inverse_temperature: float | None
+    """``1 / s^2`` of :func:`auto_inverse_temperature` (``None`` when not asked for)."""
+    capped: bool
+    """Whether ``s^2`` was at its floor (clusters without spread)."""
+
+
+def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_init: int,
+               geometry: Geometry, gen: np.random.Generator, auto: bool) -> WarmStart:
+    """The estimator's starting heads and, with ``auto``, its inverse temperature.
+
+    ``S`` is the warm-start sample (working rows, the same on every rank). With ``n_init >
+    1`` each seeding is followed by hard Lloyd steps and the run of highest
+    :attr:`LloydResult.score` is kept. With ``auto``, hard Lloyd steps from those heads
+    give the partition whose boundary variance sets ``lambda``; a seeding is replaced by
+    these Lloyd heads (a warm start), given heads are kept.
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> X = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.1).sample(400, rng=0)
+    >>> rows = WorkingRows.prepare(X, geometry=ac.geometry.Sphere(), comm=None)
+    >>> start = warm_start(rows.rows, rows, init="kmeans++", n_clusters=2, n_init=1,
+    ...                    geometry=ac.geometry.Sphere(), gen=np.random.default_rng(0),
+    ...                    auto=True)
+    >>> round(start.inverse_temperature, -1), start.capped
+    (100.0, False)
+    """
+    def seed():
+        return _initial_heads(S, rows, init, n_clusters, geometry, gen)
+    if n_init == 1:
+        heads = seed()
+    else:
+        runs = [hard_lloyd(S, seed(), _LLOYD_STEPS, geometry=geometry) for _ in range(n_init)]
+        heads = max(runs, key=lambda run: run.score).heads
+    if not auto:
+        return WarmStart(heads, None, False)
+    lloyd = hard_lloyd(S, heads, _LLOYD_STEPS, geometry=geometry).heads
+    s2, floor = boundary_variance(S, lloyd, geometry=geometry)
+    lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
+    return WarmStart(lloyd if isinstance(init, str) else heads, lam, s2 <= floor)
