@@ -28,6 +28,15 @@ Fit
 2. Safeguarded, extrapolated fixed-point steps on the risk (:mod:`attnclust.fixed_point`;
    ``solver="pgd"``: plain PGD on the sphere), optionally annealed ``lambda/8, lambda/4,
    lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
+   The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
+   ends instead in the layer's hard limit (:mod:`attnclust.hard_ending`): its warm start
+   is scikit-learn's ``KMeans`` of the sample (``n_init`` seedings), then a few
+   fixed-point steps at ``lambda``, Lloyd's steps from there, the better (by the k-means
+   objective) of the two k-means fixed points, and Lloyd passes over all rows when there
+   are more than the sample (which is then ``256 K`` rows, at most ``_WARM_SAMPLE``). At
+   the ``"auto"`` temperature the soft fixed point moves the boundaries between
+   overlapping clusters away from the nearest-head partition that the labels read; why
+   this ending, and the measurements, are in ``docs/guide/default-estimator.md``.
 3. Checks that no fit fails silently: a head that wins no row, ``lambda`` at the floor of
    ``s^2`` (no spread) or so small that the attention is nearly uniform (the risk then
    pins down only the mean of the heads) warn with a :class:`DegenerateFitWarning`; not
@@ -78,6 +87,7 @@ from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .fixed_point import fixed_point_fit
 from .geometry import Geometry, as_geometry
+from .hard_ending import fit_to_hard_limit
 from .heads import softmax_heads
 from .results import History, SolverResult
 from .rows import WorkingRows, center_scale, fit_threads, preprocess
@@ -90,6 +100,7 @@ _logger = logging.getLogger("attnclust")
 ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
 _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
+_PER_HEAD = 256           # ... and, ending in the hard limit on more rows, 256 per head
 _CHUNK = 16_384           # rows per chunk of predict, transform and score
 
 
@@ -132,7 +143,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     inverse_temperature : float or "auto", default="auto"
         Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
-        nearest boundary, after hard Lloyd steps from the initialization.
+        nearest boundary, after hard Lloyd steps from the initialization. A given value
+        fits the soft layer at that ``lambda``; with ``"auto"`` and Euclidean heads seeded
+        by k-means++ the fit ends in the hard limit (module docstring).
     init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
         Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 20,000
         rows when there are more), random directions (uniform on the sphere; for
@@ -143,7 +156,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         way and the fit starts from them as given.
     n_init : int or "auto", default="auto"
         Seedings tried (each on the sample of at most 20,000 rows, followed by hard Lloyd
-        steps); the one of lowest k-means objective starts the fit. ``"auto"``: 3 for
+        steps); the one of lowest k-means objective starts the fit. ``"auto"``: 5 for
         Euclidean heads seeded by ``init``, 1 otherwise.
     normalize : {"auto", "rows", "center-scale"} or None, default="auto"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
@@ -164,7 +177,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     solver : {"fixed-point", "pgd"}, default="fixed-point"
         Safeguarded fixed-point steps (fast) or plain projected gradient descent (sphere).
     max_iter : int, default=300
-        Steps at the final inverse temperature.
+        Steps at the final inverse temperature (for a fit that ends in the hard limit:
+        Lloyd steps on the sample, and passes over all rows).
     tol : float or "auto", default="auto"
         Stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
         relative to the root-mean-square distance of the rows from their mean).
@@ -202,11 +216,13 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         The inverse temperature used (the resolved value of ``"auto"``).
     n_iter_ : int
         Steps taken, all stages together (with the steps on the sample, on more
-        rows than the sample).
+        rows than the sample; with the hard limit's Lloyd steps and passes).
     loss_curve_ : ndarray
         Empirical risk (without the penalty) after each step over all rows, at the
         inverse temperature in ``inverse_temperature_curve_`` (non-increasing while that
         is constant and there is no penalty); its last entry is ``-score`` of the data.
+        For a fit that ends in the hard limit: the fixed-point steps at ``lambda`` on the
+        warm-start sample, before that limit.
     inverse_temperature_curve_ : ndarray
     converged_ : bool
     n_features_in_ : int
@@ -349,12 +365,17 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             self._preprocess(X, comm=comm), geometry=geometry, comm=comm, device=self.device,
             dtype=self.dtype, chunk_size=self._chunk_size(), n_clusters=self.n_clusters,
             workers=workers)
-        S = rows.sample(gen, _WARM_SAMPLE)
         auto = isinstance(self.inverse_temperature, str)   # "auto", checked above
+        hard = auto and self.solver == "fixed-point" and geometry.kmeans_limit \
+            and isinstance(self.init, str) and self.init == "kmeans++"
+        S = rows.sample(gen, _WARM_SAMPLE if rows.n_total <= _WARM_SAMPLE or not hard
+                        else min(_WARM_SAMPLE, _PER_HEAD * self.n_clusters))
         start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
                            n_init=int(self._auto("n_init")), geometry=geometry, auto=auto)
         lam = start.inverse_temperature if auto else \
             rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
+        if hard:
+            return self._fit_to_hard_limit(S, rows, start, lam)
         temps = [lam * f for f, _ in self.anneal_plan()]
         steps = [int(self.max_iter) if s is None else s for _, s in self.anneal_plan()]
         if self.solver == "pgd":
@@ -363,6 +384,23 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             res = self._fit_fixed_point(S, rows, start.heads, temps, steps)
         self._set_fitted(res, lam, rows)
         self._label_and_check(rows, res.heads, lam, start.capped)
+        return self
+
+    def _fit_to_hard_limit(self, S, rows: WorkingRows, start, lam):
+        """The default's end in the hard limit (:func:`attnclust.hard_ending.fit_to_hard_limit`):
+        fitted attributes, labels and checks (the attention's sharpness read on the sample)."""
+        end = fit_to_hard_limit(S, rows, start.kmeans, lam, geometry=self._geometry,
+                                max_iter=int(self.max_iter), tol=float(self._auto("tol")),
+                                callback=self._callback_fn(rows))
+        self._set_fitted(end.soft._replace(heads=end.heads, n_iter=end.soft.n_iter + end.n_hard,
+                                           converged=end.converged), lam, rows)
+        K = self.n_clusters
+        sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=K).astype(np.float64))
+        weights = softmax_heads(self._geometry.logits(S, end.heads, lam))    # (m, K)
+        sharpness = float(weights.max(1).values.double().mean()) * rows.n_total
+        self.labels_ = end.labels
+        warn_if_degenerate(sizes, sharpness, capped=start.capped,
+                           inverse_temperature=self.inverse_temperature_, stacklevel=4)
         return self
 
     def _fit_fixed_point(self, S, rows: WorkingRows, heads0, temps, steps) -> SolverResult:

@@ -24,6 +24,19 @@ Each pass reads the rows once in chunks (one ``n x d x K`` product, per-cell sum
 with ``reduce`` (a sum over data-parallel ranks), sums ``K (d + 1) + 1`` numbers over the
 ranks, so every rank takes the same steps.
 
+The fit's end (:func:`fit_to_hard_limit`), from the warm start's k-means heads ``mu^0``
+on the warm-start sample ``S`` and the ``"auto"`` inverse temperature ``lambda``:
+
+1. a few safeguarded fixed-point steps of the layer at ``lambda`` on ``S``
+   (:func:`attnclust.fixed_point.fixed_point_fit`: the risk never increases), an
+   annealing stage that may carry the heads out of ``mu^0``'s basin;
+2. Lloyd's steps from there to a stable partition of ``S`` (scikit-learn's compiled
+   ``KMeans`` from those heads: the fixed-point step in the hard limit);
+3. of the two k-means fixed points, ``mu^0`` and this one, the one of lower ``R_inf`` on
+   ``S`` (so the end is never worse than the warm start);
+4. with more rows than ``S``: Lloyd passes over all rows (:func:`lloyd_passes`), whose
+   last pass also gives the labels.
+
 Notation
 --------
 =============  ==============  =============================================
@@ -41,10 +54,20 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from sklearn.cluster import KMeans
 
 from ._threads import map_chunks
+from .fixed_point import fixed_point_fit
+from .geometry import Geometry
+from .results import SolverResult
+from .rows import WorkingRows
 
-__all__ = ["HardEnding", "lloyd_passes"]
+__all__ = ["HardEnding", "HardFit", "SampleKMeans", "fit_to_hard_limit", "lloyd_passes",
+           "sample_kmeans"]
+
+KMEANS_TOL = 1e-4   # scikit-learn's KMeans tol: squared moves over the mean feature variance
+OBJECTIVE_RTOL = 1e-4   # passes over all rows stop once a step gains less than this of R_inf
+SOFT_STEPS = 5      # fixed-point steps at the "auto" lambda before the hard limit
 
 
 class HardEnding(NamedTuple):
@@ -148,3 +171,91 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         if len(objective) < max_passes:
             heads = new
     return HardEnding(heads, np.asarray(objective, dtype=np.float64), len(objective), converged)
+
+
+class SampleKMeans(NamedTuple):
+    """k-means of the warm-start sample (:func:`sample_kmeans`)."""
+
+    heads: torch.Tensor
+    """Cluster means, ``(K, d)``, in the sample's dtype and device."""
+    labels: np.ndarray
+    """Nearest head of each sample row, ``(m,)``."""
+    objective: float
+    """``R_inf`` of the heads on the sample (mean squared distance to the nearest head)."""
+    n_iter: int
+    """Lloyd steps of the run kept."""
+
+
+def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None = None,
+                  n_init: int = 1, seed: int | None = None, max_iter: int = 300
+                  ) -> SampleKMeans:
+    """scikit-learn's ``KMeans`` on the rows ``S``: ``n_init`` k-means++ seedings (or from
+    ``init``), Lloyd's steps to its stopping rule, the run of lowest objective.
+
+    The rows are handed over as they are (float32 stays float32, no copy on the CPU).
+
+    Examples
+    --------
+    >>> S = torch.tensor([[0.0], [0.2], [3.0], [3.4]], dtype=torch.float64)
+    >>> res = sample_kmeans(S, 2, init=S[[0, 2]])
+    >>> res.heads[:, 0].tolist(), res.labels.tolist(), round(res.objective, 3)
+    ([0.1, 3.2], [0, 0, 1, 1], 0.025)
+    """
+    X = S.detach().cpu().numpy()
+    start = "k-means++" if init is None else init.detach().cpu().numpy().astype(X.dtype)
+    km = KMeans(n_clusters, init=start, n_init=n_init if init is None else 1,
+                random_state=seed, max_iter=max_iter, tol=KMEANS_TOL).fit(X)
+    heads = torch.as_tensor(km.cluster_centers_, dtype=S.dtype, device=S.device)
+    return SampleKMeans(heads, km.labels_.astype(np.int64), float(km.inertia_) / X.shape[0],
+                        int(km.n_iter_))
+
+
+class HardFit(NamedTuple):
+    """Result of :func:`fit_to_hard_limit`, in the working space."""
+
+    heads: torch.Tensor
+    """Final heads, ``(K, d)``: a stable k-means partition's means."""
+    soft: SolverResult
+    """The fixed-point steps at ``lambda`` on the sample (the loss curve)."""
+    labels: np.ndarray
+    """Nearest final head of each of this rank's rows."""
+    n_hard: int
+    """Lloyd steps on the sample plus passes over all rows."""
+    converged: bool
+    """The last Lloyd stage met its stopping rule."""
+
+
+def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, lam: float, *,
+                      geometry: Geometry, max_iter: int, tol: float,
+                      callback=None) -> HardFit:
+    """The fit's end of the module docstring, from the warm start ``start`` on ``S``.
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> X, z = ac.GaussianMixture.orthogonal(d=3, k=2, sigma=0.1).sample(
+    ...     300, rng=0, return_labels=True)
+    >>> cells = ac.geometry.Euclidean()
+    >>> rows = WorkingRows.prepare(X, geometry=cells, comm=None)
+    >>> S = rows.sample(np.random.default_rng(0), 300)          # every row
+    >>> start = sample_kmeans(S, 2, seed=0)
+    >>> end = fit_to_hard_limit(S, rows, start, 10.0, geometry=cells, max_iter=300, tol=1e-4)
+    >>> ac.adjusted_rand_index(z, end.labels), end.converged
+    (1.0, True)
+    """
+    K, d = start.heads.shape
+    soft = fixed_point_fit(S, start.heads, inverse_temperatures=[lam], stage_steps=[SOFT_STEPS],
+                           tol=tol, geometry=geometry, chunk_size=rows.chunk,
+                           workers=rows.workers, callback=callback)
+    end = sample_kmeans(S, K, init=soft.heads, max_iter=max_iter)
+    best = end if end.objective < start.objective else start
+    n_hard = end.n_iter
+    if S.shape[0] == rows.n_total:   # the sample is every row, in order
+        mine = slice(rows.comm.offset, rows.comm.offset + rows.rows.shape[0])
+        return HardFit(best.heads, soft, best.labels[mine], n_hard, end.n_iter < max_iter)
+    labels = np.empty(rows.rows.shape[0], dtype=np.int64)
+    full = lloyd_passes(rows.read, rows.rows.shape[0], best.heads, max_passes=max_iter,
+                        tol=KMEANS_TOL / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
+                        workers=rows.workers, reduce=rows.comm.reduce, n_total=rows.n_total,
+                        labels=labels)
+    return HardFit(full.heads, soft, labels, n_hard + full.n_passes, full.converged)
