@@ -90,7 +90,7 @@ from .geometry import Geometry, as_geometry
 from .hard_ending import fit_to_hard_limit
 from .heads import softmax_heads
 from .results import History, SolverResult
-from .rows import WorkingRows, center_scale, fit_threads, preprocess
+from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
 from .warm_start import auto_inverse_temperature, warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -101,7 +101,6 @@ ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lamb
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
 _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
 _PER_HEAD = 256           # ... and, ending in the hard limit on more rows, 256 per head
-_CHUNK = 16_384           # rows per chunk of predict, transform and score
 
 
 # parameter -> (the constants it may be, a check of any other value: None, none allowed)
@@ -497,11 +496,13 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             return softmax_heads(self._geometry.logits(X, heads, self.inverse_temperature_))
 
     def _by_chunks(self, X, fn) -> np.ndarray:
-        """``fn(preprocessed rows)`` on ``_CHUNK`` rows at a time, concatenated."""
+        """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
+        and ``(rows, K)`` weights stay small however wide the data), concatenated."""
         check_is_fitted(self)
         X = self._validate(X, reset=False)
-        return np.concatenate([fn(self._preprocess(X[s:s + _CHUNK], offset=s))
-                               for s in range(0, X.shape[0], _CHUNK)])
+        step = chunk_rows(None, X.shape[1], self.n_clusters)
+        return np.concatenate([fn(self._preprocess(X[s:s + step], offset=s))
+                               for s in range(0, X.shape[0], step)])
 
     def predict_proba(self, X) -> np.ndarray:
         """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""

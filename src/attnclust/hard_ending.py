@@ -27,7 +27,8 @@ ranks, so every rank takes the same steps.
 The fit's end (:func:`fit_to_hard_limit`), from the warm start's k-means heads ``mu^0``
 on the warm-start sample ``S`` and the ``"auto"`` inverse temperature ``lambda``:
 
-1. a few safeguarded fixed-point steps of the layer at ``lambda`` on ``S``
+1. a few (``SOFT_STEPS``, at most ``max_iter``) safeguarded fixed-point steps of the
+   layer at ``lambda`` on ``S``
    (:func:`attnclust.fixed_point.fixed_point_fit`: the risk never increases), an
    annealing stage that may carry the heads out of ``mu^0``'s basin;
 2. Lloyd's steps from there to a stable partition of ``S`` (scikit-learn's compiled
@@ -244,7 +245,8 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
     (1.0, True)
     """
     K, d = start.heads.shape
-    soft = fixed_point_fit(S, start.heads, inverse_temperatures=[lam], stage_steps=[SOFT_STEPS],
+    soft = fixed_point_fit(S, start.heads, inverse_temperatures=[lam],
+                           stage_steps=[min(SOFT_STEPS, max_iter)],
                            tol=tol, geometry=geometry, chunk_size=rows.chunk,
                            workers=rows.workers, callback=callback)
     end = sample_kmeans(S, K, init=soft.heads, max_iter=max_iter)

@@ -150,8 +150,9 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str) -> tuple[np.ndarr
     """Column means ``m`` and root-mean-square norm ``s`` of the centred rows, overflow-safe.
 
     The norm is computed on rows divided by their largest centred entry so that no square
-    overflows; rows are read ``_CHUNK`` at a time (a memory-mapped ``X`` is never copied
-    whole); every sum is taken over the ranks' rows (``what``: the message's subject).
+    overflows; rows are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied
+    whole, and no block's float64 temporaries grow with the width); every sum is taken
+    over the ranks' rows (``what``: the message's subject).
 
     Examples
     --------
@@ -160,7 +161,8 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str) -> tuple[np.ndarr
     ([2.0, 0.0], 1.0)
     """
     n = comm.n_total
-    chunks = [X[s:s + _CHUNK] for s in range(0, X.shape[0], _CHUNK)]
+    step = chunk_rows(None, X.shape[1], 1)
+    chunks = [X[s:s + step] for s in range(0, X.shape[0], step)]
     with np.errstate(over="ignore", invalid="ignore"):       # checked just below
         mean = comm.sum_array(sum((c.sum(0, dtype=np.float64) for c in chunks),
                                   np.zeros(X.shape[1]))) / n
@@ -247,7 +249,9 @@ class WorkingRows:
         chunk = chunk_rows(chunk_size, Xp.shape[1], n_clusters)
         with warnings.catch_warnings():   # a read-only memmap is only ever read
             warnings.simplefilter("ignore", UserWarning)
-            rows = torch.from_numpy(np.ascontiguousarray(Xp))
+            # any positive strides (Fortran order too) are read chunk by chunk, not copied
+            rows = torch.from_numpy(Xp if min(Xp.strides, default=0) >= 0
+                                    else np.ascontiguousarray(Xp))
         if not geometry.equivariant:
             return cls(rows.to(device, dtype), comm=comm, chunk=chunk, workers=workers)
         shift, scale = center_scale(Xp, comm, f"geometry={geometry.name!r}")
@@ -295,6 +299,9 @@ class WorkingRows:
         """
         n, X, comm = self.n_total, self.rows, self.comm
         idx = np.arange(n) if n <= size else np.sort(gen.choice(n, size, replace=False))
+        if X.shape[0] == n:   # one process: the rows as they are, no float64 buffer
+            return self.read(0, n) if idx.size == n else \
+                self.take(torch.from_numpy(idx).to(X.device))
         mine = (idx >= comm.offset) & (idx < comm.offset + X.shape[0])
         picked = self.take(torch.from_numpy(idx[mine] - comm.offset).to(X.device))
         rows = picked.new_zeros(idx.size, X.shape[1], dtype=torch.float64)  # 0 where not ours
