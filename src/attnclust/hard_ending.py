@@ -43,8 +43,10 @@ Notation
 =============  ==============  =============================================
 paper          code            meaning
 =============  ==============  =============================================
-``mu_h``       ``heads``       heads, shape ``(K, d)``
 ``R_inf``      ``objective``   k-means objective per row after each pass
+``mu_h``       ``heads``       heads, shape ``(K, d)``
+``S``          ``S``           the warm-start sample, ``(m, d)``
+``lambda``     ``lam``         the ``"auto"`` inverse temperature
 =============  ==============  =============================================
 """
 
