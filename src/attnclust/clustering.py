@@ -30,8 +30,8 @@ Fit
    lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
    The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
    ends instead in the layer's hard limit (:mod:`attnclust.hard_ending`): its warm start
-   is scikit-learn's ``KMeans`` of the sample (``n_init`` seedings), then a few
-   fixed-point steps at ``lambda``, Lloyd's steps from there, the better (by the k-means
+   is scikit-learn's ``KMeans`` of the sample (``n_init`` seedings), then a
+   fixed-point step at ``lambda``, Lloyd's steps from there, the better (by the k-means
    objective) of the two k-means fixed points, and Lloyd passes over all rows when there
    are more than the sample (which is then ``256 K`` rows, at most ``_WARM_SAMPLE``). At
    the ``"auto"`` temperature the soft fixed point moves the boundaries between
