@@ -694,3 +694,19 @@ def test_callback_heads_are_in_the_data_units():
     moved = np.linalg.norm(np.diff(path, axis=0), axis=-1).max(-1)
     np.testing.assert_allclose([i.shift for i in infos[1:]], moved, rtol=1e-9)
     assert infos[-1].loss == pytest.approx(est.loss_curve_[-1], rel=1e-12)
+
+
+def test_the_callback_sees_the_passes_over_all_rows(monkeypatch):
+    """Above the sample the default reports its soft step, then each pass over all rows
+    (at an infinite inverse temperature): progress for the command line's bar."""
+    from attnclust import clustering
+
+    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 300)
+    X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=11)
+    infos = []
+    est = AttentionClustering(3, random_state=0, callback=infos.append).fit(X)
+    passes = [i for i in infos if i.inverse_temperature == np.inf]
+    assert passes and len(passes) < len(infos)
+    assert [i.iteration for i in infos] == sorted(i.iteration for i in infos)
+    assert infos[-1].iteration <= est.n_iter_
+    np.testing.assert_allclose(passes[-1].heads.numpy(), est.cluster_centers_, rtol=1e-12)

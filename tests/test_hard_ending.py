@@ -88,3 +88,13 @@ def test_labels_are_the_nearest_returned_heads_and_the_objective_theirs(max_pass
     dist = torch.cdist(X, res.heads) ** 2                      # dense reference
     np.testing.assert_array_equal(labels, dist.argmin(1).numpy())
     assert res.objective[-1] == pytest.approx(float(dist.min(1).values.mean()), rel=1e-12)
+
+
+def test_callback_reports_every_pass():
+    X, heads0 = _data(10)
+    infos = []
+    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                       chunk=128, callback=infos.append)
+    assert [i.iteration for i in infos] == list(range(1, res.n_passes + 1))
+    np.testing.assert_allclose([i.loss for i in infos], res.objective, rtol=0, atol=0)
+    assert infos[-1].shift == 0.0 and all(i.inverse_temperature == np.inf for i in infos)

@@ -62,7 +62,7 @@ from sklearn.cluster import KMeans
 from ._threads import map_chunks
 from .fixed_point import fixed_point_fit
 from .geometry import Geometry
-from .results import SolverResult
+from .results import IterationInfo, SolverResult
 from .rows import WorkingRows
 
 __all__ = ["HardEnding", "HardFit", "SampleKMeans", "fit_to_hard_limit", "lloyd_passes",
@@ -101,7 +101,8 @@ def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor):
 def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
                  *, max_passes: int, tol: float, chunk: int, rtol: float = 0.0, workers: int = 1,
                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 n_total: int | None = None, labels: np.ndarray | None = None) -> HardEnding:
+                 n_total: int | None = None, labels: np.ndarray | None = None,
+                 callback: Callable[[IterationInfo], None] | None = None) -> HardEnding:
     """Lloyd passes from ``heads`` until the step would move the heads by a sum of squares
     of at most ``tol``, or the last move lowered ``R_inf`` by at most ``rtol`` of its value.
 
@@ -136,6 +137,11 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         Rows of all ranks (default ``n_rows``).
     labels : ndarray of shape (n_rows,), optional
         Filled with the index of each row's nearest returned head.
+    callback : callable, optional
+        Called after each pass with an :class:`~attnclust.results.IterationInfo`
+        (``iteration``: passes so far; ``loss``: ``R_inf`` of the pass's heads;
+        ``inverse_temperature``: infinity; ``shift``: the largest move of a head): progress
+        over the passes.
 
     Returns
     -------
@@ -173,7 +179,11 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         objective.append(float(flat[-1]) / n)
         new = torch.where((counts > 0)[:, None], sums / counts.clamp_min(1)[:, None], heads)
         settled = len(objective) > 1 and objective[-2] - objective[-1] <= rtol * objective[-2]
-        if float(((new - heads) ** 2).sum()) <= tol or settled:
+        moves = ((new - heads) ** 2).sum(1)                   # (K,) squared moves
+        if callback is not None:
+            callback(IterationInfo(len(objective), objective[-1], float("inf"),
+                                   float(moves.max()) ** 0.5, heads.detach().clone()))
+        if float(moves.sum()) <= tol or settled:
             converged = True
             break
         if len(objective) < max_passes:
@@ -244,6 +254,9 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
                       callback=None) -> HardFit:
     """The fit's end of the module docstring, from the warm start ``start`` on ``S``.
 
+    ``callback`` (an :class:`~attnclust.results.IterationInfo` consumer) sees the soft
+    steps, then each pass over all rows (at ``inverse_temperature`` infinity).
+
     Examples
     --------
     >>> import attnclust as ac
@@ -269,8 +282,12 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
         mine = slice(rows.comm.offset, rows.comm.offset + rows.rows.shape[0])
         return HardFit(best.heads, soft, best.labels[mine], n_hard, end.n_iter < max_iter)
     labels = np.empty(rows.rows.shape[0], dtype=np.int64)
+    done = soft.n_iter + n_hard
+
+    def progress(info):   # the passes continue the soft steps' count, in the callback's units
+        callback(info._replace(iteration=done + info.iteration))
     full = lloyd_passes(rows.read, rows.rows.shape[0], best.heads, max_passes=max_iter,
                         tol=KMEANS_TOL / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
                         workers=rows.workers, reduce=rows.comm.reduce, n_total=rows.n_total,
-                        labels=labels)
+                        labels=labels, callback=None if callback is None else progress)
     return HardFit(full.heads, soft, labels, n_hard + full.n_passes, full.converged)
