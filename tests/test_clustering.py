@@ -548,8 +548,8 @@ def test_the_default_is_never_worse_than_its_kmeans_warm_start():
     for seed in range(3):
         est = AttentionClustering(4, random_state=seed).fit(X)
         inertia = float(np.sum((X - est.cluster_centers_[est.labels_]) ** 2))
-        # the warm start: KMeans(n_init=5) of the working rows, seeded from random_state
-        km = KMeans(4, n_init=5, random_state=int(np.random.default_rng(seed).integers(
+        # the warm start: KMeans(n_init=10) of the working rows, seeded from random_state
+        km = KMeans(4, n_init=10, random_state=int(np.random.default_rng(seed).integers(
             2**31 - 1))).fit((X - X.mean(0)) / spread)
         assert inertia <= km.inertia_ * spread**2 * (1 + 1e-9)
 

@@ -187,9 +187,10 @@ def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
     monkeypatch.setattr(clustering, "_WARM_SAMPLE", 500)
     AttentionClustering(4, random_state=0, max_iter=5).fit(X[:400])
     AttentionClustering(4, random_state=0, max_iter=5).fit(X)
-    # the default's warm start: KMeans of the sample, n_init="auto" = 5 seedings; above
-    # the threshold the sample is 256 rows per head, at most the threshold
-    assert seen == [((400, 6), 5), ((500, 6), 5)]
+    # the default's warm start: KMeans of the sample, n_init="auto" = 10 seedings; above
+    # the threshold the sample is 256 rows per head, at most the threshold, and the
+    # seedings one per five sample sizes of rows
+    assert seen == [((400, 6), 10), ((500, 6), max(1, min(10, len(X) // 2500)))]
 
 
 def test_pass_bytes_match_the_reduced_buffer():

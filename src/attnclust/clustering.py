@@ -101,6 +101,7 @@ ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lamb
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
 _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
 _PER_HEAD = 256           # ... and, ending in the hard limit on more rows, 256 per head
+_SEEDING_ROWS = 5         # ... with one seeding per 5 sample sizes of rows (n_init="auto")
 
 
 # parameter -> (the constants it may be, a check of any other value: None, none allowed)
@@ -155,8 +156,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         way and the fit starts from them as given.
     n_init : int or "auto", default="auto"
         Seedings tried (each on the sample of at most 20,000 rows, followed by hard Lloyd
-        steps); the one of lowest k-means objective starts the fit. ``"auto"``: 5 for
-        Euclidean heads seeded by ``init``, 1 otherwise.
+        steps); the one of lowest k-means objective starts the fit. ``"auto"``: 10 for
+        Euclidean heads seeded by ``init`` (as ``KMeans(n_init=10)``; above 20,000 rows,
+        one per five times the sample's rows, at most 10), 1 otherwise.
     normalize : {"auto", "rows", "center-scale"} or None, default="auto"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
         each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
@@ -369,8 +371,13 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             and isinstance(self.init, str) and self.init == "kmeans++"
         S = rows.sample(gen, _WARM_SAMPLE if rows.n_total <= _WARM_SAMPLE or not hard
                         else min(_WARM_SAMPLE, _PER_HEAD * self.n_clusters))
+        n_init = int(self._auto("n_init"))
+        if hard and isinstance(self.n_init, str) and S.shape[0] < rows.n_total:
+            # above the sample, its seedings may cost about as many row visits as the
+            # passes over all rows: one per _SEEDING_ROWS times the sample's rows
+            n_init = max(1, min(n_init, rows.n_total // (_SEEDING_ROWS * S.shape[0])))
         start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
-                           n_init=int(self._auto("n_init")), geometry=geometry, auto=auto)
+                           n_init=n_init, geometry=geometry, auto=auto)
         lam = start.inverse_temperature if auto else \
             rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
         if hard:
