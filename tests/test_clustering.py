@@ -390,12 +390,20 @@ _DTYPES_REASON = ("integer data with an all-zero row cannot be row-normalized (n
                   "the same check passes with normalize='center-scale'")
 
 
+_WEIGHTS_REASON = ("k-means++ draws its seeds among the rows, so repeated rows change the "
+                   "draws, as for scikit-learn's KMeans (which fails this check too); from the "
+                   "same initial heads, weights and repeated rows give the same fit "
+                   "(test_sample_weight.py)")
+
+
 @parametrize_with_checks(
     # few steps: these checks test the API, the other tests test convergence
     [AttentionClustering(max_iter=20), SphereClustering(max_iter=20),
      SphereClustering(normalize="center-scale", max_iter=20)],
-    expected_failed_checks=lambda est: (
-        {"check_estimators_dtypes": _DTYPES_REASON} if est._auto("normalize") == "rows" else {}),
+    expected_failed_checks=lambda est: {
+        **({"check_estimators_dtypes": _DTYPES_REASON} if est._auto("normalize") == "rows"
+           else {}),
+        "check_sample_weight_equivalence_on_dense_data": _WEIGHTS_REASON},
 )
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
@@ -601,6 +609,23 @@ def test_auto_inverse_temperature_stays_clear_of_uniform_attention(loader):
         est = AttentionClustering(len(np.unique(y)), random_state=0).fit(X)
     assert est.predict_proba(X).max(1).mean() > 0.85
     assert est.converged_
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "sphere"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_equal_rows_cap_lambda_and_warn_consistently(geometry, k):
+    """All rows equal: lambda is the cap, 1e12 (it was 1 / float64's tiny, 4.49e307), and
+    the warnings agree: the cap and dead heads, never "raise inverse_temperature"."""
+    X = np.tile([[1.0, 2.0]], (50, 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = AttentionClustering(k, geometry=geometry, random_state=0).fit(X)
+    messages = [str(w.message) for w in caught]
+    assert est.inverse_temperature_ == pytest.approx(1e12, rel=1e-9)
+    assert any("at its cap" in m for m in messages)
+    assert not any("raise inverse_temperature" in m for m in messages)
+    assert sum("win no row" in m for m in messages) == (k > 1)
+    np.testing.assert_array_equal(est.labels_, 0)
 
 
 def test_dead_head_warns():

@@ -417,7 +417,8 @@ def test_each_rank_checks_its_rows_like_one_process(tmp_path, case):
     from attnclust.cli import _load_shard
 
     path = _bad_file(tmp_path, case)
-    args = SimpleNamespace(data=str(path), normalize="auto", geometry="sphere")
+    args = SimpleNamespace(data=str(path), normalize="auto", geometry="sphere", header="auto",
+                           weight_column=None, sample_weight=None)
     failing = []
     for rank in range(2):
         try:

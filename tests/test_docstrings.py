@@ -14,9 +14,6 @@ from attnclust import clustering
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnclust"
 _BORDER = re.compile(r"^\s*=+( +=+)+\s*$")
-# tables the rename to inverse_temperature broke in modules owned elsewhere (the docs
-# work realigns them); every other module must hold readable tables
-_REALIGNED_ELSEWHERE = {"pgd.py", "quantizer.py", "risk.py"}
 
 
 def broken_table_rows(text: str) -> list[int]:
@@ -47,10 +44,7 @@ def _docstrings(path: Path):
                 yield getattr(node, "name", "module"), doc
 
 
-@pytest.mark.parametrize("path", [
-    pytest.param(p, id=p.name, marks=[pytest.mark.xfail(reason="realigned by the docs work")]
-                 if p.name in _REALIGNED_ELSEWHERE else [])
-    for p in sorted(PACKAGE.rglob("*.py"))])
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: p.name)
 def test_notation_tables_are_readable(path):
     assert [(name, row) for name, doc in _docstrings(path)
             for row in broken_table_rows(doc)] == []
@@ -65,7 +59,7 @@ def test_the_table_check_can_fail():
 
 
 # statements of the warm-start sample's size, in docstrings and documentation pages
-_SAMPLE = re.compile(r"(?:sample\s+of\s+(?:at\s+most\s+)?|at\s+most\s+)([\d,]+)\s+rows",
+_SAMPLE = re.compile(r"(?:\bsample\s+of|\bseeds?\s+from)\s+(?:at\s+most\s+)?([\d,]+)\s+rows",
                      re.IGNORECASE)
 
 
@@ -86,6 +80,7 @@ def test_docs_state_the_warm_start_sample_the_code_uses():
 
 def test_the_sample_statement_check_can_fail():
     text = ("Initial heads: k-means++ seeding (on a seeded sample of 100,000\n"
-            "        rows when there are more); each on the sample of at most 20,000 rows")
-    assert [int(m.group(1).replace(",", "")) for m in _SAMPLE.finditer(text)] == [100_000,
-                                                                                   20_000]
+            "        rows when there are more); each on the sample of at most 20,000 rows;\n"
+            "k-means++ seeds from at\nmost 30,000 rows; faiss: a subsample of 256 rows")
+    assert [int(m.group(1).replace(",", "")) for m in _SAMPLE.finditer(text)] == [
+        100_000, 20_000, 30_000]

@@ -171,9 +171,7 @@ def test_sphere_fixed_point_step_keeps_the_heads_on_the_sphere_and_fixes_critica
     torch.testing.assert_close(step.norm(dim=1), torch.ones(3, dtype=mu.dtype))
 
 
-@pytest.mark.parametrize("geometry", [Sphere(), pytest.param(Euclidean(), marks=pytest.mark.xfail(
-    strict=True, reason="known defect kept for identical fits: eye * inf is NaN off the "
-    "diagonal, so the argmin picks the first other head, not the nearest"))])
+@pytest.mark.parametrize("geometry", [Sphere(), Euclidean()])
 def test_nearest_boundary_normal_is_orthogonal_to_the_boundary(geometry):
     """The normal ``mu_c - g mu_h`` of the nearest boundary: the logits of heads h and c
     differ by a constant times it, and its squared norm is the one returned."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -18,6 +19,8 @@ __all__ = [
     "check_finite",
     "check_int",
     "check_nonnegative",
+    "check_sample_weight",
+    "readonly_tensor",
 ]
 
 
@@ -48,6 +51,25 @@ def as_tensor(x, *, name: str = "x", dtype=None, device=None) -> torch.Tensor:
     if dtype is not None or device is not None:
         t = t.to(dtype=dtype or t.dtype, device=device or t.device)
     return t
+
+
+def readonly_tensor(X: np.ndarray) -> torch.Tensor:
+    """A tensor on the memory of ``X`` (copied only when not C-contiguous), to be read only.
+
+    ``X`` may be read-only (a read-only memory map, a pandas 3 frame's values): torch wraps
+    it all the same but warns that writing to it would be undefined, which callers that
+    only read it must not pass on to their users.
+
+    Examples
+    --------
+    >>> X = np.ones((2, 3))
+    >>> X.flags.writeable = False
+    >>> readonly_tensor(X).sum().item()
+    6.0
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable", category=UserWarning)
+        return torch.from_numpy(np.ascontiguousarray(X))
 
 
 def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -218,6 +240,52 @@ def as_numpy_input(X):
     if t.dtype in (torch.float16, torch.bfloat16):
         t = t.float()
     return t.cpu().resolve_conj().resolve_neg().numpy()
+
+
+def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray | None:
+    """``sample_weight`` as a float64 array of shape ``(n_samples,)``, or ``None`` for none.
+
+    A number gives every row that weight. Weights must be finite and non-negative; their
+    sum may be zero here (a data-parallel rank may hold only rows of weight zero: the fit
+    checks the total over all ranks).
+
+    Raises
+    ------
+    ValueError
+        Not numeric, not of shape ``(n_samples,)``, NaN, inf or negative (naming the first
+        bad entry).
+
+    Examples
+    --------
+    >>> check_sample_weight([1, 2, 0], 3)
+    array([1., 2., 0.])
+    >>> check_sample_weight([1.0, -1.0], 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: sample_weight must be non-negative, got -1.0 at index 1
+    """
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, torch.Tensor):
+        sample_weight = sample_weight.detach().cpu().numpy()
+    try:
+        w = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"sample_weight must be numbers, got "
+                         f"{type(sample_weight).__name__}") from None
+    if w.ndim == 0:
+        w = np.full(n_samples, float(w))
+    if w.shape != (n_samples,):
+        raise ValueError(f"sample_weight must have shape ({n_samples},), one weight per row, "
+                         f"got shape {w.shape}")
+    bad = np.flatnonzero(~np.isfinite(w))
+    if bad.size:
+        raise ValueError(f"sample_weight must be finite, got {w[bad[0]]} at index {bad[0]}")
+    negative = np.flatnonzero(w < 0)
+    if negative.size:
+        raise ValueError(f"sample_weight must be non-negative, got {w[negative[0]]} at index "
+                         f"{negative[0]}")
+    return w
 
 
 def _is_constant(value, option) -> bool:

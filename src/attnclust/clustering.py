@@ -72,7 +72,7 @@ from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, Tran
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._deprecation import RenamedAttribute, renamed_keywords
+from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from ._validation import (
     as_generator,
     as_numpy_input,
@@ -82,6 +82,7 @@ from ._validation import (
     check_int,
     check_inverse_temperature,
     check_nonnegative,
+    check_sample_weight,
 )
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
@@ -124,7 +125,8 @@ _CONSTRAINTS = {
 }
 
 
-class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, BaseEstimator):
+class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin,
+                          TransformerMixin, BaseEstimator):
     """Clustering by a trained K-head attention layer.
 
     Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h> - b_h) mu_h``
@@ -244,7 +246,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     1.0
     """
 
-    # the names of 0.1, until 0.3
+    # the names of 0.1, until 0.4 (set_params takes them too)
     temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")
     temperature_curve_ = RenamedAttribute("temperature_curve_", "inverse_temperature_curve_")
 
@@ -335,51 +337,101 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                              ensure_min_samples=1)
 
     def _preprocess(self, X: np.ndarray, *, comm: Communicator | None = None,
-                    offset: int = 0) -> np.ndarray:
+                    offset: int = 0, weights: np.ndarray | None = None) -> np.ndarray:
         """``normalize`` applied to validated rows; with ``comm`` (in ``fit``) it learns
-        ``mean_`` and ``scale_`` (``offset``: the index of ``X``'s first row, for messages)."""
+        ``mean_`` and ``scale_``, weighted by the sample ``weights`` when given
+        (``offset``: the index of ``X``'s first row, for messages)."""
         how = self._auto("normalize")
         if comm is not None and how == "center-scale":
-            self.mean_, self.scale_ = center_scale(X, comm, "normalize='center-scale'")
+            self.mean_, self.scale_ = center_scale(X, comm, "normalize='center-scale'",
+                                                   weights)
         return preprocess(X, how, unit_heads=self._geometry.unit_heads, comm=comm,
                           center=(self.mean_, self.scale_), offset=offset)
 
     # -- fitting ----------------------------------------------------------------------------
-    def fit(self, X, y=None, *, comm: Communicator | None = None):
+    def fit(self, X, y=None, sample_weight=None, *, comm: Communicator | None = None):
         """Fit the heads to ``X`` (n_samples, n_features); ``y`` is ignored.
 
+        ``sample_weight`` (n_samples,), optional: non-negative weights of the rows; every
+        sum of the fit (seeding, Lloyd steps, the ``"auto"`` inverse temperature, the
+        fixed-point steps, the centring of Euclidean heads, the cluster sizes of the
+        warnings) is weighted, so an integer weight acts as that many copies of the row
+        and a zero weight as no row.
+
         With ``comm`` (a :class:`~attnclust.communicator.Communicator`), ``X`` is this
-        rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`);
-        every rank gets the fit of all the rows.
+        rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`)
+        and ``sample_weight`` their weights; every rank gets the fit of all the rows.
         """
         X = self._validate(X, reset=True)
+        weights = check_sample_weight(sample_weight, X.shape[0])
         comm = Communicator.local(X.shape[0]) if comm is None else comm
         self._check_params(comm.n_total, X.shape[0])
+        if weights is not None:
+            if self.solver != "fixed-point":
+                raise ValueError(f"sample_weight needs solver='fixed-point', got "
+                                 f"{self.solver!r}")
+            if not float(comm.sum_array(weights.sum())) > 0:
+                raise ValueError("sample_weight sums to zero: no row has a positive weight")
         with fit_threads(self.device) as workers:
-            return self._fit(X, comm, workers)
+            return self._fit(X, comm, workers, weights)
 
-    def _fit(self, X: np.ndarray, comm: Communicator, workers: int):
-        """The algorithm on validated rows (its warnings point at the caller of ``fit``)."""
-        geometry, gen = self._geometry, as_generator(self.random_state)
-        self.mean_, self.scale_ = None, None
-        rows = WorkingRows.prepare(
-            self._preprocess(X, comm=comm), geometry=geometry, comm=comm, device=self.device,
-            dtype=self.dtype, chunk_size=self._chunk_size(), n_clusters=self.n_clusters,
-            workers=workers)
-        auto = isinstance(self.inverse_temperature, str)   # "auto", checked above
-        hard = auto and self.solver == "fixed-point" and geometry.kmeans_limit \
-            and isinstance(self.init, str) and self.init == "kmeans++"
-        S = rows.sample(gen, _WARM_SAMPLE if rows.n_total <= _WARM_SAMPLE or not hard
-                        else min(_WARM_SAMPLE, _PER_HEAD * self.n_clusters))
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """Update the heads with one batch of rows ``X`` (n_batch, n_features).
+
+        The first call seeds the heads and fixes the inverse temperature on its batch, as
+        ``fit`` starts; every call adds its batch's sufficient statistics to running sums
+        (scikit-learn's ``MiniBatchKMeans`` rule: running counts) and takes one
+        fixed-point step from them. ``labels_`` are those of the last batch. See
+        :mod:`attnclust.streaming`.
+        """
+        from .streaming import partial_fit
+
+        with fit_threads(self.device):
+            return partial_fit(self, X, sample_weight)
+
+    def _working_rows(self, Xp: np.ndarray, comm: Communicator, workers: int = 1,
+                      weights: np.ndarray | None = None) -> WorkingRows:
+        """The :class:`~attnclust.rows.WorkingRows` of preprocessed rows (fit, partial_fit)."""
+        return WorkingRows.prepare(
+            Xp, geometry=self._geometry, comm=comm, device=self.device, dtype=self.dtype,
+            chunk_size=self._chunk_size(), n_clusters=self.n_clusters, workers=workers,
+            weights=weights)
+
+    def _ends_hard(self, weights) -> bool:
+        """Whether a fit ends in the hard limit (:mod:`attnclust.hard_ending`): the default
+        (``"auto"`` lambda, k-means++ seeding, a geometry whose hard limit is k-means), on
+        rows without sample weights."""
+        return (weights is None and isinstance(self.inverse_temperature, str)
+                and self.solver == "fixed-point" and self._geometry.kmeans_limit
+                and isinstance(self.init, str) and self.init == "kmeans++")
+
+    def _warm_start(self, rows: WorkingRows, gen, hard: bool = False):
+        """The warm-start sample (and its weights) and :func:`warm_start` on it; for a fit
+        that ends in the hard limit on more rows than ``_WARM_SAMPLE``, ``_PER_HEAD`` rows
+        per head and, with ``n_init="auto"``, one seeding per ``_SEEDING_ROWS`` times the
+        sample's rows (the seedings then cost no more row visits than the passes)."""
+        size = _WARM_SAMPLE if not hard or rows.n_total <= _WARM_SAMPLE else \
+            min(_WARM_SAMPLE, _PER_HEAD * self.n_clusters)
+        S, Sw = rows.weighted_sample(gen, size)
         n_init = int(self._auto("n_init"))
         if hard and isinstance(self.n_init, str) and S.shape[0] < rows.n_total:
-            # above the sample, its seedings may cost about as many row visits as the
-            # passes over all rows: one per _SEEDING_ROWS times the sample's rows
             n_init = max(1, min(n_init, rows.n_total // (_SEEDING_ROWS * S.shape[0])))
         start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
-                           n_init=n_init, geometry=geometry, auto=auto)
-        lam = start.inverse_temperature if auto else \
+                           n_init=n_init, geometry=self._geometry,
+                           auto=isinstance(self.inverse_temperature, str), weights=Sw)
+        lam = start.inverse_temperature if start.inverse_temperature is not None else \
             rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
+        return S, Sw, start, lam
+
+    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights=None):
+        """The algorithm on validated rows (its warnings point at the caller of ``fit``)."""
+        gen = as_generator(self.random_state)
+        self.mean_, self.scale_ = None, None
+        self.__dict__.pop("stream_state_", None)    # a fit starts no stream
+        rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
+                                  workers, weights)
+        hard = self._ends_hard(weights)
+        S, Sw, start, lam = self._warm_start(rows, gen, hard)
         if hard:
             return self._fit_to_hard_limit(S, rows, start, lam)
         temps = [lam * f for f, _ in self.anneal_plan()]
@@ -387,7 +439,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if self.solver == "pgd":
             res = self._fit_pgd(rows, start.heads, temps, steps, gen)
         else:
-            res = self._fit_fixed_point(S, rows, start.heads, temps, steps)
+            res = self._fit_fixed_point(S, Sw, rows, start.heads, temps, steps)
         self._set_fitted(res, lam, rows)
         self._label_and_check(rows, res.heads, lam, start.capped)
         return self
@@ -409,7 +461,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                            inverse_temperature=self.inverse_temperature_, stacklevel=4)
         return self
 
-    def _fit_fixed_point(self, S, rows: WorkingRows, heads0, temps, steps) -> SolverResult:
+    def _fit_fixed_point(self, S, Sw, rows: WorkingRows, heads0, temps, steps
+                         ) -> SolverResult:
         """Fixed-point steps: on the sample first when it is smaller than the data."""
         common = dict(tol=float(self._auto("tol")), geometry=self._geometry, penalty=self.penalty,
                       rho=float(self.rho))
@@ -417,7 +470,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if S.shape[0] < rows.n_total:   # the curves are those of the steps over all rows
             res = fixed_point_fit(S, heads0, inverse_temperatures=temps, stage_steps=steps,
                                   callback=self._callback_fn(rows), chunk_size=rows.chunk,
-                                  workers=rows.workers, **common)
+                                  workers=rows.workers, weights=Sw, **common)
             heads0, n_iter = res.heads, res.n_iter
             temps, steps = temps[-1:], steps[-1:]
         res = fixed_point_fit(rows.rows, heads0, inverse_temperatures=temps,
@@ -520,9 +573,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         return self._by_chunks(X, lambda Xp: self._weights(Xp).argmax(1).cpu().numpy()
                                .astype(np.int64))
 
-    def fit_predict(self, X, y=None) -> np.ndarray:
+    def fit_predict(self, X, y=None, sample_weight=None) -> np.ndarray:
         """Fit and return ``labels_``."""
-        return self.fit(X).labels_
+        return self.fit(X, sample_weight=sample_weight).labels_
 
     def _outputs(self, Xp: np.ndarray) -> np.ndarray:
         """``T_mu(x)`` of preprocessed rows, ``(n, d)``: what ``transform`` and ``score`` use."""
@@ -533,11 +586,16 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         """Layer outputs ``T_mu(x)`` of the preprocessed rows, shape (n_samples, n_features)."""
         return self._by_chunks(X, self._outputs)
 
-    def score(self, X, y=None) -> float:
-        """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better)."""
+    def score(self, X, y=None, sample_weight=None) -> float:
+        """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better); with
+        ``sample_weight``, the weighted mean."""
         def squared_errors(Xp):
             return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
-        return -float(np.mean(self._by_chunks(X, squared_errors)))
+        errors = self._by_chunks(X, squared_errors)
+        weights = check_sample_weight(sample_weight, errors.shape[0])
+        if weights is not None and not weights.sum() > 0:
+            raise ValueError("sample_weight sums to zero: no row has a positive weight")
+        return -float(np.average(errors, weights=weights))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -7,7 +7,12 @@ summed over every rank's rows (so that every rank warns alike):
 - ``lambda`` *at its cap*: the warm start's ``s^2`` was at its floor (clusters without
   spread, e.g. duplicated rows), so ``lambda = 1 / floor``;
 - *nearly uniform attention*: the mean largest weight ``(1/n) sum_i max_h a_h(x_i)`` is
-  below ``1/K + _UNIFORM (1 - 1/K)``; the risk then pins down only the mean of the heads.
+  below ``1/K + _UNIFORM (1 - 1/K)``; the risk then pins down only the mean of the heads
+  (not reported at the cap, where the attention is as sharp as it gets and coinciding
+  heads, reported as dead, are the cause).
+
+With sample weights, ``N_h`` and ``n`` are sums of weights (a head that wins only rows of
+weight zero wins nothing).
 
 Notation
 --------
@@ -40,8 +45,9 @@ def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
                        inverse_temperature: float, stacklevel: int = 2) -> None:
     """A :class:`DegenerateFitWarning` for each check of the module docstring that fails.
 
-    ``sizes`` are the rows won by each head ``(K,)``, ``sharpness`` the sum over rows of
-    the largest attention weight, ``capped`` whether ``lambda`` is at its cap.
+    ``sizes`` are the rows won by each head ``(K,)`` (or their weights), ``sharpness`` the
+    (weighted) sum over rows of the largest attention weight, ``capped`` whether ``lambda``
+    is at its cap.
 
     Examples
     --------
@@ -62,10 +68,12 @@ def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
                       DegenerateFitWarning, stacklevel=stacklevel + 1)
     if capped:
         warnings.warn(f"the clusters have (nearly) no spread, so {shown} is at its cap "
-                      "(1e12 over the data's mean squared spread, 1e6 in float32); "
-                      "duplicated rows?",
+                      "(1e12 over the data's mean squared spread, or 1e12 when the rows "
+                      "are all equal; 1e6 in float32); duplicated rows?",
                       DegenerateFitWarning, stacklevel=stacklevel + 1)
-    if K > 1 and sharpness / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
+    # at the cap the attention is as sharp as it gets: heads that share their rows
+    # (reported above as winning none) are the cause, not a small lambda
+    if not capped and K > 1 and sharpness / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
         warnings.warn(f"the attention is nearly uniform at {shown} (mean largest weight "
                       f"{sharpness / n:.3f}, uniform {1 / K:.3f}): the risk then pins down "
                       "only the mean of the heads; raise inverse_temperature or use 'auto'",

@@ -23,6 +23,13 @@ On the CPU the map is applied to each chunk as it is read; on another device the
 rows are made there once. The sphere's fit runs on the rows as preprocessed
 (``m = 0, s = 1``).
 
+Sample weights
+--------------
+The rows may carry weights ``w_i >= 0`` (the estimator's ``sample_weight``): then ``m``
+and ``s^2`` are weighted means, the warm-start sample carries the weights of the rows it
+draws (uniformly), the solver's sums are weighted, and the cluster sizes of
+:meth:`WorkingRows.assign` are sums of weights.
+
 Notation
 --------
 =============  ==================  =============================================
@@ -146,13 +153,15 @@ def squared_norms(X: np.ndarray, how: str, offset: int = 0) -> np.ndarray:
     return sq
 
 
-def center_scale(X: np.ndarray, comm: Communicator, what: str) -> tuple[np.ndarray, float]:
+def center_scale(X: np.ndarray, comm: Communicator, what: str,
+                 weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Column means ``m`` and root-mean-square norm ``s`` of the centred rows, overflow-safe.
 
     The norm is computed on rows divided by their largest centred entry so that no square
     overflows; rows are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied
     whole, and no block's float64 temporaries grow with the width); every sum is taken
-    over the ranks' rows (``what``: the message's subject).
+    over the ranks' rows (``what``: the message's subject). With ``weights`` (n,) both
+    are weighted means (rows of weight zero take no part).
 
     Examples
     --------
@@ -160,20 +169,35 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str) -> tuple[np.ndarr
     >>> m.tolist(), s
     ([2.0, 0.0], 1.0)
     """
-    n = comm.n_total
     step = chunk_rows(None, X.shape[1], 1)
-    chunks = [X[s:s + step] for s in range(0, X.shape[0], step)]
+    starts = range(0, X.shape[0], step)
+    chunks = [X[s:s + step] for s in starts]
+    if weights is None:
+        n, ws = comm.n_total, [None] * len(chunks)
+    else:
+        n, ws = float(comm.sum_array(weights.sum())), [weights[s:s + step] for s in starts]
+
+    def total(values, w):          # sum of rows, weighted when w is given, in float64
+        return values.sum(0, dtype=np.float64) if w is None else w @ values
+
+    def counted(c, w):             # the rows that count
+        return c if w is None else c[w > 0]
     with np.errstate(over="ignore", invalid="ignore"):       # checked just below
-        mean = comm.sum_array(sum((c.sum(0, dtype=np.float64) for c in chunks),
+        mean = comm.sum_array(sum((total(c, w) for c, w in zip(chunks, ws, strict=True)),
                                   np.zeros(X.shape[1]))) / n
-        big = max((float(np.abs(c - mean).max(initial=0.0)) for c in chunks), default=0.0)
+        big = max((float(np.abs(counted(c, w) - mean).max(initial=0.0))
+                   for c, w in zip(chunks, ws, strict=True)), default=0.0)
     # a unit common to all ranks, between the largest entry and R times it
     big = float(comm.sum_array(big))
     if not np.isfinite(big) or not np.all(np.isfinite(mean)):
         raise ValueError(f"{what}: the column sums or X - mean overflow (entries near the "
                          "largest float); rescale the data")
     unit = big if big > 0 else 1.0
-    dev = float(comm.sum_array(sum(float(np.sum(((c - mean) / unit) ** 2)) for c in chunks)))
+
+    def squares(c, w):             # sum of squared centred entries (in units of unit)
+        q = ((c - mean) / unit) ** 2
+        return float(np.sum(q) if w is None else w @ q.sum(1))
+    dev = float(comm.sum_array(sum(squares(c, w) for c, w in zip(chunks, ws, strict=True))))
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 
@@ -215,8 +239,8 @@ class WorkingRows:
     Build it with :meth:`prepare`. ``rows`` are the stored rows ``(n, d)`` (this rank's),
     ``row_map`` maps a chunk of them to the working space (``None``: already there),
     ``shift`` and ``scale`` are ``m`` and ``s`` of the module docstring (``shift=None``: no
-    centring), ``chunk`` the rows per chunk of a pass and ``workers`` the threads that
-    share them.
+    centring), ``chunk`` the rows per chunk of a pass, ``workers`` the threads that
+    share them and ``weights`` the rows' sample weights (``None``: all 1).
 
     Examples
     --------
@@ -231,15 +255,19 @@ class WorkingRows:
 
     def __init__(self, rows: torch.Tensor, *, comm: Communicator, row_map=None,
                  scale: float = 1.0, shift: np.ndarray | None = None,
-                 chunk: int = _CHUNK, workers: int = 1):
+                 chunk: int = _CHUNK, workers: int = 1,
+                 weights: torch.Tensor | None = None):
         self.rows, self.comm, self.row_map = rows, comm, row_map
         self.scale, self.shift, self.chunk, self.workers = scale, shift, chunk, workers
+        self.weights = weights
 
     @classmethod
     def prepare(cls, Xp: np.ndarray, *, geometry: Geometry, comm: Communicator | None,
                 device="cpu", dtype="auto", chunk_size: int | None = None,
-                n_clusters: int = 1, workers: int = 1) -> WorkingRows:
-        """The rows of the fit of the preprocessed rows ``Xp`` (this rank's).
+                n_clusters: int = 1, workers: int = 1,
+                weights: np.ndarray | None = None) -> WorkingRows:
+        """The rows of the fit of the preprocessed rows ``Xp`` (this rank's), with their
+        sample ``weights`` (n,) when given.
 
         A geometry that is ``equivariant`` is fitted on the rows centred and scaled to
         unit root-mean-square norm (see the module docstring).
@@ -252,9 +280,11 @@ class WorkingRows:
             # any positive strides (Fortran order too) are read chunk by chunk, not copied
             rows = torch.from_numpy(Xp if min(Xp.strides, default=0) >= 0
                                     else np.ascontiguousarray(Xp))
+        w = None if weights is None else torch.as_tensor(weights, dtype=dtype, device=device)
         if not geometry.equivariant:
-            return cls(rows.to(device, dtype), comm=comm, chunk=chunk, workers=workers)
-        shift, scale = center_scale(Xp, comm, f"geometry={geometry.name!r}")
+            return cls(rows.to(device, dtype), comm=comm, chunk=chunk, workers=workers,
+                       weights=w)
+        shift, scale = center_scale(Xp, comm, f"geometry={geometry.name!r}", weights)
         if not np.finfo(np.float64).tiny < scale * scale < np.inf:
             raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
                              "out of float64's range; rescale the data")
@@ -264,9 +294,9 @@ class WorkingRows:
             return (chunk - shift_t).to(dtype).div_(scale)
         if torch.device(device).type != "cpu":
             return cls(row_map(rows).to(device), comm=comm, scale=scale, shift=shift,
-                       chunk=chunk, workers=workers)
+                       chunk=chunk, workers=workers, weights=w)
         return cls(rows, comm=comm, row_map=row_map, scale=scale, shift=shift, chunk=chunk,
-                   workers=workers)
+                   workers=workers, weights=w)
 
     # -- reading ----------------------------------------------------------------------------
     @property
@@ -297,36 +327,58 @@ class WorkingRows:
         rows it holds, so a sum over ranks assembles exactly the rows one process would
         draw, on every rank.
         """
+        return self.weighted_sample(gen, size)[0]
+
+    def weighted_sample(self, gen: np.random.Generator, size: int
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`sample` and the sampled rows' weights (``None`` without weights): the
+        rows are drawn uniformly and keep their weights (one more column of the sum)."""
         n, X, comm = self.n_total, self.rows, self.comm
         idx = np.arange(n) if n <= size else np.sort(gen.choice(n, size, replace=False))
         if X.shape[0] == n:   # one process: the rows as they are, no float64 buffer
-            return self.read(0, n) if idx.size == n else \
-                self.take(torch.from_numpy(idx).to(X.device))
+            if idx.size == n:
+                return self.read(0, n), self.weights
+            local = torch.from_numpy(idx).to(X.device)
+            return self.take(local), None if self.weights is None else self.weights[local]
         mine = (idx >= comm.offset) & (idx < comm.offset + X.shape[0])
-        picked = self.take(torch.from_numpy(idx[mine] - comm.offset).to(X.device))
-        rows = picked.new_zeros(idx.size, X.shape[1], dtype=torch.float64)  # 0 where not ours
-        rows[torch.from_numpy(mine).to(X.device)] = picked.double()
-        return comm.reduce(rows).to(picked.dtype)            # x + 0 = x exactly
+        local = torch.from_numpy(idx[mine] - comm.offset).to(X.device)
+        picked = self.take(local)
+        dtype = picked.dtype
+        picked = picked.double()
+        if self.weights is not None:
+            picked = torch.cat([picked, self.weights[local].double()[:, None]], 1)
+        rows = picked.new_zeros(idx.size, picked.shape[1])   # 0 where not ours
+        rows[torch.from_numpy(mine).to(X.device)] = picked
+        rows = comm.reduce(rows)                              # x + 0 = x exactly
+        if self.weights is None:
+            return rows.to(dtype), None
+        return rows[:, :-1].to(dtype), rows[:, -1].to(dtype)
 
     def assign(self, weights: Callable[[torch.Tensor], torch.Tensor], n_clusters: int
                ) -> tuple[np.ndarray, np.ndarray]:
         """This rank's labels ``argmax_h weights(rows)_h``, ``(n,)``, and, summed over the
-        ranks, the cluster sizes and the sum of the largest weights, ``(K + 1,)``."""
+        ranks, the cluster sizes and the sum of the largest weights, ``(K + 1,)`` (with
+        sample weights: their sums; a head winning only rows of weight zero wins nothing)."""
         labels = np.empty(self.rows.shape[0], dtype=np.int64)
+        w = self.weights
 
         def winners(start, chunk):   # labels (written in place) and sum_i max_h w_ih
             best, z = weights(chunk).max(1)
             labels[start:start + chunk.shape[0]] = z.cpu().numpy()
+            if w is not None:
+                best = best * w[start:start + chunk.shape[0]]
             return float(best.double().sum())
         sharp = sum(self.map_chunks(winners))
-        sizes = np.bincount(labels, minlength=n_clusters).astype(np.float64)
+        sizes = np.bincount(labels, minlength=n_clusters,
+                            weights=None if w is None else w.cpu().double().numpy()
+                            ).astype(np.float64)
         return labels, self.comm.sum_array(np.append(sizes, sharp))
 
     def solver_args(self) -> dict:
         """The keywords of :func:`~attnclust.fixed_point.fixed_point_fit` that read these
         rows: the chunk map, the sum over ranks, chunk size and workers."""
         return dict(reduce=self.comm.reduce, row_map=self.row_map, chunk_size=self.chunk,
-                    workers=self.workers)
+                    workers=self.workers, weights=self.weights)
 
     # -- the working space and back -------------------------------------------------------
     def heads_in(self, centers: np.ndarray) -> np.ndarray:
