@@ -98,3 +98,16 @@ def test_callback_reports_every_pass():
     assert [i.iteration for i in infos] == list(range(1, res.n_passes + 1))
     np.testing.assert_allclose([i.loss for i in infos], res.objective, rtol=0, atol=0)
     assert infos[-1].shift == 0.0 and all(i.inverse_temperature == np.inf for i in infos)
+
+
+def test_integer_weights_are_repeated_rows():
+    X, heads0 = _data(12)
+    counts = np.random.default_rng(0).integers(0, 4, X.shape[0])
+    w = torch.as_tensor(counts, dtype=X.dtype)
+    weighted = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                            chunk=97, weights=w, n_total=float(counts.sum()))
+    Xr = torch.as_tensor(np.repeat(X.numpy(), counts, axis=0))
+    repeated = lloyd_passes(lambda a, b: Xr[a:b], Xr.shape[0], heads0, max_passes=300,
+                            tol=0.0, chunk=97)
+    np.testing.assert_allclose(weighted.heads.numpy(), repeated.heads.numpy(), atol=1e-10)
+    np.testing.assert_allclose(weighted.objective, repeated.objective, rtol=1e-10)

@@ -397,11 +397,10 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             chunk_size=self._chunk_size(), n_clusters=self.n_clusters, workers=workers,
             weights=weights)
 
-    def _ends_hard(self, weights) -> bool:
+    def _ends_hard(self) -> bool:
         """Whether a fit ends in the hard limit (:mod:`attnclust.hard_ending`): the default
-        (``"auto"`` lambda, k-means++ seeding, a geometry whose hard limit is k-means), on
-        rows without sample weights."""
-        return (weights is None and isinstance(self.inverse_temperature, str)
+        (``"auto"`` lambda, k-means++ seeding, a geometry whose hard limit is k-means)."""
+        return (isinstance(self.inverse_temperature, str)
                 and self.solver == "fixed-point" and self._geometry.kmeans_limit
                 and isinstance(self.init, str) and self.init == "kmeans++")
 
@@ -430,10 +429,10 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         self.__dict__.pop("stream_state_", None)    # a fit starts no stream
         rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
                                   workers, weights)
-        hard = self._ends_hard(weights)
+        hard = self._ends_hard()
         S, Sw, start, lam = self._warm_start(rows, gen, hard)
         if hard:
-            return self._fit_to_hard_limit(S, rows, start, lam)
+            return self._fit_to_hard_limit(S, Sw, rows, start, lam)
         temps = [lam * f for f, _ in self.anneal_plan()]
         steps = [int(self.max_iter) if s is None else s for _, s in self.anneal_plan()]
         if self.solver == "pgd":
@@ -444,18 +443,23 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         self._label_and_check(rows, res.heads, lam, start.capped)
         return self
 
-    def _fit_to_hard_limit(self, S, rows: WorkingRows, start, lam):
+    def _fit_to_hard_limit(self, S, Sw, rows: WorkingRows, start, lam):
         """The default's end in the hard limit (:func:`attnclust.hard_ending.fit_to_hard_limit`):
-        fitted attributes, labels and checks (the attention's sharpness read on the sample)."""
+        fitted attributes, labels and checks (the attention's sharpness read on the sample;
+        sizes and sharpness weighted by the sample weights, when given)."""
         end = fit_to_hard_limit(S, rows, start.kmeans, lam, geometry=self._geometry,
                                 max_iter=int(self.max_iter), tol=float(self._auto("tol")),
-                                callback=self._callback_fn(rows))
+                                callback=self._callback_fn(rows), weights=Sw)
         self._set_fitted(end.soft._replace(heads=end.heads, n_iter=end.soft.n_iter + end.n_hard,
                                            converged=end.converged), lam, rows)
         K = self.n_clusters
-        sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=K).astype(np.float64))
-        weights = softmax_heads(self._geometry.logits(S, end.heads, lam))    # (m, K)
-        sharpness = float(weights.max(1).values.double().mean()) * rows.n_total
+        w = None if rows.weights is None else rows.weights.cpu().double().numpy()
+        sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=K, weights=w)
+                                    .astype(np.float64))
+        best = softmax_heads(self._geometry.logits(S, end.heads, lam)).max(1).values.double()
+        mean_best = float(best.mean()) if Sw is None else \
+            float((best * Sw.double()).sum() / Sw.double().sum())
+        sharpness = mean_best * float(sizes.sum())
         self.labels_ = end.labels
         warn_if_degenerate(sizes, sharpness, capped=start.capped,
                            inverse_temperature=self.inverse_temperature_, stacklevel=4)

@@ -87,22 +87,28 @@ class HardEnding(NamedTuple):
     """A stopping rule (``tol`` or ``rtol``) was met before ``max_passes``."""
 
 
-def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor):
-    """Flat ``[counts (K), sums (K d), sum_i min_h ||x_i - mu_h||^2]`` of one chunk, and its
-    labels ``(m,)``."""
+def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor, w=None):
+    """Flat ``[counts (K), sums (K d), sum_i min_h ||x_i - mu_h||^2]`` of one chunk (weighted
+    by ``w`` (m,) when given), and its labels ``(m,)``."""
     K = heads.shape[0]
     best, z = (Xc @ heads.T - half_sq).max(1)                 # (m,) <x, mu> - ||mu||^2 / 2
-    counts = torch.bincount(z, minlength=K).to(heads.dtype)
-    sums = heads.new_zeros(heads.shape).index_add_(0, z, Xc)  # (K, d)
-    dist = (Xc * Xc).sum() - 2.0 * best.sum()                 # sum_i ||x_i - mu_z(i)||^2
-    return torch.cat([counts, sums.reshape(-1), dist.reshape(1)]), z
+    dist = (Xc * Xc).sum(1) - 2.0 * best                      # ||x_i - mu_z(i)||^2
+    if w is None:
+        counts = torch.bincount(z, minlength=K).to(heads.dtype)
+        sums = heads.new_zeros(heads.shape).index_add_(0, z, Xc)  # (K, d)
+    else:
+        counts = heads.new_zeros(K).index_add_(0, z, w)
+        sums = heads.new_zeros(heads.shape).index_add_(0, z, Xc * w[:, None])
+        dist = dist * w
+    return torch.cat([counts, sums.reshape(-1), dist.sum().reshape(1)]), z
 
 
 def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
                  *, max_passes: int, tol: float, chunk: int, rtol: float = 0.0, workers: int = 1,
                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  n_total: int | None = None, labels: np.ndarray | None = None,
-                 callback: Callable[[IterationInfo], None] | None = None) -> HardEnding:
+                 callback: Callable[[IterationInfo], None] | None = None,
+                 weights: torch.Tensor | None = None) -> HardEnding:
     """Lloyd passes from ``heads`` until the step would move the heads by a sum of squares
     of at most ``tol``, or the last move lowered ``R_inf`` by at most ``rtol`` of its value.
 
@@ -134,7 +140,7 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     reduce : callable, optional
         Sum over data-parallel ranks of a tensor (the same on every rank).
     n_total : int, optional
-        Rows of all ranks (default ``n_rows``).
+        Rows of all ranks (default ``n_rows``); with ``weights``, their total weight.
     labels : ndarray of shape (n_rows,), optional
         Filled with the index of each row's nearest returned head.
     callback : callable, optional
@@ -142,6 +148,8 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         (``iteration``: passes so far; ``loss``: ``R_inf`` of the pass's heads;
         ``inverse_temperature``: infinity; ``shift``: the largest move of a head): progress
         over the passes.
+    weights : Tensor of shape (n_rows,), optional
+        Sample weights of the rows: every sum (cell sizes, means, ``R_inf``) is weighted.
 
     Returns
     -------
@@ -161,7 +169,8 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     converged = False
 
     def cells(start, h, q):
-        part, z = _cell_sums(read(start, start + chunk), h, q)
+        part, z = _cell_sums(read(start, start + chunk), h, q,
+                             None if weights is None else weights[start:start + chunk])
         if labels is not None:
             labels[start:start + z.shape[0]] = z.cpu().numpy()
         # Python floats: a tensor made on a worker thread and kept alive pins that thread's
@@ -205,10 +214,11 @@ class SampleKMeans(NamedTuple):
 
 
 def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None = None,
-                  n_init: int = 1, seed: int | None = None, max_iter: int = 300
-                  ) -> SampleKMeans:
+                  n_init: int = 1, seed: int | None = None, max_iter: int = 300,
+                  weights: torch.Tensor | None = None) -> SampleKMeans:
     """scikit-learn's ``KMeans`` on the rows ``S``: ``n_init`` k-means++ seedings (or from
-    ``init``), Lloyd's steps to its stopping rule, the run of lowest objective.
+    ``init``), Lloyd's steps to its stopping rule, the run of lowest objective (``weights``:
+    the rows' sample weights).
 
     The rows are handed over as they are (no copy on the CPU), except that a float32
     sample of at most ``2^22`` numbers (32 MB as float64) is copied to float64.
@@ -227,10 +237,12 @@ def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None
         # sample is cheaper to copy
         X = X.astype(np.float64)
     start = "k-means++" if init is None else init.detach().cpu().numpy().astype(X.dtype)
+    w = None if weights is None else weights.detach().cpu().double().numpy()
     km = KMeans(n_clusters, init=start, n_init=n_init if init is None else 1,
-                random_state=seed, max_iter=max_iter, tol=KMEANS_TOL).fit(X)
+                random_state=seed, max_iter=max_iter, tol=KMEANS_TOL).fit(X, sample_weight=w)
     heads = torch.as_tensor(km.cluster_centers_, dtype=S.dtype, device=S.device)
-    return SampleKMeans(heads, km.labels_.astype(np.int64), float(km.inertia_) / X.shape[0],
+    total = X.shape[0] if w is None else float(w.sum())
+    return SampleKMeans(heads, km.labels_.astype(np.int64), float(km.inertia_) / total,
                         int(km.n_iter_))
 
 
@@ -251,11 +263,12 @@ class HardFit(NamedTuple):
 
 def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, lam: float, *,
                       geometry: Geometry, max_iter: int, tol: float,
-                      callback=None) -> HardFit:
+                      callback=None, weights: torch.Tensor | None = None) -> HardFit:
     """The fit's end of the module docstring, from the warm start ``start`` on ``S``.
 
     ``callback`` (an :class:`~attnclust.results.IterationInfo` consumer) sees the soft
-    steps, then each pass over all rows (at ``inverse_temperature`` infinity).
+    steps, then each pass over all rows (at ``inverse_temperature`` infinity). ``weights``:
+    the sample's weights (the rows' own are ``rows.weights``).
 
     Examples
     --------
@@ -274,8 +287,8 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
     soft = fixed_point_fit(S, start.heads, inverse_temperatures=[lam],
                            stage_steps=[min(SOFT_STEPS, max_iter)],
                            tol=tol, geometry=geometry, chunk_size=rows.chunk,
-                           workers=rows.workers, callback=callback)
-    end = sample_kmeans(S, K, init=soft.heads, max_iter=max_iter)
+                           workers=rows.workers, callback=callback, weights=weights)
+    end = sample_kmeans(S, K, init=soft.heads, max_iter=max_iter, weights=weights)
     best = end if end.objective < start.objective else start
     n_hard = end.n_iter
     if S.shape[0] == rows.n_total:   # the sample is every row, in order
@@ -288,6 +301,9 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
         callback(info._replace(iteration=done + info.iteration))
     full = lloyd_passes(rows.read, rows.rows.shape[0], best.heads, max_passes=max_iter,
                         tol=KMEANS_TOL / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
-                        workers=rows.workers, reduce=rows.comm.reduce, n_total=rows.n_total,
-                        labels=labels, callback=None if callback is None else progress)
+                        workers=rows.workers, reduce=rows.comm.reduce,
+                        n_total=rows.n_total if rows.weights is None else
+                        float(rows.comm.sum_array(float(rows.weights.sum()))),
+                        labels=labels, callback=None if callback is None else progress,
+                        weights=rows.weights)
     return HardFit(full.heads, soft, labels, n_hard + full.n_passes, full.converged)

@@ -325,9 +325,8 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     >>> round(start.inverse_temperature, -1), start.capped
     (100.0, False)
     """
-    if isinstance(init, str) and init == "kmeans++" and geometry.kmeans_limit \
-            and weights is None:
-        return _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto)
+    if isinstance(init, str) and init == "kmeans++" and geometry.kmeans_limit:
+        return _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights)
 
     def seed():
         return _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
@@ -350,10 +349,11 @@ def _auto_lambda(S, heads, geometry, weights=None) -> tuple[float, bool]:
     return 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny), s2 <= floor
 
 
-def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto) -> WarmStart:
+def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights) -> WarmStart:
     """The best of ``n_init`` k-means++ seedings, each run to a stable partition by
-    scikit-learn's compiled Lloyd steps (the same on every rank)."""
-    km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)))
+    scikit-learn's compiled Lloyd steps (weighted; the same on every rank)."""
+    km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
+                       weights=weights)
     km = km._replace(heads=rows.comm.broadcast(km.heads))
-    lam, capped = _auto_lambda(S, km.heads, geometry) if auto else (None, False)
+    lam, capped = _auto_lambda(S, km.heads, geometry, weights) if auto else (None, False)
     return WarmStart(km.heads, lam, capped, km)
