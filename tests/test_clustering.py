@@ -465,9 +465,13 @@ def test_euclidean_fit_is_translation_and_scale_equivariant():
                                atol=1e-6)
 
 
-def test_euclidean_estimator_outputs_are_the_layer():
+@pytest.mark.parametrize("given", [False, True])
+def test_euclidean_estimator_outputs_are_the_layer(given):
+    """The fitted estimator is the layer at its heads and inverse temperature, whichever way
+    the fit ended (the default's hard limit, or the soft fit at a given lambda)."""
     X, _ = _blobs([[0, 0], [3, 1], [1, 3]], seed=2)
-    est = AttentionClustering(3, random_state=0).fit(X)
+    est = AttentionClustering(3, random_state=0,
+                              inverse_temperature=0.8 if given else "auto").fit(X)
     layer = ac.AttentionHeads(est.cluster_centers_, est.inverse_temperature_, geometry="euclidean")
     out = layer(torch.as_tensor(X)).detach().numpy()
     np.testing.assert_allclose(est.transform(X), out, atol=1e-10)
@@ -475,21 +479,87 @@ def test_euclidean_estimator_outputs_are_the_layer():
     np.testing.assert_allclose(proba, layer.weights(torch.as_tensor(X)).detach().numpy(),
                                atol=1e-10)
     np.testing.assert_array_equal(proba.argmax(1), est.labels_)
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
     assert est.score(X) == pytest.approx(-np.mean(np.sum((X - out) ** 2, 1)), rel=1e-10)
-    assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-8)
+    if given:   # the soft fit's curve ends at the fitted layer's risk
+        assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-8)
     assert est.converged_
 
 
 def test_euclidean_fit_is_stationary_for_the_risk_in_the_data_space():
+    """A given inverse temperature fits the soft layer: its heads are a stationary point of
+    the risk at that lambda, in the data's units."""
     X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], seed=3)   # overlapping: soft attention
-    est = AttentionClustering(3, random_state=0, tol=1e-10, max_iter=2000).fit(X)
-    lam = est.inverse_temperature_
+    lam = AttentionClustering(3, random_state=0).fit(X).inverse_temperature_
+    est = AttentionClustering(3, inverse_temperature=lam, random_state=0, tol=1e-10,
+                              max_iter=2000).fit(X)
     h = torch.as_tensor(est.cluster_centers_).requires_grad_(True)
     Xt = torch.as_tensor(X)
     risk = ((Xt - ac.attention_heads(Xt, h, inverse_temperature=lam,
                                      geometry="euclidean"))**2).sum(1)
     (g,) = torch.autograd.grad(risk.mean(), h)
     assert float(g.norm()) < 1e-7
+
+
+def _cell_means(X, centers):
+    labels = np.argmin(((X[:, None, :] - centers[None]) ** 2).sum(-1), axis=1)
+    return np.stack([X[labels == h].mean(0) for h in range(len(centers))])
+
+
+@pytest.mark.parametrize("sample", [None, 300])
+def test_default_ends_at_a_fixed_point_of_the_hard_limit(monkeypatch, sample):
+    """The default's heads are a stable k-means partition's means: the fixed point of the
+    layer's step as lambda -> infinity (the gradient of the k-means risk vanishes), on
+    all rows whether or not they fit in the warm-start sample; the soft steps before
+    that limit never increase the risk."""
+    from attnclust import clustering
+
+    if sample is not None:
+        monkeypatch.setattr(clustering, "_WARM_SAMPLE", sample)
+    X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=7)   # overlapping
+    est = AttentionClustering(3, random_state=0).fit(X)
+    # the stopping rule is scikit-learn's: squared moves at most 1e-4 of the mean variance
+    grad = 2 * (est.cluster_centers_ - _cell_means(X, est.cluster_centers_))
+    assert np.abs(grad).max() < 0.05 * X.std()
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+    assert np.all(np.diff(est.loss_curve_) <= 1e-12 * est.loss_curve_[0])
+    assert est.converged_
+
+
+def test_sample_and_passes_give_the_fit_on_every_row(monkeypatch):
+    """Fitted on a sample then by passes over all rows, or on every row at once (the
+    small-data path): the same Lloyd fixed point of all rows, to rounding, on clusters
+    whose partition both paths reach exactly."""
+    from attnclust import clustering
+
+    X, y = _blobs([[0, 0], [8, 0], [0, 8], [8, 8]], n=300, seed=8)
+    whole = AttentionClustering(4, random_state=0).fit(X)
+    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 500)
+    sampled = AttentionClustering(4, random_state=0).fit(X)
+    assert ac.adjusted_rand_index(y, sampled.labels_) == 1.0
+    assert ac.adjusted_rand_index(whole.labels_, sampled.labels_) == 1.0
+    match = [int(np.argmin(np.linalg.norm(whole.cluster_centers_ - c, axis=1)))
+             for c in sampled.cluster_centers_]
+    np.testing.assert_allclose(sampled.cluster_centers_, whole.cluster_centers_[match],
+                               rtol=0, atol=1e-10)
+    np.testing.assert_allclose(whole.cluster_centers_, _cell_means(X, whole.cluster_centers_),
+                               rtol=0, atol=1e-10)
+
+
+def test_the_default_is_never_worse_than_its_kmeans_warm_start():
+    """The end keeps the lower k-means objective of the warm start's and the soft steps'
+    Lloyd fixed points: never above scikit-learn's KMeans with the same seedings."""
+    from sklearn.cluster import KMeans
+
+    X, _ = _blobs([[0, 0], [2.0, 0], [0, 2.0], [2.0, 2.0]], n=200, seed=9)
+    spread = np.sqrt(np.mean(np.sum((X - X.mean(0)) ** 2, 1)))
+    for seed in range(3):
+        est = AttentionClustering(4, random_state=seed).fit(X)
+        inertia = float(np.sum((X - est.cluster_centers_[est.labels_]) ** 2))
+        # the warm start: KMeans(n_init=10) of the working rows, seeded from random_state
+        km = KMeans(4, n_init=10, random_state=int(np.random.default_rng(seed).integers(
+            2**31 - 1))).fit((X - X.mean(0)) / spread)
+        assert inertia <= km.inertia_ * spread**2 * (1 + 1e-9)
 
 
 def test_float32_data_is_fitted_in_float32():
@@ -618,13 +688,15 @@ def test_warnings_point_at_the_callers_line():
 
 
 def test_more_rows_than_the_sample_fit_all_rows(monkeypatch):
-    """Above the warm-start sample the fit ends with steps over all rows: a stationary point
-    of the full-data risk, whose loss curve never increases."""
+    """Above the warm-start sample the soft fit at a given lambda ends with steps over all
+    rows: a stationary point of the full-data risk, whose loss curve never increases."""
     from attnclust import clustering
 
     monkeypatch.setattr(clustering, "_WARM_SAMPLE", 300)
     X, y = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=7)
-    est = AttentionClustering(3, random_state=0, tol=1e-10, max_iter=2000).fit(X)
+    lam = AttentionClustering(3, random_state=0).fit(X).inverse_temperature_
+    est = AttentionClustering(3, inverse_temperature=lam, random_state=0, tol=1e-10,
+                              max_iter=2000).fit(X)
     assert np.all(np.diff(est.loss_curve_) <= 1e-12 * est.loss_curve_[0])
     assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-8)
     h = torch.as_tensor(est.cluster_centers_).requires_grad_(True)
@@ -640,9 +712,26 @@ def test_callback_heads_are_in_the_data_units():
     back from the centred, unit-RMS rows of the fit, with shifts and losses to match."""
     X = 50.0 + 7.0 * ac.GaussianMixture.orthogonal(d=4, k=3, sigma=0.2).sample(500, rng=1)
     infos = []
-    est = ac.AttentionClustering(3, random_state=0, callback=infos.append).fit(X)
+    est = ac.AttentionClustering(3, inverse_temperature=0.5, random_state=0,
+                                 callback=infos.append).fit(X)
     np.testing.assert_allclose(infos[-1].heads.numpy(), est.cluster_centers_, rtol=1e-12)
     path = np.stack([i.heads.numpy() for i in infos])
     moved = np.linalg.norm(np.diff(path, axis=0), axis=-1).max(-1)
     np.testing.assert_allclose([i.shift for i in infos[1:]], moved, rtol=1e-9)
     assert infos[-1].loss == pytest.approx(est.loss_curve_[-1], rel=1e-12)
+
+
+def test_the_callback_sees_the_passes_over_all_rows(monkeypatch):
+    """Above the sample the default reports its soft step, then each pass over all rows
+    (at an infinite inverse temperature): progress for the command line's bar."""
+    from attnclust import clustering
+
+    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 300)
+    X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=11)
+    infos = []
+    est = AttentionClustering(3, random_state=0, callback=infos.append).fit(X)
+    passes = [i for i in infos if i.inverse_temperature == np.inf]
+    assert passes and len(passes) < len(infos)
+    assert [i.iteration for i in infos] == sorted(i.iteration for i in infos)
+    assert infos[-1].iteration <= est.n_iter_
+    np.testing.assert_allclose(passes[-1].heads.numpy(), est.cluster_centers_, rtol=1e-12)

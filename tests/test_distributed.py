@@ -182,13 +182,16 @@ def test_simulated_ranks_match_one_process(data, params, monkeypatch):
 def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
     _, X = data
     seen = []
-    real = warm_start.kmeans_plusplus
-    monkeypatch.setattr(warm_start, "kmeans_plusplus",
-                        lambda rows, *a, **k: seen.append(rows.shape) or real(rows, *a, **k))
+    real = warm_start.sample_kmeans
+    monkeypatch.setattr(warm_start, "sample_kmeans", lambda rows, *a, **k: seen.append(
+        (tuple(rows.shape), k["n_init"])) or real(rows, *a, **k))
     monkeypatch.setattr(clustering, "_WARM_SAMPLE", 500)
     AttentionClustering(4, random_state=0, max_iter=5).fit(X[:400])
     AttentionClustering(4, random_state=0, max_iter=5).fit(X)
-    assert seen == [(400, 6)] * 3 + [(500, 6)] * 3          # n_init="auto": 3 seedings
+    # the default's warm start: KMeans of the sample, n_init="auto" = 10 seedings; above
+    # the threshold the sample is 256 rows per head, at most the threshold, and the
+    # seedings one per five sample sizes of rows
+    assert seen == [((400, 6), 10), ((500, 6), max(1, min(10, len(X) // 2500)))]
 
 
 def test_pass_bytes_match_the_reduced_buffer():

@@ -215,7 +215,7 @@ def test_estimator_defaults_are_the_geometrys():
         assert ac.AttentionClustering(tol=0.5, n_init=7, geometry=geometry.name)._auto("tol") \
             == 0.5
     assert (Sphere().n_init(True), Euclidean().n_init(True), Euclidean().n_init(False)) \
-        == (1, 3, 1)
+        == (1, 10, 1)
 
 
 def test_a_geometry_object_fits_like_its_name():

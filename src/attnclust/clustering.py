@@ -28,6 +28,15 @@ Fit
 2. Safeguarded, extrapolated fixed-point steps on the risk (:mod:`attnclust.fixed_point`;
    ``solver="pgd"``: plain PGD on the sphere), optionally annealed ``lambda/8, lambda/4,
    lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
+   The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
+   ends instead in the layer's hard limit (:mod:`attnclust.hard_ending`): its warm start
+   is scikit-learn's ``KMeans`` of the sample (``n_init`` seedings), then a
+   fixed-point step at ``lambda``, Lloyd's steps from there, the better (by the k-means
+   objective) of the two k-means fixed points, and Lloyd passes over all rows when there
+   are more than the sample (which is then ``256 K`` rows, at most ``_WARM_SAMPLE``). At
+   the ``"auto"`` temperature the soft fixed point moves the boundaries between
+   overlapping clusters away from the nearest-head partition that the labels read; why
+   this ending, and the measurements, are in ``docs/guide/default-estimator.md``.
 3. Checks that no fit fails silently: a head that wins no row, ``lambda`` at the floor of
    ``s^2`` (no spread) or so small that the attention is nearly uniform (the risk then
    pins down only the mean of the heads) warn with a :class:`DegenerateFitWarning`; not
@@ -87,9 +96,10 @@ from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .fixed_point import fixed_point_fit
 from .geometry import Geometry, as_geometry
+from .hard_ending import fit_to_hard_limit
 from .heads import softmax_heads
 from .results import History, SolverResult
-from .rows import WorkingRows, center_scale, fit_threads, preprocess
+from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
 from .shaped import COVARIANCE_TYPES
 from .shaped_fit import shaped_fit, tempered_log_joint
 from .warm_start import auto_inverse_temperature, warm_start
@@ -101,7 +111,8 @@ _logger = logging.getLogger("attnclust")
 ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
 _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
-_CHUNK = 16_384           # rows per chunk of predict, transform and score
+_PER_HEAD = 256           # ... and, ending in the hard limit on more rows, 256 per head
+_SEEDING_ROWS = 5         # ... with one seeding per 5 sample sizes of rows (n_init="auto")
 
 
 # parameter -> (the constants it may be, a check of any other value: None, none allowed)
@@ -155,7 +166,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     inverse_temperature : float or "auto", default="auto"
         Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
-        nearest boundary, after hard Lloyd steps from the initialization.
+        nearest boundary, after hard Lloyd steps from the initialization. A given value
+        fits the soft layer at that ``lambda``; with ``"auto"`` and Euclidean heads seeded
+        by k-means++ the fit ends in the hard limit (module docstring).
     init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
         Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 20,000
         rows when there are more), random directions (uniform on the sphere; for
@@ -166,8 +179,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         way and the fit starts from them as given.
     n_init : int or "auto", default="auto"
         Seedings tried (each on the sample of at most 20,000 rows, followed by hard Lloyd
-        steps); the one of lowest k-means objective starts the fit. ``"auto"``: 3 for
-        Euclidean heads seeded by ``init``, 1 otherwise and for shaped heads.
+        steps); the one of lowest k-means objective starts the fit. ``"auto"``: 10 for
+        Euclidean heads seeded by ``init`` (as ``KMeans(n_init=10)``; above 20,000 rows,
+        one per five times the sample's rows, at most 10), 1 otherwise and for shaped heads.
     normalize : {"auto", "rows", "center-scale"} or None, default="auto"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
         each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
@@ -187,7 +201,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     solver : {"fixed-point", "pgd"}, default="fixed-point"
         Safeguarded fixed-point steps (fast) or plain projected gradient descent (sphere).
     max_iter : int, default=300
-        Steps at the final inverse temperature.
+        Steps at the final inverse temperature (for a fit that ends in the hard limit:
+        Lloyd steps on the sample, and passes over all rows).
     tol : float or "auto", default="auto"
         Stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
         relative to the root-mean-square distance of the rows from their mean).
@@ -225,11 +240,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         The inverse temperature used (the resolved value of ``"auto"``).
     n_iter_ : int
         Steps taken, all stages together (with the steps on the sample, on more
-        rows than the sample).
+        rows than the sample; with the hard limit's Lloyd steps and passes).
     loss_curve_ : ndarray
         Empirical risk (without the penalty) after each step over all rows, at the
         inverse temperature in ``inverse_temperature_curve_`` (non-increasing while that
         is constant and there is no penalty); its last entry is ``-score`` of the data.
+        For a fit that ends in the hard limit: the fixed-point steps at ``lambda`` on the
+        warm-start sample, before that limit.
     inverse_temperature_curve_ : ndarray
     converged_ : bool
     n_features_in_ : int
@@ -423,21 +440,39 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             chunk_size=self._chunk_size(), n_clusters=self.n_clusters, workers=workers,
             weights=weights)
 
-    def _warm_start(self, rows: WorkingRows, gen):
+    def _ends_hard(self) -> bool:
+        """Whether a fit ends in the hard limit (:mod:`attnclust.hard_ending`): the default
+        (``"auto"`` lambda, k-means++ seeding, a geometry whose hard limit is k-means,
+        heads without a shape of their own)."""
+        return (not self._shaped and isinstance(self.inverse_temperature, str)
+                and self.solver == "fixed-point" and self._geometry.kmeans_limit
+                and isinstance(self.init, str) and self.init == "kmeans++")
+
+    def _warm_start(self, rows: WorkingRows, gen, hard: bool = False):
         """The warm-start sample (and its weights) and :func:`warm_start` on it (``lam``:
-        the risk's inverse temperature, ``None`` for shaped heads)."""
-        S, Sw = rows.weighted_sample(gen, _WARM_SAMPLE)
+        the risk's inverse temperature, ``None`` for shaped heads); for a fit that ends in
+        the hard limit on more rows than ``_WARM_SAMPLE``, ``_PER_HEAD`` rows per head and,
+        with ``n_init="auto"``, one seeding per ``_SEEDING_ROWS`` times the sample's rows
+        (the seedings then cost no more row visits than the passes)."""
+        size = _WARM_SAMPLE if not hard or rows.n_total <= _WARM_SAMPLE else \
+            min(_WARM_SAMPLE, _PER_HEAD * self.n_clusters)
+        S, Sw = rows.weighted_sample(gen, size)
         auto = isinstance(self.inverse_temperature, str)   # "auto", checked above
-        # shaped heads: one seeding by default, as GaussianMixture's one k-means start (three
-        # gain 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
-        # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or those
-        # the "auto" inverse temperature computes
-        n_init = 1 if self._shaped and self.n_init == "auto" else int(self._auto("n_init"))
-        start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
-                           n_init=n_init, geometry=self._geometry,
-                           auto=n_init == 1 if self._shaped else auto, weights=Sw)
         if self._shaped:
+            # one seeding by default, as GaussianMixture's one k-means start (three gain
+            # 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
+            # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or
+            # those the "auto" inverse temperature computes
+            n_init = 1 if self.n_init == "auto" else int(self._auto("n_init"))
+            start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
+                               n_init=n_init, geometry=self._geometry, auto=n_init == 1,
+                               weights=Sw)
             return S, Sw, start, None
+        n_init = int(self._auto("n_init"))
+        if hard and isinstance(self.n_init, str) and S.shape[0] < rows.n_total:
+            n_init = max(1, min(n_init, rows.n_total // (_SEEDING_ROWS * S.shape[0])))
+        start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
+                           n_init=n_init, geometry=self._geometry, auto=auto, weights=Sw)
         lam = start.inverse_temperature if start.inverse_temperature is not None else \
             rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
         return S, Sw, start, lam
@@ -449,9 +484,12 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         self.__dict__.pop("stream_state_", None)    # a fit starts no stream
         rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
                                   workers, weights)
-        S, Sw, start, lam = self._warm_start(rows, gen)
+        hard = self._ends_hard()
+        S, Sw, start, lam = self._warm_start(rows, gen, hard)
         if self._shaped:
             return self._fit_shaped(rows, start.heads)
+        if hard:
+            return self._fit_to_hard_limit(S, Sw, rows, start, lam)
         temps = [lam * f for f, _ in self.anneal_plan()]
         steps = [int(self.max_iter) if s is None else s for _, s in self.anneal_plan()]
         if self.solver == "pgd":
@@ -460,6 +498,28 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             res = self._fit_fixed_point(S, Sw, rows, start.heads, temps, steps)
         self._set_fitted(res, lam, rows)
         self._label_and_check(rows, res.heads, lam, start.capped)
+        return self
+
+    def _fit_to_hard_limit(self, S, Sw, rows: WorkingRows, start, lam):
+        """The default's end in the hard limit (:func:`attnclust.hard_ending.fit_to_hard_limit`):
+        fitted attributes, labels and checks (the attention's sharpness read on the sample;
+        sizes and sharpness weighted by the sample weights, when given)."""
+        end = fit_to_hard_limit(S, rows, start.kmeans, lam, geometry=self._geometry,
+                                max_iter=int(self.max_iter), tol=float(self._auto("tol")),
+                                callback=self._callback_fn(rows), weights=Sw)
+        self._set_fitted(end.soft._replace(heads=end.heads, n_iter=end.soft.n_iter + end.n_hard,
+                                           converged=end.converged), lam, rows)
+        K = self.n_clusters
+        w = None if rows.weights is None else rows.weights.cpu().double().numpy()
+        sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=K, weights=w)
+                                    .astype(np.float64))
+        best = softmax_heads(self._geometry.logits(S, end.heads, lam)).max(1).values.double()
+        mean_best = float(best.mean()) if Sw is None else \
+            float((best * Sw.double()).sum() / Sw.double().sum())
+        sharpness = mean_best * float(sizes.sum())
+        self.labels_ = end.labels
+        warn_if_degenerate(sizes, sharpness, capped=start.capped,
+                           inverse_temperature=self.inverse_temperature_, stacklevel=4)
         return self
 
     def _fit_fixed_point(self, S, Sw, rows: WorkingRows, heads0, temps, steps
@@ -624,11 +684,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                                   floor=tensor(self.covariance_floor_))
 
     def _by_chunks(self, X, fn) -> np.ndarray:
-        """``fn(preprocessed rows)`` on ``_CHUNK`` rows at a time, concatenated."""
+        """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
+        and ``(rows, K)`` weights stay small however wide the data), concatenated."""
         check_is_fitted(self)
         X = self._validate(X, reset=False)
-        return np.concatenate([fn(self._preprocess(X[s:s + _CHUNK], offset=s))
-                               for s in range(0, X.shape[0], _CHUNK)])
+        step = chunk_rows(None, X.shape[1], self.n_clusters)
+        return np.concatenate([fn(self._preprocess(X[s:s + step], offset=s))
+                               for s in range(0, X.shape[0], step)])
 
     def predict_proba(self, X) -> np.ndarray:
         """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""

@@ -64,6 +64,10 @@ class Geometry(ABC):
         and scaled to unit root-mean-square norm and map its heads back.
     penalties : tuple of str
         The penalties whose closed forms the fixed-point pass implements here.
+    kmeans_limit : bool
+        Whether the layer's hard limit (``lambda -> infinity``) is k-means: nearest-head
+        cells, heads at their means. The estimator's default fit then ends there (see
+        :mod:`attnclust.hard_ending`).
     normalize, tol, anneal :
         The estimator's ``"auto"`` preprocessing, stopping tolerance and annealing.
     """
@@ -72,6 +76,7 @@ class Geometry(ABC):
     unit_heads: bool
     equivariant: bool
     penalties: tuple[str, ...]
+    kmeans_limit: bool
     normalize: str | None
     tol: float
     anneal: bool
@@ -193,6 +198,7 @@ class Sphere(Geometry):
     name = "sphere"
     unit_heads = True
     equivariant = False
+    kmeans_limit = False
     penalties = ("repulsion", "balance")
     normalize = "rows"
     tol = 1e-6
@@ -287,6 +293,7 @@ class Euclidean(Geometry):
     name = "euclidean"
     unit_heads = False
     equivariant = True
+    kmeans_limit = True
     penalties = ("repulsion",)   # balance's gradient would need the key bias's term
     normalize = None
     tol = 1e-4                   # overlapping clusters converge slowly; labels settle first
@@ -341,7 +348,7 @@ class Euclidean(Geometry):
         return c, g, norm2
 
     def n_init(self, seeded):
-        return 3 if seeded else 1
+        return 10 if seeded else 1   # KMeans(n_init=10)'s seedings, on small data
 
     def init_directions(self, draws):
         # unit directions: the fit's rows have unit root-mean-square norm about their mean

@@ -158,9 +158,10 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     """Column means ``m`` and root-mean-square norm ``s`` of the centred rows, overflow-safe.
 
     The norm is computed on rows divided by their largest centred entry so that no square
-    overflows; rows are read ``_CHUNK`` at a time (a memory-mapped ``X`` is never copied
-    whole); every sum is taken over the ranks' rows (``what``: the message's subject).
-    With ``weights`` (n,) both are weighted means (rows of weight zero take no part).
+    overflows; rows are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied
+    whole, and no block's float64 temporaries grow with the width); every sum is taken
+    over the ranks' rows (``what``: the message's subject). With ``weights`` (n,) both
+    are weighted means (rows of weight zero take no part).
 
     Examples
     --------
@@ -168,12 +169,13 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     >>> m.tolist(), s
     ([2.0, 0.0], 1.0)
     """
-    starts = range(0, X.shape[0], _CHUNK)
-    chunks = [X[s:s + _CHUNK] for s in starts]
+    step = chunk_rows(None, X.shape[1], 1)
+    starts = range(0, X.shape[0], step)
+    chunks = [X[s:s + step] for s in starts]
     if weights is None:
         n, ws = comm.n_total, [None] * len(chunks)
     else:
-        n, ws = float(comm.sum_array(weights.sum())), [weights[s:s + _CHUNK] for s in starts]
+        n, ws = float(comm.sum_array(weights.sum())), [weights[s:s + step] for s in starts]
 
     def total(values, w):          # sum of rows, weighted when w is given, in float64
         return values.sum(0, dtype=np.float64) if w is None else w @ values
@@ -275,7 +277,9 @@ class WorkingRows:
         chunk = chunk_rows(chunk_size, Xp.shape[1], n_clusters)
         with warnings.catch_warnings():   # a read-only memmap is only ever read
             warnings.simplefilter("ignore", UserWarning)
-            rows = torch.from_numpy(np.ascontiguousarray(Xp))
+            # any positive strides (Fortran order too) are read chunk by chunk, not copied
+            rows = torch.from_numpy(Xp if min(Xp.strides, default=0) >= 0
+                                    else np.ascontiguousarray(Xp))
         w = None if weights is None else torch.as_tensor(weights, dtype=dtype, device=device)
         if not geometry.equivariant:
             return cls(rows.to(device, dtype), comm=comm, chunk=chunk, workers=workers,
@@ -331,6 +335,11 @@ class WorkingRows:
         rows are drawn uniformly and keep their weights (one more column of the sum)."""
         n, X, comm = self.n_total, self.rows, self.comm
         idx = np.arange(n) if n <= size else np.sort(gen.choice(n, size, replace=False))
+        if X.shape[0] == n:   # one process: the rows as they are, no float64 buffer
+            if idx.size == n:
+                return self.read(0, n), self.weights
+            local = torch.from_numpy(idx).to(X.device)
+            return self.take(local), None if self.weights is None else self.weights[local]
         mine = (idx >= comm.offset) & (idx < comm.offset + X.shape[0])
         local = torch.from_numpy(idx[mine] - comm.offset).to(X.device)
         picked = self.take(local)

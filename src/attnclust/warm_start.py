@@ -50,6 +50,7 @@ import torch
 from sklearn.cluster import kmeans_plusplus
 
 from .geometry import Geometry, as_geometry
+from .hard_ending import SampleKMeans, sample_kmeans
 from .rows import WorkingRows
 
 __all__ = ["BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
@@ -151,20 +152,25 @@ class BoundaryVariance(NamedTuple):
 
 
 def _cluster_moments(X, heads, labels, chunk, weights=None):
-    """Per-cluster count, sum and second moment of the projections ``P = X mu^T``
-    (weighted by ``weights`` when given)."""
+    """Per cluster ``a``: count, ``sum P_ib``, ``sum P_ib^2`` and ``sum P_ia P_ib`` over its
+    rows, for every head ``b`` (``(K,)``, then three ``(K, K)``), ``P = X mu^T``, weighted
+    by ``weights`` when given.
+
+    These are the entries ``(b, b)`` and ``(a, b)`` of each cluster's ``K x K`` second
+    moment of ``P``: all the rule needs, in ``O(n K)`` memory and work beyond ``X mu^T``
+    (the whole ``K x K x K`` moment would cost ``n K^2``: 0.1 s per 5,000 rows at K = 100).
+    """
     K = heads.shape[0]
     counts = (torch.bincount(labels, minlength=K).to(X.dtype) if weights is None
               else X.new_zeros(K).index_add_(0, labels, weights))
-    sums = X.new_zeros(K, K)
-    outer = X.new_zeros(K, K, K)                               # sum_{i in h} P_i P_i^T
-    chunk = max(1, min(chunk, (1 << 20) // (K * K)))          # (m, K, K) below 1M numbers
+    sums, squares, cross = X.new_zeros(K, K), X.new_zeros(K, K), X.new_zeros(K, K)
     for s in range(0, X.shape[0], chunk):
         P, z = X[s:s + chunk] @ heads.T, labels[s:s + chunk]   # (m, K), (m,)
         wP = P if weights is None else P * weights[s:s + chunk, None]
         sums.index_add_(0, z, wP)
-        outer.index_add_(0, z, wP[:, :, None] * P[:, None, :])
-    return counts, sums, outer
+        squares.index_add_(0, z, wP * P)
+        cross.index_add_(0, z, wP * P.gather(1, z[:, None]))  # w_i P_ib P_i,own
+    return counts, sums, squares, cross
 
 
 def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *,
@@ -175,27 +181,30 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *,
     geometry = as_geometry(geometry)
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
-    counts, sums, outer = _cluster_moments(X, heads, labels, chunk, weights)
+    counts, sums, squares, cross = _cluster_moments(X, heads, labels, chunk, weights)
     wX = X if weights is None else X * weights[:, None]
     col_sums, sq_norm, n = wX.sum(0), float((wX * X).sum()), _total(X, weights)
     tiny = torch.finfo(X.dtype).tiny          # counts are sums of weights: maybe below 1
-    means = sums / counts.clamp_min(tiny)[:, None]                # (K, K) mean projection
-    cov = outer / counts.clamp_min(tiny)[:, None, None] - means[:, :, None] * means[:, None, :]
+    size = counts.clamp_min(tiny)[:, None]
+    means = sums / size                                        # (K, K) mean projection
+    h = torch.arange(K, device=X.device)
+    var = squares / size - means**2                            # var[a, b] = cov_a[b, b]
+    cov_own = cross / size - means[h, h][:, None] * means      # cov_a[a, b]
     # the floor's scale: the rows' mean squared norm on the sphere, their mean squared
     # distance from their mean for Euclidean heads (the rule is then translation invariant);
     # rows without any spread (all equal) have no scale of their own: the working unit's
     spread = geometry.spread(sq_norm, col_sums, n)
     floor = _FLOOR[X.dtype] * (spread if spread > 0 else 1.0)
     if K == 1:
-        s2 = geometry.one_head_variance(heads, cov, counts, sq_norm, n, X.shape[1])
+        s2 = geometry.one_head_variance(heads, var[:, :, None], counts, sq_norm, n,
+                                        X.shape[1])
         return BoundaryVariance(max(s2, 0.0), floor)
-    h = torch.arange(K, device=X.device)
     # the nearest other head c_h and the boundary normal mu_c - g2_h mu_h, of norm^2 norm2
     c, g2, norm2 = geometry.nearest_boundary(heads @ heads.T)
 
     # variance within cluster a of <x, mu_b - g mu_a> = e^T cov_a e, e = e_b - g e_a
     def var_across(a, b):
-        return cov[a, b, b] - 2 * g2 * cov[a, a, b] + g2**2 * cov[a, a, a]
+        return var[a, b] - 2 * g2 * cov_own[a, b] + g2**2 * var[a, a]
     pooled = (counts * var_across(h, c) + counts[c] * var_across(c, h)) \
         / (counts + counts[c]).clamp_min(tiny)
     s2 = float((counts * pooled.clamp_min(0) / norm2).sum()) / n
@@ -285,6 +294,9 @@ class WarmStart(NamedTuple):
     """``1 / s^2`` of :func:`auto_inverse_temperature` (``None`` when not asked for)."""
     capped: bool
     """Whether ``s^2`` was at its floor (clusters without spread)."""
+    kmeans: SampleKMeans | None = None
+    """The k-means of the sample that gave ``heads`` (k-means++ seedings of a geometry
+    whose hard limit is k-means), ``None`` otherwise."""
 
 
 def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_init: int,
@@ -292,8 +304,11 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
                weights: torch.Tensor | None = None) -> WarmStart:
     """The estimator's starting heads and, with ``auto``, its inverse temperature.
 
-    ``S`` is the warm-start sample (working rows, the same on every rank). With ``n_init >
-    1`` each seeding is followed by hard Lloyd steps and the run of highest
+    ``S`` is the warm-start sample (working rows, the same on every rank). With
+    ``init="kmeans++"`` and a geometry whose hard limit is k-means, the start is
+    scikit-learn's ``KMeans`` of ``S`` (``n_init`` seedings, each run to a stable
+    partition, the best kept; see :func:`attnclust.hard_ending.sample_kmeans`). Otherwise,
+    with ``n_init > 1`` each seeding is followed by hard Lloyd steps and the run of highest
     :attr:`LloydResult.score` is kept. With ``auto``, hard Lloyd steps from those heads
     give the partition whose boundary variance sets ``lambda``; a seeding is replaced by
     these Lloyd heads (a warm start), given heads are kept. ``weights``: the sample's
@@ -310,6 +325,9 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     >>> round(start.inverse_temperature, -1), start.capped
     (100.0, False)
     """
+    if isinstance(init, str) and init == "kmeans++" and geometry.kmeans_limit:
+        return _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights)
+
     def seed():
         return _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
     if n_init == 1:
@@ -321,6 +339,21 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     if not auto:
         return WarmStart(heads, None, False)
     lloyd = hard_lloyd(S, heads, _LLOYD_STEPS, geometry=geometry, weights=weights).heads
-    s2, floor = boundary_variance(S, lloyd, geometry=geometry, weights=weights)
-    lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
-    return WarmStart(lloyd if isinstance(init, str) else heads, lam, s2 <= floor)
+    lam, capped = _auto_lambda(S, lloyd, geometry, weights)
+    return WarmStart(lloyd if isinstance(init, str) else heads, lam, capped)
+
+
+def _auto_lambda(S, heads, geometry, weights=None) -> tuple[float, bool]:
+    """``1 / s^2`` of the heads' partition of ``S``, and whether ``s^2`` is at its floor."""
+    s2, floor = boundary_variance(S, heads, geometry=geometry, weights=weights)
+    return 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny), s2 <= floor
+
+
+def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights) -> WarmStart:
+    """The best of ``n_init`` k-means++ seedings, each run to a stable partition by
+    scikit-learn's compiled Lloyd steps (weighted; the same on every rank)."""
+    km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
+                       weights=weights)
+    km = km._replace(heads=rows.comm.broadcast(km.heads))
+    lam, capped = _auto_lambda(S, km.heads, geometry, weights) if auto else (None, False)
+    return WarmStart(km.heads, lam, capped, km)

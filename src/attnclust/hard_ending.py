@@ -1,0 +1,309 @@
+"""The end of a Euclidean fit: the layer's fixed-point steps in the hard limit (Lloyd passes).
+
+For Euclidean heads the attention is ``a_h(x) = softmax_h(-lambda ||x - mu_h||^2 / 2)``.
+As ``lambda -> infinity`` it becomes the indicator of the nearest head, the layer's
+output ``T_mu(x)`` becomes that head, and the empirical risk becomes the k-means
+objective
+
+    R_inf(mu) = (1/n) sum_i min_h ||x_i - mu_h||^2 .
+
+The fixed-point step of :mod:`attnclust.fixed_point` is then exactly Lloyd's step,
+``mu_h <- mean of the rows nearest to mu_h``, and it never increases ``R_inf``: the new
+means are the best heads for the old cells, and the new cells the best cells for the new
+heads. So ``R_inf`` is non-increasing along the passes, and a pass that moves no head is
+a fixed point of the step (a stable k-means partition).
+
+Why a fit ends this way: at the ``"auto"`` inverse temperature the soft fixed point
+moves the boundaries between overlapping clusters away from the nearest-head partition
+(heads of equal weight and equal spread pull each other's cells towards the smaller
+cluster), while the labels are the nearest heads. The passes from the soft heads to the
+hard limit recover those boundaries; the measurements are in
+``docs/guide/default-estimator.md``.
+
+Each pass reads the rows once in chunks (one ``n x d x K`` product, per-cell sums) and,
+with ``reduce`` (a sum over data-parallel ranks), sums ``K (d + 1) + 1`` numbers over the
+ranks, so every rank takes the same steps.
+
+The fit's end (:func:`fit_to_hard_limit`), from the warm start's k-means heads ``mu^0``
+on the warm-start sample ``S`` and the ``"auto"`` inverse temperature ``lambda``:
+
+1. ``SOFT_STEPS`` (one; at most ``max_iter``) safeguarded fixed-point step of the
+   layer at ``lambda`` on ``S``
+   (:func:`attnclust.fixed_point.fixed_point_fit`: the risk never increases), an
+   annealing stage that may carry the heads out of ``mu^0``'s basin;
+2. Lloyd's steps from there to a stable partition of ``S`` (scikit-learn's compiled
+   ``KMeans`` from those heads: the fixed-point step in the hard limit);
+3. of the two k-means fixed points, ``mu^0`` and this one, the one of lower ``R_inf`` on
+   ``S`` (so the end is never worse than the warm start);
+4. with more rows than ``S``: Lloyd passes over all rows (:func:`lloyd_passes`), whose
+   last pass also gives the labels.
+
+Notation
+--------
+=============  ==============  =============================================
+paper          code            meaning
+=============  ==============  =============================================
+``R_inf``      ``objective``   k-means objective per row after each pass
+``mu_h``       ``heads``       heads, shape ``(K, d)``
+``S``          ``S``           the warm-start sample, ``(m, d)``
+``lambda``     ``lam``         the ``"auto"`` inverse temperature
+=============  ==============  =============================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import numpy as np
+import torch
+from sklearn.cluster import KMeans
+
+from ._threads import map_chunks
+from .fixed_point import fixed_point_fit
+from .geometry import Geometry
+from .results import IterationInfo, SolverResult
+from .rows import WorkingRows
+
+__all__ = ["HardEnding", "HardFit", "SampleKMeans", "fit_to_hard_limit", "lloyd_passes",
+           "sample_kmeans"]
+
+KMEANS_TOL = 1e-4   # scikit-learn's KMeans tol: squared moves over the mean feature variance
+OBJECTIVE_RTOL = 1e-4   # passes over all rows stop once a step gains less than this of R_inf
+SOFT_STEPS = 1      # fixed-point steps at the "auto" lambda before the hard limit
+_FLOAT64_SAMPLE = 1 << 22   # a sample of at most this many numbers goes to KMeans in float64
+
+
+class HardEnding(NamedTuple):
+    """Result of :func:`lloyd_passes`."""
+
+    heads: torch.Tensor
+    """Heads after the last pass, ``(K, d)``."""
+    objective: np.ndarray
+    """``R_inf`` of the heads each pass started from (non-increasing), ``(n_passes,)``."""
+    n_passes: int
+    """Passes over the rows."""
+    converged: bool
+    """A stopping rule (``tol`` or ``rtol``) was met before ``max_passes``."""
+
+
+def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor, w=None):
+    """Flat ``[counts (K), sums (K d), sum_i min_h ||x_i - mu_h||^2]`` of one chunk (weighted
+    by ``w`` (m,) when given), and its labels ``(m,)``."""
+    K = heads.shape[0]
+    best, z = (Xc @ heads.T - half_sq).max(1)                 # (m,) <x, mu> - ||mu||^2 / 2
+    dist = (Xc * Xc).sum(1) - 2.0 * best                      # ||x_i - mu_z(i)||^2
+    if w is None:
+        counts = torch.bincount(z, minlength=K).to(heads.dtype)
+        sums = heads.new_zeros(heads.shape).index_add_(0, z, Xc)  # (K, d)
+    else:
+        counts = heads.new_zeros(K).index_add_(0, z, w)
+        sums = heads.new_zeros(heads.shape).index_add_(0, z, Xc * w[:, None])
+        dist = dist * w
+    return torch.cat([counts, sums.reshape(-1), dist.sum().reshape(1)]), z
+
+
+def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
+                 *, max_passes: int, tol: float, chunk: int, rtol: float = 0.0, workers: int = 1,
+                 reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 n_total: int | None = None, labels: np.ndarray | None = None,
+                 callback: Callable[[IterationInfo], None] | None = None,
+                 weights: torch.Tensor | None = None) -> HardEnding:
+    """Lloyd passes from ``heads`` until the step would move the heads by a sum of squares
+    of at most ``tol``, or the last move lowered ``R_inf`` by at most ``rtol`` of its value.
+
+    The ``tol`` rule is scikit-learn's ``KMeans`` rule (``sum_h ||mu_h' - mu_h||^2 <=
+    tol``, which scikit-learn takes as ``1e-4`` times the data's mean variance per
+    feature). The heads returned are those of the last pass, whose cells it computed: so
+    ``labels``, when given, holds their nearest heads without another pass over the rows
+    (the last step, of at most ``tol``, is not taken).
+
+    Parameters
+    ----------
+    read : callable
+        ``read(start, stop)`` returns rows ``start:stop`` of the fit, ``(m, d)``, in the
+        dtype and on the device of ``heads``.
+    n_rows : int
+        Rows that ``read`` serves (this rank's).
+    heads : Tensor of shape (K, d)
+        Initial heads.
+    max_passes : int
+        At most this many passes.
+    tol : float
+        Stop at a pass whose step would move the heads by a sum of squares of at most ``tol``.
+    rtol : float, default=0
+        Stop at a pass that finds that the previous step lowered ``R_inf`` by at most
+        ``rtol`` times its value: on many rows Lloyd's heads creep long after the
+        partition has settled.
+    chunk, workers :
+        Rows per chunk, and threads sharing the chunks (:func:`attnclust._threads.map_chunks`).
+    reduce : callable, optional
+        Sum over data-parallel ranks of a tensor (the same on every rank).
+    n_total : int, optional
+        Rows of all ranks (default ``n_rows``); with ``weights``, their total weight.
+    labels : ndarray of shape (n_rows,), optional
+        Filled with the index of each row's nearest returned head.
+    callback : callable, optional
+        Called after each pass with an :class:`~attnclust.results.IterationInfo`
+        (``iteration``: passes so far; ``loss``: ``R_inf`` of the pass's heads;
+        ``inverse_temperature``: infinity; ``shift``: the largest move of a head): progress
+        over the passes.
+    weights : Tensor of shape (n_rows,), optional
+        Sample weights of the rows: every sum (cell sizes, means, ``R_inf``) is weighted.
+
+    Returns
+    -------
+    HardEnding
+        A head whose cell is empty keeps its position.
+
+    Examples
+    --------
+    >>> X = torch.tensor([[0.0, 0.0], [0.2, 0.0], [3.0, 0.0], [3.4, 0.0]], dtype=torch.float64)
+    >>> res = lloyd_passes(lambda a, b: X[a:b], 4, X[[0, 2]], max_passes=10, tol=0.0, chunk=2)
+    >>> res.heads.tolist(), res.converged, res.objective.round(3).tolist()
+    ([[0.1, 0.0], [3.2, 0.0]], True, [0.05, 0.025])
+    """
+    K, d = heads.shape
+    n = n_rows if n_total is None else n_total
+    objective: list[float] = []
+    converged = False
+
+    def cells(start, h, q):
+        part, z = _cell_sums(read(start, start + chunk), h, q,
+                             None if weights is None else weights[start:start + chunk])
+        if labels is not None:
+            labels[start:start + z.shape[0]] = z.cpu().numpy()
+        # Python floats: a tensor made on a worker thread and kept alive pins that thread's
+        # malloc heap, and with it the freed temporaries of every chunk (+150 MB on 5M x 8)
+        return part.tolist()
+    for _ in range(int(max_passes)):
+        half_sq = 0.5 * (heads * heads).sum(1)
+        parts = map_chunks(lambda s, h=heads, q=half_sq: cells(s, h, q), n_rows, chunk, workers)
+        flat = torch.as_tensor(np.sum(parts or [[0.0] * (K * (d + 1) + 1)], axis=0),
+                               dtype=heads.dtype,
+                               device=heads.device)
+        if reduce is not None:
+            flat = reduce(flat)
+        counts, sums = flat[:K], flat[K:K + K * d].reshape(K, d)
+        objective.append(float(flat[-1]) / n)
+        new = torch.where((counts > 0)[:, None], sums / counts.clamp_min(1)[:, None], heads)
+        settled = len(objective) > 1 and objective[-2] - objective[-1] <= rtol * objective[-2]
+        moves = ((new - heads) ** 2).sum(1)                   # (K,) squared moves
+        if callback is not None:
+            callback(IterationInfo(len(objective), objective[-1], float("inf"),
+                                   float(moves.max()) ** 0.5, heads.detach().clone()))
+        if float(moves.sum()) <= tol or settled:
+            converged = True
+            break
+        if len(objective) < max_passes:
+            heads = new
+    return HardEnding(heads, np.asarray(objective, dtype=np.float64), len(objective), converged)
+
+
+class SampleKMeans(NamedTuple):
+    """k-means of the warm-start sample (:func:`sample_kmeans`)."""
+
+    heads: torch.Tensor
+    """Cluster means, ``(K, d)``, in the sample's dtype and device."""
+    labels: np.ndarray
+    """Nearest head of each sample row, ``(m,)``."""
+    objective: float
+    """``R_inf`` of the heads on the sample (mean squared distance to the nearest head)."""
+    n_iter: int
+    """Lloyd steps of the run kept."""
+
+
+def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None = None,
+                  n_init: int = 1, seed: int | None = None, max_iter: int = 300,
+                  weights: torch.Tensor | None = None) -> SampleKMeans:
+    """scikit-learn's ``KMeans`` on the rows ``S``: ``n_init`` k-means++ seedings (or from
+    ``init``), Lloyd's steps to its stopping rule, the run of lowest objective (``weights``:
+    the rows' sample weights).
+
+    The rows are handed over as they are (no copy on the CPU), except that a float32
+    sample of at most ``2^22`` numbers (32 MB as float64) is copied to float64.
+
+    Examples
+    --------
+    >>> S = torch.tensor([[0.0], [0.2], [3.0], [3.4]], dtype=torch.float64)
+    >>> res = sample_kmeans(S, 2, init=S[[0, 2]])
+    >>> res.heads[:, 0].tolist(), res.labels.tolist(), round(res.objective, 3)
+    ([0.1, 3.2], [0, 0, 1, 1], 0.025)
+    """
+    X = S.detach().cpu().numpy()
+    if X.dtype != np.float64 and X.size <= _FLOAT64_SAMPLE:
+        # scikit-learn's k-means++ takes a slow, chunked float64 path for float32 rows
+        # (5 seedings of 100 heads on 20,000 x 2 rows: 1.0 s against 0.1 s); a small
+        # sample is cheaper to copy
+        X = X.astype(np.float64)
+    start = "k-means++" if init is None else init.detach().cpu().numpy().astype(X.dtype)
+    w = None if weights is None else weights.detach().cpu().double().numpy()
+    km = KMeans(n_clusters, init=start, n_init=n_init if init is None else 1,
+                random_state=seed, max_iter=max_iter, tol=KMEANS_TOL).fit(X, sample_weight=w)
+    heads = torch.as_tensor(km.cluster_centers_, dtype=S.dtype, device=S.device)
+    total = X.shape[0] if w is None else float(w.sum())
+    return SampleKMeans(heads, km.labels_.astype(np.int64), float(km.inertia_) / total,
+                        int(km.n_iter_))
+
+
+class HardFit(NamedTuple):
+    """Result of :func:`fit_to_hard_limit`, in the working space."""
+
+    heads: torch.Tensor
+    """Final heads, ``(K, d)``: a stable k-means partition's means."""
+    soft: SolverResult
+    """The fixed-point steps at ``lambda`` on the sample (the loss curve)."""
+    labels: np.ndarray
+    """Nearest final head of each of this rank's rows."""
+    n_hard: int
+    """Lloyd steps on the sample plus passes over all rows."""
+    converged: bool
+    """The last Lloyd stage met its stopping rule."""
+
+
+def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, lam: float, *,
+                      geometry: Geometry, max_iter: int, tol: float,
+                      callback=None, weights: torch.Tensor | None = None) -> HardFit:
+    """The fit's end of the module docstring, from the warm start ``start`` on ``S``.
+
+    ``callback`` (an :class:`~attnclust.results.IterationInfo` consumer) sees the soft
+    steps, then each pass over all rows (at ``inverse_temperature`` infinity). ``weights``:
+    the sample's weights (the rows' own are ``rows.weights``).
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> X, z = ac.GaussianMixture.orthogonal(d=3, k=2, sigma=0.1).sample(
+    ...     300, rng=0, return_labels=True)
+    >>> cells = ac.geometry.Euclidean()
+    >>> rows = WorkingRows.prepare(X, geometry=cells, comm=None)
+    >>> S = rows.sample(np.random.default_rng(0), 300)          # every row
+    >>> start = sample_kmeans(S, 2, seed=0)
+    >>> end = fit_to_hard_limit(S, rows, start, 10.0, geometry=cells, max_iter=300, tol=1e-4)
+    >>> ac.adjusted_rand_index(z, end.labels), end.converged
+    (1.0, True)
+    """
+    K, d = start.heads.shape
+    soft = fixed_point_fit(S, start.heads, inverse_temperatures=[lam],
+                           stage_steps=[min(SOFT_STEPS, max_iter)],
+                           tol=tol, geometry=geometry, chunk_size=rows.chunk,
+                           workers=rows.workers, callback=callback, weights=weights)
+    end = sample_kmeans(S, K, init=soft.heads, max_iter=max_iter, weights=weights)
+    best = end if end.objective < start.objective else start
+    n_hard = end.n_iter
+    if S.shape[0] == rows.n_total:   # the sample is every row, in order
+        mine = slice(rows.comm.offset, rows.comm.offset + rows.rows.shape[0])
+        return HardFit(best.heads, soft, best.labels[mine], n_hard, end.n_iter < max_iter)
+    labels = np.empty(rows.rows.shape[0], dtype=np.int64)
+    done = soft.n_iter + n_hard
+
+    def progress(info):   # the passes continue the soft steps' count, in the callback's units
+        callback(info._replace(iteration=done + info.iteration))
+    full = lloyd_passes(rows.read, rows.rows.shape[0], best.heads, max_passes=max_iter,
+                        tol=KMEANS_TOL / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
+                        workers=rows.workers, reduce=rows.comm.reduce,
+                        n_total=rows.n_total if rows.weights is None else
+                        float(rows.comm.sum_array(float(rows.weights.sum()))),
+                        labels=labels, callback=None if callback is None else progress,
+                        weights=rows.weights)
+    return HardFit(full.heads, soft, labels, n_hard + full.n_passes, full.converged)

@@ -1,0 +1,113 @@
+"""Lloyd passes of the hard ending, against scikit-learn's Lloyd k-means."""
+
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import KMeans
+from sklearn.datasets import make_blobs
+
+from attnclust.hard_ending import lloyd_passes
+
+
+def _data(seed=0):
+    X, _ = make_blobs(600, n_features=3, centers=5, cluster_std=2.0, random_state=seed)
+    return torch.as_tensor(X), torch.as_tensor(X[:5] + 0.5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_passes_reach_scikit_learns_lloyd_fixed_point(seed):
+    X, heads0 = _data(seed)
+    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                       chunk=128)
+    km = KMeans(5, init=heads0.numpy(), n_init=1, algorithm="lloyd", tol=0.0,
+                max_iter=300).fit(X.numpy())
+    assert res.converged
+    np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, rtol=0, atol=1e-10)
+    # the objective of the pass that found no move is the k-means inertia per row
+    assert res.objective[-1] == pytest.approx(km.inertia_ / X.shape[0], rel=1e-10)
+
+
+def test_objective_never_increases_and_is_the_hard_limit_risk():
+    X, heads0 = _data(3)
+    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                       chunk=100)
+    assert res.n_passes > 2
+    assert np.all(np.diff(res.objective) <= 1e-12 * res.objective[0])
+    dist = torch.cdist(X, heads0).min(1).values ** 2          # dense reference, first pass
+    assert res.objective[0] == pytest.approx(float(dist.mean()), rel=1e-12)
+
+
+def test_chunks_and_workers_do_not_change_the_result():
+    X, heads0 = _data(4)
+    one = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=50, tol=0.0,
+                       chunk=X.shape[0])
+    many = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=50, tol=0.0,
+                        chunk=37, workers=3)
+    np.testing.assert_allclose(many.heads.numpy(), one.heads.numpy(), rtol=0, atol=1e-12)
+    assert many.n_passes == one.n_passes
+
+
+def test_stops_at_tol_and_at_max_passes():
+    X, heads0 = _data(5)
+    full = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                        chunk=600)
+    capped = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=2, tol=0.0,
+                          chunk=600)
+    assert capped.n_passes == 2 and not capped.converged
+    loose = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=1.0,
+                         chunk=600)
+    assert loose.converged and loose.n_passes < full.n_passes
+
+
+def test_a_head_with_an_empty_cell_stays_put():
+    X = torch.tensor([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0]], dtype=torch.float64)
+    heads0 = torch.tensor([[0.0, 0.0], [10.0, 0.0], [100.0, 100.0]], dtype=torch.float64)
+    res = lloyd_passes(lambda a, b: X[a:b], 3, heads0, max_passes=10, tol=0.0, chunk=2)
+    assert res.heads[2].tolist() == [100.0, 100.0]
+    assert res.heads[0].tolist() == [0.5, 0.0]
+
+
+def test_rtol_stops_once_the_objective_settles():
+    X, heads0 = _data(6)
+    full = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                        chunk=600)
+    loose = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                         rtol=1e-2, chunk=600)
+    assert loose.converged and loose.n_passes < full.n_passes
+    drops = -np.diff(loose.objective)
+    assert drops[-1] <= 1e-2 * loose.objective[-2]
+    assert np.all(drops[:-1] > 1e-2 * loose.objective[:-2])
+
+
+@pytest.mark.parametrize("max_passes", [1, 3, 300])
+def test_labels_are_the_nearest_returned_heads_and_the_objective_theirs(max_passes):
+    X, heads0 = _data(7)
+    labels = np.full(X.shape[0], -1)
+    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=max_passes,
+                       tol=1e-6, chunk=128, workers=2, labels=labels)
+    dist = torch.cdist(X, res.heads) ** 2                      # dense reference
+    np.testing.assert_array_equal(labels, dist.argmin(1).numpy())
+    assert res.objective[-1] == pytest.approx(float(dist.min(1).values.mean()), rel=1e-12)
+
+
+def test_callback_reports_every_pass():
+    X, heads0 = _data(10)
+    infos = []
+    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                       chunk=128, callback=infos.append)
+    assert [i.iteration for i in infos] == list(range(1, res.n_passes + 1))
+    np.testing.assert_allclose([i.loss for i in infos], res.objective, rtol=0, atol=0)
+    assert infos[-1].shift == 0.0 and all(i.inverse_temperature == np.inf for i in infos)
+
+
+def test_integer_weights_are_repeated_rows():
+    X, heads0 = _data(12)
+    counts = np.random.default_rng(0).integers(0, 4, X.shape[0])
+    w = torch.as_tensor(counts, dtype=X.dtype)
+    weighted = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                            chunk=97, weights=w, n_total=float(counts.sum()))
+    Xr = torch.as_tensor(np.repeat(X.numpy(), counts, axis=0))
+    repeated = lloyd_passes(lambda a, b: Xr[a:b], Xr.shape[0], heads0, max_passes=300,
+                            tol=0.0, chunk=97)
+    np.testing.assert_allclose(weighted.heads.numpy(), repeated.heads.numpy(), atol=1e-10)
+    np.testing.assert_allclose(weighted.objective, repeated.objective, rtol=1e-10)
