@@ -29,6 +29,7 @@ from .quantizer import AttentionQuantizer, estimate_sigma
 from .results import History, IterationInfo, SolverResult
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent
+from .temperature_path import ClusterChoice, Plateau, TemperaturePath, temperature_path
 
 __version__ = "0.2.0"
 
@@ -39,6 +40,7 @@ __all__ = [
     "AttentionQuantizer",
     "Balance",
     "CentroidDistance",
+    "ClusterChoice",
     "EmpiricalRisk",
     "ClusterCount",
     "Communicator",
@@ -49,6 +51,7 @@ __all__ = [
     "IterationInfo",
     "PGDHistory",
     "PGDResult",
+    "Plateau",
     "SolverResult",
     "PopulationRisk",
     "Repulsion",
@@ -80,4 +83,6 @@ __all__ = [
     "riemannian_gradient",
     "spread_ratio",
     "tangent",
+    "temperature_path",
+    "TemperaturePath",
 ]
