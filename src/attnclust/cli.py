@@ -166,6 +166,8 @@ def _build_parser() -> argparse.ArgumentParser:
                         "1e7)")
     p.set_defaults(handler=_cmd_fit)
 
+    _add_path_parser(sub)
+
     p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
     p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
     p.add_argument("--inverse-temperature", default=None, metavar="LAMBDA",
@@ -449,6 +451,99 @@ def _cmd_fit(args) -> int:
                 f"converged={'yes' if est.converged_ else 'no'}  "
                 f"risk={sq_err / X.shape[0]:.4g}  time={seconds:.2f}s")
         _write_all(outputs, _summary([head], sizes, conf_sum, outputs))
+    return 0
+
+
+def _add_path_parser(sub) -> None:
+    p = sub.add_parser("path", help="the temperature path of a .npy/.csv file: clusters and "
+                                    "risk against lambda (picture + JSON)")
+    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    p.add_argument("--max-clusters", type=int, required=True, metavar="N",
+                   help="number of heads followed (the path stops once they are all apart)")
+    p.add_argument("--out", default=None, metavar="PREFIX",
+                   help="output prefix: PREFIX.png and PREFIX.json (default: DATA without its "
+                        "suffix, plus .path)")
+    p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
+                   help="euclidean (default), or sphere (rows scaled onto the unit sphere)")
+    p.add_argument("--objective", default="free_energy", choices=["free_energy", "risk"],
+                   help="free_energy: deterministic annealing (default); risk: the layer's "
+                        "risk minimizer, which never merges its heads")
+    p.add_argument("--min-cluster-size", type=int, default=None, metavar="M",
+                   help="rows a cluster needs to be counted (default: max(5, n/100))")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
+    p.set_defaults(handler=_cmd_path)
+
+
+def _path_prefix(args) -> str:
+    from pathlib import Path
+
+    if args.out is None:
+        return str(Path(args.data).with_suffix("")) + ".path"
+    if not args.out.strip():
+        raise CommandError("--out must not be empty: give a prefix such as results/path1")
+    return args.out
+
+
+def _cmd_path(args) -> int:
+    import json
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ._io import atomic_path, check_nonzero_rows, load_matrix, writable_folder
+    from .temperature_path import path_grid, temperature_path
+
+    prefix = _path_prefix(args)
+    outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]
+    _refuse_overwriting_input(args.data, outputs)
+    X = load_matrix(args.data, min_columns=2)
+    if not 1 <= args.max_clusters <= X.shape[0]:
+        raise CommandError(f"--max-clusters must be between 1 and the number of rows "
+                           f"({X.shape[0]}) of {args.data}, got {args.max_clusters}")
+    if args.min_cluster_size is not None and args.min_cluster_size < 1:
+        raise CommandError(f"--min-cluster-size must be a positive integer, got "
+                           f"{args.min_cluster_size}")
+    if args.geometry == "sphere":
+        check_nonzero_rows(X, args.data)
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    with writable_folder(Path(prefix).parent):     # fails now, not after the path
+        grid = path_grid(X, geometry=args.geometry)
+        bar = None
+        if not args.quiet and sys.stderr.isatty():
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(grid), desc="path", unit="lambda", leave=False,
+                       file=sys.stderr)
+        def callback(i, lam, k):
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(lam=f"{lam:.3g}", clusters=k, refresh=False)
+        try:
+            path = temperature_path(X, args.max_clusters, geometry=args.geometry,
+                                    objective=args.objective, inverse_temperatures=grid,
+                                    min_cluster_size=args.min_cluster_size, callback=callback)
+        finally:
+            if bar is not None:
+                bar.close()
+        choice = path.choose_n_clusters()
+        summary = {"data": str(args.data), "n": int(X.shape[0]), "d": int(X.shape[1]),
+                   "max_clusters": args.max_clusters, "chosen_n_clusters": choice.n_clusters,
+                   "reason": choice.reason, **path.to_dict()}
+        fig = path.plot()
+        splits = ", ".join(f"{s:.3g}" for s in path.split_inverse_temperatures) or "none"
+        line = (f"n={X.shape[0]}  d={X.shape[1]}  splits at lambda = {splits}\n"
+                f"K = {choice.n_clusters}: {choice.reason}\n"
+                f"wrote {outputs[0]}, {outputs[1]}")
+        try:
+            with atomic_path(outputs[0]) as png, atomic_path(outputs[1]) as js:
+                fig.savefig(png, dpi=120)
+                js.write_text(json.dumps(summary, indent=1))
+                _print_summary(line)
+        finally:
+            plt.close(fig)
     return 0
 
 

@@ -61,8 +61,8 @@ from ._validation import as_tensor, check_finite, check_int
 from .fixed_point import fixed_point_fit
 from .heads import check_geometry, head_logits
 
-__all__ = ["ClusterChoice", "Plateau", "TemperaturePath", "predicted_first_split",
-           "temperature_path"]
+__all__ = ["ClusterChoice", "Plateau", "TemperaturePath", "path_grid",
+           "predicted_first_split", "temperature_path"]
 
 OBJECTIVES = ("free_energy", "risk")
 MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen over K = 1
@@ -445,6 +445,26 @@ def _follow(Xc, start, offset, grid, K, geometry, objective, scale, min_size, me
     return rows
 
 
+def path_grid(X, *, geometry: str = "euclidean", grid_ratio: float = 1.08,
+              n_decades: float = 3.0) -> np.ndarray:
+    """The default grid: ``0.5 lambda_c grid_ratio^j`` over ``n_decades`` decades.
+
+    ``lambda_c`` is the annealing's predicted first split (:func:`predicted_first_split`).
+
+    Examples
+    --------
+    >>> grid = path_grid([[-1.0, 0.0], [1.0, 0.0]], grid_ratio=10.0, n_decades=2)
+    >>> grid.tolist()
+    [0.5, 5.0, 50.0]
+    """
+    if not grid_ratio > 1 or not n_decades > 0:
+        raise ValueError(f"grid_ratio must be > 1 and n_decades > 0, got {grid_ratio!r} and "
+                         f"{n_decades!r}")
+    lam_c = predicted_first_split(X, geometry=geometry)
+    return 0.5 * lam_c * grid_ratio ** np.arange(
+        int(n_decades * math.log(10) / math.log(grid_ratio) + 1e-9) + 1)
+
+
 def temperature_path(
     X,
     max_clusters: int = 10,
@@ -510,11 +530,9 @@ def temperature_path(
     scale = float(((Xc - Xc.mean(0)) ** 2).sum(1).mean().sqrt())
     if not scale > 0:
         raise ValueError("X has no spread: all rows are equal")
-    lam_c = predicted_first_split(Xt, geometry=geometry)
     grid = (np.asarray(inverse_temperatures, dtype=float).ravel()
             if inverse_temperatures is not None else
-            0.5 * lam_c * grid_ratio ** np.arange(int(n_decades * math.log(10)
-                                                       / math.log(grid_ratio)) + 1))
+            path_grid(Xt, geometry=geometry, grid_ratio=grid_ratio, n_decades=n_decades))
     if grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
         raise ValueError("inverse_temperatures must be positive and finite")
     with torch_threads(1):   # short (n, K) operations: one thread (see _threads)
