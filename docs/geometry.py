@@ -1,47 +1,31 @@
-"""The README's picture of the two geometries: cones from the origin against k-means cells.
+"""The picture of the two geometries: cones from the origin against k-means cells.
 
-Run from the repository root: ``python docs/geometry.py`` writes ``docs/geometry.png``.
-Both panels fit ``AttentionClustering`` to the same 2-D data, five blobs in the positive
-quadrant (one of them behind another, on the same ray from the origin); the background
-is the cluster each point of the plane is assigned to, the crosses are the heads.
+Run from the repository root: ``python docs/geometry.py`` writes ``docs/geometry.png``
+(shown by the README and the estimator's page). The picture is drawn by the gallery's
+example ``examples/plot_geometry.py``: both panels fit ``AttentionClustering`` to the
+same 2-D data, five blobs in the positive quadrant (one of them behind another, on the
+same ray from the origin); the background is the cluster each point of the plane is
+assigned to, the crosses are the heads.
 """
 
 from __future__ import annotations
 
+import runpy
 from pathlib import Path
 
-import matplotlib.pyplot as plt
-import numpy as np
+import matplotlib
 
-import attnclust as ac
-
-OUT = Path(__file__).with_name("geometry.png")
+HERE = Path(__file__).resolve().parent
+OUT = HERE / "geometry.png"
+EXAMPLE = HERE.parent / "examples" / "plot_geometry.py"
 
 
 def main(out: Path = OUT) -> None:
-    gen = np.random.default_rng(0)
-    centers = np.array([[2.0, 2.0], [5.0, 5.0], [7.0, 1.5], [1.5, 7.0], [4.5, 2.5]])
-    X = np.concatenate([c + 0.5 * gen.standard_normal((150, 2)) for c in centers])
-    y = np.repeat(np.arange(len(centers)), 150)
-    grid = np.stack(np.meshgrid(np.linspace(-0.5, 9, 300), np.linspace(-0.5, 9, 300)), -1)
-    fig, axes = plt.subplots(1, 2, figsize=(9, 4.4), constrained_layout=True)
-    for ax, geometry in zip(axes, ("sphere", "euclidean"), strict=True):
-        est = ac.AttentionClustering(len(centers), geometry=geometry, random_state=0).fit(X)
-        regions = est.predict(grid.reshape(-1, 2)).reshape(grid.shape[:2])
-        colors = plt.get_cmap("tab10").colors[:len(centers)]
-        ax.contourf(grid[..., 0], grid[..., 1], regions, levels=np.arange(-0.5, len(centers)),
-                    colors=colors, alpha=0.25)
-        ax.scatter(*X.T, c=np.asarray(colors)[est.labels_], s=4)
-        heads = est.cluster_centers_
-        if geometry == "sphere":   # unit heads: draw them on the unit circle and their rays
-            for h in heads:
-                ax.plot([0, 9 * h[0]], [0, 9 * h[1]], color="0.5", lw=0.6, ls="--")
-        ax.scatter(*heads.T, marker="x", c="k", s=60, linewidths=2)
-        ari = ac.adjusted_rand_index(y, est.labels_)
-        title = ("sphere: cones from the origin" if geometry == "sphere"
-                 else "euclidean (default): k-means cells")
-        ax.set(title=f"{title}\nARI {ari:.2f}", xlim=(-0.5, 9), ylim=(-0.5, 9), aspect="equal")
-    fig.savefig(out, dpi=110)
+    matplotlib.use("Agg")               # plt.show() in the example draws nothing here
+    import matplotlib.pyplot as plt
+
+    runpy.run_path(str(EXAMPLE), run_name="__main__")
+    plt.gcf().savefig(out, dpi=110)
     print(f"wrote {out}")
 
 

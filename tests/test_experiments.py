@@ -71,7 +71,7 @@ def test_quick_figure_files_and_json(request, name):
             assert np.all((arr >= 0) & (arr <= 2 + 1e-9)), key
 
 
-# -- the qualitative claims the README makes survive even the quick configs ------------------
+# -- the qualitative claims of docs/study.md survive even the quick configs ------------------
 def _summary(folder, name):
     return json.loads((folder / f"{name}-quick.json").read_text())["summary"]
 

@@ -8,6 +8,7 @@ import torch
 
 import attnclust as ac
 from attnclust.fixed_point import _fixed_point_step, _risk_pass, fixed_point_fit
+from attnclust.geometry import Euclidean, as_geometry
 from attnclust.heads import attention_heads
 
 
@@ -52,7 +53,7 @@ def test_pass_penalty_is_the_one_definition(geometry, penalty):
     heads = torch.as_tensor(gen.standard_normal((3, 6)))
     heads = ac.normalize(heads) if geometry == "sphere" else heads
     lam, rho = 1.7, 0.6
-    args = dict(chunk=60, geometry=geometry, penalty=penalty)
+    args = dict(chunk=60, geometry=as_geometry(geometry), penalty=penalty)
     plain = _risk_pass(X, (X * X).sum(1), heads, lam, rho=0.0, **args)
     pen = _risk_pass(X, (X * X).sum(1), heads, lam, rho=rho, **args)
     h = heads.clone().requires_grad_(True)
@@ -92,7 +93,7 @@ def test_euclidean_pass_gradient_matches_autograd():
     X = torch.as_tensor(1.5 * gen.standard_normal((300, 5)) + 1.0)
     heads = torch.as_tensor(gen.standard_normal((4, 5)))
     lam = 0.7
-    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=77, geometry="euclidean")
+    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=77, geometry=Euclidean())
     h = heads.clone().requires_grad_(True)
     A = torch.softmax(-lam * torch.cdist(X, h) ** 2 / 2, dim=1)   # independent of head_logits
     ref = ((X - A @ h) ** 2).sum(1).mean()
@@ -110,10 +111,10 @@ def test_euclidean_step_is_lloyd_when_attention_is_hard():
     top2 = d2.sort(1).values
     X = X[top2[:, 1] - top2[:, 0] > 0.1]          # every point clear of a boundary
     lam = 2000.0                                   # one-hot attention up to exp(-100)
-    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=100, geometry="euclidean")
+    p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=100, geometry=Euclidean())
     labels = torch.cdist(X, heads).argmin(1)
     means = torch.stack([X[labels == h].mean(0) for h in range(4)])
-    torch.testing.assert_close(_fixed_point_step(heads, p, 1.0, "euclidean"), means,
+    torch.testing.assert_close(_fixed_point_step(heads, p, 1.0, Euclidean()), means,
                                rtol=0, atol=1e-12)
 
 

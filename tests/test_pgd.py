@@ -67,7 +67,7 @@ def test_running_example_converges_for_ten_seeds():
 
 
 def test_inverse_temperature_bias_pushes_the_heads_apart():
-    """The README's bias table: bias decreasing in lambda, heads beyond 90 deg."""
+    """The bias table of docs/study.md: bias decreasing in lambda, heads beyond 90 deg."""
     table = {1 / (1 + 2 * SIGMA**2): (0.2343, 116.9), 1.0: (0.2237, 115.7),
              3.0: (0.0747, 98.6), 10.0: (0.00811, 90.93), 30.0: (0.00330, 90.38)}
     biases = []

@@ -401,7 +401,9 @@ def _check_centers(est) -> None:
     if not np.isfinite(centers).all():
         raise CommandError("fit produced non-finite cluster centers (overflow); rescale the "
                            "data or lower --inverse-temperature")
-    if est.geometry != "sphere":
+    from .geometry import as_geometry
+
+    if not as_geometry(est.geometry).unit_heads:
         return
     norms = np.linalg.norm(centers, axis=1)
     if not np.allclose(norms, 1.0, rtol=0.0, atol=1e-6):
@@ -641,7 +643,10 @@ def _load_shard(args, rank: int, world_size: int):
     start, stop = shard_bounds(n, rank, world_size)
     shard = X[start:stop]
     check_finite_rows(shard, path, row_offset=start)
-    if args.normalize == "rows" or (args.normalize == "auto" and args.geometry == "sphere"):
+    from .geometry import as_geometry
+
+    if args.normalize == "rows" or (args.normalize == "auto"
+                                    and as_geometry(args.geometry).normalize == "rows"):
         check_nonzero_rows(shard, path, row_offset=start)
     return shard
 

@@ -47,15 +47,15 @@ seeds and warm-starts from the same rows.
 
 Notation
 --------
-=============  ====================  =============================================
-paper          code                  meaning
-=============  ====================  =============================================
-``mu_h``       ``cluster_centers_``  heads, shape ``(K, d)``
-``lambda``     ``inverse_temperature_``      inverse temperature
-``a_h(x)``     ``predict_proba``     attention of ``x`` on head ``h``
-``T_mu(x)``    ``transform``         output of the layer
-``R(mu)``      ``-score``            empirical risk
-=============  ====================  =============================================
+=============  ========================  =============================================
+paper          code                      meaning
+=============  ========================  =============================================
+``mu_h``       ``cluster_centers_``      heads, shape ``(K, d)``
+``lambda``     ``inverse_temperature_``  inverse temperature
+``a_h(x)``     ``predict_proba``         attention of ``x`` on head ``h``
+``T_mu(x)``    ``transform``             output of the layer
+``R(mu)``      ``-score``                empirical risk
+=============  ========================  =============================================
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ from ._validation import (
 )
 from .communicator import Communicator
 from .fixed_point import fixed_point_fit
-from .heads import check_geometry, head_logits, softmax_heads
+from .geometry import Geometry, as_geometry
+from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
 from .warm_start import auto_inverse_temperature, boundary_variance, hard_lloyd
 
@@ -102,6 +103,20 @@ _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this ma
 _CHUNK = 16_384           # rows per chunk of a pass when batch_size is None, at most ...
 _CHUNK_NUMBERS = 1 << 19  # ... and at most this many numbers per (rows, d or K) block
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
+
+
+def _kmeans_plusplus(S, K, gen, geometry) -> np.ndarray:
+    """k-means++ seeding (scikit-learn's) of ``K`` heads on the rows ``S``."""
+    seed = int(gen.integers(2**31 - 1))
+    return kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed)[0]
+
+
+def _random_directions(S, K, gen, geometry) -> np.ndarray:
+    """``K`` uniform random directions, as the geometry starts from them."""
+    return geometry.init_directions(gen.standard_normal((K, S.shape[1])))
+
+
+_SEEDINGS = {"kmeans++": _kmeans_plusplus, "sphere": _random_directions}   # init="..."
 
 
 class DegenerateFitWarning(ConvergenceWarning):
@@ -332,21 +347,25 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     # -- the resolved settings ----------------------------------------------------------------
     @property
+    def _geometry(self) -> Geometry:
+        return as_geometry(self.geometry)
+
+    @property
     def _normalize(self):
         if isinstance(self.normalize, str) and self.normalize == "auto":
-            return "rows" if self.geometry == "sphere" else None
+            return self._geometry.normalize
         return self.normalize
 
     @property
     def _tol(self) -> float:
         if isinstance(self.tol, str) and self.tol == "auto":
-            return 1e-6 if self.geometry == "sphere" else 1e-4
+            return self._geometry.tol
         return check_nonnegative(self.tol, "tol")
 
     @property
     def _anneal(self) -> bool:
         if isinstance(self.anneal, str) and self.anneal == "auto":
-            return self.geometry == "sphere"
+            return self._geometry.anneal
         return bool(self.anneal)
 
     def anneal_plan(self) -> list[tuple[float, int | None]]:
@@ -365,7 +384,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     # -- input handling -------------------------------------------------------------------
     def _check_params(self, n_samples: int) -> None:
         check_int(self.n_clusters, "n_clusters", 1)
-        check_geometry(self.geometry)
+        geometry = as_geometry(self.geometry)
         if n_samples < self.n_clusters:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
         if not (self.normalize is None or (isinstance(self.normalize, str)
@@ -375,7 +394,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if self.penalty not in _PENALTIES:
             raise ValueError(f"penalty must be None, 'repulsion' or 'balance', got "
                              f"{self.penalty!r}")
-        if self.penalty is not None and self.geometry != "sphere":
+        if self.penalty is not None and not geometry.unit_heads:
             raise ValueError(f"penalty={self.penalty!r} is defined for unit heads; use "
                              "geometry='sphere' or penalty=None")
         check_nonnegative(self.rho, "rho")
@@ -392,7 +411,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     def _check_solver_params(self) -> None:
         if self.solver not in ("fixed-point", "pgd"):
             raise ValueError(f"solver must be 'fixed-point' or 'pgd', got {self.solver!r}")
-        if self.solver == "pgd" and self.geometry != "sphere":
+        if self.solver == "pgd" and not self._geometry.unit_heads:
             raise ValueError("solver='pgd' runs projected gradient descent on the sphere; use "
                              "geometry='sphere' or solver='fixed-point'")
         if not (isinstance(self.anneal, bool | np.bool_) or self.anneal == "auto"):
@@ -422,7 +441,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             if fitting:
                 self.mean_, self.scale_ = _center_scale(X, comm, "normalize='center-scale'")
             return (X - self.mean_.astype(X.dtype)) / X.dtype.type(self.scale_)
-        if self.geometry == "sphere":
+        if self._geometry.unit_heads:
             sq = _squared_norms(X, "normalize=None", offset)
             if fitting:
                 msq = float(comm.sum_array(np.sum(sq))) / comm.n_total
@@ -445,7 +464,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         with warnings.catch_warnings():   # a read-only memmap is only ever read
             warnings.simplefilter("ignore", UserWarning)
             rows = torch.from_numpy(np.ascontiguousarray(Xp))
-        if self.geometry == "sphere":
+        if not self._geometry.equivariant:
             return _Working(rows.to(self.device, dtype), None, 1.0, None)
         shift, scale = _center_scale(Xp, comm, "geometry='euclidean'")
         if not np.finfo(np.float64).tiny < scale * scale < np.inf:
@@ -479,16 +498,10 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                        ) -> torch.Tensor:
         K, d = self.n_clusters, S.shape[1]
         if isinstance(self.init, str):
-            if self.init == "kmeans++":
-                seed = int(gen.integers(2**31 - 1))
-                centers, _ = kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed)
-            elif self.init == "sphere":
-                centers = gen.standard_normal((K, d))
-                if self.geometry == "euclidean":   # the working rows have unit RMS norm
-                    centers /= np.linalg.norm(centers, axis=1, keepdims=True)
-            else:
+            if self.init not in _SEEDINGS:
                 raise ValueError(f"init must be 'kmeans++', 'sphere' or an array, got "
                                  f"{self.init!r}")
+            centers = _SEEDINGS[self.init](S, K, gen, self._geometry)
         else:
             centers = np.array(self.init, dtype=np.float64)
             if centers.shape != (K, d):
@@ -498,13 +511,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                 raise ValueError("init array contains NaN or inf")
             if working.shift is not None:
                 centers = (centers - working.shift) / working.scale
-        if self.geometry == "sphere":
-            norms = np.linalg.norm(centers, axis=1)
-            bad = norms == 0
-            if bad.any():  # a center at the origin has no direction: draw one at random
-                centers[bad] = gen.standard_normal((int(bad.sum()), d))
-                norms = np.linalg.norm(centers, axis=1)
-            centers = centers / norms[:, None]
+        centers = self._geometry.start_heads(centers, gen)
         heads = torch.as_tensor(centers, dtype=S.dtype, device=S.device)
         # every rank computed the same heads; rank 0's copy makes sure they agree bitwise
         return comm.broadcast(heads)
@@ -512,7 +519,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     @property
     def _n_init(self) -> int:
         if isinstance(self.n_init, str) and self.n_init == "auto":
-            return 3 if self.geometry == "euclidean" and isinstance(self.init, str) else 1
+            return self._geometry.n_init(isinstance(self.init, str))
         return check_int(self.n_init, "n_init", 1)
 
     def _warm_start(self, S, working, gen, comm: Communicator) -> torch.Tensor:
@@ -520,7 +527,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         if self._n_init == 1:
             return self._initial_heads(S, working, gen, comm)
         runs = [hard_lloyd(S, self._initial_heads(S, working, gen, comm), _LLOYD_STEPS,
-                           geometry=self.geometry) for _ in range(self._n_init)]
+                           geometry=self._geometry) for _ in range(self._n_init)]
         return max(runs, key=lambda run: run.score).heads
 
     # -- fitting ----------------------------------------------------------------------------
@@ -570,8 +577,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         heads0 = self._warm_start(S, working, gen, comm)
         capped = False
         if isinstance(self.inverse_temperature, str):  # "auto", checked above
-            lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self.geometry).heads
-            s2, floor = boundary_variance(S, lloyd, geometry=self.geometry)
+            lloyd = hard_lloyd(S, heads0, _LLOYD_STEPS, geometry=self._geometry).heads
+            s2, floor = boundary_variance(S, lloyd, geometry=self._geometry)
             capped = s2 <= floor
             lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
             if isinstance(self.init, str):  # a seeding is warm-started; given heads are kept
@@ -591,7 +598,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     def _fit_fixed_point(self, S, heads0, temps, steps, comm, working, workers):
         """Fixed-point steps: on the sample first when it is smaller than the data."""
-        common = dict(tol=self._tol, geometry=self.geometry, penalty=self.penalty,
+        common = dict(tol=self._tol, geometry=self._geometry, penalty=self.penalty,
                       rho=float(self.rho), chunk_size=self._chunk(working.rows.shape[1]),
                       workers=workers)
         n_iter = 0
@@ -637,8 +644,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         self.labels_ = np.empty(n, dtype=np.int64)
 
         def winners(start):   # labels (written in place) and sum_i max_h a_ih of one chunk
-            A = softmax_heads(head_logits(working.read(start, start + chunk), heads, lam,
-                                          self.geometry))
+            A = softmax_heads(self._geometry.logits(working.read(start, start + chunk), heads,
+                                                    lam))
             best, z = A.max(1)
             self.labels_[start:start + chunk] = z.cpu().numpy()
             return float(best.double().sum())
@@ -721,10 +728,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
         X = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
         with torch_threads(self._torch_threads):
-            if self.geometry == "euclidean":
-                center = heads.mean(0)
-                X, heads = X - center, heads - center
-            return softmax_heads(head_logits(X, heads, self.inverse_temperature_, self.geometry))
+            X, heads = self._geometry.stable_frame(X, heads)
+            return softmax_heads(self._geometry.logits(X, heads, self.inverse_temperature_))
 
     def _by_chunks(self, X, fn) -> np.ndarray:
         """``fn(preprocessed rows)`` on ``_CHUNK`` rows at a time, concatenated."""

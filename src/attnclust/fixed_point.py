@@ -98,9 +98,9 @@ import numpy as np
 import torch
 
 from ._threads import map_chunks
+from .geometry import Geometry, Sphere, as_geometry
 from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
-from .sphere import tangent
 
 __all__ = ["fixed_point_fit"]
 
@@ -110,6 +110,7 @@ _MAX_HALVINGS = 30
 _ANDERSON_DEPTH = 5       # past steps the extrapolation combines (0: plain steps only)
 _ANDERSON_REG = 1e-10     # Tikhonov term of its least squares, relative to their scale
 _GROW_AFTER = 2           # first-try acceptances before the step is doubled again
+_SPHERE = Sphere()        # the default geometry of the private helpers (the paper's layer)
 
 
 # -- one pass over the data -------------------------------------------------------------
@@ -148,8 +149,8 @@ def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs) -> torch.Tenso
     return torch.cat(parts)
 
 
-def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=None, rho=0.0,
-               reduce=None, n_total=None, workers=1, row_map=None) -> _Pass:
+def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry: Geometry = _SPHERE, penalty=None,
+               rho=0.0, reduce=None, n_total=None, workers=1, row_map=None) -> _Pass:
     """Risk, gradient and soft proportions in one pass, all in the K-dim projection space.
 
     The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) over chunks
@@ -164,7 +165,7 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
     n = X.shape[0] if n_total is None else n_total
     K, d = heads.shape
     gram = heads @ heads.T                                   # (K, K)
-    bias = (0.5 * lam) * torch.diagonal(gram) if geometry == "euclidean" else None
+    bias = geometry.key_bias(heads, lam, sq_norms=torch.diagonal(gram))   # (K,) or None
     need_pairs = penalty == "balance" and rho > 0
     sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
     flat = heads.new_zeros(sum(sizes))
@@ -203,23 +204,12 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry="sphere", penalty=Non
     return _Pass(loss, risk, grad, counts, value_radial)
 
 
-def _fixed_point_step(heads, p: _Pass, t: float, geometry: str = "sphere") -> torch.Tensor:
-    tiny = torch.finfo(heads.dtype).tiny
-    if geometry == "euclidean":
-        # mu_h - t grad_h / (2 N_h); a head without any attention (N_h = 0) stays put
-        step = p.grad / (2.0 * p.counts.clamp_min(tiny))[:, None]
-        return torch.where((p.counts > 0)[:, None], heads - t * step, heads)
-    # the tangent part of the gradient, plus the radial part of the value gradient only
-    radial = (p.grad * heads).sum(1) - p.value_radial        # (K,) radial part to drop
-    direction = p.grad - radial[:, None] * heads
-    step = direction / (2.0 * p.counts.clamp_min(tiny))[:, None]
-    new = heads - t * step
-    norm = torch.linalg.vector_norm(new, dim=1, keepdim=True)
-    # a head whose step lands on the origin keeps its position
-    return torch.where(norm > 0, new / norm.clamp_min(tiny), heads)
+def _fixed_point_step(heads, p: _Pass, t: float, geometry: Geometry = _SPHERE) -> torch.Tensor:
+    """The geometry's per-head step of length ``t`` from the pass ``p``."""
+    return geometry.fixed_point_step(heads, p.grad, p.counts, p.value_radial, t)
 
 
-def _halving_step(evaluate, heads, cur: _Pass, t: float, geometry: str, bound: float):
+def _halving_step(evaluate, heads, cur: _Pass, t: float, geometry: Geometry, bound: float):
     """The plain step of length ``t``, halved until the objective is at most ``bound``.
 
     Returns the candidate heads, its pass, the length used and whether it was accepted
@@ -234,7 +224,7 @@ def _halving_step(evaluate, heads, cur: _Pass, t: float, geometry: str, bound: f
     return cand, new, t, False
 
 
-def _anderson_candidate(heads, hist_x, hist_f, beta: float, geometry: str = "sphere"):
+def _anderson_candidate(heads, hist_x, hist_f, beta: float, geometry: Geometry):
     """Anderson extrapolation of the fixed-point map, projected back on the spheres.
 
     ``hist_x[j]`` are past iterates and ``hist_f[j] = S(x_j) - x_j`` their full-step
@@ -259,13 +249,8 @@ def _anderson_candidate(heads, hist_x, hist_f, beta: float, geometry: str = "sph
     gamma = torch.linalg.solve(gram, rhs).to(heads.device, heads.dtype)
     if not bool(torch.isfinite(gamma).all()):
         return None
-    x = (hist_x[-1] + beta * f - (dX + beta * dF) @ gamma).reshape(heads.shape)
-    if geometry == "euclidean":
-        return x if bool(torch.isfinite(x).all()) else None
-    norm = torch.linalg.vector_norm(x, dim=1, keepdim=True)
-    if not bool((norm > 0).all() and torch.isfinite(norm).all()):
-        return None
-    return x / norm
+    return geometry.extrapolated((hist_x[-1] + beta * f - (dX + beta * dF) @ gamma)
+                                 .reshape(heads.shape))
 
 
 def fixed_point_fit(
@@ -276,7 +261,7 @@ def fixed_point_fit(
     stage_steps: list[int],
     tol: float = 1e-6,
     chunk_size: int | None = None,
-    geometry: str = "sphere",
+    geometry: str | Geometry = "sphere",
     penalty: str | None = None,
     rho: float = 0.0,
     callback: Callable[[IterationInfo], None] | None = None,
@@ -305,9 +290,9 @@ def fixed_point_fit(
         accepted plain step moved none by more.
     chunk_size : int, optional
         Rows per chunk of each pass (memory bound only; the steps are full-batch).
-    geometry : {"sphere", "euclidean"}, default="sphere"
+    geometry : {"sphere", "euclidean"} or Geometry, default="sphere"
         Unit heads (steps normalized back on the spheres) or free heads with the key bias
-        ``lambda ||mu_h||^2 / 2`` (plain steps; see :mod:`attnclust.heads`).
+        ``lambda ||mu_h||^2 / 2`` (plain steps; see :mod:`attnclust.geometry`).
     penalty, rho :
         Regularizer (``None``, ``"repulsion"`` or ``"balance"``) and its weight.
     callback : callable, optional
@@ -342,6 +327,7 @@ def fixed_point_fit(
     >>> res.converged, bool(res.heads[:, 0].abs().min() > 0.99)
     (True, True)
     """
+    geometry = as_geometry(geometry)
     _check_penalty(geometry, penalty)
     n = X.shape[0]
     chunk = max(1, n) if chunk_size is None else max(1, int(chunk_size))
@@ -407,26 +393,26 @@ def fixed_point_fit(
     return SolverResult(heads, log.history(), n_iter, converged)
 
 
-def _check_penalty(geometry: str, penalty) -> None:
+def _check_penalty(geometry: Geometry, penalty) -> None:
     """The pass's closed forms: repulsion for both geometries, balance on the sphere only
     (its gradient leaves out the key bias of Euclidean heads)."""
     if penalty not in (None, "repulsion", "balance"):
         raise ValueError(f"penalty must be None, 'repulsion' or 'balance', got {penalty!r}")
-    if penalty == "balance" and geometry == "euclidean":
-        raise ValueError("penalty='balance' is implemented for geometry='sphere' only")
+    if penalty is not None and penalty not in geometry.penalties:
+        raise ValueError(f"penalty={penalty!r} is implemented for geometry='sphere' only")
 
 
 class _Log:
     """The history of a fit, and the callback after each accepted step."""
 
-    def __init__(self, callback, rho: float, geometry: str):
+    def __init__(self, callback, rho: float, geometry: Geometry):
         self.callback, self.rho, self.geometry = callback, float(rho), geometry
         self.rows: dict[str, list] = {field: [] for field in History._fields}
 
     def record(self, n_iter: int, lam: float, heads: torch.Tensor, cur: _Pass,
                shift: float | None = None) -> None:
         """Record the iterate ``heads`` (``shift=None``: the first of a stage)."""
-        grad = cur.grad if self.geometry == "euclidean" else tangent(heads, cur.grad)
+        grad = self.geometry.egrad2rgrad(heads, cur.grad)
         for field, value in zip(History._fields, (
                 n_iter, float(cur.risk), float(torch.linalg.vector_norm(grad)), lam,
                 self.rho, heads.detach().cpu().double().numpy()), strict=True):

@@ -18,14 +18,14 @@ token-wise, on any leading batch shape. Two geometries:
 
 Notation
 --------
-============  ==================  ===========================================
-paper         code                meaning
-============  ==================  ===========================================
-``mu_h``      ``heads[h]``        head ``h``, shape ``(K, d)`` (unit on the sphere)
-``lambda``    ``inverse_temperature``     inverse temperature, ``> 0``
-``a_h(x)``    ``head_weights``    attention of token ``x`` on head ``h``
-``T_mu(x)``   ``attention_heads`` output of the layer
-============  ==================  ===========================================
+============  =======================  ===========================================
+paper         code                     meaning
+============  =======================  ===========================================
+``mu_h``      ``heads[h]``             head ``h``, shape ``(K, d)`` (unit on the sphere)
+``lambda``    ``inverse_temperature``  inverse temperature, ``> 0``
+``a_h(x)``    ``head_weights``         attention of token ``x`` on head ``h``
+``T_mu(x)``   ``attention_heads``      output of the layer
+============  =======================  ===========================================
 """
 
 from __future__ import annotations
@@ -35,12 +35,10 @@ from torch import nn
 
 from ._deprecation import RenamedAttribute, renamed_keywords
 from ._validation import as_tensor, check_inverse_temperature
-from .sphere import normalize
+from .geometry import GEOMETRIES, Geometry, as_geometry
 
 __all__ = ["GEOMETRIES", "head_logits", "head_weights", "attention_heads", "AttentionHeads",
            "softmax_heads"]
-
-GEOMETRIES = ("sphere", "euclidean")
 
 # Up to this many heads, exp-normalize beats torch.softmax on CPU: measured 1.4 ms
 # against 7 ms for (100,000, 8) float64 scores; at 64 heads torch.softmax wins.
@@ -62,19 +60,12 @@ def softmax_heads(scores: torch.Tensor) -> torch.Tensor:
     return e / e.sum(dim=-1, keepdim=True)
 
 
-def check_geometry(geometry) -> str:
-    """``geometry`` if it is one of :data:`GEOMETRIES`, else a ``ValueError`` naming it."""
-    if not isinstance(geometry, str) or geometry not in GEOMETRIES:
-        raise ValueError(f"geometry must be 'sphere' or 'euclidean', got {geometry!r}")
-    return geometry
-
-
 def head_logits(x: torch.Tensor, heads: torch.Tensor, lam: float,
-                geometry: str = "sphere") -> torch.Tensor:
+                geometry: str | Geometry = "sphere") -> torch.Tensor:
     """Scores ``lambda <x, mu_h> - b_h`` of tokens ``(..., d)`` on heads ``(K, d)``: ``(..., K)``.
 
-    ``b_h = 0`` on the sphere and ``lambda ||mu_h||^2 / 2`` for Euclidean heads; no checks
-    (the solvers' hot path).
+    ``b_h = 0`` on the sphere and ``lambda ||mu_h||^2 / 2`` for Euclidean heads
+    (:meth:`attnclust.geometry.Geometry.logits`); no checks (the solvers' hot path).
 
     Examples
     --------
@@ -82,10 +73,7 @@ def head_logits(x: torch.Tensor, heads: torch.Tensor, lam: float,
     >>> head_logits(torch.tensor([1.0, 0.0]), heads, 1.0, "euclidean")
     tensor([0., 0.])
     """
-    scores = lam * (x @ heads.transpose(-1, -2))
-    if geometry == "euclidean":
-        scores = scores - (0.5 * lam) * (heads * heads).sum(-1)
-    return scores
+    return as_geometry(geometry).logits(x, heads, lam)
 
 
 def _inputs(x, heads, inverse_temperature, geometry):
@@ -97,12 +85,12 @@ def _inputs(x, heads, inverse_temperature, geometry):
     heads = as_tensor(heads, name="heads")
     if not isinstance(x, torch.Tensor):
         x = as_tensor(x, name="x", dtype=heads.dtype, device=heads.device)
-    return x, heads, check_inverse_temperature(inverse_temperature), check_geometry(geometry)
+    return x, heads, check_inverse_temperature(inverse_temperature), as_geometry(geometry)
 
 
 @renamed_keywords(temperature="inverse_temperature")
 def head_weights(x: torch.Tensor, heads: torch.Tensor, *, inverse_temperature: float,
-                 geometry: str = "sphere") -> torch.Tensor:
+                 geometry: str | Geometry = "sphere") -> torch.Tensor:
     """Attention weights ``a_h(x) = softmax_h(lambda <x, mu_h> - b_h)``.
 
     Parameters
@@ -130,12 +118,12 @@ def head_weights(x: torch.Tensor, heads: torch.Tensor, *, inverse_temperature: f
     tensor([0.9526, 0.0474])
     """
     x, heads, lam, geometry = _inputs(x, heads, inverse_temperature, geometry)
-    return softmax_heads(head_logits(x, heads, lam, geometry))
+    return softmax_heads(geometry.logits(x, heads, lam))
 
 
 @renamed_keywords(temperature="inverse_temperature")
 def attention_heads(x: torch.Tensor, heads: torch.Tensor, *, inverse_temperature: float,
-                    geometry: str = "sphere") -> torch.Tensor:
+                    geometry: str | Geometry = "sphere") -> torch.Tensor:
     """Output of the K-head layer, ``T_mu(x) = sum_h a_h(x) mu_h``.
 
     Parameters
@@ -161,7 +149,7 @@ def attention_heads(x: torch.Tensor, heads: torch.Tensor, *, inverse_temperature
     tensor([[0., 0.]], dtype=torch.float64)
     """
     x, heads, lam, geometry = _inputs(x, heads, inverse_temperature, geometry)
-    return softmax_heads(head_logits(x, heads, lam, geometry)) @ heads
+    return softmax_heads(geometry.logits(x, heads, lam)) @ heads
 
 
 class AttentionHeads(nn.Module):
@@ -195,14 +183,15 @@ class AttentionHeads(nn.Module):
     temperature = RenamedAttribute("temperature", "inverse_temperature")  # until 0.3
 
     @renamed_keywords(temperature="inverse_temperature")
-    def __init__(self, heads, inverse_temperature: float, *, geometry: str = "sphere"):
+    def __init__(self, heads, inverse_temperature: float, *,
+                 geometry: str | Geometry = "sphere"):
         super().__init__()
         heads = as_tensor(heads, name="heads")
         if heads.ndim != 2:
             raise ValueError(f"heads must have shape (K, d), got {tuple(heads.shape)}")
-        self.geometry = check_geometry(geometry)
-        heads = heads.detach().clone()
-        self.heads = nn.Parameter(normalize(heads) if geometry == "sphere" else heads)
+        geometry = as_geometry(geometry)
+        self.geometry = geometry.name
+        self.heads = nn.Parameter(geometry.projx(heads.detach().clone()))
         self.inverse_temperature = check_inverse_temperature(inverse_temperature)
 
     def _heads_like(self, x) -> tuple[torch.Tensor, torch.Tensor]:

@@ -48,21 +48,22 @@ Notes
 set of centroids: every token is pulled toward a *soft* mixture of the heads, so a head
 sitting exactly on its centroid quantizes its own cluster toward the other head, and the
 heads move apart to compensate, symmetrically within the plane of the centroids. The
-README's table ("What we measured") gives the bias on the running example; the test
-``test_inverse_temperature_bias_pushes_the_heads_apart`` re-measures it, and figure 7
+study's table (``docs/study.md``, "What we measured") gives the bias on the running
+example; the test ``test_inverse_temperature_bias_pushes_the_heads_apart`` re-measures
+it, and figure 7
 charts it against ``lambda``.
 
 Notation
 --------
-==============  ===================  ========================================
-paper           code                 meaning
-==============  ===================  ========================================
-``mu_h``        ``heads[..., h, :]``  head ``h`` on ``S^{d-1}``; ``(R, K, d)`` batched
-``eta``         ``step_size``        step size
-``rho``         ``rho``              penalty weight
-``lambda``      ``inverse_temperature``      inverse temperature
-``M``           ``init_on_manifold``  heads in ``span(mu*_1..mu*_K)``
-==============  ===================  ========================================
+==============  =======================  ========================================
+paper           code                     meaning
+==============  =======================  ========================================
+``mu_h``        ``heads[..., h, :]``     head ``h`` on ``S^{d-1}``; ``(R, K, d)`` batched
+``eta``         ``step_size``            step size
+``rho``         ``rho``                  penalty weight
+``lambda``      ``inverse_temperature``  inverse temperature
+``M``           ``init_on_manifold``     heads in ``span(mu*_1..mu*_K)``
+==============  =======================  ========================================
 """
 
 from __future__ import annotations

@@ -27,13 +27,13 @@ centroids; data on another scale should be rescaled first, or given ``inverse_te
 
 Notation
 --------
-============  ==================  ===========================================
-paper         code                meaning
-============  ==================  ===========================================
-``lambda``    ``inverse_temperature_``    inverse temperature used by ``transform``
-``sigma``     ``sigma_``          estimated noise level (``"auto"`` only)
-``d``         ``n_features_in_``  dimension of a token
-============  ==================  ===========================================
+============  ========================  ===========================================
+paper         code                      meaning
+============  ========================  ===========================================
+``lambda``    ``inverse_temperature_``  inverse temperature used by ``transform``
+``sigma``     ``sigma_``                estimated noise level (``"auto"`` only)
+``d``         ``n_features_in_``        dimension of a token
+============  ========================  ===========================================
 """
 
 from __future__ import annotations

@@ -49,18 +49,18 @@ iterations); the standard error comes from 4 independent scrambles.
 
 Notation
 --------
-================  ===================  ==========================================
-paper             code                 meaning
-================  ===================  ==========================================
-``mu_h``          ``heads[h]``         head ``h``, shape ``(K, d)``
-``lambda``        ``inverse_temperature``      inverse temperature
-``G``             ``gram``             ``heads @ heads.T``
-``D_h``           ``D[h]``             ``P_h - P_K`` (logits differ by ``lambda D_h``)
-``R(mu)``         ``population_risk``  ``E||X - T_mu(X)||^2``
-``Pen(mu)``       ``repulsion``,       penalties of ``R_rho = R + rho Pen``
+================  =======================  ==========================================
+paper             code                     meaning
+================  =======================  ==========================================
+``mu_h``          ``heads[h]``             head ``h``, shape ``(K, d)``
+``lambda``        ``inverse_temperature``  inverse temperature
+``G``             ``gram``                 ``heads @ heads.T``
+``D_h``           ``D[h]``                 ``P_h - P_K`` (logits differ by ``lambda D_h``)
+``R(mu)``         ``population_risk``      ``E||X - T_mu(X)||^2``
+``Pen(mu)``       ``repulsion``,           penalties of ``R_rho = R + rho Pen``
                   ``balance``
-``N_h``           ``mean_attention``   ``E[a_h(X)]``, the expectation of ``balance``
-================  ===================  ==========================================
+``N_h``           ``mean_attention``       ``E[a_h(X)]``, the expectation of ``balance``
+================  =======================  ==========================================
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import torch
 
-from .heads import head_logits
+from .geometry import Geometry, as_geometry
 
 __all__ = ["BoundaryVariance", "LloydResult", "auto_inverse_temperature", "boundary_variance",
            "hard_labels", "hard_lloyd"]
@@ -50,7 +50,7 @@ _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 _FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
 
 
-def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str = "sphere", *,
+def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str | Geometry = "sphere", *,
                 chunk: int = _CHUNK) -> torch.Tensor:
     """Index of the highest logit of each row, ``(n,)`` (the hard attention's winner).
 
@@ -60,26 +60,17 @@ def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str = "sphere", 
     >>> hard_labels(X, torch.tensor([[0.0, 0.0], [2.0, 0.0]]), "euclidean").tolist()
     [0, 1]
     """
-    return _assign(X, heads, geometry, chunk)[0]
+    return _assign(X, heads, as_geometry(geometry), chunk)[0]
 
 
 def _assign(X, heads, geometry, chunk):
     """Labels ``(n,)`` and the sum of the winning logits at ``lambda = 1`` (a 0-dim tensor)."""
     labels, score = [], X.new_zeros(())
     for s in range(0, X.shape[0], chunk):
-        best, z = head_logits(X[s:s + chunk], heads, 1.0, geometry).max(1)
+        best, z = geometry.logits(X[s:s + chunk], heads, 1.0).max(1)
         labels.append(z)
         score = score + best.sum()
     return (torch.cat(labels) if labels else X.new_zeros(0, dtype=torch.long)), score
-
-
-def _lloyd_heads(sums, counts, heads, geometry):
-    """New heads from the per-cell sums ``(K, d)``; an empty cell keeps its head."""
-    if geometry == "euclidean":
-        new = sums / counts.clamp_min(1)[:, None]
-        return torch.where((counts > 0)[:, None], new, heads)
-    norm = torch.linalg.vector_norm(sums, dim=1, keepdim=True)
-    return torch.where(norm > 0, sums / norm.clamp_min(torch.finfo(sums.dtype).tiny), heads)
 
 
 class LloydResult(NamedTuple):
@@ -96,7 +87,7 @@ class LloydResult(NamedTuple):
 
 
 def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
-               geometry: str = "sphere", chunk: int = _CHUNK) -> LloydResult:
+               geometry: str | Geometry = "sphere", chunk: int = _CHUNK) -> LloydResult:
     """Hard Lloyd steps, at most ``n_steps``, stopping early once no label changes.
 
     Examples
@@ -106,12 +97,12 @@ def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
     >>> res.heads.tolist(), res.labels.tolist()
     ([[0.1, 0.0], [3.2, 0.0]], [0, 0, 1, 1])
     """
-    K = heads.shape[0]
+    K, geometry = heads.shape[0], as_geometry(geometry)
     labels, score = _assign(X, heads, geometry, chunk)
     for _ in range(n_steps):
         counts = torch.bincount(labels, minlength=K).to(X.dtype)
         sums = torch.zeros_like(heads).index_add_(0, labels, X)
-        heads = _lloyd_heads(sums, counts, heads, geometry)
+        heads = geometry.lloyd_step(sums, counts, heads)
         new, score = _assign(X, heads, geometry, chunk)
         changed = bool((new != labels).any())
         labels = new
@@ -144,10 +135,12 @@ def _cluster_moments(X, heads, labels, chunk):
     return counts, sums, outer
 
 
-def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere",
-                      chunk: int = _CHUNK) -> BoundaryVariance:
+def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *,
+                      geometry: str | Geometry = "sphere", chunk: int = _CHUNK
+                      ) -> BoundaryVariance:
     """Within-cluster variance across the nearest boundaries (see
     :func:`auto_inverse_temperature`)."""
+    geometry = as_geometry(geometry)
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
     counts, sums, outer = _cluster_moments(X, heads, labels, chunk)
@@ -160,33 +153,13 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "
     cov = outer / counts.clamp_min(1)[:, None, None] - means[:, :, None] * means[:, None, :]
     # the floor's scale: the rows' mean squared norm on the sphere, their mean squared
     # distance from their mean for Euclidean heads (the rule is then translation invariant)
-    msq = sq_norm / n - (float((col_sums / n) @ (col_sums / n)) if geometry == "euclidean" else 0)
-    floor = _FLOOR[X.dtype] * max(msq, 0.0)
+    floor = _FLOOR[X.dtype] * max(geometry.spread(sq_norm, col_sums, n), 0.0)
     if K == 1:
-        if geometry == "euclidean":   # the head is the mean: the variance per coordinate
-            s2 = (sq_norm / n - float(heads[0] @ heads[0])) / X.shape[1]
-        else:
-            s2 = float(cov[0, 0, 0] * counts[0]) / n
+        s2 = geometry.one_head_variance(heads, cov, counts, sq_norm, n, X.shape[1])
         return BoundaryVariance(max(s2, 0.0), floor)
-    tiny = torch.finfo(X.dtype).tiny
-    gram = heads @ heads.T
     h = torch.arange(K, device=X.device)
-    if geometry == "euclidean":
-        # nearest head in distance, boundary normal u = (mu_g - mu_h) / ||mu_g - mu_h||
-        dist2 = (torch.diagonal(gram)[:, None] + torch.diagonal(gram)[None, :] - 2 * gram)
-        c = (dist2 + torch.eye(K, dtype=X.dtype, device=X.device) * float("inf")).argmin(1)
-        g2 = torch.ones(K, dtype=X.dtype, device=X.device)   # <x, mu_g - 1 * mu_h>
-        norm2 = dist2[h, c].clamp_min(tiny)
-    else:
-        # nearest head in angle; the tangent at mu_h pointing to mu_g is mu_g - G mu_h,
-        # of squared norm 1 - G^2. Nearly antipodal heads have no such direction (every
-        # tangent points to mu_g): there the boundary <x, mu_h> = <x, mu_g> is crossed
-        # along the chord mu_g - mu_h, as for Euclidean heads
-        c = (gram - 3.0 * torch.eye(K, dtype=X.dtype, device=X.device)).argmax(1)
-        G = gram[h, c]
-        antipodal = 1.0 - G**2 < 1e-3
-        g2 = torch.where(antipodal, torch.ones_like(G), G)
-        norm2 = torch.where(antipodal, 2.0 - 2.0 * G, 1.0 - G**2).clamp_min(tiny)
+    # the nearest other head c_h and the boundary normal mu_c - g2_h mu_h, of norm^2 norm2
+    c, g2, norm2 = geometry.nearest_boundary(heads @ heads.T)
 
     # variance within cluster a of <x, mu_b - g mu_a> = e^T cov_a e, e = e_b - g e_a
     def var_across(a, b):
@@ -197,8 +170,8 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "
     return BoundaryVariance(s2, floor)
 
 
-def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *, geometry: str = "sphere"
-                     ) -> float:
+def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *,
+                             geometry: str | Geometry = "sphere") -> float:
     """``1 / s^2`` with ``s^2`` the within-cluster variance across each head's nearest boundary.
 
     Clusters are the hard assignments (highest logit). For cluster ``h`` with nearest

@@ -54,11 +54,11 @@ def running_example(sigma: float, d: int = 10) -> GaussianMixture:
 def initial_heads(mix: GaussianMixture, init: str, streams) -> torch.Tensor:
     """One init per stream, ``(R, K, d)``: ``"manifold"`` (uniform on the unit sphere of
     the centroids' span) or ``"sphere"`` (uniform on ``S^{d-1}``)."""
-    if init == "manifold":
-        return torch.stack([init_on_manifold(mix, s) for s in streams])
-    if init == "sphere":
-        return torch.stack([init_on_sphere(mix.k, mix.d, rng=s) for s in streams])
-    raise ValueError(f"init must be 'manifold' or 'sphere', got {init!r}")
+    rules = {"manifold": lambda s: init_on_manifold(mix, s),
+             "sphere": lambda s: init_on_sphere(mix.k, mix.d, rng=s)}
+    if init not in rules:
+        raise ValueError(f"init must be 'manifold' or 'sphere', got {init!r}")
+    return torch.stack([rules[init](s) for s in streams])
 
 
 def wilson(successes, n, z: float = norm.ppf(0.975)):

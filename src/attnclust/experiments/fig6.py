@@ -17,7 +17,7 @@ Rates come with 95% Wilson intervals (error bars).
 The QMC resolution (``n_samples = 32`` per component, float32 kernel) is what fits the
 10-minute budget; at ``lambda = 100`` it is too coarse for plain PGD and the balance
 penalty (a head that is nearest to none of the points gets no gradient): with 1,024
-points, on the same inits, their success rates are much higher (README, figure 6).
+points, on the same inits, their success rates are much higher (``docs/study.md``, figure 6).
 Raise ``n_samples`` in ``CONFIG`` for those columns.
 """
 
