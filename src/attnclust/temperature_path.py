@@ -59,7 +59,8 @@ import torch
 from ._threads import torch_threads
 from ._validation import as_tensor, check_finite, check_int
 from .fixed_point import fixed_point_fit
-from .heads import check_geometry, head_logits
+from .geometry import as_geometry
+from .heads import head_logits
 
 __all__ = ["ClusterChoice", "Plateau", "TemperaturePath", "path_grid",
            "predicted_first_split", "temperature_path"]
@@ -238,7 +239,7 @@ def predicted_first_split(X, *, geometry: str = "euclidean",
     Xt = as_tensor(X, name="X", dtype=torch.float64)
     if _check_objective(objective) == "risk":
         return 0.0
-    start, Xc = _center(Xt, check_geometry(geometry))
+    start, Xc = _center(Xt, as_geometry(geometry).name)
     cov = torch.cov(Xc.T, correction=0).reshape(Xt.shape[1], Xt.shape[1])
     top = float(torch.linalg.eigvalsh(_tangent_cov(cov, start, geometry))[-1])
     if not top > 0:
@@ -521,7 +522,7 @@ def temperature_path(
     if Xt.ndim != 2 or Xt.shape[0] < 2:
         raise ValueError(f"X must be an (n, d) array with n >= 2, got shape {tuple(Xt.shape)}")
     check_finite(Xt, "X")
-    geometry, objective = check_geometry(geometry), _check_objective(objective)
+    geometry, objective = as_geometry(geometry).name, _check_objective(objective)
     K = check_int(max_clusters, "max_clusters", 1)
     n = Xt.shape[0]
     min_size = max(5, n // 100) if min_cluster_size is None else check_int(
