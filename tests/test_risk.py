@@ -5,36 +5,56 @@ import pytest
 import torch
 
 import attnclust as ac
+from attnclust import _population as P
+from attnclust import _qmc
 from attnclust import _quadrature as Q
 from attnclust import risk as R
 
 D = 10
 
 
-def _mc_risk(heads, mix, lam, n=10**6, rng=123):
+def _mc_risk(heads, mix, lam, n=10**6, rng=123, geometry="sphere"):
     """Plain Monte Carlo in d dimensions: independent of the quadrature code."""
     X = torch.from_numpy(mix.sample(n, rng=rng))
-    err = ((X - ac.attention_heads(X, heads.detach(), inverse_temperature=lam)) ** 2).sum(1)
+    out = ac.attention_heads(X, heads.detach(), inverse_temperature=lam, geometry=geometry)
+    err = ((X - out) ** 2).sum(1)
     return float(err.mean()), float(err.std()) / np.sqrt(n)
 
 
-def _reference_exact_risk(heads, mix, lam, rule):
+def _reference_exact_risk(heads, mix, lam, rule, geometry="sphere"):
     """The exact rule with every op of the integrand recorded for autograd.
 
-    The independent reference for the hand-written gradient of ``risk._integral_np``
-    (same nodes, detached; the integrand and its derivative are left to torch).
+    The independent reference for the hand-written gradients of ``_quadrature.k2_exact``
+    and ``k3_integral`` (same nodes, detached; the integrand and its derivative are left
+    to torch). ``a.P`` is written out as ``P_K + sum_h a_h (P_h - P_K)``, with ``P_h -
+    P_K = D_h - (c_h - c_K)`` for Euclidean heads, not through the kernels' ``G~``.
     """
     K = heads.shape[0]
-    order, D, weights = R._exact_samples(heads, mix, lam, rule)
+    order, D, weights = P.exact_samples(heads, mix, lam, rule, geometry)
     a = R._softmax_weights(D, lam)
     h = heads[order]
+    c = torch.zeros(K, dtype=h.dtype) if geometry == "sphere" else -0.5 * (h * h).sum(1)
     gram = h @ h.T
-    F = -2.0 * sum(a[i] * D[i] for i in range(K - 1))
+    F = -2.0 * sum(a[i] * (D[i] - (c[i] - c[-1])) for i in range(K - 1))
     for i in range(K):
         for j in range(K):
             F = F + gram[i, j] * a[i] * a[j]
     pi, cents = torch.from_numpy(mix.weights), torch.from_numpy(mix.centroids)
     return Q.second_moment(mix) + pi @ (weights * F).sum(-1) - 2.0 * pi @ (cents @ h[-1])
+
+
+def _reference_qmc_risk(heads, mix, lam, n_samples, seed, geometry="sphere"):
+    """The QMC estimator op by op in torch (autograd gradient): the reference of the
+    NumPy kernel ``_qmc.qmc_kernel`` and its written-out chain rule."""
+    z = _qmc.sobol_normals(heads.shape[0], n_samples, seed)  # (S, n', K)
+    mean = torch.from_numpy(mix.centroids) @ heads.T  # (k_mix, K)
+    logits = mean[None, :, None, :] + mix.sigma * (z @ _qmc.gram_factor(heads).T)[:, None]
+    Pr = logits
+    if geometry == "euclidean":
+        logits = logits - 0.5 * (heads * heads).sum(1)
+    a = torch.softmax(lam * logits, dim=-1)
+    F = -2.0 * (a * Pr).sum(-1) + ((a @ (heads @ heads.T)) * a).sum(-1)  # (S, k, n')
+    return Q.second_moment(mix) + F.mean((0, 2)) @ torch.from_numpy(mix.weights)
 
 
 def _heads(K, seed, mix=None):
@@ -101,7 +121,7 @@ def test_exact_gradient_matches_finite_differences(K, sigma, lam, kind):
 def test_fused_gradient_matches_plain_autograd(K, sigma, lam, kind):
     mix, heads = _case_heads(K, sigma, kind, seed=2)
     out = []
-    for risk in (R._exact_risk, _reference_exact_risk):
+    for risk in (P.exact_risk, _reference_exact_risk):
         h = heads.clone().requires_grad_(True)
         value = risk(h, mix, lam, Q.rule())
         out.append((value.item(), torch.autograd.grad(value, h)[0]))
@@ -112,15 +132,10 @@ def test_fused_gradient_matches_plain_autograd(K, sigma, lam, kind):
 @pytest.mark.parametrize("sigma,lam,kind", [(0.3, 30.0, "sphere"), (0.0, 5.0, "sphere"),
                                             (0.3, 10.0, "equal"), (1.0, 0.5, "manifold")])
 def test_fast_k2_value_and_gradient_match_autograd(sigma, lam, kind):
+    """The batched K = 2 kernel (R = 1) against the op-by-op autograd reference."""
     mix, heads = _case_heads(2, sigma, kind, seed=3)
-    h = heads.clone().requires_grad_(True)
-    value = ac.population_risk(h, mix, inverse_temperature=lam)
-    (grad,) = torch.autograd.grad(value, h)
-    fast = ac.PopulationRisk(mix).value_and_grad(heads[None], lam)  # the batched kernel, R = 1
+    fast = ac.PopulationRisk(mix).value_and_grad(heads[None], lam)
     fast_value, fast_grad = float(fast.value[0]), fast.grad[0].numpy()
-    assert fast_value == pytest.approx(value.item(), rel=1e-13)
-    np.testing.assert_allclose(fast_grad, grad.numpy(), rtol=1e-10, atol=1e-12)
-    # and against the op-by-op autograd reference (the fused path shares the fast kernel)
     h = heads.clone().requires_grad_(True)
     ref = _reference_exact_risk(h, mix, lam, Q.rule())
     (ref_grad,) = torch.autograd.grad(ref, h)
@@ -139,8 +154,8 @@ def test_accuracy_against_a_much_finer_rule(K):
     heads = ac.init_on_sphere(K, D, rng=4)
     for s in scales:
         lam = s / mix.sigma
-        ref = float(R._exact_risk(heads, mix, lam, fine))
-        got = float(R._exact_risk(heads, mix, lam, Q.rule()))
+        ref = float(P.exact_risk(heads, mix, lam, fine))
+        got = float(P.exact_risk(heads, mix, lam, Q.rule()))
         assert abs(got - ref) < 1e-9 * ref, (s, got, ref)
 
 
@@ -310,9 +325,16 @@ def _autograd(fn, heads):
     return float(value), torch.autograd.grad(value, h)[0]
 
 
+def _reference(method, mix, lam, n_samples=512, seed=1, geometry="sphere"):
+    if method == "exact":
+        return lambda h: _reference_exact_risk(h, mix, lam, Q.rule(), geometry)
+    return lambda h: _reference_qmc_risk(h, mix, lam, n_samples, seed, geometry)
+
+
 @pytest.mark.parametrize("K,method", [(2, "exact"), (3, "exact"), (4, "qmc"), (2, "qmc")])
-def test_population_objectives_match_the_autograd_functions(K, method):
-    """Each run of a batch equals the single-run function and its autograd gradient."""
+def test_population_objectives_match_the_references(K, method):
+    """Each run of a batch equals the op-by-op autograd reference of its rule (risk) and
+    the autograd function on the same nodes (balance)."""
     mixes = [ac.GaussianMixture.random(8, K, sigma, min_angle=0.8, rng=r)
              for r, sigma in enumerate((0.2, 0.0, 0.5))]
     heads = _runs(K, 8, 3)
@@ -322,9 +344,7 @@ def test_population_objectives_match_the_autograd_functions(K, method):
     bal = ac.Balance(mixes, **kw).value_and_grad(heads, lam)
     for r, mix in enumerate(mixes):
         lam_r = float(lam[r])
-        for got, fn in ((risk, lambda h, m=mix, t=lam_r: ac.population_risk(h, m,
-                                                                            inverse_temperature=t,
-                                                                             **kw)),
+        for got, fn in ((risk, _reference(method, mix, lam_r)),
                         (bal, lambda h, m=mix, t=lam_r: ac.balance(h, m, inverse_temperature=t,
                                                                    **kw))):
             value, grad = _autograd(fn, heads[r])
@@ -368,19 +388,144 @@ def test_k2_kernel_gradient_by_finite_differences():
 
 
 def test_qmc_objective_singular_gram_and_float32_kernel():
-    """Equal heads (singular G) take the QMC rule's fallback factor, as qmc_risk does; the
-    float32 kernel agrees with the float64 one to float32 accuracy."""
+    """Equal heads (singular G) take the QMC rule's fallback factor (against the op-by-op
+    estimator on that factor); the float32 kernel agrees with the float64 one to float32
+    accuracy."""
     mix = ac.GaussianMixture.random(6, 4, 0.3, min_angle=0.8, rng=2)
     heads = _runs(4, 6, 2, seed=7)
     heads[1, 2] = heads[1, 0]  # run 1 has two equal heads
     kw = dict(method="qmc", n_samples=512, rng=4)
     got = ac.PopulationRisk(mix, **kw).value_and_grad(heads, 6.0)
     for r in range(2):
-        value, grad = _autograd(lambda h: ac.population_risk(h, mix, inverse_temperature=6.0, **kw),
-                                heads[r])
+        value, grad = _autograd(_reference("qmc", mix, 6.0, seed=4), heads[r])
         assert float(got.value[r]) == pytest.approx(value, rel=1e-12)
         torch.testing.assert_close(got.grad[r], grad, rtol=1e-9, atol=1e-11)
     low = ac.PopulationRisk(mix, qmc_dtype="float32", **kw).value_and_grad(heads, 6.0)
     torch.testing.assert_close(low.value, got.value, rtol=1e-5, atol=0)
     torch.testing.assert_close(low.grad, got.grad, rtol=0, atol=1e-5)
     assert not torch.equal(low.grad, got.grad)  # it did compute in float32
+
+
+# -- Euclidean heads: logits lambda <x, mu_h> - lambda ||mu_h||^2 / 2, heads of any norm ----
+def _free_heads(K, d, seed):
+    """Heads off the sphere (norms 0.5 .. 1.5), so that the key bias matters."""
+    gen = np.random.default_rng(seed)
+    h = gen.standard_normal((K, d))
+    h *= np.linspace(0.5, 1.5, K)[:, None] / np.linalg.norm(h, axis=1, keepdims=True)
+    return torch.from_numpy(h)
+
+
+EUCLIDEAN = [(2, 0.3, 5.0), (2, 0.5, 30.0), (2, 0.0, 5.0), (3, 0.3, 3.0), (3, 0.4, 20.0)]
+
+
+@pytest.mark.parametrize("K,sigma,lam", EUCLIDEAN)
+def test_euclidean_exact_matches_monte_carlo(K, sigma, lam):
+    mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=sigma)
+    heads = _free_heads(K, D, seed=K)
+    exact = float(ac.population_risk(heads, mix, inverse_temperature=lam, geometry="euclidean"))
+    mc, se = _mc_risk(heads, mix, lam, geometry="euclidean")
+    assert abs(exact - mc) < 4 * se, (exact, mc, se)
+    # the key bias matters here: the sphere's risk of the same heads is far from it
+    sphere = float(ac.population_risk(heads, mix, inverse_temperature=lam))
+    assert abs(sphere - exact) > 50 * se
+
+
+@pytest.mark.parametrize("K,sigma,lam", EUCLIDEAN)
+def test_euclidean_exact_matches_op_by_op_autograd(K, sigma, lam):
+    mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=sigma)
+    heads = _free_heads(K, D, seed=10 + K)
+    out = []
+    for risk in (lambda h: ac.population_risk(h, mix, inverse_temperature=lam,
+                                              geometry="euclidean"),
+                 lambda h: _reference_exact_risk(h, mix, lam, Q.rule(), "euclidean")):
+        h = heads.clone().requires_grad_(True)
+        value = risk(h)
+        out.append((value.item(), torch.autograd.grad(value, h)[0]))
+    assert out[0][0] == pytest.approx(out[1][0], rel=1e-13)
+    torch.testing.assert_close(out[0][1], out[1][1], rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("K,sigma,lam", [EUCLIDEAN[0], EUCLIDEAN[1], EUCLIDEAN[3]])
+def test_euclidean_gradient_matches_finite_differences(K, sigma, lam):
+    mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=sigma)
+    heads = _free_heads(K, D, seed=20 + K)
+    h = heads.clone().requires_grad_(True)
+    kw = dict(inverse_temperature=lam, geometry="euclidean")
+    (grad,) = torch.autograd.grad(ac.population_risk(h, mix, **kw), h)
+    gen = torch.Generator().manual_seed(K)
+    step = 1e-5
+    for _ in range(3):
+        e = torch.randn(K, D, dtype=torch.float64, generator=gen)
+        fd = (float(ac.population_risk(heads + step * e, mix, **kw))
+              - float(ac.population_risk(heads - step * e, mix, **kw))) / (2 * step)
+        assert float((grad * e).sum()) == pytest.approx(fd, rel=1e-6, abs=1e-9)
+
+
+def test_euclidean_unit_heads_equal_the_sphere():
+    """With unit heads the key bias is the same for every head: the two layers coincide."""
+    for K, method in ((2, "exact"), (3, "exact"), (4, "qmc")):
+        mix = ac.GaussianMixture.random(D, K, 0.3, min_angle=0.8, rng=K)
+        heads = ac.init_on_sphere(K, D, rng=K)
+        kw = dict(inverse_temperature=6.0, method=method, n_samples=1024)
+        assert float(ac.population_risk(heads, mix, geometry="euclidean", **kw)) == \
+            pytest.approx(float(ac.population_risk(heads, mix, **kw)), rel=1e-12)
+
+
+@pytest.mark.parametrize("K,lam", [(2, 5.0), (3, 3.0), (4, 4.0)])
+def test_euclidean_qmc(K, lam):
+    """QMC for Euclidean heads: against the exact rule (K <= 3) or Monte Carlo (K = 4),
+    and its gradient against the op-by-op torch estimator."""
+    mix = ac.GaussianMixture.random(D, K, 0.3, min_angle=1.0, rng=K)
+    heads = _free_heads(K, D, seed=30 + K)
+    kw = dict(inverse_temperature=lam, geometry="euclidean")
+    est = ac.qmc_risk(heads, mix, **kw)
+    if K <= 3:
+        exact = float(ac.population_risk(heads, mix, method="exact", **kw))
+        assert abs(float(est.value) - exact) < 4 * est.stderr + 1e-12
+    else:
+        mc, se = _mc_risk(heads, mix, lam, n=400_000, geometry="euclidean")
+        assert abs(float(est.value) - mc) < 4 * np.hypot(se, est.stderr)
+    got = _autograd(lambda h: ac.qmc_risk(h, mix, **kw).value, heads)
+    ref = _autograd(lambda h: _reference_qmc_risk(h, mix, lam, 2**14, 0, "euclidean"), heads)
+    assert got[0] == pytest.approx(ref[0], rel=1e-12)
+    torch.testing.assert_close(got[1], ref[1], rtol=1e-9, atol=1e-11)
+
+
+@pytest.mark.parametrize("K,method", [(2, "exact"), (3, "exact"), (2, "qmc"), (4, "qmc")])
+def test_euclidean_objectives(K, method):
+    """The batched objects for Euclidean heads: risk against the op-by-op references,
+    balance against the autograd function (torch's softmax on the same nodes)."""
+    mixes = [ac.GaussianMixture.random(8, K, sigma, min_angle=0.8, rng=r)
+             for r, sigma in enumerate((0.2, 0.0, 0.5))]
+    heads = torch.stack([_free_heads(K, 8, seed=40 + r) for r in range(3)])
+    lam = torch.tensor([5.0, 20.0, 2.0], dtype=torch.float64)
+    kw = dict(method=method, n_samples=512, rng=1, geometry="euclidean")
+    risk = ac.PopulationRisk(mixes, **kw).value_and_grad(heads, lam)
+    bal = ac.Balance(mixes, **kw).value_and_grad(heads, lam)
+    for r, mix in enumerate(mixes):
+        t = float(lam[r])
+        ref = _autograd(lambda h, m=mix, t=t: _reference_exact_risk(h, m, t, Q.rule(), "euclidean")
+                        if method == "exact" else
+                        _reference_qmc_risk(h, m, t, 512, 1, "euclidean"), heads[r])
+        assert float(risk.value[r]) == pytest.approx(ref[0], rel=1e-12)
+        torch.testing.assert_close(risk.grad[r], ref[1], rtol=1e-9, atol=1e-11)
+        ref = _autograd(lambda h, m=mix, t=t: ac.balance(h, m, inverse_temperature=t, **kw),
+                        heads[r])
+        assert float(bal.value[r]) == pytest.approx(ref[0], rel=1e-12, abs=1e-15)
+        torch.testing.assert_close(bal.grad[r], ref[1], rtol=1e-9, atol=1e-11)
+
+
+def test_euclidean_empirical_risk_and_objective():
+    mix = ac.GaussianMixture.orthogonal(d=D, k=3, sigma=0.3)
+    X = torch.from_numpy(mix.sample(2000, rng=0))
+    heads = _free_heads(3, D, seed=50)
+    h = heads.clone().requires_grad_(True)
+    direct = ((X - ac.attention_heads(X, h, inverse_temperature=4.0, geometry="euclidean"))
+              ** 2).sum(1).mean()
+    value = ac.empirical_risk(h, X, inverse_temperature=4.0, geometry="euclidean", batch_size=300)
+    assert value.item() == pytest.approx(direct.item(), rel=1e-13)
+    assert abs(value.item() - ac.empirical_risk(heads, X, inverse_temperature=4.0).item()) > 1e-3
+    obj = ac.EmpiricalRisk(X, geometry="euclidean").value_and_grad(heads[None], 4.0)
+    assert float(obj.value[0]) == pytest.approx(direct.item(), rel=1e-13)
+    torch.testing.assert_close(obj.grad[0], torch.autograd.grad(direct, h)[0], rtol=1e-11,
+                               atol=1e-13)

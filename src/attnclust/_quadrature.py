@@ -1,19 +1,25 @@
-"""Quadrature and quasi-Monte Carlo kernels of the population risk, batched over runs.
+"""The exact rules of the population risk (``K <= 3``): the one definition of each.
 
-Private engine behind :mod:`attnclust.risk` and :mod:`attnclust.objectives`: the graded
-composite Gauss-Legendre rule (nodes placed from detached values), the scrambled Sobol
-normals of the QMC rule, and two NumPy kernels that return a value *and* its gradient
-for ``R`` independent runs at once (no autograd: a few dozen vectorized passes):
+Private engine behind :mod:`attnclust.risk`, :mod:`attnclust._population` and
+:mod:`attnclust.objectives`: the graded composite Gauss-Legendre rule (nodes placed from
+detached values) and NumPy kernels that return a value *and* its gradient (no autograd:
+a few dozen vectorized passes):
 
-- :func:`k2_exact`: the exact ``K = 2`` rule. With ``w = mu_0 - mu_1``, the softmax
-  sees ``D = <X, w>`` only; given ``Z = k``, ``D = delta_k + s z`` with ``delta_k =
-  <mu*_k, w>``, ``s = sigma ||w||``, ``z ~ N(0, 1)``, so each run is a few hundred nodes.
-  It gives the risk ``R`` and the balance penalty from the same nodes.
-- :func:`qmc_kernel`: the QMC rule for any ``K``, ``P = mu mu*_k + sigma C z`` on common
-  random numbers ``z``, with the gradient in the means, the noise and ``G``.
+- :func:`k2_exact`, :func:`k2_balance`: the exact ``K = 2`` rule for ``R`` runs at once.
+  With ``w = mu_0 - mu_1``, the softmax sees ``D = <X, w>`` only; given ``Z = k``,
+  ``D = delta_k + s z`` with ``delta_k = <mu*_k, w>``, ``s = sigma ||w||``, ``z ~ N(0,
+  1)``, so each run is a few hundred nodes. It gives the risk ``R`` and the balance
+  penalty from the same nodes.
+- :func:`k3_nodes`, :func:`k3_integral`: the exact ``K = 3`` rule for one run, over the
+  two logit differences ``D = delta_k + sigma L z`` (``L`` lower triangular).
 
-Shapes: ``R`` runs, ``K`` heads, ``k`` mixture components, ``N`` nodes or points.
-The names without a leading underscore are the engine's interface to those two modules.
+Key offsets (logits ``lambda (P_h + c_h)``; Euclidean heads: ``c_h = -||mu_h||^2 / 2``)
+shift ``D`` by ``c_h - c_K`` and, since ``sum_h a_h = 1``, turn ``-2 a.P + a^T G a`` into
+``-2 a.P_K - 2 sum_{h<K} a_h D_h + a^T G~ a`` with ``G~ = G + e 1^T + 1 e^T``, ``e_h =
+c_h - c_K``: the same integrals with ``delta`` and ``G`` changed.
+
+Shapes: ``R`` runs, ``K`` heads, ``k`` mixture components, ``N`` nodes.
+The names without a leading underscore are the engine's interface to those modules.
 """
 
 from __future__ import annotations
@@ -22,10 +28,7 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
-import torch
 from scipy.special import expit
-
-N_SCRAMBLES = 4  # independent scrambles of the QMC rule (they give its standard error)
 
 
 def second_moment(mix) -> float:
@@ -90,19 +93,6 @@ def graded_nodes(center: np.ndarray, eps: np.ndarray, rule: Rule):
     return z, w
 
 
-@functools.lru_cache(maxsize=32)
-def sobol_normals(dim: int, n: int, seed: int) -> torch.Tensor:
-    """``(S, n // S, dim)`` normals from ``S`` independent scrambled Sobol sequences."""
-    seeds = np.random.SeedSequence(seed).generate_state(N_SCRAMBLES)
-    per = max(n // N_SCRAMBLES, 1)
-    out = []
-    for s in seeds:
-        engine = torch.quasirandom.SobolEngine(dim, scramble=True, seed=int(s))
-        u = engine.draw(per, dtype=torch.float64).clamp(1e-16, 1 - 1e-16)
-        out.append(torch.special.ndtri(u))
-    return torch.stack(out)
-
-
 # --------------------------------------------------------------------------------------
 # Exact K = 2 rule, batched over runs: value and analytic gradient
 # --------------------------------------------------------------------------------------
@@ -115,14 +105,18 @@ class K2Nodes(NamedTuple):
     z: np.ndarray  # (R, k, N) standard normal nodes
     P: np.ndarray  # (R, k, N) weights times pi_k
     a0: np.ndarray  # (R, k, N) attention on head 0
+    weights: np.ndarray  # (R, k, N) weights of the rule (each (r, k) row sums to ~1)
 
 
 def k2_nodes(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.ndarray,
-             lam: np.ndarray, rule: Rule) -> K2Nodes:
-    """Nodes of the exact rule for heads ``(R, 2, d)``, centroids ``(R, k, d)``."""
+             lam: np.ndarray, rule: Rule, offset: np.ndarray | None = None) -> K2Nodes:
+    """Nodes of the exact rule for heads ``(R, 2, d)``, centroids ``(R, k, d)`` and
+    optional key offsets ``(R, 2)`` (``D = <X, w> + c_0 - c_1``)."""
     w = heads[:, 0] - heads[:, 1]  # (R, d)
     nw = np.sqrt((w * w).sum(-1))
     delta = np.einsum("rkd,rd->rk", cents, w)  # (R, k)
+    if offset is not None:
+        delta = delta + (offset[:, 0] - offset[:, 1])[:, None]
     s = sigma * nw
     flat = s == 0.0  # D = delta exactly: one node of weight 1
     if flat.all():
@@ -139,7 +133,7 @@ def k2_nodes(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.nda
             wt[flat, :, 0] = 1.0
     D = delta[..., None] + s[:, None, None] * z
     a0 = expit(lam[:, None, None] * D)
-    return K2Nodes(w, nw, D, z, pi[..., None] * wt, a0)
+    return K2Nodes(w, nw, D, z, pi[..., None] * wt, a0, wt)
 
 
 def _k2_chain(nodes: K2Nodes, gD: np.ndarray, cents: np.ndarray, sigma: np.ndarray):
@@ -151,20 +145,26 @@ def _k2_chain(nodes: K2Nodes, gD: np.ndarray, cents: np.ndarray, sigma: np.ndarr
 
 
 def k2_exact(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.ndarray,
-             lam: np.ndarray, second: np.ndarray, rule: Rule, nodes: K2Nodes | None = None):
-    """Exact ``K = 2`` risk ``(R,)`` and its Euclidean gradient ``(R, 2, d)``.
+             lam: np.ndarray, second: np.ndarray, rule: Rule, nodes: K2Nodes | None = None,
+             offset: np.ndarray | None = None):
+    """Exact ``K = 2`` risk ``(R,)``, its gradient ``(R, 2, d)`` in the heads (offsets held
+    fixed) and its gradient ``(R, 2)`` in the key offsets (zero without them).
 
     At each node ``F = -2 a_0 D + a^T G a`` with ``a = (a_0, 1 - a_0)``, so
     ``a^T G a = G_11 + 2 c_1 a_0 + c_2 a_0^2`` (``c_1 = G_01 - G_11``, ``c_2 = G_00 -
     2 G_01 + G_11``) and ``dF/dD = 2 lambda a_0 a_1 (c_1 + c_2 a_0 - D) - 2 a_0``. The
     integral needs four weighted sums of ``1, a_0, a_0^2, a_0 D``; the chain rule through
-    ``w`` and ``G = mu mu^T`` gives the gradient.
+    ``w`` and ``G = mu mu^T`` gives the gradient. Key offsets (logits ``lambda (P_h +
+    c_h)``) shift ``D`` by ``e = c_0 - c_1`` and ``G`` to ``G + e 1^T + 1 e^T`` with ``e =
+    (e, 0)`` (since ``a_0 + a_1 = 1``), which adds ``e`` to ``c_1``.
     """
-    nodes = k2_nodes(heads, cents, pi, sigma, lam, rule) if nodes is None else nodes
+    nodes = k2_nodes(heads, cents, pi, sigma, lam, rule, offset) if nodes is None else nodes
     D, P, a0 = nodes.D, nodes.P, nodes.a0
     G = heads @ heads.transpose(0, 2, 1)  # (R, 2, 2)
     g00, g01, g11 = G[:, 0, 0], G[:, 0, 1], G[:, 1, 1]
     c1, c2 = g01 - g11, g00 - 2.0 * g01 + g11
+    if offset is not None:
+        c1 = c1 + (offset[:, 0] - offset[:, 1])
     Pa0 = P * a0
     S0, S1 = P.sum((1, 2)), Pa0.sum((1, 2))
     S2, SD = (Pa0 * a0).sum((1, 2)), (Pa0 * D).sum((1, 2))
@@ -185,17 +185,27 @@ def k2_exact(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.nda
     grad = 2.0 * (d_gram @ heads)
     grad[:, 0] += dw
     grad[:, 1] -= dw + 2.0 * mean_c
-    return value, grad
+    return value, grad, _k2_offset_grad(gD, 2.0 * S1 if offset is not None else None)
+
+
+def _k2_offset_grad(gD: np.ndarray, through_gram: np.ndarray | None) -> np.ndarray:
+    """``d/d(c_0, c_1)`` ``(R, 2)`` from ``P dF/dD`` (``D`` moves with ``e = c_0 - c_1``)
+    and the part through ``G + e 1^T + 1 e^T`` (``None``: no offsets, zeros)."""
+    if through_gram is None:
+        return np.zeros((gD.shape[0], 2))
+    de = gD.sum((1, 2)) + through_gram
+    return np.stack([de, -de], axis=1)
 
 
 def k2_balance(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.ndarray,
                lam: np.ndarray, target: np.ndarray, rule: Rule,
-               nodes: K2Nodes | None = None):
-    """Balance penalty ``sum_h (E a_h - t_h)^2`` ``(R,)`` and its gradient, ``K = 2``.
+               nodes: K2Nodes | None = None, offset: np.ndarray | None = None):
+    """Balance penalty ``sum_h (E a_h - t_h)^2`` ``(R,)`` and its gradients (heads,
+    offsets), ``K = 2``, as :func:`k2_exact` returns them.
 
     ``E a_h`` is the same quadrature as the risk; ``d a_0 / dD = lambda a_0 a_1``.
     """
-    nodes = k2_nodes(heads, cents, pi, sigma, lam, rule) if nodes is None else nodes
+    nodes = k2_nodes(heads, cents, pi, sigma, lam, rule, offset) if nodes is None else nodes
     P, a0 = nodes.P, nodes.a0
     A0, A1 = (P * a0).sum((1, 2)), (P * (1.0 - a0)).sum((1, 2))
     e0, e1 = A0 - target[:, 0], A1 - target[:, 1]
@@ -203,55 +213,79 @@ def k2_balance(heads: np.ndarray, cents: np.ndarray, pi: np.ndarray, sigma: np.n
     gD = coef[:, None, None] * P * a0 * (1.0 - a0)
     dw = _k2_chain(nodes, gD, cents, sigma)
     grad = np.stack([dw, -dw], axis=1)
-    return e0 * e0 + e1 * e1, grad
+    zero = None if offset is None else np.zeros(len(A0))
+    return e0 * e0 + e1 * e1, grad, _k2_offset_grad(gD, zero)
 
 
 # --------------------------------------------------------------------------------------
-# QMC rule, batched over runs: value and gradient in (means, noise, G)
+# Exact K = 3 rule (one run): nodes in the plane of the two logit differences
 # --------------------------------------------------------------------------------------
-class QMCGrad(NamedTuple):
-    value: np.ndarray  # (R,) the integral part (without E||X||^2)
-    d_mean: np.ndarray  # (R, K, k)
-    d_noise: np.ndarray  # (R, K, N)
-    d_gram: np.ndarray | None  # (R, K, K)
+def k3_nodes(delta: np.ndarray, L: np.ndarray, sigma: float, lam: float, rule: Rule):
+    """Nodes ``z`` ``(2, k, N)`` and weights ``(k, N)`` for ``D = delta_k + sigma L z``.
 
-
-def qmc_kernel(mean: np.ndarray, noise: np.ndarray, G: np.ndarray, lam: np.ndarray,
-               pi: np.ndarray, *, balance: np.ndarray | None = None) -> QMCGrad:
-    """``sum_k pi_k mean_n F(P_kn)`` with ``P_kn = mean_k + noise_n``, and its gradient.
-
-    Risk (``balance=None``): ``F = -2 a.P + a^T G a``, ``dF/dP = lambda a (g - a.g) -
-    2 a`` with ``g = 2 G a - 2 P``. Balance (``balance`` the targets ``(R, K)``): the
-    value is ``sum_h (E a_h - t_h)^2`` and ``dF/dP = lambda a (b - a.b)``,
-    ``b = 2 (E a - t)``. Heads-first layout ``(R, K, k, N)`` keeps every pass contiguous.
+    ``delta`` ``(k, 2)``, ``L`` ``(2, 2)`` lower triangular. The first coordinate sees one
+    sharp point (``D_0 = 0``); for each of its nodes the inner one sees two (``D_1 = 0``
+    and ``D_1 = D_0``).
     """
-    R, K, k = mean.shape
-    N = noise.shape[-1]
-    P = mean[..., None] + noise[:, :, None, :]  # (R, K, k, N)
-    lam4 = lam[:, None, None, None]
-    a = P * lam4
-    a -= a.max(1, keepdims=True)
-    np.exp(a, out=a)
-    a *= 1.0 / a.sum(1, keepdims=True)  # softmax over the heads
-    W = (pi / N)[:, None, :, None]  # (R, 1, k, 1)
-    if balance is not None:
-        A = (a * W).sum((2, 3))  # (R, K)
-        b = 2.0 * (A - balance)
-        ab = np.einsum("rh,rhkn->rkn", b, a)[:, None]
-        gP = lam4 * a * (b[:, :, None, None] - ab) * W
-        return QMCGrad(((A - balance) ** 2).sum(-1), gP.sum(-1), gP.sum(2), None)
-    # g - a.g with g = 2 (G a - P): Q = G a - P, then dF/dP = 2 a (lambda (Q - a.Q) - 1)
-    Q = (G @ a.reshape(R, K, -1)).reshape(a.shape)
-    Q -= P
-    aQ = (a * Q).sum(1, keepdims=True)  # a^T G a - a.P, (R, 1, k, N)
-    P *= a
-    aP = P.sum(1, keepdims=True)
-    value = ((aQ - aP) * W).sum((1, 2, 3))  # F = a^T G a - 2 a.P
-    Q -= aQ
-    Q *= lam4
-    Q -= 1.0
-    Q *= a
-    Q *= 2.0 * W  # W dF/dP
-    aW = (a * W).reshape(R, K, -1)
-    d_gram = aW @ a.reshape(R, K, -1).transpose(0, 2, 1)
-    return QMCGrad(value, Q.sum(-1), Q.sum(2), d_gram)
+    k = delta.shape[0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s0 = sigma * abs(L[0, 0])
+        c0 = -delta[:, 0] / (sigma * L[0, 0])
+        eps0 = np.full((k, 1), 1.0 / (lam * s0))
+        z0, w0 = graded_nodes(c0[:, None], eps0, rule)  # (k, N0)
+        D0 = delta[:, 0, None] + sigma * L[0, 0] * z0
+        base = delta[:, 1, None] + sigma * L[1, 0] * z0
+        s1 = sigma * L[1, 1]
+        centers = np.stack([-base / s1, (D0 - base) / s1], axis=-1)  # (k, N0, 2)
+        z1, w1 = graded_nodes(centers, np.full(centers.shape, 1.0 / (lam * abs(s1))), rule)
+    z = np.stack([np.broadcast_to(z0[..., None], z1.shape).reshape(k, -1),
+                  z1.reshape(k, -1)])  # (2, k, N0 * N1)
+    return z, (w0[..., None] * w1).reshape(k, -1)
+
+
+class K3Integral(NamedTuple):
+    value: float
+    d_delta: np.ndarray | None  # (k, 2)
+    d_L: np.ndarray | None  # (2, 2)
+    d_gram: np.ndarray | None  # (3, 3)
+
+
+def k3_integral(delta: np.ndarray, L: np.ndarray, gram: np.ndarray, z: np.ndarray,
+                pw: np.ndarray, sigma: float, lam: float, *, grad: bool = True) -> K3Integral:
+    """``I = sum_kn pw_kn F(D_kn)``, ``D = delta_k + sigma L z_kn``, and its gradient.
+
+    ``F = -2 sum_{h<K} a_h D_h + a^T G a`` with ``a = softmax(lambda (D, 0))``; its
+    gradient is written out: ``g = dF/da`` (``2 G a - 2 D``, last entry ``2 (G a)_K``),
+    ``dF/dD_h = lambda a_h (g_h - a.g) - 2 a_h``. Shapes: ``delta`` ``(k, 2)``, ``L``
+    ``(2, 2)``, ``gram`` ``(3, 3)``, nodes ``z`` ``(2, k, N)``, weights ``pw`` ``(k, N)``.
+    """
+    m, k_mix = z.shape[:2]
+    D = delta.T[:, :, None] + sigma * (L @ z.reshape(m, -1)).reshape(z.shape)  # (m, k, N)
+    u = lam * D
+    top = np.maximum(u.max(0), 0.0)  # shifted by the largest logit (0 included)
+    a = np.concatenate([np.exp(u - top), np.exp(-top)[None]])
+    a /= a.sum(0)
+    A, Dm, P = a.reshape(m + 1, -1), D.reshape(m, -1), pw.reshape(-1)  # (K, M), (m, M), (M,)
+    g = 2.0 * (gram @ A)  # (K, M)
+    aGa, aD = 0.5 * (A * g).sum(0), (A[:m] * Dm).sum(0)  # (M,) each
+    value = float(P @ (aGa - 2.0 * aD))
+    if not grad:
+        return K3Integral(value, None, None, None)
+    g[:m] -= 2.0 * Dm
+    gD = P * A[:m] * (lam * (g[:m] - 2.0 * (aGa - aD)) - 2.0)  # (m, M) pw dF/dD; a.g
+    return K3Integral(value, gD.reshape(m, k_mix, -1).sum(-1).T,
+                      sigma * (gD @ z.reshape(m, -1).T), (A * P) @ A.T)
+
+
+# --------------------------------------------------------------------------------------
+# Key offsets of a geometry (logits lambda (P_h + c_h))
+# --------------------------------------------------------------------------------------
+def key_offset(heads, geometry: str):
+    """``c_h`` of heads ``(..., K, d)`` (array or tensor): ``None`` on the sphere (no
+    offset), ``-||mu_h||^2 / 2`` for Euclidean heads."""
+    return None if geometry == "sphere" else -0.5 * (heads * heads).sum(-1)
+
+
+def chain_offset(grad, d_offset, heads, geometry: str):
+    """The gradient in the heads once the offsets' own dependence on them is added."""
+    return grad if geometry == "sphere" else grad - d_offset[..., None] * heads

@@ -3,7 +3,7 @@
 The risk of heads ``mu = (mu_1..mu_K)`` at inverse temperature ``lambda`` is
 
     R(mu) = E || X - T_mu(X) ||^2,     T_mu(x) = sum_h a_h(x) mu_h,
-    a(x) = softmax(lambda P),          P_h = <x, mu_h>.
+    a(x) = softmax(lambda P),          P_h = <x, mu_h>   (on the sphere).
 
 Expanding the square, ``R = E||X||^2 - 2 E[a . P] + E[a^T G a]`` with ``G = mu mu^T``
 the heads' Gram matrix, and ``E||X||^2 = sum_k pi_k ||mu*_k||^2 + d sigma^2``. Given
@@ -29,12 +29,12 @@ whose breakpoints are the union of a uniform grid of width 1 and the points
 resolve the softmax at any ``lambda sigma`` (plain Gauss-Hermite does not). The
 nodes are placed from detached values and the gradient is the integral of the
 integrand's gradient (differentiation under the integral sign), which equals the
-derivative of ``R`` to quadrature accuracy; the node-wise work runs in one numpy kernel
-with that gradient written out (``_integral_np``, behind autograd; the batched
-``K = 2`` kernel of :class:`attnclust.PopulationRisk`, ``_quadrature.k2_exact``, uses the
-same nodes; an op-by-op autograd version is the reference in the tests). ``sigma = 0`` is
-the finite sum over the centroids; equal heads (singular ``G``) make ``D`` degenerate
-and the rule exact.
+derivative of ``R`` to quadrature accuracy; the node-wise work runs in NumPy kernels
+with that gradient written out (``_quadrature.k2_exact`` for ``K = 2``, batched over
+runs, and ``_quadrature.k3_integral`` for ``K = 3``: each rule written once, shared with
+:class:`attnclust.PopulationRisk` through ``_population``; an op-by-op autograd version
+is the reference in the tests). ``sigma = 0`` is the finite sum over the centroids;
+equal heads (singular ``G``) make ``D`` degenerate and the rule exact.
 
 The rule's accuracy against a much finer one, at ``lambda sigma`` from 0.1 to 1000, is
 tabled in ``docs/risk.md`` and re-measured by ``tests/test_risk.py`` (bound 1e-9); Monte
@@ -45,7 +45,15 @@ Carlo with 10^6 samples agrees within 4 standard errors (also tested).
 padded with zero columns to ``(K, K)`` when ``K > d``)
 and ``z`` scrambled Sobol points mapped to normals; the same
 points are reused for the same ``rng`` (common random numbers across PGD
-iterations); the standard error comes from 4 independent scrambles.
+iterations); the standard error comes from 4 independent scrambles (``_qmc``, the
+one estimator and the one singular-``G`` fallback).
+
+**Euclidean heads** (``geometry="euclidean"``). The logits ``lambda <x, mu_h> - lambda
+||mu_h||^2 / 2`` are ``lambda (P_h + c_h)`` with the key offset ``c_h = -||mu_h||^2 / 2``:
+the differences become ``D_h = P_h - P_K + c_h - c_K`` and, as ``sum_h a_h = 1``,
+``-2 a.P + a^T G a = -2 P_K - 2 sum_{h<K} a_h D_h + a^T G~ a`` with ``G~ = G + e 1^T +
+1 e^T``, ``e_h = c_h - c_K``: the same rules with shifted means and a modified ``G``,
+exact for ``K <= 3`` with the same accuracy, for heads of any norm.
 
 Notation
 --------
@@ -69,12 +77,13 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from scipy.special import expit
 
+from . import _population as _pop
 from . import _quadrature as _q
 from ._deprecation import renamed_keywords
+from ._qmc import N_SCRAMBLES, gram_factor, sobol_normals
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
-from .heads import softmax_heads
+from .heads import check_geometry, softmax_heads
 from .mixture import GaussianMixture
 
 __all__ = [
@@ -86,8 +95,6 @@ __all__ = [
     "balance",
     "mean_attention",
 ]
-
-_METHODS = ("auto", "exact", "qmc")
 
 
 class RiskEstimate(NamedTuple):
@@ -120,83 +127,17 @@ def _check_mixture(mix) -> GaussianMixture:
     return mix
 
 
-def _const(x: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    """A constant array as a tensor with the heads' dtype and device (copied)."""
-    return torch.tensor(x, dtype=like.dtype, device=like.device)
-
-
-# --------------------------------------------------------------------------------------
-# Expectations over the mixture of functions of the logit differences D
-# --------------------------------------------------------------------------------------
-def _exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.Rule):
-    """Quadrature nodes in ``D`` space for ``K = 2, 3``.
-
-    Returns ``order`` (head permutation: the last one is the reference ``mu_K``),
-    ``D``, a list of ``K - 1`` differentiable tensors of shape ``(k_mix, N)``, and the
-    weights ``(k_mix, N)`` (detached, each row summing to ~1).
-    """
-    order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
-    K = heads.shape[0]
-    z, weights = _const(z, heads), _const(weights, heads)
-    # D_h = delta_h + sigma sum_j L_hj z_j, one (k_mix, N) tensor per difference
-    D = [delta[:, h, None] + mix.sigma * sum(L[h, j] * z[j] for j in range(K - 1))
-         for h in range(K - 1)]
-    return order, D, weights
-
-
-def _exact_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.Rule):
-    """Pieces of the exact rule: ``D = delta_k + sigma L z`` at nodes ``z``.
-
-    Returns ``order``, ``delta`` ``(k_mix, K-1)`` and ``L`` ``(K-1, K-1)`` (both
-    differentiable tensors), the nodes ``z`` ``(K-1, k_mix, N)`` and the weights
-    ``(k_mix, N)`` (numpy arrays).
-    """
-    K = heads.shape[0]
-    cents = _const(mix.centroids, heads)
-    hd = heads.detach().cpu().double().numpy()
-    # pivot: the pair of heads furthest apart gives the first difference, so that the
-    # triangular factor below has its largest entry first
-    dist = np.linalg.norm(hd[:, None] - hd[None], axis=-1)
-    i, j = np.unravel_index(np.argmax(dist), dist.shape)
-    if i == j:  # all heads equal
-        i, j = 0, K - 1
-    order = [int(i)] + [h for h in range(K) if h not in (i, j)] + [int(j)]
-    W = heads[order[:-1]] - heads[order[-1]]  # (K-1, d)
-    delta = cents @ W.T  # (k_mix, K-1)
-    sigma = mix.sigma
-    if sigma == 0.0:
-        return order, delta, heads.new_zeros(K - 1, K - 1), np.zeros((K - 1, mix.k, 1)), \
-            np.ones((mix.k, 1))
-    Wd = W.detach().cpu().double().numpy()
-    Q = np.linalg.qr(Wd.T)[0]  # (d, K-1) orthonormal, span contains the rows of W
-    L = W @ _const(Q, heads)  # (K-1, K-1) lower
-    Ld, dd = L.detach().cpu().double().numpy(), delta.detach().cpu().double().numpy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        s0 = sigma * abs(Ld[0, 0])
-        c0 = -dd[:, 0] / (sigma * Ld[0, 0])
-        z0, w0 = _q.graded_nodes(c0[:, None], np.full((mix.k, 1), 1.0 / (lam * s0)), rule)
-        if K == 2:
-            z = z0[None]  # (1, k_mix, N)
-            weights = w0
-        else:
-            # inner variable: sharp where D_1 = 0 and where D_1 = D_0
-            D0 = dd[:, 0, None] + sigma * Ld[0, 0] * z0  # (k_mix, N0)
-            base = dd[:, 1, None] + sigma * Ld[1, 0] * z0
-            s1 = sigma * Ld[1, 1]
-            centers = np.stack([-base / s1, (D0 - base) / s1], axis=-1)  # (k_mix, N0, 2)
-            eps1 = np.full(centers.shape, 1.0 / (lam * abs(s1)))
-            z1, w1 = _q.graded_nodes(centers, eps1, rule)  # (k_mix, N0, N1)
-            z = np.stack([np.broadcast_to(z0[..., None], z1.shape).reshape(mix.k, -1),
-                          z1.reshape(mix.k, -1)])  # (2, k_mix, N0 * N1)
-            weights = (w0[..., None] * w1).reshape(mix.k, -1)
-    return order, delta, L, z, weights
+def _seed(rng) -> int:
+    """The QMC seed of ``rng`` (an integer is its own seed)."""
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return int(rng)
+    return int(as_generator(rng).integers(2**63))
 
 
 def _softmax_weights(D: list[torch.Tensor], lam: float) -> list[torch.Tensor]:
     """Attention weights for logits ``lambda (D_0, .., D_{K-2}, 0)``, one tensor per head.
 
     Written out per head: a softmax over a last axis of size 2 or 3 is slow in torch.
-    Used by :func:`balance` and by the op-by-op autograd reference in the tests.
     """
     if len(D) == 1:
         a0 = torch.sigmoid(lam * D[0])
@@ -208,137 +149,32 @@ def _softmax_weights(D: list[torch.Tensor], lam: float) -> list[torch.Tensor]:
     return [x / total for x in e]
 
 
-class _Integral(NamedTuple):
-    value: float
-    d_delta: np.ndarray | None  # (k_mix, K-1)
-    d_L: np.ndarray | None  # (K-1, K-1)
-    d_gram: np.ndarray | None  # (K, K)
+def _const(x: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    """A constant array as a tensor with the heads' dtype and device (copied)."""
+    return torch.tensor(x, dtype=like.dtype, device=like.device)
 
 
-def _integral_np(delta: np.ndarray, L: np.ndarray, gram: np.ndarray, z: np.ndarray,
-                 pw: np.ndarray, sigma: float, lam: float, *, grad: bool = True) -> _Integral:
-    """``I = sum_kn pw_kn F(D_kn)``, ``D = delta_k + sigma L z_kn``, and its gradient.
-
-    The kernel of the exact rule (``K = 2, 3``) behind :class:`_FusedIntegral` (PGD's
-    batched ``K = 2`` kernel is ``_quadrature.k2_exact``). ``F = -2 sum_{h<K} a_h D_h +
-    a^T G a`` with ``a = softmax(lambda (D, 0))``; its gradient is written out: ``g = dF/da``
-    (``2 G a - 2 D``, last entry ``2 (G a)_K``), ``dF/dD_h = lambda a_h (g_h - a.g) -
-    2 a_h``. Shapes: ``delta`` ``(k_mix, K-1)``, ``L`` ``(K-1, K-1)``, ``gram``
-    ``(K, K)``, nodes ``z`` ``(K-1, k_mix, N)``, weights ``pw`` ``(k_mix, N)``.
-    """
-    m, k_mix = z.shape[:2]
-    D = delta.T[:, :, None] + sigma * (L @ z.reshape(m, -1)).reshape(z.shape)  # (m, k, N)
-    u = lam * D
-    if m == 1:
-        a = np.empty((2, *D.shape[1:]))
-        expit(u[0], out=a[0])
-        np.subtract(1.0, a[0], out=a[1])
-    else:  # shifted by the largest logit (0 included) against overflow
-        top = np.maximum(u.max(0), 0.0)
-        a = np.concatenate([np.exp(u - top), np.exp(-top)[None]])
-        a /= a.sum(0)
-    A, Dm, P = a.reshape(m + 1, -1), D.reshape(m, -1), pw.reshape(-1)  # (K, M), (m, M), (M,)
-    g = 2.0 * (gram @ A)  # (K, M)
-    aGa, aD = 0.5 * (A * g).sum(0), (A[:m] * Dm).sum(0)  # (M,) each
-    value = float(P @ (aGa - 2.0 * aD))
-    if not grad:
-        return _Integral(value, None, None, None)
-    g[:m] -= 2.0 * Dm
-    gD = P * A[:m] * (lam * (g[:m] - 2.0 * (aGa - aD)) - 2.0)  # (m, M) pw dF/dD; a.g
-    return _Integral(value, gD.reshape(m, k_mix, -1).sum(-1).T,
-                     sigma * (gD @ z.reshape(m, -1).T), (A * P) @ A.T)
+def _qmc_value(heads, mix, lam, n_samples, seed, geometry) -> torch.Tensor:
+    """The QMC risk of one run, differentiable (the batched estimator at ``R = 1``)."""
+    lam_t = torch.tensor([lam], dtype=torch.float64)
+    value, grad = _pop.evaluate(heads[None], _pop.Mixtures(mix), lam_t, method="qmc",
+                                n_samples=n_samples, seed=seed, geometry=geometry)
+    return _pop.with_grad(heads, value[0], grad[0])
 
 
-class _FusedIntegral(torch.autograd.Function):
-    """``sum_k pi_k sum_n w_kn F(D_kn)`` as an autograd node, computed by :func:`_integral_np`.
-
-    The node-wise work runs in numpy: a few dozen single-threaded passes, much faster
-    than recording them for autograd, and immune to the thread oversubscription that
-    slows torch's parallel elementwise kernels on a busy CPU. The op-by-op autograd
-    reference for this gradient lives in ``tests/test_risk.py``.
-    """
-
-    @staticmethod
-    def forward(ctx, delta, L, gram, z: np.ndarray, pw: np.ndarray, sigma: float, lam: float):
-        # z: (K-1, k_mix, N) nodes, pw: (k_mix, N) weights times pi_k
-        arrays = (t.detach().cpu().double().numpy() for t in (delta, L, gram))
-        out = _integral_np(*arrays, z, pw, sigma, lam, grad=any(ctx.needs_input_grad[:3]))
-        if out.d_delta is not None:
-            ctx.grads = tuple(torch.as_tensor(x, dtype=delta.dtype, device=delta.device)
-                              for x in out[1:])
-        return torch.tensor(out.value, dtype=delta.dtype, device=delta.device)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        gd, gl, gg = ctx.grads
-        return grad_out * gd, grad_out * gl, grad_out * gg, None, None, None, None
-
-
-def _exact_risk(heads, mix: GaussianMixture, lam: float, rule: _q.Rule) -> torch.Tensor:
-    """Exact rule, differentiable in the heads through :class:`_FusedIntegral`."""
-    K = heads.shape[0]
-    cents = _const(mix.centroids, heads)
-    pi = _const(mix.weights, heads)
-    if K == 1:
-        mean = pi @ cents
-        return _q.second_moment(mix) - 2.0 * (mean @ heads[0]) + heads[0] @ heads[0]
-    h_mean = pi @ (cents @ heads.T)  # (K,) E<X, mu_h>
-    order, delta, L, z, weights = _exact_nodes(heads, mix, lam, rule)
-    h = heads[order]
-    integral = _FusedIntegral.apply(delta, L, h @ h.T, z, mix.weights[:, None] * weights,
-                                    mix.sigma, lam)
-    return _q.second_moment(mix) + integral - 2.0 * h_mean[order[-1]]
-
-
-# --------------------------------------------------------------------------------------
-# Quasi-Monte Carlo
-# --------------------------------------------------------------------------------------
-def _qmc_setup(heads, mix: GaussianMixture, n_samples: int, rng):
-    """Means ``(k_mix, K)``, factor ``C`` ``(K, K)`` (``C C^T = G``) and normals ``z``.
-
-    ``z`` is the cached ``(S, n/S, K)`` tensor of common random numbers; ``C`` is
-    ``None`` for the Dirac mixture.
-    """
-    n_samples = check_int(n_samples, "n_samples", _q.N_SCRAMBLES)
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        seed = int(rng)
-    else:
-        seed = int(as_generator(rng).integers(2**63))
-    z = _q.sobol_normals(heads.shape[0], int(n_samples), seed)  # (S, n', K)
+def _qmc_mean_attention(heads, mix, lam, n_samples, seed, geometry) -> torch.Tensor:
+    """``E[a_h]`` on the QMC points, differentiable in the heads, ``(K,)``."""
+    z = sobol_normals(heads.shape[0], n_samples, seed).to(heads.device, heads.dtype)
     mean = _const(mix.centroids, heads) @ heads.T  # (k_mix, K)
-    if mix.sigma == 0.0:
-        return mean, None, z
-    # the Cholesky factor is smooth in the heads, so the estimator's autograd gradient
-    # is its exact derivative; for a singular G, heads times a detached orthonormal
-    # basis of their span (same law, same expected gradient)
-    factor, info = torch.linalg.cholesky_ex(heads @ heads.T)
-    if int(info) != 0 or float(torch.diagonal(factor).detach().min()) < 1e-6:
-        K, d = heads.shape
-        Q = np.linalg.qr(heads.detach().cpu().double().numpy().T)[0]  # (d, min(K, d))
-        factor = heads @ _const(Q, heads)  # (K, min(K, d)), factor factor^T = G
-        if factor.shape[1] < K:  # K > d: zero columns make it (K, K), same product
-            factor = torch.cat([factor, factor.new_zeros(K, K - factor.shape[1])], dim=1)
-    return mean, factor, z
-
-
-def _qmc_points(heads, mix: GaussianMixture, n_samples: int, rng):
-    """Projections ``P`` of shape ``(S, k_mix, n/S, K)`` on common random numbers."""
-    mean, factor, z = _qmc_setup(heads, mix, n_samples, rng)
-    if factor is None:
-        return mean[None, :, None, :].expand(z.shape[0], -1, 1, -1)
-    z = z.to(heads.device, heads.dtype)
-    return mean[None, :, None, :] + mix.sigma * (z @ factor.T)[:, None]
-
-
-def _qmc_risk(heads, mix, lam, n_samples, rng) -> RiskEstimate:
-    P = _qmc_points(heads, mix, n_samples, rng)  # (S, k_mix, n', K)
+    offset = _q.key_offset(heads, geometry)
+    if offset is not None:
+        mean = mean + offset
+    P = mean[None, :, None, :]  # (S, k_mix, n', K)
+    if mix.sigma > 0.0:
+        P = P + mix.sigma * (z @ gram_factor(heads).T)[:, None]
     pi = _const(mix.weights, heads)
-    a = softmax_heads(lam * P)
-    f = -2.0 * (a * P).sum(-1) + ((a @ (heads @ heads.T)) * a).sum(-1)
-    per_scramble = _q.second_moment(mix) + f.mean(-1) @ pi  # (S,)
-    value = per_scramble.mean()
-    stderr = float(per_scramble.detach().std() / per_scramble.numel() ** 0.5)
-    return RiskEstimate(value, stderr)
+    a = softmax_heads(lam * P).mean(2)  # (S, k_mix, K)
+    return torch.einsum("k,skh->h", pi, a) / a.shape[0]
 
 
 # --------------------------------------------------------------------------------------
@@ -353,13 +189,14 @@ def population_risk(
     method: str = "auto",
     n_samples: int = 2**14,
     rng=0,
+    geometry: str = "sphere",
 ) -> torch.Tensor:
     """Population risk ``R(mu) = E || X - T_mu(X) ||^2`` over a Gaussian mixture.
 
     Parameters
     ----------
     heads : Tensor of shape (K, d)
-        Heads ``mu``; may require grad (the result is differentiable).
+        Heads ``mu`` (any norm); may require grad (the result is differentiable).
     mix : GaussianMixture
     inverse_temperature : float
         Inverse temperature ``lambda > 0``.
@@ -370,6 +207,9 @@ def population_risk(
         randomized quasi-Monte Carlo; ``"auto"``: exact for ``K <= 3``, else QMC.
     n_samples, rng :
         QMC sample size and seed (the same seed gives the same points).
+    geometry : {"sphere", "euclidean"}, default="sphere"
+        The layer's logits: ``lambda <x, mu_h>`` (the paper's), or ``lambda <x, mu_h> -
+        lambda ||mu_h||^2 / 2`` (Euclidean heads, a soft Voronoi partition).
 
     Returns
     -------
@@ -383,32 +223,35 @@ def population_risk(
     >>> heads = torch.tensor(mix.centroids)
     >>> float(ac.population_risk(heads, mix, inverse_temperature=50.0)) < 1e-20
     True
+
+    Euclidean heads need not be unit vectors: heads at twice the centroids quantize each
+    centroid to its nearest head, at squared distance 1.
+
+    >>> r = ac.population_risk(2.0 * heads, mix, inverse_temperature=50.0, geometry="euclidean")
+    >>> round(float(r), 6)
+    1.0
     """
     mix = _check_mixture(mix)
     heads = _check_heads(heads, mix.d)
     lam = check_inverse_temperature(inverse_temperature)
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-    K = heads.shape[0]
-    if method == "auto":
-        method = "exact" if K <= 3 else "qmc"
-    if method == "exact":
-        if K > 3:
-            raise ValueError(f"method='exact' needs K <= 3 heads, got K={K}; use 'qmc'")
-        return _exact_risk(heads, mix, lam, _q.rule())
-    return _qmc_risk(heads, mix, lam, n_samples, rng).value
+    geometry = check_geometry(geometry)
+    if _pop.resolve_method(method, heads.shape[0]) == "exact":
+        return _pop.exact_risk(heads, mix, lam, _q.rule(), geometry)
+    n_samples = check_int(n_samples, "n_samples", N_SCRAMBLES)
+    return _qmc_value(heads, mix, lam, n_samples, _seed(rng), geometry)
 
 
 @renamed_keywords(temperature="inverse_temperature")
 def qmc_risk(
-    heads, mix: GaussianMixture, *, inverse_temperature: float, n_samples: int = 2**14, rng=0
+    heads, mix: GaussianMixture, *, inverse_temperature: float, n_samples: int = 2**14, rng=0,
+    geometry: str = "sphere",
 ) -> RiskEstimate:
     """Randomized quasi-Monte Carlo estimate of the population risk, any ``K``.
 
     ``n_samples`` scrambled Sobol points in ``K`` dimensions (split over 4 independent
     scrambles, which give the standard error) are mapped to normals and reused for
     every mixture component and, for the same integer ``rng``, for every call
-    (common random numbers).
+    (common random numbers). ``geometry`` as in :func:`population_risk`.
 
     Examples
     --------
@@ -423,11 +266,15 @@ def qmc_risk(
     mix = _check_mixture(mix)
     heads = _check_heads(heads, mix.d)
     lam = check_inverse_temperature(inverse_temperature)
-    return _qmc_risk(heads, mix, lam, n_samples, rng)
+    geometry = check_geometry(geometry)
+    n_samples, seed = check_int(n_samples, "n_samples", N_SCRAMBLES), _seed(rng)
+    value = _qmc_value(heads, mix, lam, n_samples, seed, geometry)
+    stderr = _pop.qmc_stderr(heads, mix, lam, n_samples=n_samples, seed=seed, geometry=geometry)
+    return RiskEstimate(value, stderr)
 
 
 def _row_mean(heads, X, inverse_temperature, batch_size, per_rows, *, name: str = "X",
-              kind: str = "a non-empty (n, d) array"):
+              kind: str = "a non-empty (n, d) array", geometry: str = "sphere"):
     """``(1/n) sum_i f(x_i, a(x_i))`` over the rows of ``X``, ``batch_size`` rows at a time.
 
     One run: heads ``(K, d)``, ``X`` ``(n, d)``, a float ``lambda`` (all three checked).
@@ -435,8 +282,9 @@ def _row_mean(heads, X, inverse_temperature, batch_size, per_rows, *, name: str 
     ``(R, K, d)``, ``X`` ``(n, d)`` shared or ``(R, n, d)``, ``lambda`` a float or ``(R,)``.
     ``per_rows(xb, a, heads)`` gets a chunk ``xb`` ``(b, d)`` or ``(R, b, d)``, its weights
     ``a = softmax(lambda xb mu^T)`` ``(R, b, K)`` and the heads ``(R, K, d)``, and returns
-    its sum over the ``b`` rows, per run.
+    its sum over the ``b`` rows, per run. ``geometry`` adds the heads' key offsets.
     """
+    offset_of = _q.key_offset if check_geometry(geometry) == "euclidean" else None
     X = as_tensor(X, name=name)
     heads = as_tensor(heads, name="heads")
     single = heads.ndim != 3
@@ -457,17 +305,20 @@ def _row_mean(heads, X, inverse_temperature, batch_size, per_rows, *, name: str 
     X = X.to(heads.dtype)
     n = X.shape[-2]
     step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
+    offset = None if offset_of is None else offset_of(heads, geometry)[:, None, :]  # (R, 1, K)
     total = 0.0
     for start in range(0, n, step):
         xb = X[..., start:start + step, :]  # (b, d) or (R, b, d)
-        a = softmax_heads(lam * (xb @ heads.transpose(1, 2)))  # (R, b, K)
+        P = xb @ heads.transpose(1, 2)  # (R, b, K)
+        a = softmax_heads(lam * (P if offset is None else P + offset))
         total = total + per_rows(xb, a, heads)
     total = total / n
     return total[0] if single else total
 
 
 @renamed_keywords(temperature="inverse_temperature")
-def empirical_risk(heads, X, *, inverse_temperature: float, batch_size: int | None = None):
+def empirical_risk(heads, X, *, inverse_temperature: float, batch_size: int | None = None,
+                   geometry: str = "sphere"):
     """Empirical risk ``mean_i || x_i - T_mu(x_i) ||^2`` over the rows of ``X``.
 
     Parameters
@@ -481,6 +332,8 @@ def empirical_risk(heads, X, *, inverse_temperature: float, batch_size: int | No
         Inverse temperature ``lambda > 0``.
     batch_size : int, optional
         Rows per mini-batch of the accumulation (same value, less memory).
+    geometry : {"sphere", "euclidean"}, default="sphere"
+        As in :func:`population_risk`.
 
     Returns
     -------
@@ -495,7 +348,7 @@ def empirical_risk(heads, X, *, inverse_temperature: float, batch_size: int | No
     True
     """
     return _row_mean(heads, X, inverse_temperature, batch_size,
-                     lambda xb, a, h: ((xb - a @ h) ** 2).sum((-1, -2)))
+                     lambda xb, a, h: ((xb - a @ h) ** 2).sum((-1, -2)), geometry=geometry)
 
 
 def repulsion(heads) -> torch.Tensor:
@@ -527,7 +380,8 @@ def repulsion(heads) -> torch.Tensor:
 
 
 def mean_attention(heads, data, *, inverse_temperature: float, method: str = "auto",
-                   n_samples: int = 2**14, rng=0, batch_size: int | None = None) -> torch.Tensor:
+                   n_samples: int = 2**14, rng=0, batch_size: int | None = None,
+                   geometry: str = "sphere") -> torch.Tensor:
     """Soft proportions ``N_h = E[a_h(X)]``: the mean attention weight of each head.
 
     ``E`` is over a :class:`GaussianMixture` (the exact rule of this module for ``K <= 3``,
@@ -546,6 +400,8 @@ def mean_attention(heads, data, *, inverse_temperature: float, method: str = "au
         For a mixture, as in :func:`population_risk`.
     batch_size : int, optional
         Rows per mini-batch for a data array (same value, less memory).
+    geometry : {"sphere", "euclidean"}, default="sphere"
+        As in :func:`population_risk`.
 
     Returns
     -------
@@ -561,23 +417,20 @@ def mean_attention(heads, data, *, inverse_temperature: float, method: str = "au
     if not isinstance(data, GaussianMixture):
         return _row_mean(heads, data, inverse_temperature, batch_size,
                          lambda xb, a, h: a.sum(-2), name="data",
-                         kind="a GaussianMixture or a non-empty (n, d) array")
+                         kind="a GaussianMixture or a non-empty (n, d) array", geometry=geometry)
     lam = check_inverse_temperature(inverse_temperature)
     heads = _check_heads(heads, data.d)
+    geometry = check_geometry(geometry)
     K = heads.shape[0]
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-    if method == "exact" and K > 3:
-        raise ValueError(f"method='exact' needs K <= 3 heads, got K={K}; use 'qmc'")
-    pi = _const(data.weights, heads)
+    method = _pop.resolve_method(method, K)
     if K == 1:
         return heads.new_ones(1)
-    if method == "qmc" or (method == "auto" and K > 3):
-        P = _qmc_points(heads, data, n_samples, rng)  # (S, k_mix, n', K)
-        return torch.einsum("k,skh->h", pi, softmax_heads(lam * P).mean(2)) / P.shape[0]
-    order, D, weights = _exact_samples(heads, data, lam, _q.rule())
+    if method == "qmc":
+        n_samples = check_int(n_samples, "n_samples", N_SCRAMBLES)
+        return _qmc_mean_attention(heads, data, lam, n_samples, _seed(rng), geometry)
+    order, D, weights = _pop.exact_samples(heads, data, lam, _q.rule(), geometry)
     a = torch.stack(_softmax_weights(D, lam), dim=-1)  # (k_mix, N, K)
-    mean_perm = torch.einsum("k,kn,knh->h", pi, weights, a)
+    mean_perm = torch.einsum("k,kn,knh->h", _const(data.weights, heads), weights, a)
     mean_a = torch.empty_like(mean_perm)
     mean_a[order] = mean_perm
     return mean_a
@@ -594,6 +447,7 @@ def balance(
     n_samples: int = 2**14,
     rng=0,
     batch_size: int | None = None,
+    geometry: str = "sphere",
 ) -> torch.Tensor:
     """Balance penalty ``sum_h (E[a_h(X)] - pi_h)^2``: no knowledge of the centroids.
 
@@ -618,6 +472,8 @@ def balance(
         QMC sample size and seed (mixture with ``method="qmc"``).
     batch_size : int, optional
         Rows per mini-batch for a data array (same value, less memory).
+    geometry : {"sphere", "euclidean"}, default="sphere"
+        As in :func:`population_risk`.
 
     Returns
     -------
@@ -633,7 +489,8 @@ def balance(
     True
     """
     mean_a = mean_attention(heads, data, inverse_temperature=inverse_temperature,
-                            method=method, n_samples=n_samples, rng=rng, batch_size=batch_size)
+                            method=method, n_samples=n_samples, rng=rng, batch_size=batch_size,
+                            geometry=geometry)
     K = mean_a.shape[-1]
     if target is None:
         tgt = torch.full((K,), 1.0 / K, dtype=mean_a.dtype, device=mean_a.device)
