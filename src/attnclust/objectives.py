@@ -43,7 +43,7 @@ from . import _qmc
 from . import _quadrature as _q
 from . import risk as _risk
 from ._validation import as_generator, as_tensor, check_finite, check_int
-from .heads import check_geometry
+from .geometry import as_geometry
 from .mixture import GaussianMixture
 
 __all__ = ["ValueAndGrad", "Objective", "PopulationRisk", "EmpiricalRisk", "Repulsion",
@@ -94,7 +94,7 @@ class _MixtureObjective(Objective):
         self.qmc_dtype = np.dtype(qmc_dtype)
         if self.qmc_dtype not in (np.float32, np.float64):
             raise ValueError(f"qmc_dtype must be float32 or float64, got {qmc_dtype!r}")
-        self.geometry = check_geometry(geometry)
+        self.geometry = as_geometry(geometry).name
 
     def _copy(self, mix: _pop.Mixtures):
         new = object.__new__(type(self))
@@ -200,7 +200,7 @@ class Balance(_MixtureObjective):
                              f"got shape {tuple(self.X.shape)}")
         self.reduce, self.share = reduce, share
         self.sharded = reduce is not None
-        self.geometry = check_geometry(geometry)
+        self.geometry = as_geometry(geometry).name
 
     def take(self, index):
         return self if self.X is not None else super().take(index)
@@ -340,7 +340,7 @@ class EmpiricalRisk(Objective):
             self.batch_size = min(n, max(1, round(b * self.share)))
         self._gen = as_generator(rng)
         self._order, self._cursor = None, 0
-        self.geometry = check_geometry(geometry)
+        self.geometry = as_geometry(geometry).name
 
     @property
     def d(self) -> int:

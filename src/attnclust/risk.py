@@ -83,7 +83,8 @@ from . import _quadrature as _q
 from ._deprecation import renamed_keywords
 from ._qmc import N_SCRAMBLES, gram_factor, sobol_normals
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
-from .heads import check_geometry, softmax_heads
+from .geometry import as_geometry
+from .heads import softmax_heads
 from .mixture import GaussianMixture
 
 __all__ = [
@@ -234,7 +235,7 @@ def population_risk(
     mix = _check_mixture(mix)
     heads = _check_heads(heads, mix.d)
     lam = check_inverse_temperature(inverse_temperature)
-    geometry = check_geometry(geometry)
+    geometry = as_geometry(geometry).name
     if _pop.resolve_method(method, heads.shape[0]) == "exact":
         return _pop.exact_risk(heads, mix, lam, _q.rule(), geometry)
     n_samples = check_int(n_samples, "n_samples", N_SCRAMBLES)
@@ -266,7 +267,7 @@ def qmc_risk(
     mix = _check_mixture(mix)
     heads = _check_heads(heads, mix.d)
     lam = check_inverse_temperature(inverse_temperature)
-    geometry = check_geometry(geometry)
+    geometry = as_geometry(geometry).name
     n_samples, seed = check_int(n_samples, "n_samples", N_SCRAMBLES), _seed(rng)
     value = _qmc_value(heads, mix, lam, n_samples, seed, geometry)
     stderr = _pop.qmc_stderr(heads, mix, lam, n_samples=n_samples, seed=seed, geometry=geometry)
@@ -284,7 +285,7 @@ def _row_mean(heads, X, inverse_temperature, batch_size, per_rows, *, name: str 
     ``a = softmax(lambda xb mu^T)`` ``(R, b, K)`` and the heads ``(R, K, d)``, and returns
     its sum over the ``b`` rows, per run. ``geometry`` adds the heads' key offsets.
     """
-    offset_of = _q.key_offset if check_geometry(geometry) == "euclidean" else None
+    offset_of = _q.key_offset if as_geometry(geometry).name == "euclidean" else None
     X = as_tensor(X, name=name)
     heads = as_tensor(heads, name="heads")
     single = heads.ndim != 3
@@ -420,7 +421,7 @@ def mean_attention(heads, data, *, inverse_temperature: float, method: str = "au
                          kind="a GaussianMixture or a non-empty (n, d) array", geometry=geometry)
     lam = check_inverse_temperature(inverse_temperature)
     heads = _check_heads(heads, data.d)
-    geometry = check_geometry(geometry)
+    geometry = as_geometry(geometry).name
     K = heads.shape[0]
     method = _pop.resolve_method(method, K)
     if K == 1:
