@@ -25,7 +25,7 @@ def test_path_writes_the_picture_and_the_json(two_blobs, capsys):
     assert main(["path", str(two_blobs), "--max-clusters", "4", "--out",
                  str(two_blobs.parent / "p")]) == 0
     out = capsys.readouterr().out
-    assert "K = 2" in out and "wrote" in out
+    assert "chose K=2" in out and "wrote" in out
     assert _files(two_blobs.parent) == ["p.json", "p.png", "x.npy"]
     summary = json.loads((two_blobs.parent / "p.json").read_text())
     assert summary["chosen_n_clusters"] == 2 and summary["n"] == 300

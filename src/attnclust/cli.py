@@ -133,8 +133,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fit", help="cluster the rows of a .npy/.csv file with AttentionClustering")
     p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
-    p.add_argument("--n-clusters", "-k", type=int, required=True, metavar="K",
-                   help="number of clusters (heads)")
+    p.add_argument("--n-clusters", "-k", type=_n_clusters_arg, required=True, metavar="K",
+                   help="number of clusters (heads), or 'auto' (read off the temperature path)")
     p.add_argument("--out", default=None, metavar="PREFIX",
                    help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
                         "(default: DATA without its suffix; a folder, written DIR/, gets "
@@ -429,7 +429,7 @@ def _cmd_fit(args) -> int:
     _refuse_overwriting_input(args.data, _fit_outputs(prefix, None, None))
     # a float32/float64 .npy stays memory-mapped: no float64 copy made here
     X = load_matrix(args.data, min_columns=2, mmap=True)
-    if args.n_clusters > X.shape[0]:
+    if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
     with writable_folder(Path(prefix).parent):     # fails now, not after the fit
@@ -446,14 +446,32 @@ def _cmd_fit(args) -> int:
         _check_centers(est)
         outputs = _fit_outputs(prefix, est.cluster_centers_, est.labels_)
 
-        sizes = np.bincount(est.labels_, minlength=args.n_clusters)
-        conf_sum, sq_err = _summary_sums(est, X, args.n_clusters)
-        head = (f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
+        sizes = np.bincount(est.labels_, minlength=est.n_clusters_)
+        conf_sum, sq_err = _summary_sums(est, X, est.n_clusters_)
+        head = (_auto_k_line(est) + f"n={X.shape[0]}  d={X.shape[1]}  K={est.n_clusters_}  "
                 f"lambda={est.inverse_temperature_:.4g}  steps={est.n_iter_}  "
                 f"converged={'yes' if est.converged_ else 'no'}  "
                 f"risk={sq_err / X.shape[0]:.4g}  time={seconds:.2f}s")
         _write_all(outputs, _summary([head], sizes, conf_sum, outputs))
     return 0
+
+
+def _n_clusters_arg(value: str):
+    """``--n-clusters``: a positive integer, or ``auto``."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {value!r}: give an integer or "
+                                         "'auto'") from None
+
+
+def _auto_k_line(est) -> str:
+    """With ``-k auto``: the chosen K and why, on a line of its own."""
+    if getattr(est, "n_clusters_reason_", None) is None or est.n_clusters != "auto":
+        return ""
+    return f"chose K={est.n_clusters_}: {est.n_clusters_reason_}\n"
 
 
 def _add_path_parser(sub) -> None:
@@ -537,7 +555,7 @@ def _cmd_path(args) -> int:
         fig = path.plot()
         splits = ", ".join(f"{s:.3g}" for s in path.split_inverse_temperatures) or "none"
         line = (f"n={X.shape[0]}  d={X.shape[1]}  splits at lambda = {splits}\n"
-                f"K = {choice.n_clusters}: {choice.reason}\n"
+                f"chose K={choice.n_clusters}: {choice.reason}\n"
                 f"wrote {outputs[0]}, {outputs[1]}")
         try:
             with atomic_path(outputs[0]) as png, atomic_path(outputs[1]) as js:
@@ -574,7 +592,7 @@ def _inverse_temperature_arg(args, default):
 
 def _fit_params(args) -> dict:
     """Estimator parameters from the ``fit`` arguments (checked here, before any work)."""
-    if args.n_clusters < 1:
+    if args.n_clusters != "auto" and args.n_clusters < 1:
         raise CommandError(f"--n-clusters must be a positive integer, got {args.n_clusters}")
     if args.max_iter < 1:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")

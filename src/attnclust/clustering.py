@@ -88,6 +88,7 @@ from .fixed_point import fixed_point_fit
 from .geometry import Geometry, as_geometry
 from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
+from .temperature_path import anneal_heads, temperature_path
 from .warm_start import auto_inverse_temperature, boundary_variance, hard_lloyd
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -102,6 +103,7 @@ _LLOYD_STEPS = 20         # hard Lloyd steps before "auto" (stops when stable)
 _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
 _CHUNK = 16_384           # rows per chunk of a pass when batch_size is None, at most ...
 _CHUNK_NUMBERS = 1 << 19  # ... and at most this many numbers per (rows, d or K) block
+_PATH_SAMPLE = 5_000      # n_clusters="auto": the path of at most this many rows
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
 
 
@@ -116,7 +118,13 @@ def _random_directions(S, K, gen, geometry) -> np.ndarray:
     return geometry.init_directions(gen.standard_normal((K, S.shape[1])))
 
 
-_SEEDINGS = {"kmeans++": _kmeans_plusplus, "sphere": _random_directions}   # init="..."
+def _anneal_seeding(S: torch.Tensor, K: int, gen, geometry: Geometry) -> np.ndarray:
+    """The annealing path's heads at ``K`` (cold start, no randomness; ``gen`` unused)."""
+    return anneal_heads(S.double().cpu().numpy(), K, geometry=geometry.name)
+
+
+_SEEDINGS = {"kmeans++": _kmeans_plusplus, "sphere": _random_directions,   # init="..."
+             "anneal": _anneal_seeding}
 
 
 class DegenerateFitWarning(ConvergenceWarning):
@@ -213,8 +221,12 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        Number of heads ``K``.
+    n_clusters : int or "auto", default=8
+        Number of heads ``K``; ``"auto"``: read off the temperature path of the rows
+        (:func:`attnclust.temperature_path`, at most ``max_clusters`` heads): the widest
+        plateau in ``log lambda`` among ``K >= 2``, or ``K = 1`` when no plateau spans a
+        factor ``e`` (``docs/guide/temperature-path.md``; the rule and its measured
+        accuracy).
     geometry : {"euclidean", "sphere"}, default="euclidean"
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
@@ -223,9 +235,11 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
         nearest boundary, after hard Lloyd steps from the initialization.
-    init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
+    init : {"kmeans++", "sphere", "anneal"} or array of shape (n_clusters, n_features)
         Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 100,000
-        rows when there are more), random directions (uniform on the sphere; for
+        rows when there are more), ``"anneal"``: the heads of the annealing path from the
+        cold start where ``K`` of them are apart (:func:`attnclust.temperature_path.anneal_heads`;
+        no randomness, one init), random directions (uniform on the sphere; for
         Euclidean heads scaled to the data's root-mean-square distance from its mean,
         around the mean), or given heads (normalized on the sphere). With
         ``inverse_temperature="auto"`` a seeding is replaced by the hard Lloyd heads that estimate
@@ -278,9 +292,17 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     callback : callable, optional
         Called with an :class:`~attnclust.results.IterationInfo` after each step (progress
         bars), in the data's units; steps are counted over the whole fit.
+    max_clusters : int, default=10
+        With ``n_clusters="auto"``: the heads the temperature path follows, the largest
+        ``K`` it can choose.
 
     Attributes
     ----------
+    n_clusters_ : int
+        The number of heads fitted (``n_clusters``, or the one chosen by ``"auto"``).
+    path_ : TemperaturePath
+        With ``n_clusters="auto"``: the path ``K`` was read off; ``n_clusters_reason_``
+        says which plateau decided it.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         Heads, in the preprocessed space (unit norm on the sphere).
     labels_ : ndarray of shape (n_samples,)
@@ -324,8 +346,9 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
                  anneal="auto",
                  solver="fixed-point", max_iter=300, tol="auto", batch_size=None,
                  step_size=0.5, device="cpu", dtype="auto", random_state=None, verbose=0,
-                 callback=None):
+                 callback=None, max_clusters=10):
         self.n_clusters = n_clusters
+        self.max_clusters = max_clusters
         self.geometry = geometry
         self.inverse_temperature = inverse_temperature
         self.init = init
@@ -499,7 +522,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         K, d = self.n_clusters, S.shape[1]
         if isinstance(self.init, str):
             if self.init not in _SEEDINGS:
-                raise ValueError(f"init must be 'kmeans++', 'sphere' or an array, got "
+                raise ValueError(f"init must be 'kmeans++', 'sphere', 'anneal' or an array, got "
                                  f"{self.init!r}")
             centers = _SEEDINGS[self.init](S, K, gen, self._geometry)
         else:
@@ -519,6 +542,8 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
     @property
     def _n_init(self) -> int:
         if isinstance(self.n_init, str) and self.n_init == "auto":
+            if isinstance(self.init, str) and self.init == "anneal":
+                return 1                                  # deterministic: once is enough
             return self._geometry.n_init(isinstance(self.init, str))
         return check_int(self.n_init, "n_init", 1)
 
@@ -538,13 +563,45 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
         rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`);
         every rank gets the fit of all the rows.
         """
+        if isinstance(self.n_clusters, str):
+            return self._fit_auto(X, y, comm)
         X = self._validate(X, reset=True)
         comm = Communicator.local(X.shape[0]) if comm is None else comm
         self._check_params(comm.n_total)
         # on the CPU, the threads torch would have used share the chunks of each pass
         workers = torch.get_num_threads() if self._torch_threads == 1 else 1
         with torch_threads(self._torch_threads):
-            return self._fit_validated(X, comm, workers)
+            self._fit_validated(X, comm, workers)
+        self.n_clusters_ = self.n_clusters
+        return self
+
+    def _fit_auto(self, X, y, comm):
+        """``n_clusters="auto"``: ``K`` from the temperature path of the rows (a sample of
+        ``_PATH_SAMPLE`` rows drawn with ``random_state`` when there are more), read off by
+        :meth:`~attnclust.TemperaturePath.choose_n_clusters`; then the fit with that ``K``."""
+        if self.n_clusters != "auto":
+            raise ValueError(f"n_clusters must be a positive integer or 'auto', got "
+                             f"{self.n_clusters!r}")
+        if comm is not None:
+            raise ValueError("n_clusters='auto' is not data-parallel: choose K on one process "
+                             "and pass it")
+        max_k = check_int(self.max_clusters, "max_clusters", 1)
+        Xv = self._validate(X, reset=True)
+        rows = self._preprocess(Xv, fitting=True, comm=Communicator.local(Xv.shape[0]))
+        if rows.shape[0] > _PATH_SAMPLE:
+            gen = as_generator(self.random_state)
+            rows = rows[np.sort(gen.choice(rows.shape[0], _PATH_SAMPLE, replace=False))]
+        path = temperature_path(np.asarray(rows, dtype=np.float64), min(max_k, rows.shape[0]),
+                                geometry=self._geometry.name)
+        choice = path.choose_n_clusters()
+        self.n_clusters = choice.n_clusters
+        try:
+            self.fit(X, y)
+        finally:
+            self.n_clusters = "auto"
+        self.n_clusters_, self.path_, self.n_clusters_reason_ = (choice.n_clusters, path,
+                                                                 choice.reason)
+        return self
 
     def _chunk(self, n_features: int) -> int:
         """Rows per chunk of a pass: ``batch_size``, or blocks of about 2 MB (float32).

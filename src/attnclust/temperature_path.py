@@ -62,7 +62,7 @@ from .fixed_point import fixed_point_fit
 from .geometry import as_geometry
 from .heads import head_logits
 
-__all__ = ["ClusterChoice", "Plateau", "TemperaturePath", "path_grid",
+__all__ = ["ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads", "path_grid",
            "predicted_first_split", "temperature_path"]
 
 OBJECTIVES = ("free_energy", "risk")
@@ -157,9 +157,9 @@ class TemperaturePath:
             return ClusterChoice(1, None, f"no plateau of K >= 2 spans lambda by a factor "
                                  f"{math.exp(min_width):.2f} (widest: K = {best.n_clusters}, "
                                  f"factor {math.exp(best.width):.2f})")
-        return ClusterChoice(best.n_clusters, best, f"K = {best.n_clusters} holds for lambda "
-                             f"in [{best.start:.3g}, {best.stop:.3g}], a factor "
-                             f"{math.exp(best.width):.2f}, the widest plateau of the path")
+        return ClusterChoice(best.n_clusters, best, f"the widest plateau of the path: "
+                             f"{best.n_clusters} clusters for lambda in [{best.start:.3g}, "
+                             f"{best.stop:.3g}], a factor {math.exp(best.width):.2f}")
 
     def to_dict(self) -> dict:
         """A JSON-ready summary (grid, counts, risk, splits, plateaus with their heads)."""
@@ -548,3 +548,27 @@ def temperature_path(
         _plateaus(lams, counts, rows["reps"]), geometry, objective, min_size,
         {"max_clusters": K, "grid_ratio": grid_ratio, "n_decades": n_decades,
          "merge_tol": merge_tol, "max_iter": max_iter, "tol": tol})
+
+
+def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
+                 n_decades: float = 6.0) -> np.ndarray:
+    """``n_clusters`` heads from the cold start: the annealing path followed until they are
+    all apart (every group may split, whatever its size). No randomness: the same rows
+    give the same heads.
+
+    Returns
+    -------
+    ndarray of shape (n_clusters, d)
+        The heads where the path stopped (coincident heads remain only when ``lambda``
+        reached the end of the grid first).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[-1.0, 0.0], [-1.1, 0.1], [1.0, 0.0], [1.1, -0.1]])
+    >>> np.round(np.sort(anneal_heads(X, 2)[:, 0]), 3).tolist()
+    [-1.05, 1.05]
+    """
+    path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
+                            min_cluster_size=1)
+    return path.heads[-1]

@@ -74,7 +74,8 @@ def _annealing_split(X, k, config, geometry="euclidean"):
 
 def _split_rows(config, rng):
     rows = []
-    cells = list(itertools.product(config["ks"], config["dims"], config["sigmas"]))
+    cells = [(k, d, sigma) for k, d, sigma in itertools.product(
+        config["ks"], config["dims"], config["sigmas"]) if k <= d]   # k orthogonal centroids
     for (k, d, sigma), stream in track(zip(cells, rng.spawn(len(cells)), strict=True),
                                        desc="annealing splits", total=len(cells)):
         mix = _mixture(k, d, sigma)
@@ -118,10 +119,9 @@ def _risk_curvature(config, rng):
     fixed = np.array([np.linalg.norm(np.subtract(*temperature_path(
         X, max_clusters=2, objective="risk", inverse_temperatures=[lam]).heads[-1]))
         for lam in lams])
-    anneal = temperature_path(X, max_clusters=2, inverse_temperatures=lams, max_iter=4000)
-    da_sep = np.array([np.linalg.norm(np.subtract(*h)) for h in anneal.heads])
-    da_sep = np.concatenate([da_sep, np.zeros(len(lams) - len(da_sep))]) if len(da_sep) < len(
-        lams) else da_sep
+    da_sep = np.array([np.linalg.norm(np.subtract(*temperature_path(
+        X, max_clusters=2, inverse_temperatures=[lam], max_iter=config["max_iter"]).heads[-1]))
+        for lam in lams])
     return lams, var, curv, best, fixed, da_sep
 
 
@@ -194,6 +194,8 @@ def plot(result: FigureResult, out) -> None:
     s = a["splits"]
     for i, (k, d) in enumerate(itertools.product(cfg["ks"], cfg["dims"])):
         rows = s[(s[:, 0] == k) & (s[:, 1] == d)]
+        if not len(rows):
+            continue
         axes[0].plot(rows[:, 2], rows[:, 5] / rows[:, 4], "o-" if k == 2 else "s--", ms=3,
                      color=COLORS[i % 10], label=f"K={k}, d={d}")
     axes[0].axhline(1.0, color="k", lw=0.8)
