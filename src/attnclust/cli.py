@@ -104,8 +104,8 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on stderr (exit status 2).
 
     Its subcommand parsers are of the same class, so ``attnclust fit -k abc`` reads
-    ``attnclust fit: error: argument --n-clusters/-k: invalid int value: 'abc' (see
-    attnclust fit --help)``.
+    ``attnclust fit: error: argument --n-clusters/-k: invalid value 'abc': give an integer
+    or 'auto' (see attnclust fit --help)``.
     """
 
     def error(self, message: str):
