@@ -210,7 +210,7 @@ class TemperaturePath:
 def _center(X: torch.Tensor, geometry: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The cold start ``(d,)`` and the rows the path works on (centred when Euclidean)."""
     mean = X.mean(0)
-    if geometry == "euclidean":
+    if not _unit(geometry):
         return torch.zeros_like(mean), X - mean
     norm = torch.linalg.vector_norm(mean)
     if not float(norm) > 0:
@@ -218,8 +218,13 @@ def _center(X: torch.Tensor, geometry: str) -> tuple[torch.Tensor, torch.Tensor]
     return mean / norm, X
 
 
+def _unit(geometry) -> bool:
+    """Unit heads (the sphere): cold start at the mean's direction, tangent covariances."""
+    return as_geometry(geometry).unit_heads
+
+
 def _tangent_cov(cov: torch.Tensor, start: torch.Tensor, geometry: str) -> torch.Tensor:
-    if geometry == "euclidean":
+    if not _unit(geometry):
         return cov
     proj = torch.eye(cov.shape[0], dtype=cov.dtype) - torch.outer(start, start)
     return proj @ cov @ proj
@@ -244,7 +249,7 @@ def predicted_first_split(X, *, geometry: str = "euclidean",
     top = float(torch.linalg.eigvalsh(_tangent_cov(cov, start, geometry))[-1])
     if not top > 0:
         return math.inf
-    return (1.0 if geometry == "euclidean" else float(torch.linalg.vector_norm(Xt.mean(0)))) / top
+    return (float(torch.linalg.vector_norm(Xt.mean(0))) if _unit(geometry) else 1.0) / top
 
 
 def _check_objective(objective) -> str:
@@ -298,7 +303,7 @@ def _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size
         cov = ((Xc - mean).T * w) @ (Xc - mean) / total          # (d, d)
         vals, vecs = torch.linalg.eigh(_tangent_cov(cov, heads[members[0]], geometry))
         direction = vecs[:, -1] * torch.sign(vecs[vecs[:, -1].abs().argmax(), -1])
-        norm = float(torch.linalg.vector_norm(mean)) if geometry == "sphere" else 1.0
+        norm = float(torch.linalg.vector_norm(mean)) if _unit(geometry) else 1.0
         ratio = math.inf if objective == "risk" else lam * float(vals[-1]) / max(norm, 1e-300)
         out.append(_Group(members, ratio, direction, size))
     return out
@@ -339,9 +344,7 @@ def _kick(Xc, heads, weights, labels, lam, geometry, objective, step, min_size):
             if new_weights is not None:
                 new_weights[h] = mass[j] / need[j]
             h += 1
-    if geometry == "sphere":
-        new_heads = new_heads / torch.linalg.vector_norm(new_heads, dim=1, keepdim=True)
-    return new_heads, new_weights, new_labels
+    return as_geometry(geometry).projx(new_heads), new_weights, new_labels
 
 
 def _attention(Xc, heads, weights, lam, geometry) -> torch.Tensor:
@@ -360,9 +363,8 @@ def _annealing_fixed_point(Xc, heads, weights, lam, geometry, max_iter, tol):
     for _ in range(max_iter):
         A = _attention(Xc, heads, weights, lam, geometry)         # (n, K)
         mass = A.sum(0)                                           # (K,)
-        new = (A.T @ Xc) / mass.clamp_min(torch.finfo(Xc.dtype).tiny)[:, None]
-        if geometry == "sphere":
-            new = new / torch.linalg.vector_norm(new, dim=1, keepdim=True)
+        new = as_geometry(geometry).projx(                        # normalized on the sphere
+            (A.T @ Xc) / mass.clamp_min(torch.finfo(Xc.dtype).tiny)[:, None])
         new = torch.where((mass > 0)[:, None], new, heads)
         weights = (mass / Xc.shape[0]).clamp_min(1e-300)
         shift = float(torch.linalg.vector_norm(new - heads, dim=1).max())
@@ -537,7 +539,7 @@ def temperature_path(
     if grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
         raise ValueError("inverse_temperatures must be positive and finite")
     with torch_threads(1):   # short (n, K) operations: one thread (see _threads)
-        rows = _follow(Xc, start, Xt.mean(0) if geometry == "euclidean" else 0.0, grid, K,
+        rows = _follow(Xc, start, 0.0 if _unit(geometry) else Xt.mean(0), grid, K,
                        geometry, objective, scale, min_size, merge_tol, max_iter, tol, callback)
     lams, counts = np.array(rows["lam"]), np.array(rows["count"])
     grew = np.flatnonzero(np.diff(counts) > 0) + 1
