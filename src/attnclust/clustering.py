@@ -88,7 +88,7 @@ from .fixed_point import fixed_point_fit
 from .geometry import Geometry, as_geometry
 from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
-from .temperature_path import anneal_heads, temperature_path
+from .temperature_path import FAST_SETTINGS, anneal_heads, temperature_path
 from .warm_start import auto_inverse_temperature, boundary_variance, hard_lloyd
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -592,7 +592,7 @@ class AttentionClustering(ClusterMixin, OneToOneFeatureMixin, TransformerMixin, 
             gen = as_generator(self.random_state)
             rows = rows[np.sort(gen.choice(rows.shape[0], _PATH_SAMPLE, replace=False))]
         path = temperature_path(np.asarray(rows, dtype=np.float64), min(max_k, rows.shape[0]),
-                                geometry=self._geometry.name)
+                                geometry=self._geometry.name, **FAST_SETTINGS)
         choice = path.choose_n_clusters()
         self.n_clusters = choice.n_clusters
         try:

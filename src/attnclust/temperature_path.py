@@ -62,13 +62,18 @@ from .fixed_point import fixed_point_fit
 from .geometry import as_geometry
 from .heads import head_logits
 
-__all__ = ["ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads", "path_grid",
+__all__ = ["FAST_SETTINGS", "ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads",
+           "path_grid",
            "predicted_first_split", "temperature_path"]
 
 OBJECTIVES = ("free_energy", "risk")
 MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen over K = 1
 _KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
 _FLOOR = -700.0           # lowest shifted logit (see _attention)
+# a coarser grid and looser fixed points, for reading K off the path (the estimator's
+# n_clusters="auto" and init="anneal"): as accurate on benchmarks/bench_auto_k.py's
+# mixtures, about twice as fast (docs/guide/temperature-path.md)
+FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 100, "tol": 1e-4}
 
 
 @dataclass(frozen=True)
@@ -572,5 +577,5 @@ def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
     [-1.05, 1.05]
     """
     path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
-                            min_cluster_size=1)
+                            min_cluster_size=1, **FAST_SETTINGS)
     return path.heads[-1]
