@@ -3,7 +3,8 @@
 Usage: python _distributed_worker.py MODE DATA.npy OUT_PREFIX [SPEC], with the torchrun
 environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) set by the test.
 MODE: "fit" (save this rank's centers), "crash" (rank 1 exits mid-fit), "hang" (rank 1
-stops answering mid-fit), "pgd" (save this rank's full-batch and mini-batch PGD results).
+stops answering mid-fit), "pgd" (save this rank's full-batch and mini-batch PGD results),
+"weighted" (a fit with sample weights, saving centers and labels).
 """
 
 import os
@@ -39,6 +40,16 @@ def callback(info):
         if mode == "hang":
             time.sleep(120)
 
+
+if mode == "weighted":  # argv[4]: the weights of all rows (.npy); argv[5]: init (.npy)
+    X = ddp.shard_rows(data, rank, world)
+    start, stop = ddp.shard_bounds(ddp.shard_rows(data, 0, 1).shape[0], rank, world)
+    est = ddp.fit_distributed(X, 3, sample_weight=np.load(sys.argv[4])[start:stop],
+                              init=np.load(sys.argv[5]), tol=1e-10, max_iter=500)
+    np.save(f"{out}.rank{rank}.npy", est.cluster_centers_)
+    np.save(f"{out}.labels{rank}.npy", est.labels_)
+    dist.destroy_process_group()
+    sys.exit(0)
 
 X = ddp.shard_rows(data, rank, world)
 est = ddp.fit_distributed(X, 4, geometry="sphere", init="sphere", normalize="center-scale",

@@ -1,6 +1,7 @@
 import os
 
 import pytest
+import torch
 
 from attnclust import _io
 
@@ -22,3 +23,13 @@ def third_rename_fails(monkeypatch):
 
     monkeypatch.setattr(_io.os, "replace", replace)
     return calls
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` skip, saying why, where torch sees no CUDA device."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="no CUDA device (torch.cuda.is_available() is False)")
+    for item in items:
+        if "cuda" in item.keywords:
+            item.add_marker(skip)

@@ -202,8 +202,8 @@ def test_fit_never_writes_bad_centers(blobs, capsys, monkeypatch, bad):
     np.save(tmp / "x.npy", X)
     real_fit = AttentionClustering.fit
 
-    def fit(self, X, y=None):
-        real_fit(self, X)
+    def fit(self, X, y=None, sample_weight=None):
+        real_fit(self, X, sample_weight=sample_weight)
         self.cluster_centers_ = self.cluster_centers_ * bad
         return self
 

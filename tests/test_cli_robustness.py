@@ -165,10 +165,10 @@ def test_any_warning_is_one_line(blobs, capsys, monkeypatch):
 
     real_fit = AttentionClustering.fit
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         warnings.warn("first line\n  second line", ConvergenceWarning, stacklevel=2)
         warnings.warn("a user warning", UserWarning, stacklevel=2)
-        return real_fit(self, X)
+        return real_fit(self, X, sample_weight=sample_weight)
 
     monkeypatch.setattr(AttentionClustering, "fit", fit)
     assert main(["fit", str(blobs), "-k", "3", "--out", str(blobs.parent / "r")]) == 0
@@ -267,7 +267,7 @@ def _blocked(tmp_path: Path) -> Path:
 def test_unwritable_out_fails_before_fitting(blobs, capsys, monkeypatch):
     from attnclust.clustering import AttentionClustering
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         raise AssertionError("fitted although the output cannot be written")
 
     monkeypatch.setattr(AttentionClustering, "fit", fit)
@@ -422,7 +422,7 @@ def test_interrupt_during_renames_waits_for_all_of_them(tmp_path, monkeypatch):
 def test_out_of_memory_is_one_line_and_writes_nothing(blobs, capsys, monkeypatch):
     from attnclust.clustering import AttentionClustering
 
-    def fit(self, X, y=None):
+    def fit(self, X, y=None, sample_weight=None):
         raise MemoryError("Unable to allocate 58.2 TiB for an array with shape (10**12, 8)")
 
     monkeypatch.setattr(AttentionClustering, "fit", fit)

@@ -125,8 +125,29 @@ def test_chunked_passes_give_the_same_fit():
     d = load_wine()
     X = d.data / np.linalg.norm(d.data, axis=1, keepdims=True)
     a = SphereClustering(3, random_state=0, max_iter=30).fit(X)
-    b = SphereClustering(3, random_state=0, max_iter=30, batch_size=17).fit(X)
+    b = SphereClustering(3, random_state=0, max_iter=30, chunk_size=17).fit(X)
     np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-9)
+
+
+@pytest.mark.filterwarnings("ignore:AttentionClustering did not converge")
+def test_batch_size_of_the_fixed_point_solver_is_the_deprecated_chunk_size():
+    """batch_size meant rows per chunk for the fixed-point solver and the mini-batch for
+    pgd: the chunks are chunk_size now, and batch_size keeps its old meaning there with a
+    FutureWarning until 0.4; with pgd it is the mini-batch, without a warning."""
+    X = ac.GaussianMixture.orthogonal(d=6, k=3, sigma=0.1).sample(400, rng=0)
+    new = ac.AttentionClustering(3, random_state=0, chunk_size=50).fit(X)
+    with pytest.warns(FutureWarning, match="batch_size as the rows per chunk .* chunk_size"):
+        old = ac.AttentionClustering(3, random_state=0, batch_size=50).fit(X)
+    np.testing.assert_array_equal(old.cluster_centers_, new.cluster_centers_)
+    assert old.n_iter_ == new.n_iter_
+    common = dict(geometry="sphere", solver="pgd", max_iter=20, random_state=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        full = ac.AttentionClustering(3, chunk_size=50, **common).fit(X)
+        mini = ac.AttentionClustering(3, batch_size=50, **common).fit(X)
+    assert full.loss_curve_.tolist() == ac.AttentionClustering(3, **common).fit(X) \
+        .loss_curve_.tolist()                       # chunks change no step
+    assert not np.array_equal(mini.loss_curve_, full.loss_curve_)   # stochastic steps
 
 
 def test_pgd_solver_reaches_the_same_heads():
@@ -289,6 +310,7 @@ def test_zero_row_with_row_normalization_names_the_row():
     (dict(max_iter=2.5), "max_iter"),
     (dict(n_clusters=True), "n_clusters"),
     (dict(batch_size=0), "batch_size"),
+    (dict(chunk_size=1.5), "chunk_size must be an integer >= 1, got 1.5"),
     (dict(device="foo"), "device 'foo'"),
 ])
 def test_bad_parameters(bad, match):
@@ -368,12 +390,20 @@ _DTYPES_REASON = ("integer data with an all-zero row cannot be row-normalized (n
                   "the same check passes with normalize='center-scale'")
 
 
+_WEIGHTS_REASON = ("k-means++ draws its seeds among the rows, so repeated rows change the "
+                   "draws, as for scikit-learn's KMeans (which fails this check too); from the "
+                   "same initial heads, weights and repeated rows give the same fit "
+                   "(test_sample_weight.py)")
+
+
 @parametrize_with_checks(
     # few steps: these checks test the API, the other tests test convergence
     [AttentionClustering(max_iter=20), SphereClustering(max_iter=20),
      SphereClustering(normalize="center-scale", max_iter=20)],
-    expected_failed_checks=lambda est: (
-        {"check_estimators_dtypes": _DTYPES_REASON} if est._normalize == "rows" else {}),
+    expected_failed_checks=lambda est: {
+        **({"check_estimators_dtypes": _DTYPES_REASON} if est._auto("normalize") == "rows"
+           else {}),
+        "check_sample_weight_equivalence_on_dense_data": _WEIGHTS_REASON},
 )
 def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
@@ -417,7 +447,7 @@ def test_default_clusters_cells_not_cones(name, centers):
     X, y = _blobs(centers, std=0.6)
     X[0] = 0.0                                 # a row at the origin is no error
     est = AttentionClustering(len(centers), random_state=0).fit(X)
-    assert est.geometry == "euclidean" and est._normalize is None
+    assert est.geometry == "euclidean" and est._auto("normalize") is None
     assert ac.adjusted_rand_index(y, est.labels_) > 0.98
     assert ac.centroid_distance(est.cluster_centers_, centers).max < 0.15
 
@@ -509,6 +539,23 @@ def test_auto_inverse_temperature_stays_clear_of_uniform_attention(loader):
         est = AttentionClustering(len(np.unique(y)), random_state=0).fit(X)
     assert est.predict_proba(X).max(1).mean() > 0.85
     assert est.converged_
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "sphere"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_equal_rows_cap_lambda_and_warn_consistently(geometry, k):
+    """All rows equal: lambda is the cap, 1e12 (it was 1 / float64's tiny, 4.49e307), and
+    the warnings agree: the cap and dead heads, never "raise inverse_temperature"."""
+    X = np.tile([[1.0, 2.0]], (50, 1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = AttentionClustering(k, geometry=geometry, random_state=0).fit(X)
+    messages = [str(w.message) for w in caught]
+    assert est.inverse_temperature_ == pytest.approx(1e12, rel=1e-9)
+    assert any("at its cap" in m for m in messages)
+    assert not any("raise inverse_temperature" in m for m in messages)
+    assert sum("win no row" in m for m in messages) == (k > 1)
+    np.testing.assert_array_equal(est.labels_, 0)
 
 
 def test_dead_head_warns():

@@ -101,6 +101,45 @@ def test_the_old_floors_are_caught():
         "validate_data function needs scikit-learn >= 1.6"]
 
 
+# -- packaging: metadata that current setuptools builds without a deprecation -------------
+def _pyproject() -> dict:
+    tomllib = pytest.importorskip("tomllib")
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def test_license_is_an_spdx_expression_with_a_setuptools_that_reads_it():
+    """PEP 639: ``license`` is an SPDX string (the TOML table is deprecated, unsupported
+    after 2027-02-18), which setuptools understands from 77 on."""
+    meta = _pyproject()
+    assert meta["project"]["license"] == "BSD-3-Clause"
+    (spec,) = [r for r in meta["build-system"]["requires"] if r.startswith("setuptools")]
+    floor = re.fullmatch(r"setuptools\s*>=\s*([0-9]+)", spec)
+    assert floor and int(floor.group(1)) >= 77, spec
+
+
+@pytest.mark.slow
+def test_the_build_prints_no_deprecation_warning(tmp_path):
+    """Build a wheel from a copy of the package (with the installed setuptools, so no
+    network) and read the whole log: no ``SetuptoolsDeprecationWarning``."""
+    import shutil
+    import subprocess
+
+    pytest.importorskip("setuptools", minversion="77")
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, src / name)
+    shutil.copytree(ROOT / "src", src / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    run = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps",
+                          "--no-build-isolation", "-v", "-w", str(tmp_path / "wheel")],
+                         capture_output=True, text=True, cwd=tmp_path)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-2000:]
+    assert "DeprecationWarning" not in log, log[log.find("DeprecationWarning") - 500:][:1500]
+    assert list((tmp_path / "wheel").glob("attnclust-*.whl"))
+
+
 # -- GaussianMixture: equality by value, hashable ---------------------------------------------
 def test_mixture_equality_by_value():
     a = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.3)

@@ -100,7 +100,8 @@ def test_cli_old_option_warns_and_gives_the_same(tmp_path, capsys):
     np.testing.assert_array_equal(outs[0], outs[1])
     assert main(["quantize", str(tmp_path / "x.npy"), "--temperature", "1",
                  "--inverse-temperature", "1", "--out", str(tmp_path / "z.npy")]) == 2
-    assert "give --inverse-temperature only" in capsys.readouterr().err
+    assert "--inverse-temperature: not allowed with argument --temperature" in \
+        capsys.readouterr().err
     assert main(["quantize", str(tmp_path / "x.npy"), "--out", str(tmp_path / "z.npy")]) == 2
     assert "--inverse-temperature is required" in capsys.readouterr().err
     assert not (tmp_path / "z.npy").exists()
@@ -114,3 +115,37 @@ def test_assignment_error_takes_its_mixture_as_mix():
         old = ac.assignment_error(MIX.centroids, X, labels, inverse_temperature=3.0,
                                   mixture=MIX)
     assert old == new and not np.isnan(new.bayes_error)
+
+
+@pytest.mark.parametrize("cls", [ac.AttentionClustering, ac.AttentionQuantizer])
+def test_set_params_takes_the_old_name_until_0_4(cls):
+    est = cls()
+    with pytest.warns(FutureWarning, match=r"set_params\(\): 'temperature' is deprecated and "
+                                           r"will be removed in 0\.4"):
+        assert est.set_params(temperature=2.5) is est
+    assert est.get_params()["inverse_temperature"] == 2.5
+    with pytest.raises(ValueError, match="both 'inverse_temperature' and its deprecated"):
+        est.set_params(temperature=1.0, inverse_temperature=1.0)
+
+
+def test_grid_search_over_the_old_name():
+    """A parameter grid written for 0.1 fits the same models as one written for 0.2."""
+    from sklearn.model_selection import GridSearchCV
+
+    def search(name):
+        grid = GridSearchCV(ac.AttentionClustering(2, random_state=0),
+                            {name: [3.0, 30.0]}, cv=2)
+        return grid.fit(X)
+    new = search("inverse_temperature")
+    with pytest.warns(FutureWarning, match="'temperature' is deprecated"):
+        old = search("temperature")
+    np.testing.assert_array_equal(old.cv_results_["mean_test_score"],
+                                  new.cv_results_["mean_test_score"])
+    assert old.best_estimator_.inverse_temperature == new.best_estimator_.inverse_temperature
+
+
+def test_old_names_are_kept_until_0_4():
+    with pytest.warns(FutureWarning, match=r"will be removed in 0\.4"):
+        ac.AttentionClustering(temperature=2.0)
+    with pytest.warns(FutureWarning, match=r"will be removed in 0\.4"):
+        assert ac.AttentionQuantizer().fit(X).temperature_ > 0

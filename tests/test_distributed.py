@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust import clustering, fixed_point
+from attnclust import clustering, fixed_point, warm_start
 from attnclust import risk as risk_module
 from attnclust.clustering import AttentionClustering
 from attnclust.communicator import Communicator
@@ -160,7 +160,7 @@ def _fit_simulated(X, world, **params):
     dict(n_clusters=4, geometry="sphere", init="sphere", normalize="center-scale",
          penalty="balance", rho=0.1, random_state=1),
     dict(n_clusters=3, geometry="sphere", inverse_temperature=20.0, penalty="repulsion", rho=0.1,
-         anneal=False, batch_size=300, random_state=2),
+         anneal=False, chunk_size=300, random_state=2),
 ])
 def test_simulated_ranks_match_one_process(data, params, monkeypatch):
     _, X = data
@@ -181,8 +181,8 @@ def test_simulated_ranks_match_one_process(data, params, monkeypatch):
 def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
     _, X = data
     seen = []
-    real = clustering.kmeans_plusplus
-    monkeypatch.setattr(clustering, "kmeans_plusplus",
+    real = warm_start.kmeans_plusplus
+    monkeypatch.setattr(warm_start, "kmeans_plusplus",
                         lambda rows, *a, **k: seen.append(rows.shape) or real(rows, *a, **k))
     monkeypatch.setattr(clustering, "_WARM_SAMPLE", 500)
     AttentionClustering(4, random_state=0, max_iter=5).fit(X[:400])
@@ -414,7 +414,8 @@ def test_each_rank_checks_its_rows_like_one_process(tmp_path, case):
     from attnclust.cli import _load_shard
 
     path = _bad_file(tmp_path, case)
-    args = SimpleNamespace(data=str(path), normalize="auto", geometry="sphere")
+    args = SimpleNamespace(data=str(path), normalize="auto", geometry="sphere", header="auto",
+                           weight_column=None, sample_weight=None)
     failing = []
     for rank in range(2):
         try:

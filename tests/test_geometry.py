@@ -171,9 +171,7 @@ def test_sphere_fixed_point_step_keeps_the_heads_on_the_sphere_and_fixes_critica
     torch.testing.assert_close(step.norm(dim=1), torch.ones(3, dtype=mu.dtype))
 
 
-@pytest.mark.parametrize("geometry", [Sphere(), pytest.param(Euclidean(), marks=pytest.mark.xfail(
-    strict=True, reason="known defect kept for identical fits: eye * inf is NaN off the "
-    "diagonal, so the argmin picks the first other head, not the nearest"))])
+@pytest.mark.parametrize("geometry", [Sphere(), Euclidean()])
 def test_nearest_boundary_normal_is_orthogonal_to_the_boundary(geometry):
     """The normal ``mu_c - g mu_h`` of the nearest boundary: the logits of heads h and c
     differ by a constant times it, and its squared norm is the one returned."""
@@ -209,9 +207,13 @@ def test_init_directions_and_start_heads():
 def test_estimator_defaults_are_the_geometrys():
     for geometry in (Sphere(), Euclidean()):
         est = ac.AttentionClustering(geometry=geometry.name)
-        assert est._normalize == geometry.normalize
-        assert est._tol == geometry.tol and est._anneal == geometry.anneal
-        assert est._n_init == geometry.n_init(True)
+        assert est._auto("normalize") == geometry.normalize
+        assert est._auto("tol") == geometry.tol and est._auto("anneal") == geometry.anneal
+        assert est._auto("n_init") == geometry.n_init(True)
+        assert ac.AttentionClustering(init=np.eye(8), geometry=geometry.name)._auto("n_init") \
+            == geometry.n_init(False) == 1
+        assert ac.AttentionClustering(tol=0.5, n_init=7, geometry=geometry.name)._auto("tol") \
+            == 0.5
     assert (Sphere().n_init(True), Euclidean().n_init(True), Euclidean().n_init(False)) \
         == (1, 3, 1)
 

@@ -125,3 +125,25 @@ def test_tensors_that_require_grad_are_accepted():
     assert q.n_features_in_ == 3 and t.grad is None
     lam = AttentionQuantizer().fit(X).inverse_temperature_
     assert AttentionQuantizer().fit(t).inverse_temperature_ == lam
+
+
+@pytest.mark.slow
+def test_read_only_input_gives_no_torch_warning(tmp_path):
+    """A read-only memory map (or a pandas 3 frame's values) is only read: torch's "array is
+    not writable" warning is not the user's business. torch warns once per process, so
+    the check runs in a fresh one, with every warning an error."""
+    import subprocess
+    import sys
+
+    X = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.3).sample(200, rng=0)
+    np.save(tmp_path / "x.npy", X)
+    code = ("import numpy as np, attnclust as ac\n"
+            f"X = np.load({str(tmp_path / 'x.npy')!r}, mmap_mode='r')\n"
+            "assert not X.flags.writeable\n"
+            "Y = ac.AttentionQuantizer(inverse_temperature=2.0).fit_transform(X)\n"
+            "np.save(__import__('sys').argv[1], Y)\n")
+    run = subprocess.run([sys.executable, "-W", "error", "-c", code, str(tmp_path / "y.npy")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), np.asarray(identity_attention(X, 2.0)),
+                               rtol=1e-12, atol=1e-12)

@@ -92,3 +92,45 @@ def test_hard_lloyd_euclidean_is_kmeans():
     np.testing.assert_array_equal(res.labels.numpy(), km.labels_)
     # the score is minus half the k-means inertia per row, up to the rows' own norms
     assert res.score == pytest.approx((np.sum(X**2) - km.inertia_) / 2 / len(X), rel=1e-12)
+
+
+def test_boundary_variance_packs_no_buffer_for_a_sum_over_ranks():
+    """The warm start runs on a sample every rank holds whole, so its statistics need no
+    sum over ranks; they are read as computed, with no buffer packed (``torch.cat``) and
+    unpacked again for a reduction that never happens."""
+    import ast
+    import inspect
+
+    from attnclust import warm_start
+
+    tree = ast.parse(inspect.getsource(warm_start.boundary_variance))
+    packs = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Attribute) and node.func.attr in ("cat", "stack")]
+    assert packs == []
+
+
+def test_boundary_variance_is_the_pooled_variance_along_the_normals():
+    """Against a direct computation: each cluster's variance along the unit normal of its
+    nearest boundary (sphere: the tangent at mu_h towards the nearest head), pooled with
+    the neighbour's along the reverse normal, averaged with the cluster sizes."""
+    from attnclust.geometry import Sphere
+    from attnclust.warm_start import boundary_variance, hard_labels
+
+    gen = np.random.default_rng(3)
+    mix = ac.GaussianMixture.random(d=5, k=3, sigma=0.2, min_angle=1.0, rng=1)
+    X = torch.as_tensor(mix.sample(3000, rng=2))
+    heads = ac.normalize(torch.as_tensor(mix.centroids + 0.05 * gen.standard_normal((3, 5))))
+    z = hard_labels(X, heads, "sphere").numpy()
+    Xn, H = X.numpy(), heads.numpy()
+    c, _, _ = Sphere().nearest_boundary(heads @ heads.T)
+    total = 0.0
+    for h in range(3):
+        g = int(c[h])
+        u = H[g] - (H[g] @ H[h]) * H[h]
+        u /= np.linalg.norm(u)
+        v = H[h] - (H[h] @ H[g]) * H[g]
+        v /= np.linalg.norm(v)
+        nh, ng = np.sum(z == h), np.sum(z == g)
+        pooled = (nh * np.var(Xn[z == h] @ u) + ng * np.var(Xn[z == g] @ v)) / (nh + ng)
+        total += nh * pooled
+    assert boundary_variance(X, heads).variance == pytest.approx(total / len(Xn), rel=1e-10)

@@ -1,7 +1,8 @@
 """Runner for the benchmarks under ``benchmarks/`` (``attnclust bench``).
 
 Each ``benchmarks/bench_*.py`` defines ``run(quick: bool) -> list[dict]``; every dict is
-one row of the printed table (same keys within a file). Benchmarks report ratios
+one row of the printed table (same keys within a file). A benchmark of device paths also
+takes ``device`` (``attnclust bench --device cuda``). Benchmarks report ratios
 against a baseline measured in the same run, never absolute timings alone.
 
 The benchmark files belong to the source repository, not to the installed package (they
@@ -14,6 +15,7 @@ says so and asks for ``--dir``.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import subprocess
 import traceback
 from pathlib import Path
@@ -92,13 +94,24 @@ def _load(path: Path):
     return module
 
 
-def run_benchmarks(files: list[Path], *, quick: bool, only: str | None = None):
-    """Run each benchmark file; yield ``(name, rows)``."""
+def run_benchmarks(files: list[Path], *, quick: bool, only: str | None = None,
+                   device: str | None = None):
+    """Run each benchmark file; yield ``(name, rows)``.
+
+    With ``device``, a benchmark whose ``run`` takes a ``device`` argument runs there; the
+    others do not run and yield ``None`` rows (they measure the CPU only).
+    """
     for path in files:
         name = path.stem.removeprefix("bench_")
         if only and only not in name:
             continue
-        yield name, _load(path).run(quick=quick)
+        run = _load(path).run
+        if device is None:
+            yield name, run(quick=quick)
+        elif "device" in inspect.signature(run).parameters:
+            yield name, run(quick=quick, device=device)
+        else:
+            yield name, None
 
 
 def format_table(rows: list[dict]) -> str:

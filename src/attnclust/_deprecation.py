@@ -2,7 +2,9 @@
 
 In 0.2 ``temperature`` became ``inverse_temperature`` (``lambda`` multiplies the logits,
 so larger is sharper) and ``assignment_error``'s ``mixture`` became ``mix`` (the name of a
-mixture everywhere else); the old names still work and warn with a ``FutureWarning``.
+mixture everywhere else); the old names still work, until 0.4, and warn with a
+``FutureWarning``: as keywords, as attributes, and through an estimator's ``set_params``
+(so parameter grids written for 0.1, as in ``GridSearchCV``, keep working).
 """
 
 from __future__ import annotations
@@ -10,12 +12,27 @@ from __future__ import annotations
 import functools
 import warnings
 
-__all__ = ["renamed_keywords", "RenamedAttribute"]
+__all__ = ["REMOVED_IN", "RenamedAttribute", "RenamedParamsMixin", "renamed_keywords"]
+
+# the release that drops the old names
+REMOVED_IN = "0.4"
 
 
 def _warn(old: str, new: str, where: str, stacklevel: int) -> None:
-    warnings.warn(f"{where}: {old!r} is deprecated and will be removed in the next release; "
+    warnings.warn(f"{where}: {old!r} is deprecated and will be removed in {REMOVED_IN}; "
                   f"use {new!r} (the same value)", FutureWarning, stacklevel=stacklevel + 1)
+
+
+def _renamed(kwargs: dict, renames: dict, where: str, error: type[Exception]) -> dict:
+    """``kwargs`` with each old name of ``renames`` replaced by its new one, warning once per
+    old name for the caller of the caller; ``error`` when both names are given."""
+    for old, new in renames.items():
+        if old in kwargs:
+            if new in kwargs:
+                raise error(f"{where} got both {new!r} and its deprecated name {old!r}")
+            _warn(old, new, where, stacklevel=3)
+            kwargs[new] = kwargs.pop(old)
+    return kwargs
 
 
 def renamed_keywords(**renames: str):
@@ -40,14 +57,8 @@ def renamed_keywords(**renames: str):
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            for old, new in renames.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{name}() got both {new!r} and its deprecated name "
-                                        f"{old!r}")
-                    _warn(old, new, f"{name}()", stacklevel=2)
-                    kwargs[new] = kwargs.pop(old)
-            return fn(*args, **kwargs)
+            return fn(*args, **_renamed(kwargs, renames, f"{name}()", TypeError))
+        wrapper.renamed_keywords = dict(renames)   # read by RenamedParamsMixin.set_params
         return wrapper
     return decorate
 
@@ -77,3 +88,30 @@ class RenamedAttribute:
         value = getattr(obj, self.new)      # AttributeError first, e.g. when not fitted
         _warn(self.old, self.new, type(obj).__name__, stacklevel=1)
         return value
+
+
+class RenamedParamsMixin:
+    """``set_params`` that also takes the old names of ``__init__``'s renamed keywords.
+
+    Put it before ``BaseEstimator`` in the bases of an estimator whose ``__init__`` is
+    decorated by :func:`renamed_keywords`; scikit-learn's ``clone``, pipelines and
+    ``GridSearchCV`` set parameters through ``set_params``.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> from sklearn.base import BaseEstimator
+    >>> class Est(RenamedParamsMixin, BaseEstimator):
+    ...     @renamed_keywords(temperature="inverse_temperature")
+    ...     def __init__(self, inverse_temperature=1.0):
+    ...         self.inverse_temperature = inverse_temperature
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore")
+    ...     Est().set_params(temperature=3.0).inverse_temperature
+    3.0
+    """
+
+    def set_params(self, **params):
+        renames = getattr(type(self).__init__, "renamed_keywords", {})
+        return super().set_params(**_renamed(params, renames,
+                                             f"{type(self).__name__}.set_params()", ValueError))

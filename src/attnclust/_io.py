@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["atomic_path", "check_finite_rows", "check_matrix_shape", "check_nonzero_rows",
-           "deferred_interrupts", "interrupt",
+__all__ = ["NpyRows", "atomic_path", "check_finite_rows", "check_matrix_shape",
+           "check_nonzero_rows", "deferred_interrupts", "interrupt",
            "load_matrix", "open_npy", "read_npy_header", "remove_temporaries", "save_matrix",
            "save_matrices", "writable_folder"]
 
@@ -204,6 +205,9 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
                   before_rename: Callable[[], None] | None = None) -> None:
     """Write every ``path -> array`` (by suffix, see :func:`save_matrix`), all or nothing.
 
+    A value may also be a function that writes its file at the path it is given (a
+    temporary path with the target's suffix), such as ``lambda p: fig.savefig(p)``.
+
     Every array is first written to a temporary file next to its target; only when all of
     them are written are they renamed, in one loop, onto their targets. If anything fails,
     every temporary file is removed, and so is every target this call had already created.
@@ -229,7 +233,10 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
         for path, array in targets:
             tmp = _temp_next_to(path)
             staged.append((tmp, path))
-            save_matrix(array, tmp)
+            if callable(array):     # a writer of its own format (a figure)
+                array(tmp)
+            else:
+                save_matrix(array, tmp)
             os.chmod(tmp, _file_mode(path))
         if before_rename is not None:
             before_rename()
@@ -265,7 +272,41 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def _parse_csv(path: Path) -> np.ndarray:
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+
+def _is_integer(cell: str) -> bool:
+    return _INTEGER.fullmatch(cell) is not None
+
+
+def _numeric_header(path: Path, first: list[str], rows: list[tuple[int, list[str]]]) -> bool:
+    """Whether a first line of numbers is a header (``header="auto"``), or ``ValueError``.
+
+    A line of numbers is data, unless it reads like column names: increasing integers
+    while the lines after it hold other numbers. Then it is pandas' ``to_csv(index=False)``
+    header ``0,1,...,d-1`` when it is exactly that; anything else (``2019,2020``, or
+    ``0,1,...`` above integer data) is ambiguous and refused: guessing would shift every
+    label by one row, or drop a row, without a word. (NaN, inf and non-numbers below are
+    left to the checks that report them.)
+    """
+    if not all(_is_integer(c) for c in first):
+        return False
+    values = [int(c) for c in first]
+    if any(b <= a for a, b in zip(values, values[1:], strict=False)):
+        return False                  # column numbers increase; this is a row of data
+    pandas = first == [str(j) for j in range(len(first))]
+    integer_data = all(_is_integer(c) for _, cells in rows for c in cells
+                       if _is_number(c) and math.isfinite(float(c)))
+    if pandas and not integer_data:
+        return True
+    if integer_data and not pandas:
+        return False
+    raise ValueError(f"{path}: cannot tell whether the first line ({','.join(first)[:40]}) "
+                     "is a header of column numbers or a row of data; pass --header yes "
+                     "or --header no (header=True or False)")
+
+
+def _parse_csv(path: Path, header: bool | None = None) -> np.ndarray:
     # utf-8-sig drops the byte-order mark that spreadsheet programs write ("CSV UTF-8")
     text = path.read_text(encoding="utf-8-sig", errors="strict")
     # (line number in the file, stripped text) of the lines that hold data or a header
@@ -279,9 +320,13 @@ def _parse_csv(path: Path) -> np.ndarray:
     def split(line: str) -> list[str]:
         return [c.strip() for c in (line.split(delimiter) if delimiter else line.split())]
 
-    # the first line is a header only when none of its cells is a number: a line of numbers
-    # with one bad cell is data with a bad value, reported below like any other
-    header = not any(_is_number(c) for c in split(first))
+    if header is None:
+        # a header when none of its cells is a number: a line of numbers with one bad cell
+        # is data with a bad value, reported below like any other
+        cells = split(first)
+        header = not any(_is_number(c) for c in cells)
+        if not header and all(_is_number(c) for c in cells):
+            header = _numeric_header(path, cells, [(n, split(ln)) for n, ln in lines[1:]])
     rows = [(n, split(ln)) for n, ln in lines[1 if header else 0:]]
     if not rows:
         raise ValueError(f"{path}: no data rows after the header")
@@ -378,6 +423,72 @@ def open_npy(path: str | os.PathLike) -> np.memmap | np.ndarray:
         raise ValueError(f"{path}: not a readable .npy array ({_first_line(exc)})") from None
 
 
+class NpyRows:
+    """The rows of a 2-D ``.npy`` file, read on demand with plain reads (no memory map).
+
+    A memory map keeps every page it has touched in the process's resident memory until
+    the system reclaims it; reading blocks into fresh arrays keeps the resident memory of
+    a pass over the file at one block. Indexing: a slice of rows (step 1), an integer
+    array of rows, or anything NumPy takes on the block of those rows.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.npy"
+    >>> np.save(path, np.arange(12.0).reshape(4, 3))
+    >>> rows = NpyRows(path)
+    >>> rows.shape, rows[1:3].tolist(), rows[np.array([0, 3])][:, 0].tolist()
+    ((4, 3), [[3.0, 4.0, 5.0], [6.0, 7.0, 8.0]], [0.0, 9.0])
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        shape, self.dtype, self._offset = read_npy_header(self.path)
+        _check_real_dtype(self.path, self.dtype)
+        if len(shape) != 2:
+            raise ValueError(f"{self.path}: expected a 2-D array (one point per row), got "
+                             f"shape {shape}")
+        with open(self.path, "rb") as f:   # a Fortran-ordered file is not row by row
+            version = np.lib.format.read_magic(f)
+            fortran = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                       else np.lib.format.read_array_header_2_0)(f)[1]
+        if fortran:
+            raise ValueError(f"{self.path}: a Fortran-ordered .npy; save it in C order "
+                             "(np.save of np.ascontiguousarray(X))")
+        self.shape = shape
+        self.ndim, self.size = 2, math.prod(shape)
+
+    def _read(self, start: int, stop: int) -> np.ndarray:
+        n, d = self.shape
+        start, stop = max(0, min(start, n)), max(0, min(stop, n))
+        count = max(0, stop - start) * d
+        row_bytes = d * self.dtype.itemsize
+        with open(self.path, "rb") as f:
+            f.seek(self._offset + start * row_bytes)
+            block = np.fromfile(f, dtype=self.dtype, count=count)
+        return block.reshape(-1, d)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key):
+        rows, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
+        if isinstance(rows, slice) and rows.step in (None, 1):
+            start, stop, _ = rows.indices(self.shape[0])
+            block = self._read(start, stop)
+        else:                       # rows picked out of blocks, in the order asked
+            idx = np.arange(self.shape[0])[rows]
+            flat = np.atleast_1d(idx)
+            block = np.empty((flat.size, self.shape[1]), self.dtype)
+            for start in range(0, self.shape[0], _CHECK_ROWS):
+                here = np.flatnonzero((flat >= start) & (flat < start + _CHECK_ROWS))
+                if here.size:
+                    block[here] = self._read(start, start + _CHECK_ROWS)[flat[here] - start]
+            if np.ndim(idx) == 0:
+                block = block[0]
+        return block[(slice(None), *rest)] if rest else block
+
+
 # rows checked at once by the finiteness check: bounded memory on memory-mapped files
 _CHECK_ROWS = 1 << 16
 
@@ -429,11 +540,13 @@ def _check_file(path: Path) -> None:
 
 
 def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
-                mmap: bool = False) -> np.ndarray:
+                mmap: bool = False, header: bool | None = None) -> np.ndarray:
     r"""Read a data matrix, one point per row, from ``.npy`` or ``.csv`` (header optional).
 
     A CSV header is recognized as a first line none of whose cells is a number (a first
-    line of numbers with one bad cell is data with a bad value, reported as such); fields
+    line of numbers with one bad cell is data with a bad value, reported as such), or as
+    pandas' header of column numbers ``0,1,...,d-1`` above rows that are not all integers;
+    a first line of integers that could be either is refused (see ``header``). Fields
     are separated by commas (or semicolons, or whitespace when the first line has neither);
     a UTF-8 byte-order mark is skipped. A ``.npy`` header is checked against the file size
     before anything is allocated.
@@ -445,6 +558,9 @@ def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
     mmap : bool, default=False
         Return a float32 or float64 ``.npy`` as a read-only memory map instead of a
         float64 copy in memory (other dtypes are still converted to float64).
+    header : bool or None, default=None
+        Whether a CSV's first line is a header (``True``: skipped whatever it holds;
+        ``False``: data); ``None`` detects it as above. Ignored for ``.npy``.
 
     Raises
     ------
@@ -471,7 +587,7 @@ def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
         X = open_npy(path)
     elif suffix == ".csv":
         try:
-            X = _parse_csv(path)
+            X = _parse_csv(path, header)
         except UnicodeDecodeError:
             raise ValueError(f"{path}: not a text CSV file (not UTF-8)") from None
         except OSError as exc:

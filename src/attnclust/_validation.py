@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import torch
@@ -12,11 +13,14 @@ __all__ = [
     "as_numpy_input",
     "as_tensor",
     "as_torch_dtype",
+    "check_constraints",
     "check_device",
     "check_inverse_temperature",
     "check_finite",
     "check_int",
     "check_nonnegative",
+    "check_sample_weight",
+    "readonly_tensor",
 ]
 
 
@@ -47,6 +51,25 @@ def as_tensor(x, *, name: str = "x", dtype=None, device=None) -> torch.Tensor:
     if dtype is not None or device is not None:
         t = t.to(dtype=dtype or t.dtype, device=device or t.device)
     return t
+
+
+def readonly_tensor(X: np.ndarray) -> torch.Tensor:
+    """A tensor on the memory of ``X`` (copied only when not C-contiguous), to be read only.
+
+    ``X`` may be read-only (a read-only memory map, a pandas 3 frame's values): torch wraps
+    it all the same but warns that writing to it would be undefined, which callers that
+    only read it must not pass on to their users.
+
+    Examples
+    --------
+    >>> X = np.ones((2, 3))
+    >>> X.flags.writeable = False
+    >>> readonly_tensor(X).sum().item()
+    6.0
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable", category=UserWarning)
+        return torch.from_numpy(np.ascontiguousarray(X))
 
 
 def check_finite(t: torch.Tensor, name: str) -> torch.Tensor:
@@ -217,3 +240,87 @@ def as_numpy_input(X):
     if t.dtype in (torch.float16, torch.bfloat16):
         t = t.float()
     return t.cpu().resolve_conj().resolve_neg().numpy()
+
+
+def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray | None:
+    """``sample_weight`` as a float64 array of shape ``(n_samples,)``, or ``None`` for none.
+
+    A number gives every row that weight. Weights must be finite and non-negative; their
+    sum may be zero here (a data-parallel rank may hold only rows of weight zero: the fit
+    checks the total over all ranks).
+
+    Raises
+    ------
+    ValueError
+        Not numeric, not of shape ``(n_samples,)``, NaN, inf or negative (naming the first
+        bad entry).
+
+    Examples
+    --------
+    >>> check_sample_weight([1, 2, 0], 3)
+    array([1., 2., 0.])
+    >>> check_sample_weight([1.0, -1.0], 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: sample_weight must be non-negative, got -1.0 at index 1
+    """
+    if sample_weight is None:
+        return None
+    if isinstance(sample_weight, torch.Tensor):
+        sample_weight = sample_weight.detach().cpu().numpy()
+    try:
+        w = np.asarray(sample_weight, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"sample_weight must be numbers, got "
+                         f"{type(sample_weight).__name__}") from None
+    if w.ndim == 0:
+        w = np.full(n_samples, float(w))
+    if w.shape != (n_samples,):
+        raise ValueError(f"sample_weight must have shape ({n_samples},), one weight per row, "
+                         f"got shape {w.shape}")
+    bad = np.flatnonzero(~np.isfinite(w))
+    if bad.size:
+        raise ValueError(f"sample_weight must be finite, got {w[bad[0]]} at index {bad[0]}")
+    negative = np.flatnonzero(w < 0)
+    if negative.size:
+        raise ValueError(f"sample_weight must be non-negative, got {w[negative[0]]} at index "
+                         f"{negative[0]}")
+    return w
+
+
+def _is_constant(value, option) -> bool:
+    """Whether ``value`` is the constant ``option`` (None, a bool or a string)."""
+    if option is None:
+        return value is None
+    if isinstance(option, bool):
+        return isinstance(value, bool | np.bool_) and bool(value) == option
+    return isinstance(value, str) and value == option
+
+
+def check_constraints(params: dict, constraints: dict) -> None:
+    """Check parameters against a declarative table (scikit-learn's
+    ``_parameter_constraints`` pattern): one table, checked once in ``fit``.
+
+    ``constraints[name] = (constants, check)``: ``params[name]`` may be one of the
+    ``constants`` (``None``, booleans, strings); any other value goes to ``check(value)``,
+    which raises a ``ValueError`` naming it (``check=None``: a ``ValueError`` listing the
+    constants).
+
+    Examples
+    --------
+    >>> table = {"solver": (("fixed-point", "pgd"), None),
+    ...          "tol": (("auto",), lambda v: check_nonnegative(v, "tol"))}
+    >>> check_constraints({"solver": "pgd", "tol": 1e-4}, table)
+    >>> check_constraints({"solver": "newton", "tol": "auto"}, table)
+    Traceback (most recent call last):
+    ...
+    ValueError: solver must be 'fixed-point' or 'pgd', got 'newton'
+    """
+    for name, (constants, check) in constraints.items():
+        value = params[name]
+        if any(_is_constant(value, option) for option in constants):
+            continue
+        if check is None:
+            listed = ", ".join(map(repr, constants[:-1])) + f" or {constants[-1]!r}"
+            raise ValueError(f"{name} must be {listed}, got {value!r}")
+        check(value)

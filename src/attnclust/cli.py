@@ -117,6 +117,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="attnclust",
         description="Attention layers as clustering and quantization operators.",
     )
+    _version_option(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("list", help="list the reproducible figures")
@@ -139,10 +140,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
                         "(default: DATA without its suffix; a folder, written DIR/, gets "
                         "the files named after DATA)")
-    p.add_argument("--inverse-temperature", default=None, metavar="LAMBDA",
-                   help="inverse temperature lambda (it multiplies the logits: larger is "
-                        "sharper), or 'auto' (default)")
-    _deprecated_temperature(p)
+    _inverse_temperature_option(p, required=False,
+                                help="inverse temperature lambda (it multiplies the logits: "
+                                     "larger is sharper), or 'auto' (default)")
     p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
                    help="euclidean: free heads, soft k-means cells (default); sphere: unit "
                         "heads, cones from the origin (directions, e.g. embeddings)")
@@ -151,7 +151,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         "--geometry sphere, as given otherwise)")
     p.add_argument("--no-anneal", action="store_true",
                    help="fit at the target inverse temperature only")
-    p.add_argument("--max-iter", type=int, default=300)
+    p.add_argument("--max-iter", type=int, default=300, metavar="N",
+                   help="most fixed-point steps at the final inverse temperature (default: "
+                        "300); the fit stops earlier when it converges")
     p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: cpu)")
@@ -164,16 +166,19 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="with --distributed: how long a rank waits for the others before "
                         "failing (rendezvous and each collective; default: 300, at most "
                         "1e7)")
+    _fit_output_options(p)
+    _fit_weight_options(p)
+    _batch_rows_option(p)
+    _header_option(p)
     p.set_defaults(handler=_cmd_fit)
 
     _add_path_parser(sub)
 
     p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
     p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
-    p.add_argument("--inverse-temperature", default=None, metavar="LAMBDA",
-                   help="inverse temperature lambda (required; it multiplies the logits: "
-                        "larger is sharper)")
-    _deprecated_temperature(p)
+    _inverse_temperature_option(p, required=True,
+                                help="inverse temperature lambda (it multiplies the logits: "
+                                     "larger is sharper)")
     p.add_argument("--out", required=True, metavar="FILE", help="output file (.npy or .csv)")
     p.add_argument("--n-steps", type=int, default=1, help="repeated applications (default: 1)")
     p.add_argument("--exclude-self", action="store_true", help="a token does not attend to itself")
@@ -181,6 +186,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="project tokens back to the sphere after each step")
     p.add_argument("--backend", default="auto", help="auto, dense, fused or chunked")
     p.add_argument("--quiet", action="store_true", help="no warnings")
+    _header_option(p)
     p.set_defaults(handler=_cmd_quantize)
 
     p = sub.add_parser("bench", help="run the benchmarks of a source checkout and print tables")
@@ -190,6 +196,7 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="folder of bench_*.py files (default: ./benchmarks, else the "
                         "benchmarks/ folder of the source checkout attnclust runs from)")
     p.add_argument("--quiet", action="store_true", help="no warnings")
+    _bench_device_option(p)
     p.set_defaults(handler=_cmd_bench)
 
     return parser
@@ -206,12 +213,14 @@ def _cmd_bench(args) -> int:
     if not chosen:
         raise CommandError(f"--only {args.only!r} matches no benchmark; available: "
                            f"{', '.join(names)}")
+    device = _bench_device(args)
     status = 0
     for path in chosen:
         name = path.stem.removeprefix("bench_")
         try:
-            for name, rows in run_benchmarks([path], quick=args.quick):
-                table = format_table(rows)
+            for name, rows in run_benchmarks([path], quick=args.quick, device=device):
+                table = format_table(rows) if rows is not None else \
+                    f"(skipped: it measures the CPU only, not --device {device})"
                 print(f"\n== {name}")
                 print(table, flush=True)
         except (Exception, SystemExit) as exc:   # a benchmark's bug is not ours to re-raise
@@ -219,6 +228,20 @@ def _cmd_bench(args) -> int:
                  f"{describe_failure(path, exc)}")
             status = 1
     return status
+
+
+def _bench_device_option(parser) -> None:
+    parser.add_argument("--device", default=None,
+                        help="run the benchmarks of device paths (bench_devices.py) on this "
+                             "torch device, e.g. cuda, against the CPU; the others are "
+                             "skipped (default: every benchmark, each on its own devices)")
+
+
+def _bench_device(args) -> str | None:
+    """``--device``, checked (one line, status 2, for a device this machine lacks)."""
+    if args.device is not None:
+        _check_device(args.device)
+    return args.device
 
 
 def _progress_total(est) -> int:
@@ -358,8 +381,9 @@ def _refuse_overwriting_input(data: str, outputs) -> None:
                                "--out")
 
 
-def _summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16):
-    """Per cluster, the summed max attention of its rows; and the summed squared error.
+def _summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16, weights=None):
+    """Per cluster, the summed max attention of its rows; and the summed squared error
+    (weighted by the sample weights, when given).
 
     In blocks of rows, so a memory-mapped ``X`` is never copied whole for the summary
     (``predict_proba`` and ``score`` act row by row, so the sums are exact).
@@ -371,7 +395,11 @@ def _summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16):
         block, labels = X[start:start + chunk], est.labels_[start:start + chunk]
         conf_sum += np.bincount(labels, weights=est.predict_proba(block).max(1),
                                 minlength=n_clusters)
-        sq_err += -est.score(block) * block.shape[0]
+        if weights is None:
+            sq_err += -est.score(block) * block.shape[0]
+        elif weights[start:start + chunk].sum() > 0:
+            w = weights[start:start + chunk]
+            sq_err += -est.score(block, sample_weight=w) * float(w.sum())
     return conf_sum, sq_err
 
 
@@ -391,6 +419,330 @@ def _fit_outputs(prefix: str, centers, labels) -> dict:
 
     return {Path(f"{prefix}.centers.npy"): centers, Path(f"{prefix}.centers.csv"): centers,
             Path(f"{prefix}.labels.npy"): labels, Path(f"{prefix}.labels.csv"): labels}
+
+
+def _version_option(parser) -> None:
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"attnclust {__version__}")
+
+
+def _header_option(parser) -> None:
+    parser.add_argument("--header", default="auto", choices=["auto", "yes", "no"],
+                        help="whether a CSV's first line is a header (default auto: a "
+                             "line with a non-number, or pandas' 0,1,...,d-1 above "
+                             "non-integer rows; a line that could be either is refused)")
+
+
+def _header(args) -> bool | None:
+    return {"auto": None, "yes": True, "no": False}[args.header]
+
+
+def _fit_output_options(parser) -> None:
+    parser.add_argument("--proba", action="store_true",
+                        help="also write PREFIX.proba.{npy,csv}: each row's attention on "
+                             "every head (soft memberships; rows sum to 1)")
+    parser.add_argument("--plot", action="store_true",
+                        help="also write PREFIX.png: the rows in 2-D (the data for d = 2, "
+                             "else a PCA) coloured by cluster, the heads marked, at most "
+                             "20,000 rows drawn")
+
+
+def _extra_outputs(args, prefix: str, est=None, X=None) -> dict:
+    """``--proba`` and ``--plot``: ``path -> array or writer`` (``None`` values without
+    ``est``, for the check that no output is the input)."""
+    from pathlib import Path
+
+    outputs = {}
+    if args.proba:
+        outputs.update(_proba_outputs(prefix, None if est is None else _predict_proba(est, X)))
+    if args.plot:
+        outputs[Path(f"{prefix}.png")] = None if est is None else _plot_writer(args, est, X,
+                                                                               est.labels_)
+    return outputs
+
+
+def _predict_proba(est, X, *, chunk: int = 1 << 16):
+    """``est.predict_proba`` of every row, in blocks (a memory map is read, not copied)."""
+    import numpy as np
+
+    return np.concatenate([est.predict_proba(X[s:s + chunk])
+                           for s in range(0, X.shape[0], chunk)])
+
+
+def _proba_outputs(prefix: str, proba) -> dict:
+    from pathlib import Path
+
+    return {Path(f"{prefix}.proba.npy"): proba, Path(f"{prefix}.proba.csv"): proba}
+
+
+def _plot_writer(args, est, X, labels, sizes=None):
+    """Draw the picture now (``labels``: of every row, or None to predict those drawn;
+    ``sizes``: the clusters' sizes, when known without them); return the function that
+    writes it (as a PNG) when the outputs are staged."""
+    import matplotlib
+
+    from .experiments._style import RC
+    from .picture import plot_clusters
+
+    with matplotlib.rc_context(RC):
+        fig = plot_clusters(est, X, labels=labels, sizes=sizes, random_state=args.seed,
+                            title=f"attnclust fit {os.path.basename(args.data)}: "
+                                  f"K={est.n_clusters}, lambda={est.inverse_temperature_:.3g}, "
+                                  f"{X.shape[0]:,} rows")
+
+    def write(path) -> None:
+        with matplotlib.rc_context(RC):
+            fig.savefig(path, format="png", dpi=150)
+    return write
+
+
+def _fit_weight_options(parser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--sample-weight", default=None, metavar="FILE",
+                       help="a weight per row of DATA (.npy of shape (n,) or (n, 1), or a "
+                            "one-column .csv; non-negative, not all zero): a row of weight "
+                            "w counts as w copies of it")
+    group.add_argument("--weight-column", type=int, default=None, metavar="J",
+                       help="take the weights from column J of DATA (counted from 1), "
+                            "which is then left out of the features")
+
+
+def _weights_note(weights) -> str:
+    return "" if weights is None else f"weights={float(weights.sum()):.6g}  "
+
+
+def _split_weights(args, X, *, rows: slice | None = None, n_rows: int | None = None):
+    """``(features, weights)``: DATA without ``--weight-column``, and the weights of its
+    rows (a rank's shard: ``X`` holds ``rows`` of the file's ``n_rows``); weights ``None``
+    without either option. Bad weights are one line naming their source."""
+    import numpy as np
+
+    if args.weight_column is None and args.sample_weight is None:
+        return X, None
+    if args.weight_column is not None:
+        j, d = args.weight_column, X.shape[1]
+        if not 1 <= j <= d:
+            raise CommandError(f"--weight-column {j} is not a column of {args.data} (columns "
+                               f"1 to {d})")
+        where = f"--weight-column {j} of {args.data}"
+        weights = np.asarray(X[:, j - 1], dtype=np.float64)
+        X = X[:, [c for c in range(d) if c != j - 1]]
+    else:
+        weights = _file_weights(args, X.shape[0] if n_rows is None else n_rows)
+        return X, (weights if rows is None else weights[rows])
+    return X, _checked_weights(weights, X.shape[0], where)
+
+
+def _checked_weights(weights, n: int, where: str):
+    """:func:`attnclust._validation.check_sample_weight`, its error one line naming
+    ``where`` the weights come from."""
+    from ._validation import check_sample_weight
+
+    try:
+        return check_sample_weight(weights, n)
+    except ValueError as exc:
+        raise CommandError(f"{where}: {str(exc).removeprefix('sample_weight ')}") from None
+
+
+def _file_weights(args, n: int):
+    """The ``n`` checked weights of the ``--sample-weight`` file."""
+    where = f"--sample-weight {args.sample_weight}"
+    weights = _weight_file(args, where)
+    if weights.shape[0] != n:
+        raise CommandError(f"{where}: {weights.shape[0]} weights for the {n} rows of "
+                           f"{args.data}")
+    return _checked_weights(weights, n, where)
+
+
+def _weight_file(args, where: str):
+    """The weights of ``--sample-weight``: a .npy of shape (n,) or (n, 1), or a one-column
+    .csv (read with DATA's --header rule), as float64."""
+    import numpy as np
+
+    from ._io import load_matrix, open_npy
+
+    path = args.sample_weight
+    if path.lower().endswith(".npy") and os.path.isfile(path):
+        weights = np.asarray(open_npy(path))    # (n,) allowed: load_matrix wants 2-D
+    else:
+        weights = load_matrix(path, header=_header(args))
+    if weights.ndim == 2 and weights.shape[1] == 1:
+        weights = weights[:, 0]
+    if weights.ndim != 1 or weights.shape[0] == 0:
+        raise CommandError(f"{where}: expected one weight per row, shape (n,) or (n, 1), "
+                           f"got shape {weights.shape}")
+    return np.asarray(weights, dtype=np.float64)
+
+
+def _batch_rows_option(parser) -> None:
+    parser.add_argument("--batch-rows", type=int, default=None, metavar="N",
+                        help="stream DATA through partial_fit in chunks of N rows (one pass; a "
+                             ".npy is memory-mapped and read chunk by chunk, a .csv is parsed "
+                             "whole), then write the outputs chunk by chunk: memory bounded by "
+                             "the chunk, not the file")
+
+
+def _open_rows(args):
+    """DATA for a streamed fit: a .npy read block by block with plain reads (its values
+    checked as they are read; a memory map would keep every page it touched resident),
+    anything else read whole by :func:`attnclust._io.load_matrix`."""
+    from pathlib import Path
+
+    from ._io import NpyRows, check_matrix_shape, load_matrix
+
+    path = Path(args.data)
+    min_columns = 2 + (args.weight_column is not None)
+    if path.suffix.lower() == ".npy" and path.is_file():
+        X = NpyRows(path)
+        check_matrix_shape(X, path, min_columns=min_columns)
+        return X
+    return load_matrix(path, min_columns=min_columns, header=_header(args))
+
+
+def _chunks(args, X, weights):
+    """``(start, rows, weights)`` of each chunk of ``--batch-rows``: rows checked (finite,
+    non-zero where rows are normalized) and split from their weight column."""
+    import numpy as np
+
+    from ._io import check_finite_rows, check_nonzero_rows
+
+    normalized = _normalizes_rows(args)
+    for start in range(0, X.shape[0], args.batch_rows):
+        block = np.asarray(X[start:start + args.batch_rows])
+        check_finite_rows(block, args.data, row_offset=start)
+        block, w = _split_weights(args, block, rows=slice(start, start + block.shape[0]),
+                                  n_rows=X.shape[0]) if args.weight_column is not None \
+            else (block, None if weights is None else weights[start:start + block.shape[0]])
+        if normalized:
+            check_nonzero_rows(block, args.data, row_offset=start)
+        yield start, block, w
+
+
+def _cmd_fit_streamed(args) -> int:
+    """``fit --batch-rows N``: ``partial_fit`` over the chunks of DATA, then the summary and
+    every output computed chunk by chunk (labels and attention by ``predict``)."""
+    import time
+    from pathlib import Path
+
+    from ._io import writable_folder
+    from .clustering import AttentionClustering
+
+    if args.batch_rows < 1:
+        raise CommandError(f"--batch-rows must be a positive integer, got {args.batch_rows}")
+    params = _fit_params(args)
+    prefix = _output_prefix(args)
+    _refuse_overwriting_input(args.data, {**_fit_outputs(prefix, None, None),
+                                          **_extra_outputs(args, prefix)})
+    X = _open_rows(args)
+    # a weight file is read whole (n numbers); a weight column chunk by chunk
+    weights = None if args.sample_weight is None else _file_weights(args, X.shape[0])
+    if args.n_clusters > min(args.batch_rows, X.shape[0]):
+        raise CommandError(f"--n-clusters {args.n_clusters} is larger than the rows of the "
+                           f"first chunk ({min(args.batch_rows, X.shape[0])}); use a larger "
+                           "--batch-rows")
+    with writable_folder(Path(prefix).parent):
+        est = AttentionClustering(args.n_clusters, **params)
+        bar = _rows_bar(X.shape[0], args.quiet)
+        start = time.perf_counter()
+        try:
+            for _, block, w in _chunks(args, X, weights):
+                est.partial_fit(block, sample_weight=w)
+                if bar is not None:
+                    bar.update(block.shape[0])
+        finally:
+            if bar is not None:
+                bar.close()
+        seconds = time.perf_counter() - start
+        _check_centers(est)
+        _write_all(*_streamed_outputs(args, prefix, est, X, weights, seconds))
+    return 0
+
+
+def _rows_bar(total: int, quiet: bool):
+    """A tqdm bar counting rows; None when quiet or stderr is no terminal."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="partial_fit", unit="row", unit_scale=True, leave=False,
+                file=sys.stderr)
+
+
+def _streamed_outputs(args, prefix, est, X, weights, seconds):
+    """The outputs of a streamed fit (labels and attention written chunk by chunk) and the
+    summary, from one more pass over the chunks."""
+    from pathlib import Path
+
+    import numpy as np
+
+    K = args.n_clusters
+    sizes, conf_sum, sq_err, total = np.zeros(K), np.zeros(K), 0.0, 0.0
+    for _, block, w in _chunks(args, X, weights):
+        proba = est.predict_proba(block)
+        labels = proba.argmax(1)
+        sizes += np.bincount(labels, minlength=K)
+        conf_sum += np.bincount(labels, weights=proba.max(1), minlength=K)
+        ww = np.ones(block.shape[0]) if w is None else w
+        if ww.sum() > 0:
+            sq_err += -est.score(block, sample_weight=ww) * float(ww.sum())
+        total += float(ww.sum())
+    n = X.shape[0]
+    outputs = {Path(f"{prefix}.centers.npy"): est.cluster_centers_,
+               Path(f"{prefix}.centers.csv"): est.cluster_centers_}
+    for suffix in ("npy", "csv"):
+        outputs[Path(f"{prefix}.labels.{suffix}")] = _chunked_writer(
+            args, X, weights, lambda b: est.predict(b), (n,), np.int64)
+    if args.proba:
+        for suffix in ("npy", "csv"):
+            outputs[Path(f"{prefix}.proba.{suffix}")] = _chunked_writer(
+                args, X, weights, est.predict_proba, (n, K), np.float64)
+    if args.plot:
+        outputs[Path(f"{prefix}.png")] = _plot_writer(args, est, _Features(args, X), None,
+                                                      sizes)
+    head = (f"n={n}  d={est.n_features_in_}  K={K}  {_weights_note(weights)}"
+            f"lambda={est.inverse_temperature_:.4g}  batches={est.n_steps_} of at most "
+            f"{args.batch_rows} rows  risk={sq_err / total:.4g}  time={seconds:.2f}s")
+    return outputs, _summary([head], sizes, conf_sum, outputs)
+
+
+def _chunked_writer(args, X, weights, fn, shape, dtype):
+    """A writer (see :func:`attnclust._io.save_matrices`) that fills its file chunk by chunk
+    with ``fn(rows)``: a ``.npy`` header then the rows' bytes, or ``.csv`` lines."""
+    import numpy as np
+
+    def write(path) -> None:
+        if str(path).lower().endswith(".npy"):
+            header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                      "fortran_order": False, "shape": shape}
+            with open(path, "wb") as f:
+                np.lib.format.write_array_header_1_0(f, header)
+                for _, block, _ in _chunks(args, X, weights):
+                    f.write(np.ascontiguousarray(fn(block), dtype=dtype).tobytes())
+            return
+        fmt = "%d" if np.issubdtype(dtype, np.integer) else "%.17g"
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            for _, block, _ in _chunks(args, X, weights):
+                values = fn(block)
+                np.savetxt(f, values if values.ndim == 2 else values[:, None], delimiter=",",
+                           fmt=fmt)
+    return write
+
+
+class _Features:
+    """DATA's rows without ``--weight-column``, read by blocks (for the picture)."""
+
+    def __init__(self, args, X):
+        self._args, self._X = args, X
+        d = X.shape[1] - (args.weight_column is not None)
+        self.shape = (X.shape[0], d)
+
+    def __getitem__(self, key):
+        import numpy as np
+
+        block = np.asarray(self._X[key])
+        j = self._args.weight_column
+        return block if j is None else np.delete(block, j - 1, axis=-1)
 
 
 def _check_centers(est) -> None:
@@ -416,6 +768,8 @@ def _check_centers(est) -> None:
 def _cmd_fit(args) -> int:
     if args.distributed:
         return _cmd_fit_distributed(args)
+    if args.batch_rows is not None:
+        return _cmd_fit_streamed(args)
     import time
     from pathlib import Path
 
@@ -426,9 +780,12 @@ def _cmd_fit(args) -> int:
 
     params = _fit_params(args)
     prefix = _output_prefix(args)
-    _refuse_overwriting_input(args.data, _fit_outputs(prefix, None, None))
+    _refuse_overwriting_input(args.data, {**_fit_outputs(prefix, None, None),
+                                          **_extra_outputs(args, prefix)})
     # a float32/float64 .npy stays memory-mapped: no float64 copy made here
-    X = load_matrix(args.data, min_columns=2, mmap=True)
+    X = load_matrix(args.data, min_columns=2 + (args.weight_column is not None), mmap=True,
+                    header=_header(args))
+    X, weights = _split_weights(args, X)
     if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
@@ -438,20 +795,23 @@ def _cmd_fit(args) -> int:
         est.set_params(callback=callback)
         start = time.perf_counter()
         try:
-            est.fit(X)
+            est.fit(X, sample_weight=weights)
         finally:
             if bar is not None:
                 bar.close()
         seconds = time.perf_counter() - start
         _check_centers(est)
-        outputs = _fit_outputs(prefix, est.cluster_centers_, est.labels_)
+        outputs = {**_fit_outputs(prefix, est.cluster_centers_, est.labels_),
+                   **_extra_outputs(args, prefix, est, X)}
 
         sizes = np.bincount(est.labels_, minlength=est.n_clusters_)
-        conf_sum, sq_err = _summary_sums(est, X, est.n_clusters_)
+        conf_sum, sq_err = _summary_sums(est, X, est.n_clusters_, weights=weights)
+        total = X.shape[0] if weights is None else float(weights.sum())
         head = (_auto_k_line(est) + f"n={X.shape[0]}  d={X.shape[1]}  K={est.n_clusters_}  "
+                f"{_weights_note(weights)}"
                 f"lambda={est.inverse_temperature_:.4g}  steps={est.n_iter_}  "
                 f"converged={'yes' if est.converged_ else 'no'}  "
-                f"risk={sq_err / X.shape[0]:.4g}  time={seconds:.2f}s")
+                f"risk={sq_err / total:.4g}  time={seconds:.2f}s")
         _write_all(outputs, _summary([head], sizes, conf_sum, outputs))
     return 0
 
@@ -567,26 +927,29 @@ def _cmd_path(args) -> int:
     return 0
 
 
-def _deprecated_temperature(parser) -> None:
-    """``--temperature``: the old name of ``--inverse-temperature``, hidden from the help."""
-    parser.add_argument("--temperature", dest="deprecated_temperature", default=None,
-                        help=argparse.SUPPRESS)
+def _inverse_temperature_option(parser, *, required: bool, help: str) -> None:
+    """``--inverse-temperature``, and ``--temperature``, its old name hidden from the help.
+
+    The two form one mutually exclusive group, so that the usage line shows a required
+    ``--inverse-temperature`` as required and giving both is a usage error.
+    """
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--inverse-temperature", default=None, metavar="LAMBDA", help=help)
+    group.add_argument("--temperature", dest="deprecated_temperature", default=None,
+                       help=argparse.SUPPRESS)
 
 
 def _inverse_temperature_arg(args, default):
     """The value of ``--inverse-temperature``, or of the deprecated ``--temperature`` (with a
-    warning); ``default`` when neither is given (``None``: the option is required)."""
+    warning); ``default`` when neither is given."""
+    from ._deprecation import REMOVED_IN
+
     old, new = args.deprecated_temperature, args.inverse_temperature
     if old is not None:
-        if new is not None:
-            raise CommandError("give --inverse-temperature only (--temperature is its "
-                               "deprecated name)")
-        warnings.warn("--temperature is deprecated and will be removed in the next release; "
+        warnings.warn(f"--temperature is deprecated and will be removed in {REMOVED_IN}; "
                       "use --inverse-temperature (same value: lambda multiplies the logits)",
                       FutureWarning, stacklevel=2)
         return old
-    if new is None and default is None:
-        raise CommandError("--inverse-temperature is required")
     return default if new is None else new
 
 
@@ -594,6 +957,9 @@ def _fit_params(args) -> dict:
     """Estimator parameters from the ``fit`` arguments (checked here, before any work)."""
     if args.n_clusters != "auto" and args.n_clusters < 1:
         raise CommandError(f"--n-clusters must be a positive integer, got {args.n_clusters}")
+    if args.n_clusters == "auto" and (args.distributed or args.batch_rows is not None):
+        raise CommandError("-k auto reads K off the temperature path of all the rows on one "
+                           "process: give K with --distributed or --batch-rows")
     if args.max_iter < 1:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
     _check_seed(args.seed)
@@ -631,7 +997,8 @@ def _check_device(device: str) -> None:
 
 
 def _load_shard(args, rank: int, world_size: int):
-    """This rank's rows, checked like one process checks the whole file.
+    """This rank's rows and their sample weights (or None), checked like one process
+    checks the whole file.
 
     A ``.npy`` is memory-mapped (only this rank's block is read); a ``.csv`` is read whole,
     then sliced. Errors name rows by their index in the file. Every rank sees the row
@@ -649,11 +1016,12 @@ def _load_shard(args, rank: int, world_size: int):
     from .distributed import shard_bounds
 
     path = Path(args.data)
+    min_columns = 2 + (args.weight_column is not None)
     if path.suffix.lower() == ".npy" and path.is_file():
         X = open_npy(path)
-        check_matrix_shape(X, path, min_columns=2)
+        check_matrix_shape(X, path, min_columns=min_columns)
     else:
-        X = load_matrix(path, min_columns=2)
+        X = load_matrix(path, min_columns=min_columns, header=_header(args))
     n = X.shape[0]
     if n < world_size:
         raise ValueError(f"{path}: {n} rows, fewer rows than ranks ({world_size}); run at most "
@@ -661,12 +1029,18 @@ def _load_shard(args, rank: int, world_size: int):
     start, stop = shard_bounds(n, rank, world_size)
     shard = X[start:stop]
     check_finite_rows(shard, path, row_offset=start)
+    shard, weights = _split_weights(args, shard, rows=slice(start, stop), n_rows=n)
+    if _normalizes_rows(args):
+        check_nonzero_rows(shard, path, row_offset=start)
+    return shard, weights
+
+
+def _normalizes_rows(args) -> bool:
+    """Whether the fit projects rows on the sphere (then an all-zero row is an error)."""
     from .geometry import as_geometry
 
-    if args.normalize == "rows" or (args.normalize == "auto"
-                                    and as_geometry(args.geometry).normalize == "rows"):
-        check_nonzero_rows(shard, path, row_offset=start)
-    return shard
+    return args.normalize == "rows" or (args.normalize == "auto"
+                                        and as_geometry(args.geometry).normalize == "rows")
 
 
 def _agree_on_errors(error: str | None, ddp) -> None:
@@ -689,9 +1063,16 @@ def _cmd_fit_distributed(args) -> int:
 
     from . import distributed as ddp
 
+    if args.plot:
+        raise CommandError("--plot needs all rows in one process: fit without --distributed, "
+                           "or draw a sample of the rows with the centers written")
+    if args.batch_rows is not None:
+        raise CommandError("--batch-rows streams the rows through one process; it cannot be "
+                           "combined with --distributed")
     params = _fit_params(args)
     prefix = _output_prefix(args)
-    _refuse_overwriting_input(args.data, _fit_outputs(prefix, None, None))
+    _refuse_overwriting_input(args.data, {**_fit_outputs(prefix, None, None),
+                                          **_extra_outputs(args, prefix)})
     backend = "nccl" if str(args.device).startswith("cuda") else "gloo"
     try:
         rank, world = ddp.init_from_env(backend=backend, timeout=args.timeout)
@@ -700,8 +1081,8 @@ def _cmd_fit_distributed(args) -> int:
         return 1
     try:
         with contextlib.ExitStack() as rank0_folder:
-            X = _checked_shard(args, rank, world, prefix, rank0_folder, ddp)
-            _fit_shard(args, X, rank, world, prefix, params, ddp)
+            X, weights = _checked_shard(args, rank, world, prefix, rank0_folder, ddp)
+            _fit_shard(args, X, rank, world, prefix, params, ddp, weights)
         return 0
     except ddp.DistributedError as exc:
         _say(f"attnclust fit: error: {exc}")
@@ -711,17 +1092,17 @@ def _cmd_fit_distributed(args) -> int:
 
 
 def _checked_shard(args, rank: int, world: int, prefix: str, rank0_folder, ddp):
-    """This rank's rows, once every rank has read and checked its own (and rank 0 its
-    output folder, kept for the rest of the command by ``rank0_folder``); any failure
-    stops every rank with the same line."""
+    """This rank's rows and weights, once every rank has read and checked its own (and
+    rank 0 its output folder, kept for the rest of the command by ``rank0_folder``); any
+    failure stops every rank with the same line."""
     from pathlib import Path
 
     from ._io import writable_folder
 
     try:
         X, error = _load_shard(args, rank, world), None
-    except (ValueError, OSError) as exc:
-        X, error = None, str(exc)
+    except (ValueError, OSError, CommandError) as exc:
+        X, error = (None, None), str(exc)
     if rank == 0 and error is None:            # rank 0 writes: its folder is checked now
         try:
             rank0_folder.enter_context(writable_folder(Path(prefix).parent))
@@ -731,7 +1112,8 @@ def _checked_shard(args, rank: int, world: int, prefix: str, rank0_folder, ddp):
     return X
 
 
-def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp) -> None:
+def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
+               weights=None) -> None:
     """Fit on every rank; sum the summary's statistics; rank 0 prints and writes."""
     import time
 
@@ -746,30 +1128,36 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp) -
     stats = ddp.CommStats()
     start = time.perf_counter()
     try:
-        est = ddp.fit_distributed(X, args.n_clusters, stats=stats, callback=callback, **params)
+        est = ddp.fit_distributed(X, args.n_clusters, stats=stats, callback=callback,
+                                  sample_weight=weights, **params)
     finally:
         if bar is not None:
             bar.close()
     seconds = time.perf_counter() - start
     _check_centers(est)   # the same centers on every rank
     labels = ddp.gather_rows(est.labels_)
+    proba = {}
+    if args.proba:       # every rank takes part in the gather
+        proba = _proba_outputs(prefix, ddp.gather_rows(_predict_proba(est, X)))
     # summary statistics of all rows: sizes, summed max attention, summed squared error
     K = args.n_clusters
-    conf_sum, sq_err = _summary_sums(est, X, K)
-    local = np.concatenate([np.bincount(est.labels_, minlength=K), conf_sum, [sq_err]])
+    conf_sum, sq_err = _summary_sums(est, X, K, weights=weights)
+    weight = X.shape[0] if weights is None else float(weights.sum())
+    local = np.concatenate([np.bincount(est.labels_, minlength=K), conf_sum, [sq_err, weight]])
     total = ddp.make_reduce()(torch.from_numpy(local)).numpy()
     if rank != 0:
         return
-    sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-1] / est.n_samples_total_
+    sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-2] / total[-1]
     per_pass = ddp.pass_bytes(K, X.shape[1], dtype=torch.float64)
     head = [f"n={est.n_samples_total_}  d={X.shape[1]}  K={K}  ranks={world} "
-            f"({dist.get_backend()})  lambda={est.inverse_temperature_:.4g}  "
+            f"({dist.get_backend()})  {_weights_note(None if weights is None else total[-1:])}"
+            f"lambda={est.inverse_temperature_:.4g}  "
             f"steps={est.n_iter_}  "
             f"converged={'yes' if est.converged_ else 'no'}  risk={risk:.4g}  "
             f"time={seconds:.2f}s",
             f"communicated per rank: {stats.bytes} bytes in {stats.calls} all-reduces, of "
             f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes"]
-    outputs = _fit_outputs(prefix, est.cluster_centers_, labels)
+    outputs = {**_fit_outputs(prefix, est.cluster_centers_, labels), **proba}
     _write_all(outputs, _summary(head, sizes, conf_sum, outputs))
 
 
@@ -782,7 +1170,7 @@ def _cmd_quantize(args) -> int:
     out = Path(args.out)
     if out.suffix.lower() not in (".npy", ".csv") or out.name.startswith("."):
         raise CommandError(f"--out must be a file name ending in .npy or .csv, got {args.out!r}")
-    given = _inverse_temperature_arg(args, default=None)
+    given = _inverse_temperature_arg(args, default=None)   # required by the parser
     try:
         lam = float(given)
     except ValueError:
@@ -792,7 +1180,7 @@ def _cmd_quantize(args) -> int:
     if args.n_steps < 1:
         raise CommandError(f"--n-steps must be a positive integer, got {args.n_steps}")
     _refuse_overwriting_input(args.data, [out])
-    X = load_matrix(args.data, min_columns=2)
+    X = load_matrix(args.data, min_columns=2, header=_header(args))
     with writable_folder(out.parent):
         # the library refuses overflow (NaN or inf) and a dense L x L that cannot fit
         Y = identity_attention(X, lam, n_steps=args.n_steps,

@@ -381,7 +381,8 @@ def _check_in(X_shard, group, *, keep_tensor: bool = False):
 
 
 def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
-                    stats: CommStats | None = None, **params) -> AttentionClustering:
+                    stats: CommStats | None = None, sample_weight=None,
+                    **params) -> AttentionClustering:
     """Fit :class:`~attnclust.AttentionClustering` on rows spread over a process group.
 
     Call it on every rank of ``group`` (default: the whole initialized group), each with
@@ -399,6 +400,9 @@ def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
         The ranks that share the fit (gloo on CPU, NCCL with ``device="cuda"``).
     stats : CommStats, optional
         Counts the all-reduces and their bytes.
+    sample_weight : array-like of shape (n_r,), optional
+        The weights of this rank's rows (see ``AttentionClustering.fit``); every rank
+        passes its own, or every rank passes none.
     **params :
         Any other parameter of :class:`~attnclust.AttentionClustering`
         (``solver`` must be ``"fixed-point"``).
@@ -446,7 +450,8 @@ def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
     X, offset, n_total = _check_in(X_shard, group)
     comm = Communicator(make_reduce(group, stats=stats), _make_broadcast(group), offset,
                         n_total)
-    est = AttentionClustering(n_clusters, **params).fit(X, comm=comm)
+    est = AttentionClustering(n_clusters, **params).fit(X, sample_weight=sample_weight,
+                                                         comm=comm)
     est.shard_offset_ = offset
     est.n_samples_total_ = n_total
     return est

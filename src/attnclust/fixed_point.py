@@ -65,6 +65,13 @@ quantities are global sums or come from them, so data-parallel ranks take the sa
 branches. How many passes the extrapolation saves (``benchmarks/bench_solver.py``) and
 the measurements that motivated it are in ``docs/solver.md``.
 
+Sample weights
+--------------
+With weights ``w_i >= 0`` the risk is ``f(mu) = sum_i w_i ||x_i - T_mu(x_i)||^2 / sum_i
+w_i``: every row sum of a pass is weighted (``sum_i w_i (...)``) and ``n`` becomes the
+total weight, so integer weights give the steps of repeated rows and zero weights those
+of absent rows; ``N_h`` is then the weighted soft proportion.
+
 Euclidean heads
 ---------------
 The key bias adds ``-lambda mu_h`` to the derivative of each logit of head ``h``, hence
@@ -102,7 +109,7 @@ from .geometry import Geometry, Sphere, as_geometry
 from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
 
-__all__ = ["fixed_point_fit"]
+__all__ = ["fixed_point_fit", "pass_sums", "step_from_sums"]
 
 _logger = logging.getLogger("attnclust")
 
@@ -129,28 +136,39 @@ def _chunk_reader(X, row_map):
     return lambda start, stop: row_map(X[start:stop])
 
 
-def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs) -> torch.Tensor:
+def _chunk_sums(Xc, sq_norms, heads, gram, lam, bias, need_pairs, w=None,
+                need_values=False) -> torch.Tensor:
     """The row sums of one chunk ``Xc`` (m, d), flat: loss, ``W^T X``, ``A^T A``, ``sum_i a_ih
-    P_ih``, ``sum_i W_ih`` (and ``sum_i a_ih a_ig x_i`` for the balance penalty)."""
+    P_ih``, ``sum_i W_ih`` (and ``sum_i a_ih a_ig x_i`` for the balance penalty, ``A^T X``
+    with ``need_values``); each row's terms times its weight ``w_i`` when ``w`` (m,) is
+    given."""
     P = Xc @ heads.T                                         # (m, K)
     A = softmax_heads(lam * P if bias is None else lam * P - bias)   # (m, K)
     AG = A @ gram                                            # (m, K) = <T_i, mu_h>
     AP = A * P
     xt = AP.sum(1)                                           # <x_i, T_i>
     tt = (A * AG).sum(1)                                     # ||T_i||^2
-    loss = sq_norms.sum() - (2 * xt - tt).sum()
     # W = a + lam a c with c = <r_i, mu_h> - <r_i, T_i> = (P - AG) - (xt - tt),
     # built in place: the hot loop of the solver, whose gradient is explicit (no autograd)
     W = (P - AG).sub_((xt - tt)[:, None]).mul_(lam).add_(1.0).mul_(A)
-    parts = [loss.reshape(1), (W.T @ Xc).reshape(-1), (A.T @ A).reshape(-1), AP.sum(0),
+    wA = A
+    if w is None:
+        loss = sq_norms.sum() - (2 * xt - tt).sum()
+    else:                                                    # weigh each row's terms
+        loss = (w * (sq_norms - (2 * xt - tt))).sum()
+        W, AP, wA = W.mul_(w[:, None]), AP * w[:, None], A * w[:, None]
+    parts = [loss.reshape(1), (W.T @ Xc).reshape(-1), (wA.T @ A).reshape(-1), AP.sum(0),
              W.sum(0)]
     if need_pairs:
-        parts.append(torch.einsum("nh,ng,nd->hgd", A, A, Xc).reshape(-1))
+        parts.append(torch.einsum("nh,ng,nd->hgd", wA, A, Xc).reshape(-1))
+    if need_values:
+        parts.append((wA.T @ Xc).reshape(-1))
     return torch.cat(parts)
 
 
 def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry: Geometry = _SPHERE, penalty=None,
-               rho=0.0, reduce=None, n_total=None, workers=1, row_map=None) -> _Pass:
+               rho=0.0, reduce=None, n_total=None, workers=1, row_map=None,
+               weights=None) -> _Pass:
     """Risk, gradient and soft proportions in one pass, all in the K-dim projection space.
 
     The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) over chunks
@@ -160,7 +178,8 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry: Geometry = _SPHERE, 
     summed over ranks in one flat buffer of ``1 + K d + K^2 + 2 K`` numbers (``+ K^2 d``
     for the balance penalty) before dividing by ``n_total``, the number of rows of all
     ranks. ``row_map``, if given, maps each chunk of ``X`` to the rows of the fit (e.g. a
-    centring applied on the fly, so that the rows are never copied whole).
+    centring applied on the fly, so that the rows are never copied whole). With
+    ``weights`` (n,) the sums are weighted and ``n_total`` is the total weight.
     """
     n = X.shape[0] if n_total is None else n_total
     K, d = heads.shape
@@ -170,12 +189,27 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry: Geometry = _SPHERE, 
     sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
     flat = heads.new_zeros(sum(sizes))
     rows = _chunk_reader(X, row_map)
-    for part in map_chunks(lambda s: _chunk_sums(rows(s, s + chunk), sq_norms[s:s + chunk],
-                                                  heads, gram, lam, bias, need_pairs),
-                           X.shape[0], chunk, workers):
+
+    def sums(s):
+        w = None if weights is None else weights[s:s + chunk]
+        return _chunk_sums(rows(s, s + chunk), sq_norms[s:s + chunk], heads, gram, lam, bias,
+                           need_pairs, w)
+    for part in map_chunks(sums, X.shape[0], chunk, workers):
         flat += part
     if reduce is not None:
         flat = reduce(flat)
+    return _decode(flat, heads, gram, lam, n, geometry=geometry, penalty=penalty, rho=rho,
+                   bias=bias is not None)
+
+
+def _decode(flat, heads, gram, lam, n, *, geometry, penalty=None, rho=0.0, bias=False
+            ) -> _Pass:
+    """The objective, gradient and soft proportions from the flat row sums of a pass over
+    rows of total weight ``n`` (see :func:`_risk_pass`; ``bias``: the geometry has a key
+    bias)."""
+    K, d = heads.shape
+    need_pairs = penalty == "balance" and rho > 0
+    sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
     pieces = torch.split(flat, sizes)
     loss, lin, ata = pieces[0][0], pieces[1].reshape(K, d), pieces[2].reshape(K, K)
     vproj, wsum = pieces[3], pieces[4]
@@ -183,7 +217,7 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry: Geometry = _SPHERE, 
     loss, lin, ata, vproj, wsum = loss / n, lin / n, ata / n, vproj / n, wsum / n
     counts = ata.sum(1)                                      # rows of A sum to one
     grad = -2.0 * (lin - ata @ heads)
-    if bias is not None:
+    if bias:
         # the key bias adds d(-lam ||mu_h||^2 / 2)/d mu_h = -lam mu_h to each logit's
         # gradient: + 2 lam sum_i a_ih c_ih mu_h / n, and lam a c = W - a
         grad = grad + 2.0 * (wsum - counts)[:, None] * heads
@@ -202,6 +236,68 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry: Geometry = _SPHERE, 
         own = pair_x.sum(1)                                  # (K, d)
         grad = grad + 2.0 * rho * lam * (w[:, None] * own - torch.einsum("h,hgd->gd", w, pair_x))
     return _Pass(loss, risk, grad, counts, value_radial)
+
+
+def pass_sums(X: torch.Tensor, heads: torch.Tensor, inverse_temperature: float, *,
+              geometry: str | Geometry = "sphere", weights: torch.Tensor | None = None,
+              chunk: int = 16_384) -> torch.Tensor:
+    """The row sums one pass of the solver accumulates over the rows of ``X``, flat.
+
+    ``1 + 2 K d + K^2 + 2 K`` numbers: the summed squared error ``sum_i w_i ||x_i -
+    T(x_i)||^2``, ``W^T X``, ``A^T A``, ``sum_i a_ih P_ih``, ``sum_i W_ih`` (module
+    docstring) and ``A^T X``, weighted by ``weights`` when given. Sums of disjoint sets of
+    rows add up: what :mod:`attnclust.streaming` accumulates over batches (taken at
+    different heads); :func:`step_from_sums` takes the step from them, with the radial
+    part of the value gradient ``sum_i a_ih <x_i, mu_h>`` recomputed from ``A^T X`` at the
+    heads it is given.
+
+    Examples
+    --------
+    >>> X = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> pass_sums(X, X, 1.0).shape      # K = 2, d = 2: 1 + 4 + 4 + 2 + 2 + 4
+    torch.Size([17])
+    """
+    geometry = as_geometry(geometry)
+    K, d = heads.shape
+    gram = heads @ heads.T
+    bias = geometry.key_bias(heads, inverse_temperature, sq_norms=torch.diagonal(gram))
+    flat = heads.new_zeros(1 + 2 * K * d + K * K + 2 * K)
+    for s in range(0, X.shape[0], chunk):
+        Xc = X[s:s + chunk]
+        w = None if weights is None else weights[s:s + chunk]
+        flat += _chunk_sums(Xc, (Xc * Xc).sum(1), heads, gram, inverse_temperature, bias,
+                            False, w, need_values=True)
+    return flat
+
+
+def step_from_sums(sums: torch.Tensor, heads: torch.Tensor, inverse_temperature: float,
+                   total: float, *, geometry: str | Geometry = "sphere"
+                   ) -> tuple[torch.Tensor, float]:
+    """The full fixed-point step (``t = 1``, no safeguard) from :func:`pass_sums` of rows of
+    total weight ``total``, and the risk those sums give.
+
+    With hard attention it is Lloyd's step: the new heads are the means of the rows each
+    wins (normalized on the sphere).
+
+    Examples
+    --------
+    >>> X = torch.tensor([[2.0, 0.0], [4.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+    >>> h = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    >>> new, risk = step_from_sums(pass_sums(X, h, 1e3, geometry="euclidean"), h, 1e3, 3.0,
+    ...                            geometry="euclidean")
+    >>> new.tolist()
+    [[3.0, 0.0], [0.0, 3.0]]
+    """
+    geometry = as_geometry(geometry)
+    K, d = heads.shape
+    base = 1 + K * d + K * K                   # the offset of sum_i a_ih P_ih
+    values = sums[-K * d:].reshape(K, d)       # A^T X
+    sums = torch.cat([sums[:base], (values * heads).sum(1), sums[base + K:-K * d]])
+    gram = heads @ heads.T
+    bias = geometry.key_bias(heads, inverse_temperature, sq_norms=torch.diagonal(gram))
+    p = _decode(sums, heads, gram, inverse_temperature, total, geometry=geometry,
+                bias=bias is not None)
+    return _fixed_point_step(heads, p, 1.0, geometry), float(p.risk)
 
 
 def _fixed_point_step(heads, p: _Pass, t: float, geometry: Geometry = _SPHERE) -> torch.Tensor:
@@ -268,6 +364,7 @@ def fixed_point_fit(
     reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
     workers: int = 1,
     row_map: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    weights: torch.Tensor | None = None,
 ) -> SolverResult:
     """Minimize the empirical risk of the K-head layer by safeguarded fixed-point steps.
 
@@ -311,6 +408,9 @@ def fixed_point_fit(
     row_map : callable, optional
         Maps a chunk of rows of ``X`` to the rows to fit (in the dtype of ``heads0``), for
         a transformation applied on the fly instead of to a copy of ``X``.
+    weights : Tensor of shape (n,), optional
+        Sample weights ``w_i >= 0`` of the rows (see the module docstring), on ``X``'s
+        device in the dtype of ``heads0``; with ``reduce``, this rank's rows' weights.
 
     Returns
     -------
@@ -335,10 +435,13 @@ def fixed_point_fit(
     sq_norms = torch.cat([(c * c).sum(1) for c in (rows(s, s + chunk)      # (n,) by chunks
                                                    for s in range(0, n, chunk))]
                          or [heads0.new_zeros(0)])
-    n_total = n if reduce is None else int(reduce(torch.tensor([n], dtype=torch.float64,
-                                                               device=X.device)).item())
+    local = float(n) if weights is None else float(weights.sum())
+    n_total = local if reduce is None else float(reduce(torch.tensor(
+        [local], dtype=torch.float64, device=X.device)).item())
+    if weights is not None and not n_total > 0:
+        raise ValueError("the sample weights sum to zero: there is nothing to fit")
     pass_args = dict(chunk=chunk, geometry=geometry, penalty=penalty, rho=rho, reduce=reduce,
-                     n_total=n_total, workers=workers, row_map=row_map)
+                     n_total=n_total, workers=workers, row_map=row_map, weights=weights)
     heads = heads0
     log = _Log(callback, rho, geometry)
     n_iter, converged = 0, False

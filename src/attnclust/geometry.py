@@ -52,8 +52,8 @@ class Geometry(ABC):
     """The set the heads live on, the key bias of their logits and the steps that keep
     the heads on that set (subclass it for another geometry, e.g. shaped heads).
 
-    Class attributes
-    ----------------
+    Attributes
+    ----------
     name : str
         The user-facing name (``geometry="..."``).
     unit_heads : bool
@@ -319,8 +319,9 @@ class Euclidean(Geometry):
         return x if bool(torch.isfinite(x).all()) else None
 
     def lloyd_step(self, sums, counts, heads):
-        """k-means: ``mu_h <- mean of the cell of h``."""
-        new = sums / counts.clamp_min(1)[:, None]
+        """k-means: ``mu_h <- mean of the cell of h`` (``counts``: maybe sums of sample
+        weights, below 1)."""
+        new = sums / counts.clamp_min(torch.finfo(sums.dtype).tiny)[:, None]
         return torch.where((counts > 0)[:, None], new, heads)
 
     def spread(self, sq_norm, col_sums, n):
@@ -333,7 +334,8 @@ class Euclidean(Geometry):
         """Nearest head in distance; boundary normal ``mu_g - mu_h``."""
         K, tiny = gram.shape[0], torch.finfo(gram.dtype).tiny
         dist2 = (torch.diagonal(gram)[:, None] + torch.diagonal(gram)[None, :] - 2 * gram)
-        c = (dist2 + torch.eye(K, dtype=gram.dtype, device=gram.device) * float("inf")).argmin(1)
+        itself = torch.eye(K, dtype=torch.bool, device=gram.device)
+        c = dist2.masked_fill(itself, float("inf")).argmin(1)
         g = torch.ones(K, dtype=gram.dtype, device=gram.device)
         norm2 = dist2[torch.arange(K, device=gram.device), c].clamp_min(tiny)
         return c, g, norm2

@@ -39,12 +39,16 @@ paper         code                      meaning
 from __future__ import annotations
 
 import numpy as np
-import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from ._deprecation import RenamedAttribute, renamed_keywords
-from ._validation import as_numpy_input, check_device, check_inverse_temperature
+from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
+from ._validation import (
+    as_numpy_input,
+    check_device,
+    check_inverse_temperature,
+    readonly_tensor,
+)
 from .in_context import BACKENDS, identity_attention
 
 __all__ = ["AttentionQuantizer", "estimate_sigma"]
@@ -80,7 +84,7 @@ def estimate_sigma(X) -> float:
     return float(np.sqrt(max(excess, 0.0) / X.shape[1]))
 
 
-class AttentionQuantizer(TransformerMixin, BaseEstimator):
+class AttentionQuantizer(RenamedParamsMixin, TransformerMixin, BaseEstimator):
     """Parameter-free attention layer as a transformer: quantizes a prompt in context.
 
     ``transform(X)_i = sum_j softmax_j(lambda <X_i, X_j>) X_j`` over the rows of ``X``
@@ -125,7 +129,7 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
     (500, 10)
     """
 
-    temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")  # until 0.3
+    temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")  # until 0.4
 
     @renamed_keywords(temperature="inverse_temperature")
     def __init__(self, inverse_temperature="auto", *, n_steps=1, exclude_self=False,
@@ -179,7 +183,7 @@ class AttentionQuantizer(TransformerMixin, BaseEstimator):
         X = validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32],
                           reset=False)
         device = check_device(self.device)
-        Y = identity_attention(torch.as_tensor(X, device=device), self.inverse_temperature_,
+        Y = identity_attention(readonly_tensor(X).to(device), self.inverse_temperature_,
                                n_steps=self.n_steps, exclude_self=self.exclude_self,
                                renormalize=self.renormalize, backend=self.backend,
                                chunk_size=self.chunk_size)

@@ -18,9 +18,17 @@ variance: the variance *across each cluster's nearest boundary*, the one directi
 softmax has to resolve there (a per-coordinate variance would be dominated by directions
 that decide nothing on anisotropic data).
 
-They run on the estimator's warm-start sample, which a data-parallel fit assembles on
-every rank (see :class:`~attnclust.AttentionClustering`), so they need no sums over ranks.
-Rows are read in chunks of ``chunk`` so that memory stays ``O(chunk K)`` beyond the data.
+:func:`warm_start` is the estimator's start: ``n_init`` seedings (k-means++, random
+directions, or given heads), each followed by hard Lloyd steps, the best of them by the
+k-means objective, and with ``inverse_temperature="auto"`` the rule above on a last
+Lloyd run (a seeding is then replaced by its Lloyd heads). All of it runs on the
+estimator's warm-start sample, which a data-parallel fit assembles on every rank (see
+:class:`~attnclust.rows.WorkingRows`), so it needs no sums over ranks. Rows are read in
+chunks of ``chunk`` so that memory stays ``O(chunk K)`` beyond the data. Every function
+takes optional ``weights`` ``w_i >= 0`` (the estimator's ``sample_weight``): each sum over
+rows becomes ``sum_i w_i (...)``, each count a sum of weights and k-means++ draws seeds
+with probability proportional to weight times squared distance, so integer weights act
+as repeated rows and zero weights as absent rows.
 
 Notation
 --------
@@ -37,17 +45,22 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
 import torch
+from sklearn.cluster import kmeans_plusplus
 
 from .geometry import Geometry, as_geometry
+from .rows import WorkingRows
+from .temperature_path import anneal_heads
 
-__all__ = ["BoundaryVariance", "LloydResult", "auto_inverse_temperature", "boundary_variance",
-           "hard_labels", "hard_lloyd"]
+__all__ = ["BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
+           "boundary_variance", "hard_labels", "hard_lloyd", "warm_start"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
 # second moments is rounding noise of the dtype (and lambda would be unbounded)
 _FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
+_LLOYD_STEPS = 20         # hard Lloyd steps of the warm start (stops when stable)
 
 
 def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str | Geometry = "sphere", *,
@@ -63,13 +76,14 @@ def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str | Geometry =
     return _assign(X, heads, as_geometry(geometry), chunk)[0]
 
 
-def _assign(X, heads, geometry, chunk):
-    """Labels ``(n,)`` and the sum of the winning logits at ``lambda = 1`` (a 0-dim tensor)."""
+def _assign(X, heads, geometry, chunk, weights=None):
+    """Labels ``(n,)`` and the (weighted) sum of the winning logits at ``lambda = 1`` (a
+    0-dim tensor)."""
     labels, score = [], X.new_zeros(())
     for s in range(0, X.shape[0], chunk):
         best, z = geometry.logits(X[s:s + chunk], heads, 1.0).max(1)
         labels.append(z)
-        score = score + best.sum()
+        score = score + (best.sum() if weights is None else best @ weights[s:s + chunk])
     return (torch.cat(labels) if labels else X.new_zeros(0, dtype=torch.long)), score
 
 
@@ -86,9 +100,25 @@ class LloydResult(NamedTuple):
     higher the better."""
 
 
+def _weighted_sums(X, labels, K, weights):
+    """Per-cell counts ``(K,)`` and sums ``(K, d)`` (of weights and weighted rows)."""
+    if weights is None:
+        return (torch.bincount(labels, minlength=K).to(X.dtype),
+                X.new_zeros(K, X.shape[1]).index_add_(0, labels, X))
+    return (X.new_zeros(K).index_add_(0, labels, weights),
+            X.new_zeros(K, X.shape[1]).index_add_(0, labels, X * weights[:, None]))
+
+
+def _total(X, weights) -> float:
+    return float(X.shape[0]) if weights is None else float(weights.sum())
+
+
 def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
-               geometry: str | Geometry = "sphere", chunk: int = _CHUNK) -> LloydResult:
+               geometry: str | Geometry = "sphere", chunk: int = _CHUNK,
+               weights: torch.Tensor | None = None) -> LloydResult:
     """Hard Lloyd steps, at most ``n_steps``, stopping early once no label changes.
+
+    ``weights`` ``(n,)``: each row counts with its weight in the means (and the score).
 
     Examples
     --------
@@ -98,17 +128,16 @@ def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
     ([[0.1, 0.0], [3.2, 0.0]], [0, 0, 1, 1])
     """
     K, geometry = heads.shape[0], as_geometry(geometry)
-    labels, score = _assign(X, heads, geometry, chunk)
+    labels, score = _assign(X, heads, geometry, chunk, weights)
     for _ in range(n_steps):
-        counts = torch.bincount(labels, minlength=K).to(X.dtype)
-        sums = torch.zeros_like(heads).index_add_(0, labels, X)
+        counts, sums = _weighted_sums(X, labels, K, weights)
         heads = geometry.lloyd_step(sums, counts, heads)
-        new, score = _assign(X, heads, geometry, chunk)
+        new, score = _assign(X, heads, geometry, chunk, weights)
         changed = bool((new != labels).any())
         labels = new
         if not changed:
             break
-    return LloydResult(heads, labels, float(score) / X.shape[0])
+    return LloydResult(heads, labels, float(score) / _total(X, weights))
 
 
 class BoundaryVariance(NamedTuple):
@@ -118,42 +147,46 @@ class BoundaryVariance(NamedTuple):
     """Pooled within-cluster variance across the nearest boundaries, ``s^2``."""
     floor: float
     """``1e-12`` (float32: ``1e-6``) times the rows' mean squared norm (sphere) or distance
-    from their mean (Euclidean): the least ``s^2`` the rule uses."""
+    from their mean (Euclidean), or times 1 when that is zero (all rows equal): the least
+    ``s^2`` the rule uses."""
 
 
-def _cluster_moments(X, heads, labels, chunk):
-    """Per-cluster count, sum and second moment of the projections ``P = X mu^T``."""
+def _cluster_moments(X, heads, labels, chunk, weights=None):
+    """Per-cluster count, sum and second moment of the projections ``P = X mu^T``
+    (weighted by ``weights`` when given)."""
     K = heads.shape[0]
-    counts = torch.bincount(labels, minlength=K).to(X.dtype)
+    counts = (torch.bincount(labels, minlength=K).to(X.dtype) if weights is None
+              else X.new_zeros(K).index_add_(0, labels, weights))
     sums = X.new_zeros(K, K)
     outer = X.new_zeros(K, K, K)                               # sum_{i in h} P_i P_i^T
     chunk = max(1, min(chunk, (1 << 20) // (K * K)))          # (m, K, K) below 1M numbers
     for s in range(0, X.shape[0], chunk):
         P, z = X[s:s + chunk] @ heads.T, labels[s:s + chunk]   # (m, K), (m,)
-        sums.index_add_(0, z, P)
-        outer.index_add_(0, z, P[:, :, None] * P[:, None, :])
+        wP = P if weights is None else P * weights[s:s + chunk, None]
+        sums.index_add_(0, z, wP)
+        outer.index_add_(0, z, wP[:, :, None] * P[:, None, :])
     return counts, sums, outer
 
 
 def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *,
-                      geometry: str | Geometry = "sphere", chunk: int = _CHUNK
-                      ) -> BoundaryVariance:
+                      geometry: str | Geometry = "sphere", chunk: int = _CHUNK,
+                      weights: torch.Tensor | None = None) -> BoundaryVariance:
     """Within-cluster variance across the nearest boundaries (see
-    :func:`auto_inverse_temperature`)."""
+    :func:`auto_inverse_temperature`); ``weights`` ``(n,)`` weigh the rows."""
     geometry = as_geometry(geometry)
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
-    counts, sums, outer = _cluster_moments(X, heads, labels, chunk)
-    extra = torch.cat([X.sum(0), torch.stack([(X * X).sum(), X.new_tensor(float(X.shape[0]))])])
-    stats = torch.cat([counts, sums.reshape(-1), outer.reshape(-1), extra])
-    counts, sums = stats[:K], stats[K:K + K * K].reshape(K, K)
-    outer = stats[K + K * K:K + K * K + K**3].reshape(K, K, K)
-    col_sums, sq_norm, n = stats[-2 - X.shape[1]:-2], float(stats[-2]), float(stats[-1])
-    means = sums / counts.clamp_min(1)[:, None]                # (K, K) mean projection
-    cov = outer / counts.clamp_min(1)[:, None, None] - means[:, :, None] * means[:, None, :]
+    counts, sums, outer = _cluster_moments(X, heads, labels, chunk, weights)
+    wX = X if weights is None else X * weights[:, None]
+    col_sums, sq_norm, n = wX.sum(0), float((wX * X).sum()), _total(X, weights)
+    tiny = torch.finfo(X.dtype).tiny          # counts are sums of weights: maybe below 1
+    means = sums / counts.clamp_min(tiny)[:, None]                # (K, K) mean projection
+    cov = outer / counts.clamp_min(tiny)[:, None, None] - means[:, :, None] * means[:, None, :]
     # the floor's scale: the rows' mean squared norm on the sphere, their mean squared
-    # distance from their mean for Euclidean heads (the rule is then translation invariant)
-    floor = _FLOOR[X.dtype] * max(geometry.spread(sq_norm, col_sums, n), 0.0)
+    # distance from their mean for Euclidean heads (the rule is then translation invariant);
+    # rows without any spread (all equal) have no scale of their own: the working unit's
+    spread = geometry.spread(sq_norm, col_sums, n)
+    floor = _FLOOR[X.dtype] * (spread if spread > 0 else 1.0)
     if K == 1:
         s2 = geometry.one_head_variance(heads, cov, counts, sq_norm, n, X.shape[1])
         return BoundaryVariance(max(s2, 0.0), floor)
@@ -165,13 +198,14 @@ def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *,
     def var_across(a, b):
         return cov[a, b, b] - 2 * g2 * cov[a, a, b] + g2**2 * cov[a, a, a]
     pooled = (counts * var_across(h, c) + counts[c] * var_across(c, h)) \
-        / (counts + counts[c]).clamp_min(1)
+        / (counts + counts[c]).clamp_min(tiny)
     s2 = float((counts * pooled.clamp_min(0) / norm2).sum()) / n
     return BoundaryVariance(s2, floor)
 
 
 def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *,
-                             geometry: str | Geometry = "sphere") -> float:
+                             geometry: str | Geometry = "sphere",
+                             weights: torch.Tensor | None = None) -> float:
     """``1 / s^2`` with ``s^2`` the within-cluster variance across each head's nearest boundary.
 
     Clusters are the hard assignments (highest logit). For cluster ``h`` with nearest
@@ -184,9 +218,9 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *,
     ``s_h^2`` weighted by cluster size. Only the projections ``P = X mu^T`` are needed:
     the variance along ``u_hg`` follows from each cluster's ``K x K`` covariance of ``P``.
     ``s^2`` is floored at ``1e-12`` (float32: ``1e-6``) times the mean squared norm of the
-    rows (Euclidean: their mean squared distance from their mean), so ``lambda`` stays
-    finite on duplicated points; with one head (the attention is then constant) it
-    is the within-cluster variance of ``P`` (sphere) or per coordinate (Euclidean).
+    rows (Euclidean: their mean squared distance from their mean; 1 when that is zero),
+    so ``lambda`` stays finite on duplicated points; with one head (the attention is then
+    constant) it is the within-cluster variance of ``P`` (sphere) or per coordinate (Euclidean).
 
     Examples
     --------
@@ -198,5 +232,104 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *,
     >>> round(auto_inverse_temperature(X, torch.as_tensor(mix.centroids), geometry="euclidean"), -1)
     100.0
     """
-    s2, floor = boundary_variance(X, heads, geometry=geometry)
+    s2, floor = boundary_variance(X, heads, geometry=geometry, weights=weights)
     return 1.0 / max(s2, floor, torch.finfo(X.dtype).tiny)
+
+
+# -- the estimator's warm start -------------------------------------------------------------
+def _kmeans_plusplus(S, K, gen, geometry, weights=None) -> np.ndarray:
+    """k-means++ seeding (scikit-learn's) of ``K`` heads on the rows ``S``: seeds drawn
+    with probability proportional to weight times squared distance (a sample holding only
+    rows of weight zero is seeded as unweighted)."""
+    seed = int(gen.integers(2**31 - 1))
+    w = None if weights is None or not float(weights.sum()) > 0 \
+        else weights.cpu().double().numpy()
+    return kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed, sample_weight=w)[0]
+
+
+def _random_directions(S, K, gen, geometry, weights=None) -> np.ndarray:
+    """``K`` uniform random directions, as the geometry starts from them."""
+    return geometry.init_directions(gen.standard_normal((K, S.shape[1])))
+
+
+def _anneal_seeding(S, K, gen, geometry, weights=None) -> np.ndarray:
+    """The annealing path's heads at ``K`` (cold start, no randomness: ``gen`` unused; the
+    rows unweighted)."""
+    return anneal_heads(S.double().cpu().numpy(), K, geometry=geometry.name)
+
+
+_SEEDINGS = {"kmeans++": _kmeans_plusplus, "sphere": _random_directions,   # init="..."
+             "anneal": _anneal_seeding}
+
+
+def _initial_heads(S: torch.Tensor, rows: WorkingRows, init, K: int, geometry: Geometry,
+                   gen: np.random.Generator, weights=None) -> torch.Tensor:
+    """One seeding (``init``: a name of ``_SEEDINGS`` or heads in the preprocessed space),
+    on the set of the geometry, the same on every rank."""
+    d = S.shape[1]
+    if isinstance(init, str):
+        if init not in _SEEDINGS:
+            raise ValueError(f"init must be 'kmeans++', 'sphere', 'anneal' or an array, got "
+                             f"{init!r}")
+        centers = _SEEDINGS[init](S, K, gen, geometry, weights)
+    else:
+        centers = np.array(init, dtype=np.float64)
+        if centers.shape != (K, d):
+            raise ValueError(f"init array must have shape (n_clusters, n_features) = "
+                             f"{(K, d)}, got {centers.shape}")
+        if not np.all(np.isfinite(centers)):
+            raise ValueError("init array contains NaN or inf")
+        centers = rows.heads_in(centers)
+    heads = torch.as_tensor(geometry.start_heads(centers, gen), dtype=S.dtype, device=S.device)
+    # every rank computed the same heads; rank 0's copy makes sure they agree bitwise
+    return rows.comm.broadcast(heads)
+
+
+class WarmStart(NamedTuple):
+    """Result of :func:`warm_start`, in the working space of the fit."""
+
+    heads: torch.Tensor
+    """Starting heads of the solver, ``(K, d)``."""
+    inverse_temperature: float | None
+    """``1 / s^2`` of :func:`auto_inverse_temperature` (``None`` when not asked for)."""
+    capped: bool
+    """Whether ``s^2`` was at its floor (clusters without spread)."""
+
+
+def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_init: int,
+               geometry: Geometry, gen: np.random.Generator, auto: bool,
+               weights: torch.Tensor | None = None) -> WarmStart:
+    """The estimator's starting heads and, with ``auto``, its inverse temperature.
+
+    ``S`` is the warm-start sample (working rows, the same on every rank). With ``n_init >
+    1`` each seeding is followed by hard Lloyd steps and the run of highest
+    :attr:`LloydResult.score` is kept. With ``auto``, hard Lloyd steps from those heads
+    give the partition whose boundary variance sets ``lambda``; a seeding is replaced by
+    these Lloyd heads (a warm start), given heads are kept. ``weights``: the sample's
+    weights (see the module docstring).
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> X = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.1).sample(400, rng=0)
+    >>> rows = WorkingRows.prepare(X, geometry=ac.geometry.Sphere(), comm=None)
+    >>> start = warm_start(rows.rows, rows, init="kmeans++", n_clusters=2, n_init=1,
+    ...                    geometry=ac.geometry.Sphere(), gen=np.random.default_rng(0),
+    ...                    auto=True)
+    >>> round(start.inverse_temperature, -1), start.capped
+    (100.0, False)
+    """
+    def seed():
+        return _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
+    if n_init == 1:
+        heads = seed()
+    else:
+        runs = [hard_lloyd(S, seed(), _LLOYD_STEPS, geometry=geometry, weights=weights)
+                for _ in range(n_init)]
+        heads = max(runs, key=lambda run: run.score).heads
+    if not auto:
+        return WarmStart(heads, None, False)
+    lloyd = hard_lloyd(S, heads, _LLOYD_STEPS, geometry=geometry, weights=weights).heads
+    s2, floor = boundary_variance(S, lloyd, geometry=geometry, weights=weights)
+    lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
+    return WarmStart(lloyd if isinstance(init, str) else heads, lam, s2 <= floor)

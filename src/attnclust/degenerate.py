@@ -1,0 +1,80 @@
+"""When a fit's clusters cannot be trusted: :class:`DegenerateFitWarning` and its checks.
+
+A fit of :class:`~attnclust.AttentionClustering` ends with three checks, on statistics
+summed over every rank's rows (so that every rank warns alike):
+
+- a *dead head*: ``N_h = #{i : argmax_g a_g(x_i) = h} = 0``, fewer clusters than asked;
+- ``lambda`` *at its cap*: the warm start's ``s^2`` was at its floor (clusters without
+  spread, e.g. duplicated rows), so ``lambda = 1 / floor``;
+- *nearly uniform attention*: the mean largest weight ``(1/n) sum_i max_h a_h(x_i)`` is
+  below ``1/K + _UNIFORM (1 - 1/K)``; the risk then pins down only the mean of the heads
+  (not reported at the cap, where the attention is as sharp as it gets and coinciding
+  heads, reported as dead, are the cause).
+
+With sample weights, ``N_h`` and ``n`` are sums of weights (a head that wins only rows of
+weight zero wins nothing).
+
+Notation
+--------
+=============  ==============  =============================================
+paper          code            meaning
+=============  ==============  =============================================
+``K``          ``len(sizes)``  number of heads
+``N_h``        ``sizes[h]``    rows won by head ``h``
+``lambda``     ``shown``       inverse temperature (as shown to the user)
+=============  ==============  =============================================
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.exceptions import ConvergenceWarning
+
+__all__ = ["DegenerateFitWarning", "warn_if_degenerate"]
+
+_UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
+
+
+class DegenerateFitWarning(ConvergenceWarning):
+    """A fit ended somewhere its clusters cannot be trusted (dead head, degenerate lambda)."""
+
+
+def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
+                       inverse_temperature: float, stacklevel: int = 2) -> None:
+    """A :class:`DegenerateFitWarning` for each check of the module docstring that fails.
+
+    ``sizes`` are the rows won by each head ``(K,)`` (or their weights), ``sharpness`` the
+    (weighted) sum over rows of the largest attention weight, ``capped`` whether ``lambda``
+    is at its cap.
+
+    Examples
+    --------
+    >>> import warnings
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     warn_if_degenerate(np.array([10.0, 0.0]), 5.2, capped=False,
+    ...                        inverse_temperature=0.5)
+    >>> [str(w.message)[:24] for w in caught]
+    ['head(s) [1] win no row: ', 'the attention is nearly ']
+    """
+    K, n = len(sizes), float(sizes.sum())
+    shown = f"lambda={inverse_temperature:.3g}"
+    dead = np.flatnonzero(sizes == 0)
+    if dead.size:
+        warnings.warn(f"head(s) {dead.tolist()} win no row: the fit found fewer than "
+                      f"{K} clusters; try another random_state or init, or fewer clusters",
+                      DegenerateFitWarning, stacklevel=stacklevel + 1)
+    if capped:
+        warnings.warn(f"the clusters have (nearly) no spread, so {shown} is at its cap "
+                      "(1e12 over the data's mean squared spread, or 1e12 when the rows "
+                      "are all equal; 1e6 in float32); duplicated rows?",
+                      DegenerateFitWarning, stacklevel=stacklevel + 1)
+    # at the cap the attention is as sharp as it gets: heads that share their rows
+    # (reported above as winning none) are the cause, not a small lambda
+    if not capped and K > 1 and sharpness / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
+        warnings.warn(f"the attention is nearly uniform at {shown} (mean largest weight "
+                      f"{sharpness / n:.3f}, uniform {1 / K:.3f}): the risk then pins down "
+                      "only the mean of the heads; raise inverse_temperature or use 'auto'",
+                      DegenerateFitWarning, stacklevel=stacklevel + 1)

@@ -1,0 +1,177 @@
+"""Streaming fits: what ``AttentionClustering.partial_fit`` does with each batch of rows.
+
+First batch
+-----------
+Exactly what ``fit`` does before its solver, on the batch: the preprocessing
+(``normalize="center-scale"`` learns ``mean_`` and ``scale_`` here), the working space of
+Euclidean heads (rows centred and scaled by the batch's mean and root-mean-square
+spread: a fixed affine map from then on), the seeding (k-means++ on the batch, weighted)
+and, for ``inverse_temperature="auto"``, the hard Lloyd steps and the boundary variance
+that fix ``lambda``. ``lambda`` stays fixed afterwards.
+
+Every batch (the first included)
+--------------------------------
+The batch's sufficient statistics at the current heads and ``lambda`` are the row sums
+of one pass of the fixed-point solver (:func:`attnclust.fixed_point.pass_sums`: the
+summed error, ``W^T X``, ``A^T A``, ``sum_i a_ih P_ih``, ``sum_i W_ih``, every term
+weighted by the sample weight); they are added to running sums,
+
+    S_t = S_{t-1} + S(batch_t),        n_t = n_{t-1} + sum_i w_i,
+
+and the heads take one full fixed-point step from ``S_t / n_t``
+(:func:`attnclust.fixed_point.step_from_sums`). The forgetting rule is that of
+scikit-learn's ``MiniBatchKMeans``: running counts, nothing forgotten. With hard attention
+the step is exactly its update: each head becomes the mean of every row it has won so far
+(``mu_h <- (n_h mu_h + sum of the batch's rows of h) / (n_h + m_h)``); with soft
+attention, the soft counts ``N_h = sum_i w_i a_ih`` and sums ``sum_i W_ih x_i`` replace
+them, so a fixed point of the running step is a fixed point of the batch solver on the
+rows seen. Memory is one batch plus ``O(K d + K^2)`` numbers.
+
+Notation
+--------
+=============  ==============  =============================================
+paper          code            meaning
+=============  ==============  =============================================
+``mu_h``       ``heads``       heads in the working space, ``(K, d)``
+``lambda``     ``lam``         inverse temperature (working space), fixed
+``S_t``        ``sums``        running row sums of the passes over batches
+``n_t``        ``total``       running total weight of the rows seen
+=============  ==============  =============================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ._validation import as_generator, check_sample_weight
+from .communicator import Communicator
+from .fixed_point import pass_sums, step_from_sums
+
+__all__ = ["StreamState", "partial_fit"]
+
+
+@dataclass
+class StreamState:
+    """What ``partial_fit`` keeps between batches (the estimator's ``stream_state_``)."""
+
+    heads: torch.Tensor            # (K, d), working space
+    lam: float                     # working space
+    sums: torch.Tensor             # running pass sums
+    total: float                   # running total weight
+    shift: np.ndarray | None       # (d,): the working map (x - shift) / scale; None: sphere
+    scale: float
+    dtype: torch.dtype
+    device: str
+    chunk: int
+    n_batches: int = 0
+
+    def to_working(self, Xp: np.ndarray) -> torch.Tensor:
+        """Preprocessed rows -> the working space, on the fit's device and dtype."""
+        rows = torch.from_numpy(np.ascontiguousarray(Xp, dtype=np.float64))
+        if self.shift is not None:
+            rows = (rows - torch.from_numpy(self.shift)) / self.scale
+        return rows.to(self.device, self.dtype)
+
+
+def _first_state(est, Xp: np.ndarray, weights, gen) -> StreamState:
+    """Initial heads and lambda from the first batch, as ``fit`` starts (see above)."""
+    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), weights=weights)
+    S, _, start, lam = est._warm_start(rows, gen)
+    return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.shift,
+                       float(rows.scale), S.dtype, str(est.device), rows.chunk)
+
+
+def _resumed_state(est, Xp: np.ndarray) -> StreamState:
+    """A state for an estimator fitted by ``fit``: its heads and lambda, in a working space
+    taken from this batch, and no sums yet (this batch's statistics decide the first step
+    alone)."""
+    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]))
+    one = rows.read(0, 1)
+    heads = torch.as_tensor(rows.heads_in(est.cluster_centers_), dtype=one.dtype,
+                            device=one.device)
+    return StreamState(heads, float(rows.inverse_temperature_in(est.inverse_temperature_)),
+                       heads.new_zeros(0), 0.0, rows.shift, float(rows.scale), one.dtype,
+                       str(est.device), rows.chunk)
+
+
+def partial_fit(est, X, sample_weight=None):
+    """One batch of ``AttentionClustering.partial_fit`` (see the module docstring).
+
+    Sets ``cluster_centers_``, ``inverse_temperature_``, ``labels_`` (of this batch, as
+    ``MiniBatchKMeans`` does), ``n_steps_`` (batches seen), ``n_iter_`` (the same),
+    ``loss_curve_`` (after each batch, the risk of the running sums: rows seen, weighted)
+    and ``stream_state_``.
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> X, z = ac.GaussianMixture.orthogonal(d=6, k=3, sigma=0.1).sample(
+    ...     3000, rng=0, return_labels=True)
+    >>> est = ac.AttentionClustering(3, random_state=0)
+    >>> for start in range(0, 3000, 500):
+    ...     _ = est.partial_fit(X[start:start + 500])
+    >>> est.n_steps_, ac.adjusted_rand_index(z, est.predict(X))
+    (6, 1.0)
+    """
+    state = getattr(est, "stream_state_", None)
+    fitted = hasattr(est, "cluster_centers_")
+    resumed = fitted and (state is None or not np.array_equal(
+        est.cluster_centers_, _centers(est, state)))
+    X = est._validate(X, reset=not fitted)
+    weights = check_sample_weight(sample_weight, X.shape[0])
+    if not fitted:
+        est._check_params(X.shape[0], X.shape[0])
+        _check_streaming(est)
+        est.mean_, est.scale_ = None, None
+        Xp = est._preprocess(X, comm=Communicator.local(X.shape[0]), weights=weights)
+        state = _first_state(est, Xp, weights, as_generator(est.random_state))
+        est.loss_curve_ = np.zeros(0)
+    else:
+        Xp = est._preprocess(X)
+        if resumed:
+            state = _resumed_state(est, Xp)
+            est.loss_curve_ = np.zeros(0)
+    _step(est, state, state.to_working(Xp), weights)
+    return est
+
+
+def _check_streaming(est) -> None:
+    if est.solver != "fixed-point" or est.penalty is not None:
+        raise ValueError(f"partial_fit takes fixed-point steps without a penalty; got "
+                         f"solver={est.solver!r}, penalty={est.penalty!r}")
+
+
+def _centers(est, state: StreamState) -> np.ndarray:
+    """The state's heads in the preprocessed space (what ``cluster_centers_`` holds)."""
+    centers = state.heads.detach().cpu().double().numpy()
+    return centers if state.shift is None else centers * state.scale + state.shift
+
+
+def _step(est, state: StreamState, rows: torch.Tensor, weights) -> None:
+    """Add the batch's sums to the running ones and take the step; set the attributes."""
+    w = None if weights is None else torch.as_tensor(weights, dtype=state.dtype,
+                                                     device=rows.device)
+    geometry = est._geometry
+    batch = pass_sums(rows, state.heads, state.lam, geometry=geometry, weights=w,
+                      chunk=state.chunk)
+    state.sums = batch if state.sums.numel() == 0 else state.sums + batch
+    state.total += float(rows.shape[0] if w is None else w.sum())
+    state.n_batches += 1
+    if state.total > 0:
+        state.heads, risk = step_from_sums(state.sums, state.heads, state.lam, state.total,
+                                           geometry=geometry)
+    else:                                    # only rows of weight zero so far
+        risk = float("nan")
+    labels = geometry.logits(rows, state.heads, state.lam).argmax(1)
+    scale2 = state.scale * state.scale
+    est.stream_state_ = state
+    est.cluster_centers_ = _centers(est, state)
+    est.inverse_temperature_ = state.lam / scale2
+    est.labels_ = labels.cpu().numpy().astype(np.int64)
+    est.n_steps_ = est.n_iter_ = state.n_batches
+    est.loss_curve_ = np.append(est.loss_curve_, risk * scale2)
+    est.inverse_temperature_curve_ = np.full(est.loss_curve_.shape, est.inverse_temperature_)
+    est.converged_ = False

@@ -1,0 +1,285 @@
+"""``attnclust --version``, ``fit --proba``, ``fit --plot`` and ``--header`` for CSV files."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import attnclust as ac
+from attnclust.cli import main
+
+
+@pytest.fixture()
+def blobs(tmp_path):
+    mix = ac.GaussianMixture.random(d=4, k=3, sigma=0.1, rng=0)
+    X, z = mix.sample(300, rng=0, return_labels=True)
+    return X, z, tmp_path
+
+
+def _error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+def _no_temporaries(folder) -> bool:
+    return not [p for p in folder.iterdir() if p.name.startswith(".")]
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"attnclust {ac.__version__}"
+
+
+def test_proba_rows_are_predict_proba_and_sum_to_one(blobs, capsys):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--proba", "--out", str(tmp / "r"),
+                 "--quiet"]) == 0
+    P = np.load(tmp / "r.proba.npy")
+    np.testing.assert_array_equal(np.loadtxt(tmp / "r.proba.csv", delimiter=","), P)
+    est = ac.AttentionClustering(3, random_state=0).fit(X)
+    np.testing.assert_allclose(P, est.predict_proba(X), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(P.argmax(1), np.load(tmp / "r.labels.npy"))
+    assert "r.proba.csv" in capsys.readouterr().out and _no_temporaries(tmp)
+
+
+def test_no_proba_no_plot_without_the_flags(blobs):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "r"), "--quiet"]) == 0
+    assert not (tmp / "r.proba.npy").exists() and not (tmp / "r.png").exists()
+
+
+@pytest.mark.parametrize("d", [2, 5])
+def test_plot_writes_a_png(tmp_path, d, capsys):
+    X = ac.GaussianMixture.random(d=d, k=3, sigma=0.1, rng=0).sample(400, rng=0)
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--plot", "--out",
+                 str(tmp_path / "r"), "--quiet"]) == 0
+    png = (tmp_path / "r.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert "r.png" in capsys.readouterr().out and _no_temporaries(tmp_path)
+
+
+def test_plot_failure_leaves_no_file(blobs, capsys, monkeypatch):
+    """A picture that cannot be drawn is one line, and none of the outputs is written."""
+    from attnclust import picture
+
+    def broken(*args, **kwargs):
+        raise ValueError("cannot draw")
+    monkeypatch.setattr(picture, "plot_clusters", broken)
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert "cannot draw" in _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--plot",
+                                             "--proba", "--out", str(tmp / "r"), "--quiet"])
+    assert sorted(p.name for p in tmp.iterdir()) == ["x.npy"]
+
+
+def test_outputs_may_not_overwrite_the_input(tmp_path, capsys):
+    X = ac.GaussianMixture.random(d=2, k=2, sigma=0.1, rng=0).sample(50, rng=0)
+    np.save(tmp_path / "r.proba.npy", X)
+    line = _error(capsys, ["fit", str(tmp_path / "r.proba.npy"), "-k", "2", "--proba",
+                           "--out", str(tmp_path / "r")])
+    assert "is the input file" in line
+
+
+def test_distributed_plot_is_refused_before_any_work(blobs, capsys):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert "--plot needs all rows" in _error(
+        capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--plot", "--distributed"])
+    assert "cannot be combined with --distributed" in _error(
+        capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--batch-rows", "100", "--distributed"])
+
+
+# -- --header ---------------------------------------------------------------------------------
+def _write_csv(path, X, header: str | None, *, integers: bool = False) -> None:
+    """As pandas' ``to_csv(index=False)`` does: ``repr`` of each float, or integers."""
+    lines = [] if header is None else [header]
+    lines += [",".join(str(int(v)) if integers else repr(float(v)) for v in row) for row in X]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _labels(tmp, argv) -> np.ndarray:
+    assert main(["fit", *argv, "-k", "3", "--out", str(tmp / "r"), "--quiet"]) == 0
+    return np.load(tmp / "r.labels.npy")
+
+
+def test_pandas_numeric_header_is_detected(blobs):
+    """``DataFrame(X).to_csv(index=False)`` writes the header ``0,1,2,3``: 300 rows give 300
+    labels (it used to be read as a row: 301 labels, every join off by one)."""
+    X, z, tmp = blobs
+    _write_csv(tmp / "x.csv", X, "0,1,2,3")
+    labels = _labels(tmp, [str(tmp / "x.csv")])
+    assert labels.shape == (300,) and ac.adjusted_rand_index(z, labels) == 1.0
+    np.testing.assert_array_equal(_labels(tmp, [str(tmp / "x.csv"), "--header", "yes"]),
+                                  labels)
+
+
+@pytest.mark.parametrize("header, integers", [("2019,2020,2021,2022", False),   # years
+                                              ("1,2,3,4", False),               # from 1
+                                              ("0,1,2,3", True)])      # above integer rows
+def test_ambiguous_numeric_first_line_is_refused(blobs, capsys, header, integers):
+    X, _, tmp = blobs
+    _write_csv(tmp / "x.csv", np.round(X * 100) if integers else X, header, integers=integers)
+    line = _error(capsys, ["fit", str(tmp / "x.csv"), "-k", "3", "--out", str(tmp / "r")])
+    assert "pass --header yes or --header no" in line and "first line" in line
+    assert sorted(p.name for p in tmp.iterdir()) == ["x.csv"]
+    assert _labels(tmp, [str(tmp / "x.csv"), "--header", "yes"]).shape == (300,)
+    assert _labels(tmp, [str(tmp / "x.csv"), "--header", "no"]).shape == (301,)
+
+
+def test_numeric_rows_without_header_are_all_data(blobs):
+    X, _, tmp = blobs
+    _write_csv(tmp / "f.csv", X, None)                                    # floats
+    assert _labels(tmp, [str(tmp / "f.csv")]).shape == (300,)
+    _write_csv(tmp / "d.csv", X, "3,1,4,1")        # integers, not increasing: not names
+    assert _labels(tmp, [str(tmp / "d.csv")]).shape == (301,)
+    _write_csv(tmp / "i.csv", np.round(X * 100), None, integers=True)    # integers
+    assert _labels(tmp, [str(tmp / "i.csv")]).shape == (300,)
+
+
+def test_header_no_makes_a_named_header_an_error(blobs, capsys):
+    X, _, tmp = blobs
+    _write_csv(tmp / "x.csv", X, "a,b,c,d")
+    assert _labels(tmp, [str(tmp / "x.csv")]).shape == (300,)
+    line = _error(capsys, ["fit", str(tmp / "x.csv"), "-k", "3", "--header", "no"])
+    assert "non-numeric value 'a' at line 1" in line
+
+
+def test_quantize_reads_the_header_as_fit_does(blobs):
+    X, _, tmp = blobs
+    _write_csv(tmp / "x.csv", X, "0,1,2,3")
+    assert main(["quantize", str(tmp / "x.csv"), "--inverse-temperature", "2", "--out",
+                 str(tmp / "q.npy"), "--quiet"]) == 0
+    assert np.load(tmp / "q.npy").shape == (300, 4)
+
+
+# -- bench --device ------------------------------------------------------------------------
+def test_bench_device_runs_only_the_benchmarks_that_take_it(tmp_path, capsys):
+    (tmp_path / "bench_dev.py").write_text(
+        "def run(quick, device='cpu'):\n    return [{'device': device, 'quick': quick}]\n")
+    (tmp_path / "bench_cpu.py").write_text("def run(quick):\n    return [{'ran': 1}]\n")
+    assert main(["bench", "--dir", str(tmp_path), "--device", "cpu", "--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "skipped: it measures the CPU only" in out and "ran" not in out
+    assert "cpu     True" in out
+    assert main(["bench", "--dir", str(tmp_path)]) == 0       # without --device: both run
+    out = capsys.readouterr().out
+    assert "ran" in out and "skipped" not in out
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA device is here")
+def test_bench_on_a_missing_device_is_one_line(capsys):
+    line = _error(capsys, ["bench", "--only", "devices", "--device", "cuda"])
+    assert "CUDA is not available" in line
+
+
+# -- --sample-weight / --weight-column -----------------------------------------------------
+def _fit_files(tmp, argv) -> tuple[np.ndarray, np.ndarray]:
+    assert main(["fit", *argv, "-k", "3", "--out", str(tmp / "r"), "--quiet"]) == 0
+    return np.load(tmp / "r.centers.npy"), np.load(tmp / "r.labels.npy")
+
+
+def test_sample_weight_file_and_column_give_the_weighted_fit(blobs, capsys):
+    X, _, tmp = blobs
+    w = np.random.default_rng(0).integers(0, 4, size=len(X)).astype(float)
+    est = ac.AttentionClustering(3, random_state=0).fit(X, sample_weight=w)
+    np.save(tmp / "x.npy", X)
+    np.save(tmp / "w.npy", w)
+    np.save(tmp / "xw.npy", np.column_stack([X[:, :2], w, X[:, 2:]]))
+    (tmp / "w.csv").write_text("weight\n" + "\n".join(repr(float(v)) for v in w) + "\n")
+    for argv in ([str(tmp / "x.npy"), "--sample-weight", str(tmp / "w.npy")],
+                 [str(tmp / "x.npy"), "--sample-weight", str(tmp / "w.csv")],
+                 [str(tmp / "xw.npy"), "--weight-column", "3"]):
+        centers, labels = _fit_files(tmp, argv)
+        np.testing.assert_allclose(centers, est.cluster_centers_, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(labels, est.labels_)
+    out = capsys.readouterr().out
+    assert f"weights={w.sum():.6g}" in out and "d=4" in out
+
+
+@pytest.mark.parametrize("weights, match", [
+    (np.r_[-1.0, np.ones(299)], "must be non-negative, got -1.0 at index 0"),
+    (np.r_[np.ones(299), np.nan], "must be finite, got nan at index 299"),
+    (np.ones(299), "299 weights for the 300 rows of"),
+    (np.zeros(300), "sums to zero"),
+    (np.ones((300, 2)), r"one weight per row, shape \(n,\) or \(n, 1\), got shape \(300, 2\)"),
+])
+def test_bad_weights_are_one_line_and_no_file(blobs, capsys, weights, match):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    np.save(tmp / "w.npy", weights)
+    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--sample-weight",
+                           str(tmp / "w.npy"), "--out", str(tmp / "r")])
+    assert re.search(match, line), line
+    assert sorted(p.name for p in tmp.iterdir()) == ["w.npy", "x.npy"]
+
+
+def test_weight_options_errors(blobs, capsys):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert "is not a column of" in _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3",
+                                                   "--weight-column", "5"])
+    assert "nope.npy: no such file" in _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3",
+                                                       "--sample-weight", str(tmp / "nope.npy")])
+    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--weight-column", "1",
+                           "--sample-weight", str(tmp / "x.npy")])
+    assert "not allowed with argument" in line
+    bad = X.copy()
+    bad[7, 1] = -2.0
+    np.save(tmp / "neg.npy", bad)
+    assert "--weight-column 2 of" in _error(capsys, ["fit", str(tmp / "neg.npy"), "-k", "3",
+                                                     "--weight-column", "2"])
+
+
+@pytest.mark.slow
+def test_distributed_fit_with_weights_is_the_weighted_fit(blobs):
+    """Two gloo ranks, each reading its rows' weights: the one-process weighted fit."""
+    import subprocess
+    import sys
+
+    from test_distributed import _env, _free_port
+
+    X, _, tmp = blobs
+    w = np.random.default_rng(3).integers(0, 4, size=len(X)).astype(float)
+    np.save(tmp / "x.npy", X)
+    np.save(tmp / "w.npy", w)
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "attnclust", "fit", str(tmp / "x.npy"),
+                               "-k", "3", "--distributed", "--timeout", "30", "--sample-weight",
+                               str(tmp / "w.npy"), "--proba", "--out", str(tmp / "dp"),
+                               "--quiet"], env=_env(r, 2, port), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-1500:] for _, err in outs]
+    est = ac.AttentionClustering(3, random_state=0).fit(X, sample_weight=w)
+    np.testing.assert_allclose(np.load(tmp / "dp.centers.npy"), est.cluster_centers_,
+                               atol=1e-8)
+    np.testing.assert_array_equal(np.load(tmp / "dp.labels.npy"), est.labels_)
+    np.testing.assert_allclose(np.load(tmp / "dp.proba.npy"), est.predict_proba(X), atol=1e-8)
+    assert f"weights={w.sum():.6g}" in outs[0][0]
+
+
+def test_usage_shows_required_options_as_required_and_every_option_has_help(capsys):
+    """quantize's usage line showed the required --inverse-temperature in brackets, and
+    fit --max-iter had no help text."""
+    for command in ("fit", "quantize", "bench"):
+        assert main([command, "--help"]) == 0
+        out = capsys.readouterr().out
+        usage, options = out.split("\n\n", 1)[0], out.split("options:", 1)[1]
+        if command == "quantize":
+            assert "--inverse-temperature LAMBDA" in usage
+            assert "[--inverse-temperature" not in usage
+        # every option line is followed by its help (on the same line or the next)
+        lines = [ln for ln in options.splitlines() if ln.strip()]
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith("-") and len(line.strip().split("  ")) == 1:
+                assert not lines[i + 1].lstrip().startswith("-"), f"{command}: {line}"
+    assert main(["fit", "--help"]) == 0
+    assert "most fixed-point steps at the final inverse" in capsys.readouterr().out

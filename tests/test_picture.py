@@ -1,0 +1,88 @@
+"""The picture of a fit: PCA against scikit-learn's, the sample, the boundary, the labels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.contour import ContourSet
+from sklearn.decomposition import PCA
+
+import attnclust as ac
+from attnclust.picture import plot_clusters, principal_axes
+
+
+def test_principal_axes_are_scikit_learns_pca():
+    X = ac.GaussianMixture.random(d=6, k=4, sigma=0.2, rng=0).sample(5000, rng=0)
+    mean, axes, share = principal_axes(X, block=777)         # blocks that do not divide n
+    ref = PCA(2).fit(X)
+    np.testing.assert_allclose(mean, ref.mean_, atol=1e-12)
+    np.testing.assert_allclose(np.abs(np.sum(axes * ref.components_, axis=1)), 1.0, atol=1e-9)
+    np.testing.assert_allclose(share, ref.explained_variance_ratio_, rtol=1e-9)
+
+
+def _scatter_sizes(ax) -> list[int]:
+    return [len(c.get_offsets()) for c in ax.collections if not isinstance(c, ContourSet)]
+
+
+def test_many_rows_are_sampled_and_the_title_says_so():
+    X = ac.GaussianMixture.random(d=5, k=3, sigma=0.1, rng=0).sample(25_000, rng=0)
+    est = ac.AttentionClustering(3, random_state=0).fit(X)
+    ax = plot_clusters(est, X, labels=est.labels_, max_points=1000).axes[0]
+    assert max(_scatter_sizes(ax)) == 1000                    # the rows drawn
+    assert "random sample of 1,000 of 25,000 rows (seed 0)" in ax.get_title()
+    assert ax.get_xlabel().startswith("PC1 (") and ax.get_ylabel().startswith("PC2 (")
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    sizes = np.bincount(est.labels_, minlength=3)
+    assert legend == [f"cluster {k}: {sizes[k]:,} rows" for k in range(3)] + ["heads"]
+    # the heads are drawn at their PCA coordinates
+    mean, axes, _ = principal_axes(X)
+    heads = [c for c in ax.collections if len(c.get_offsets()) == 3][0]
+    np.testing.assert_allclose(heads.get_offsets(), (est.cluster_centers_ - mean) @ axes.T,
+                               atol=1e-9)
+    few = plot_clusters(est, X[:500]).axes[0]
+    assert max(_scatter_sizes(few)) == 500 and "sample" not in few.get_title()
+
+
+def test_two_dimensional_boundary_is_the_bisector_of_the_heads():
+    """Two Euclidean heads: argmax_h softmax(-lambda ||x - mu_h||^2 / 2) changes on the
+    bisector of the heads; every vertex of the drawn boundary lies within a grid cell."""
+    X = ac.GaussianMixture.random(d=2, k=2, sigma=0.2, rng=1).sample(600, rng=0)
+    est = ac.AttentionClustering(2, random_state=0).fit(X)
+    ax = plot_clusters(est, X).axes[0]
+    lines = [c for c in ax.collections if isinstance(c, ContourSet) and not c.filled]
+    vertices = np.vstack([p.vertices for c in lines for p in c.get_paths()])
+    a, b = est.cluster_centers_
+    normal = (b - a) / np.linalg.norm(b - a)
+    distance = np.abs((vertices - (a + b) / 2) @ normal)
+    span = np.ptp(np.vstack([X, est.cluster_centers_]), axis=0).max() * 1.1
+    assert len(vertices) > 20 and distance.max() < span / 160 * 1.5
+    assert (ax.get_xlabel(), ax.get_ylabel()) == ("x1", "x2")
+
+
+def test_sphere_rows_are_drawn_on_the_circle():
+    X = ac.GaussianMixture.random(d=2, k=3, sigma=0.1, rng=0).sample(300, rng=0) * 7.0
+    est = ac.AttentionClustering(3, geometry="sphere", random_state=0).fit(X)
+    ax = plot_clusters(est, X).axes[0]
+    rows = [c.get_offsets() for c in ax.collections
+            if not isinstance(c, ContourSet) and len(c.get_offsets()) == 300][0]
+    np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-12)
+
+
+def test_one_column_is_refused():
+    est = ac.AttentionClustering(2, random_state=0).fit(np.arange(20.0).reshape(10, 2))
+    with pytest.raises(ValueError, match="at least 2 columns"):
+        plot_clusters(est, np.zeros((10, 1)))
+
+
+def test_legend_counts_all_rows_only_when_it_knows_them():
+    X = ac.GaussianMixture.random(d=3, k=2, sigma=0.1, rng=0).sample(3000, rng=0)
+    est = ac.AttentionClustering(2, random_state=0).fit(X)
+
+    def legend(**kw):
+        ax = plot_clusters(est, X, max_points=500, **kw).axes[0]
+        return [t.get_text() for t in ax.get_legend().get_texts()][:2]
+    drawn = legend()
+    assert all(t.endswith(" drawn") for t in drawn)
+    assert sum(int(t.split(": ")[1].split()[0].replace(",", "")) for t in drawn) == 500
+    sizes = np.bincount(est.labels_, minlength=2)
+    assert legend(sizes=sizes) == [f"cluster {k}: {sizes[k]:,} rows" for k in range(2)]

@@ -1,0 +1,153 @@
+"""Tests of :mod:`attnclust.rows`: the working space and its inverse, the sample, chunked
+passes (chunks and workers change nothing), and the preprocessing helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnclust as ac
+from attnclust.communicator import Communicator
+from attnclust.geometry import Euclidean, Sphere
+from attnclust.results import IterationInfo
+from attnclust.rows import WorkingRows, chunk_rows, computation_dtype, fit_threads, preprocess
+
+
+def _data(n=500, d=4, seed=0):
+    gen = np.random.default_rng(seed)
+    return gen.standard_normal((n, d)) * [1.0, 3.0, 0.5, 2.0] + [10.0, -4.0, 0.0, 7.0]
+
+
+def _all(rows: WorkingRows) -> torch.Tensor:
+    return torch.cat([c for _, c in ((s, rows.read(s, s + rows.chunk))
+                                     for s in range(0, rows.rows.shape[0], rows.chunk))])
+
+
+def test_euclidean_working_rows_are_centred_with_unit_rms_norm():
+    X = _data()
+    rows = WorkingRows.prepare(X, geometry=Euclidean(), comm=None, chunk_size=64)
+    Y = _all(rows).numpy()
+    np.testing.assert_allclose(Y.mean(0), 0.0, atol=1e-13)
+    assert np.mean(np.sum(Y**2, axis=1)) == pytest.approx(1.0, rel=1e-13)
+    np.testing.assert_allclose(rows.shift, X.mean(0), rtol=1e-14)
+    assert rows.scale == pytest.approx(np.sqrt(np.mean(np.sum((X - X.mean(0))**2, 1))),
+                                       rel=1e-14)
+    np.testing.assert_array_equal(rows.take(torch.tensor([3, 7])).numpy(), Y[[3, 7]])
+
+
+def test_sphere_rows_are_used_as_given():
+    X = _data()
+    rows = WorkingRows.prepare(X, geometry=Sphere(), comm=None, dtype="float32")
+    assert rows.row_map is None and rows.shift is None and rows.scale == 1.0
+    assert rows.rows.dtype == torch.float32
+    np.testing.assert_array_equal(rows.read(0, 10).numpy(), X[:10].astype(np.float32))
+
+
+def test_the_working_space_is_the_same_layer():
+    """The Euclidean attention of x on mu at lambda is that of (x - m)/s on (mu - m)/s at
+    lambda s^2: the maps in and out of the working space change no weight."""
+    X = _data()
+    rows = WorkingRows.prepare(X, geometry=Euclidean(), comm=None)
+    heads = X[[0, 100, 200]] + 0.3
+    lam = 0.7
+    geo = Euclidean()
+    direct = torch.softmax(geo.logits(torch.as_tensor(X), torch.as_tensor(heads), lam), 1)
+    nu = torch.as_tensor(rows.heads_in(heads))
+    working = torch.softmax(geo.logits(_all(rows), nu, rows.inverse_temperature_in(lam)), 1)
+    torch.testing.assert_close(working, direct, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(rows.heads_out(nu), heads, rtol=1e-13)
+    assert rows.inverse_temperature_out(rows.inverse_temperature_in(lam)) == pytest.approx(lam)
+    info = rows.info_out(offset=5)(IterationInfo(2, 0.5, rows.inverse_temperature_in(lam), 0.1,
+                                                 nu))
+    assert (info.iteration, info.loss, info.inverse_temperature, info.shift) == pytest.approx(
+        (7, 0.5 * rows.scale**2, lam, 0.1 * rows.scale))
+    np.testing.assert_allclose(info.heads.numpy(), heads, rtol=1e-13)
+
+
+def test_lambda_out_of_range_is_a_value_error():
+    with pytest.raises(ValueError, match="out of float64's range"):   # s^2 underflows
+        WorkingRows.prepare(_data() * 1e-160, geometry=Euclidean(), comm=None)
+    rows = WorkingRows.prepare(_data(), geometry=Euclidean(), comm=None)
+    with pytest.raises(ValueError, match="out of float64's range"):
+        rows.inverse_temperature_out(1e-310)
+
+
+def test_sample_draws_the_generators_rows_in_order():
+    X = _data(n=300)
+    rows = WorkingRows.prepare(X, geometry=Sphere(), comm=None)
+    S = rows.sample(np.random.default_rng(4), 50)
+    idx = np.sort(np.random.default_rng(4).choice(300, 50, replace=False))
+    np.testing.assert_array_equal(S.numpy(), X[idx])
+    np.testing.assert_array_equal(rows.sample(np.random.default_rng(4), 300).numpy(), X)
+
+
+def test_sample_of_a_rank_holds_only_its_rows():
+    """Without the other ranks' sums, a rank's sample is its own rows and zeros elsewhere."""
+    X = _data(n=300)
+    comm = Communicator(lambda t: t, lambda t: t, offset=100, n_total=300)
+    rows = WorkingRows.prepare(X[100:200], geometry=Sphere(), comm=comm)
+    S = rows.sample(np.random.default_rng(4), 50).numpy()
+    idx = np.sort(np.random.default_rng(4).choice(300, 50, replace=False))
+    mine = (idx >= 100) & (idx < 200)
+    np.testing.assert_array_equal(S[mine], X[idx[mine]])
+    assert not S[~mine].any()
+
+
+@pytest.mark.parametrize("chunk, workers", [(7, 1), (64, 3), (1000, 2)])
+def test_assign_is_argmax_sizes_and_sharpness_whatever_the_chunks(chunk, workers):
+    X = _data()
+    rows = WorkingRows.prepare(X, geometry=Euclidean(), comm=None, chunk_size=chunk,
+                               workers=workers)
+    heads = torch.as_tensor(rows.heads_in(X[[0, 1, 2]]))
+
+    def weights(c):
+        return torch.softmax(Euclidean().logits(c, heads, 2.0), 1)
+    labels, stats = rows.assign(weights, 3)
+    W = weights(_all(rows)).numpy()
+    np.testing.assert_array_equal(labels, W.argmax(1))
+    np.testing.assert_array_equal(stats[:3], np.bincount(W.argmax(1), minlength=3))
+    assert stats[3] == pytest.approx(W.max(1).sum(), rel=1e-12)
+
+
+def test_chunk_rule_and_threads():
+    assert chunk_rows(None, 8, 3) == 16_384                 # narrow rows: the cap
+    assert chunk_rows(None, 1000, 3) == (1 << 19) // 1000   # wide: about 2 MB of float32
+    assert chunk_rows(None, 10**6, 3) == 256                # the floor
+    assert chunk_rows(None, 8, 1000) == (1 << 19) // 1000   # many heads: (rows, K) blocks
+    assert chunk_rows(123, 8, 3) == 123
+    assert computation_dtype("auto", np.float32) == torch.float32
+    assert computation_dtype("auto", np.float64) == torch.float64
+    before = torch.get_num_threads()
+    with fit_threads("cpu") as workers:
+        assert torch.get_num_threads() == 1 and workers == before
+    assert torch.get_num_threads() == before
+
+
+def test_preprocess_options():
+    X = _data(n=50)
+    unit = preprocess(X, "rows", unit_heads=True)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, rtol=1e-15)
+    mean, scale = X.mean(0), 2.0
+    np.testing.assert_allclose(preprocess(X, "center-scale", unit_heads=False,
+                                          center=(mean, scale)), (X - mean) / scale)
+    assert preprocess(X, None, unit_heads=False) is X
+    with pytest.warns(UserWarning, match="mean squared norm"):
+        preprocess(X, None, unit_heads=True, comm=Communicator.local(50))
+    X[3] = 0.0
+    with pytest.raises(ValueError, match="row 3"):
+        preprocess(X, "rows", unit_heads=True)
+
+
+def test_the_estimator_fits_through_its_rows():
+    """The estimator's fit is the fixed-point solver's on the working rows, mapped back."""
+    X = _data()
+    est = ac.AttentionClustering(3, init=X[[0, 1, 2]], inverse_temperature=0.2, tol=1e-10,
+                                 max_iter=500).fit(X)
+    rows = WorkingRows.prepare(X, geometry=Euclidean(), comm=None)
+    res = ac.fixed_point.fixed_point_fit(
+        _all(rows), torch.as_tensor(rows.heads_in(X[[0, 1, 2]])),
+        inverse_temperatures=[rows.inverse_temperature_in(0.2)], stage_steps=[500], tol=1e-10,
+        geometry="euclidean")
+    np.testing.assert_allclose(est.cluster_centers_, rows.heads_out(res.heads), atol=1e-9)
+    assert est.n_iter_ == res.n_iter

@@ -1,0 +1,210 @@
+"""``AttentionClustering.fit(X, sample_weight=...)``: integer weights are repeated rows,
+zero weights are absent rows (one process, simulated ranks, two gloo processes), and bad
+weights are one clear error."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import attnclust as ac
+from attnclust import clustering
+from attnclust.clustering import AttentionClustering
+from attnclust.communicator import Communicator
+from attnclust.distributed import shard_bounds
+
+MIX = ac.GaussianMixture.random(d=5, k=3, sigma=0.3, rng=0)   # overlapping: soft attention
+X, Z = MIX.sample(400, rng=0, return_labels=True)
+X = X * 2.0 + 1.0                                              # off the origin, not unit
+COUNTS = np.random.default_rng(1).integers(1, 4, size=len(X))  # weights 1, 2 or 3
+INIT = X[[0, 1, 2]] + 0.05                                      # the same initial heads
+
+PARAMS = [dict(geometry="euclidean"),
+          dict(geometry="euclidean", normalize="center-scale"),
+          dict(geometry="euclidean", inverse_temperature=2.0),
+          dict(geometry="sphere"),
+          dict(geometry="sphere", normalize="center-scale", penalty="balance", rho=0.05)]
+
+
+def _fit(X, weights=None, **params):
+    params = dict(dict(init=INIT, tol=1e-12, max_iter=1000, random_state=0), **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AttentionClustering(3, **params).fit(X, sample_weight=weights)
+
+
+def _same_fit(a, b, *, labels_b=None) -> None:
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, rtol=0, atol=1e-8)
+    assert a.inverse_temperature_ == pytest.approx(b.inverse_temperature_, rel=1e-9)
+    assert a.loss_curve_[-1] == pytest.approx(b.loss_curve_[-1], rel=1e-9)
+    np.testing.assert_array_equal(a.labels_, b.labels_ if labels_b is None else labels_b)
+
+
+@pytest.mark.parametrize("params", PARAMS, ids=lambda p: ",".join(f"{k}={v}" for k, v in
+                                                                   p.items()))
+def test_integer_weights_are_repeated_rows(params):
+    weighted = _fit(X, COUNTS, **params)
+    repeated = _fit(np.repeat(X, COUNTS, axis=0), **params)
+    assert weighted.n_iter_ > 3                     # a real fit, not the initial heads
+    _same_fit(repeated, weighted, labels_b=np.repeat(weighted.labels_, COUNTS))
+
+
+@pytest.mark.parametrize("params", PARAMS[:1] + PARAMS[3:4])
+@pytest.mark.parametrize("init", ["kmeans++", "given"])
+def test_zero_weights_are_absent_rows(params, init):
+    """Also from a k-means++ seeding: rows of weight zero are never drawn, and the draws of
+    the others are those of the data without them."""
+    keep = np.random.default_rng(2).random(len(X)) < 0.7
+    extra = {} if init == "given" else {"init": "kmeans++"}
+    weighted = _fit(X, keep.astype(float), **params, **extra)
+    dropped = _fit(X[keep], **params, **extra)
+    _same_fit(dropped, weighted, labels_b=weighted.labels_[keep])
+
+
+def test_scaling_all_weights_changes_nothing_on_the_sampled_path(monkeypatch):
+    """Weights are relative: all ones, all sevens and none give the same fit, also when
+    the warm start runs on a sample of the rows (which carries the sampled rows' weights)."""
+    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 150)
+    ref = _fit(X, init="kmeans++")
+    for c in (1.0, 7.0):
+        _same_fit(_fit(X, np.full(len(X), c), init="kmeans++"), ref)
+
+
+def test_weights_move_the_heads():
+    """The claim can fail: a heavy cluster pulls the head of a two-cluster fit of three
+    blobs, as the repeated rows would."""
+    w = np.where(Z == 0, 10.0, 1.0)
+    a, b = _fit(X), _fit(X, w)
+    assert np.abs(a.cluster_centers_ - b.cluster_centers_).max() > 1e-3
+
+
+def test_weighted_score_is_the_weighted_mean_of_the_errors():
+    est = _fit(X, COUNTS)
+    errors = np.array([-est.score(X[i:i + 1]) for i in range(len(X))])
+    assert est.score(X, sample_weight=COUNTS) == pytest.approx(
+        -np.sum(COUNTS * errors) / COUNTS.sum(), rel=1e-12)
+    assert est.score(X) == pytest.approx(-errors.mean(), rel=1e-12)
+    assert est.score(np.repeat(X, COUNTS, axis=0)) == pytest.approx(
+        est.score(X, sample_weight=COUNTS), rel=1e-12)
+
+
+@pytest.mark.parametrize("weights, match", [
+    (-np.ones(len(X)), r"non-negative, got -1.0 at index 0"),
+    (np.r_[np.ones(len(X) - 1), np.nan], r"finite, got nan at index 399"),
+    (np.r_[np.ones(len(X) - 1), np.inf], r"finite, got inf at index 399"),
+    (np.ones(len(X) - 1), r"shape \(400,\), one weight per row, got shape \(399,\)"),
+    (np.ones((len(X), 1)), r"shape \(400,\)"),
+    (np.zeros(len(X)), "sums to zero"),
+    (["a"] * len(X), "must be numbers"),
+])
+def test_bad_weights_are_one_clear_error(weights, match):
+    with pytest.raises(ValueError, match=match):
+        AttentionClustering(3).fit(X, sample_weight=weights)
+
+
+def test_weights_need_the_fixed_point_solver():
+    with pytest.raises(ValueError, match="sample_weight needs solver='fixed-point'"):
+        AttentionClustering(3, geometry="sphere", solver="pgd").fit(X, sample_weight=COUNTS)
+
+
+def test_a_scalar_weight_is_every_rows():
+    _same_fit(_fit(X, 3.0), _fit(X))
+
+
+# -- data-parallel: weights per row, sums over ranks ---------------------------------------
+class _Ranks:
+    """``world`` threads whose ``reduce`` sums in rank order (as tests/test_distributed.py)."""
+
+    def __init__(self, world: int):
+        self.world, self.slots = world, [None] * world
+        self.barrier = threading.Barrier(world)
+
+    def _exchange(self, rank, t, combine):
+        self.slots[rank] = t.clone()
+        self.barrier.wait()
+        out = combine(self.slots)
+        self.barrier.wait()
+        return out
+
+    def comm(self, rank, offset, n_total) -> Communicator:
+        return Communicator(lambda t: self._exchange(rank, t, lambda s: sum(s[1:], s[0])),
+                            lambda t: self._exchange(rank, t, lambda s: s[0].clone()),
+                            offset, n_total)
+
+
+def _fit_ranks(X, weights, world, monkeypatch, **params):
+    ranks = _Ranks(world)
+    bounds = [shard_bounds(len(X), r, world) for r in range(world)]
+    results, errors = [None] * world, []
+
+    def body(r):
+        try:
+            est = AttentionClustering(3, init=INIT, tol=1e-12, max_iter=1000, **params)
+            sl = slice(*bounds[r])
+            results[r] = est.fit(X[sl], sample_weight=weights[sl],
+                                 comm=ranks.comm(r, bounds[r][0], len(X)))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+            ranks.barrier.abort()
+    threads = [threading.Thread(target=body, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return results
+
+
+@pytest.mark.parametrize("params", [PARAMS[0], PARAMS[3]])
+def test_two_simulated_ranks_with_weights_are_one_weighted_process(params, monkeypatch):
+    """On a warm-start sample assembled over the ranks, which carries the weights (one
+    process with weights is repeated rows: the tests above)."""
+    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 150)
+    params = dict(params, random_state=0)
+    ests = _fit_ranks(X, COUNTS.astype(float), 2, monkeypatch, **params)
+    one = _fit(X, COUNTS, **params)
+    for est in ests:
+        np.testing.assert_allclose(est.cluster_centers_, one.cluster_centers_, atol=1e-8)
+    np.testing.assert_array_equal(np.concatenate([e.labels_ for e in ests]), one.labels_)
+
+
+def test_a_rank_with_only_zero_weights_takes_part(monkeypatch):
+    w = np.ones(len(X))
+    w[:len(X) // 2] = 0.0                                  # rank 0 holds weight zero only
+    ests = _fit_ranks(X, w, 2, monkeypatch)
+    one = _fit(X[len(X) // 2:])
+    for est in ests:
+        np.testing.assert_allclose(est.cluster_centers_, one.cluster_centers_, atol=1e-8)
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_with_weights_are_repeated_rows(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_distributed import _finish, _launch
+
+    np.save(tmp_path / "x.npy", X)
+    np.save(tmp_path / "w.npy", COUNTS.astype(float))
+    np.save(tmp_path / "init.npy", INIT)
+    procs = _launch("weighted", tmp_path / "x.npy", tmp_path / "c",
+                    extra=(str(tmp_path / "w.npy"), str(tmp_path / "init.npy")))
+    results = _finish(procs, timeout=120)
+    assert all(rc == 0 for rc, _, _ in results), [err[-1500:] for _, _, err in results]
+    c0, c1 = (np.load(tmp_path / f"c.rank{r}.npy") for r in range(2))
+    np.testing.assert_array_equal(c0, c1)
+    repeated = _fit(np.repeat(X, COUNTS, axis=0))
+    np.testing.assert_allclose(c0, repeated.cluster_centers_, rtol=0, atol=1e-8)
+    labels = np.concatenate([np.load(tmp_path / f"c.labels{r}.npy") for r in range(2)])
+    np.testing.assert_array_equal(np.repeat(labels, COUNTS), repeated.labels_)
+
+
+def test_weights_on_the_device_of_the_fit():
+    """The weights follow the rows to the fit's dtype (float32 data: float32 sums)."""
+    X32 = X.astype(np.float32)
+    a = _fit(X32, COUNTS, dtype="auto")
+    b = _fit(np.repeat(X32, COUNTS, axis=0), dtype="auto")
+    np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-4)

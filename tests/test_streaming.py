@@ -1,0 +1,211 @@
+"""``partial_fit``: the running-sums rule against MiniBatchKMeans's running means (hard
+attention) and against autograd (the step), weights, the first batch, and
+``attnclust fit --batch-rows``."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import attnclust as ac
+from attnclust.cli import main
+from attnclust.clustering import AttentionClustering
+from attnclust.fixed_point import pass_sums, step_from_sums
+
+MIX = ac.GaussianMixture.random(d=4, k=3, sigma=0.1, min_angle=1.0, rng=0)
+X, Z = MIX.sample(3000, rng=0, return_labels=True)
+X = 3.0 * X + 1.0
+INIT = X[[0, 1, 2]] + 0.5
+
+
+def _batches(X, size):
+    return [X[s:s + size] for s in range(0, len(X), size)]
+
+
+def _running_means(batches, heads, *, sphere=False):
+    """MiniBatchKMeans's rule with running counts, written out: each head is the mean (on
+    the sphere: the normalized sum) of every row it has won so far."""
+    heads = np.array(heads, dtype=float)
+    sums, counts = np.zeros_like(heads), np.zeros(len(heads))
+    for B in batches:
+        z = (B @ heads.T).argmax(1) if sphere else \
+            ((B[:, None, :] - heads[None]) ** 2).sum(-1).argmin(1)
+        for h in range(len(heads)):
+            sums[h] += B[z == h].sum(0)
+            counts[h] += (z == h).sum()
+        won = counts > 0
+        heads[won] = sums[won] / (np.linalg.norm(sums[won], axis=1, keepdims=True) if sphere
+                                  else counts[won, None])
+    return heads
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "sphere"])
+def test_hard_attention_is_minibatch_kmeans_running_means(geometry):
+    sphere = geometry == "sphere"
+    data = X / np.linalg.norm(X, axis=1, keepdims=True) if sphere else X
+    init = data[[0, 1, 2]] + 0.1
+    est = AttentionClustering(3, geometry=geometry, init=init, inverse_temperature=1e9,
+                              random_state=0)
+    batches = _batches(data, 400)
+    for B in batches:
+        est.partial_fit(B)
+    ref = _running_means(batches, init / np.linalg.norm(init, axis=1, keepdims=True)
+                         if sphere else init, sphere=sphere)
+    np.testing.assert_allclose(est.cluster_centers_, ref, rtol=0, atol=1e-10)
+    assert est.n_steps_ == len(batches) and est.inverse_temperature_ == pytest.approx(1e9)
+    np.testing.assert_array_equal(est.labels_, est.predict(batches[-1]))
+
+
+def test_the_step_from_sums_is_minus_the_gradient_over_twice_the_soft_counts():
+    """Soft attention: ``mu_h - grad_h f / (2 N_h)`` with the gradient of the risk (plus
+    the key bias) by autograd, and sums of disjoint rows add up."""
+    Xt = torch.as_tensor(MIX.sample(500, rng=1))
+    heads = torch.as_tensor(MIX.centroids + 0.2, dtype=torch.float64)
+    lam = 4.0
+    sums = pass_sums(Xt[:200], heads, lam, geometry="euclidean") + \
+        pass_sums(Xt[200:], heads, lam, geometry="euclidean", chunk=64)
+    torch.testing.assert_close(sums, pass_sums(Xt, heads, lam, geometry="euclidean"),
+                               rtol=1e-12, atol=1e-12)
+    new, risk = step_from_sums(sums, heads, lam, 500.0, geometry="euclidean")
+    h = heads.clone().requires_grad_(True)
+    A = torch.softmax(-lam * ((Xt[:, None, :] - h[None]) ** 2).sum(-1) / 2, dim=1)
+    f = ((Xt - A @ h) ** 2).sum(1).mean()
+    f.backward()
+    N = A.detach().mean(0)
+    torch.testing.assert_close(new, heads - h.grad / (2 * N[:, None]), rtol=1e-10, atol=1e-12)
+    assert risk == pytest.approx(f.item(), rel=1e-12)
+
+
+def test_sphere_step_from_sums_keeps_the_radial_part_of_the_value_gradient():
+    """Unit heads: ``normalize(mu_h - (tangent(grad_h) + <grad^value_h, mu_h> mu_h) /
+    (2 N_h))``, with ``grad^value`` the gradient through the values alone (autograd)."""
+    Xt = torch.as_tensor(MIX.sample(400, rng=2))
+    heads = torch.nn.functional.normalize(torch.as_tensor(MIX.centroids + 0.3), dim=1)
+    lam = 3.0
+    new, _ = step_from_sums(pass_sums(Xt, heads, lam), heads, lam, 400.0)
+    keys = heads.clone().requires_grad_(True)
+    values = heads.clone().requires_grad_(True)
+    A = torch.softmax(lam * Xt @ keys.T, dim=1)
+    ((Xt - A @ values) ** 2).sum(1).mean().backward()
+    grad = keys.grad + values.grad
+    tangent = grad - (grad * heads).sum(1, keepdim=True) * heads
+    radial = (values.grad * heads).sum(1, keepdim=True) * heads
+    N = A.detach().mean(0)[:, None]
+    ref = torch.nn.functional.normalize(heads - (tangent + radial) / (2 * N), dim=1)
+    torch.testing.assert_close(new, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_first_batch_fixes_lambda_as_fit_does():
+    batches = _batches(X, 1000)
+    est = AttentionClustering(3, random_state=0).partial_fit(batches[0])
+    lam = est.inverse_temperature_
+    assert lam == pytest.approx(AttentionClustering(3, random_state=0).fit(batches[0])
+                                .inverse_temperature_, rel=1e-12)
+    for B in batches[1:]:
+        est.partial_fit(B)
+    assert est.inverse_temperature_ == lam
+    np.testing.assert_array_equal(est.inverse_temperature_curve_, lam)
+    assert est.loss_curve_.shape == (3,)
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "sphere"])
+def test_one_pass_reaches_the_batch_fit(geometry):
+    est = AttentionClustering(3, geometry=geometry, random_state=0)
+    for B in _batches(X, 300):
+        est.partial_fit(B)
+    fit = AttentionClustering(3, geometry=geometry, random_state=0).fit(X)
+    ari = ac.adjusted_rand_index(Z, est.predict(X))
+    assert ari >= ac.adjusted_rand_index(Z, fit.labels_) - 0.01
+    assert ac.centroid_distance(est.cluster_centers_, fit.cluster_centers_).max < 0.05
+
+
+def test_integer_weights_are_repeated_rows_and_zero_weights_absent_rows():
+    rng = np.random.default_rng(0)
+    w = rng.integers(0, 3, size=len(X)).astype(float)
+    params = dict(init=INIT, inverse_temperature=2.0, random_state=0)
+    weighted, repeated, dropped = (AttentionClustering(3, **params) for _ in range(3))
+    for s in range(0, len(X), 500):
+        B, wB = X[s:s + 500], w[s:s + 500]
+        weighted.partial_fit(B, sample_weight=wB)
+        repeated.partial_fit(np.repeat(B, wB.astype(int), axis=0))
+        dropped.partial_fit(np.repeat(B, (wB > 0).astype(int), axis=0),
+                            sample_weight=wB[wB > 0])
+    for other in (repeated, dropped):
+        np.testing.assert_allclose(weighted.cluster_centers_, other.cluster_centers_,
+                                   rtol=0, atol=1e-9)
+
+
+def test_partial_fit_after_fit_continues_from_its_heads():
+    est = AttentionClustering(3, random_state=0).fit(X)
+    before = est.cluster_centers_.copy()
+    est.partial_fit(X)                      # all rows: the batch fit's own fixed point
+    np.testing.assert_allclose(est.cluster_centers_, before, atol=1e-3)
+    assert est.n_steps_ == 1
+
+
+def test_bad_batches_are_clear_errors():
+    est = AttentionClustering(3, random_state=0).partial_fit(X[:100])
+    with pytest.raises(ValueError, match="features"):
+        est.partial_fit(X[:100, :3])
+    with pytest.raises(ValueError, match="non-negative"):
+        est.partial_fit(X[:100], sample_weight=-np.ones(100))
+    with pytest.raises(ValueError, match="without a penalty"):
+        AttentionClustering(3, geometry="sphere", penalty="repulsion", rho=0.1).partial_fit(X)
+
+
+# -- attnclust fit --batch-rows ------------------------------------------------------------
+def test_cli_batch_rows_writes_what_partial_fit_gives(tmp_path, capsys):
+    np.save(tmp_path / "x.npy", X.astype(np.float32))
+    w = np.random.default_rng(1).integers(1, 3, size=len(X)).astype(float)
+    np.save(tmp_path / "w.npy", w)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--batch-rows", "700", "--proba",
+                 "--sample-weight", str(tmp_path / "w.npy"), "--out", str(tmp_path / "r"),
+                 "--quiet"]) == 0
+    est = AttentionClustering(3, random_state=0)
+    X32 = X.astype(np.float32)
+    for s in range(0, len(X), 700):
+        est.partial_fit(X32[s:s + 700], sample_weight=w[s:s + 700])
+    np.testing.assert_allclose(np.load(tmp_path / "r.centers.npy"), est.cluster_centers_,
+                               rtol=0, atol=1e-12)
+    labels = np.load(tmp_path / "r.labels.npy")
+    np.testing.assert_array_equal(labels, est.predict(X32))
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "r.labels.csv", dtype=int), labels)
+    P = np.load(tmp_path / "r.proba.npy")
+    np.testing.assert_allclose(P, est.predict_proba(X32), atol=1e-12)
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "r.proba.csv", delimiter=","), P)
+    out = capsys.readouterr().out
+    assert "batches=5 of at most 700 rows" in out
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def test_cli_batch_rows_bad_chunk_is_one_line_and_no_file(tmp_path, capsys):
+    bad = X.copy()
+    bad[2500, 1] = np.nan                  # in the fourth chunk: after three were fitted
+    np.save(tmp_path / "x.npy", bad)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--batch-rows", "700",
+                 "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NaN or inf at row 2501, column 2" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--batch-rows", "0"]) == 2
+    assert "--batch-rows must be a positive integer" in capsys.readouterr().err
+
+
+def test_cli_batch_rows_weight_column_and_plot(tmp_path):
+    w = np.random.default_rng(2).integers(1, 3, size=len(X)).astype(float)
+    np.save(tmp_path / "xw.npy", np.column_stack([w, X]))
+    assert main(["fit", str(tmp_path / "xw.npy"), "-k", "3", "--batch-rows", "1000",
+                 "--weight-column", "1", "--plot", "--out", str(tmp_path / "r"),
+                 "--quiet"]) == 0
+    est = AttentionClustering(3, random_state=0)
+    for s in range(0, len(X), 1000):
+        est.partial_fit(X[s:s + 1000], sample_weight=w[s:s + 1000])
+    np.testing.assert_allclose(np.load(tmp_path / "r.centers.npy"), est.cluster_centers_,
+                               atol=1e-12)
+    assert (tmp_path / "r.png").read_bytes()[:4] == b"\x89PNG"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ac.adjusted_rand_index(Z, np.load(tmp_path / "r.labels.npy")) == 1.0
