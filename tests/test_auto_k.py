@@ -70,3 +70,12 @@ def test_cli_fit_auto_prints_the_chosen_k(tmp_path, capsys):
     assert main(["fit", str(tmp_path / "x.npy"), "-k", "several"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "'several'" in err[0]
+
+
+def test_cli_fit_auto_needs_the_rows_on_one_process(tmp_path, capsys):
+    X, _ = _blobs(2)
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "auto", "--batch-rows", "100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "-k auto" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
