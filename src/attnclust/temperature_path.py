@@ -31,7 +31,11 @@ A perturbation breaks the symmetry of coincident heads (a fixed point keeps them
 together): before each ``lambda`` the heads of a group are moved by ``+-1e-3`` times
 the data's scale along the principal direction of the rows that attend the group
 (deterministic: the path does not depend on any seed). After the fixed point the heads
-of a group that did not split are set back to their (weighted) mean.
+of a group that did not split are set back to their (weighted) mean. Only a group
+predicted to split (annealing: ``lambda lambda_max(C_g) > 1`` for its own weighted
+covariance ``C_g``) gets two heads or more; a group of fewer than ``min_cluster_size``
+rows never splits and gives its head up when a larger group needs one, so that a few
+outlying rows do not hold the heads that later splits need.
 
 Notation
 --------
