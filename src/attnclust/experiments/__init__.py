@@ -1,7 +1,7 @@
 """The reproducible study: one module per figure, and the runner that caches them.
 
 >>> from attnclust.experiments import FIGURES
->>> sorted(FIGURES)[:3]
+>>> list(FIGURES)[:3]
 ['fig1', 'fig2', 'fig3']
 """
 
