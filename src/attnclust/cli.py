@@ -875,6 +875,7 @@ def _cmd_path(args) -> int:
     import numpy as np
 
     from ._io import atomic_path, check_nonzero_rows, load_matrix, writable_folder
+    from .geometry import as_geometry
     from .temperature_path import path_grid, temperature_path
 
     prefix = _path_prefix(args)
@@ -887,7 +888,7 @@ def _cmd_path(args) -> int:
     if args.min_cluster_size is not None and args.min_cluster_size < 1:
         raise CommandError(f"--min-cluster-size must be a positive integer, got "
                            f"{args.min_cluster_size}")
-    if args.geometry == "sphere":
+    if as_geometry(args.geometry).unit_heads:       # rows onto the sphere, as fit does
         check_nonzero_rows(X, args.data)
         X = X / np.linalg.norm(X, axis=1, keepdims=True)
     with writable_folder(Path(prefix).parent):     # fails now, not after the path
