@@ -258,7 +258,7 @@ def test_progress_total_counts_every_step(tmp_path, monkeypatch, capsys, anneal)
 
 
 @pytest.mark.parametrize("argv, match", [
-    (["fit", "x.npy", "-k", "abc"], "invalid int value: 'abc'"),
+    (["fit", "x.npy", "-k", "abc"], "invalid value 'abc': give an integer or 'auto'"),
     (["reproduce"], "required: FIG"),
     (["fit", "x.npy"], "--n-clusters"),
     ([], "COMMAND"),

@@ -1,6 +1,6 @@
 """The reproducible study: every figure's quick config runs, caches and plots.
 
-Each figure has its own module fixture (``quick_fig1`` ... ``quick_fig9``) that runs
+Each figure has its own module fixture (``quick_fig1`` ... ``quick_fig10``) that runs
 ``attnclust reproduce FIG --quick`` once into a shared folder, so a test renders only the
 figures it reads (``-k fig4`` renders figure 4 alone); the JSON sanity checks then read
 that output, so a broken figure turns CI red.
@@ -72,6 +72,20 @@ def test_quick_figure_files_and_json(request, name):
 
 
 # -- the qualitative claims of docs/study.md survive even the quick configs ------------------
+# figure 10: the annealing splits at 1 / lambda_max(C) (to the grid), the risk never merges
+@pytest.mark.slow
+def test_quick_headlines_hold_fig10(quick_fig10):
+    fig10 = _summary(quick_fig10, "fig10")
+    split = fig10["annealing_first_split"]
+    assert 1.0 <= split["measured_over_sample_prediction"]["min"]
+    assert split["measured_over_sample_prediction"]["max"] <= split["grid_step"] + 1e-9
+    curvature = fig10["risk_curvature_at_mean"]
+    assert curvature["negative_at_every_lambda"]
+    assert np.allclose(curvature["population_over_prediction"], 1.0, atol=0.01)
+    assert fig10["sphere"]["risk_angle_deg_min"] > 45
+
+
+
 def _summary(folder, name):
     return json.loads((folder / f"{name}-quick.json").read_text())["summary"]
 

@@ -33,6 +33,7 @@ from .results import History, IterationInfo, SolverResult
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
 from .shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent
+from .temperature_path import ClusterChoice, Plateau, TemperaturePath, temperature_path
 
 __version__ = "0.2.0"
 
@@ -47,6 +48,7 @@ __all__ = [
     "AttentionQuantizer",
     "Balance",
     "CentroidDistance",
+    "ClusterChoice",
     "EmpiricalRisk",
     "ClusterCount",
     "Communicator",
@@ -57,6 +59,7 @@ __all__ = [
     "IterationInfo",
     "PGDHistory",
     "PGDResult",
+    "Plateau",
     "SolverResult",
     "PopulationRisk",
     "Repulsion",
@@ -91,4 +94,6 @@ __all__ = [
     "shaped_weights",
     "spread_ratio",
     "tangent",
+    "temperature_path",
+    "TemperaturePath",
 ]

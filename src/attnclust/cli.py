@@ -104,8 +104,8 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on stderr (exit status 2).
 
     Its subcommand parsers are of the same class, so ``attnclust fit -k abc`` reads
-    ``attnclust fit: error: argument --n-clusters/-k: invalid int value: 'abc' (see
-    attnclust fit --help)``.
+    ``attnclust fit: error: argument --n-clusters/-k: invalid value 'abc': give an integer
+    or 'auto' (see attnclust fit --help)``.
     """
 
     def error(self, message: str):
@@ -134,8 +134,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("fit", help="cluster the rows of a .npy/.csv file with AttentionClustering")
     p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
-    p.add_argument("--n-clusters", "-k", type=int, required=True, metavar="K",
-                   help="number of clusters (heads)")
+    p.add_argument("--n-clusters", "-k", type=_n_clusters_arg, required=True, metavar="K",
+                   help="number of clusters (heads), or 'auto' (read off the temperature path)")
     p.add_argument("--out", default=None, metavar="PREFIX",
                    help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
                         "(default: DATA without its suffix; a folder, written DIR/, gets "
@@ -171,6 +171,8 @@ def _build_parser() -> argparse.ArgumentParser:
     _batch_rows_option(p)
     _header_option(p)
     p.set_defaults(handler=_cmd_fit)
+
+    _add_path_parser(sub)
 
     p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
     p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
@@ -784,7 +786,7 @@ def _cmd_fit(args) -> int:
     X = load_matrix(args.data, min_columns=2 + (args.weight_column is not None), mmap=True,
                     header=_header(args))
     X, weights = _split_weights(args, X)
-    if args.n_clusters > X.shape[0]:
+    if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
     with writable_folder(Path(prefix).parent):     # fails now, not after the fit
@@ -802,15 +804,127 @@ def _cmd_fit(args) -> int:
         outputs = {**_fit_outputs(prefix, est.cluster_centers_, est.labels_),
                    **_extra_outputs(args, prefix, est, X)}
 
-        sizes = np.bincount(est.labels_, minlength=args.n_clusters)
-        conf_sum, sq_err = _summary_sums(est, X, args.n_clusters, weights=weights)
+        sizes = np.bincount(est.labels_, minlength=est.n_clusters_)
+        conf_sum, sq_err = _summary_sums(est, X, est.n_clusters_, weights=weights)
         total = X.shape[0] if weights is None else float(weights.sum())
-        head = (f"n={X.shape[0]}  d={X.shape[1]}  K={args.n_clusters}  "
+        head = (_auto_k_line(est) + f"n={X.shape[0]}  d={X.shape[1]}  K={est.n_clusters_}  "
                 f"{_weights_note(weights)}"
                 f"lambda={est.inverse_temperature_:.4g}  steps={est.n_iter_}  "
                 f"converged={'yes' if est.converged_ else 'no'}  "
                 f"risk={sq_err / total:.4g}  time={seconds:.2f}s")
         _write_all(outputs, _summary([head], sizes, conf_sum, outputs))
+    return 0
+
+
+def _n_clusters_arg(value: str):
+    """``--n-clusters``: a positive integer, or ``auto``."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {value!r}: give an integer or "
+                                         "'auto'") from None
+
+
+def _auto_k_line(est) -> str:
+    """With ``-k auto``: the chosen K and why, on a line of its own."""
+    if getattr(est, "n_clusters_reason_", None) is None or est.n_clusters != "auto":
+        return ""
+    return f"chose K={est.n_clusters_}: {est.n_clusters_reason_}\n"
+
+
+def _add_path_parser(sub) -> None:
+    p = sub.add_parser("path", help="the temperature path of a .npy/.csv file: clusters and "
+                                    "risk against lambda (picture + JSON)")
+    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    p.add_argument("--max-clusters", type=int, required=True, metavar="N",
+                   help="number of heads followed (the path stops once they are all apart)")
+    p.add_argument("--out", default=None, metavar="PREFIX",
+                   help="output prefix: PREFIX.png and PREFIX.json (default: DATA without its "
+                        "suffix, plus .path)")
+    p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
+                   help="euclidean (default), or sphere (rows scaled onto the unit sphere)")
+    p.add_argument("--objective", default="free_energy", choices=["free_energy", "risk"],
+                   help="free_energy: deterministic annealing (default); risk: the layer's "
+                        "risk minimizer, which never merges its heads")
+    p.add_argument("--min-cluster-size", type=int, default=None, metavar="M",
+                   help="rows a cluster needs to be counted (default: max(5, n/100))")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
+    p.set_defaults(handler=_cmd_path)
+
+
+def _path_prefix(args) -> str:
+    from pathlib import Path
+
+    if args.out is None:
+        return str(Path(args.data).with_suffix("")) + ".path"
+    if not args.out.strip():
+        raise CommandError("--out must not be empty: give a prefix such as results/path1")
+    return args.out
+
+
+def _cmd_path(args) -> int:
+    import json
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from ._io import atomic_path, check_nonzero_rows, load_matrix, writable_folder
+    from .geometry import as_geometry
+    from .temperature_path import path_grid, temperature_path
+
+    prefix = _path_prefix(args)
+    outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]
+    _refuse_overwriting_input(args.data, outputs)
+    X = load_matrix(args.data, min_columns=2)
+    if not 1 <= args.max_clusters <= X.shape[0]:
+        raise CommandError(f"--max-clusters must be between 1 and the number of rows "
+                           f"({X.shape[0]}) of {args.data}, got {args.max_clusters}")
+    if args.min_cluster_size is not None and args.min_cluster_size < 1:
+        raise CommandError(f"--min-cluster-size must be a positive integer, got "
+                           f"{args.min_cluster_size}")
+    if as_geometry(args.geometry).unit_heads:       # rows onto the sphere, as fit does
+        check_nonzero_rows(X, args.data)
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    with writable_folder(Path(prefix).parent):     # fails now, not after the path
+        grid = path_grid(X, geometry=args.geometry)
+        bar = None
+        if not args.quiet and sys.stderr.isatty():
+            from tqdm.auto import tqdm
+            bar = tqdm(total=len(grid), desc="path", unit="lambda", leave=False,
+                       file=sys.stderr)
+        def callback(i, lam, k):
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(lam=f"{lam:.3g}", clusters=k, refresh=False)
+        try:
+            path = temperature_path(X, args.max_clusters, geometry=args.geometry,
+                                    objective=args.objective, inverse_temperatures=grid,
+                                    min_cluster_size=args.min_cluster_size, callback=callback)
+        finally:
+            if bar is not None:
+                bar.close()
+        choice = path.choose_n_clusters()
+        summary = {"data": str(args.data), "n": int(X.shape[0]), "d": int(X.shape[1]),
+                   "max_clusters": args.max_clusters, "chosen_n_clusters": choice.n_clusters,
+                   "reason": choice.reason, **path.to_dict()}
+        fig = path.plot()
+        splits = ", ".join(f"{s:.3g}" for s in path.split_inverse_temperatures) or "none"
+        line = (f"n={X.shape[0]}  d={X.shape[1]}  splits at lambda = {splits}\n"
+                f"chose K={choice.n_clusters}: {choice.reason}\n"
+                f"wrote {outputs[0]}, {outputs[1]}")
+        try:
+            with atomic_path(outputs[0]) as png, atomic_path(outputs[1]) as js:
+                fig.savefig(png, dpi=120)
+                js.write_text(json.dumps(summary, indent=1))
+                _print_summary(line)
+        finally:
+            plt.close(fig)
     return 0
 
 
@@ -842,8 +956,11 @@ def _inverse_temperature_arg(args, default):
 
 def _fit_params(args) -> dict:
     """Estimator parameters from the ``fit`` arguments (checked here, before any work)."""
-    if args.n_clusters < 1:
+    if args.n_clusters != "auto" and args.n_clusters < 1:
         raise CommandError(f"--n-clusters must be a positive integer, got {args.n_clusters}")
+    if args.n_clusters == "auto" and (args.distributed or args.batch_rows is not None):
+        raise CommandError("-k auto reads K off the temperature path of all the rows on one "
+                           "process: give K with --distributed or --batch-rows")
     if args.max_iter < 1:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
     _check_seed(args.seed)

@@ -102,6 +102,7 @@ from .results import History, SolverResult
 from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
 from .shaped import COVARIANCE_TYPES
 from .shaped_fit import shaped_fit, tempered_log_joint
+from .temperature_path import FAST_SETTINGS, temperature_path
 from .warm_start import auto_inverse_temperature, warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -113,11 +114,13 @@ ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of 
 _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
 _PER_HEAD = 256           # ... and, ending in the hard limit on more rows, 256 per head
 _SEEDING_ROWS = 5         # ... with one seeding per 5 sample sizes of rows (n_init="auto")
+_PATH_SAMPLE = 5_000      # n_clusters="auto": the path of at most this many rows
 
 
 # parameter -> (the constants it may be, a check of any other value: None, none allowed)
 _CONSTRAINTS = {
-    "n_clusters": ((), lambda v: check_int(v, "n_clusters", 1)),
+    "n_clusters": (("auto",), lambda v: check_int(v, "n_clusters", 1)),
+    "max_clusters": ((), lambda v: check_int(v, "max_clusters", 1)),
     "geometry": ((), as_geometry),
     "covariance_type": (COVARIANCE_TYPES, None),
     "inverse_temperature": (("auto",), check_inverse_temperature),
@@ -147,8 +150,12 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
     Parameters
     ----------
-    n_clusters : int, default=8
-        Number of heads ``K``.
+    n_clusters : int or "auto", default=8
+        Number of heads ``K``; ``"auto"``: read off the temperature path of the rows
+        (:func:`attnclust.temperature_path`, at most ``max_clusters`` heads): the widest
+        plateau in ``log lambda`` among ``K >= 2``, or ``K = 1`` when no plateau spans a
+        factor ``e`` (``docs/guide/temperature-path.md``: the rule and its measured
+        accuracy).
     geometry : {"euclidean", "sphere"}, default="euclidean"
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
@@ -169,11 +176,14 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         nearest boundary, after hard Lloyd steps from the initialization. A given value
         fits the soft layer at that ``lambda``; with ``"auto"`` and Euclidean heads seeded
         by k-means++ the fit ends in the hard limit (module docstring).
-    init : {"kmeans++", "sphere"} or array of shape (n_clusters, n_features)
+    init : {"kmeans++", "sphere", "anneal"} or array of shape (n_clusters, n_features)
         Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 20,000
-        rows when there are more), random directions (uniform on the sphere; for
-        Euclidean heads scaled to the data's root-mean-square distance from its mean,
-        around the mean), or given heads (normalized on the sphere). With
+        rows when there are more), ``"anneal"`` (the heads of the annealing path from the
+        cold start where ``K`` of them are apart,
+        :func:`attnclust.temperature_path.anneal_heads`, on the unweighted sample: no
+        randomness, one init), random directions (uniform on the sphere; for Euclidean
+        heads scaled to the data's root-mean-square distance from its mean, around the
+        mean), or given heads (normalized on the sphere). With
         ``inverse_temperature="auto"`` a seeding is replaced by the hard Lloyd heads that estimate
         ``lambda`` (a warm start); given heads are only used to estimate ``lambda`` that
         way and the fit starts from them as given.
@@ -229,9 +239,17 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     callback : callable, optional
         Called with an :class:`~attnclust.results.IterationInfo` after each step (progress
         bars), in the data's units; steps are counted over the whole fit.
+    max_clusters : int, default=10
+        With ``n_clusters="auto"``: the heads the temperature path follows, the largest
+        ``K`` it can choose.
 
     Attributes
     ----------
+    n_clusters_ : int
+        The number of heads fitted (``n_clusters``, or the one chosen by ``"auto"``).
+    path_ : TemperaturePath
+        With ``n_clusters="auto"``: the path ``K`` was read off; ``n_clusters_reason_``
+        says which plateau decided it.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         Heads, in the preprocessed space (unit norm on the sphere).
     labels_ : ndarray of shape (n_samples,)
@@ -284,8 +302,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                  penalty=None, rho=0.0,
                  anneal="auto", solver="fixed-point", max_iter=300, tol="auto",
                  batch_size=None, chunk_size=None, step_size=0.5, device="cpu", dtype="auto",
-                 random_state=None, verbose=0, callback=None):
+                 random_state=None, verbose=0, callback=None, max_clusters=10):
         self.n_clusters = n_clusters
+        self.max_clusters = max_clusters
         self.geometry = geometry
         self.covariance_type = covariance_type
         self.inverse_temperature = inverse_temperature
@@ -324,6 +343,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         if not (isinstance(value, str) and value == "auto"):
             return value
         geometry = self._geometry
+        if name == "n_init" and isinstance(self.init, str) and self.init == "anneal":
+            return 1                                  # deterministic: once is enough
         return geometry.n_init(isinstance(self.init, str)) if name == "n_init" \
             else getattr(geometry, name)
 
@@ -401,6 +422,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`)
         and ``sample_weight`` their weights; every rank gets the fit of all the rows.
         """
+        if isinstance(self.n_clusters, str) and self.n_clusters == "auto":
+            return self._fit_auto(X, y, sample_weight, comm)
         X = self._validate(X, reset=True)
         weights = check_sample_weight(sample_weight, X.shape[0])
         comm = Communicator.local(X.shape[0]) if comm is None else comm
@@ -412,7 +435,36 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             if not float(comm.sum_array(weights.sum())) > 0:
                 raise ValueError("sample_weight sums to zero: no row has a positive weight")
         with fit_threads(self.device) as workers:
-            return self._fit(X, comm, workers, weights)
+            self._fit(X, comm, workers, weights)
+        self.n_clusters_ = self.n_clusters
+        return self
+
+    def _fit_auto(self, X, y, sample_weight, comm):
+        """``n_clusters="auto"``: ``K`` from the temperature path of the rows (unweighted;
+        a sample of ``_PATH_SAMPLE`` rows drawn with ``random_state`` when there are more),
+        read off by :meth:`~attnclust.TemperaturePath.choose_n_clusters`; then the fit with
+        that ``K``."""
+        if comm is not None:
+            raise ValueError("n_clusters='auto' is not data-parallel: choose K on one process "
+                             "and pass it")
+        max_k = check_int(self.max_clusters, "max_clusters", 1)
+        Xv = self._validate(X, reset=True)
+        self.mean_, self.scale_ = None, None
+        rows = self._preprocess(Xv, comm=Communicator.local(Xv.shape[0]))
+        if rows.shape[0] > _PATH_SAMPLE:
+            gen = as_generator(self.random_state)
+            rows = rows[np.sort(gen.choice(rows.shape[0], _PATH_SAMPLE, replace=False))]
+        path = temperature_path(np.asarray(rows, dtype=np.float64), min(max_k, rows.shape[0]),
+                                geometry=self._geometry.name, **FAST_SETTINGS)
+        choice = path.choose_n_clusters()
+        self.n_clusters = choice.n_clusters
+        try:
+            self.fit(X, y, sample_weight)
+        finally:
+            self.n_clusters = "auto"
+        self.n_clusters_, self.path_, self.n_clusters_reason_ = (choice.n_clusters, path,
+                                                                 choice.reason)
+        return self
 
     def partial_fit(self, X, y=None, sample_weight=None):
         """Update the heads with one batch of rows ``X`` (n_batch, n_features).

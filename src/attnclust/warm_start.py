@@ -52,6 +52,7 @@ from sklearn.cluster import kmeans_plusplus
 from .geometry import Geometry, as_geometry
 from .hard_ending import SampleKMeans, sample_kmeans
 from .rows import WorkingRows
+from .temperature_path import anneal_heads
 
 __all__ = ["BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
            "boundary_variance", "hard_labels", "hard_lloyd", "warm_start"]
@@ -260,7 +261,14 @@ def _random_directions(S, K, gen, geometry, weights=None) -> np.ndarray:
     return geometry.init_directions(gen.standard_normal((K, S.shape[1])))
 
 
-_SEEDINGS = {"kmeans++": _kmeans_plusplus, "sphere": _random_directions}   # init="..."
+def _anneal_seeding(S, K, gen, geometry, weights=None) -> np.ndarray:
+    """The annealing path's heads at ``K`` (cold start, no randomness: ``gen`` unused; the
+    rows unweighted)."""
+    return anneal_heads(S.double().cpu().numpy(), K, geometry=geometry.name)
+
+
+_SEEDINGS = {"kmeans++": _kmeans_plusplus, "sphere": _random_directions,   # init="..."
+             "anneal": _anneal_seeding}
 
 
 def _initial_heads(S: torch.Tensor, rows: WorkingRows, init, K: int, geometry: Geometry,
@@ -270,7 +278,8 @@ def _initial_heads(S: torch.Tensor, rows: WorkingRows, init, K: int, geometry: G
     d = S.shape[1]
     if isinstance(init, str):
         if init not in _SEEDINGS:
-            raise ValueError(f"init must be 'kmeans++', 'sphere' or an array, got {init!r}")
+            raise ValueError(f"init must be 'kmeans++', 'sphere', 'anneal' or an array, got "
+                             f"{init!r}")
         centers = _SEEDINGS[init](S, K, gen, geometry, weights)
     else:
         centers = np.array(init, dtype=np.float64)

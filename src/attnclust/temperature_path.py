@@ -1,0 +1,586 @@
+"""The temperature path: heads followed from one cluster to many as ``lambda`` grows.
+
+A cold start puts every head at the data's centre (the normalized mean on the sphere)
+at an inverse temperature below the first critical value; ``lambda`` then grows on a
+geometric grid and the heads are carried from each ``lambda`` to the next by a fixed
+point. Heads that coincide (closer than ``merge_tol`` times the data's scale) form one
+cluster; a cluster counts when at least ``min_cluster_size`` rows attend it most.
+
+Two fixed points can be followed (``objective``):
+
+``"free_energy"`` (default): deterministic annealing of the layer's attention weights.
+    With weights ``p_h`` (the soft proportions, which make coincident heads act as one)
+    the weights are ``a_h(x) = softmax_h(log p_h - lambda ||x - mu_h||^2 / 2)`` (Euclidean;
+    ``log p_h + lambda <x, mu_h>`` on the sphere) and each head is the attention-weighted
+    mean of the rows, ``mu_h = sum_i a_ih x_i / sum_i a_ih`` (normalized on the sphere):
+    the stationarity condition of the soft k-means free energy. Linearizing this map at
+    the all-at-the-mean configuration, a perturbation ``eps_h`` becomes ``lambda C eps_h``
+    (``C`` the data covariance), so the heads split when ``lambda lambda_max(C) > 1``:
+    the first critical inverse temperature is ``1 / lambda_max(C)`` for Euclidean heads,
+    and ``||m|| / lambda_max(P C P)`` on the sphere (``m`` the mean, ``P`` the projection
+    on the tangent space at ``m / ||m||``). Later splits are those of each cluster's own
+    attention-weighted covariance.
+``"risk"``: the minimizer of the layer's risk ``E||x - T(x)||^2``
+    (:func:`attnclust.fixed_point.fixed_point_fit`). Its second variation at the
+    all-at-the-mean configuration is ``-(4 lambda / K) C`` per centred perturbation (see
+    ``docs/guide/temperature-path.md``): that configuration is a saddle at *every*
+    ``lambda > 0``, the heads never merge, and this path shows all its heads apart from
+    the first ``lambda`` on.
+
+A perturbation breaks the symmetry of coincident heads (a fixed point keeps them
+together): before each ``lambda`` the heads of a group are moved by ``+-1e-3`` times
+the data's scale along the principal direction of the rows that attend the group
+(deterministic: the path does not depend on any seed). After the fixed point the heads
+of a group that did not split are set back to their (weighted) mean. Only a group
+predicted to split (annealing: ``lambda lambda_max(C_g) > 1`` for its own weighted
+covariance ``C_g``) gets two heads or more; a group of fewer than ``min_cluster_size``
+rows never splits and gives its head up when a larger group needs one, so that a few
+outlying rows do not hold the heads that later splits need.
+
+Notation
+--------
+=============  ===================  =============================================
+paper          code                 meaning
+=============  ===================  =============================================
+``lambda``     ``lam``              inverse temperature, on the grid
+``mu_h``       ``heads``            heads, shape ``(K, d)`` with ``K = max_clusters``
+``p_h``        ``weights``          soft proportions (``"free_energy"`` only)
+``C``          ``cov``              covariance of the rows
+``R``          ``risk``             ``mean_i ||x_i - T(x_i)||^2``, one head per cluster
+=============  ===================  =============================================
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from ._threads import torch_threads
+from ._validation import as_tensor, check_finite, check_int
+from .fixed_point import fixed_point_fit
+from .geometry import as_geometry
+from .heads import head_logits
+
+__all__ = ["FAST_SETTINGS", "ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads",
+           "path_grid",
+           "predicted_first_split", "temperature_path"]
+
+OBJECTIVES = ("free_energy", "risk")
+MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen over K = 1
+_KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
+_FLOOR = -700.0           # lowest shifted logit (see _attention)
+# a coarser grid and looser fixed points, for reading K off the path (the estimator's
+# n_clusters="auto" and init="anneal"): as accurate on benchmarks/bench_auto_k.py's
+# mixtures, about twice as fast (docs/guide/temperature-path.md)
+FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 100, "tol": 1e-4}
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """A range of ``lambda`` over which the path counts the same number of clusters.
+
+    ``start`` is the first grid value with this count, ``stop`` the first with another
+    (the last grid value when the path ends on it, then ``closed`` is ``False``);
+    ``width = log(stop / start)``. ``heads`` ``(k, d)`` and ``sizes`` ``(k,)`` are the
+    counted clusters at ``start`` (their rows by largest attention).
+    """
+
+    n_clusters: int
+    start: float
+    stop: float
+    width: float
+    closed: bool
+    heads: np.ndarray
+    sizes: np.ndarray
+
+
+class ClusterChoice(NamedTuple):
+    """The number of clusters read off a path, the plateau that decided it, and why."""
+
+    n_clusters: int
+    plateau: Plateau | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class TemperaturePath:
+    """The result of :func:`temperature_path` (arrays indexed by the grid, length ``G``).
+
+    Attributes
+    ----------
+    inverse_temperatures : ndarray (G,)
+        The grid of ``lambda`` actually followed (it stops once all heads are apart).
+    n_clusters : ndarray (G,)
+        Clusters counted (distinct heads attended most by ``min_cluster_size`` rows or more).
+    n_distinct : ndarray (G,)
+        Distinct heads, whatever their size.
+    risk : ndarray (G,)
+        ``mean_i ||x_i - T(x_i)||^2`` of the layer with one head per distinct cluster.
+    heads : ndarray (G, K, d)
+        All ``max_clusters`` heads (coincident ones repeated), in data units.
+    split_inverse_temperatures : ndarray
+        The grid values at which the count of clusters grew.
+    predicted_first_split : float
+        The first critical ``lambda`` of the derivation (module docstring): ``1 /
+        lambda_max(C)`` (``"free_energy"``, Euclidean), ``||m|| / lambda_max(P C P)``
+        (sphere), ``0`` (``"risk"``: no merged phase).
+    plateaus : tuple of Plateau
+    """
+
+    inverse_temperatures: np.ndarray
+    n_clusters: np.ndarray
+    n_distinct: np.ndarray
+    risk: np.ndarray
+    heads: np.ndarray
+    split_inverse_temperatures: np.ndarray
+    predicted_first_split: float
+    plateaus: tuple[Plateau, ...]
+    geometry: str = "euclidean"
+    objective: str = "free_energy"
+    min_cluster_size: int = 1
+    settings: dict = field(default_factory=dict)
+
+    def plateau(self, n_clusters: int) -> Plateau | None:
+        """The widest plateau with ``n_clusters`` clusters, or ``None``."""
+        found = [p for p in self.plateaus if p.n_clusters == n_clusters]
+        return max(found, key=lambda p: p.width) if found else None
+
+    def choose_n_clusters(self, *, min_width: float = MIN_PLATEAU_WIDTH) -> ClusterChoice:
+        """The widest plateau in ``log lambda`` among ``K >= 2``, or ``K = 1``.
+
+        The cold start's plateau (the first) is left out: its width only reflects where the
+        grid begins. ``K = 1`` when no later plateau is at least ``min_width`` wide (one
+        blob splits in a cascade of narrow plateaus); ties go to the smaller ``K``.
+        """
+        found = [p for p in self.plateaus[1:] if p.n_clusters >= 2]
+        if not found:
+            return ClusterChoice(1, None, "the path never split into clusters of "
+                                 f"{self.min_cluster_size} rows or more")
+        best = max(found, key=lambda p: (p.width, -p.n_clusters))
+        if best.width < min_width:
+            return ClusterChoice(1, None, f"no plateau of K >= 2 spans lambda by a factor "
+                                 f"{math.exp(min_width):.2f} (widest: K = {best.n_clusters}, "
+                                 f"factor {math.exp(best.width):.2f})")
+        return ClusterChoice(best.n_clusters, best, f"the widest plateau of the path: "
+                             f"{best.n_clusters} clusters for lambda in [{best.start:.3g}, "
+                             f"{best.stop:.3g}], a factor {math.exp(best.width):.2f}")
+
+    def to_dict(self) -> dict:
+        """A JSON-ready summary (grid, counts, risk, splits, plateaus with their heads)."""
+        return {
+            "geometry": self.geometry, "objective": self.objective,
+            "min_cluster_size": self.min_cluster_size, "settings": dict(self.settings),
+            "predicted_first_split": self.predicted_first_split,
+            "inverse_temperatures": self.inverse_temperatures.tolist(),
+            "n_clusters": self.n_clusters.tolist(), "n_distinct": self.n_distinct.tolist(),
+            "risk": self.risk.tolist(),
+            "split_inverse_temperatures": self.split_inverse_temperatures.tolist(),
+            "plateaus": [{"n_clusters": p.n_clusters, "start": p.start, "stop": p.stop,
+                          "width": p.width, "closed": p.closed, "heads": p.heads.tolist(),
+                          "sizes": p.sizes.tolist()} for p in self.plateaus],
+        }
+
+    def plot(self, ax=None):
+        """Clusters and risk against ``lambda`` (log axis), splits marked; the figure.
+
+        ``ax``: two matplotlib axes to draw on (clusters, risk); new ones by default.
+        """
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            fig, ax = plt.subplots(2, 1, figsize=(6.4, 5.2), sharex=True,
+                                   constrained_layout=True)
+        fig = ax[0].figure
+        lam = self.inverse_temperatures
+        ax[0].step(lam, self.n_clusters, where="post", color="C0", label="clusters")
+        ax[0].step(lam, self.n_distinct, where="post", color="C0", ls=":", alpha=0.7,
+                   label="distinct heads")
+        ax[1].plot(lam, self.risk, color="C1")
+        for a in ax:
+            a.set_xscale("log")
+            for s in self.split_inverse_temperatures:
+                a.axvline(s, color="0.6", lw=0.8)
+            if self.predicted_first_split > 0:
+                a.axvline(self.predicted_first_split, color="C3", ls="--", lw=1.0)
+        ax[0].plot([], [], color="C3", ls="--", label="predicted first split")
+        ax[0].set_ylabel("clusters")
+        ax[0].legend(loc="upper left", fontsize=8)
+        ax[1].set_ylabel(r"risk $\frac{1}{n}\sum_i \|x_i - T(x_i)\|^2$")
+        ax[1].set_xlabel(r"inverse temperature $\lambda$")
+        return fig
+
+
+# -- the geometry-dependent pieces ---------------------------------------------------------
+def _center(X: torch.Tensor, geometry: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cold start ``(d,)`` and the rows the path works on (centred when Euclidean)."""
+    mean = X.mean(0)
+    if not _unit(geometry):
+        return torch.zeros_like(mean), X - mean
+    norm = torch.linalg.vector_norm(mean)
+    if not float(norm) > 0:
+        raise ValueError("the rows' mean is zero: the sphere's cold start needs a direction")
+    return mean / norm, X
+
+
+def _unit(geometry) -> bool:
+    """Unit heads (the sphere): cold start at the mean's direction, tangent covariances."""
+    return as_geometry(geometry).unit_heads
+
+
+def _tangent_cov(cov: torch.Tensor, start: torch.Tensor, geometry: str) -> torch.Tensor:
+    if not _unit(geometry):
+        return cov
+    proj = torch.eye(cov.shape[0], dtype=cov.dtype) - torch.outer(start, start)
+    return proj @ cov @ proj
+
+
+def predicted_first_split(X, *, geometry: str = "euclidean",
+                          objective: str = "free_energy") -> float:
+    """The first critical inverse temperature of the derivation (module docstring).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[-1.0, 0.0], [1.0, 0.0]])
+    >>> predicted_first_split(X)       # 1 / lambda_max(C), C = diag(1, 0)
+    1.0
+    """
+    Xt = as_tensor(X, name="X", dtype=torch.float64)
+    if _check_objective(objective) == "risk":
+        return 0.0
+    start, Xc = _center(Xt, as_geometry(geometry).name)
+    cov = torch.cov(Xc.T, correction=0).reshape(Xt.shape[1], Xt.shape[1])
+    top = float(torch.linalg.eigvalsh(_tangent_cov(cov, start, geometry))[-1])
+    if not top > 0:
+        return math.inf
+    return (float(torch.linalg.vector_norm(Xt.mean(0))) if _unit(geometry) else 1.0) / top
+
+
+def _check_objective(objective) -> str:
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be 'free_energy' or 'risk', got {objective!r}")
+    return objective
+
+
+def _groups(heads: torch.Tensor, tol: float) -> np.ndarray:
+    """Labels of coincident heads: single linkage at distance ``tol`` (in head order)."""
+    K = heads.shape[0]
+    close = (torch.cdist(heads, heads) <= tol).numpy()
+    labels = -np.ones(K, dtype=int)
+    for h in range(K):
+        if labels[h] >= 0:
+            continue
+        labels[h], todo = labels.max() + 1, [h]
+        while todo:
+            g = todo.pop()
+            for j in np.flatnonzero(close[g] & (labels < 0)):
+                labels[j] = labels[h]
+                todo.append(j)
+    return labels
+
+
+class _Group(NamedTuple):
+    members: np.ndarray      # indices of its heads
+    ratio: float             # lambda lambda_max(C_g) / ||m_g|| (> 1: the group splits)
+    direction: torch.Tensor  # (d,) principal direction of its rows (tangent on the sphere)
+    size: int                # rows that attend the group most
+
+
+def _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size
+                 ) -> list[_Group]:
+    """Each group's split ratio: its attention-weighted covariance ``C_g`` (mean ``m_g``)
+    makes the annealing map expand along the top eigenvector when ``lambda lambda_max(C_g)
+    > 1`` (Euclidean; ``> ||m_g||`` on the sphere); the risk's map always expands. A
+    group of fewer than ``min_size`` rows does not split (ratio 0)."""
+    A = _attention(Xc, heads, weights, lam, geometry)             # (n, K)
+    owner = labels[A.argmax(1).numpy()]                           # (n,) group of each row
+    out = []
+    for g in np.unique(labels):
+        members = np.flatnonzero(labels == g)
+        size = int((owner == g).sum())
+        w = A[:, members].sum(1)                                  # (n,)
+        total = float(w.sum())
+        if not total > 0 or size < min_size:
+            out.append(_Group(members, 0.0, heads.new_zeros(heads.shape[1]), size))
+            continue
+        mean = (w[:, None] * Xc).sum(0) / total
+        cov = ((Xc - mean).T * w) @ (Xc - mean) / total          # (d, d)
+        vals, vecs = torch.linalg.eigh(_tangent_cov(cov, heads[members[0]], geometry))
+        direction = vecs[:, -1] * torch.sign(vecs[vecs[:, -1].abs().argmax(), -1])
+        norm = float(torch.linalg.vector_norm(mean)) if _unit(geometry) else 1.0
+        ratio = math.inf if objective == "risk" else lam * float(vals[-1]) / max(norm, 1e-300)
+        out.append(_Group(members, ratio, direction, size))
+    return out
+
+
+def _kick(Xc, heads, weights, labels, lam, geometry, objective, step, min_size):
+    """Give each group about to split (ratio > 1) two heads or more and move them by
+    ``+-step`` along its principal direction. Spare heads come from groups that hold more
+    than one, then from groups of fewer than ``min_size`` rows (whose rows other heads
+    take over): a few outlying rows do not keep the heads that later splits need."""
+    groups = _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size)
+    splitting = sorted((j for j, g in enumerate(groups) if g.ratio > 1),
+                       key=lambda j: -groups[j].ratio)
+    spare = heads.shape[0] - len(groups)
+    if spare < len(splitting):                   # free the heads of the smallest groups
+        small = sorted((j for j, g in enumerate(groups) if g.size < min_size),
+                       key=lambda j: groups[j].size)[:len(splitting) - spare]
+        groups = [g for j, g in enumerate(groups) if j not in small]
+        splitting = sorted((j for j, g in enumerate(groups) if g.ratio > 1),
+                           key=lambda j: -groups[j].ratio)
+        spare = heads.shape[0] - len(groups)
+    need = [1] * len(groups)
+    for j in splitting * heads.shape[0]:        # round robin over the splitting groups
+        if spare == 0:
+            break
+        need[j], spare = need[j] + 1, spare - 1
+    need[max(range(len(groups)), key=lambda j: groups[j].size)] += spare   # leftovers
+    centres = torch.stack([heads[g.members[0]] for g in groups])          # (k, d)
+    new_heads, new_weights, new_labels, h = heads.clone(), None, labels.copy(), 0
+    if weights is not None:
+        mass = torch.stack([weights[torch.as_tensor(g.members)].sum() for g in groups])
+        new_weights = weights.clone()
+    for j, g in enumerate(groups):
+        for m in range(need[j]):
+            sign = 0.0 if g.ratio <= 1 or need[j] < 2 else (1.0 if m % 2 == 0 else -1.0)
+            new_heads[h] = centres[j] + sign * step * g.direction
+            new_labels[h] = j
+            if new_weights is not None:
+                new_weights[h] = mass[j] / need[j]
+            h += 1
+    return as_geometry(geometry).projx(new_heads), new_weights, new_labels
+
+
+def _attention(Xc, heads, weights, lam, geometry) -> torch.Tensor:
+    """``softmax_h(log p_h + logits)``, ``(n, K)``. The shifted logits are floored at
+    ``_FLOOR``: weights below ``e^-700`` are noise either way, and the subnormal numbers
+    that ``exp`` returns below ``e^-708`` cost a hundred times a normal one on x86."""
+    logits = head_logits(Xc, heads, lam, geometry)
+    if weights is not None:
+        logits = logits + torch.log(weights)
+    e = (logits - logits.amax(1, keepdim=True)).clamp_min_(_FLOOR).exp_()
+    return e / e.sum(1, keepdim=True)
+
+
+def _annealing_fixed_point(Xc, heads, weights, lam, geometry, max_iter, tol):
+    """Iterate ``mu_h = sum_i a_ih x_i / sum_i a_ih`` and ``p_h = mean_i a_ih``."""
+    for _ in range(max_iter):
+        A = _attention(Xc, heads, weights, lam, geometry)         # (n, K)
+        mass = A.sum(0)                                           # (K,)
+        new = as_geometry(geometry).projx(                        # normalized on the sphere
+            (A.T @ Xc) / mass.clamp_min(torch.finfo(Xc.dtype).tiny)[:, None])
+        new = torch.where((mass > 0)[:, None], new, heads)
+        weights = (mass / Xc.shape[0]).clamp_min(1e-300)
+        shift = float(torch.linalg.vector_norm(new - heads, dim=1).max())
+        heads = new
+        if shift <= tol:
+            break
+    return heads, weights
+
+
+def _snap(heads, weights, labels):
+    """Heads of a group set to their (weighted) mean: a group that did not split is one."""
+    heads = heads.clone()
+    for g in np.unique(labels):
+        members = torch.as_tensor(np.flatnonzero(labels == g))
+        w = torch.ones(len(members), dtype=heads.dtype) if weights is None else weights[members]
+        heads[members] = (w[:, None] * heads[members]).sum(0) / w.sum()
+    return heads
+
+
+def _sizes(Xc, heads, labels, lam, geometry):
+    """One head per group ``(k, d)``, the group of each head's label, and the rows each
+    group attends most ``(k,)``."""
+    groups = np.unique(labels)
+    reps = heads[torch.as_tensor([np.flatnonzero(labels == g)[0] for g in groups])]
+    owner = head_logits(Xc, reps, lam, geometry).argmax(1)
+    return reps, groups, np.bincount(owner.numpy(), minlength=len(groups))
+
+
+def _layer_risk(Xc, reps, lam, geometry) -> float:
+    """``mean_i ||x_i - T(x_i)||^2`` of the layer with heads ``reps``."""
+    A = _attention(Xc, reps, None, lam, geometry)
+    return float(((Xc - A @ reps) ** 2).sum(1).mean())
+
+
+def _plateaus(lams, counts, reps) -> tuple[Plateau, ...]:
+    out, start = [], 0
+    for i in range(1, len(lams) + 1):
+        if i < len(lams) and counts[i] == counts[start]:
+            continue
+        stop = lams[i] if i < len(lams) else lams[-1]
+        heads, sizes = reps[start]
+        out.append(Plateau(int(counts[start]), float(lams[start]), float(stop),
+                           float(math.log(stop / lams[start])), i < len(lams), heads, sizes))
+        start = i
+    return tuple(out)
+
+
+def _follow(Xc, start, offset, grid, K, geometry, objective, scale, min_size, merge_tol,
+            max_iter, tol, callback) -> dict:
+    """The loop over the grid: kick, fixed point, groups, counts; one row per ``lambda``.
+    ``start``: the cold start; ``offset``: added to the heads to give data units."""
+    heads = start.expand(K, -1).clone()
+    weights = None if objective == "risk" else torch.full((K,), 1.0 / K, dtype=Xc.dtype)
+    labels = np.zeros(K, dtype=int)
+    rows = {name: [] for name in ("lam", "count", "distinct", "risk", "heads", "reps")}
+    for i, lam in enumerate(grid):
+        lam = float(lam)
+        heads, weights, labels = _kick(Xc, heads, weights, labels, lam, geometry, objective,
+                                       _KICK * scale, min_size)
+        if objective == "risk":
+            heads = fixed_point_fit(Xc, heads, inverse_temperatures=[lam],
+                                    stage_steps=[max_iter], tol=tol * scale,
+                                    geometry=geometry).heads
+        else:
+            heads, weights = _annealing_fixed_point(Xc, heads, weights, lam, geometry,
+                                                    max_iter, tol * scale)
+        labels = _groups(heads, merge_tol * scale)
+        heads = _snap(heads, weights, labels)
+        reps, groups, sizes = _sizes(Xc, heads, labels, lam, geometry)
+        risk = _layer_risk(Xc, reps, lam, geometry)
+        keep = torch.as_tensor(sizes >= min_size)
+        reps, sizes = reps[keep], sizes[keep.numpy()]
+        for name, value in zip(rows, (lam, len(sizes), len(groups), risk,
+                                      (heads + offset).numpy(),
+                                      ((reps + offset).numpy(), sizes)), strict=True):
+            rows[name].append(value)
+        if callback is not None:
+            callback(i, lam, len(sizes))
+        if len(groups) == K:
+            break
+    return rows
+
+
+def path_grid(X, *, geometry: str = "euclidean", grid_ratio: float = 1.08,
+              n_decades: float = 3.0) -> np.ndarray:
+    """The default grid: ``0.5 lambda_c grid_ratio^j`` over ``n_decades`` decades.
+
+    ``lambda_c`` is the annealing's predicted first split (:func:`predicted_first_split`).
+
+    Examples
+    --------
+    >>> grid = path_grid([[-1.0, 0.0], [1.0, 0.0]], grid_ratio=10.0, n_decades=2)
+    >>> grid.tolist()
+    [0.5, 5.0, 50.0]
+    """
+    if not grid_ratio > 1 or not n_decades > 0:
+        raise ValueError(f"grid_ratio must be > 1 and n_decades > 0, got {grid_ratio!r} and "
+                         f"{n_decades!r}")
+    lam_c = predicted_first_split(X, geometry=geometry)
+    return 0.5 * lam_c * grid_ratio ** np.arange(
+        int(n_decades * math.log(10) / math.log(grid_ratio) + 1e-9) + 1)
+
+
+def temperature_path(
+    X,
+    max_clusters: int = 10,
+    *,
+    geometry: str = "euclidean",
+    objective: str = "free_energy",
+    inverse_temperatures=None,
+    grid_ratio: float = 1.08,
+    n_decades: float = 3.0,
+    min_cluster_size: int | None = None,
+    merge_tol: float = 1e-2,
+    max_iter: int = 300,
+    tol: float = 1e-7,
+    callback: Callable[[int, float, int], None] | None = None,
+) -> TemperaturePath:
+    """Follow the heads from one cluster to ``max_clusters`` as ``lambda`` grows.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+        Rows, finite, ``n >= 2``.
+    max_clusters : int, default=10
+        Number of heads; the path stops once they are all apart.
+    geometry : {"euclidean", "sphere"}
+    objective : {"free_energy", "risk"}
+        The fixed point followed (module docstring): deterministic annealing, or the
+        minimizer of the layer's risk (which never merges its heads).
+    inverse_temperatures : array-like, optional
+        The grid; by default ``0.5 / lambda_c`` times ``grid_ratio ** j`` over
+        ``n_decades`` decades, ``lambda_c`` the predicted first split of the annealing.
+    min_cluster_size : int, optional
+        Rows a cluster needs to be counted; default ``max(5, n // 100)``.
+    merge_tol : float
+        Heads closer than ``merge_tol`` times the data's root-mean-square spread coincide.
+    max_iter, tol :
+        Fixed-point iterations per ``lambda`` and the head shift (relative to the
+        spread) at which they stop.
+    callback : callable, optional
+        ``callback(index, lambda, n_clusters)`` after each grid value (progress bars).
+
+    Returns
+    -------
+    TemperaturePath
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> X = ac.GaussianMixture.antipodal(d=2, sigma=0.2).sample(400, rng=0)
+    >>> path = ac.temperature_path(X, max_clusters=4)
+    >>> int(path.n_clusters[0]), path.plateau(2).width > 1.0
+    (1, True)
+    """
+    Xt = as_tensor(X, name="X", dtype=torch.float64)
+    if Xt.ndim != 2 or Xt.shape[0] < 2:
+        raise ValueError(f"X must be an (n, d) array with n >= 2, got shape {tuple(Xt.shape)}")
+    check_finite(Xt, "X")
+    geometry, objective = as_geometry(geometry).name, _check_objective(objective)
+    K = check_int(max_clusters, "max_clusters", 1)
+    n = Xt.shape[0]
+    min_size = max(5, n // 100) if min_cluster_size is None else check_int(
+        min_cluster_size, "min_cluster_size", 1)
+    start, Xc = _center(Xt, geometry)
+    scale = float(((Xc - Xc.mean(0)) ** 2).sum(1).mean().sqrt())
+    if not scale > 0:
+        raise ValueError("X has no spread: all rows are equal")
+    grid = (np.asarray(inverse_temperatures, dtype=float).ravel()
+            if inverse_temperatures is not None else
+            path_grid(Xt, geometry=geometry, grid_ratio=grid_ratio, n_decades=n_decades))
+    if grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
+        raise ValueError("inverse_temperatures must be positive and finite")
+    with torch_threads(1):   # short (n, K) operations: one thread (see _threads)
+        rows = _follow(Xc, start, 0.0 if _unit(geometry) else Xt.mean(0), grid, K,
+                       geometry, objective, scale, min_size, merge_tol, max_iter, tol, callback)
+    lams, counts = np.array(rows["lam"]), np.array(rows["count"])
+    grew = np.flatnonzero(np.diff(counts) > 0) + 1
+    return TemperaturePath(
+        lams, counts, np.array(rows["distinct"]), np.array(rows["risk"]),
+        np.stack(rows["heads"]), lams[grew],
+        predicted_first_split(Xt, geometry=geometry, objective=objective),
+        _plateaus(lams, counts, rows["reps"]), geometry, objective, min_size,
+        {"max_clusters": K, "grid_ratio": grid_ratio, "n_decades": n_decades,
+         "merge_tol": merge_tol, "max_iter": max_iter, "tol": tol})
+
+
+def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
+                 n_decades: float = 6.0) -> np.ndarray:
+    """``n_clusters`` heads from the cold start: the annealing path followed until they are
+    all apart (every group may split, whatever its size). No randomness: the same rows
+    give the same heads.
+
+    Returns
+    -------
+    ndarray of shape (n_clusters, d)
+        The heads where the path stopped, just past the last split (the estimator's warm
+        start carries them on); coincident heads remain only when ``lambda`` reached the
+        end of the grid first.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.array([[-1.0, 0.0], [-1.1, 0.1], [1.0, 0.0], [1.1, -0.1]])
+    >>> np.sign(np.sort(anneal_heads(X, 2)[:, 0])).tolist()   # one head per pair of rows
+    [-1.0, 1.0]
+    """
+    path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
+                            min_cluster_size=1, **FAST_SETTINGS)
+    return path.heads[-1]

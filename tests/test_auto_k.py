@@ -1,0 +1,81 @@
+"""``AttentionClustering(n_clusters="auto")`` and ``init="anneal"``: K read off the
+temperature path, and a start that does not depend on the seed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+
+import attnclust as ac
+from attnclust.cli import main
+
+
+def _blobs(k, d=3, n_each=200, sep=8.0, rng=0):
+    gen = np.random.default_rng(rng)
+    centres = sep * gen.standard_normal((k, d))
+    while min(np.linalg.norm(a - b) for i, a in enumerate(centres) for b in centres[:i]) < sep:
+        centres = sep * gen.standard_normal((k, d))
+    labels = np.repeat(np.arange(k), n_each)
+    return centres[labels] + gen.standard_normal((k * n_each, d)), labels
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_auto_finds_clear_clusters(k):
+    X, z = _blobs(k, rng=k)
+    est = ac.AttentionClustering("auto", random_state=0).fit(X)
+    assert est.n_clusters_ == k, est.n_clusters_reason_
+    assert est.get_params()["n_clusters"] == "auto"          # fit leaves the parameter
+    assert est.cluster_centers_.shape == (k, 3)
+    assert ac.adjusted_rand_index(z, est.labels_) > 0.99
+    assert est.path_.choose_n_clusters().n_clusters == k
+
+
+def test_auto_says_one_cluster_for_one_blob():
+    X = np.random.default_rng(3).standard_normal((500, 2))
+    est = ac.AttentionClustering("auto", random_state=0).fit(X)
+    assert est.n_clusters_ == 1 and "factor" in est.n_clusters_reason_
+
+
+def test_auto_refuses_other_strings_and_bad_max_clusters():
+    X, _ = _blobs(2)
+    with pytest.raises(ValueError, match="n_clusters"):
+        ac.AttentionClustering("many").fit(X)
+    with pytest.raises(ValueError, match="max_clusters"):
+        ac.AttentionClustering("auto", max_clusters=0).fit(X)
+
+
+def test_anneal_init_does_not_depend_on_the_seed_and_matches_kmeans():
+    X, _ = _blobs(4, rng=1)
+    a = ac.AttentionClustering(4, init="anneal", random_state=0).fit(X)
+    b = ac.AttentionClustering(4, init="anneal", random_state=123).fit(X)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    km = KMeans(4, n_init=10, random_state=0).fit(X)
+    ours = ((X - a.cluster_centers_[a.labels_]) ** 2).sum()
+    assert ours <= km.inertia_ * (1 + 1e-6)
+
+
+def test_fixed_k_fit_sets_n_clusters_():
+    X, _ = _blobs(2)
+    assert ac.AttentionClustering(2, random_state=0).fit(X).n_clusters_ == 2
+
+
+def test_cli_fit_auto_prints_the_chosen_k(tmp_path, capsys):
+    X, _ = _blobs(3)
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "auto", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("chose K=3: the widest plateau") and "K=3" in out
+    assert np.load(tmp_path / "x.centers.npy").shape == (3, 3)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "several"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'several'" in err[0]
+
+
+def test_cli_fit_auto_needs_the_rows_on_one_process(tmp_path, capsys):
+    X, _ = _blobs(2)
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "auto", "--batch-rows", "100"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "-k auto" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]

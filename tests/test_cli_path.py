@@ -1,0 +1,66 @@
+"""``attnclust path``: its outputs, and bad input refused in one line with nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import attnclust as ac
+from attnclust.cli import main
+
+
+@pytest.fixture()
+def two_blobs(tmp_path):
+    np.save(tmp_path / "x.npy", ac.GaussianMixture.antipodal(d=3, sigma=0.3).sample(300, rng=0))
+    return tmp_path / "x.npy"
+
+
+def _files(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_path_writes_the_picture_and_the_json(two_blobs, capsys):
+    assert main(["path", str(two_blobs), "--max-clusters", "4", "--out",
+                 str(two_blobs.parent / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "chose K=2" in out and "wrote" in out
+    assert _files(two_blobs.parent) == ["p.json", "p.png", "x.npy"]
+    summary = json.loads((two_blobs.parent / "p.json").read_text())
+    assert summary["chosen_n_clusters"] == 2 and summary["n"] == 300
+    assert summary["n_clusters"][0] == 1 and max(summary["n_clusters"]) <= 4
+    assert (two_blobs.parent / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_default_prefix_is_next_to_the_data(two_blobs):
+    assert main(["path", str(two_blobs), "--max-clusters", "2", "--quiet"]) == 0
+    assert _files(two_blobs.parent) == ["x.npy", "x.path.json", "x.path.png"]
+
+
+@pytest.mark.parametrize(("content", "args", "match"), [
+    ("1,2\n3,nan\n", [], "NaN"),
+    ("a,b\n1,x\n", [], "x"),
+    ("", [], "no rows"),
+    ("1,2\n3,4\n", ["--max-clusters", "3"], "--max-clusters"),
+    ("1,2\n3,4\n", ["--max-clusters", "0"], "--max-clusters"),
+    ("1,2\n3,4\n", ["--min-cluster-size", "0"], "--min-cluster-size"),
+    ("1,2\n0,0\n", ["--geometry", "sphere"], "zero"),
+])
+def test_bad_input_is_one_line_exit_2_and_no_file(tmp_path, capsys, content, args, match):
+    data = tmp_path / "d.csv"
+    data.write_text(content)
+    argv = ["path", str(data), "--max-clusters", "2", *args, "--out", str(tmp_path / "p")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("attnclust path: error:") and match in err[0]
+    assert _files(tmp_path) == ["d.csv"]
+
+
+def test_missing_or_unsupported_file(tmp_path, capsys):
+    assert main(["path", str(tmp_path / "none.npy"), "--max-clusters", "2"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "y.json").write_text("{}")
+    assert main(["path", str(tmp_path / "y.json"), "--max-clusters", "2"]) == 2
+    assert "unsupported file type" in capsys.readouterr().err
+    assert _files(tmp_path) == ["y.json"]
