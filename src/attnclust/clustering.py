@@ -740,7 +740,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         and ``(rows, K)`` weights stay small however wide the data), concatenated."""
         check_is_fitted(self)
         X = self._validate(X, reset=False)
-        step = chunk_rows(None, X.shape[1], self.n_clusters)
+        step = chunk_rows(None, X.shape[1], len(self.cluster_centers_))
         return np.concatenate([fn(self._preprocess(X[s:s + step], offset=s))
                                for s in range(0, X.shape[0], step)])
 
