@@ -71,7 +71,6 @@ paper          code                      meaning
 
 from __future__ import annotations
 
-import logging
 import warnings
 
 import numpy as np
@@ -94,20 +93,23 @@ from ._validation import (
 )
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
-from .fixed_point import fixed_point_fit
+from .estimator_fits import (
+    Reporter,
+    fit_fixed_point,
+    fit_hard_limit,
+    fit_pgd,
+    fit_shaped,
+    shaped_log_joint,
+)
 from .geometry import Geometry, as_geometry
-from .hard_ending import fit_to_hard_limit
 from .heads import softmax_heads
-from .results import History, SolverResult
+from .results import SolverResult
 from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
 from .shaped import COVARIANCE_TYPES
-from .shaped_fit import shaped_fit, tempered_log_joint
-from .temperature_path import FAST_SETTINGS, temperature_path
+from .temperature_path import choose_from_path
 from .warm_start import auto_inverse_temperature, warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
-
-_logger = logging.getLogger("attnclust")
 
 ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
@@ -374,7 +376,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     def _check_params(self, n_samples: int, n_local: int) -> None:
         """The table ``_CONSTRAINTS``, then the rules that tie parameters together."""
         check_constraints(self.get_params(deep=False), _CONSTRAINTS)
-        if n_samples < self.n_clusters:
+        if not isinstance(self.n_clusters, str) and n_samples < self.n_clusters:
             raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
         if self._shaped and (self._geometry.unit_heads or self.solver != "fixed-point"
                              or self.penalty is not None):
@@ -422,8 +424,10 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`)
         and ``sample_weight`` their weights; every rank gets the fit of all the rows.
         """
-        if isinstance(self.n_clusters, str) and self.n_clusters == "auto":
-            return self._fit_auto(X, y, sample_weight, comm)
+        auto = isinstance(self.n_clusters, str) and self.n_clusters == "auto"
+        if auto and comm is not None:
+            raise ValueError("n_clusters='auto' is not data-parallel: choose K on one process "
+                             "and pass it")
         X = self._validate(X, reset=True)
         weights = check_sample_weight(sample_weight, X.shape[0])
         comm = Communicator.local(X.shape[0]) if comm is None else comm
@@ -434,37 +438,25 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                                  f"{self.solver!r}")
             if not float(comm.sum_array(weights.sum())) > 0:
                 raise ValueError("sample_weight sums to zero: no row has a positive weight")
+        K = self._choose_n_clusters(X) if auto else self.n_clusters
         with fit_threads(self.device) as workers:
-            self._fit(X, comm, workers, weights)
-        self.n_clusters_ = self.n_clusters
+            self._fit(X, comm, workers, weights, K)
+        self.n_clusters_ = K
         return self
 
-    def _fit_auto(self, X, y, sample_weight, comm):
-        """``n_clusters="auto"``: ``K`` from the temperature path of the rows (unweighted;
-        a sample of ``_PATH_SAMPLE`` rows drawn with ``random_state`` when there are more),
-        read off by :meth:`~attnclust.TemperaturePath.choose_n_clusters`; then the fit with
-        that ``K``."""
-        if comm is not None:
-            raise ValueError("n_clusters='auto' is not data-parallel: choose K on one process "
-                             "and pass it")
+    def _choose_n_clusters(self, X: np.ndarray) -> int:
+        """``n_clusters="auto"``: ``K`` from the temperature path of the (unweighted) rows,
+        :func:`~attnclust.temperature_path.choose_from_path` (a sample of ``_PATH_SAMPLE``
+        rows drawn with ``random_state`` when there are more); sets ``path_`` and
+        ``n_clusters_reason_``."""
         max_k = check_int(self.max_clusters, "max_clusters", 1)
-        Xv = self._validate(X, reset=True)
         self.mean_, self.scale_ = None, None
-        rows = self._preprocess(Xv, comm=Communicator.local(Xv.shape[0]))
-        if rows.shape[0] > _PATH_SAMPLE:
-            gen = as_generator(self.random_state)
-            rows = rows[np.sort(gen.choice(rows.shape[0], _PATH_SAMPLE, replace=False))]
-        path = temperature_path(np.asarray(rows, dtype=np.float64), min(max_k, rows.shape[0]),
-                                geometry=self._geometry.name, **FAST_SETTINGS)
-        choice = path.choose_n_clusters()
-        self.n_clusters = choice.n_clusters
-        try:
-            self.fit(X, y, sample_weight)
-        finally:
-            self.n_clusters = "auto"
-        self.n_clusters_, self.path_, self.n_clusters_reason_ = (choice.n_clusters, path,
-                                                                 choice.reason)
-        return self
+        rows = self._preprocess(X, comm=Communicator.local(X.shape[0]))
+        gen = as_generator(self.random_state) if rows.shape[0] > _PATH_SAMPLE else None
+        choice, self.path_ = choose_from_path(rows, max_k, geometry=self._geometry.name,
+                                              gen=gen, max_rows=_PATH_SAMPLE)
+        self.n_clusters_reason_ = choice.reason
+        return choice.n_clusters
 
     def partial_fit(self, X, y=None, sample_weight=None):
         """Update the heads with one batch of rows ``X`` (n_batch, n_features).
@@ -485,12 +477,14 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             return partial_fit(self, X, sample_weight)
 
     def _working_rows(self, Xp: np.ndarray, comm: Communicator, workers: int = 1,
-                      weights: np.ndarray | None = None) -> WorkingRows:
-        """The :class:`~attnclust.rows.WorkingRows` of preprocessed rows (fit, partial_fit)."""
+                      weights: np.ndarray | None = None, n_clusters: int | None = None
+                      ) -> WorkingRows:
+        """The :class:`~attnclust.rows.WorkingRows` of preprocessed rows (fit, partial_fit;
+        ``n_clusters``: the heads fitted, by default ``self.n_clusters``)."""
         return WorkingRows.prepare(
             Xp, geometry=self._geometry, comm=comm, device=self.device, dtype=self.dtype,
-            chunk_size=self._chunk_size(), n_clusters=self.n_clusters, workers=workers,
-            weights=weights)
+            chunk_size=self._chunk_size(), workers=workers, weights=weights,
+            n_clusters=self.n_clusters if n_clusters is None else n_clusters)
 
     def _ends_hard(self) -> bool:
         """Whether a fit ends in the hard limit (:mod:`attnclust.hard_ending`): the default
@@ -500,14 +494,16 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                 and self.solver == "fixed-point" and self._geometry.kmeans_limit
                 and isinstance(self.init, str) and self.init == "kmeans++")
 
-    def _warm_start(self, rows: WorkingRows, gen, hard: bool = False):
+    def _warm_start(self, rows: WorkingRows, gen, hard: bool = False,
+                    n_clusters: int | None = None):
         """The warm-start sample (and its weights) and :func:`warm_start` on it (``lam``:
         the risk's inverse temperature, ``None`` for shaped heads); for a fit that ends in
         the hard limit on more rows than ``_WARM_SAMPLE``, ``_PER_HEAD`` rows per head and,
         with ``n_init="auto"``, one seeding per ``_SEEDING_ROWS`` times the sample's rows
         (the seedings then cost no more row visits than the passes)."""
+        K = self.n_clusters if n_clusters is None else n_clusters
         size = _WARM_SAMPLE if not hard or rows.n_total <= _WARM_SAMPLE else \
-            min(_WARM_SAMPLE, _PER_HEAD * self.n_clusters)
+            min(_WARM_SAMPLE, _PER_HEAD * K)
         S, Sw = rows.weighted_sample(gen, size)
         auto = isinstance(self.inverse_temperature, str)   # "auto", checked above
         if self._shaped:
@@ -516,177 +512,80 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or
             # those the "auto" inverse temperature computes
             n_init = 1 if self.n_init == "auto" else int(self._auto("n_init"))
-            start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
+            start = warm_start(S, rows, init=self.init, n_clusters=K, gen=gen,
                                n_init=n_init, geometry=self._geometry, auto=n_init == 1,
                                weights=Sw)
             return S, Sw, start, None
         n_init = int(self._auto("n_init"))
         if hard and isinstance(self.n_init, str) and S.shape[0] < rows.n_total:
             n_init = max(1, min(n_init, rows.n_total // (_SEEDING_ROWS * S.shape[0])))
-        start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
+        start = warm_start(S, rows, init=self.init, n_clusters=K, gen=gen,
                            n_init=n_init, geometry=self._geometry, auto=auto, weights=Sw)
         lam = start.inverse_temperature if start.inverse_temperature is not None else \
             rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
         return S, Sw, start, lam
 
-    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights=None):
-        """The algorithm on validated rows (its warnings point at the caller of ``fit``)."""
+    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, K: int):
+        """The algorithm on validated rows, with ``K`` heads (its warnings point at the
+        caller of ``fit``): prepare the rows, warm start, solve, check."""
         gen = as_generator(self.random_state)
         self.mean_, self.scale_ = None, None
         self.__dict__.pop("stream_state_", None)    # a fit starts no stream
         rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
-                                  workers, weights)
+                                  workers, weights, K)
         hard = self._ends_hard()
-        S, Sw, start, lam = self._warm_start(rows, gen, hard)
+        S, Sw, start, lam = self._warm_start(rows, gen, hard, K)
         if self._shaped:
-            return self._fit_shaped(rows, start.heads)
+            return self._fit_shaped(rows, start.heads, K)
         if hard:
-            return self._fit_to_hard_limit(S, Sw, rows, start, lam)
-        temps = [lam * f for f, _ in self.anneal_plan()]
-        steps = [int(self.max_iter) if s is None else s for _, s in self.anneal_plan()]
+            return self._fit_to_hard_limit(S, Sw, rows, start, lam, K)
+        temps, steps = self._stages(lam)
+        tol, report = float(self._auto("tol")), Reporter(self.callback, self.verbose)
         if self.solver == "pgd":
-            res = self._fit_pgd(rows, start.heads, temps, steps, gen)
+            res = fit_pgd(rows, start.heads, temps, steps, max_iter=int(self.max_iter), tol=tol,
+                          step_size=float(self.step_size), penalty=self.penalty,
+                          rho=float(self.rho), batch_size=self.batch_size, gen=gen,
+                          report=report)
         else:
-            res = self._fit_fixed_point(S, Sw, rows, start.heads, temps, steps)
+            res = fit_fixed_point(S, Sw, rows, start.heads, temps, steps, tol=tol,
+                                  geometry=self._geometry, penalty=self.penalty,
+                                  rho=float(self.rho), report=report)
         self._set_fitted(res, lam, rows)
-        self._label_and_check(rows, res.heads, lam, start.capped)
+        self._label_and_check(rows, res.heads, lam, start.capped, K)
         return self
 
-    def _fit_to_hard_limit(self, S, Sw, rows: WorkingRows, start, lam):
-        """The default's end in the hard limit (:func:`attnclust.hard_ending.fit_to_hard_limit`):
-        fitted attributes, labels and checks (the attention's sharpness read on the sample;
-        sizes and sharpness weighted by the sample weights, when given)."""
-        end = fit_to_hard_limit(S, rows, start.kmeans, lam, geometry=self._geometry,
-                                max_iter=int(self.max_iter), tol=float(self._auto("tol")),
-                                callback=self._callback_fn(rows), weights=Sw)
-        self._set_fitted(end.soft._replace(heads=end.heads, n_iter=end.soft.n_iter + end.n_hard,
-                                           converged=end.converged), lam, rows)
-        K = self.n_clusters
-        w = None if rows.weights is None else rows.weights.cpu().double().numpy()
-        sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=K, weights=w)
-                                    .astype(np.float64))
-        best = softmax_heads(self._geometry.logits(S, end.heads, lam)).max(1).values.double()
-        mean_best = float(best.mean()) if Sw is None else \
-            float((best * Sw.double()).sum() / Sw.double().sum())
-        sharpness = mean_best * float(sizes.sum())
+    def _stages(self, lam) -> tuple[list[float], list[int]]:
+        """The :meth:`anneal_plan` at ``lam``: the stages' inverse temperatures and steps."""
+        plan = self.anneal_plan()
+        return ([lam * f for f, _ in plan],
+                [int(self.max_iter) if n is None else n for _, n in plan])
+
+    def _fit_to_hard_limit(self, S, Sw, rows: WorkingRows, start, lam, K: int):
+        """The default's end in the hard limit (:func:`attnclust.estimator_fits.fit_hard_limit`):
+        fitted attributes, labels and checks."""
+        end = fit_hard_limit(S, Sw, rows, start, lam, n_clusters=K, geometry=self._geometry,
+                             max_iter=int(self.max_iter), tol=float(self._auto("tol")),
+                             report=Reporter(self.callback, self.verbose))
+        self._set_fitted(end.result, lam, rows)
         self.labels_ = end.labels
-        warn_if_degenerate(sizes, sharpness, capped=start.capped,
+        warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
                            inverse_temperature=self.inverse_temperature_, stacklevel=4)
         return self
 
-    def _fit_fixed_point(self, S, Sw, rows: WorkingRows, heads0, temps, steps
-                         ) -> SolverResult:
-        """Fixed-point steps: on the sample first when it is smaller than the data."""
-        common = dict(tol=float(self._auto("tol")), geometry=self._geometry, penalty=self.penalty,
-                      rho=float(self.rho))
-        n_iter = 0
-        if S.shape[0] < rows.n_total:   # the curves are those of the steps over all rows
-            res = fixed_point_fit(S, heads0, inverse_temperatures=temps, stage_steps=steps,
-                                  callback=self._callback_fn(rows), chunk_size=rows.chunk,
-                                  workers=rows.workers, weights=Sw, **common)
-            heads0, n_iter = res.heads, res.n_iter
-            temps, steps = temps[-1:], steps[-1:]
-        res = fixed_point_fit(rows.rows, heads0, inverse_temperatures=temps,
-                              stage_steps=steps, callback=self._callback_fn(rows, n_iter),
-                              **rows.solver_args(), **common)
-        return res._replace(n_iter=n_iter + res.n_iter,
-                            history=res.history._replace(step=res.history.step + n_iter))
-
-    def _fit_pgd(self, rows: WorkingRows, heads0, temps, steps, gen) -> SolverResult:
-        """Plain PGD (:func:`attnclust.pgd.pgd`, float64 on the data's device): the
-        annealing stages as one schedule without stopping rule, then the target."""
-        from .pgd import pgd
-
-        Xt = rows.rows
-        common = dict(step_size=float(self.step_size), penalty=self.penalty,
-                      rho=float(self.rho), record_every=1, batch_size=self.batch_size, rng=gen)
-        schedule = [t for t, s in zip(temps[:-1], steps[:-1], strict=True) for _ in range(s)]
-        first = None
-        if schedule:
-            first = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=len(schedule),
-                        tol=0.0, callback=self._callback_fn(rows),
-                        inverse_temperature_schedule=lambda t: schedule[min(t, len(schedule) - 1)],
-                        **common)
-            heads0 = first.heads
-        res = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=int(self.max_iter),
-                  tol=float(self._auto("tol")), callback=self._callback_fn(rows, len(schedule)),
-                  **common)
-        heads = torch.as_tensor(res.heads, dtype=Xt.dtype, device=Xt.device)
-        if first is None:
-            return res._replace(heads=heads)
-        # the last record of the annealing (after its last update) is the first of the
-        # final phase, at lambda: kept once, from the final phase
-        final = res.history._replace(step=res.history.step + first.n_iter)
-        history = History(*(np.concatenate([a[:-1], b]) for a, b in zip(
-            first.history, final, strict=True)))
-        return SolverResult(heads, history, first.n_iter + res.n_iter, res.converged)
-
-    def _fit_shaped(self, rows: WorkingRows, heads0):
-        """Shaped heads: tempered EM (:mod:`attnclust.shaped_fit`) from the Lloyd heads."""
+    def _fit_shaped(self, rows: WorkingRows, heads0, K: int):
+        """Shaped heads: tempered EM (:func:`attnclust.estimator_fits.fit_shaped`) from the
+        Lloyd heads, at ``lambda = 1`` unless given."""
         lam = 1.0 if isinstance(self.inverse_temperature, str) else check_inverse_temperature(
             self.inverse_temperature)
-        tol = 1e-3 if isinstance(self.tol, str) else float(self.tol)   # GaussianMixture's
-        plan = self.anneal_plan()
-        scale, d = rows.scale, rows.rows.shape[1]
-        # a pass holds (K, rows, d) blocks: K times fewer rows than the risk's passes
-        chunk = max(256, rows.chunk // self.n_clusters) if self.chunk_size is None \
-            else rows.chunk
-        res = shaped_fit(rows.rows, heads0, covariance_type=self.covariance_type,
-                         inverse_temperatures=[lam * f for f, _ in plan],
-                         stage_steps=[int(self.max_iter) if n is None else n for _, n in plan],
-                         tol=tol, chunk_size=chunk, reduce=rows.comm.reduce,
-                         row_map=rows.row_map, sample_weight=rows.weights,
-                         callback=self._shaped_callback(rows))
-        factors = res.precisions_cholesky.cpu().double().numpy() / scale
-        self.cluster_centers_ = rows.heads_out(res.means)
-        self.covariances_ = res.covariances.cpu().double().numpy() * scale**2
-        self.precisions_cholesky_ = factors
-        self.precisions_ = (factors @ factors.transpose(0, 2, 1)
-                            if self.covariance_type == "full" else factors * factors)
-        self.weights_ = res.weights.cpu().double().numpy()
-        self.covariance_floor_ = res.floor.cpu().numpy() * scale**2
-        self.inverse_temperature_ = lam
-        # log-densities of the data's units: the working rows are the data over ``scale``
-        self.loss_curve_ = res.loss_curve + d * np.log(scale)
-        self.inverse_temperature_curve_ = res.inverse_temperature_curve
-        self.n_iter_, self.converged_ = int(res.n_iter), bool(res.converged)
-        if not self.converged_:
-            warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
-                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
-        args = (res.means, res.precisions_cholesky, res.weights.log())
-        kw = dict(inverse_temperature=lam, covariance_type=self.covariance_type,
-                  floor=res.floor)
-        self.labels_, _ = rows.assign(lambda c: tempered_log_joint(c, *args, **kw),
-                                      self.n_clusters)
+        temps, steps = self._stages(lam)
+        fitted = fit_shaped(rows, heads0, temps, steps, covariance_type=self.covariance_type,
+                            n_clusters=K, chunk_size=self.chunk_size,
+                            tol=1e-3 if isinstance(self.tol, str) else float(self.tol),  # GMM's
+                            report=Reporter(self.callback, self.verbose))
+        for name, value in fitted._asdict().items():
+            setattr(self, name, value)
+        self._warn_unconverged()
         return self
-
-    def _shaped_callback(self, rows: WorkingRows):
-        """The callback in the data's units: the log-likelihood shifts by ``d log(scale)``
-        and ``lambda`` is a pure number (:meth:`_callback_fn` converts a risk's units)."""
-        base = self._callback_fn(rows)
-        if base is None:
-            return None
-        s2, offset = rows.scale**2, rows.rows.shape[1] * np.log(rows.scale)
-
-        def call(info) -> None:
-            base(info._replace(loss=(info.loss + offset) / s2,
-                               inverse_temperature=info.inverse_temperature * s2))
-        return call
-
-    def _callback_fn(self, rows: WorkingRows, offset: int = 0):
-        """The user's callback and the log, in the preprocessed space's units (iterations
-        counted from ``offset``)."""
-        if self.callback is None and not self.verbose:
-            return None
-        out = rows.info_out(offset)
-
-        def call(info) -> None:
-            info = out(info)
-            if self.verbose:
-                _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info[:4])
-            if self.callback is not None:
-                self.callback(info)
-        return call
 
     def _set_fitted(self, res: SolverResult, lam, rows: WorkingRows):
         """Fitted attributes, mapped back from the working space to the preprocessed one."""
@@ -697,14 +596,18 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         self.inverse_temperature_curve_ = res.history.inverse_temperature / scale2
         self.n_iter_ = int(res.n_iter)
         self.converged_ = bool(res.converged)
+        self._warn_unconverged()
+
+    def _warn_unconverged(self) -> None:
+        """A ``ConvergenceWarning`` for the caller of ``fit`` when the solver did not
+        converge."""
         if not self.converged_:
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
-                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
+                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=5)
 
-    def _label_and_check(self, rows: WorkingRows, heads, lam, capped: bool) -> None:
+    def _label_and_check(self, rows: WorkingRows, heads, lam, capped: bool, K: int) -> None:
         """``labels_``, and a :class:`DegenerateFitWarning` for a dead head or a degenerate
         ``lambda`` (cluster sizes and attention sharpness counted over all ranks' rows)."""
-        K = self.n_clusters
         self.labels_, stats = rows.assign(
             lambda chunk: softmax_heads(self._geometry.logits(chunk, heads, lam)), K)
         warn_if_degenerate(stats[:K], float(stats[K]), capped=capped,
@@ -718,22 +621,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         X = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
         with fit_threads(self.device):
             if self._shaped:
-                return softmax_heads(self._shaped_log_joint(X))
+                return softmax_heads(shaped_log_joint(X, self))
             X, heads = self._geometry.stable_frame(X, heads)
             return softmax_heads(self._geometry.logits(X, heads, self.inverse_temperature_))
-
-    def _shaped_log_joint(self, X: torch.Tensor) -> torch.Tensor:
-        """``lambda l~_h(x)`` of rows ``(n, d)`` (float64), rows and means centred on the
-        means' mean for precision far from the origin."""
-        def tensor(a):
-            return torch.as_tensor(a, dtype=torch.float64, device=X.device)
-        means = tensor(self.cluster_centers_)
-        center = means.mean(0)
-        return tempered_log_joint(X - center, means - center, tensor(self.precisions_cholesky_),
-                                  tensor(self.weights_).log(),
-                                  inverse_temperature=self.inverse_temperature_,
-                                  covariance_type=self.covariance_type,
-                                  floor=tensor(self.covariance_floor_))
 
     def _by_chunks(self, X, fn) -> np.ndarray:
         """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
@@ -780,7 +670,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         def minus_loglik(Xp):
             X64 = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
             with fit_threads(self.device):
-                lse = torch.logsumexp(self._shaped_log_joint(X64), dim=1)
+                lse = torch.logsumexp(shaped_log_joint(X64, self), dim=1)
             return -(lse / self.inverse_temperature_).cpu().numpy()
         errors = self._by_chunks(X, minus_loglik if self._shaped else squared_errors)
         weights = check_sample_weight(sample_weight, errors.shape[0])
