@@ -83,12 +83,8 @@ from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from ._validation import (
     as_generator,
     as_numpy_input,
-    as_torch_dtype,
-    check_constraints,
-    check_device,
     check_int,
     check_inverse_temperature,
-    check_nonnegative,
     check_sample_weight,
 )
 from .communicator import Communicator
@@ -101,44 +97,27 @@ from .estimator_fits import (
     fit_shaped,
     shaped_log_joint,
 )
+from .estimator_params import (
+    anneal_plan,
+    check_params,
+    ends_in_hard_limit,
+    resolved,
+    rows_per_chunk,
+)
 from .geometry import Geometry, as_geometry
 from .heads import softmax_heads
 from .results import SolverResult
 from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
-from .shaped import COVARIANCE_TYPES
 from .temperature_path import choose_from_path
 from .warm_start import auto_inverse_temperature, warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
 
-ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
-ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
 _WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
 _PER_HEAD = 256           # ... and, ending in the hard limit on more rows, 256 per head
 _SEEDING_ROWS = 5         # ... with one seeding per 5 sample sizes of rows (n_init="auto")
 _PATH_SAMPLE = 5_000      # n_clusters="auto": the path of at most this many rows
 
-
-# parameter -> (the constants it may be, a check of any other value: None, none allowed)
-_CONSTRAINTS = {
-    "n_clusters": (("auto",), lambda v: check_int(v, "n_clusters", 1)),
-    "max_clusters": ((), lambda v: check_int(v, "max_clusters", 1)),
-    "geometry": ((), as_geometry),
-    "covariance_type": (COVARIANCE_TYPES, None),
-    "inverse_temperature": (("auto",), check_inverse_temperature),
-    "n_init": (("auto",), lambda v: check_int(v, "n_init", 1)),
-    "normalize": (("auto", "rows", "center-scale", None), None),
-    "penalty": ((None, "repulsion", "balance"), None),
-    "rho": ((), lambda v: check_nonnegative(v, "rho")),
-    "anneal": ((True, False, "auto"), None),
-    "solver": (("fixed-point", "pgd"), None),
-    "max_iter": ((), lambda v: check_int(v, "max_iter", 1)),
-    "tol": (("auto",), lambda v: check_nonnegative(v, "tol")),
-    "batch_size": ((None,), lambda v: check_int(v, "batch_size", 1)),
-    "chunk_size": ((None,), lambda v: check_int(v, "chunk_size", 1)),
-    "device": ((), check_device),
-    "dtype": (("auto",), as_torch_dtype),
-}
 
 
 class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin,
@@ -339,16 +318,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         return self.covariance_type != "spherical"
 
     def _auto(self, name: str):
-        """Parameter ``name``, its ``"auto"`` resolved by the geometry (``normalize``,
-        ``tol``, ``anneal``, ``n_init``; see :class:`~attnclust.geometry.Geometry`)."""
-        value = getattr(self, name)
-        if not (isinstance(value, str) and value == "auto"):
-            return value
-        geometry = self._geometry
-        if name == "n_init" and isinstance(self.init, str) and self.init == "anneal":
-            return 1                                  # deterministic: once is enough
-        return geometry.n_init(isinstance(self.init, str)) if name == "n_init" \
-            else getattr(geometry, name)
+        """Parameter ``name``, its ``"auto"`` resolved by the geometry
+        (:func:`attnclust.estimator_params.resolved`)."""
+        return resolved(self.get_params(deep=False), name)
 
     def anneal_plan(self) -> list[tuple[float, int | None]]:
         """Stages of a fit: ``(fraction of lambda, steps)``; ``None`` steps: ``max_iter``.
@@ -360,39 +332,12 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         >>> AttentionClustering().anneal_plan()
         [(1.0, None)]
         """
-        stages = [(f, ANNEAL_STEPS) for f in ANNEAL_FACTORS] if self._auto("anneal") else []
-        return stages + [(1.0, None)]
-
-    def _chunk_size(self) -> int | None:
-        """``chunk_size``, or ``batch_size`` in its old meaning for the fixed-point solver."""
-        if self.batch_size is None or self.solver == "pgd":
-            return self.chunk_size
-        warnings.warn("batch_size as the rows per chunk of the fixed-point solver is "
-                      "deprecated and will be removed in 0.4: pass chunk_size (batch_size is "
-                      "the mini-batch of solver='pgd')", FutureWarning, stacklevel=4)
-        return self.batch_size if self.chunk_size is None else self.chunk_size
+        return anneal_plan(self.get_params(deep=False))
 
     # -- input handling -------------------------------------------------------------------
     def _check_params(self, n_samples: int, n_local: int) -> None:
-        """The table ``_CONSTRAINTS``, then the rules that tie parameters together."""
-        check_constraints(self.get_params(deep=False), _CONSTRAINTS)
-        if not isinstance(self.n_clusters, str) and n_samples < self.n_clusters:
-            raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
-        if self._shaped and (self._geometry.unit_heads or self.solver != "fixed-point"
-                             or self.penalty is not None):
-            raise ValueError(f"covariance_type={self.covariance_type!r} needs "
-                             "geometry='euclidean', solver='fixed-point' and penalty=None")
-        if self.penalty is not None and not self._geometry.unit_heads:
-            raise ValueError(f"penalty={self.penalty!r} is defined for unit heads; use "
-                             "geometry='sphere' or penalty=None")
-        if self.solver == "pgd" and not self._geometry.unit_heads:
-            raise ValueError("solver='pgd' runs projected gradient descent on the sphere; use "
-                             "geometry='sphere' or solver='fixed-point'")
-        if self.solver == "pgd":   # the fixed-point solver ignores it
-            check_nonnegative(self.step_size, "step_size")
-        if n_samples != n_local and self.solver != "fixed-point":
-            raise ValueError(f"data-parallel fitting needs solver='fixed-point', got "
-                             f"{self.solver!r}")
+        """:func:`attnclust.estimator_params.check_params` of the parameters."""
+        check_params(self.get_params(deep=False), n_samples, n_local)
 
     def _validate(self, X, *, reset: bool) -> np.ndarray:
         return validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32], reset=reset,
@@ -483,16 +428,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         ``n_clusters``: the heads fitted, by default ``self.n_clusters``)."""
         return WorkingRows.prepare(
             Xp, geometry=self._geometry, comm=comm, device=self.device, dtype=self.dtype,
-            chunk_size=self._chunk_size(), workers=workers, weights=weights,
+            chunk_size=rows_per_chunk(self.get_params(deep=False)), workers=workers,
+            weights=weights,
             n_clusters=self.n_clusters if n_clusters is None else n_clusters)
-
-    def _ends_hard(self) -> bool:
-        """Whether a fit ends in the hard limit (:mod:`attnclust.hard_ending`): the default
-        (``"auto"`` lambda, k-means++ seeding, a geometry whose hard limit is k-means,
-        heads without a shape of their own)."""
-        return (not self._shaped and isinstance(self.inverse_temperature, str)
-                and self.solver == "fixed-point" and self._geometry.kmeans_limit
-                and isinstance(self.init, str) and self.init == "kmeans++")
 
     def _warm_start(self, rows: WorkingRows, gen, hard: bool = False,
                     n_clusters: int | None = None):
@@ -533,7 +471,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         self.__dict__.pop("stream_state_", None)    # a fit starts no stream
         rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
                                   workers, weights, K)
-        hard = self._ends_hard()
+        hard = ends_in_hard_limit(self.get_params(deep=False))
         S, Sw, start, lam = self._warm_start(rows, gen, hard, K)
         if self._shaped:
             return self._fit_shaped(rows, start.heads, K)
