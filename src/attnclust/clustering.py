@@ -20,27 +20,14 @@ centred and scaled to unit root-mean-square norm) are a :class:`~attnclust.rows.
 
 Fit
 ---
-1. Initial heads (:mod:`attnclust.warm_start`): k-means++ seeding (scikit-learn's), random
-   directions, or given, on a seeded sample of at most ``_WARM_SAMPLE`` rows; with
-   ``inverse_temperature="auto"``, hard Lloyd steps to a stable partition and ``lambda =
-   1 / s^2``, ``s^2`` the within-cluster variance across each cluster's nearest boundary
-   (a seeding is replaced by the Lloyd heads: a warm start).
-2. Safeguarded, extrapolated fixed-point steps on the risk (:mod:`attnclust.fixed_point`;
-   ``solver="pgd"``: plain PGD on the sphere), optionally annealed ``lambda/8, lambda/4,
-   lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
-   The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
-   ends instead in the layer's hard limit (:mod:`attnclust.hard_ending`): its warm start
-   is scikit-learn's ``KMeans`` of the sample (``n_init`` seedings), then a
-   fixed-point step at ``lambda``, Lloyd's steps from there, the better (by the k-means
-   objective) of the two k-means fixed points, and Lloyd passes over all rows when there
-   are more than the sample (which is then ``256 K`` rows, at most ``_WARM_SAMPLE``). At
-   the ``"auto"`` temperature the soft fixed point moves the boundaries between
-   overlapping clusters away from the nearest-head partition that the labels read; why
-   this ending, and the measurements, are in ``docs/guide/default-estimator.md``.
-3. Checks that no fit fails silently: a head that wins no row, ``lambda`` at the floor of
-   ``s^2`` (no spread) or so small that the attention is nearly uniform (the risk then
-   pins down only the mean of the heads) warn with a :class:`DegenerateFitWarning`; not
-   converging warns with a ``ConvergenceWarning``.
+``fit`` reads as its algorithm: prepare the working rows, warm start on a sample
+(:func:`attnclust.warm_start.estimator_warm_start`: seedings, hard Lloyd steps and, with
+``inverse_temperature="auto"``, ``lambda = 1 / s^2``), solve (:mod:`attnclust.estimator_fits`:
+fixed-point steps, optionally annealed, or PGD on the sphere; the default ends in the
+layer's hard limit), check (a dead head or a degenerate ``lambda`` warns with a
+:class:`DegenerateFitWarning`, not converging with a ``ConvergenceWarning``). Each step,
+and why the default ends in the hard limit, is told in :mod:`attnclust.estimator_fits`;
+the parameters' rules and ``"auto"`` values are :mod:`attnclust.estimator_params`.
 
 Shaped heads
 ------------
@@ -109,13 +96,10 @@ from .heads import softmax_heads
 from .results import SolverResult
 from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
 from .temperature_path import choose_from_path
-from .warm_start import auto_inverse_temperature, warm_start
+from .warm_start import auto_inverse_temperature, estimator_warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
 
-_WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
-_PER_HEAD = 256           # ... and, ending in the hard limit on more rows, 256 per head
-_SEEDING_ROWS = 5         # ... with one seeding per 5 sample sizes of rows (n_init="auto")
 _PATH_SAMPLE = 5_000      # n_clusters="auto": the path of at most this many rows
 
 
@@ -434,34 +418,11 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
     def _warm_start(self, rows: WorkingRows, gen, hard: bool = False,
                     n_clusters: int | None = None):
-        """The warm-start sample (and its weights) and :func:`warm_start` on it (``lam``:
-        the risk's inverse temperature, ``None`` for shaped heads); for a fit that ends in
-        the hard limit on more rows than ``_WARM_SAMPLE``, ``_PER_HEAD`` rows per head and,
-        with ``n_init="auto"``, one seeding per ``_SEEDING_ROWS`` times the sample's rows
-        (the seedings then cost no more row visits than the passes)."""
+        """:func:`~attnclust.warm_start.estimator_warm_start` (``n_clusters``: by default
+        ``self.n_clusters``): the sample, its weights, the warm start and ``lambda``."""
         K = self.n_clusters if n_clusters is None else n_clusters
-        size = _WARM_SAMPLE if not hard or rows.n_total <= _WARM_SAMPLE else \
-            min(_WARM_SAMPLE, _PER_HEAD * K)
-        S, Sw = rows.weighted_sample(gen, size)
-        auto = isinstance(self.inverse_temperature, str)   # "auto", checked above
-        if self._shaped:
-            # one seeding by default, as GaussianMixture's one k-means start (three gain
-            # 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
-            # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or
-            # those the "auto" inverse temperature computes
-            n_init = 1 if self.n_init == "auto" else int(self._auto("n_init"))
-            start = warm_start(S, rows, init=self.init, n_clusters=K, gen=gen,
-                               n_init=n_init, geometry=self._geometry, auto=n_init == 1,
-                               weights=Sw)
-            return S, Sw, start, None
-        n_init = int(self._auto("n_init"))
-        if hard and isinstance(self.n_init, str) and S.shape[0] < rows.n_total:
-            n_init = max(1, min(n_init, rows.n_total // (_SEEDING_ROWS * S.shape[0])))
-        start = warm_start(S, rows, init=self.init, n_clusters=K, gen=gen,
-                           n_init=n_init, geometry=self._geometry, auto=auto, weights=Sw)
-        lam = start.inverse_temperature if start.inverse_temperature is not None else \
-            rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
-        return S, Sw, start, lam
+        return estimator_warm_start(rows, gen, self.get_params(deep=False), n_clusters=K,
+                                    hard=hard)
 
     def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, K: int):
         """The algorithm on validated rows, with ``K`` heads (its warnings point at the

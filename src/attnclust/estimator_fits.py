@@ -5,6 +5,34 @@ space: Euclidean rows centred and scaled by ``s``) from the warm start, and retu
 estimator stores; the estimator keeps the order of the steps, the fitted attributes and the
 warnings. The callbacks report in the preprocessed space's units.
 
+The fit
+-------
+1. Initial heads (:func:`attnclust.warm_start.estimator_warm_start`): k-means++ seeding
+   (scikit-learn's), random directions, or given, on a seeded sample of at most
+   ``WARM_SAMPLE`` rows; with
+   ``inverse_temperature="auto"``, hard Lloyd steps to a stable partition and ``lambda =
+   1 / s^2``, ``s^2`` the within-cluster variance across each cluster's nearest boundary
+   (a seeding is replaced by the Lloyd heads: a warm start).
+2. Safeguarded, extrapolated fixed-point steps on the risk (:mod:`attnclust.fixed_point`;
+   ``solver="pgd"``: plain PGD on the sphere), optionally annealed ``lambda/8, lambda/4,
+   lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
+   The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
+   ends instead in the layer's hard limit (:mod:`attnclust.hard_ending`): its warm start
+   is scikit-learn's ``KMeans`` of the sample (``n_init`` seedings), then a
+   fixed-point step at ``lambda``, Lloyd's steps from there, the better (by the k-means
+   objective) of the two k-means fixed points, and Lloyd passes over all rows when there
+   are more than the sample (which is then ``256 K`` rows, at most ``WARM_SAMPLE``). At
+   the ``"auto"`` temperature the soft fixed point moves the boundaries between
+   overlapping clusters away from the nearest-head partition that the labels read; why
+   this ending, and the measurements, are in ``docs/guide/default-estimator.md``.
+3. Checks that no fit fails silently: a head that wins no row, ``lambda`` at the floor of
+   ``s^2`` (no spread) or so small that the attention is nearly uniform (the risk then
+   pins down only the mean of the heads) warn with a :class:`~attnclust.DegenerateFitWarning`; not
+   converging warns with a ``ConvergenceWarning``.
+
+The endings here
+----------------
+
     fixed point    fixed-point steps of the risk, the annealing stages as one
                    :class:`~attnclust.schedules.Stages` (the sample first, when smaller)
     pgd            :func:`attnclust.pgd` on the sphere: the stages as one schedule without
