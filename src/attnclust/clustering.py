@@ -76,20 +76,14 @@ from ._validation import (
 )
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
-from .estimator_fits import (
-    Reporter,
-    fit_fixed_point,
-    fit_hard_limit,
-    fit_pgd,
-    fit_shaped,
-    shaped_log_joint,
-)
+from .estimator_fits import Reporter, fit_shaped, shaped_log_joint, solve
 from .estimator_params import (
     anneal_plan,
     check_params,
     ends_in_hard_limit,
     resolved,
     rows_per_chunk,
+    stages,
 )
 from .geometry import Geometry, as_geometry
 from .heads import softmax_heads
@@ -436,39 +430,12 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         S, Sw, start, lam = self._warm_start(rows, gen, hard, K)
         if self._shaped:
             return self._fit_shaped(rows, start.heads, K)
-        if hard:
-            return self._fit_to_hard_limit(S, Sw, rows, start, lam, K)
-        temps, steps = self._stages(lam)
-        tol, report = float(self._auto("tol")), Reporter(self.callback, self.verbose)
-        if self.solver == "pgd":
-            res = fit_pgd(rows, start.heads, temps, steps, max_iter=int(self.max_iter), tol=tol,
-                          step_size=float(self.step_size), penalty=self.penalty,
-                          rho=float(self.rho), batch_size=self.batch_size, gen=gen,
-                          report=report)
-        else:
-            res = fit_fixed_point(S, Sw, rows, start.heads, temps, steps, tol=tol,
-                                  geometry=self._geometry, penalty=self.penalty,
-                                  rho=float(self.rho), report=report)
-        self._set_fitted(res, lam, rows)
-        self._label_and_check(rows, res.heads, lam, start.capped, K)
-        return self
-
-    def _stages(self, lam) -> tuple[list[float], list[int]]:
-        """The :meth:`anneal_plan` at ``lam``: the stages' inverse temperatures and steps."""
-        plan = self.anneal_plan()
-        return ([lam * f for f, _ in plan],
-                [int(self.max_iter) if n is None else n for _, n in plan])
-
-    def _fit_to_hard_limit(self, S, Sw, rows: WorkingRows, start, lam, K: int):
-        """The default's end in the hard limit (:func:`attnclust.estimator_fits.fit_hard_limit`):
-        fitted attributes, labels and checks."""
-        end = fit_hard_limit(S, Sw, rows, start, lam, n_clusters=K, geometry=self._geometry,
-                             max_iter=int(self.max_iter), tol=float(self._auto("tol")),
-                             report=Reporter(self.callback, self.verbose))
+        end = solve(S, Sw, rows, start, lam, self.get_params(deep=False), n_clusters=K,
+                    hard=hard, gen=gen, report=Reporter(self.callback, self.verbose))
         self._set_fitted(end.result, lam, rows)
         self.labels_ = end.labels
         warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
-                           inverse_temperature=self.inverse_temperature_, stacklevel=4)
+                           inverse_temperature=self.inverse_temperature_, stacklevel=3)
         return self
 
     def _fit_shaped(self, rows: WorkingRows, heads0, K: int):
@@ -476,7 +443,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Lloyd heads, at ``lambda = 1`` unless given."""
         lam = 1.0 if isinstance(self.inverse_temperature, str) else check_inverse_temperature(
             self.inverse_temperature)
-        temps, steps = self._stages(lam)
+        temps, steps = stages(self.get_params(deep=False), lam)
         fitted = fit_shaped(rows, heads0, temps, steps, covariance_type=self.covariance_type,
                             n_clusters=K, chunk_size=self.chunk_size,
                             tol=1e-3 if isinstance(self.tol, str) else float(self.tol),  # GMM's
@@ -503,14 +470,6 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         if not self.converged_:
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
                           "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=5)
-
-    def _label_and_check(self, rows: WorkingRows, heads, lam, capped: bool, K: int) -> None:
-        """``labels_``, and a :class:`DegenerateFitWarning` for a dead head or a degenerate
-        ``lambda`` (cluster sizes and attention sharpness counted over all ranks' rows)."""
-        self.labels_, stats = rows.assign(
-            lambda chunk: softmax_heads(self._geometry.logits(chunk, heads, lam)), K)
-        warn_if_degenerate(stats[:K], float(stats[K]), capped=capped,
-                           inverse_temperature=self.inverse_temperature_, stacklevel=4)
 
     # -- prediction -------------------------------------------------------------------------
     def _weights(self, Xp: np.ndarray) -> torch.Tensor:

@@ -63,7 +63,9 @@ import numpy as np
 import torch
 
 from .descent import pgd
+from .estimator_params import resolved, stages
 from .fixed_point import fixed_point_fit
+from .geometry import as_geometry
 from .hard_ending import fit_to_hard_limit
 from .heads import softmax_heads
 from .results import History, SolverResult
@@ -71,7 +73,7 @@ from .rows import WorkingRows
 from .schedules import Stages
 from .shaped_fit import shaped_fit, tempered_log_joint
 
-__all__ = ["Reporter", "HardLimit", "ShapedFitted", "fit_fixed_point", "fit_pgd",
+__all__ = ["Reporter", "Ending", "ShapedFitted", "solve", "fit_fixed_point", "fit_pgd",
            "fit_hard_limit", "fit_shaped", "shaped_log_joint"]
 
 _logger = logging.getLogger("attnclust")
@@ -116,6 +118,30 @@ class Reporter(NamedTuple):
             base(info._replace(loss=(info.loss + offset) / s2,
                                inverse_temperature=info.inverse_temperature * s2))
         return call
+
+
+def solve(S, Sw, rows: WorkingRows, start, lam, p: dict, *, n_clusters: int, hard: bool,
+          gen, report: Reporter) -> Ending:
+    """The heads of the risk from the warm ``start`` (sample ``S``, weights ``Sw``), for the
+    estimator's parameters ``p`` (``get_params``): the hard-limit ending of the default, or
+    the stages of the annealing plan by PGD or fixed-point steps, then the labels, sizes and
+    sharpness of the attention at ``lam`` over all rows."""
+    geometry, tol = as_geometry(p["geometry"]), float(resolved(p, "tol"))
+    if hard:
+        return fit_hard_limit(S, Sw, rows, start, lam, n_clusters=n_clusters, geometry=geometry,
+                              max_iter=int(p["max_iter"]), tol=tol, report=report)
+    temps, steps = stages(p, lam)
+    common = dict(tol=tol, penalty=p["penalty"], rho=float(p["rho"]), report=report)
+    if p["solver"] == "pgd":
+        res = fit_pgd(rows, start.heads, temps, steps, max_iter=int(p["max_iter"]),
+                      step_size=float(p["step_size"]), batch_size=p["batch_size"], gen=gen,
+                      **common)
+    else:
+        res = fit_fixed_point(S, Sw, rows, start.heads, temps, steps, geometry=geometry,
+                              **common)
+    labels, stats = rows.assign(
+        lambda chunk: softmax_heads(geometry.logits(chunk, res.heads, lam)), n_clusters)
+    return Ending(res, labels, stats[:n_clusters], float(stats[n_clusters]))
 
 
 def fit_fixed_point(S, Sw, rows: WorkingRows, heads0, temps, steps, *, tol, geometry,
@@ -180,10 +206,11 @@ def fit_pgd(rows: WorkingRows, heads0, temps, steps, *, max_iter: int, tol: floa
     return SolverResult(heads, history, first.n_iter + res.n_iter, res.converged)
 
 
-class HardLimit(NamedTuple):
-    """A fit ended in the hard limit: the solver's result (``n_iter`` counting the soft
-    steps and the hard passes), this rank's labels, the (weighted) cluster sizes over all
-    ranks and the attention's sharpness (mean largest weight times the total size)."""
+class Ending(NamedTuple):
+    """A fit of the risk's heads: the solver's result (ended in the hard limit: ``n_iter``
+    counting the soft steps and the hard passes), this rank's labels, the (weighted)
+    cluster sizes over all ranks and the attention's sharpness (mean largest weight times
+    the total size), which the degeneracy checks read."""
 
     result: SolverResult
     labels: np.ndarray
@@ -192,7 +219,7 @@ class HardLimit(NamedTuple):
 
 
 def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geometry,
-                   max_iter: int, tol: float, report: Reporter) -> HardLimit:
+                   max_iter: int, tol: float, report: Reporter) -> Ending:
     """:func:`~attnclust.hard_ending.fit_to_hard_limit` from the warm ``start`` (the
     attention's sharpness read on the sample; sizes and sharpness weighted by the sample
     weights, when given)."""
@@ -206,7 +233,7 @@ def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geo
     best = softmax_heads(geometry.logits(S, end.heads, lam)).max(1).values.double()
     mean_best = float(best.mean()) if Sw is None else \
         float((best * Sw.double()).sum() / Sw.double().sum())
-    return HardLimit(res, end.labels, sizes, mean_best * float(sizes.sum()))
+    return Ending(res, end.labels, sizes, mean_best * float(sizes.sum()))
 
 
 class ShapedFitted(NamedTuple):

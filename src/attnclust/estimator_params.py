@@ -34,7 +34,7 @@ from .geometry import as_geometry
 from .shaped import COVARIANCE_TYPES
 
 __all__ = ["ANNEAL_FACTORS", "ANNEAL_STEPS", "CONSTRAINTS", "anneal_plan", "check_params",
-           "ends_in_hard_limit", "resolved", "rows_per_chunk"]
+           "ends_in_hard_limit", "resolved", "rows_per_chunk", "stages"]
 
 ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
@@ -128,6 +128,19 @@ def anneal_plan(p: dict) -> list[tuple[float, int | None]]:
     """
     stages = [(f, ANNEAL_STEPS) for f in ANNEAL_FACTORS] if resolved(p, "anneal") else []
     return stages + [(1.0, None)]
+
+
+def stages(p: dict, lam: float) -> tuple[list[float], list[int]]:
+    """The :func:`anneal_plan` at ``lam``: the stages' inverse temperatures and steps.
+
+    Examples
+    --------
+    >>> from attnclust import AttentionClustering
+    >>> stages(AttentionClustering(max_iter=50).get_params(), 2.0)
+    ([2.0], [50])
+    """
+    plan = anneal_plan(p)
+    return [lam * f for f, _ in plan], [int(p["max_iter"]) if n is None else n for _, n in plan]
 
 
 def rows_per_chunk(p: dict) -> int | None:
