@@ -71,23 +71,20 @@ from ._validation import (
     as_generator,
     as_numpy_input,
     check_int,
-    check_inverse_temperature,
     check_sample_weight,
 )
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
-from .estimator_fits import Reporter, fit_shaped, shaped_log_joint, solve
+from .estimator_fits import Reporter, fit_shaped, risk_attributes, shaped_log_joint, solve
 from .estimator_params import (
     anneal_plan,
     check_params,
     ends_in_hard_limit,
     resolved,
     rows_per_chunk,
-    stages,
 )
 from .geometry import Geometry, as_geometry
 from .heads import softmax_heads
-from .results import SolverResult
 from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
 from .temperature_path import choose_from_path
 from .warm_start import auto_inverse_temperature, estimator_warm_start
@@ -313,10 +310,6 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         return anneal_plan(self.get_params(deep=False))
 
     # -- input handling -------------------------------------------------------------------
-    def _check_params(self, n_samples: int, n_local: int) -> None:
-        """:func:`attnclust.estimator_params.check_params` of the parameters."""
-        check_params(self.get_params(deep=False), n_samples, n_local)
-
     def _validate(self, X, *, reset: bool) -> np.ndarray:
         return validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32], reset=reset,
                              ensure_min_samples=1)
@@ -347,20 +340,15 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`)
         and ``sample_weight`` their weights; every rank gets the fit of all the rows.
         """
-        auto = isinstance(self.n_clusters, str) and self.n_clusters == "auto"
-        if auto and comm is not None:
-            raise ValueError("n_clusters='auto' is not data-parallel: choose K on one process "
-                             "and pass it")
         X = self._validate(X, reset=True)
         weights = check_sample_weight(sample_weight, X.shape[0])
-        comm = Communicator.local(X.shape[0]) if comm is None else comm
-        self._check_params(comm.n_total, X.shape[0])
-        if weights is not None:
-            if self.solver != "fixed-point":
-                raise ValueError(f"sample_weight needs solver='fixed-point', got "
-                                 f"{self.solver!r}")
-            if not float(comm.sum_array(weights.sum())) > 0:
-                raise ValueError("sample_weight sums to zero: no row has a positive weight")
+        data_parallel = comm is not None
+        comm = comm if data_parallel else Communicator.local(X.shape[0])
+        check_params(self.get_params(deep=False), comm.n_total, X.shape[0],
+                     data_parallel=data_parallel,
+                     weight_total=None if weights is None else float(comm.sum_array(
+                         weights.sum())))
+        auto = isinstance(self.n_clusters, str)   # "auto", checked above
         K = self._choose_n_clusters(X) if auto else self.n_clusters
         with fit_threads(self.device) as workers:
             self._fit(X, comm, workers, weights, K)
@@ -399,22 +387,18 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         with fit_threads(self.device):
             return partial_fit(self, X, sample_weight)
 
-    def _working_rows(self, Xp: np.ndarray, comm: Communicator, workers: int = 1,
-                      weights: np.ndarray | None = None, n_clusters: int | None = None
-                      ) -> WorkingRows:
-        """The :class:`~attnclust.rows.WorkingRows` of preprocessed rows (fit, partial_fit;
-        ``n_clusters``: the heads fitted, by default ``self.n_clusters``)."""
+    def _working_rows(self, Xp: np.ndarray, comm: Communicator, workers: int, weights,
+                      K: int) -> WorkingRows:
+        """The :class:`~attnclust.rows.WorkingRows` of preprocessed rows for ``K`` heads
+        (fit, partial_fit)."""
         return WorkingRows.prepare(
             Xp, geometry=self._geometry, comm=comm, device=self.device, dtype=self.dtype,
-            chunk_size=rows_per_chunk(self.get_params(deep=False)), workers=workers,
-            weights=weights,
-            n_clusters=self.n_clusters if n_clusters is None else n_clusters)
+            chunk_size=rows_per_chunk(self.get_params(deep=False)), n_clusters=K,
+            workers=workers, weights=weights)
 
-    def _warm_start(self, rows: WorkingRows, gen, hard: bool = False,
-                    n_clusters: int | None = None):
-        """:func:`~attnclust.warm_start.estimator_warm_start` (``n_clusters``: by default
-        ``self.n_clusters``): the sample, its weights, the warm start and ``lambda``."""
-        K = self.n_clusters if n_clusters is None else n_clusters
+    def _warm_start(self, rows: WorkingRows, gen, hard: bool, K: int):
+        """:func:`~attnclust.warm_start.estimator_warm_start`: the sample, its weights, the
+        warm start and ``lambda``."""
         return estimator_warm_start(rows, gen, self.get_params(deep=False), n_clusters=K,
                                     hard=hard)
 
@@ -428,48 +412,24 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                                   workers, weights, K)
         hard = ends_in_hard_limit(self.get_params(deep=False))
         S, Sw, start, lam = self._warm_start(rows, gen, hard, K)
+        p, report = self.get_params(deep=False), Reporter(self.callback, self.verbose)
         if self._shaped:
-            return self._fit_shaped(rows, start.heads, K)
-        end = solve(S, Sw, rows, start, lam, self.get_params(deep=False), n_clusters=K,
-                    hard=hard, gen=gen, report=Reporter(self.callback, self.verbose))
-        self._set_fitted(end.result, lam, rows)
-        self.labels_ = end.labels
+            return self._store(fit_shaped(rows, start.heads, p, n_clusters=K, report=report))
+        end = solve(S, Sw, rows, start, lam, p, n_clusters=K, hard=hard, gen=gen, report=report)
+        self._store(risk_attributes(end, lam, rows))
         warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
                            inverse_temperature=self.inverse_temperature_, stacklevel=3)
         return self
 
-    def _fit_shaped(self, rows: WorkingRows, heads0, K: int):
-        """Shaped heads: tempered EM (:func:`attnclust.estimator_fits.fit_shaped`) from the
-        Lloyd heads, at ``lambda = 1`` unless given."""
-        lam = 1.0 if isinstance(self.inverse_temperature, str) else check_inverse_temperature(
-            self.inverse_temperature)
-        temps, steps = stages(self.get_params(deep=False), lam)
-        fitted = fit_shaped(rows, heads0, temps, steps, covariance_type=self.covariance_type,
-                            n_clusters=K, chunk_size=self.chunk_size,
-                            tol=1e-3 if isinstance(self.tol, str) else float(self.tol),  # GMM's
-                            report=Reporter(self.callback, self.verbose))
+    def _store(self, fitted):
+        """The fitted attributes (a named tuple of :mod:`attnclust.estimator_fits`), and a
+        ``ConvergenceWarning`` for the caller of ``fit`` when the solver did not converge."""
         for name, value in fitted._asdict().items():
             setattr(self, name, value)
-        self._warn_unconverged()
-        return self
-
-    def _set_fitted(self, res: SolverResult, lam, rows: WorkingRows):
-        """Fitted attributes, mapped back from the working space to the preprocessed one."""
-        scale2 = rows.scale * rows.scale
-        self.inverse_temperature_ = rows.inverse_temperature_out(lam)
-        self.cluster_centers_ = rows.heads_out(res.heads)
-        self.loss_curve_ = res.history.risk * scale2
-        self.inverse_temperature_curve_ = res.history.inverse_temperature / scale2
-        self.n_iter_ = int(res.n_iter)
-        self.converged_ = bool(res.converged)
-        self._warn_unconverged()
-
-    def _warn_unconverged(self) -> None:
-        """A ``ConvergenceWarning`` for the caller of ``fit`` when the solver did not
-        converge."""
         if not self.converged_:
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
-                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=5)
+                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
+        return self
 
     # -- prediction -------------------------------------------------------------------------
     def _weights(self, Xp: np.ndarray) -> torch.Tensor:

@@ -62,6 +62,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ._validation import check_inverse_temperature
 from .descent import pgd
 from .estimator_params import resolved, stages
 from .fixed_point import fixed_point_fit
@@ -73,8 +74,8 @@ from .rows import WorkingRows
 from .schedules import Stages
 from .shaped_fit import shaped_fit, tempered_log_joint
 
-__all__ = ["Reporter", "Ending", "ShapedFitted", "solve", "fit_fixed_point", "fit_pgd",
-           "fit_hard_limit", "fit_shaped", "shaped_log_joint"]
+__all__ = ["Reporter", "Ending", "RiskFitted", "ShapedFitted", "solve", "risk_attributes",
+           "fit_fixed_point", "fit_pgd", "fit_hard_limit", "fit_shaped", "shaped_log_joint"]
 
 _logger = logging.getLogger("attnclust")
 
@@ -236,6 +237,30 @@ def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geo
     return Ending(res, end.labels, sizes, mean_best * float(sizes.sum()))
 
 
+class RiskFitted(NamedTuple):
+    """The fitted attributes of the risk's heads, mapped back from the working space to
+    the preprocessed one (named as on the estimator)."""
+
+    inverse_temperature_: float
+    cluster_centers_: np.ndarray
+    loss_curve_: np.ndarray
+    inverse_temperature_curve_: np.ndarray
+    n_iter_: int
+    converged_: bool
+    labels_: np.ndarray
+
+
+def risk_attributes(end: Ending, lam: float, rows: WorkingRows) -> RiskFitted:
+    """The :class:`RiskFitted` of a fit of the risk at ``lam`` (working space)."""
+    res, scale2 = end.result, rows.scale * rows.scale
+    return RiskFitted(inverse_temperature_=rows.inverse_temperature_out(lam),
+                      cluster_centers_=rows.heads_out(res.heads),
+                      loss_curve_=res.history.risk * scale2,
+                      inverse_temperature_curve_=res.history.inverse_temperature / scale2,
+                      n_iter_=int(res.n_iter), converged_=bool(res.converged),
+                      labels_=end.labels)
+
+
 class ShapedFitted(NamedTuple):
     """The fitted attributes of shaped heads, in the data's units (named as on the
     estimator)."""
@@ -254,21 +279,25 @@ class ShapedFitted(NamedTuple):
     labels_: np.ndarray
 
 
-def fit_shaped(rows: WorkingRows, heads0, temps, steps, *, covariance_type: str,
-               n_clusters: int, tol: float, chunk_size: int | None,
+def fit_shaped(rows: WorkingRows, heads0, p: dict, *, n_clusters: int,
                report: Reporter) -> ShapedFitted:
-    """Tempered EM of shaped heads (:func:`~attnclust.shaped_fit.shaped_fit`) from
-    ``heads0`` through the stages ``(temps, steps)``; a pass holds ``(K, rows, d)`` blocks,
-    so its chunks are ``K`` times fewer rows than the risk's unless ``chunk_size`` is
-    given."""
+    """Tempered EM of shaped heads (:func:`~attnclust.shaped_fit.shaped_fit`) from the
+    Lloyd heads ``heads0``, for the estimator's parameters ``p``: through the stages of the
+    annealing plan at ``lambda`` (``"auto"``: 1), to ``tol`` (``"auto"``: 1e-3,
+    ``GaussianMixture``'s); a pass holds ``(K, rows, d)`` blocks, so its chunks are ``K``
+    times fewer rows than the risk's unless ``chunk_size`` is given."""
+    lam = 1.0 if isinstance(p["inverse_temperature"], str) else check_inverse_temperature(
+        p["inverse_temperature"])
+    temps, steps = stages(p, lam)
+    tol = 1e-3 if isinstance(p["tol"], str) else float(p["tol"])
+    covariance_type = p["covariance_type"]
     scale, d = rows.scale, rows.rows.shape[1]
-    chunk = max(256, rows.chunk // n_clusters) if chunk_size is None else rows.chunk
+    chunk = max(256, rows.chunk // n_clusters) if p["chunk_size"] is None else rows.chunk
     res = shaped_fit(rows.rows, heads0, covariance_type=covariance_type,
                      inverse_temperatures=temps, stage_steps=steps, tol=tol, chunk_size=chunk,
                      reduce=rows.comm.reduce, row_map=rows.row_map, sample_weight=rows.weights,
                      callback=report.for_shaped(rows))
     factors = res.precisions_cholesky.cpu().double().numpy() / scale
-    lam = temps[-1]
     args = (res.means, res.precisions_cholesky, res.weights.log())
     kw = dict(inverse_temperature=lam, covariance_type=covariance_type, floor=res.floor)
     labels, _ = rows.assign(lambda c: tempered_log_joint(c, *args, **kw), n_clusters)

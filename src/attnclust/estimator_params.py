@@ -65,9 +65,11 @@ def _is(value, name: str) -> bool:
     return isinstance(value, str) and value == name
 
 
-def check_params(p: dict, n_samples: int, n_local: int) -> None:
+def check_params(p: dict, n_samples: int, n_local: int, *, data_parallel: bool = False,
+                 weight_total: float | None = None) -> None:
     """The table ``CONSTRAINTS``, then the rules that tie parameters together
-    (``n_samples`` rows in all, ``n_local`` of them on this rank).
+    (``n_samples`` rows in all, ``n_local`` of them on this rank, of a ``data_parallel``
+    fit; ``weight_total``: the sum of the sample weights, when given).
 
     Examples
     --------
@@ -79,6 +81,13 @@ def check_params(p: dict, n_samples: int, n_local: int) -> None:
     """
     check_constraints(p, CONSTRAINTS)
     unit_heads, solver = as_geometry(p["geometry"]).unit_heads, p["solver"]
+    if data_parallel and _is(p["n_clusters"], "auto"):
+        raise ValueError("n_clusters='auto' is not data-parallel: choose K on one process "
+                         "and pass it")
+    if weight_total is not None and solver != "fixed-point":
+        raise ValueError(f"sample_weight needs solver='fixed-point', got {solver!r}")
+    if weight_total is not None and not weight_total > 0:
+        raise ValueError("sample_weight sums to zero: no row has a positive weight")
     if not isinstance(p["n_clusters"], str) and n_samples < p["n_clusters"]:
         raise ValueError(f"n_samples={n_samples} should be >= n_clusters={p['n_clusters']}")
     if p["covariance_type"] != "spherical" and (unit_heads or solver != "fixed-point"
