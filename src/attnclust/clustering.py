@@ -70,7 +70,6 @@ from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from ._validation import (
     as_generator,
     as_numpy_input,
-    check_int,
     check_sample_weight,
 )
 from .communicator import Communicator
@@ -90,8 +89,6 @@ from .temperature_path import choose_from_path
 from .warm_start import auto_inverse_temperature, estimator_warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
-
-_PATH_SAMPLE = 5_000      # n_clusters="auto": the path of at most this many rows
 
 
 
@@ -357,15 +354,14 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
     def _choose_n_clusters(self, X: np.ndarray) -> int:
         """``n_clusters="auto"``: ``K`` from the temperature path of the (unweighted) rows,
-        :func:`~attnclust.temperature_path.choose_from_path` (a sample of ``_PATH_SAMPLE``
-        rows drawn with ``random_state`` when there are more); sets ``path_`` and
+        :func:`~attnclust.temperature_path.choose_from_path` (a sample of 5,000 rows drawn
+        with ``random_state`` when there are more); sets ``path_`` and
         ``n_clusters_reason_``."""
-        max_k = check_int(self.max_clusters, "max_clusters", 1)
         self.mean_, self.scale_ = None, None
         rows = self._preprocess(X, comm=Communicator.local(X.shape[0]))
-        gen = as_generator(self.random_state) if rows.shape[0] > _PATH_SAMPLE else None
-        choice, self.path_ = choose_from_path(rows, max_k, geometry=self._geometry.name,
-                                              gen=gen, max_rows=_PATH_SAMPLE)
+        choice, self.path_ = choose_from_path(rows, int(self.max_clusters),
+                                              geometry=self._geometry.name,
+                                              random_state=self.random_state)
         self.n_clusters_reason_ = choice.reason
         return choice.n_clusters
 
