@@ -354,7 +354,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
     def _choose_n_clusters(self, X: np.ndarray) -> int:
         """``n_clusters="auto"``: ``K`` from the temperature path of the (unweighted) rows,
-        :func:`~attnclust.temperature_path.choose_from_path` (a sample of 5,000 rows drawn
+        :func:`~attnclust.temperature_path.choose_from_path` (at most 5,000 of them, drawn
         with ``random_state`` when there are more); sets ``path_`` and
         ``n_clusters_reason_``."""
         self.mean_, self.scale_ = None, None
