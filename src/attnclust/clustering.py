@@ -406,9 +406,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         self.__dict__.pop("stream_state_", None)    # a fit starts no stream
         rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
                                   workers, weights, K)
-        hard = ends_in_hard_limit(self.get_params(deep=False))
-        S, Sw, start, lam = self._warm_start(rows, gen, hard, K)
         p, report = self.get_params(deep=False), Reporter(self.callback, self.verbose)
+        hard = ends_in_hard_limit(p)
+        S, Sw, start, lam = self._warm_start(rows, gen, hard, K)
         if self._shaped:
             return self._store(fit_shaped(rows, start.heads, p, n_clusters=K, report=report))
         end = solve(S, Sw, rows, start, lam, p, n_clusters=K, hard=hard, gen=gen, report=report)
