@@ -512,10 +512,10 @@ def test_default_ends_at_a_fixed_point_of_the_hard_limit(monkeypatch, sample):
     layer's step as lambda -> infinity (the gradient of the k-means risk vanishes), on
     all rows whether or not they fit in the warm-start sample; the soft steps before
     that limit never increase the risk."""
-    from attnclust import clustering
+    from attnclust import warm_start
 
     if sample is not None:
-        monkeypatch.setattr(clustering, "_WARM_SAMPLE", sample)
+        monkeypatch.setattr(warm_start, "WARM_SAMPLE", sample)
     X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=7)   # overlapping
     est = AttentionClustering(3, random_state=0).fit(X)
     # the stopping rule is scikit-learn's: squared moves at most 1e-4 of the mean variance
@@ -530,11 +530,11 @@ def test_sample_and_passes_give_the_fit_on_every_row(monkeypatch):
     """Fitted on a sample then by passes over all rows, or on every row at once (the
     small-data path): the same Lloyd fixed point of all rows, to rounding, on clusters
     whose partition both paths reach exactly."""
-    from attnclust import clustering
+    from attnclust import warm_start
 
     X, y = _blobs([[0, 0], [8, 0], [0, 8], [8, 8]], n=300, seed=8)
     whole = AttentionClustering(4, random_state=0).fit(X)
-    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 500)
+    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 500)
     sampled = AttentionClustering(4, random_state=0).fit(X)
     assert ac.adjusted_rand_index(y, sampled.labels_) == 1.0
     assert ac.adjusted_rand_index(whole.labels_, sampled.labels_) == 1.0
@@ -690,9 +690,9 @@ def test_warnings_point_at_the_callers_line():
 def test_more_rows_than_the_sample_fit_all_rows(monkeypatch):
     """Above the warm-start sample the soft fit at a given lambda ends with steps over all
     rows: a stationary point of the full-data risk, whose loss curve never increases."""
-    from attnclust import clustering
+    from attnclust import warm_start
 
-    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 300)
+    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 300)
     X, y = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=7)
     lam = AttentionClustering(3, random_state=0).fit(X).inverse_temperature_
     est = AttentionClustering(3, inverse_temperature=lam, random_state=0, tol=1e-10,
@@ -724,9 +724,9 @@ def test_callback_heads_are_in_the_data_units():
 def test_the_callback_sees_the_passes_over_all_rows(monkeypatch):
     """Above the sample the default reports its soft step, then each pass over all rows
     (at an infinite inverse temperature): progress for the command line's bar."""
-    from attnclust import clustering
+    from attnclust import warm_start
 
-    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 300)
+    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 300)
     X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=11)
     infos = []
     est = AttentionClustering(3, random_state=0, callback=infos.append).fit(X)

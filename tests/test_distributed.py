@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust import clustering, fixed_point, warm_start
+from attnclust import fixed_point, warm_start
 from attnclust import risk as risk_module
 from attnclust.clustering import AttentionClustering
 from attnclust.communicator import Communicator
@@ -165,7 +165,7 @@ def _fit_simulated(X, world, **params):
 ])
 def test_simulated_ranks_match_one_process(data, params, monkeypatch):
     _, X = data
-    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 500)        # exercise the warm-start sample
+    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 500)        # exercise the warm-start sample
     params = dict(params, tol=1e-10, max_iter=300)
     one = AttentionClustering(**params).fit(X)
     ests, group = _fit_simulated(X, 3, **params)
@@ -185,7 +185,7 @@ def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
     real = warm_start.sample_kmeans
     monkeypatch.setattr(warm_start, "sample_kmeans", lambda rows, *a, **k: seen.append(
         (tuple(rows.shape), k["n_init"])) or real(rows, *a, **k))
-    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 500)
+    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 500)
     AttentionClustering(4, random_state=0, max_iter=5).fit(X[:400])
     AttentionClustering(4, random_state=0, max_iter=5).fit(X)
     # the default's warm start: KMeans of the sample, n_init="auto" = 10 seedings; above

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnclust import clustering
+from attnclust import warm_start
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnclust"
@@ -75,7 +75,7 @@ def _stated_sample_sizes() -> list[tuple[str, int]]:
 def test_docs_state_the_warm_start_sample_the_code_uses():
     stated = _stated_sample_sizes()
     assert any(where.startswith("clustering.py:AttentionClustering") for where, _ in stated)
-    assert [(where, n) for where, n in stated if n != clustering._WARM_SAMPLE] == []
+    assert [(where, n) for where, n in stated if n != warm_start.WARM_SAMPLE] == []
 
 
 def test_the_sample_statement_check_can_fail():

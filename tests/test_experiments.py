@@ -268,8 +268,9 @@ def test_descent_in_the_span_of_heads_and_centroids_is_the_descent_in_r_d():
     import attnclust as ac
     from attnclust.experiments._common import distance_max, in_span
 
-    for K, d, kwargs in [(2, 40, dict(penalty=["balance", "repulsion"], rho=1.0,
-                                      rho_schedule="decay", inverse_temperature=30.0)),
+    for K, d, kwargs in [(2, 40, dict(penalty=["balance", "repulsion"],
+                                      rho=ac.schedules.Decay(1.0, steps=30),
+                                      inverse_temperature=30.0)),
                          (4, 60, dict(method="qmc", n_samples=256, rng=0, penalty="balance",
                                       rho=0.5, inverse_temperature=10.0))]:
         mixes = [ac.GaussianMixture.random(d, K, 0.1, min_angle=1.0, rng=r) for r in range(2)]

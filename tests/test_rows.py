@@ -147,7 +147,7 @@ def test_the_estimator_fits_through_its_rows():
     rows = WorkingRows.prepare(X, geometry=Euclidean(), comm=None)
     res = ac.fixed_point.fixed_point_fit(
         _all(rows), torch.as_tensor(rows.heads_in(X[[0, 1, 2]])),
-        inverse_temperatures=[rows.inverse_temperature_in(0.2)], stage_steps=[500], tol=1e-10,
+        inverse_temperature=rows.inverse_temperature_in(0.2), n_steps=500, tol=1e-10,
         geometry="euclidean")
     np.testing.assert_allclose(est.cluster_centers_, rows.heads_out(res.heads), atol=1e-9)
     assert est.n_iter_ == res.n_iter

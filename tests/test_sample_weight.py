@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attnclust as ac
-from attnclust import clustering
+from attnclust import warm_start
 from attnclust.clustering import AttentionClustering
 from attnclust.communicator import Communicator
 from attnclust.distributed import shard_bounds
@@ -69,7 +69,7 @@ def test_zero_weights_are_absent_rows(params, init):
 def test_scaling_all_weights_changes_nothing_on_the_sampled_path(monkeypatch):
     """Weights are relative: all ones, all sevens and none give the same fit, also when
     the warm start runs on a sample of the rows (which carries the sampled rows' weights)."""
-    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 150)
+    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 150)
     ref = _fit(X, init="kmeans++")
     for c in (1.0, 7.0):
         _same_fit(_fit(X, np.full(len(X), c), init="kmeans++"), ref)
@@ -164,7 +164,7 @@ def _fit_ranks(X, weights, world, monkeypatch, **params):
 def test_two_simulated_ranks_with_weights_are_one_weighted_process(params, monkeypatch):
     """On a warm-start sample assembled over the ranks, which carries the weights (one
     process with weights is repeated rows: the tests above)."""
-    monkeypatch.setattr(clustering, "_WARM_SAMPLE", 150)
+    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 150)
     params = dict(params, random_state=0)
     ests = _fit_ranks(X, COUNTS.astype(float), 2, monkeypatch, **params)
     one = _fit(X, COUNTS, **params)

@@ -12,7 +12,6 @@ the function); ``from attnclust.pgd import name`` still works and warns.
 from __future__ import annotations
 
 import functools
-import sys
 import types
 import warnings
 
@@ -134,10 +133,10 @@ def moved_module(old: str, new: types.ModuleType) -> types.ModuleType:
     >>> import types, warnings
     >>> new = types.ModuleType("new")
     >>> new.answer = 42
-    >>> user = {"__name__": "script", "old": moved_module("old", new)}
+    >>> old = moved_module("old", new)
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     value = eval("old.answer", user)
+    ...     value = old.answer
     >>> value, caught[0].category.__name__
     (42, 'FutureWarning')
     """
@@ -155,22 +154,18 @@ def moved_module(old: str, new: types.ModuleType) -> types.ModuleType:
 
 
 def warn_deprecated(message: str, *, stacklevel: int) -> None:
-    r"""A ``FutureWarning`` for the caller ``stacklevel`` frames up, unless that caller is
-    one of the package's own modules (those still moving to the new form must not warn
-    the package's users).
+    r"""A ``FutureWarning`` for the caller ``stacklevel`` frames up (the package's own
+    modules use only the current forms, so it fires exactly when a user uses an old one).
 
     Examples
     --------
     >>> import warnings
-    >>> user = {"__name__": "script", "warn_deprecated": warn_deprecated}
-    >>> exec("def old_call():\n    warn_deprecated('old form', stacklevel=1)", user)
+    >>> def old_call():
+    ...     warn_deprecated("old form", stacklevel=1)
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
-    ...     user["old_call"]()
+    ...     old_call()
     >>> [str(w.message) for w in caught]
     ['old form']
     """
-    caller = sys._getframe(stacklevel).f_globals.get("__name__", "")
-    if caller.startswith(__name__.split(".")[0] + ".") and caller != "__main__":
-        return
     warnings.warn(message, FutureWarning, stacklevel=stacklevel + 1)

@@ -20,27 +20,14 @@ centred and scaled to unit root-mean-square norm) are a :class:`~attnclust.rows.
 
 Fit
 ---
-1. Initial heads (:mod:`attnclust.warm_start`): k-means++ seeding (scikit-learn's), random
-   directions, or given, on a seeded sample of at most ``_WARM_SAMPLE`` rows; with
-   ``inverse_temperature="auto"``, hard Lloyd steps to a stable partition and ``lambda =
-   1 / s^2``, ``s^2`` the within-cluster variance across each cluster's nearest boundary
-   (a seeding is replaced by the Lloyd heads: a warm start).
-2. Safeguarded, extrapolated fixed-point steps on the risk (:mod:`attnclust.fixed_point`;
-   ``solver="pgd"``: plain PGD on the sphere), optionally annealed ``lambda/8, lambda/4,
-   lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
-   The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
-   ends instead in the layer's hard limit (:mod:`attnclust.hard_ending`): its warm start
-   is scikit-learn's ``KMeans`` of the sample (``n_init`` seedings), then a
-   fixed-point step at ``lambda``, Lloyd's steps from there, the better (by the k-means
-   objective) of the two k-means fixed points, and Lloyd passes over all rows when there
-   are more than the sample (which is then ``256 K`` rows, at most ``_WARM_SAMPLE``). At
-   the ``"auto"`` temperature the soft fixed point moves the boundaries between
-   overlapping clusters away from the nearest-head partition that the labels read; why
-   this ending, and the measurements, are in ``docs/guide/default-estimator.md``.
-3. Checks that no fit fails silently: a head that wins no row, ``lambda`` at the floor of
-   ``s^2`` (no spread) or so small that the attention is nearly uniform (the risk then
-   pins down only the mean of the heads) warn with a :class:`DegenerateFitWarning`; not
-   converging warns with a ``ConvergenceWarning``.
+``fit`` reads as its algorithm: prepare the working rows, warm start on a sample
+(:func:`attnclust.warm_start.estimator_warm_start`: seedings, hard Lloyd steps and, with
+``inverse_temperature="auto"``, ``lambda = 1 / s^2``), solve (:mod:`attnclust.estimator_fits`:
+fixed-point steps, optionally annealed, or PGD on the sphere; the default ends in the
+layer's hard limit), check (a dead head or a degenerate ``lambda`` warns with a
+:class:`DegenerateFitWarning`, not converging with a ``ConvergenceWarning``). Each step,
+and why the default ends in the hard limit, is told in :mod:`attnclust.estimator_fits`;
+the parameters' rules and ``"auto"`` values are :mod:`attnclust.estimator_params`.
 
 Shaped heads
 ------------
@@ -71,7 +58,6 @@ paper          code                      meaning
 
 from __future__ import annotations
 
-import logging
 import warnings
 
 import numpy as np
@@ -84,59 +70,26 @@ from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from ._validation import (
     as_generator,
     as_numpy_input,
-    as_torch_dtype,
-    check_constraints,
-    check_device,
-    check_int,
-    check_inverse_temperature,
-    check_nonnegative,
     check_sample_weight,
 )
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
-from .fixed_point import fixed_point_fit
+from .estimator_fits import Reporter, fit_shaped, risk_attributes, shaped_log_joint, solve
+from .estimator_params import (
+    anneal_plan,
+    check_params,
+    ends_in_hard_limit,
+    resolved,
+    rows_per_chunk,
+)
 from .geometry import Geometry, as_geometry
-from .hard_ending import fit_to_hard_limit
 from .heads import softmax_heads
-from .results import History, SolverResult
 from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
-from .shaped import COVARIANCE_TYPES
-from .shaped_fit import shaped_fit, tempered_log_joint
-from .temperature_path import FAST_SETTINGS, temperature_path
-from .warm_start import auto_inverse_temperature, warm_start
+from .temperature_path import choose_from_path
+from .warm_start import auto_inverse_temperature, estimator_warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
 
-_logger = logging.getLogger("attnclust")
-
-ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
-ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
-_WARM_SAMPLE = 20_000     # seeding, warm start and first fit on at most this many rows
-_PER_HEAD = 256           # ... and, ending in the hard limit on more rows, 256 per head
-_SEEDING_ROWS = 5         # ... with one seeding per 5 sample sizes of rows (n_init="auto")
-_PATH_SAMPLE = 5_000      # n_clusters="auto": the path of at most this many rows
-
-
-# parameter -> (the constants it may be, a check of any other value: None, none allowed)
-_CONSTRAINTS = {
-    "n_clusters": (("auto",), lambda v: check_int(v, "n_clusters", 1)),
-    "max_clusters": ((), lambda v: check_int(v, "max_clusters", 1)),
-    "geometry": ((), as_geometry),
-    "covariance_type": (COVARIANCE_TYPES, None),
-    "inverse_temperature": (("auto",), check_inverse_temperature),
-    "n_init": (("auto",), lambda v: check_int(v, "n_init", 1)),
-    "normalize": (("auto", "rows", "center-scale", None), None),
-    "penalty": ((None, "repulsion", "balance"), None),
-    "rho": ((), lambda v: check_nonnegative(v, "rho")),
-    "anneal": ((True, False, "auto"), None),
-    "solver": (("fixed-point", "pgd"), None),
-    "max_iter": ((), lambda v: check_int(v, "max_iter", 1)),
-    "tol": (("auto",), lambda v: check_nonnegative(v, "tol")),
-    "batch_size": ((None,), lambda v: check_int(v, "batch_size", 1)),
-    "chunk_size": ((None,), lambda v: check_int(v, "chunk_size", 1)),
-    "device": ((), check_device),
-    "dtype": (("auto",), as_torch_dtype),
-}
 
 
 class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin,
@@ -337,16 +290,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         return self.covariance_type != "spherical"
 
     def _auto(self, name: str):
-        """Parameter ``name``, its ``"auto"`` resolved by the geometry (``normalize``,
-        ``tol``, ``anneal``, ``n_init``; see :class:`~attnclust.geometry.Geometry`)."""
-        value = getattr(self, name)
-        if not (isinstance(value, str) and value == "auto"):
-            return value
-        geometry = self._geometry
-        if name == "n_init" and isinstance(self.init, str) and self.init == "anneal":
-            return 1                                  # deterministic: once is enough
-        return geometry.n_init(isinstance(self.init, str)) if name == "n_init" \
-            else getattr(geometry, name)
+        """Parameter ``name``, its ``"auto"`` resolved by the geometry
+        (:func:`attnclust.estimator_params.resolved`)."""
+        return resolved(self.get_params(deep=False), name)
 
     def anneal_plan(self) -> list[tuple[float, int | None]]:
         """Stages of a fit: ``(fraction of lambda, steps)``; ``None`` steps: ``max_iter``.
@@ -358,40 +304,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         >>> AttentionClustering().anneal_plan()
         [(1.0, None)]
         """
-        stages = [(f, ANNEAL_STEPS) for f in ANNEAL_FACTORS] if self._auto("anneal") else []
-        return stages + [(1.0, None)]
-
-    def _chunk_size(self) -> int | None:
-        """``chunk_size``, or ``batch_size`` in its old meaning for the fixed-point solver."""
-        if self.batch_size is None or self.solver == "pgd":
-            return self.chunk_size
-        warnings.warn("batch_size as the rows per chunk of the fixed-point solver is "
-                      "deprecated and will be removed in 0.4: pass chunk_size (batch_size is "
-                      "the mini-batch of solver='pgd')", FutureWarning, stacklevel=4)
-        return self.batch_size if self.chunk_size is None else self.chunk_size
+        return anneal_plan(self.get_params(deep=False))
 
     # -- input handling -------------------------------------------------------------------
-    def _check_params(self, n_samples: int, n_local: int) -> None:
-        """The table ``_CONSTRAINTS``, then the rules that tie parameters together."""
-        check_constraints(self.get_params(deep=False), _CONSTRAINTS)
-        if n_samples < self.n_clusters:
-            raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
-        if self._shaped and (self._geometry.unit_heads or self.solver != "fixed-point"
-                             or self.penalty is not None):
-            raise ValueError(f"covariance_type={self.covariance_type!r} needs "
-                             "geometry='euclidean', solver='fixed-point' and penalty=None")
-        if self.penalty is not None and not self._geometry.unit_heads:
-            raise ValueError(f"penalty={self.penalty!r} is defined for unit heads; use "
-                             "geometry='sphere' or penalty=None")
-        if self.solver == "pgd" and not self._geometry.unit_heads:
-            raise ValueError("solver='pgd' runs projected gradient descent on the sphere; use "
-                             "geometry='sphere' or solver='fixed-point'")
-        if self.solver == "pgd":   # the fixed-point solver ignores it
-            check_nonnegative(self.step_size, "step_size")
-        if n_samples != n_local and self.solver != "fixed-point":
-            raise ValueError(f"data-parallel fitting needs solver='fixed-point', got "
-                             f"{self.solver!r}")
-
     def _validate(self, X, *, reset: bool) -> np.ndarray:
         return validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32], reset=reset,
                              ensure_min_samples=1)
@@ -422,49 +337,33 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         rank's share of the rows of a data-parallel fit (see :mod:`attnclust.distributed`)
         and ``sample_weight`` their weights; every rank gets the fit of all the rows.
         """
-        if isinstance(self.n_clusters, str) and self.n_clusters == "auto":
-            return self._fit_auto(X, y, sample_weight, comm)
         X = self._validate(X, reset=True)
         weights = check_sample_weight(sample_weight, X.shape[0])
-        comm = Communicator.local(X.shape[0]) if comm is None else comm
-        self._check_params(comm.n_total, X.shape[0])
-        if weights is not None:
-            if self.solver != "fixed-point":
-                raise ValueError(f"sample_weight needs solver='fixed-point', got "
-                                 f"{self.solver!r}")
-            if not float(comm.sum_array(weights.sum())) > 0:
-                raise ValueError("sample_weight sums to zero: no row has a positive weight")
+        data_parallel = comm is not None
+        comm = comm if data_parallel else Communicator.local(X.shape[0])
+        check_params(self.get_params(deep=False), comm.n_total, X.shape[0],
+                     data_parallel=data_parallel,
+                     weight_total=None if weights is None else float(comm.sum_array(
+                         weights.sum())))
+        auto = isinstance(self.n_clusters, str)   # "auto", checked above
+        K = self._choose_n_clusters(X) if auto else self.n_clusters
         with fit_threads(self.device) as workers:
-            self._fit(X, comm, workers, weights)
-        self.n_clusters_ = self.n_clusters
+            self._fit(X, comm, workers, weights, K)
+        self.n_clusters_ = K
         return self
 
-    def _fit_auto(self, X, y, sample_weight, comm):
-        """``n_clusters="auto"``: ``K`` from the temperature path of the rows (unweighted;
-        a sample of ``_PATH_SAMPLE`` rows drawn with ``random_state`` when there are more),
-        read off by :meth:`~attnclust.TemperaturePath.choose_n_clusters`; then the fit with
-        that ``K``."""
-        if comm is not None:
-            raise ValueError("n_clusters='auto' is not data-parallel: choose K on one process "
-                             "and pass it")
-        max_k = check_int(self.max_clusters, "max_clusters", 1)
-        Xv = self._validate(X, reset=True)
+    def _choose_n_clusters(self, X: np.ndarray) -> int:
+        """``n_clusters="auto"``: ``K`` from the temperature path of the (unweighted) rows,
+        :func:`~attnclust.temperature_path.choose_from_path` (at most 5,000 of them, drawn
+        with ``random_state`` when there are more); sets ``path_`` and
+        ``n_clusters_reason_``."""
         self.mean_, self.scale_ = None, None
-        rows = self._preprocess(Xv, comm=Communicator.local(Xv.shape[0]))
-        if rows.shape[0] > _PATH_SAMPLE:
-            gen = as_generator(self.random_state)
-            rows = rows[np.sort(gen.choice(rows.shape[0], _PATH_SAMPLE, replace=False))]
-        path = temperature_path(np.asarray(rows, dtype=np.float64), min(max_k, rows.shape[0]),
-                                geometry=self._geometry.name, **FAST_SETTINGS)
-        choice = path.choose_n_clusters()
-        self.n_clusters = choice.n_clusters
-        try:
-            self.fit(X, y, sample_weight)
-        finally:
-            self.n_clusters = "auto"
-        self.n_clusters_, self.path_, self.n_clusters_reason_ = (choice.n_clusters, path,
-                                                                 choice.reason)
-        return self
+        rows = self._preprocess(X, comm=Communicator.local(X.shape[0]))
+        choice, self.path_ = choose_from_path(rows, int(self.max_clusters),
+                                              geometry=self._geometry.name,
+                                              random_state=self.random_state)
+        self.n_clusters_reason_ = choice.reason
+        return choice.n_clusters
 
     def partial_fit(self, X, y=None, sample_weight=None):
         """Update the heads with one batch of rows ``X`` (n_batch, n_features).
@@ -484,231 +383,49 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         with fit_threads(self.device):
             return partial_fit(self, X, sample_weight)
 
-    def _working_rows(self, Xp: np.ndarray, comm: Communicator, workers: int = 1,
-                      weights: np.ndarray | None = None) -> WorkingRows:
-        """The :class:`~attnclust.rows.WorkingRows` of preprocessed rows (fit, partial_fit)."""
+    def _working_rows(self, Xp: np.ndarray, comm: Communicator, workers: int, weights,
+                      K: int) -> WorkingRows:
+        """The :class:`~attnclust.rows.WorkingRows` of preprocessed rows for ``K`` heads
+        (fit, partial_fit)."""
         return WorkingRows.prepare(
             Xp, geometry=self._geometry, comm=comm, device=self.device, dtype=self.dtype,
-            chunk_size=self._chunk_size(), n_clusters=self.n_clusters, workers=workers,
-            weights=weights)
+            chunk_size=rows_per_chunk(self.get_params(deep=False)), n_clusters=K,
+            workers=workers, weights=weights)
 
-    def _ends_hard(self) -> bool:
-        """Whether a fit ends in the hard limit (:mod:`attnclust.hard_ending`): the default
-        (``"auto"`` lambda, k-means++ seeding, a geometry whose hard limit is k-means,
-        heads without a shape of their own)."""
-        return (not self._shaped and isinstance(self.inverse_temperature, str)
-                and self.solver == "fixed-point" and self._geometry.kmeans_limit
-                and isinstance(self.init, str) and self.init == "kmeans++")
+    def _warm_start(self, rows: WorkingRows, gen, hard: bool, K: int):
+        """:func:`~attnclust.warm_start.estimator_warm_start`: the sample, its weights, the
+        warm start and ``lambda``."""
+        return estimator_warm_start(rows, gen, self.get_params(deep=False), n_clusters=K,
+                                    hard=hard)
 
-    def _warm_start(self, rows: WorkingRows, gen, hard: bool = False):
-        """The warm-start sample (and its weights) and :func:`warm_start` on it (``lam``:
-        the risk's inverse temperature, ``None`` for shaped heads); for a fit that ends in
-        the hard limit on more rows than ``_WARM_SAMPLE``, ``_PER_HEAD`` rows per head and,
-        with ``n_init="auto"``, one seeding per ``_SEEDING_ROWS`` times the sample's rows
-        (the seedings then cost no more row visits than the passes)."""
-        size = _WARM_SAMPLE if not hard or rows.n_total <= _WARM_SAMPLE else \
-            min(_WARM_SAMPLE, _PER_HEAD * self.n_clusters)
-        S, Sw = rows.weighted_sample(gen, size)
-        auto = isinstance(self.inverse_temperature, str)   # "auto", checked above
-        if self._shaped:
-            # one seeding by default, as GaussianMixture's one k-means start (three gain
-            # 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
-            # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or
-            # those the "auto" inverse temperature computes
-            n_init = 1 if self.n_init == "auto" else int(self._auto("n_init"))
-            start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
-                               n_init=n_init, geometry=self._geometry, auto=n_init == 1,
-                               weights=Sw)
-            return S, Sw, start, None
-        n_init = int(self._auto("n_init"))
-        if hard and isinstance(self.n_init, str) and S.shape[0] < rows.n_total:
-            n_init = max(1, min(n_init, rows.n_total // (_SEEDING_ROWS * S.shape[0])))
-        start = warm_start(S, rows, init=self.init, n_clusters=self.n_clusters, gen=gen,
-                           n_init=n_init, geometry=self._geometry, auto=auto, weights=Sw)
-        lam = start.inverse_temperature if start.inverse_temperature is not None else \
-            rows.inverse_temperature_in(check_inverse_temperature(self.inverse_temperature))
-        return S, Sw, start, lam
-
-    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights=None):
-        """The algorithm on validated rows (its warnings point at the caller of ``fit``)."""
+    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, K: int):
+        """The algorithm on validated rows, with ``K`` heads (its warnings point at the
+        caller of ``fit``): prepare the rows, warm start, solve, check."""
         gen = as_generator(self.random_state)
         self.mean_, self.scale_ = None, None
         self.__dict__.pop("stream_state_", None)    # a fit starts no stream
         rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
-                                  workers, weights)
-        hard = self._ends_hard()
-        S, Sw, start, lam = self._warm_start(rows, gen, hard)
+                                  workers, weights, K)
+        p, report = self.get_params(deep=False), Reporter(self.callback, self.verbose)
+        hard = ends_in_hard_limit(p)
+        S, Sw, start, lam = self._warm_start(rows, gen, hard, K)
         if self._shaped:
-            return self._fit_shaped(rows, start.heads)
-        if hard:
-            return self._fit_to_hard_limit(S, Sw, rows, start, lam)
-        temps = [lam * f for f, _ in self.anneal_plan()]
-        steps = [int(self.max_iter) if s is None else s for _, s in self.anneal_plan()]
-        if self.solver == "pgd":
-            res = self._fit_pgd(rows, start.heads, temps, steps, gen)
-        else:
-            res = self._fit_fixed_point(S, Sw, rows, start.heads, temps, steps)
-        self._set_fitted(res, lam, rows)
-        self._label_and_check(rows, res.heads, lam, start.capped)
+            return self._store(fit_shaped(rows, start.heads, p, n_clusters=K, report=report))
+        end = solve(S, Sw, rows, start, lam, p, n_clusters=K, hard=hard, gen=gen, report=report)
+        self._store(risk_attributes(end, lam, rows))
+        warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
+                           inverse_temperature=self.inverse_temperature_, stacklevel=3)
         return self
 
-    def _fit_to_hard_limit(self, S, Sw, rows: WorkingRows, start, lam):
-        """The default's end in the hard limit (:func:`attnclust.hard_ending.fit_to_hard_limit`):
-        fitted attributes, labels and checks (the attention's sharpness read on the sample;
-        sizes and sharpness weighted by the sample weights, when given)."""
-        end = fit_to_hard_limit(S, rows, start.kmeans, lam, geometry=self._geometry,
-                                max_iter=int(self.max_iter), tol=float(self._auto("tol")),
-                                callback=self._callback_fn(rows), weights=Sw)
-        self._set_fitted(end.soft._replace(heads=end.heads, n_iter=end.soft.n_iter + end.n_hard,
-                                           converged=end.converged), lam, rows)
-        K = self.n_clusters
-        w = None if rows.weights is None else rows.weights.cpu().double().numpy()
-        sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=K, weights=w)
-                                    .astype(np.float64))
-        best = softmax_heads(self._geometry.logits(S, end.heads, lam)).max(1).values.double()
-        mean_best = float(best.mean()) if Sw is None else \
-            float((best * Sw.double()).sum() / Sw.double().sum())
-        sharpness = mean_best * float(sizes.sum())
-        self.labels_ = end.labels
-        warn_if_degenerate(sizes, sharpness, capped=start.capped,
-                           inverse_temperature=self.inverse_temperature_, stacklevel=4)
-        return self
-
-    def _fit_fixed_point(self, S, Sw, rows: WorkingRows, heads0, temps, steps
-                         ) -> SolverResult:
-        """Fixed-point steps: on the sample first when it is smaller than the data."""
-        common = dict(tol=float(self._auto("tol")), geometry=self._geometry, penalty=self.penalty,
-                      rho=float(self.rho))
-        n_iter = 0
-        if S.shape[0] < rows.n_total:   # the curves are those of the steps over all rows
-            res = fixed_point_fit(S, heads0, inverse_temperatures=temps, stage_steps=steps,
-                                  callback=self._callback_fn(rows), chunk_size=rows.chunk,
-                                  workers=rows.workers, weights=Sw, **common)
-            heads0, n_iter = res.heads, res.n_iter
-            temps, steps = temps[-1:], steps[-1:]
-        res = fixed_point_fit(rows.rows, heads0, inverse_temperatures=temps,
-                              stage_steps=steps, callback=self._callback_fn(rows, n_iter),
-                              **rows.solver_args(), **common)
-        return res._replace(n_iter=n_iter + res.n_iter,
-                            history=res.history._replace(step=res.history.step + n_iter))
-
-    def _fit_pgd(self, rows: WorkingRows, heads0, temps, steps, gen) -> SolverResult:
-        """Plain PGD (:func:`attnclust.pgd.pgd`, float64 on the data's device): the
-        annealing stages as one schedule without stopping rule, then the target."""
-        from .pgd import pgd
-
-        Xt = rows.rows
-        common = dict(step_size=float(self.step_size), penalty=self.penalty,
-                      rho=float(self.rho), record_every=1, batch_size=self.batch_size, rng=gen)
-        schedule = [t for t, s in zip(temps[:-1], steps[:-1], strict=True) for _ in range(s)]
-        first = None
-        if schedule:
-            first = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=len(schedule),
-                        tol=0.0, callback=self._callback_fn(rows),
-                        inverse_temperature_schedule=lambda t: schedule[min(t, len(schedule) - 1)],
-                        **common)
-            heads0 = first.heads
-        res = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=int(self.max_iter),
-                  tol=float(self._auto("tol")), callback=self._callback_fn(rows, len(schedule)),
-                  **common)
-        heads = torch.as_tensor(res.heads, dtype=Xt.dtype, device=Xt.device)
-        if first is None:
-            return res._replace(heads=heads)
-        # the last record of the annealing (after its last update) is the first of the
-        # final phase, at lambda: kept once, from the final phase
-        final = res.history._replace(step=res.history.step + first.n_iter)
-        history = History(*(np.concatenate([a[:-1], b]) for a, b in zip(
-            first.history, final, strict=True)))
-        return SolverResult(heads, history, first.n_iter + res.n_iter, res.converged)
-
-    def _fit_shaped(self, rows: WorkingRows, heads0):
-        """Shaped heads: tempered EM (:mod:`attnclust.shaped_fit`) from the Lloyd heads."""
-        lam = 1.0 if isinstance(self.inverse_temperature, str) else check_inverse_temperature(
-            self.inverse_temperature)
-        tol = 1e-3 if isinstance(self.tol, str) else float(self.tol)   # GaussianMixture's
-        plan = self.anneal_plan()
-        scale, d = rows.scale, rows.rows.shape[1]
-        # a pass holds (K, rows, d) blocks: K times fewer rows than the risk's passes
-        chunk = max(256, rows.chunk // self.n_clusters) if self.chunk_size is None \
-            else rows.chunk
-        res = shaped_fit(rows.rows, heads0, covariance_type=self.covariance_type,
-                         inverse_temperatures=[lam * f for f, _ in plan],
-                         stage_steps=[int(self.max_iter) if n is None else n for _, n in plan],
-                         tol=tol, chunk_size=chunk, reduce=rows.comm.reduce,
-                         row_map=rows.row_map, sample_weight=rows.weights,
-                         callback=self._shaped_callback(rows))
-        factors = res.precisions_cholesky.cpu().double().numpy() / scale
-        self.cluster_centers_ = rows.heads_out(res.means)
-        self.covariances_ = res.covariances.cpu().double().numpy() * scale**2
-        self.precisions_cholesky_ = factors
-        self.precisions_ = (factors @ factors.transpose(0, 2, 1)
-                            if self.covariance_type == "full" else factors * factors)
-        self.weights_ = res.weights.cpu().double().numpy()
-        self.covariance_floor_ = res.floor.cpu().numpy() * scale**2
-        self.inverse_temperature_ = lam
-        # log-densities of the data's units: the working rows are the data over ``scale``
-        self.loss_curve_ = res.loss_curve + d * np.log(scale)
-        self.inverse_temperature_curve_ = res.inverse_temperature_curve
-        self.n_iter_, self.converged_ = int(res.n_iter), bool(res.converged)
+    def _store(self, fitted):
+        """The fitted attributes (a named tuple of :mod:`attnclust.estimator_fits`), and a
+        ``ConvergenceWarning`` for the caller of ``fit`` when the solver did not converge."""
+        for name, value in fitted._asdict().items():
+            setattr(self, name, value)
         if not self.converged_:
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
                           "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
-        args = (res.means, res.precisions_cholesky, res.weights.log())
-        kw = dict(inverse_temperature=lam, covariance_type=self.covariance_type,
-                  floor=res.floor)
-        self.labels_, _ = rows.assign(lambda c: tempered_log_joint(c, *args, **kw),
-                                      self.n_clusters)
         return self
-
-    def _shaped_callback(self, rows: WorkingRows):
-        """The callback in the data's units: the log-likelihood shifts by ``d log(scale)``
-        and ``lambda`` is a pure number (:meth:`_callback_fn` converts a risk's units)."""
-        base = self._callback_fn(rows)
-        if base is None:
-            return None
-        s2, offset = rows.scale**2, rows.rows.shape[1] * np.log(rows.scale)
-
-        def call(info) -> None:
-            base(info._replace(loss=(info.loss + offset) / s2,
-                               inverse_temperature=info.inverse_temperature * s2))
-        return call
-
-    def _callback_fn(self, rows: WorkingRows, offset: int = 0):
-        """The user's callback and the log, in the preprocessed space's units (iterations
-        counted from ``offset``)."""
-        if self.callback is None and not self.verbose:
-            return None
-        out = rows.info_out(offset)
-
-        def call(info) -> None:
-            info = out(info)
-            if self.verbose:
-                _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info[:4])
-            if self.callback is not None:
-                self.callback(info)
-        return call
-
-    def _set_fitted(self, res: SolverResult, lam, rows: WorkingRows):
-        """Fitted attributes, mapped back from the working space to the preprocessed one."""
-        scale2 = rows.scale * rows.scale
-        self.inverse_temperature_ = rows.inverse_temperature_out(lam)
-        self.cluster_centers_ = rows.heads_out(res.heads)
-        self.loss_curve_ = res.history.risk * scale2
-        self.inverse_temperature_curve_ = res.history.inverse_temperature / scale2
-        self.n_iter_ = int(res.n_iter)
-        self.converged_ = bool(res.converged)
-        if not self.converged_:
-            warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
-                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
-
-    def _label_and_check(self, rows: WorkingRows, heads, lam, capped: bool) -> None:
-        """``labels_``, and a :class:`DegenerateFitWarning` for a dead head or a degenerate
-        ``lambda`` (cluster sizes and attention sharpness counted over all ranks' rows)."""
-        K = self.n_clusters
-        self.labels_, stats = rows.assign(
-            lambda chunk: softmax_heads(self._geometry.logits(chunk, heads, lam)), K)
-        warn_if_degenerate(stats[:K], float(stats[K]), capped=capped,
-                           inverse_temperature=self.inverse_temperature_, stacklevel=4)
 
     # -- prediction -------------------------------------------------------------------------
     def _weights(self, Xp: np.ndarray) -> torch.Tensor:
@@ -718,22 +435,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         X = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
         with fit_threads(self.device):
             if self._shaped:
-                return softmax_heads(self._shaped_log_joint(X))
+                return softmax_heads(shaped_log_joint(X, self))
             X, heads = self._geometry.stable_frame(X, heads)
             return softmax_heads(self._geometry.logits(X, heads, self.inverse_temperature_))
-
-    def _shaped_log_joint(self, X: torch.Tensor) -> torch.Tensor:
-        """``lambda l~_h(x)`` of rows ``(n, d)`` (float64), rows and means centred on the
-        means' mean for precision far from the origin."""
-        def tensor(a):
-            return torch.as_tensor(a, dtype=torch.float64, device=X.device)
-        means = tensor(self.cluster_centers_)
-        center = means.mean(0)
-        return tempered_log_joint(X - center, means - center, tensor(self.precisions_cholesky_),
-                                  tensor(self.weights_).log(),
-                                  inverse_temperature=self.inverse_temperature_,
-                                  covariance_type=self.covariance_type,
-                                  floor=tensor(self.covariance_floor_))
 
     def _by_chunks(self, X, fn) -> np.ndarray:
         """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
@@ -780,7 +484,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         def minus_loglik(Xp):
             X64 = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
             with fit_threads(self.device):
-                lse = torch.logsumexp(self._shaped_log_joint(X64), dim=1)
+                lse = torch.logsumexp(shaped_log_joint(X64, self), dim=1)
             return -(lse / self.inverse_temperature_).cpu().numpy()
         errors = self._by_chunks(X, minus_loglik if self._shaped else squared_errors)
         weights = check_sample_weight(sample_weight, errors.shape[0])

@@ -284,10 +284,10 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
     (1.0, True)
     """
     K, d = start.heads.shape
-    soft = fixed_point_fit(S, start.heads, inverse_temperatures=[lam],
-                           stage_steps=[min(SOFT_STEPS, max_iter)],
-                           tol=tol, geometry=geometry, chunk_size=rows.chunk,
-                           workers=rows.workers, callback=callback, weights=weights)
+    soft = fixed_point_fit(S, start.heads, inverse_temperature=lam,
+                           n_steps=min(SOFT_STEPS, max_iter), tol=tol, geometry=geometry,
+                           chunk_size=rows.chunk, workers=rows.workers, callback=callback,
+                           weights=weights)
     end = sample_kmeans(S, K, init=soft.heads, max_iter=max_iter, weights=weights)
     best = end if end.objective < start.objective else start
     n_hard = end.n_iter

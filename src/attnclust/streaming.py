@@ -60,6 +60,7 @@ import torch
 
 from ._validation import as_generator, check_sample_weight
 from .communicator import Communicator
+from .estimator_params import check_params
 from .fixed_point import forget_heads, pass_sums, step_from_sums
 from .swap import single_swap
 
@@ -92,8 +93,9 @@ class StreamState:
 
 def _first_state(est, Xp: np.ndarray, weights, gen) -> StreamState:
     """Initial heads and lambda from the first batch, as ``fit`` starts (see above)."""
-    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), weights=weights)
-    S, _, start, lam = est._warm_start(rows, gen)
+    K = est.n_clusters
+    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), 1, weights, K)
+    S, _, start, lam = est._warm_start(rows, gen, False, K)
     return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.shift,
                        float(rows.scale), S.dtype, str(est.device), rows.chunk)
 
@@ -102,7 +104,8 @@ def _resumed_state(est, Xp: np.ndarray) -> StreamState:
     """A state for an estimator fitted by ``fit``: its heads and lambda, in a working space
     taken from this batch, and no sums yet (this batch's statistics decide the first step
     alone)."""
-    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]))
+    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), 1, None,
+                             len(est.cluster_centers_))
     one = rows.read(0, 1)
     heads = torch.as_tensor(rows.heads_in(est.cluster_centers_), dtype=one.dtype,
                             device=one.device)
@@ -137,7 +140,7 @@ def partial_fit(est, X, sample_weight=None):
     X = est._validate(X, reset=not fitted)
     weights = check_sample_weight(sample_weight, X.shape[0])
     if not fitted:
-        est._check_params(X.shape[0], X.shape[0])
+        check_params(est.get_params(deep=False), X.shape[0], X.shape[0])
         _check_streaming(est)
         est.mean_, est.scale_ = None, None
         Xp = est._preprocess(X, comm=Communicator.local(X.shape[0]), weights=weights)

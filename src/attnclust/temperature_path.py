@@ -61,13 +61,13 @@ import numpy as np
 import torch
 
 from ._threads import torch_threads
-from ._validation import as_tensor, check_finite, check_int
+from ._validation import as_generator, as_tensor, check_finite, check_int
 from .fixed_point import fixed_point_fit
 from .geometry import as_geometry
 from .heads import head_logits
 
 __all__ = ["FAST_SETTINGS", "ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads",
-           "path_grid",
+           "choose_from_path", "path_grid",
            "predicted_first_split", "temperature_path"]
 
 OBJECTIVES = ("free_energy", "risk")
@@ -434,8 +434,8 @@ def _follow(Xc, start, offset, grid, K, geometry, objective, scale, min_size, me
         heads, weights, labels = _kick(Xc, heads, weights, labels, lam, geometry, objective,
                                        _KICK * scale, min_size)
         if objective == "risk":
-            heads = fixed_point_fit(Xc, heads, inverse_temperatures=[lam],
-                                    stage_steps=[max_iter], tol=tol * scale,
+            heads = fixed_point_fit(Xc, heads, inverse_temperature=lam, n_steps=max_iter,
+                                    tol=tol * scale,
                                     geometry=geometry).heads
         else:
             heads, weights = _annealing_fixed_point(Xc, heads, weights, lam, geometry,
@@ -584,3 +584,25 @@ def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
     path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
                             min_cluster_size=1, **FAST_SETTINGS)
     return path.heads[-1]
+
+
+def choose_from_path(rows: np.ndarray, max_clusters: int, *, geometry: str, random_state=None,
+                     max_rows: int = 5_000) -> tuple[ClusterChoice, TemperaturePath]:
+    """``n_clusters="auto"``: the :meth:`TemperaturePath.choose_n_clusters` of the path of
+    preprocessed ``rows`` (a sample of ``max_rows`` drawn with ``random_state`` when there
+    are more; at most ``max_clusters`` heads, :data:`FAST_SETTINGS`), and the path.
+
+    Examples
+    --------
+    >>> X = np.r_[np.full((20, 1), -1.0), np.full((20, 1), 1.0)]
+    >>> X = X + np.random.default_rng(0).normal(0, 0.05, X.shape)
+    >>> choice, path = choose_from_path(X, 4, geometry="euclidean")
+    >>> choice.n_clusters
+    2
+    """
+    if rows.shape[0] > max_rows:
+        gen = as_generator(random_state)
+        rows = rows[np.sort(gen.choice(rows.shape[0], max_rows, replace=False))]
+    path = temperature_path(np.asarray(rows, dtype=np.float64), min(max_clusters, rows.shape[0]),
+                            geometry=geometry, **FAST_SETTINGS)
+    return path.choose_n_clusters(), path

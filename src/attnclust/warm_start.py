@@ -49,18 +49,24 @@ import numpy as np
 import torch
 from sklearn.cluster import kmeans_plusplus
 
+from ._validation import check_inverse_temperature
+from .estimator_params import resolved
 from .geometry import Geometry, as_geometry
 from .hard_ending import SampleKMeans, sample_kmeans
 from .rows import WorkingRows
 from .temperature_path import anneal_heads
 
-__all__ = ["BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
+__all__ = ["PER_HEAD", "SEEDING_ROWS", "WARM_SAMPLE", "estimator_warm_start",
+           "BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
            "boundary_variance", "hard_labels", "hard_lloyd", "warm_start"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
 # second moments is rounding noise of the dtype (and lambda would be unbounded)
 _FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
+WARM_SAMPLE = 20_000      # an estimator's seeding, warm start and first fit: at most ...
+PER_HEAD = 256            # ... and, ending in the hard limit on more rows, 256 per head
+SEEDING_ROWS = 5          # ... with one seeding per 5 sample sizes of rows (n_init="auto")
 _LLOYD_STEPS = 20         # hard Lloyd steps of the warm start (stops when stable)
 
 
@@ -366,3 +372,36 @@ def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights) -> 
     km = km._replace(heads=rows.comm.broadcast(km.heads))
     lam, capped = _auto_lambda(S, km.heads, geometry, weights) if auto else (None, False)
     return WarmStart(km.heads, lam, capped, km)
+
+
+def estimator_warm_start(rows: WorkingRows, gen, p: dict, *, n_clusters: int,
+                         hard: bool = False):
+    """The warm start of an :class:`~attnclust.AttentionClustering` fit of parameters ``p``
+    (``get_params``): the sample ``S`` of the working rows and its weights ``Sw``, the
+    :func:`warm_start` on it and ``lam``, the risk's inverse temperature (``None`` for
+    shaped heads). The sample has at most ``WARM_SAMPLE`` rows; for a fit that ends in the
+    hard limit on more rows, ``PER_HEAD`` rows per head and, with ``n_init="auto"``, one
+    seeding per ``SEEDING_ROWS`` times the sample's rows (the seedings then cost no more
+    row visits than the passes)."""
+    K, geometry = n_clusters, as_geometry(p["geometry"])
+    size = WARM_SAMPLE if not hard or rows.n_total <= WARM_SAMPLE else \
+        min(WARM_SAMPLE, PER_HEAD * K)
+    S, Sw = rows.weighted_sample(gen, size)
+    if p["covariance_type"] != "spherical":
+        # one seeding by default, as GaussianMixture's one k-means start (three gain
+        # 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
+        # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or
+        # those the "auto" inverse temperature computes
+        n_init = 1 if p["n_init"] == "auto" else int(resolved(p, "n_init"))
+        start = warm_start(S, rows, init=p["init"], n_clusters=K, gen=gen, n_init=n_init,
+                           geometry=geometry, auto=n_init == 1, weights=Sw)
+        return S, Sw, start, None
+    n_init = int(resolved(p, "n_init"))
+    if hard and isinstance(p["n_init"], str) and S.shape[0] < rows.n_total:
+        n_init = max(1, min(n_init, rows.n_total // (SEEDING_ROWS * S.shape[0])))
+    auto = isinstance(p["inverse_temperature"], str)   # "auto", checked before
+    start = warm_start(S, rows, init=p["init"], n_clusters=K, gen=gen, n_init=n_init,
+                       geometry=geometry, auto=auto, weights=Sw)
+    lam = start.inverse_temperature if start.inverse_temperature is not None else \
+        rows.inverse_temperature_in(check_inverse_temperature(p["inverse_temperature"]))
+    return S, Sw, start, lam

@@ -13,6 +13,7 @@ from sklearn.decomposition import PCA
 from ..descent import init_on_manifold, init_on_sphere
 from ..metrics import centroid_distance
 from ..mixture import GaussianMixture
+from ..schedules import Anneal, Decay
 from ._style import COLORS, new_figure, save
 
 __all__ = ["distance_max", "running_example", "initial_heads", "wilson", "rate_summary",
@@ -247,3 +248,14 @@ def in_span(mixes: list[GaussianMixture], heads0: torch.Tensor):
         small.append(GaussianMixture(cents / np.linalg.norm(cents, axis=1, keepdims=True),
                                      sigma=mix.sigma, weights=mix.weights))
     return small, torch.from_numpy(heads0.numpy() @ bases), bases
+
+
+def schedule_arguments(spec: dict, lam: float, n_steps: int) -> dict:
+    """``penalty``, ``rho`` and ``inverse_temperature`` of :func:`~attnclust.pgd` for a
+    figure's variant ``spec`` (``penalty``, ``rho``, ``decay``, ``anneal``): with
+    ``decay``, ``rho`` decays linearly to 0 over the first half of the ``n_steps``; with
+    ``anneal``, ``lambda`` rises geometrically from ``lambda / 100`` over the first half."""
+    return {"penalty": spec["penalty"],
+            "rho": Decay(spec["rho"], steps=n_steps / 2) if spec["decay"] else spec["rho"],
+            "inverse_temperature": (Anneal(lam, ratio=100.0, steps=n_steps / 2)
+                                    if spec["anneal"] else lam)}

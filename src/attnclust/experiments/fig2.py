@@ -26,6 +26,7 @@ from ._common import (
     rate_summary,
     rates_over_time,
     running_example,
+    schedule_arguments,
 )
 from ._runner import FigureResult
 from ._style import COLORS, new_figure, rate_band, save, styled
@@ -33,15 +34,11 @@ from ._style import COLORS, new_figure, rate_band, save, styled
 NAME = "fig2"
 DESCRIPTION = "random init on the sphere: regularized risk and annealing vs plain risk"
 
-VARIANTS = {  # label -> per-run pgd arguments
-    "no penalty": {"penalty": None, "rho": 0.0, "rho_schedule": "constant",
-                   "inverse_temperature_schedule": None},
-    "repulsion": {"penalty": "repulsion", "rho": 1.0, "rho_schedule": "decay",
-                  "inverse_temperature_schedule": None},
-    "balance": {"penalty": "balance", "rho": 1.0, "rho_schedule": "decay",
-                "inverse_temperature_schedule": None},
-    "annealing": {"penalty": None, "rho": 0.0, "rho_schedule": "constant",
-                  "inverse_temperature_schedule": "anneal"},
+VARIANTS = {  # label -> penalty, its weight rho (decayed to 0?), lambda annealed?
+    "no penalty": {"penalty": None, "rho": 0.0, "decay": False, "anneal": False},
+    "repulsion": {"penalty": "repulsion", "rho": 1.0, "decay": True, "anneal": False},
+    "balance": {"penalty": "balance", "rho": 1.0, "decay": True, "anneal": False},
+    "annealing": {"penalty": None, "rho": 0.0, "decay": False, "anneal": True},
 }
 
 CONFIG = {
@@ -52,10 +49,13 @@ CONFIG = {
 QUICK = {**CONFIG, "dims": [10], "n_runs": 24, "n_steps": 400}
 
 
-def per_run_arguments(variants: list[str], n_runs: int) -> dict[str, list]:
-    """``VARIANTS`` spread over runs: ``n_runs`` consecutive runs per variant."""
-    return {key: [VARIANTS[v][key] for v in variants for _ in range(n_runs)]
-            for key in ("penalty", "rho", "rho_schedule", "inverse_temperature_schedule")}
+def per_run_arguments(variants: list[str], n_runs: int, lam: float, n_steps: int
+                      ) -> dict[str, list]:
+    """``schedule_arguments`` of ``VARIANTS`` spread over runs: ``n_runs`` consecutive
+    runs per variant."""
+    each = [schedule_arguments(VARIANTS[v], lam, n_steps) for v in variants]
+    return {key: [args[key] for args in each for _ in range(n_runs)]
+            for key in ("penalty", "rho", "inverse_temperature")}
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
@@ -66,10 +66,10 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
         streams = [s for v in child.spawn(len(variants)) for s in v.spawn(n)]
         # the descent stays in span(heads0, centroids): solved there, whatever d is
         mixes, heads0, _ = in_span([mix] * len(streams), initial_heads(mix, "sphere", streams))
-        res = pgd(mixes, heads0,
-                  inverse_temperature=config["inverse_temperature"], step_size=config["step_size"],
-                  n_steps=config["n_steps"], record_every=config["record_every"],
-                  tol=config["tol"], **per_run_arguments(variants, n))
+        res = pgd(mixes, heads0, step_size=config["step_size"], n_steps=config["n_steps"],
+                  record_every=config["record_every"], tol=config["tol"],
+                  **per_run_arguments(variants, n, config["inverse_temperature"],
+                                      config["n_steps"]))
         dist = distance_max(res.history.heads, mixes).reshape(-1, len(variants), n)  # (T, v, r)
         arrays["step"] = res.history.step
         per_d = {}

@@ -31,20 +31,18 @@ import torch
 from ..descent import init_on_sphere, pgd
 from ..mixture import GaussianMixture
 from ..objectives import Balance, PopulationRisk
-from ._common import distance_max, in_span, overlapping, rate_summary
+from ._common import distance_max, in_span, overlapping, rate_summary, schedule_arguments
 from ._runner import FigureResult, track
 from ._style import COLORS, new_figure, save, styled
 
 NAME = "fig6"
 DESCRIPTION = "K = 3..8 clusters, d up to 1000, random init: success rate over lambda and d"
 
-VARIANTS = {  # label -> per-run pgd arguments
-    "plain": {"penalty": None, "rho": 0.0, "rho_schedule": "constant",
-              "inverse_temperature_schedule": None},
-    "balance": {"penalty": "balance", "rho": 1.0, "rho_schedule": "decay",
-                "inverse_temperature_schedule": None},
-    "repulsion + annealing": {"penalty": "repulsion", "rho": 1.0, "rho_schedule": "decay",
-                              "inverse_temperature_schedule": "anneal"},
+VARIANTS = {  # label -> penalty, its weight rho (decayed to 0?), lambda annealed?
+    "plain": {"penalty": None, "rho": 0.0, "decay": False, "anneal": False},
+    "balance": {"penalty": "balance", "rho": 1.0, "decay": True, "anneal": False},
+    "repulsion + annealing": {"penalty": "repulsion", "rho": 1.0, "decay": True,
+                              "anneal": True},
 }
 
 CONFIG = {
@@ -73,11 +71,11 @@ def _batch(k: int, d: int, config: dict, rng: np.random.Generator) -> np.ndarray
     # the descent stays in span(heads0, centroids): solved there, whatever d is
     mixes, heads0, _ = in_span(mixes, torch.stack(heads0))
     risk, balance = PopulationRisk(mixes, **qmc), Balance(mixes, **qmc)
-    per_run = {key: [VARIANTS[v][key] for _, v in cells for _ in range(n)]
-               for key in ("penalty", "rho", "rho_schedule", "inverse_temperature_schedule")}
+    each = [schedule_arguments(VARIANTS[v], lam, config["n_steps"]) for lam, v in cells]
+    per_run = {key: [args[key] for args in each for _ in range(n)]
+               for key in ("penalty", "rho", "inverse_temperature")}
     per_run["penalty"] = [balance if p == "balance" else p for p in per_run["penalty"]]
-    res = pgd(risk, heads0, inverse_temperature=[lam for lam, _ in cells for _ in range(n)],
-              step_size=config["step_size"], n_steps=config["n_steps"],
+    res = pgd(risk, heads0, step_size=config["step_size"], n_steps=config["n_steps"],
               record_every=config["n_steps"], tol=config["tol"], **per_run)
     return distance_max(res.heads, mixes).reshape(len(lams), len(variants), n)
 
