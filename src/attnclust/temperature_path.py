@@ -75,9 +75,9 @@ MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen ove
 _KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
 _FLOOR = -700.0           # lowest shifted logit (see _attention)
 # a coarser grid and looser fixed points, for reading K off the path (the estimator's
-# n_clusters="auto" and init="anneal"): as accurate on benchmarks/bench_auto_k.py's
-# mixtures, about twice as fast (docs/guide/temperature-path.md)
-FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 100, "tol": 1e-4}
+# n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90 mixtures (90/90),
+# several times faster (docs/guide/temperature-path.md); init="anneal" keeps tol 1e-4
+FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 100, "tol": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -368,19 +368,32 @@ def _attention(Xc, heads, weights, lam, geometry) -> torch.Tensor:
 
 
 def _annealing_fixed_point(Xc, heads, weights, lam, geometry, max_iter, tol):
-    """Iterate ``mu_h = sum_i a_ih x_i / sum_i a_ih`` and ``p_h = mean_i a_ih``."""
+    """Iterate ``mu_h = sum_i a_ih x_i / sum_i a_ih`` and ``p_h = mean_i a_ih``.
+
+    In NumPy: the ``(n, K)`` operations are small, and torch's cost per call dominates
+    them (about half the path's time on ``benchmarks/bench_auto_k.py``'s mixtures)."""
+    geo = as_geometry(geometry)
+    X, H = Xc.numpy(), heads.numpy()
+    logw, bias = np.log(weights.numpy()), 0.0
+    tiny = np.finfo(X.dtype).tiny
     for _ in range(max_iter):
-        A = _attention(Xc, heads, weights, lam, geometry)         # (n, K)
+        if not geo.unit_heads:
+            bias = (0.5 * lam) * np.einsum("kd,kd->k", H, H)
+        A = lam * (X @ H.T) + (logw - bias)                       # (n, K) logits
+        A -= A.max(1, keepdims=True)
+        np.exp(np.maximum(A, _FLOOR, out=A), out=A)
+        A /= A.sum(1, keepdims=True)
         mass = A.sum(0)                                           # (K,)
-        new = as_geometry(geometry).projx(                        # normalized on the sphere
-            (A.T @ Xc) / mass.clamp_min(torch.finfo(Xc.dtype).tiny)[:, None])
-        new = torch.where((mass > 0)[:, None], new, heads)
-        weights = (mass / Xc.shape[0]).clamp_min(1e-300)
-        shift = float(torch.linalg.vector_norm(new - heads, dim=1).max())
-        heads = new
+        new = (A.T @ X) / np.maximum(mass, tiny)[:, None]
+        if geo.unit_heads:                                        # normalized on the sphere
+            new = geo.projx(torch.from_numpy(new)).numpy()
+        new = np.where((mass > 0)[:, None], new, H)
+        logw = np.log(np.maximum(mass / X.shape[0], 1e-300))
+        shift = float(np.sqrt(((new - H) ** 2).sum(1)).max())
+        H = new
         if shift <= tol:
             break
-    return heads, weights
+    return torch.from_numpy(np.ascontiguousarray(H)), torch.from_numpy(np.exp(logw))
 
 
 def _snap(heads, weights, labels):
@@ -582,5 +595,5 @@ def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
     [-1.0, 1.0]
     """
     path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
-                            min_cluster_size=1, **FAST_SETTINGS)
+                            min_cluster_size=1, **{**FAST_SETTINGS, "tol": 1e-4})
     return path.heads[-1]
