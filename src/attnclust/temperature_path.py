@@ -297,8 +297,9 @@ def _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size
     makes the annealing map expand along the top eigenvector when ``lambda lambda_max(C_g)
     > 1`` (Euclidean; ``> ||m_g||`` on the sphere); the risk's map always expands. A
     group of fewer than ``min_size`` rows does not split (ratio 0)."""
-    A = _attention(Xc, heads, weights, lam, geometry)             # (n, K)
-    owner = labels[A.argmax(1).numpy()]                           # (n,) group of each row
+    A = _attention(Xc, heads, weights, lam, geometry).numpy()     # (n, K)
+    X, unit = Xc.numpy(), _unit(geometry)
+    owner = labels[A.argmax(1)]                                   # (n,) group of each row
     out = []
     for g in np.unique(labels):
         members = np.flatnonzero(labels == g)
@@ -308,13 +309,16 @@ def _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size
         if not total > 0 or size < min_size:
             out.append(_Group(members, 0.0, heads.new_zeros(heads.shape[1]), size))
             continue
-        mean = (w[:, None] * Xc).sum(0) / total
-        cov = ((Xc - mean).T * w) @ (Xc - mean) / total          # (d, d)
-        vals, vecs = torch.linalg.eigh(_tangent_cov(cov, heads[members[0]], geometry))
-        direction = vecs[:, -1] * torch.sign(vecs[vecs[:, -1].abs().argmax(), -1])
-        norm = float(torch.linalg.vector_norm(mean)) if _unit(geometry) else 1.0
+        mean = w @ X / total
+        cov = ((X - mean).T * w) @ (X - mean) / total            # (d, d)
+        if unit:                                                  # tangent at the head
+            proj = np.eye(len(mean)) - np.outer(heads[members[0]], heads[members[0]])
+            cov = proj @ cov @ proj
+        vals, vecs = np.linalg.eigh(cov)
+        direction = vecs[:, -1] * np.sign(vecs[np.abs(vecs[:, -1]).argmax(), -1])
+        norm = float(np.linalg.norm(mean)) if unit else 1.0
         ratio = math.inf if objective == "risk" else lam * float(vals[-1]) / max(norm, 1e-300)
-        out.append(_Group(members, ratio, direction, size))
+        out.append(_Group(members, ratio, torch.from_numpy(direction), size))
     return out
 
 
