@@ -76,8 +76,9 @@ _KICK = 1e-3              # symmetry-breaking perturbation, relative to the data
 _FLOOR = -700.0           # lowest shifted logit (see _attention)
 # a coarser grid and looser fixed points, for reading K off the path (the estimator's
 # n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90 mixtures (90/90),
-# several times faster (docs/guide/temperature-path.md); init="anneal" keeps tol 1e-4
-FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 100, "tol": 1e-3}
+# several times faster (docs/guide/temperature-path.md); init="anneal" keeps 100
+# iterations at tol 1e-4
+FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 40, "tol": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -599,5 +600,5 @@ def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
     [-1.0, 1.0]
     """
     path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
-                            min_cluster_size=1, **{**FAST_SETTINGS, "tol": 1e-4})
+                            min_cluster_size=1, **{**FAST_SETTINGS, "max_iter": 100, "tol": 1e-4})
     return path.heads[-1]
