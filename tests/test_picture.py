@@ -86,3 +86,13 @@ def test_legend_counts_all_rows_only_when_it_knows_them():
     assert sum(int(t.split(": ")[1].split()[0].replace(",", "")) for t in drawn) == 500
     sizes = np.bincount(est.labels_, minlength=2)
     assert legend(sizes=sizes) == [f"cluster {k}: {sizes[k]:,} rows" for k in range(2)]
+
+
+def test_one_cluster_is_drawn_without_a_boundary():
+    """K = 1 (as n_clusters='auto' may choose): one cell, attention 1 everywhere, so no
+    shades and no boundary; the rows and the head are still drawn."""
+    X = ac.GaussianMixture.random(d=2, k=1, sigma=0.3, rng=0).sample(300, rng=0)
+    est = ac.AttentionClustering(1, random_state=0).fit(X)
+    ax = plot_clusters(est, X, labels=est.labels_).axes[0]
+    assert not [c for c in ax.collections if isinstance(c, ContourSet)]
+    assert sorted(s for s in _scatter_sizes(ax) if s) == [1, 300]

@@ -115,6 +115,8 @@ def _boundary(ax, est, pts: np.ndarray) -> None:
     proba = est.predict_proba(grid)                                 # (G^2, K)
     top = proba.max(1).reshape(gx.shape)
     K = proba.shape[1]
+    if K == 1:                       # one cell: attention 1 everywhere, no boundary
+        return
     ax.contourf(gx, gy, top, levels=np.linspace(1.0 / K, 1.0, 9), cmap="Greys_r",
                 alpha=0.35, zorder=0)
     labels = proba.argmax(1).reshape(gx.shape)
