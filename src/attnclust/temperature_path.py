@@ -75,9 +75,10 @@ MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen ove
 _KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
 _FLOOR = -700.0           # lowest shifted logit (see _attention)
 # a coarser grid and looser fixed points, for reading K off the path (the estimator's
-# n_clusters="auto" and init="anneal"): as accurate on benchmarks/bench_auto_k.py's
-# mixtures, about twice as fast (docs/guide/temperature-path.md)
-FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 100, "tol": 1e-4}
+# n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90 mixtures (90/90),
+# several times faster (docs/guide/temperature-path.md); init="anneal" keeps 100
+# iterations at tol 1e-4
+FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 40, "tol": 1e-3}
 
 
 @dataclass(frozen=True)
@@ -297,8 +298,9 @@ def _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size
     makes the annealing map expand along the top eigenvector when ``lambda lambda_max(C_g)
     > 1`` (Euclidean; ``> ||m_g||`` on the sphere); the risk's map always expands. A
     group of fewer than ``min_size`` rows does not split (ratio 0)."""
-    A = _attention(Xc, heads, weights, lam, geometry)             # (n, K)
-    owner = labels[A.argmax(1).numpy()]                           # (n,) group of each row
+    A = _attention(Xc, heads, weights, lam, geometry).numpy()     # (n, K)
+    X, unit = Xc.numpy(), _unit(geometry)
+    owner = labels[A.argmax(1)]                                   # (n,) group of each row
     out = []
     for g in np.unique(labels):
         members = np.flatnonzero(labels == g)
@@ -308,13 +310,16 @@ def _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size
         if not total > 0 or size < min_size:
             out.append(_Group(members, 0.0, heads.new_zeros(heads.shape[1]), size))
             continue
-        mean = (w[:, None] * Xc).sum(0) / total
-        cov = ((Xc - mean).T * w) @ (Xc - mean) / total          # (d, d)
-        vals, vecs = torch.linalg.eigh(_tangent_cov(cov, heads[members[0]], geometry))
-        direction = vecs[:, -1] * torch.sign(vecs[vecs[:, -1].abs().argmax(), -1])
-        norm = float(torch.linalg.vector_norm(mean)) if _unit(geometry) else 1.0
+        mean = w @ X / total
+        cov = ((X - mean).T * w) @ (X - mean) / total            # (d, d)
+        if unit:                                                  # tangent at the head
+            proj = np.eye(len(mean)) - np.outer(heads[members[0]], heads[members[0]])
+            cov = proj @ cov @ proj
+        vals, vecs = np.linalg.eigh(cov)
+        direction = vecs[:, -1] * np.sign(vecs[np.abs(vecs[:, -1]).argmax(), -1])
+        norm = float(np.linalg.norm(mean)) if unit else 1.0
         ratio = math.inf if objective == "risk" else lam * float(vals[-1]) / max(norm, 1e-300)
-        out.append(_Group(members, ratio, direction, size))
+        out.append(_Group(members, ratio, torch.from_numpy(direction), size))
     return out
 
 
@@ -368,19 +373,32 @@ def _attention(Xc, heads, weights, lam, geometry) -> torch.Tensor:
 
 
 def _annealing_fixed_point(Xc, heads, weights, lam, geometry, max_iter, tol):
-    """Iterate ``mu_h = sum_i a_ih x_i / sum_i a_ih`` and ``p_h = mean_i a_ih``."""
+    """Iterate ``mu_h = sum_i a_ih x_i / sum_i a_ih`` and ``p_h = mean_i a_ih``.
+
+    In NumPy: the ``(n, K)`` operations are small, and torch's cost per call dominates
+    them (about half the path's time on ``benchmarks/bench_auto_k.py``'s mixtures)."""
+    geo = as_geometry(geometry)
+    X, H = Xc.numpy(), heads.numpy()
+    logw, bias = np.log(weights.numpy()), 0.0
+    tiny = np.finfo(X.dtype).tiny
     for _ in range(max_iter):
-        A = _attention(Xc, heads, weights, lam, geometry)         # (n, K)
+        if not geo.unit_heads:
+            bias = (0.5 * lam) * np.einsum("kd,kd->k", H, H)
+        A = lam * (X @ H.T) + (logw - bias)                       # (n, K) logits
+        A -= A.max(1, keepdims=True)
+        np.exp(np.maximum(A, _FLOOR, out=A), out=A)
+        A /= A.sum(1, keepdims=True)
         mass = A.sum(0)                                           # (K,)
-        new = as_geometry(geometry).projx(                        # normalized on the sphere
-            (A.T @ Xc) / mass.clamp_min(torch.finfo(Xc.dtype).tiny)[:, None])
-        new = torch.where((mass > 0)[:, None], new, heads)
-        weights = (mass / Xc.shape[0]).clamp_min(1e-300)
-        shift = float(torch.linalg.vector_norm(new - heads, dim=1).max())
-        heads = new
+        new = (A.T @ X) / np.maximum(mass, tiny)[:, None]
+        if geo.unit_heads:                                        # normalized on the sphere
+            new = geo.projx(torch.from_numpy(new)).numpy()
+        new = np.where((mass > 0)[:, None], new, H)
+        logw = np.log(np.maximum(mass / X.shape[0], 1e-300))
+        shift = float(np.sqrt(((new - H) ** 2).sum(1)).max())
+        H = new
         if shift <= tol:
             break
-    return heads, weights
+    return torch.from_numpy(np.ascontiguousarray(H)), torch.from_numpy(np.exp(logw))
 
 
 def _snap(heads, weights, labels):
@@ -582,7 +600,7 @@ def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
     [-1.0, 1.0]
     """
     path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
-                            min_cluster_size=1, **FAST_SETTINGS)
+                            min_cluster_size=1, **{**FAST_SETTINGS, "max_iter": 100, "tol": 1e-4})
     return path.heads[-1]
 
 

@@ -14,11 +14,15 @@ each solved in the coordinates of ``span(heads0, centroids)``, which the descent
 leaves (:func:`attnclust.experiments._common.in_span`; the cost does not grow with d).
 Rates come with 95% Wilson intervals (error bars).
 
-The QMC resolution (``n_samples = 32`` per component, float32 kernel) is what fits the
-10-minute budget; at ``lambda = 100`` it is too coarse for plain PGD and the balance
-penalty (a head that is nearest to none of the points gets no gradient): with 1,024
-points, on the same inits, their success rates are much higher (``docs/study.md``, figure 6).
-Raise ``n_samples`` in ``CONFIG`` for those columns.
+The QMC resolution follows the sharpness of the softmax: ``n_samples`` points per
+component where ``lambda sigma < 10`` (32, float32 kernel: what fits the 10-minute
+budget), ``sharp_n_samples`` (1,024) where ``lambda sigma >= 10``. With 32 points at
+``lambda = 100`` (``lambda sigma = 10``) a head nearest to none of the points gets no
+gradient, a dead head that the population risk does not have; the measurements that
+set the 1,024 (and its check against 4,096 on a subset) are in
+``docs/guide/temperature-path.md``. 1,024 points cost about 13 times the 32-point time
+per run, so only the first ``sharp_n_runs`` (20) of each point's 200 inits are run
+there (Wilson intervals up to +-0.2; the 200 at ``lambda sigma < 10`` are unchanged).
 """
 
 from __future__ import annotations
@@ -48,11 +52,27 @@ VARIANTS = {  # label -> penalty, its weight rho (decayed to 0?), lambda anneale
 CONFIG = {
     "ks": [3, 5, 8], "dims": [10, 100, 1000], "inverse_temperatures": [10.0, 100.0],
     "sigma": 0.1, "min_angle_deg": 60.0, "n_runs": 200, "n_steps": 600, "step_size": 0.5,
-    "n_samples": 32, "qmc_dtype": "float32", "success_tol": 0.05, "variants": list(VARIANTS),
-    "tol": 1e-6,
+    "n_samples": 32, "sharp_n_samples": 1024, "sharp_lambda_sigma": 10.0, "sharp_n_runs": 20,
+    "qmc_dtype": "float32", "success_tol": 0.05, "variants": list(VARIANTS), "tol": 1e-6,
 }
 QUICK = {**CONFIG, "ks": [3, 5], "dims": [10, 100], "inverse_temperatures": [30.0], "n_runs": 16,
          "n_steps": 200, "variants": ["plain", "repulsion + annealing"]}
+
+
+def _sharp(lam: float, config: dict) -> bool:
+    return lam * config["sigma"] >= config.get("sharp_lambda_sigma", np.inf)
+
+
+def qmc_points(lam: float, config: dict) -> int:
+    """QMC points per component at inverse temperature ``lam``: more where the softmax is
+    sharp (``lambda sigma >= sharp_lambda_sigma``)."""
+    return config["sharp_n_samples"] if _sharp(lam, config) else config["n_samples"]
+
+
+def runs_at(lam: float, config: dict) -> int:
+    """Runs per point at inverse temperature ``lam``: the first ``sharp_n_runs`` of the
+    ``n_runs`` inits where the softmax is sharp (what the finer estimator can afford)."""
+    return config.get("sharp_n_runs", config["n_runs"]) if _sharp(lam, config) else config["n_runs"]
 
 
 def _batch(k: int, d: int, config: dict, rng: np.random.Generator) -> np.ndarray:
@@ -66,18 +86,28 @@ def _batch(k: int, d: int, config: dict, rng: np.random.Generator) -> np.ndarray
                                             min_angle=np.deg2rad(config["min_angle_deg"]),
                                             rng=stream))
         heads0.append(init_on_sphere(k, d, rng=stream))
-    qmc = dict(method="qmc", n_samples=config["n_samples"], rng=int(rng.integers(2**31)),
-               qmc_dtype=config["qmc_dtype"])
+    seed = int(rng.integers(2**31))
     # the descent stays in span(heads0, centroids): solved there, whatever d is
     mixes, heads0, _ = in_span(mixes, torch.stack(heads0))
-    risk, balance = PopulationRisk(mixes, **qmc), Balance(mixes, **qmc)
+    lam_runs = np.array([lam for lam, _ in cells for _ in range(n)])
+    used = np.array([r < runs_at(lam, config) for lam, _ in cells for r in range(n)])
     each = [schedule_arguments(VARIANTS[v], lam, config["n_steps"]) for lam, v in cells]
     per_run = {key: [args[key] for args in each for _ in range(n)]
                for key in ("penalty", "rho", "inverse_temperature")}
-    per_run["penalty"] = [balance if p == "balance" else p for p in per_run["penalty"]]
-    res = pgd(risk, heads0, step_size=config["step_size"], n_steps=config["n_steps"],
-              record_every=config["n_steps"], tol=config["tol"], **per_run)
-    return distance_max(res.heads, mixes).reshape(len(lams), len(variants), n)
+    final = np.full(len(lam_runs), np.nan)  # NaN: an init not run at this lambda
+    # one batched call per QMC resolution (all values of lambda that share it)
+    for points in sorted({qmc_points(lam, config) for lam in lams}):
+        idx = [i for i, lam in enumerate(lam_runs)
+               if used[i] and qmc_points(lam, config) == points]
+        group = [mixes[i] for i in idx]
+        qmc = dict(method="qmc", n_samples=points, rng=seed, qmc_dtype=config["qmc_dtype"])
+        risk, balance = PopulationRisk(group, **qmc), Balance(group, **qmc)
+        args = {key: [values[i] for i in idx] for key, values in per_run.items()}
+        args["penalty"] = [balance if p == "balance" else p for p in args["penalty"]]
+        res = pgd(risk, heads0[idx], step_size=config["step_size"], n_steps=config["n_steps"],
+                  record_every=config["n_steps"], tol=config["tol"], **args)
+        final[idx] = distance_max(res.heads, group)
+    return final.reshape(len(lams), len(variants), n)
 
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
@@ -87,19 +117,20 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     for (ik, idim), child in track(zip(pairs, rng.spawn(len(pairs)), strict=True), desc=NAME,
                                    total=len(pairs)):
         final[ik, idim] = _batch(config["ks"][ik], config["dims"][idim], config, child)
-    success = final < config["success_tol"]
+    success, ran = final < config["success_tol"], ~np.isnan(final)
     per_setting, not_distinguishable = {}, {}
     for (ik, k), (idim, d), (ilam, lam) in itertools.product(
             *(enumerate(config[key]) for key in ("ks", "dims", "inverse_temperatures"))):
-        cell = {v: rate_summary(success[ik, idim, ilam, iv])
+        cell = {v: rate_summary(success[ik, idim, ilam, iv][ran[ik, idim, ilam, iv]])
                 for iv, v in enumerate(config["variants"])}
         for v, s in cell.items():
             per_setting[f"K{k}_d{d}_lambda{lam:g}_{v}"] = s
         not_distinguishable[f"K{k}_d{d}_lambda{lam:g}"] = overlapping(cell)
-    by_variant = {v: rate_summary(success[..., iv, :]) for iv, v in enumerate(config["variants"])}
+    by_variant = {v: rate_summary(success[..., iv, :][ran[..., iv, :]])
+                  for iv, v in enumerate(config["variants"])}
     rate, lo, hi = (np.empty(shape) for _ in range(3))
     for index in itertools.product(*map(range, shape)):
-        s = rate_summary(success[index])
+        s = rate_summary(success[index][ran[index]])
         rate[index], (lo[index], hi[index]) = s["rate"], s["wilson_95"]
     return FigureResult(config, {"success_rate": rate,
                                  "wilson_low": lo, "wilson_high": hi},
@@ -126,7 +157,9 @@ def plot(result: FigureResult, out) -> None:
         ax.set_xscale("log")
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel("dimension d")
-        ax.set_title(f"K = {k}, {cfg['n_runs']} runs per point")
+        runs = ", ".join(f"{runs_at(lam, cfg)} at " + rf"$\lambda={lam:g}$"
+                         for lam in cfg["inverse_temperatures"])
+        ax.set_title(f"K = {k}; runs per point: {runs}", fontsize=9)
     axes[0].set_ylabel(f"success rate (all heads within {cfg['success_tol']:g}), 95% Wilson")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=n_var, fontsize=7)
