@@ -30,6 +30,7 @@ READING_ORDER = [
     "attnclust.fixed_point",
     "attnclust.results",
     "attnclust.clustering",
+    "attnclust.annealing",
     "attnclust.in_context",
     "attnclust.quantizer",
     "attnclust.metrics",

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust.temperature_path import predicted_first_split, temperature_path
+from attnclust.annealing import predicted_first_split, temperature_path
 
 matplotlib.use("Agg")
 

@@ -7,6 +7,7 @@ import sys
 
 from . import descent
 from ._deprecation import moved_module
+from .annealing import ClusterChoice, Plateau, TemperaturePath, temperature_path
 from .clustering import AttentionClustering, DegenerateFitWarning
 from .communicator import Communicator
 from .descent import PGDHistory, PGDResult, init_on_manifold, init_on_sphere, pgd
@@ -33,7 +34,6 @@ from .results import History, IterationInfo, SolverResult
 from .risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
 from .shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
 from .sphere import normalize, random_sphere, riemannian_gradient, tangent
-from .temperature_path import ClusterChoice, Plateau, TemperaturePath, temperature_path
 
 __version__ = "0.2.0"
 

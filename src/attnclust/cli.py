@@ -875,8 +875,8 @@ def _cmd_path(args) -> int:
     import numpy as np
 
     from ._io import atomic_path, check_nonzero_rows, load_matrix, writable_folder
+    from .annealing import path_grid, temperature_path
     from .geometry import as_geometry
-    from .temperature_path import path_grid, temperature_path
 
     prefix = _path_prefix(args)
     outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]

@@ -72,6 +72,7 @@ from ._validation import (
     as_numpy_input,
     check_sample_weight,
 )
+from .annealing import choose_from_path
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .estimator_fits import Reporter, fit_shaped, risk_attributes, shaped_log_joint, solve
@@ -85,7 +86,6 @@ from .estimator_params import (
 from .geometry import Geometry, as_geometry
 from .heads import softmax_heads
 from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
-from .temperature_path import choose_from_path
 from .warm_start import auto_inverse_temperature, estimator_warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -133,7 +133,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 20,000
         rows when there are more), ``"anneal"`` (the heads of the annealing path from the
         cold start where ``K`` of them are apart,
-        :func:`attnclust.temperature_path.anneal_heads`, on the unweighted sample: no
+        :func:`attnclust.annealing.anneal_heads`, on the unweighted sample: no
         randomness, one init), random directions (uniform on the sphere; for Euclidean
         heads scaled to the data's root-mean-square distance from its mean, around the
         mean), or given heads (normalized on the sphere). With
@@ -354,7 +354,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
     def _choose_n_clusters(self, X: np.ndarray) -> int:
         """``n_clusters="auto"``: ``K`` from the temperature path of the (unweighted) rows,
-        :func:`~attnclust.temperature_path.choose_from_path` (at most 5,000 of them, drawn
+        :func:`~attnclust.annealing.choose_from_path` (at most 5,000 of them, drawn
         with ``random_state`` when there are more); sets ``path_`` and
         ``n_clusters_reason_``."""
         self.mean_, self.scale_ = None, None

@@ -50,11 +50,11 @@ import torch
 from sklearn.cluster import kmeans_plusplus
 
 from ._validation import check_inverse_temperature
+from .annealing import anneal_heads
 from .estimator_params import resolved
 from .geometry import Geometry, as_geometry
 from .hard_ending import SampleKMeans, sample_kmeans
 from .rows import WorkingRows
-from .temperature_path import anneal_heads
 
 __all__ = ["PER_HEAD", "SEEDING_ROWS", "WARM_SAMPLE", "estimator_warm_start",
            "BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",

@@ -29,9 +29,9 @@ import numpy as np
 import torch
 from scipy.optimize import minimize_scalar
 
+from ..annealing import predicted_first_split, temperature_path
 from ..mixture import GaussianMixture
 from ..risk import population_risk
-from ..temperature_path import predicted_first_split, temperature_path
 from ._common import running_example
 from ._runner import FigureResult, track
 from ._style import COLORS, new_figure, save, styled
