@@ -67,11 +67,12 @@ def test_zero_weights_are_absent_rows(params, init):
 
 
 def test_scaling_all_weights_changes_nothing_on_the_sampled_path(monkeypatch):
-    """Weights are relative: all ones, all sevens and none give the same fit, also when
-    the warm start runs on a sample of the rows (which carries the sampled rows' weights)."""
+    """Weights are relative: all ones, all sevens, all 1e-4 (cells of total weight below
+    one) and none give the same fit, also when the warm start runs on a sample of the rows
+    (which carries the sampled rows' weights)."""
     monkeypatch.setattr(warm_start, "WARM_SAMPLE", 150)
     ref = _fit(X, init="kmeans++")
-    for c in (1.0, 7.0):
+    for c in (1.0, 7.0, 1e-4):
         _same_fit(_fit(X, np.full(len(X), c), init="kmeans++"), ref)
 
 

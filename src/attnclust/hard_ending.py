@@ -61,7 +61,7 @@ from sklearn.cluster import KMeans
 
 from ._threads import map_chunks
 from .fixed_point import fixed_point_fit
-from .geometry import Geometry
+from .geometry import Euclidean, Geometry
 from .results import IterationInfo, SolverResult
 from .rows import WorkingRows
 
@@ -186,7 +186,7 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
             flat = reduce(flat)
         counts, sums = flat[:K], flat[K:K + K * d].reshape(K, d)
         objective.append(float(flat[-1]) / n)
-        new = torch.where((counts > 0)[:, None], sums / counts.clamp_min(1)[:, None], heads)
+        new = Euclidean().lloyd_step(sums, counts, heads)   # counts: maybe weights < 1
         settled = len(objective) > 1 and objective[-2] - objective[-1] <= rtol * objective[-2]
         moves = ((new - heads) ** 2).sum(1)                   # (K,) squared moves
         if callback is not None:
