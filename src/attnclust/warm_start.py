@@ -247,8 +247,7 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *,
     >>> round(auto_inverse_temperature(X, torch.as_tensor(mix.centroids), geometry="euclidean"), -1)
     100.0
     """
-    s2, floor = boundary_variance(X, heads, geometry=geometry, weights=weights)
-    return 1.0 / max(s2, floor, torch.finfo(X.dtype).tiny)
+    return _auto_lambda(X, heads, geometry, weights)[0]
 
 
 # -- the estimator's warm start -------------------------------------------------------------
