@@ -117,7 +117,7 @@ def by_run(heads: torch.Tensor, lam: torch.Tensor, fn):
 # --------------------------------------------------------------------------------------
 # The exact rule of one run, differentiable (K = 1, 2, 3)
 # --------------------------------------------------------------------------------------
-def _const(x: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+def constant(x: np.ndarray, like: torch.Tensor) -> torch.Tensor:
     """A constant array as a tensor with the heads' dtype and device (copied)."""
     return torch.tensor(x, dtype=like.dtype, device=like.device)
 
@@ -127,7 +127,7 @@ def _k3_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.Ru
     """Pieces of the ``K = 3`` rule: ``D = delta_k + sigma L z``, ``(k, 2)`` and ``(2, 2)``
     differentiable tensors, with the head order (the last one is the reference ``mu_K``),
     the nodes ``z`` ``(2, k, N)`` and the weights ``(k, N)`` (numpy)."""
-    cents = _const(mix.centroids, heads)
+    cents = constant(mix.centroids, heads)
     hd = heads.detach().cpu().double().numpy()
     # pivot: the pair of heads furthest apart gives the first difference, so that the
     # triangular factor below has its largest entry first
@@ -143,7 +143,7 @@ def _k3_nodes(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.Ru
     if mix.sigma == 0.0:
         return order, delta, heads.new_zeros(2, 2), np.zeros((2, mix.k, 1)), np.ones((mix.k, 1))
     Q = np.linalg.qr(W.detach().cpu().double().numpy().T)[0]  # (d, 2), rows of W in its span
-    L = W @ _const(Q, heads)  # (2, 2) lower
+    L = W @ constant(Q, heads)  # (2, 2) lower
     z, weights = _q.k3_nodes(delta.detach().cpu().double().numpy(),
                              L.detach().cpu().double().numpy(), mix.sigma, lam, rule)
     return order, delta, L, z, weights
@@ -175,7 +175,7 @@ def exact_risk(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _q.R
     (``K = 2``: :func:`attnclust._quadrature.k2_exact` with its gradient; ``K = 3``:
     :class:`_K3Integral`)."""
     K, geometry = heads.shape[0], as_geometry(geometry)
-    cents, pi = _const(mix.centroids, heads), _const(mix.weights, heads)
+    cents, pi = constant(mix.centroids, heads), constant(mix.weights, heads)
     if K == 1:
         mean = pi @ cents
         return _q.second_moment(mix) - 2.0 * (mean @ heads[0]) + heads[0] @ heads[0]
@@ -234,15 +234,15 @@ def exact_samples(heads: torch.Tensor, mix: GaussianMixture, lam: float, rule: _
                             mix.weights[None], np.array([mix.sigma]), np.array([lam]), rule,
                             off)
         w = heads[0] - heads[1]
-        delta = _const(mix.centroids, heads) @ w
+        delta = constant(mix.centroids, heads) @ w
         if offset is not None:
             delta = delta + (offset[0] - offset[1])
-        D = delta[:, None] + mix.sigma * torch.linalg.vector_norm(w) * _const(nodes.z[0], heads)
-        return [0, 1], [D], _const(nodes.weights[0], heads)
+        D = delta[:, None] + mix.sigma * torch.linalg.vector_norm(w) * constant(nodes.z[0], heads)
+        return [0, 1], [D], constant(nodes.weights[0], heads)
     order, delta, L, z, weights = _k3_nodes(heads, mix, lam, rule, offset)
-    z = _const(z, heads)
+    z = constant(z, heads)
     D = [delta[:, h, None] + mix.sigma * (L[h, 0] * z[0] + L[h, 1] * z[1]) for h in range(2)]
-    return order, D, _const(weights, heads)
+    return order, D, constant(weights, heads)
 
 
 # --------------------------------------------------------------------------------------

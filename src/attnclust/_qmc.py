@@ -36,9 +36,18 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from ._validation import as_generator
+
 N_SCRAMBLES = 4  # independent scrambles of the QMC rule (they give its standard error)
 _SINGULAR = 1e-6  # a Cholesky pivot below this: G is treated as singular
 CHUNK = 2**18  # node-evaluations per kernel call: arrays stay in cache
+
+
+def qmc_seed(rng) -> int:
+    """The QMC seed of ``rng`` (an integer is its own seed)."""
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return int(rng)
+    return int(as_generator(rng).integers(2**63))
 
 
 @functools.lru_cache(maxsize=32)

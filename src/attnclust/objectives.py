@@ -61,12 +61,6 @@ def _lam(lam, heads: torch.Tensor) -> torch.Tensor:
     return torch.as_tensor(lam, dtype=torch.float64).expand(heads.shape[0]).cpu()
 
 
-def _seed(rng) -> int:
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        return int(rng)
-    return int(as_generator(rng).integers(2**63))
-
-
 class Objective:
     """What :func:`attnclust.pgd` needs of an objective or penalty.
 
@@ -113,7 +107,7 @@ class _MixtureObjective(Objective):
         _pop.resolve_method(method, 1)
         self.method = method
         self.n_samples = check_int(n_samples, "n_samples", _qmc.N_SCRAMBLES)
-        self.seed = _seed(rng)
+        self.seed = _qmc.qmc_seed(rng)
         self.qmc_dtype = np.dtype(qmc_dtype)
         if self.qmc_dtype not in (np.float32, np.float64):
             raise ValueError(f"qmc_dtype must be float32 or float64, got {qmc_dtype!r}")

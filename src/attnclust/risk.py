@@ -75,14 +75,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-import numpy as np
 import torch
 
 from . import _population as _pop
 from . import _quadrature as _q
 from ._deprecation import renamed_keywords
-from ._qmc import N_SCRAMBLES, gram_factor, sobol_normals
-from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
+from ._qmc import N_SCRAMBLES, gram_factor, qmc_seed, sobol_normals
+from ._validation import as_tensor, check_finite, check_int, check_inverse_temperature
 from .geometry import as_geometry
 from .heads import softmax_heads
 from .mixture import GaussianMixture
@@ -128,13 +127,6 @@ def _check_mixture(mix) -> GaussianMixture:
     return mix
 
 
-def _seed(rng) -> int:
-    """The QMC seed of ``rng`` (an integer is its own seed)."""
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        return int(rng)
-    return int(as_generator(rng).integers(2**63))
-
-
 def _softmax_weights(D: list[torch.Tensor], lam: float) -> list[torch.Tensor]:
     """Attention weights for logits ``lambda (D_0, .., D_{K-2}, 0)``, one tensor per head.
 
@@ -150,11 +142,6 @@ def _softmax_weights(D: list[torch.Tensor], lam: float) -> list[torch.Tensor]:
     return [x / total for x in e]
 
 
-def _const(x: np.ndarray, like: torch.Tensor) -> torch.Tensor:
-    """A constant array as a tensor with the heads' dtype and device (copied)."""
-    return torch.tensor(x, dtype=like.dtype, device=like.device)
-
-
 def _qmc_value(heads, mix, lam, n_samples, seed, geometry) -> torch.Tensor:
     """The QMC risk of one run, differentiable (the batched estimator at ``R = 1``)."""
     lam_t = torch.tensor([lam], dtype=torch.float64)
@@ -166,14 +153,14 @@ def _qmc_value(heads, mix, lam, n_samples, seed, geometry) -> torch.Tensor:
 def _qmc_mean_attention(heads, mix, lam, n_samples, seed, geometry) -> torch.Tensor:
     """``E[a_h]`` on the QMC points, differentiable in the heads, ``(K,)``."""
     z = sobol_normals(heads.shape[0], n_samples, seed).to(heads.device, heads.dtype)
-    mean = _const(mix.centroids, heads) @ heads.T  # (k_mix, K)
+    mean = _pop.constant(mix.centroids, heads) @ heads.T  # (k_mix, K)
     offset = _q.key_offset(heads, geometry)
     if offset is not None:
         mean = mean + offset
     P = mean[None, :, None, :]  # (S, k_mix, n', K)
     if mix.sigma > 0.0:
         P = P + mix.sigma * (z @ gram_factor(heads).T)[:, None]
-    pi = _const(mix.weights, heads)
+    pi = _pop.constant(mix.weights, heads)
     a = softmax_heads(lam * P).mean(2)  # (S, k_mix, K)
     return torch.einsum("k,skh->h", pi, a) / a.shape[0]
 
@@ -239,7 +226,7 @@ def population_risk(
     if _pop.resolve_method(method, heads.shape[0]) == "exact":
         return _pop.exact_risk(heads, mix, lam, _q.rule(), geometry)
     n_samples = check_int(n_samples, "n_samples", N_SCRAMBLES)
-    return _qmc_value(heads, mix, lam, n_samples, _seed(rng), geometry)
+    return _qmc_value(heads, mix, lam, n_samples, qmc_seed(rng), geometry)
 
 
 @renamed_keywords(temperature="inverse_temperature")
@@ -268,7 +255,7 @@ def qmc_risk(
     heads = _check_heads(heads, mix.d)
     lam = check_inverse_temperature(inverse_temperature)
     geometry = as_geometry(geometry)
-    n_samples, seed = check_int(n_samples, "n_samples", N_SCRAMBLES), _seed(rng)
+    n_samples, seed = check_int(n_samples, "n_samples", N_SCRAMBLES), qmc_seed(rng)
     value = _qmc_value(heads, mix, lam, n_samples, seed, geometry)
     stderr = _pop.qmc_stderr(heads, mix, lam, n_samples=n_samples, seed=seed, geometry=geometry)
     return RiskEstimate(value, stderr)
@@ -429,10 +416,10 @@ def mean_attention(heads, data, *, inverse_temperature: float, method: str = "au
         return heads.new_ones(1)
     if method == "qmc":
         n_samples = check_int(n_samples, "n_samples", N_SCRAMBLES)
-        return _qmc_mean_attention(heads, data, lam, n_samples, _seed(rng), geometry)
+        return _qmc_mean_attention(heads, data, lam, n_samples, qmc_seed(rng), geometry)
     order, D, weights = _pop.exact_samples(heads, data, lam, _q.rule(), geometry)
     a = torch.stack(_softmax_weights(D, lam), dim=-1)  # (k_mix, N, K)
-    mean_perm = torch.einsum("k,kn,knh->h", _const(data.weights, heads), weights, a)
+    mean_perm = torch.einsum("k,kn,knh->h", _pop.constant(data.weights, heads), weights, a)
     mean_a = torch.empty_like(mean_perm)
     mean_a[order] = mean_perm
     return mean_a
