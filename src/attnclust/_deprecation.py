@@ -140,13 +140,14 @@ def moved_module(old: str, new: types.ModuleType) -> types.ModuleType:
     >>> value, caught[0].category.__name__
     (42, 'FutureWarning')
     """
-    stub = types.ModuleType(old, f"Moved to {new.__name__}; this name is kept until 0.4.")
+    stub = types.ModuleType(old, f"Moved to {new.__name__}; this name is kept until {REMOVED_IN}.")
 
     def __getattr__(name: str):
         if name.startswith("__"):
             raise AttributeError(name)
         warn_deprecated(f"the module {old} is now {new.__name__}; import {name!r} from there "
-                        f"(or from the package); {old} will be removed in 0.4", stacklevel=2)
+                        f"(or from the package); {old} will be removed in {REMOVED_IN}",
+                        stacklevel=2)
         return getattr(new, name)
 
     stub.__getattr__ = __getattr__

@@ -84,7 +84,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from ._deprecation import renamed_keywords, warn_deprecated
+from ._deprecation import REMOVED_IN, renamed_keywords, warn_deprecated
 from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
 from .geometry import Geometry, as_geometry
 from .mixture import GaussianMixture
@@ -229,7 +229,7 @@ def _legacy(kind: str, value, spec, n_runs: int, n_steps: int):
     default = _LEGACY_NAMES[kind][0]
     if all(not callable(s) and s == default for s in specs):
         return value
-    warn_deprecated(f"{kind}_schedule is deprecated and will be removed in 0.4; pass a "
+    warn_deprecated(f"{kind}_schedule is deprecated and will be removed in {REMOVED_IN}; pass a "
                     f"schedule as {kind} (attnclust.schedules: Anneal, Decay, Stages, or a "
                     f"callable t -> value)", stacklevel=4)
     base = _vector(value, n_runs, kind, positive=kind == "inverse_temperature")
