@@ -18,7 +18,7 @@ Rand index of each.
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -31,6 +31,9 @@ from threadpoolctl import threadpool_limits
 
 import attnclust as ac
 from attnclust._threads import torch_threads
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_battery import datasets  # noqa: E402
 
 
 def mixture(k: int, d: int, rng: np.random.Generator, sep: float = 5.0):
@@ -88,17 +91,9 @@ def auto_k_rows(quick: bool) -> list[dict]:
     return rows
 
 
-def _battery():
-    spec = importlib.util.spec_from_file_location(
-        "bench_battery", Path(__file__).with_name("bench_battery.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.datasets
-
-
 def anneal_rows(quick: bool) -> list[dict]:
     rows = []
-    for name, X, y in _battery()(quick):
+    for name, X, y in datasets(quick):
         X = np.asarray(X, dtype=np.float64)
         k = len(np.unique(y))
         km = KMeans(k, n_init=10, random_state=0).fit(X)

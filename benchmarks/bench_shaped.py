@@ -17,8 +17,10 @@ given.
 
 from __future__ import annotations
 
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine, make_blobs
@@ -28,6 +30,9 @@ from threadpoolctl import threadpool_limits
 
 import attnclust as ac
 from attnclust._threads import torch_threads
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_battery import _summary  # noqa: E402  (the battery's last row: means, median ratio)
 
 SEEDS = range(5)
 REPEATS = 3
@@ -125,13 +130,6 @@ def _run(quick: bool) -> list[dict]:
                      RATIO: float(np.median(best["full"]) / np.median(best["GMM full"]))})
     return rows + [_summary(rows)]
 
-
-def _summary(rows: list[dict]) -> dict:
-    """The last row: the mean of every ARI column, the median of the time ratios."""
-    columns = {key: [row[key] for row in rows] for key in rows[0] if key.startswith("ARI")}
-    return {"data": "mean (time: median)", "n": "", "d": "", "K": "",
-            **{key: float(np.mean(values)) for key, values in columns.items()},
-            RATIO: float(np.median([row[RATIO] for row in rows]))}
 
 if __name__ == "__main__":
     from attnclust._bench import format_table
