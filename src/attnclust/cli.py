@@ -874,7 +874,7 @@ def _cmd_path(args) -> int:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from ._io import atomic_path, check_nonzero_rows, load_matrix, writable_folder
+    from ._io import check_nonzero_rows, load_matrix, writable_folder
     from .annealing import path_grid, temperature_path
     from .geometry import as_geometry
 
@@ -919,10 +919,9 @@ def _cmd_path(args) -> int:
                 f"chose K={choice.n_clusters}: {choice.reason}\n"
                 f"wrote {outputs[0]}, {outputs[1]}")
         try:
-            with atomic_path(outputs[0]) as png, atomic_path(outputs[1]) as js:
-                fig.savefig(png, dpi=120)
-                js.write_text(json.dumps(summary, indent=1))
-                _print_summary(line)
+            _write_all({outputs[0]: lambda p: fig.savefig(p, dpi=120),
+                        outputs[1]: lambda p: p.write_text(json.dumps(summary, indent=1))},
+                       line)
         finally:
             plt.close(fig)
     return 0
