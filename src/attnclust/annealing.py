@@ -59,6 +59,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+from scipy.sparse.csgraph import connected_components
 
 from ._threads import torch_threads
 from ._validation import as_generator, as_tensor, check_finite, check_int
@@ -270,19 +271,8 @@ def _check_objective(objective) -> str:
 
 def _groups(heads: torch.Tensor, tol: float) -> np.ndarray:
     """Labels of coincident heads: single linkage at distance ``tol`` (in head order)."""
-    K = heads.shape[0]
     close = (torch.cdist(heads, heads) <= tol).numpy()
-    labels = -np.ones(K, dtype=int)
-    for h in range(K):
-        if labels[h] >= 0:
-            continue
-        labels[h], todo = labels.max() + 1, [h]
-        while todo:
-            g = todo.pop()
-            for j in np.flatnonzero(close[g] & (labels < 0)):
-                labels[j] = labels[h]
-                todo.append(j)
-    return labels
+    return connected_components(close, directed=False)[1]   # labelled from head 0 on
 
 
 class _Group(NamedTuple):
