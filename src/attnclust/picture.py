@@ -162,8 +162,9 @@ def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
     if d < 2:
         raise ValueError(f"plot_clusters needs at least 2 columns, got {d}")
     idx = _sample(n, int(max_points), random_state)
-    rows = _plotted_rows(est, X[idx])                                # (m, d)
-    proba = est.predict_proba(X[idx])                                # (m, K)
+    sample = X[idx]                                                  # one read of the rows
+    rows = _plotted_rows(est, sample)                                # (m, d)
+    proba = est.predict_proba(sample)                                # (m, K)
     z = proba.argmax(1) if labels is None else np.asarray(labels)[idx]
     heads = _plotted_heads(est)
     K = heads.shape[0]
