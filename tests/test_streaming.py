@@ -208,6 +208,18 @@ def test_bad_batches_are_clear_errors():
         AttentionClustering(3, geometry="sphere", penalty="repulsion", rho=0.1).partial_fit(X)
 
 
+@pytest.mark.parametrize("params", [dict(penalty="repulsion", rho=0.1), dict(solver="pgd")])
+def test_a_fit_that_cannot_stream_refuses_partial_fit_afterwards_too(params):
+    """After a fit with a penalty or plain PGD, partial_fit would take plain fixed-point
+    steps (no penalty): refused as for a fresh estimator, not silently changed."""
+    est = AttentionClustering(3, geometry="sphere", random_state=0, max_iter=20, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X)
+    with pytest.raises(ValueError, match="without a penalty"):
+        est.partial_fit(X[:100])
+
+
 # -- attnclust fit --batch-rows ------------------------------------------------------------
 def test_cli_batch_rows_writes_what_partial_fit_gives(tmp_path, capsys):
     np.save(tmp_path / "x.npy", X.astype(np.float32))

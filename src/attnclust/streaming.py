@@ -137,11 +137,11 @@ def partial_fit(est, X, sample_weight=None):
     fitted = hasattr(est, "cluster_centers_")
     resumed = fitted and (state is None or not np.array_equal(
         est.cluster_centers_, _centers(est, state)))
+    _check_streaming(est)          # also after a fit, whose solver may not stream
     X = est._validate(X, reset=not fitted)
     weights = check_sample_weight(sample_weight, X.shape[0])
     if not fitted:
         check_params(est.get_params(deep=False), X.shape[0], X.shape[0])
-        _check_streaming(est)
         est.mean_, est.scale_ = None, None
         Xp = est._preprocess(X, comm=Communicator.local(X.shape[0]), weights=weights)
         state = _first_state(est, Xp, weights, as_generator(est.random_state))
