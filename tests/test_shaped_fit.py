@@ -56,7 +56,7 @@ def test_lambda_one_is_scikit_learns_em_step_for_step(cov_type, steps):
     X = _data()
     start = _start(X, cov_type)
     gm = _sklearn(X, cov_type, start, max_iter=steps, tol=0.0)
-    res = _ours(X, cov_type, start, stage_steps=[steps], tol=0.0, reg_covar=0.0)
+    res = _ours(X, cov_type, start, n_steps=steps, tol=0.0, reg_covar=0.0)
     assert res.n_iter == steps
     np.testing.assert_allclose(res.means.numpy(), gm.means_, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(res.covariances.numpy(), gm.covariances_, rtol=1e-10, atol=1e-10)
@@ -72,7 +72,7 @@ def test_converged_fixed_point_is_scikit_learns(cov_type):
     X = _data(seed=1)
     start = _start(X, cov_type, seed=1)
     gm = _sklearn(X, cov_type, start, max_iter=2000, tol=1e-13)
-    res = _ours(X, cov_type, start, stage_steps=[2000], tol=1e-13, reg_covar=0.0)
+    res = _ours(X, cov_type, start, n_steps=2000, tol=1e-13, reg_covar=0.0)
     assert res.converged
     np.testing.assert_allclose(res.means.numpy(), gm.means_, atol=1e-6)
     np.testing.assert_allclose(res.covariances.numpy(), gm.covariances_, atol=1e-6)
@@ -83,7 +83,7 @@ def test_converged_fixed_point_is_scikit_learns(cov_type):
 def test_objective_never_increases_and_matches_its_definition(cov_type, lam):
     X = _data(seed=2)
     start = _start(X, cov_type, seed=3)
-    res = _ours(X, cov_type, start, inverse_temperatures=[lam], stage_steps=[60], tol=0.0,
+    res = _ours(X, cov_type, start, inverse_temperature=lam, n_steps=60, tol=0.0,
                 reg_covar=1e-3)
     assert np.all(np.diff(res.loss_curve) <= 1e-12 * np.abs(res.loss_curve[1:]))
     assert res.loss_curve[0] - res.loss_curve[-1] > 0.1          # it did descend
@@ -119,9 +119,9 @@ def test_fixed_point_is_stationary_for_autograd(cov_type):
         leaves = [t for t in (means, log_diag, upper, logits) if t is not None]
         return max(float(g.abs().max()) for g in torch.autograd.grad(f, leaves))
 
-    first = _ours(X.numpy(), cov_type, start, inverse_temperatures=[0.7], stage_steps=[1],
+    first = _ours(X.numpy(), cov_type, start, inverse_temperature=0.7, n_steps=1,
                   tol=0.0, reg_covar=1e-2)
-    fixed = _ours(X.numpy(), cov_type, start, inverse_temperatures=[0.7], stage_steps=[5000],
+    fixed = _ours(X.numpy(), cov_type, start, inverse_temperature=0.7, n_steps=5000,
                   tol=1e-15, reg_covar=1e-2)
     assert grad_norm(first) > 1e-3
     assert grad_norm(fixed) < 1e-7
@@ -133,9 +133,9 @@ def test_full_labels_are_invariant_under_an_affine_map():
     A = rng.standard_normal((3, 3)) + 2 * np.eye(3)
     b = np.array([10.0, -3.0, 100.0])
     means, covs, w = _start(X, "full", seed=5)
-    res = _ours(X, "full", (means, covs, w), stage_steps=[300], tol=1e-10, reg_covar=0.0)
+    res = _ours(X, "full", (means, covs, w), n_steps=300, tol=1e-10, reg_covar=0.0)
     moved = _ours(X @ A.T + b, "full", (means @ A.T + b, A @ covs @ A.T, w),
-                  stage_steps=[300], tol=1e-10, reg_covar=0.0)
+                  n_steps=300, tol=1e-10, reg_covar=0.0)
     np.testing.assert_allclose(moved.means.numpy(), res.means.numpy() @ A.T + b, atol=1e-6)
     np.testing.assert_allclose(moved.covariances.numpy(), A @ res.covariances.numpy() @ A.T,
                                atol=1e-6)
@@ -145,8 +145,8 @@ def test_full_labels_are_invariant_under_an_affine_map():
                           moved.weights.log()).argmax(1)
     assert torch.equal(lab, lab2)
     # and with the default (isotropic, relative) floor the labels still agree
-    res = _ours(X, "full", (means, covs, w), stage_steps=[300], tol=1e-10)
-    moved = _ours(X @ A.T + b, "full", (means @ A.T + b, A @ covs @ A.T, w), stage_steps=[300],
+    res = _ours(X, "full", (means, covs, w), n_steps=300, tol=1e-10)
+    moved = _ours(X @ A.T + b, "full", (means @ A.T + b, A @ covs @ A.T, w), n_steps=300,
                   tol=1e-10)
     lab = shaped_weights(X, res.means, res.precisions_cholesky, res.weights.log()).argmax(1)
     lab2 = shaped_weights(X @ A.T + b, moved.means, moved.precisions_cholesky,
@@ -202,7 +202,7 @@ def test_sums_over_rows_chunks_ranks_and_weights():
     # corresponding repeated rows
     X = _data(seed=9)
     start = _start(X, "full", seed=9)
-    kw = dict(stage_steps=[15], tol=0.0)
+    kw = dict(n_steps=15, tol=0.0)
     ref = _ours(X, "full", start, **kw)
     chunked = _ours(X, "full", start, chunk_size=37, **kw)
     np.testing.assert_allclose(chunked.means.numpy(), ref.means.numpy(), rtol=1e-12)
@@ -224,11 +224,11 @@ def test_sums_over_rows_chunks_ranks_and_weights():
 def test_float32_follows_float64(cov_type):
     X = _data(seed=10)
     start = _start(X, cov_type, seed=10)
-    ref = _ours(X, cov_type, start, stage_steps=[50])
+    ref = _ours(X, cov_type, start, n_steps=50)
     means, covs, w = start
     f32 = shaped_fit(torch.as_tensor(X, dtype=torch.float32), torch.as_tensor(means),
                      covariance_type=cov_type, covariances0=torch.as_tensor(covs),
-                     weights0=torch.as_tensor(w), stage_steps=[50])
+                     weights0=torch.as_tensor(w), n_steps=50)
     assert f32.means.dtype == torch.float32
     np.testing.assert_allclose(f32.means.double().numpy(), ref.means.numpy(), atol=1e-3)
 
@@ -238,7 +238,7 @@ def test_kmeans_start_is_scikit_learns():
     # GaussianMixture's k-means initialisation (given the same k-means centres)
     X = _data(seed=11)
     centres = X[[0, 200, 330]]
-    res = shaped_fit(torch.as_tensor(X), torch.as_tensor(centres), stage_steps=[0], tol=0.0,
+    res = shaped_fit(torch.as_tensor(X), torch.as_tensor(centres), n_steps=0, tol=0.0,
                      reg_covar=0.0)
     labels = ((X[:, None] - centres) ** 2).sum(-1).argmin(1)
     for h in range(K):

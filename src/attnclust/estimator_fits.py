@@ -294,7 +294,8 @@ def fit_shaped(rows: WorkingRows, heads0, p: dict, *, n_clusters: int,
     scale, d = rows.scale, rows.rows.shape[1]
     chunk = max(256, rows.chunk // n_clusters) if p["chunk_size"] is None else rows.chunk
     res = shaped_fit(rows.rows, heads0, covariance_type=covariance_type,
-                     inverse_temperatures=temps, stage_steps=steps, tol=tol, chunk_size=chunk,
+                     inverse_temperature=Stages(temps, steps), n_steps=sum(steps), tol=tol,
+                     chunk_size=chunk,
                      reduce=rows.comm.reduce, row_map=rows.row_map, sample_weight=rows.weights,
                      callback=report.for_shaped(rows))
     factors = res.precisions_cholesky.cpu().double().numpy() / scale

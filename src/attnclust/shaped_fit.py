@@ -68,6 +68,7 @@ import torch
 
 from .degenerate import DegenerateFitWarning
 from .results import IterationInfo
+from .schedules import Schedule, as_schedule
 from .shaped import (
     check_covariance_type,
     log_det_precision,
@@ -378,8 +379,8 @@ def shaped_fit(
     covariance_type: str = "full",
     covariances0: torch.Tensor | None = None,
     weights0: torch.Tensor | None = None,
-    inverse_temperatures: list[float] = (1.0,),
-    stage_steps: list[int] = (100,),
+    inverse_temperature: float | Schedule = 1.0,
+    n_steps: int = 100,
     tol: float = 1e-3,
     reg_covar: float = 1e-6,
     sample_weight: torch.Tensor | None = None,
@@ -402,8 +403,11 @@ def shaped_fit(
         (covariances): start from the moments of the nearest-mean partition (the k-means
         start of ``GaussianMixture``); ``None`` (weights): equal weights, or the
         partition's proportions when it is used.
-    inverse_temperatures, stage_steps : sequences of the same length
-        Annealing: at most ``stage_steps[s]`` EM steps at ``inverse_temperatures[s]``.
+    inverse_temperature : float or Schedule, default=1.0
+        ``lambda``, or its schedule (:mod:`attnclust.schedules`, e.g. ``Stages`` for an
+        annealing plan), read stage by stage as the fixed-point solver reads it.
+    n_steps : int, default=100
+        At most this many EM steps; a stage stops early when it settles (``tol``).
     tol : float, default=1e-3
         Stop a stage when a step lowers ``f`` (per unit weight) by less than ``tol``.
     reg_covar : float, default=1e-6
@@ -459,13 +463,13 @@ def shaped_fit(
         params = _Params(means, covs, precisions_cholesky_of(covs, cov), log_w)
     losses, lams, n_iter, converged, stats = [], [], 0, False, None
     slack = 1e-12 if X.dtype == torch.float64 else 1e-5
-    for stage, (lam, n_steps) in enumerate(zip(inverse_temperatures, stage_steps,
-                                               strict=True)):
-        last = stage == len(inverse_temperatures) - 1
+    plan = as_schedule(inverse_temperature).stages(n_steps)
+    for stage, (lam, stage_steps) in enumerate(plan):
+        last = stage == len(plan) - 1
         stats = _pass(X, params, float(lam), cov, floor, **common)
         losses.append(stats.loss)
         lams.append(float(lam))
-        for _ in range(n_steps):
+        for _ in range(stage_steps):
             new = _m_step(stats, params, cov, floor, total)
             new_stats = _pass(X, new, float(lam), cov, floor, **common)
             n_iter += 1
