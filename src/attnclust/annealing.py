@@ -65,7 +65,6 @@ from ._threads import torch_threads
 from ._validation import as_generator, as_tensor, check_finite, check_int
 from .fixed_point import fixed_point_fit
 from .geometry import as_geometry
-from .heads import head_logits
 
 __all__ = ["FAST_SETTINGS", "ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads",
            "choose_from_path", "path_grid",
@@ -269,151 +268,159 @@ def _check_objective(objective) -> str:
     return objective
 
 
-def _groups(heads: torch.Tensor, tol: float) -> np.ndarray:
+def _groups(heads: np.ndarray, tol: float) -> np.ndarray:
     """Labels of coincident heads: single linkage at distance ``tol`` (in head order)."""
-    close = (torch.cdist(heads, heads) <= tol).numpy()
+    close = ((heads[:, None] - heads[None]) ** 2).sum(-1) <= tol * tol
     return connected_components(close, directed=False)[1]   # labelled from head 0 on
 
 
-class _Group(NamedTuple):
-    members: np.ndarray      # indices of its heads
-    ratio: float             # lambda lambda_max(C_g) / ||m_g|| (> 1: the group splits)
-    direction: torch.Tensor  # (d,) principal direction of its rows (tangent on the sphere)
-    size: int                # rows that attend the group most
+def _attention(X, heads, log_weights, lam, unit) -> np.ndarray:
+    """``softmax_h(log p_h + lambda <x, mu_h> - b_h)``, ``(n, K)`` (``b_h = lambda ||mu_h||^2
+    / 2`` for Euclidean heads, ``0`` on the sphere; ``log p_h = 0`` when ``None``). The
+    shifted logits are floored at ``_FLOOR``: weights below ``e^-700`` are noise either
+    way, and the subnormal numbers that ``exp`` returns below ``e^-708`` cost a hundred
+    times a normal one on x86. In NumPy: at the path's sizes (``n`` up to 5,000, ``K``
+    about 10) torch's cost per call dominates the arithmetic."""
+    A = lam * (X @ heads.T)
+    if not unit:
+        A -= (0.5 * lam) * np.einsum("kd,kd->k", heads, heads)
+    if log_weights is not None:
+        A += log_weights
+    A -= A.max(1, keepdims=True)
+    np.exp(np.maximum(A, _FLOOR, out=A), out=A)
+    A /= A.sum(1, keepdims=True)
+    return A
 
 
-def _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size
-                 ) -> list[_Group]:
-    """Each group's split ratio: its attention-weighted covariance ``C_g`` (mean ``m_g``)
-    makes the annealing map expand along the top eigenvector when ``lambda lambda_max(C_g)
-    > 1`` (Euclidean; ``> ||m_g||`` on the sphere); the risk's map always expands. A
-    group of fewer than ``min_size`` rows does not split (ratio 0)."""
-    A = _attention(Xc, heads, weights, lam, geometry).numpy()     # (n, K)
-    X, unit = Xc.numpy(), _unit(geometry)
-    owner = labels[A.argmax(1)]                                   # (n,) group of each row
-    out = []
-    for g in np.unique(labels):
-        members = np.flatnonzero(labels == g)
-        size = int((owner == g).sum())
-        w = A[:, members].sum(1)                                  # (n,)
-        total = float(w.sum())
-        if not total > 0 or size < min_size:
-            out.append(_Group(members, 0.0, heads.new_zeros(heads.shape[1]), size))
-            continue
-        mean = w @ X / total
-        cov = ((X - mean).T * w) @ (X - mean) / total            # (d, d)
-        if unit:                                                  # tangent at the head
-            proj = np.eye(len(mean)) - np.outer(heads[members[0]], heads[members[0]])
-            cov = proj @ cov @ proj
-        vals, vecs = np.linalg.eigh(cov)
-        direction = vecs[:, -1] * np.sign(vecs[np.abs(vecs[:, -1]).argmax(), -1])
-        norm = float(np.linalg.norm(mean)) if unit else 1.0
-        ratio = math.inf if objective == "risk" else lam * float(vals[-1]) / max(norm, 1e-300)
-        out.append(_Group(members, ratio, torch.from_numpy(direction), size))
-    return out
+def _project(heads: np.ndarray, geometry: str) -> np.ndarray:
+    return as_geometry(geometry).projx(torch.from_numpy(heads)).numpy()
 
 
-def _kick(Xc, heads, weights, labels, lam, geometry, objective, step, min_size):
-    """Give each group about to split (ratio > 1) two heads or more and move them by
-    ``+-step`` along its principal direction. Spare heads come from groups that hold more
-    than one, then from groups of fewer than ``min_size`` rows (whose rows other heads
-    take over): a few outlying rows do not keep the heads that later splits need."""
-    groups = _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size)
-    splitting = sorted((j for j, g in enumerate(groups) if g.ratio > 1),
-                       key=lambda j: -groups[j].ratio)
-    spare = heads.shape[0] - len(groups)
+def _first_heads(labels: np.ndarray) -> np.ndarray:
+    """The first head of each group ``0..G-1``."""
+    return np.unique(labels, return_index=True)[1]
+
+
+def _group_stats(X, heads, weights, labels, lam, geometry, objective, min_size):
+    """Each group's split ratio ``(G,)``, principal direction ``(G, d)`` and size ``(G,)``:
+    its attention-weighted covariance ``C_g`` (mean ``m_g``) makes the annealing map expand
+    along the top eigenvector when ``lambda lambda_max(C_g) > 1`` (Euclidean; ``>
+    ||m_g||`` on the sphere); the risk's map always expands. A group of fewer than
+    ``min_size`` rows does not split (ratio 0)."""
+    unit = _unit(geometry)
+    A = _attention(X, heads, None if weights is None else np.log(weights), lam, unit)
+    n_groups = int(labels.max()) + 1
+    W = A @ np.eye(n_groups)[labels]                              # (n, G) group attention
+    sizes = np.bincount(labels[A.argmax(1)], minlength=n_groups)  # rows attending most
+    total = W.sum(0)
+    ratios, directions = np.zeros(n_groups), np.zeros((n_groups, X.shape[1]))
+    grow = np.flatnonzero((total > 0) & (sizes >= min_size))
+    if grow.size == 0:
+        return ratios, directions, sizes
+    means = (W[:, grow].T @ X) / total[grow, None]
+    cov = np.stack([((X - m).T * W[:, g]) @ (X - m) / total[g]
+                    for g, m in zip(grow, means, strict=True)])  # (g, d, d)
+    norms = 1.0
+    if unit:                                                      # tangent at the head
+        h = heads[_first_heads(labels)[grow]]
+        proj = np.eye(X.shape[1]) - h[:, :, None] * h[:, None, :]
+        cov, norms = proj @ cov @ proj, np.linalg.norm(means, axis=1)
+    vals, vecs = np.linalg.eigh(cov)
+    top = vecs[:, :, -1]
+    top *= np.sign(top[np.arange(len(grow)), np.abs(top).argmax(1)])[:, None]
+    ratios[grow] = (math.inf if objective == "risk"
+                    else lam * vals[:, -1] / np.maximum(norms, 1e-300))
+    directions[grow] = top
+    return ratios, directions, sizes
+
+
+def _heads_per_group(ratios, sizes, n_heads, min_size):
+    """The groups kept and the heads each gets: two or more for each group about to split
+    (ratio > 1), round robin in order of decreasing ratio, the leftovers to the largest
+    group. Spare heads come from groups that hold more than one, then from groups of fewer
+    than ``min_size`` rows (whose rows other heads take over)."""
+    keep = np.arange(len(ratios))
+    splitting = np.flatnonzero(ratios > 1)
+    spare = n_heads - len(keep)
     if spare < len(splitting):                   # free the heads of the smallest groups
-        small = sorted((j for j, g in enumerate(groups) if g.size < min_size),
-                       key=lambda j: groups[j].size)[:len(splitting) - spare]
-        groups = [g for j, g in enumerate(groups) if j not in small]
-        splitting = sorted((j for j, g in enumerate(groups) if g.ratio > 1),
-                           key=lambda j: -groups[j].ratio)
-        spare = heads.shape[0] - len(groups)
-    need = [1] * len(groups)
-    for j in splitting * heads.shape[0]:        # round robin over the splitting groups
-        if spare == 0:
-            break
-        need[j], spare = need[j] + 1, spare - 1
-    need[max(range(len(groups)), key=lambda j: groups[j].size)] += spare   # leftovers
-    centres = torch.stack([heads[g.members[0]] for g in groups])          # (k, d)
-    new_heads, new_weights, new_labels, h = heads.clone(), None, labels.copy(), 0
+        small = np.flatnonzero(sizes < min_size)
+        small = small[np.argsort(sizes[small], kind="stable")][:len(splitting) - spare]
+        keep = np.setdiff1d(keep, small)
+        spare = n_heads - len(keep)
+    ratios, sizes = ratios[keep], sizes[keep]
+    order = np.argsort(-ratios, kind="stable")
+    splitting = order[ratios[order] > 1]
+    need = np.ones(len(keep), dtype=int)
+    if len(splitting):                           # round robin over the splitting groups
+        rounds, extra = divmod(spare, len(splitting))
+        need[splitting] += rounds
+        need[splitting[:extra]] += 1
+        spare = 0
+    need[np.argmax(sizes)] += spare              # leftovers
+    return keep, need
+
+
+def _kick(X, heads, weights, labels, lam, geometry, objective, step, min_size):
+    """Give each group about to split two heads or more (:func:`_heads_per_group`) and
+    move them by ``+-step`` along its principal direction; every head of a group that does
+    not split sits at the group's head."""
+    ratios, directions, sizes = _group_stats(X, heads, weights, labels, lam, geometry,
+                                             objective, min_size)
+    keep, need = _heads_per_group(ratios, sizes, heads.shape[0], min_size)
+    group = np.repeat(np.arange(len(keep)), need)                # new label of each head
+    rank = np.arange(len(group)) - np.repeat(np.cumsum(need) - need, need)
+    splits = (ratios[keep] > 1) & (need >= 2)
+    sign = np.where(splits[group], np.where(rank % 2 == 0, 1.0, -1.0), 0.0)
+    centres = heads[_first_heads(labels)[keep]]
+    new_heads = centres[group] + (sign * step)[:, None] * directions[keep][group]
+    new_weights = None
     if weights is not None:
-        mass = torch.stack([weights[torch.as_tensor(g.members)].sum() for g in groups])
-        new_weights = weights.clone()
-    for j, g in enumerate(groups):
-        for m in range(need[j]):
-            sign = 0.0 if g.ratio <= 1 or need[j] < 2 else (1.0 if m % 2 == 0 else -1.0)
-            new_heads[h] = centres[j] + sign * step * g.direction
-            new_labels[h] = j
-            if new_weights is not None:
-                new_weights[h] = mass[j] / need[j]
-            h += 1
-    return as_geometry(geometry).projx(new_heads), new_weights, new_labels
+        mass = np.bincount(labels, weights=weights, minlength=len(ratios))[keep]
+        new_weights = (mass / need)[group]
+    return _project(new_heads, geometry), new_weights, group
 
 
-def _attention(Xc, heads, weights, lam, geometry) -> torch.Tensor:
-    """``softmax_h(log p_h + logits)``, ``(n, K)``. The shifted logits are floored at
-    ``_FLOOR``: weights below ``e^-700`` are noise either way, and the subnormal numbers
-    that ``exp`` returns below ``e^-708`` cost a hundred times a normal one on x86."""
-    logits = head_logits(Xc, heads, lam, geometry)
-    if weights is not None:
-        logits = logits + torch.log(weights)
-    e = (logits - logits.amax(1, keepdim=True)).clamp_min_(_FLOOR).exp_()
-    return e / e.sum(1, keepdim=True)
-
-
-def _annealing_fixed_point(Xc, heads, weights, lam, geometry, max_iter, tol):
+def _annealing_fixed_point(X, heads, weights, lam, geometry, max_iter, tol):
     """Iterate ``mu_h = sum_i a_ih x_i / sum_i a_ih`` and ``p_h = mean_i a_ih``.
 
-    In NumPy: the ``(n, K)`` operations are small, and torch's cost per call dominates
-    them (about half the path's time on ``benchmarks/bench_auto_k.py``'s mixtures)."""
-    geo = as_geometry(geometry)
-    X, H = Xc.numpy(), heads.numpy()
-    logw, bias = np.log(weights.numpy()), 0.0
-    tiny = np.finfo(X.dtype).tiny
+    Coincident heads (equal rows: the kick leaves each group at one or two points) stay
+    together and keep their shares of the weight under this map, so it runs on the
+    distinct points with their summed weights."""
+    unit = _unit(geometry)
+    points, where = np.unique(heads, axis=0, return_inverse=True)
+    where = where.reshape(-1)
+    total = np.bincount(where, weights=weights)
+    share = weights / np.maximum(total, 1e-300)[where]
+    logw, tiny = np.log(np.maximum(total, 1e-300)), np.finfo(X.dtype).tiny
     for _ in range(max_iter):
-        if not geo.unit_heads:
-            bias = (0.5 * lam) * np.einsum("kd,kd->k", H, H)
-        A = lam * (X @ H.T) + (logw - bias)                       # (n, K) logits
-        A -= A.max(1, keepdims=True)
-        np.exp(np.maximum(A, _FLOOR, out=A), out=A)
-        A /= A.sum(1, keepdims=True)
-        mass = A.sum(0)                                           # (K,)
+        A = _attention(X, points, logw, lam, unit)
+        mass = A.sum(0)                                           # (k,)
         new = (A.T @ X) / np.maximum(mass, tiny)[:, None]
-        if geo.unit_heads:                                        # normalized on the sphere
-            new = geo.projx(torch.from_numpy(new)).numpy()
-        new = np.where((mass > 0)[:, None], new, H)
+        if unit:                                                  # normalized on the sphere
+            new = _project(new, geometry)
+        new = np.where((mass > 0)[:, None], new, points)
         logw = np.log(np.maximum(mass / X.shape[0], 1e-300))
-        shift = float(np.sqrt(((new - H) ** 2).sum(1)).max())
-        H = new
+        shift = float(np.sqrt(((new - points) ** 2).sum(1)).max())
+        points = new
         if shift <= tol:
             break
-    return torch.from_numpy(np.ascontiguousarray(H)), torch.from_numpy(np.exp(logw))
+    return points[where], np.exp(logw)[where] * share
 
 
 def _snap(heads, weights, labels):
     """Heads of a group set to their (weighted) mean: a group that did not split is one."""
-    heads = heads.clone()
-    for g in np.unique(labels):
-        members = torch.as_tensor(np.flatnonzero(labels == g))
-        w = torch.ones(len(members), dtype=heads.dtype) if weights is None else weights[members]
-        heads[members] = (w[:, None] * heads[members]).sum(0) / w.sum()
-    return heads
+    w = np.ones(len(heads)) if weights is None else weights
+    onehot = np.eye(int(labels.max()) + 1)[labels]                # (K, G)
+    return ((onehot.T @ (w[:, None] * heads)) / (onehot.T @ w)[:, None])[labels]
 
 
-def _sizes(Xc, heads, labels, lam, geometry):
-    """One head per group ``(k, d)``, the group of each head's label, and the rows each
-    group attends most ``(k,)``."""
-    groups = np.unique(labels)
-    reps = heads[torch.as_tensor([np.flatnonzero(labels == g)[0] for g in groups])]
-    owner = head_logits(Xc, reps, lam, geometry).argmax(1)
-    return reps, groups, np.bincount(owner.numpy(), minlength=len(groups))
-
-
-def _layer_risk(Xc, reps, lam, geometry) -> float:
-    """``mean_i ||x_i - T(x_i)||^2`` of the layer with heads ``reps``."""
-    A = _attention(Xc, reps, None, lam, geometry)
-    return float(((Xc - A @ reps) ** 2).sum(1).mean())
+def _summary(X, heads, labels, lam, geometry):
+    """One head per group ``(G, d)``, the rows each attends most ``(G,)``, and the risk
+    ``mean_i ||x_i - T(x_i)||^2`` of the layer with these heads."""
+    reps = heads[_first_heads(labels)]
+    A = _attention(X, reps, None, lam, _unit(geometry))
+    sizes = np.bincount(A.argmax(1), minlength=len(reps))
+    return reps, sizes, float(((X - A @ reps) ** 2).sum(1).mean())
 
 
 def _plateaus(lams, counts, reps) -> tuple[Plateau, ...]:
@@ -433,34 +440,33 @@ def _follow(Xc, start, offset, grid, K, geometry, objective, scale, min_size, me
             max_iter, tol, callback) -> dict:
     """The loop over the grid: kick, fixed point, groups, counts; one row per ``lambda``.
     ``start``: the cold start; ``offset``: added to the heads to give data units."""
-    heads = start.expand(K, -1).clone()
-    weights = None if objective == "risk" else torch.full((K,), 1.0 / K, dtype=Xc.dtype)
+    X = Xc.numpy()
+    heads = np.repeat(start.numpy()[None], K, 0)
+    weights = None if objective == "risk" else np.full(K, 1.0 / K)
     labels = np.zeros(K, dtype=int)
     rows = {name: [] for name in ("lam", "count", "distinct", "risk", "heads", "reps")}
     for i, lam in enumerate(grid):
         lam = float(lam)
-        heads, weights, labels = _kick(Xc, heads, weights, labels, lam, geometry, objective,
+        heads, weights, labels = _kick(X, heads, weights, labels, lam, geometry, objective,
                                        _KICK * scale, min_size)
         if objective == "risk":
-            heads = fixed_point_fit(Xc, heads, inverse_temperature=lam, n_steps=max_iter,
-                                    tol=tol * scale,
-                                    geometry=geometry).heads
+            heads = fixed_point_fit(Xc, torch.from_numpy(heads), inverse_temperature=lam,
+                                    n_steps=max_iter, tol=tol * scale,
+                                    geometry=geometry).heads.numpy()
         else:
-            heads, weights = _annealing_fixed_point(Xc, heads, weights, lam, geometry,
+            heads, weights = _annealing_fixed_point(X, heads, weights, lam, geometry,
                                                     max_iter, tol * scale)
         labels = _groups(heads, merge_tol * scale)
         heads = _snap(heads, weights, labels)
-        reps, groups, sizes = _sizes(Xc, heads, labels, lam, geometry)
-        risk = _layer_risk(Xc, reps, lam, geometry)
-        keep = torch.as_tensor(sizes >= min_size)
-        reps, sizes = reps[keep], sizes[keep.numpy()]
-        for name, value in zip(rows, (lam, len(sizes), len(groups), risk,
-                                      (heads + offset).numpy(),
-                                      ((reps + offset).numpy(), sizes)), strict=True):
+        reps, sizes, risk = _summary(X, heads, labels, lam, geometry)
+        keep = sizes >= min_size
+        reps, sizes = reps[keep], sizes[keep]
+        for name, value in zip(rows, (lam, len(sizes), len(keep), risk, heads + offset,
+                                      (reps + offset, sizes)), strict=True):
             rows[name].append(value)
         if callback is not None:
             callback(i, lam, len(sizes))
-        if len(groups) == K:
+        if len(keep) == K:
             break
     return rows
 
@@ -556,7 +562,7 @@ def temperature_path(
     if grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
         raise ValueError("inverse_temperatures must be positive and finite")
     with torch_threads(1):   # short (n, K) operations: one thread (see _threads)
-        rows = _follow(Xc, start, 0.0 if _unit(geometry) else Xt.mean(0), grid, K,
+        rows = _follow(Xc, start, 0.0 if _unit(geometry) else Xt.mean(0).numpy(), grid, K,
                        geometry, objective, scale, min_size, merge_tol, max_iter, tol, callback)
     lams, counts = np.array(rows["lam"]), np.array(rows["count"])
     grew = np.flatnonzero(np.diff(counts) > 0) + 1
