@@ -72,13 +72,14 @@ __all__ = ["FAST_SETTINGS", "ClusterChoice", "Plateau", "TemperaturePath", "anne
 
 OBJECTIVES = ("free_energy", "risk")
 MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen over K = 1
-_KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
+_KICK = float(__import__("os").environ.get("KICK", 1e-3))              # symmetry-breaking perturbation, relative to the data's scale
+_PROBE = int(__import__("os").environ.get("PROBE", 5))
 _FLOOR = -700.0           # lowest shifted logit (see _attention)
 # a coarser grid and looser fixed points, for reading K off the path (the estimator's
 # n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90 mixtures (90/90),
 # several times faster (docs/guide/temperature-path.md); init="anneal" keeps 100
 # iterations at tol 1e-4
-FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 40, "tol": 1e-3}
+FAST_SETTINGS = {"grid_ratio": 1.12, "n_decades": 3.0, "max_iter": 15, "tol": 1e-3, "stride": 4}
 
 
 @dataclass(frozen=True)
@@ -115,7 +116,8 @@ class TemperaturePath:
     Attributes
     ----------
     inverse_temperatures : ndarray (G,)
-        The grid of ``lambda`` actually followed (it stops once all heads are apart).
+        The grid of ``lambda`` actually followed (it stops once all heads are apart; with
+        a ``stride``, the values stepped over are left out).
     n_clusters : ndarray (G,)
         Clusters counted (distinct heads attended most by ``min_cluster_size`` rows or more).
     n_distinct : ndarray (G,)
@@ -404,7 +406,7 @@ def _annealing_fixed_point(X, heads, weights, lam, geometry, max_iter, tol):
         points = new
         if shift <= tol:
             break
-    return points[where], np.exp(logw)[where] * share
+    return points[where], np.exp(logw)[where] * share, shift <= tol
 
 
 def _snap(heads, weights, labels):
@@ -436,37 +438,67 @@ def _plateaus(lams, counts, reps) -> tuple[Plateau, ...]:
     return tuple(out)
 
 
-def _follow(Xc, start, offset, grid, K, geometry, objective, scale, min_size, merge_tol,
-            max_iter, tol, callback) -> dict:
-    """The loop over the grid: kick, fixed point, groups, counts; one row per ``lambda``.
-    ``start``: the cold start; ``offset``: added to the heads to give data units."""
-    X = Xc.numpy()
-    heads = np.repeat(start.numpy()[None], K, 0)
-    weights = None if objective == "risk" else np.full(K, 1.0 / K)
-    labels = np.zeros(K, dtype=int)
-    rows = {name: [] for name in ("lam", "count", "distinct", "risk", "heads", "reps")}
-    for i, lam in enumerate(grid):
-        lam = float(lam)
-        heads, weights, labels = _kick(X, heads, weights, labels, lam, geometry, objective,
-                                       _KICK * scale, min_size)
-        if objective == "risk":
-            heads = fixed_point_fit(Xc, torch.from_numpy(heads), inverse_temperature=lam,
-                                    n_steps=max_iter, tol=tol * scale,
-                                    geometry=geometry).heads.numpy()
-        else:
-            heads, weights = _annealing_fixed_point(X, heads, weights, lam, geometry,
-                                                    max_iter, tol * scale)
-        labels = _groups(heads, merge_tol * scale)
-        heads = _snap(heads, weights, labels)
-        reps, sizes, risk = _summary(X, heads, labels, lam, geometry)
-        keep = sizes >= min_size
-        reps, sizes = reps[keep], sizes[keep]
-        for name, value in zip(rows, (lam, len(sizes), len(keep), risk, heads + offset,
-                                      (reps + offset, sizes)), strict=True):
-            rows[name].append(value)
-        if callback is not None:
-            callback(i, lam, len(sizes))
-        if len(keep) == K:
+class _Walk(NamedTuple):
+    """What every step of a path needs: the rows (NumPy and torch views of the same
+    memory) and the path's settings, tolerances in the data's units."""
+
+    X: np.ndarray
+    Xc: torch.Tensor
+    geometry: str
+    objective: str
+    kick: float
+    min_size: int
+    merge_tol: float
+    max_iter: int
+    tol: float
+
+
+def _step(walk: _Walk, state, lam: float, max_iter: int):
+    """One grid value from ``state = (heads, weights, labels)``: kick, fixed point (at most
+    ``max_iter`` iterations), groups, snap. Returns the new state, its row ``(lambda,
+    clusters counted, distinct heads, risk, heads, (counted heads, their sizes))`` and
+    whether the fixed point converged."""
+    heads, weights, labels = _kick(walk.X, *state, lam, walk.geometry, walk.objective,
+                                   walk.kick, walk.min_size)
+    if walk.objective == "risk":
+        fit = fixed_point_fit(walk.Xc, torch.from_numpy(heads), inverse_temperature=lam,
+                              n_steps=max_iter, tol=walk.tol, geometry=walk.geometry)
+        heads, converged = fit.heads.numpy(), fit.converged
+    else:
+        heads, weights, converged = _annealing_fixed_point(
+            walk.X, heads, weights, lam, walk.geometry, max_iter, walk.tol)
+    labels = _groups(heads, walk.merge_tol)
+    heads = _snap(heads, weights, labels)
+    reps, sizes, risk = _summary(walk.X, heads, labels, lam, walk.geometry)
+    keep = sizes >= walk.min_size
+    return (heads, weights, labels), (lam, int(keep.sum()), len(keep), risk, heads,
+                                      (reps[keep], sizes[keep])), converged
+
+
+def _follow(walk: _Walk, start, grid, K, stride, callback) -> list[tuple]:
+    """The loop over the grid, one row per ``lambda`` followed (:func:`_step`), until all
+    ``K`` heads are apart. While the count of clusters and of distinct heads stays the
+    same, the path steps ``stride`` grid values at a time; a stride across which either
+    changes is taken again one value at a time from its start, so the changes are found at
+    the grid values where a path of single steps finds them. A ``callback`` that returns
+    ``True`` stops the path."""
+    state = (np.repeat(start[None], K, 0),
+             None if walk.objective == "risk" else np.full(K, 1.0 / K),
+             np.zeros(K, dtype=int))
+    rows, i, jump, retake = [], -1, 1, -1
+    while i + 1 < len(grid):
+        j = min(i + jump, len(grid) - 1)
+        long = j > i + 1
+        new, row, converged = _step(walk, state, float(grid[j]),
+                                    min(walk.max_iter, _PROBE) if long else walk.max_iter)
+        changed = not rows or row[1:3] != rows[-1][1:3]
+        if long and (changed or not converged):
+            jump, retake = 1, j                   # one value at a time up to j
+            continue
+        state, i = new, j
+        jump = stride if i >= retake and not changed and converged else 1
+        rows.append(row)
+        if (callback is not None and callback(j, row[0], row[1])) or row[2] == K:
             break
     return rows
 
@@ -504,7 +536,8 @@ def temperature_path(
     merge_tol: float = 1e-2,
     max_iter: int = 300,
     tol: float = 1e-7,
-    callback: Callable[[int, float, int], None] | None = None,
+    stride: int = 1,
+    callback: Callable[[int, float, int], bool | None] | None = None,
 ) -> TemperaturePath:
     """Follow the heads from one cluster to ``max_clusters`` as ``lambda`` grows.
 
@@ -528,8 +561,15 @@ def temperature_path(
     max_iter, tol :
         Fixed-point iterations per ``lambda`` and the head shift (relative to the
         spread) at which they stop.
+    stride : int, default=1
+        Grid values stepped at once while the count of clusters and of distinct heads
+        stays the same. A stride across which either changes is taken again one value at
+        a time from its start, so every change is found at the grid value where the path
+        of single steps finds it; the values skipped are not in the result (a count that
+        changes and changes back within one stride goes unseen). ``1``: every value.
     callback : callable, optional
-        ``callback(index, lambda, n_clusters)`` after each grid value (progress bars).
+        ``callback(index, lambda, n_clusters)`` after each grid value followed (progress
+        bars; ``index`` in the grid); the path stops there when it returns ``True``.
 
     Returns
     -------
@@ -549,6 +589,7 @@ def temperature_path(
     check_finite(Xt, "X")
     geometry, objective = as_geometry(geometry).name, _check_objective(objective)
     K = check_int(max_clusters, "max_clusters", 1)
+    stride = check_int(stride, "stride", 1)
     n = Xt.shape[0]
     min_size = max(5, n // 100) if min_cluster_size is None else check_int(
         min_cluster_size, "min_cluster_size", 1)
@@ -561,18 +602,22 @@ def temperature_path(
             path_grid(Xt, geometry=geometry, grid_ratio=grid_ratio, n_decades=n_decades))
     if grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
         raise ValueError("inverse_temperatures must be positive and finite")
+    walk = _Walk(Xc.numpy(), Xc, geometry, objective, _KICK * scale, min_size,
+                 merge_tol * scale, max_iter, tol * scale)
     with torch_threads(1):   # short (n, K) operations: one thread (see _threads)
-        rows = _follow(Xc, start, 0.0 if _unit(geometry) else Xt.mean(0).numpy(), grid, K,
-                       geometry, objective, scale, min_size, merge_tol, max_iter, tol, callback)
-    lams, counts = np.array(rows["lam"]), np.array(rows["count"])
+        rows = _follow(walk, start.numpy(), grid, K, stride, callback)
+    lam_, count_, distinct_, risk_, heads_, reps_ = zip(*rows, strict=True)
+    offset = 0.0 if _unit(geometry) else Xt.mean(0).numpy()
+    lams, counts = np.array(lam_), np.array(count_)
     grew = np.flatnonzero(np.diff(counts) > 0) + 1
     return TemperaturePath(
-        lams, counts, np.array(rows["distinct"]), np.array(rows["risk"]),
-        np.stack(rows["heads"]), lams[grew],
+        lams, counts, np.array(distinct_), np.array(risk_), np.stack(heads_) + offset,
+        lams[grew],
         predicted_first_split(Xt, geometry=geometry, objective=objective),
-        _plateaus(lams, counts, rows["reps"]), geometry, objective, min_size,
+        _plateaus(lams, counts, [(r + offset, z) for r, z in reps_]), geometry, objective,
+        min_size,
         {"max_clusters": K, "grid_ratio": grid_ratio, "n_decades": n_decades,
-         "merge_tol": merge_tol, "max_iter": max_iter, "tol": tol})
+         "merge_tol": merge_tol, "max_iter": max_iter, "tol": tol, "stride": stride})
 
 
 def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
@@ -596,15 +641,45 @@ def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
     [-1.0, 1.0]
     """
     path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
-                            min_cluster_size=1, **{**FAST_SETTINGS, "max_iter": 100, "tol": 1e-4})
+                            min_cluster_size=1, grid_ratio=FAST_SETTINGS["grid_ratio"],
+                            max_iter=100, tol=1e-4)
     return path.heads[-1]
+
+
+class _Settled:
+    """A :func:`temperature_path` callback that stops the path once
+    :meth:`TemperaturePath.choose_n_clusters` can no longer change: the widest plateau so
+    far (of ``K >= 2``, after the cold start's) is at least ``min_width`` wide, and wider
+    than any later plateau can be (the rest of the grid) and than the current plateau can
+    grow (to the end of the grid), unless that is the widest one itself."""
+
+    def __init__(self, grid, min_width: float):
+        self.end, self.min_width = math.log(float(grid[-1])), min_width
+        self.best = (-math.inf, 0)             # (width, -K) of the widest closed plateau
+        self.count, self.start, self.plateaus = None, 0.0, 0
+
+    def __call__(self, index: int, lam: float, n_clusters: int) -> bool:
+        now = math.log(lam)
+        if n_clusters != self.count:
+            if self.plateaus > 1 and self.count >= 2:
+                self.best = max(self.best, (now - self.start, -self.count))
+            self.count, self.start, self.plateaus = n_clusters, now, self.plateaus + 1
+        current = (now - self.start, -self.count)
+        counts = self.plateaus > 1 and self.count >= 2
+        best = max(self.best, current) if counts else self.best
+        if best[0] < self.min_width:
+            return False
+        could = self.end - now if counts and best == current else self.end - self.start
+        return could < best[0]
 
 
 def choose_from_path(rows: np.ndarray, max_clusters: int, *, geometry: str, random_state=None,
                      max_rows: int = 5_000) -> tuple[ClusterChoice, TemperaturePath]:
     """``n_clusters="auto"``: the :meth:`TemperaturePath.choose_n_clusters` of the path of
     preprocessed ``rows`` (a sample of ``max_rows`` drawn with ``random_state`` when there
-    are more; at most ``max_clusters`` heads, :data:`FAST_SETTINGS`), and the path.
+    are more; at most ``max_clusters`` heads, :data:`FAST_SETTINGS`), and the path. The
+    path stops once the choice is settled (no later plateau could be wider than the
+    widest so far), so the chosen plateau may be the open last one.
 
     Examples
     --------
@@ -617,6 +692,10 @@ def choose_from_path(rows: np.ndarray, max_clusters: int, *, geometry: str, rand
     if rows.shape[0] > max_rows:
         gen = as_generator(random_state)
         rows = rows[np.sort(gen.choice(rows.shape[0], max_rows, replace=False))]
-    path = temperature_path(np.asarray(rows, dtype=np.float64), min(max_clusters, rows.shape[0]),
-                            geometry=geometry, **FAST_SETTINGS)
+    rows = np.asarray(rows, dtype=np.float64)
+    grid = path_grid(rows, geometry=geometry, grid_ratio=FAST_SETTINGS["grid_ratio"],
+                     n_decades=FAST_SETTINGS["n_decades"])
+    path = temperature_path(rows, min(max_clusters, rows.shape[0]), geometry=geometry,
+                            inverse_temperatures=grid, callback=_Settled(grid, MIN_PLATEAU_WIDTH),
+                            **FAST_SETTINGS)
     return path.choose_n_clusters(), path
