@@ -59,7 +59,6 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from scipy.sparse.csgraph import connected_components
 
 from ._threads import torch_threads
 from ._validation import as_generator, as_tensor, check_finite, check_int
@@ -72,14 +71,14 @@ __all__ = ["FAST_SETTINGS", "ClusterChoice", "Plateau", "TemperaturePath", "anne
 
 OBJECTIVES = ("free_energy", "risk")
 MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen over K = 1
-_KICK = float(__import__("os").environ.get("KICK", 1e-3))              # symmetry-breaking perturbation, relative to the data's scale
-_PROBE = int(__import__("os").environ.get("PROBE", 5))
+_KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
+_PROBE = 5                # fixed-point iterations a stride may take (see _follow)
 _FLOOR = -700.0           # lowest shifted logit (see _attention)
 # a coarser grid and looser fixed points, for reading K off the path (the estimator's
 # n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90 mixtures (90/90),
 # several times faster (docs/guide/temperature-path.md); init="anneal" keeps 100
 # iterations at tol 1e-4
-FAST_SETTINGS = {"grid_ratio": 1.12, "n_decades": 3.0, "max_iter": 15, "tol": 1e-3, "stride": 4}
+FAST_SETTINGS = {"grid_ratio": 1.12, "n_decades": 3.0, "max_iter": 20, "tol": 1e-3, "stride": 4}
 
 
 @dataclass(frozen=True)
@@ -271,26 +270,36 @@ def _check_objective(objective) -> str:
 
 
 def _groups(heads: np.ndarray, tol: float) -> np.ndarray:
-    """Labels of coincident heads: single linkage at distance ``tol`` (in head order)."""
-    close = ((heads[:, None] - heads[None]) ** 2).sum(-1) <= tol * tol
-    return connected_components(close, directed=False)[1]   # labelled from head 0 on
+    """Labels of coincident heads: single linkage at distance ``tol``, numbered by each
+    group's first head (scipy's ``connected_components`` numbering). The transitive closure
+    of the ``(K, K)`` adjacency by repeated squaring: a few microseconds for ten heads,
+    where scipy's call costs about a hundred (its graph validation), once per ``lambda``."""
+    reach = (((heads[:, None] - heads[None]) ** 2).sum(-1) <= tol * tol).astype(float)
+    for _ in range(max(1, (len(heads) - 1).bit_length())):  # paths of 2, 4, ... edges
+        reach = (reach @ reach > 0).astype(float)
+    return np.unique(reach.argmax(1), return_inverse=True)[1].reshape(-1)
 
 
 def _attention(X, heads, log_weights, lam, unit) -> np.ndarray:
-    """``softmax_h(log p_h + lambda <x, mu_h> - b_h)``, ``(n, K)`` (``b_h = lambda ||mu_h||^2
-    / 2`` for Euclidean heads, ``0`` on the sphere; ``log p_h = 0`` when ``None``). The
-    shifted logits are floored at ``_FLOOR``: weights below ``e^-700`` are noise either
-    way, and the subnormal numbers that ``exp`` returns below ``e^-708`` cost a hundred
-    times a normal one on x86. In NumPy: at the path's sizes (``n`` up to 5,000, ``K``
-    about 10) torch's cost per call dominates the arithmetic."""
-    A = lam * (X @ heads.T)
+    """``softmax_h(log p_h + lambda <x, mu_h> - b_h)`` of the rows ``X``, heads first:
+    ``(K, n)`` (``b_h = lambda ||mu_h||^2 / 2`` for Euclidean heads, ``0`` on the sphere;
+    ``log p_h = 0`` when ``None``).
+
+    The shifted logits are floored at ``_FLOOR``: weights below ``e^-700`` are noise
+    either way, and the subnormal numbers that ``exp`` returns below ``e^-708`` cost a
+    hundred times a normal one on x86. In NumPy, heads first: at the path's sizes (``n``
+    up to 5,000, ``K`` about 10) torch's cost per call dominates the arithmetic, and
+    NumPy's max and sum over a short last axis cost several times those over the first
+    (measured: 60 against 295 microseconds a fixed-point step, ``n = 2,000``, ``K = 8``,
+    ``d = 2``)."""
+    A = (lam * heads) @ X.T
+    offset = np.zeros(len(heads)) if log_weights is None else log_weights.copy()
     if not unit:
-        A -= (0.5 * lam) * np.einsum("kd,kd->k", heads, heads)
-    if log_weights is not None:
-        A += log_weights
-    A -= A.max(1, keepdims=True)
+        offset -= (0.5 * lam) * np.einsum("kd,kd->k", heads, heads)
+    A += offset[:, None]
+    A -= A.max(0)
     np.exp(np.maximum(A, _FLOOR, out=A), out=A)
-    A /= A.sum(1, keepdims=True)
+    A /= A.sum(0)
     return A
 
 
@@ -303,6 +312,15 @@ def _first_heads(labels: np.ndarray) -> np.ndarray:
     return np.unique(labels, return_index=True)[1]
 
 
+def _weighted_cov(X, w, mean) -> np.ndarray:
+    """``sum_i w_i (x_i - m)(x_i - m)^T`` over the rows of weight above ``1e-12`` (the
+    others change it by less than ``1e-12`` relative; with groups apart, each row counts
+    for one group or a few, and the groups' covariances cost about one pass over ``X``)."""
+    rows = np.flatnonzero(w > 1e-12)
+    Xc = X[rows] - mean
+    return (Xc.T * w[rows]) @ Xc
+
+
 def _group_stats(X, heads, weights, labels, lam, geometry, objective, min_size):
     """Each group's split ratio ``(G,)``, principal direction ``(G, d)`` and size ``(G,)``:
     its attention-weighted covariance ``C_g`` (mean ``m_g``) makes the annealing map expand
@@ -312,16 +330,16 @@ def _group_stats(X, heads, weights, labels, lam, geometry, objective, min_size):
     unit = _unit(geometry)
     A = _attention(X, heads, None if weights is None else np.log(weights), lam, unit)
     n_groups = int(labels.max()) + 1
-    W = A @ np.eye(n_groups)[labels]                              # (n, G) group attention
-    sizes = np.bincount(labels[A.argmax(1)], minlength=n_groups)  # rows attending most
-    total = W.sum(0)
+    W = np.eye(n_groups)[labels].T @ A                            # (G, n) group attention
+    sizes = np.bincount(labels[A.argmax(0)], minlength=n_groups)  # rows attending most
+    total = W.sum(1)
     ratios, directions = np.zeros(n_groups), np.zeros((n_groups, X.shape[1]))
     grow = np.flatnonzero((total > 0) & (sizes >= min_size))
     if grow.size == 0:
         return ratios, directions, sizes
-    means = (W[:, grow].T @ X) / total[grow, None]
-    cov = np.stack([((X - m).T * W[:, g]) @ (X - m) / total[g]
-                    for g, m in zip(grow, means, strict=True)])  # (g, d, d)
+    means = (W[grow] @ X) / total[grow, None]
+    cov = np.stack([_weighted_cov(X, W[g], m) / total[g] for g, m in zip(grow, means,
+                                                                        strict=True)])
     norms = 1.0
     if unit:                                                      # tangent at the head
         h = heads[_first_heads(labels)[grow]]
@@ -365,7 +383,8 @@ def _heads_per_group(ratios, sizes, n_heads, min_size):
 def _kick(X, heads, weights, labels, lam, geometry, objective, step, min_size):
     """Give each group about to split two heads or more (:func:`_heads_per_group`) and
     move them by ``+-step`` along its principal direction; every head of a group that does
-    not split sits at the group's head."""
+    not split sits at the group's head. Returns the heads, weights and groups, and whether
+    any group was kicked."""
     ratios, directions, sizes = _group_stats(X, heads, weights, labels, lam, geometry,
                                              objective, min_size)
     keep, need = _heads_per_group(ratios, sizes, heads.shape[0], min_size)
@@ -379,7 +398,7 @@ def _kick(X, heads, weights, labels, lam, geometry, objective, step, min_size):
     if weights is not None:
         mass = np.bincount(labels, weights=weights, minlength=len(ratios))[keep]
         new_weights = (mass / need)[group]
-    return _project(new_heads, geometry), new_weights, group
+    return _project(new_heads, geometry), new_weights, group, bool(splits.any())
 
 
 def _annealing_fixed_point(X, heads, weights, lam, geometry, max_iter, tol):
@@ -396,8 +415,8 @@ def _annealing_fixed_point(X, heads, weights, lam, geometry, max_iter, tol):
     logw, tiny = np.log(np.maximum(total, 1e-300)), np.finfo(X.dtype).tiny
     for _ in range(max_iter):
         A = _attention(X, points, logw, lam, unit)
-        mass = A.sum(0)                                           # (k,)
-        new = (A.T @ X) / np.maximum(mass, tiny)[:, None]
+        mass = A.sum(1)                                           # (k,)
+        new = (A @ X) / np.maximum(mass, tiny)[:, None]
         if unit:                                                  # normalized on the sphere
             new = _project(new, geometry)
         new = np.where((mass > 0)[:, None], new, points)
@@ -421,8 +440,8 @@ def _summary(X, heads, labels, lam, geometry):
     ``mean_i ||x_i - T(x_i)||^2`` of the layer with these heads."""
     reps = heads[_first_heads(labels)]
     A = _attention(X, reps, None, lam, _unit(geometry))
-    sizes = np.bincount(A.argmax(1), minlength=len(reps))
-    return reps, sizes, float(((X - A @ reps) ** 2).sum(1).mean())
+    sizes = np.bincount(A.argmax(0), minlength=len(reps))
+    return reps, sizes, float(((X - A.T @ reps) ** 2).sum() / len(X))
 
 
 def _plateaus(lams, counts, reps) -> tuple[Plateau, ...]:
@@ -457,9 +476,10 @@ def _step(walk: _Walk, state, lam: float, max_iter: int):
     """One grid value from ``state = (heads, weights, labels)``: kick, fixed point (at most
     ``max_iter`` iterations), groups, snap. Returns the new state, its row ``(lambda,
     clusters counted, distinct heads, risk, heads, (counted heads, their sizes))`` and
-    whether the fixed point converged."""
-    heads, weights, labels = _kick(walk.X, *state, lam, walk.geometry, walk.objective,
-                                   walk.kick, walk.min_size)
+    whether it was quiet: no group kicked (none about to split) and the fixed point
+    converged."""
+    heads, weights, labels, kicked = _kick(walk.X, *state, lam, walk.geometry,
+                                           walk.objective, walk.kick, walk.min_size)
     if walk.objective == "risk":
         fit = fixed_point_fit(walk.Xc, torch.from_numpy(heads), inverse_temperature=lam,
                               n_steps=max_iter, tol=walk.tol, geometry=walk.geometry)
@@ -472,16 +492,18 @@ def _step(walk: _Walk, state, lam: float, max_iter: int):
     reps, sizes, risk = _summary(walk.X, heads, labels, lam, walk.geometry)
     keep = sizes >= walk.min_size
     return (heads, weights, labels), (lam, int(keep.sum()), len(keep), risk, heads,
-                                      (reps[keep], sizes[keep])), converged
+                                      (reps[keep], sizes[keep])), converged and not kicked
 
 
 def _follow(walk: _Walk, start, grid, K, stride, callback) -> list[tuple]:
     """The loop over the grid, one row per ``lambda`` followed (:func:`_step`), until all
-    ``K`` heads are apart. While the count of clusters and of distinct heads stays the
-    same, the path steps ``stride`` grid values at a time; a stride across which either
-    changes is taken again one value at a time from its start, so the changes are found at
-    the grid values where a path of single steps finds them. A ``callback`` that returns
-    ``True`` stops the path."""
+    ``K`` heads are apart. While the steps are quiet (no group about to split, the fixed
+    point converged) and the count of clusters and of distinct heads stays the same, the
+    path steps ``stride`` grid values at a time, with at most ``_PROBE`` fixed-point
+    iterations; a stride that is not quiet or across which a count changes is taken again
+    one value at a time from its start, so the changes are found at the grid values where
+    a path of single steps finds them. A ``callback`` that returns ``True`` stops the
+    path."""
     state = (np.repeat(start[None], K, 0),
              None if walk.objective == "risk" else np.full(K, 1.0 / K),
              np.zeros(K, dtype=int))
@@ -489,14 +511,14 @@ def _follow(walk: _Walk, start, grid, K, stride, callback) -> list[tuple]:
     while i + 1 < len(grid):
         j = min(i + jump, len(grid) - 1)
         long = j > i + 1
-        new, row, converged = _step(walk, state, float(grid[j]),
-                                    min(walk.max_iter, _PROBE) if long else walk.max_iter)
+        new, row, quiet = _step(walk, state, float(grid[j]),
+                                min(walk.max_iter, _PROBE) if long else walk.max_iter)
         changed = not rows or row[1:3] != rows[-1][1:3]
-        if long and (changed or not converged):
+        if long and (changed or not quiet):
             jump, retake = 1, j                   # one value at a time up to j
             continue
         state, i = new, j
-        jump = stride if i >= retake and not changed and converged else 1
+        jump = stride if i >= retake and not changed and quiet else 1
         rows.append(row)
         if (callback is not None and callback(j, row[0], row[1])) or row[2] == K:
             break
