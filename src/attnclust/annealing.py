@@ -673,26 +673,27 @@ class _Settled:
     :meth:`TemperaturePath.choose_n_clusters` can no longer change: the widest plateau so
     far (of ``K >= 2``, after the cold start's) is at least ``min_width`` wide, and wider
     than any later plateau can be (the rest of the grid) and than the current plateau can
-    grow (to the end of the grid), unless that is the widest one itself."""
+    grow (to the end of the grid), unless that is the widest one itself. Widths are
+    computed as :func:`_plateaus` computes them, and "wider" means by more than rounding,
+    so that ties are broken on the cut path as on the whole one."""
 
     def __init__(self, grid, min_width: float):
-        self.end, self.min_width = math.log(float(grid[-1])), min_width
+        self.end, self.min_width = float(grid[-1]), min_width
         self.best = (-math.inf, 0)             # (width, -K) of the widest closed plateau
         self.count, self.start, self.plateaus = None, 0.0, 0
 
     def __call__(self, index: int, lam: float, n_clusters: int) -> bool:
-        now = math.log(lam)
         if n_clusters != self.count:
             if self.plateaus > 1 and self.count >= 2:
-                self.best = max(self.best, (now - self.start, -self.count))
-            self.count, self.start, self.plateaus = n_clusters, now, self.plateaus + 1
-        current = (now - self.start, -self.count)
+                self.best = max(self.best, (math.log(lam / self.start), -self.count))
+            self.count, self.start, self.plateaus = n_clusters, lam, self.plateaus + 1
+        current = (math.log(lam / self.start), -self.count)
         counts = self.plateaus > 1 and self.count >= 2
         best = max(self.best, current) if counts else self.best
         if best[0] < self.min_width:
             return False
-        could = self.end - now if counts and best == current else self.end - self.start
-        return could < best[0]
+        could = math.log(self.end / (lam if counts and best == current else self.start))
+        return could < best[0] - 1e-9
 
 
 def choose_from_path(rows: np.ndarray, max_clusters: int, *, geometry: str, random_state=None,
