@@ -37,6 +37,11 @@ covariance ``C_g``) gets two heads or more; a group of fewer than ``min_cluster_
 rows never splits and gives its head up when a larger group needs one, so that a few
 outlying rows do not hold the heads that later splits need.
 
+With ``stride > 1`` the path steps that many grid values at once while nothing happens
+(no group about to split, the fixed point converged, the counts unchanged) and goes
+back to single steps across every change, so that it finds each change at the grid
+value where single steps find it.
+
 Notation
 --------
 =============  ===================  =============================================
@@ -74,10 +79,10 @@ MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen ove
 _KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
 _PROBE = 5                # fixed-point iterations a stride may take (see _follow)
 _FLOOR = -700.0           # lowest shifted logit (see _attention)
-# a coarser grid and looser fixed points, for reading K off the path (the estimator's
-# n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90 mixtures (90/90),
-# several times faster (docs/guide/temperature-path.md); init="anneal" keeps 100
-# iterations at tol 1e-4
+# a coarser grid, looser fixed points and strides, for reading K off the path (the
+# estimator's n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90
+# mixtures (90/90), many times faster (docs/guide/temperature-path.md); init="anneal"
+# keeps single steps and 100 iterations at tol 1e-4
 FAST_SETTINGS = {"grid_ratio": 1.12, "n_decades": 3.0, "max_iter": 20, "tol": 1e-3, "stride": 4}
 
 
