@@ -94,3 +94,19 @@ def test_ten_seedings_are_as_good_as_scikit_learns_ten():
             for s in range(20)]
     theirs = [KMeans(25, n_init=10, random_state=s).fit(X).inertia_ for s in range(20)]
     assert np.mean(ours) <= np.mean(theirs) * (1 + 5e-3)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_ways_of_computing_a_step_agree(monkeypatch, weighted):
+    """Sparse cell sums against 0/1-membership products, numpy's argmax against the
+    compare-and-min: the same runs (the switches only choose the faster way)."""
+    X = _data(11, k=7, d=4, std=2.0)
+    w = np.random.default_rng(3).uniform(0.5, 2.0, len(X)) if weighted else None
+    starts = kmeanspp_batch(X, 7, 5, np.random.default_rng(4), weights=w)
+    ref = lloyd_batch(X, starts, max_iter=300, tol=0.0, weights=w)
+    monkeypatch.setattr(multistart, "_DENSE_SUMS", 0)
+    monkeypatch.setattr(multistart, "_FEW_HEADS", 0)
+    other = lloyd_batch(X, starts, max_iter=300, tol=0.0, weights=w)
+    np.testing.assert_allclose(other.heads, ref.heads, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(other.labels, ref.labels)
+    np.testing.assert_array_equal(other.steps, ref.steps)
