@@ -98,8 +98,8 @@ def test_ten_seedings_are_as_good_as_scikit_learns_ten():
 
 @pytest.mark.parametrize("weighted", [False, True])
 def test_the_ways_of_computing_a_step_agree(monkeypatch, weighted):
-    """Sparse cell sums against 0/1-membership products, numpy's argmax against the
-    compare-and-min: the same runs (the switches only choose the faster way)."""
+    """Sparse cell sums against 0/1-membership products, the scores laid out by run or
+    by row: the same runs (the switches only choose the faster way)."""
     X = _data(11, k=7, d=4, std=2.0)
     w = np.random.default_rng(3).uniform(0.5, 2.0, len(X)) if weighted else None
     starts = kmeanspp_batch(X, 7, 5, np.random.default_rng(4), weights=w)
