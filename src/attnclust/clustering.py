@@ -67,11 +67,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
-from ._validation import (
-    as_generator,
-    as_numpy_input,
-    check_sample_weight,
-)
+from ._validation import as_generator, as_numpy_input, check_sample_weight
 from .annealing import choose_from_path
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
@@ -80,6 +76,7 @@ from .estimator_params import (
     anneal_plan,
     check_params,
     ends_in_hard_limit,
+    param_names,
     resolved,
     rows_per_chunk,
 )
@@ -89,7 +86,6 @@ from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
 from .warm_start import auto_inverse_temperature, estimator_warm_start
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
-
 
 
 class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin,
@@ -278,6 +274,10 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         self.random_state = random_state
         self.verbose = verbose
         self.callback = callback
+
+    @classmethod
+    def _get_param_names(cls):
+        return param_names(cls)
 
     # -- the resolved settings ----------------------------------------------------------------
     @property

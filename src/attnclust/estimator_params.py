@@ -20,7 +20,10 @@ paper       code              meaning
 
 from __future__ import annotations
 
+import functools
 import warnings
+
+from sklearn.base import BaseEstimator
 
 from ._validation import (
     as_torch_dtype,
@@ -34,7 +37,7 @@ from .geometry import as_geometry
 from .shaped import COVARIANCE_TYPES
 
 __all__ = ["ANNEAL_FACTORS", "ANNEAL_STEPS", "CONSTRAINTS", "anneal_plan", "check_params",
-           "ends_in_hard_limit", "resolved", "rows_per_chunk", "stages"]
+           "ends_in_hard_limit", "param_names", "resolved", "rows_per_chunk", "stages"]
 
 ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
@@ -59,6 +62,14 @@ CONSTRAINTS = {
     "device": ((), check_device),
     "dtype": (("auto",), as_torch_dtype),
 }
+
+
+@functools.cache
+def param_names(cls) -> list[str]:
+    """scikit-learn's ``_get_param_names`` of an estimator class, read once: scikit-learn
+    reads ``__init__``'s signature on every ``get_params`` (0.15 ms, several times per fit,
+    a tenth of a small fit), and a class's signature does not change."""
+    return BaseEstimator._get_param_names.__func__(cls)
 
 
 def _is(value, name: str) -> bool:

@@ -157,8 +157,9 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
                  weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Column means ``m`` and root-mean-square norm ``s`` of the centred rows, overflow-safe.
 
-    The norm is computed on rows divided by their largest centred entry so that no square
-    overflows; rows are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied
+    The squares are summed as they are, and again on rows divided by their largest
+    centred entry when that sum is out of ``(1e-200, inf)`` (squares that overflow or
+    underflow: the pass for the largest entry is made only then); rows are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied
     whole, and no block's float64 temporaries grow with the width); every sum is taken
     over the ranks' rows (``what``: the message's subject). With ``weights`` (n,) both
     are weighted means (rows of weight zero take no part).
@@ -182,22 +183,30 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
 
     def counted(c, w):             # the rows that count
         return c if w is None else c[w > 0]
+    def squares(c, w, unit):       # sum of squared centred entries (in units of unit)
+        q = ((c - mean) / unit) ** 2
+        return float(np.sum(q) if w is None else w @ q.sum(1))
+
+    def deviation(unit):           # sum over all ranks' rows
+        return float(comm.sum_array(sum(squares(c, w, unit)
+                                        for c, w in zip(chunks, ws, strict=True))))
     with np.errstate(over="ignore", invalid="ignore"):       # checked just below
         mean = comm.sum_array(sum((total(c, w) for c, w in zip(chunks, ws, strict=True)),
                                   np.zeros(X.shape[1]))) / n
-        big = max((float(np.abs(counted(c, w) - mean).max(initial=0.0))
-                   for c, w in zip(chunks, ws, strict=True)), default=0.0)
-    # a unit common to all ranks, between the largest entry and R times it
-    big = float(comm.sum_array(big))
-    if not np.isfinite(big) or not np.all(np.isfinite(mean)):
-        raise ValueError(f"{what}: the column sums or X - mean overflow (entries near the "
-                         "largest float); rescale the data")
-    unit = big if big > 0 else 1.0
-
-    def squares(c, w):             # sum of squared centred entries (in units of unit)
-        q = ((c - mean) / unit) ** 2
-        return float(np.sum(q) if w is None else w @ q.sum(1))
-    dev = float(comm.sum_array(sum(squares(c, w) for c, w in zip(chunks, ws, strict=True))))
+        if not np.all(np.isfinite(mean)):
+            raise ValueError(f"{what}: the column sums overflow (entries near the largest "
+                             "float); rescale the data")
+        dev, unit = deviation(1.0), 1.0     # one more pass, unless squares over- or
+        if not 1e-200 < dev < np.inf:       # underflow (or no row differs from the mean)
+            big = max((float(np.abs(counted(c, w) - mean).max(initial=0.0))
+                       for c, w in zip(chunks, ws, strict=True)), default=0.0)
+            # a unit common to all ranks, between the largest entry and R times it
+            big = float(comm.sum_array(big))
+            if not np.isfinite(big):
+                raise ValueError(f"{what}: X - mean overflows (entries near the largest "
+                                 "float); rescale the data")
+            unit = big if big > 0 else 1.0
+            dev = deviation(unit)
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 

@@ -319,9 +319,9 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     """The estimator's starting heads and, with ``auto``, its inverse temperature.
 
     ``S`` is the warm-start sample (working rows, the same on every rank). With
-    ``init="kmeans++"`` and a geometry whose hard limit is k-means, the start is
-    scikit-learn's ``KMeans`` of ``S`` (``n_init`` seedings, each run to a stable
-    partition, the best kept; see :func:`attnclust.hard_ending.sample_kmeans`). Otherwise,
+    ``init="kmeans++"`` and a geometry whose hard limit is k-means, the start is the
+    k-means of ``S`` of :func:`attnclust.hard_ending.sample_kmeans` (``n_init``
+    seedings, each run to a stable partition, the best kept). Otherwise,
     with ``n_init > 1`` each seeding is followed by hard Lloyd steps and the run of highest
     :attr:`LloydResult.score` is kept. With ``auto``, hard Lloyd steps from those heads
     give the partition whose boundary variance sets ``lambda``; a seeding is replaced by
@@ -365,7 +365,7 @@ def _auto_lambda(S, heads, geometry, weights=None) -> tuple[float, bool]:
 
 def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights) -> WarmStart:
     """The best of ``n_init`` k-means++ seedings, each run to a stable partition by
-    scikit-learn's compiled Lloyd steps (weighted; the same on every rank)."""
+    batched Lloyd steps (weighted; the same on every rank)."""
     km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
                        weights=weights)
     km = km._replace(heads=rows.comm.broadcast(km.heads))
