@@ -124,3 +124,27 @@ def test_auto_follows_the_path_until_its_choice_is_settled(k):
     np.testing.assert_array_equal(path.n_clusters, whole.n_clusters[:n])
     if k > 1:                     # settled inside the grid: the cascade after it is skipped
         assert n < len(whole.inverse_temperatures)
+
+
+def test_auto_path_does_not_depend_on_the_seed_or_the_row_order():
+    X, _ = _blobs(4, rng=6)
+    a = ac.AttentionClustering("auto", random_state=0).fit(X).path_
+    b = ac.AttentionClustering("auto", random_state=123).fit(X).path_
+    perm = np.random.default_rng(1).permutation(len(X))
+    c = ac.AttentionClustering("auto", random_state=0).fit(X[perm]).path_
+    for other in (b, c):
+        np.testing.assert_allclose(a.inverse_temperatures, other.inverse_temperatures,
+                                   rtol=1e-12)
+        np.testing.assert_array_equal(a.n_clusters, other.n_clusters)
+        np.testing.assert_allclose(a.heads, other.heads, atol=1e-8)
+
+
+def test_auto_with_spare_heads_finds_no_cluster_of_a_few_outliers():
+    from attnclust.annealing import choose_from_path
+
+    X, _ = _blobs(3, d=3, rng=7)
+    X = np.concatenate([X, 200.0 + np.random.default_rng(8).standard_normal((3, 3))])
+    choice, path = choose_from_path(X, 12, geometry="euclidean")
+    assert choice.n_clusters == 3, choice.reason
+    assert np.all(choice.plateau.sizes >= 190)      # the 3 outliers are no cluster
+    assert all(np.all(p.sizes >= path.min_cluster_size) for p in path.plateaus)
