@@ -48,7 +48,8 @@ def test_each_runs_objective_and_labels_are_those_of_its_heads(tol):
     w = np.random.default_rng(1).uniform(0.5, 2.0, len(X))
     runs = lloyd_batch(X, kmeanspp_batch(X, 5, 4, np.random.default_rng(2)), max_iter=300,
                        tol=tol, weights=w)
-    for heads, labels, objective in zip(runs.heads, runs.labels, runs.objective):
+    for heads, labels, objective in zip(runs.heads, runs.labels, runs.objective,
+                                        strict=True):
         dist = ((X[:, None, :] - heads[None]) ** 2).sum(2)
         np.testing.assert_array_equal(labels, dist.argmin(1))
         assert objective == pytest.approx(dist.min(1) @ w / w.sum(), rel=1e-10)

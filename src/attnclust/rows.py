@@ -159,8 +159,9 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
 
     The squares are summed as they are, and again on rows divided by their largest
     centred entry when that sum is out of ``(1e-200, inf)`` (squares that overflow or
-    underflow: the pass for the largest entry is made only then); rows are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied
-    whole, and no block's float64 temporaries grow with the width); every sum is taken
+    underflow: the pass for the largest entry is made only then); rows are read in
+    blocks of about 2 MB (a memory-mapped ``X`` is never copied whole, and no block's
+    float64 temporaries grow with the width); every sum is taken
     over the ranks' rows (``what``: the message's subject). With ``weights`` (n,) both
     are weighted means (rows of weight zero take no part).
 
