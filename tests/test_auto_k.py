@@ -79,3 +79,72 @@ def test_cli_fit_auto_needs_the_rows_on_one_process(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "-k auto" in err[0]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.npy"]
+
+
+def _choice(lams, counts):
+    """``choose_n_clusters`` of a path with these counts (the plateaus' heads are dummies)."""
+    from attnclust.annealing import TemperaturePath, _plateaus
+
+    reps = [(np.zeros((c, 1)), np.ones(c, dtype=int)) for c in counts]
+    path = TemperaturePath(lams, counts, counts, np.zeros(len(lams)),
+                           np.zeros((len(lams), 1, 1)), np.array([]), 1.0,
+                           _plateaus(lams, counts, reps))
+    return path.choose_n_clusters().n_clusters
+
+
+def test_the_settled_stop_never_changes_the_choice():
+    """Random count sequences: the choice of the path cut where the stop says it is settled
+    equals the choice of the whole path (which may end before the grid does). A stop one
+    grid value too eager (by log 1.12) fails it."""
+    from attnclust.annealing import MIN_PLATEAU_WIDTH, _Settled
+
+    gen = np.random.default_rng(0)
+    stopped = 0
+    for _ in range(3000):
+        grid = 0.01 * 1.12 ** np.arange(int(gen.integers(3, 70)))
+        steps = gen.choice([0] * 8 + [1, 1, 2, -1], len(grid))
+        counts = np.maximum(1, 1 + np.cumsum(steps * (np.arange(len(grid)) > 3)))
+        end = int(gen.choice([gen.integers(1, len(grid) + 1), len(grid)]))  # or earlier
+        settled = _Settled(grid, MIN_PLATEAU_WIDTH)
+        cut = next((i + 1 for i in range(end) if settled(i, grid[i], counts[i])), end)
+        stopped += cut < end
+        assert _choice(grid[:cut], counts[:cut]) == _choice(grid[:end], counts[:end])
+    assert stopped >= 300                                    # the stop does cut paths (408)
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_auto_follows_the_path_until_its_choice_is_settled(k):
+    from attnclust.annealing import FAST_SETTINGS, choose_from_path
+
+    X = _blobs(k, rng=k)[0] if k > 1 else np.random.default_rng(3).standard_normal((500, 2))
+    choice, path = choose_from_path(X, 12, geometry="euclidean")
+    whole = ac.temperature_path(X, 12, **FAST_SETTINGS)
+    assert choice.n_clusters == whole.choose_n_clusters().n_clusters == k
+    n = len(path.inverse_temperatures)
+    np.testing.assert_array_equal(path.n_clusters, whole.n_clusters[:n])
+    if k > 1:                     # settled inside the grid: the cascade after it is skipped
+        assert n < len(whole.inverse_temperatures)
+
+
+def test_auto_path_does_not_depend_on_the_seed_or_the_row_order():
+    X, _ = _blobs(4, rng=6)
+    a = ac.AttentionClustering("auto", random_state=0).fit(X).path_
+    b = ac.AttentionClustering("auto", random_state=123).fit(X).path_
+    perm = np.random.default_rng(1).permutation(len(X))
+    c = ac.AttentionClustering("auto", random_state=0).fit(X[perm]).path_
+    for other in (b, c):
+        np.testing.assert_allclose(a.inverse_temperatures, other.inverse_temperatures,
+                                   rtol=1e-12)
+        np.testing.assert_array_equal(a.n_clusters, other.n_clusters)
+        np.testing.assert_allclose(a.heads, other.heads, atol=1e-8)
+
+
+def test_auto_with_spare_heads_finds_no_cluster_of_a_few_outliers():
+    from attnclust.annealing import choose_from_path
+
+    X, _ = _blobs(3, d=3, rng=7)
+    X = np.concatenate([X, 200.0 + np.random.default_rng(8).standard_normal((3, 3))])
+    choice, path = choose_from_path(X, 12, geometry="euclidean")
+    assert choice.n_clusters == 3, choice.reason
+    assert np.all(choice.plateau.sizes >= 190)      # the 3 outliers are no cluster
+    assert all(np.all(p.sizes >= path.min_cluster_size) for p in path.plateaus)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust.annealing import predicted_first_split, temperature_path
+from attnclust.annealing import FAST_SETTINGS, predicted_first_split, temperature_path
 
 matplotlib.use("Agg")
 
@@ -122,6 +122,7 @@ def test_plot_and_summary():
     (dict(objective="loss"), "objective"),
     (dict(geometry="torus"), "geometry"),
     (dict(inverse_temperatures=[1.0, -1.0]), "positive"),
+    (dict(stride=0), "stride"),
 ])
 def test_bad_inputs_name_the_bad_value(kwargs, match):
     args = dict(X=_two_blobs(n=50), max_clusters=2) | kwargs
@@ -133,3 +134,83 @@ def test_heads_stay_in_the_dtype_independent_path():
     X = torch.as_tensor(_two_blobs(n=200), dtype=torch.float32)
     path = temperature_path(X, max_clusters=2)
     assert path.heads.dtype == np.float64 and path.n_clusters[-1] == 2
+
+
+# -- the strided path, the stop callback, and the pieces that make the path fast ------------
+def _unequal_blobs(k, d, rng):
+    """``k`` blobs of spreads 0.6-1.4, 100-300 rows each, centres at least 5 apart (the
+    mixtures of benchmarks/bench_auto_k.py)."""
+    gen = np.random.default_rng(rng)
+    side, centres = 5.0 * max(2.0, 2.0 * k ** (1.0 / d)), []
+    while len(centres) < k:
+        c = gen.uniform(0.0, side, d)
+        if all(np.linalg.norm(c - o) >= 5.0 for o in centres):
+            centres.append(c)
+    return np.concatenate([c + s * gen.standard_normal((m, d)) for c, s, m in zip(
+        centres, gen.uniform(0.6, 1.4, k), gen.integers(100, 301, k), strict=True)])
+
+
+@pytest.mark.parametrize(("k", "d", "rng"), [(3, 2, 0), (6, 2, 1), (9, 5, 2), (5, 20, 3)])
+def test_a_strided_path_finds_its_changes_where_single_steps_do(k, d, rng):
+    X = _unequal_blobs(k, d, rng)
+    one = temperature_path(X, 12, **FAST_SETTINGS | {"stride": 1})
+    strided = temperature_path(X, 12, **FAST_SETTINGS | {"stride": 4})
+    assert len(strided.inverse_temperatures) < len(one.inverse_temperatures)  # it strides
+    assert set(strided.inverse_temperatures) <= set(one.inverse_temperatures)
+    np.testing.assert_array_equal(strided.split_inverse_temperatures,
+                                  one.split_inverse_temperatures)
+    count = dict(zip(one.inverse_temperatures, one.n_clusters, strict=True))
+    assert all(count[lam] == c for lam, c in zip(strided.inverse_temperatures,
+                                                 strided.n_clusters, strict=True))
+    assert ([(p.n_clusters, p.start, p.stop) for p in strided.plateaus]
+            == [(p.n_clusters, p.start, p.stop) for p in one.plateaus])
+    assert strided.choose_n_clusters().n_clusters == one.choose_n_clusters().n_clusters == k
+
+
+def test_a_callback_that_returns_true_stops_the_path():
+    X = _blobs(3, d=3)
+    seen = []
+    path = temperature_path(X, 6, callback=lambda i, lam, k: seen.append((i, lam, k)) or k >= 2)
+    full = temperature_path(X, 6)
+    assert path.n_clusters[-1] >= 2 and np.all(path.n_clusters[:-1] < 2)
+    assert len(path.inverse_temperatures) < len(full.inverse_temperatures)
+    assert [s[1] for s in seen] == path.inverse_temperatures.tolist()
+    np.testing.assert_array_equal(path.n_clusters, full.n_clusters[:len(path.n_clusters)])
+
+
+def test_groups_are_scipys_connected_components():
+    from scipy.sparse.csgraph import connected_components
+
+    from attnclust.annealing import _groups
+
+    gen = np.random.default_rng(0)
+    for _ in range(500):
+        K, d = int(gen.integers(1, 30)), int(gen.integers(1, 4))
+        heads = 0.01 * gen.integers(0, 4, (K, d)) + 1e-4 * gen.standard_normal((K, d))
+        tol = float(gen.choice([0.005, 0.01, 0.015, 0.03]))
+        close = np.linalg.norm(heads[:, None] - heads[None], axis=-1) <= tol
+        np.testing.assert_array_equal(_groups(heads, tol),
+                                      connected_components(close, directed=False)[1])
+
+
+def test_the_fixed_point_on_distinct_heads_is_the_map_on_all_heads():
+    """Coincident heads iterated as one point (their summed weight) against the plain map
+    ``mu_h = sum_i a_ih x_i / sum_i a_ih``, ``p_h = mean_i a_ih`` on every head."""
+    from attnclust.annealing import _annealing_fixed_point
+
+    X = _blobs(3, d=2, rng=4) / 6.0
+    gen = np.random.default_rng(5)
+    heads = np.repeat(gen.standard_normal((3, 2)), [2, 3, 1], axis=0)
+    weights = gen.uniform(0.5, 1.5, 6)
+    weights /= weights.sum()
+    lam = 2.0
+    H, p = heads.copy(), weights.copy()
+    for _ in range(25):
+        logits = lam * X @ H.T - 0.5 * lam * (H ** 2).sum(1) + np.log(p)
+        a = np.exp(logits - logits.max(1, keepdims=True))
+        a /= a.sum(1, keepdims=True)
+        H, p = (a.T @ X) / a.sum(0)[:, None], a.mean(0)
+    ours, w, converged = _annealing_fixed_point(X, heads, weights, lam, "euclidean", 25, 0.0)
+    np.testing.assert_allclose(ours, H, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(w, p, rtol=1e-12)
+    assert not converged                             # tol = 0: it ran all 25

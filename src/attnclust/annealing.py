@@ -37,6 +37,11 @@ covariance ``C_g``) gets two heads or more; a group of fewer than ``min_cluster_
 rows never splits and gives its head up when a larger group needs one, so that a few
 outlying rows do not hold the heads that later splits need.
 
+With ``stride > 1`` the path steps that many grid values at once while nothing happens
+(no group about to split, the fixed point converged, the counts unchanged) and goes
+back to single steps across every change, so that it finds each change at the grid
+value where single steps find it.
+
 Notation
 --------
 =============  ===================  =============================================
@@ -59,13 +64,11 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from scipy.sparse.csgraph import connected_components
 
 from ._threads import torch_threads
 from ._validation import as_generator, as_tensor, check_finite, check_int
 from .fixed_point import fixed_point_fit
 from .geometry import as_geometry
-from .heads import head_logits
 
 __all__ = ["FAST_SETTINGS", "ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads",
            "choose_from_path", "path_grid",
@@ -74,12 +77,13 @@ __all__ = ["FAST_SETTINGS", "ClusterChoice", "Plateau", "TemperaturePath", "anne
 OBJECTIVES = ("free_energy", "risk")
 MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen over K = 1
 _KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
+_PROBE = 5                # fixed-point iterations a stride may take (see _follow)
 _FLOOR = -700.0           # lowest shifted logit (see _attention)
-# a coarser grid and looser fixed points, for reading K off the path (the estimator's
-# n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90 mixtures (90/90),
-# several times faster (docs/guide/temperature-path.md); init="anneal" keeps 100
-# iterations at tol 1e-4
-FAST_SETTINGS = {"grid_ratio": 1.12, "max_iter": 40, "tol": 1e-3}
+# a coarser grid, looser fixed points and strides, for reading K off the path (the
+# estimator's n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90
+# mixtures (90/90), many times faster (docs/guide/temperature-path.md); init="anneal"
+# keeps single steps and 100 iterations at tol 1e-4
+FAST_SETTINGS = {"grid_ratio": 1.12, "n_decades": 3.0, "max_iter": 20, "tol": 1e-3, "stride": 4}
 
 
 @dataclass(frozen=True)
@@ -116,7 +120,8 @@ class TemperaturePath:
     Attributes
     ----------
     inverse_temperatures : ndarray (G,)
-        The grid of ``lambda`` actually followed (it stops once all heads are apart).
+        The grid of ``lambda`` actually followed (it stops once all heads are apart; with
+        a ``stride``, the values stepped over are left out).
     n_clusters : ndarray (G,)
         Clusters counted (distinct heads attended most by ``min_cluster_size`` rows or more).
     n_distinct : ndarray (G,)
@@ -269,151 +274,179 @@ def _check_objective(objective) -> str:
     return objective
 
 
-def _groups(heads: torch.Tensor, tol: float) -> np.ndarray:
-    """Labels of coincident heads: single linkage at distance ``tol`` (in head order)."""
-    close = (torch.cdist(heads, heads) <= tol).numpy()
-    return connected_components(close, directed=False)[1]   # labelled from head 0 on
+def _groups(heads: np.ndarray, tol: float) -> np.ndarray:
+    """Labels of coincident heads: single linkage at distance ``tol``, numbered by each
+    group's first head (scipy's ``connected_components`` numbering). The transitive closure
+    of the ``(K, K)`` adjacency by repeated squaring: 17 microseconds for 12 heads, where
+    scipy's call costs 113 (its graph validation), once per ``lambda``."""
+    reach = (((heads[:, None] - heads[None]) ** 2).sum(-1) <= tol * tol).astype(float)
+    for _ in range(max(1, (len(heads) - 1).bit_length())):  # paths of 2, 4, ... edges
+        reach = (reach @ reach > 0).astype(float)
+    return np.unique(reach.argmax(1), return_inverse=True)[1].reshape(-1)
 
 
-class _Group(NamedTuple):
-    members: np.ndarray      # indices of its heads
-    ratio: float             # lambda lambda_max(C_g) / ||m_g|| (> 1: the group splits)
-    direction: torch.Tensor  # (d,) principal direction of its rows (tangent on the sphere)
-    size: int                # rows that attend the group most
+def _attention(X, heads, log_weights, lam, unit) -> np.ndarray:
+    """``softmax_h(log p_h + lambda <x, mu_h> - b_h)`` of the rows ``X``, heads first:
+    ``(K, n)`` (``b_h = lambda ||mu_h||^2 / 2`` for Euclidean heads, ``0`` on the sphere;
+    ``log p_h = 0`` when ``None``).
+
+    The shifted logits are floored at ``_FLOOR``: weights below ``e^-700`` are noise
+    either way, and the subnormal numbers that ``exp`` returns below ``e^-708`` cost a
+    hundred times a normal one on x86. In NumPy, heads first: at the path's sizes (``n``
+    up to 5,000, ``K`` about 10) torch's cost per call dominates the arithmetic, and
+    NumPy's max and sum over a short last axis cost several times those over the first
+    (measured: 60 against 295 microseconds a fixed-point step, ``n = 2,000``, ``K = 8``,
+    ``d = 2``)."""
+    A = (lam * heads) @ X.T
+    offset = np.zeros(len(heads)) if log_weights is None else log_weights.copy()
+    if not unit:
+        offset -= (0.5 * lam) * np.einsum("kd,kd->k", heads, heads)
+    A += offset[:, None]
+    A -= A.max(0)
+    np.exp(np.maximum(A, _FLOOR, out=A), out=A)
+    A /= A.sum(0)
+    return A
 
 
-def _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size
-                 ) -> list[_Group]:
-    """Each group's split ratio: its attention-weighted covariance ``C_g`` (mean ``m_g``)
-    makes the annealing map expand along the top eigenvector when ``lambda lambda_max(C_g)
-    > 1`` (Euclidean; ``> ||m_g||`` on the sphere); the risk's map always expands. A
-    group of fewer than ``min_size`` rows does not split (ratio 0)."""
-    A = _attention(Xc, heads, weights, lam, geometry).numpy()     # (n, K)
-    X, unit = Xc.numpy(), _unit(geometry)
-    owner = labels[A.argmax(1)]                                   # (n,) group of each row
-    out = []
-    for g in np.unique(labels):
-        members = np.flatnonzero(labels == g)
-        size = int((owner == g).sum())
-        w = A[:, members].sum(1)                                  # (n,)
-        total = float(w.sum())
-        if not total > 0 or size < min_size:
-            out.append(_Group(members, 0.0, heads.new_zeros(heads.shape[1]), size))
-            continue
-        mean = w @ X / total
-        cov = ((X - mean).T * w) @ (X - mean) / total            # (d, d)
-        if unit:                                                  # tangent at the head
-            proj = np.eye(len(mean)) - np.outer(heads[members[0]], heads[members[0]])
-            cov = proj @ cov @ proj
-        vals, vecs = np.linalg.eigh(cov)
-        direction = vecs[:, -1] * np.sign(vecs[np.abs(vecs[:, -1]).argmax(), -1])
-        norm = float(np.linalg.norm(mean)) if unit else 1.0
-        ratio = math.inf if objective == "risk" else lam * float(vals[-1]) / max(norm, 1e-300)
-        out.append(_Group(members, ratio, torch.from_numpy(direction), size))
-    return out
+def _project(heads: np.ndarray, geometry: str) -> np.ndarray:
+    return as_geometry(geometry).projx(torch.from_numpy(heads)).numpy()
 
 
-def _kick(Xc, heads, weights, labels, lam, geometry, objective, step, min_size):
-    """Give each group about to split (ratio > 1) two heads or more and move them by
-    ``+-step`` along its principal direction. Spare heads come from groups that hold more
-    than one, then from groups of fewer than ``min_size`` rows (whose rows other heads
-    take over): a few outlying rows do not keep the heads that later splits need."""
-    groups = _group_stats(Xc, heads, weights, labels, lam, geometry, objective, min_size)
-    splitting = sorted((j for j, g in enumerate(groups) if g.ratio > 1),
-                       key=lambda j: -groups[j].ratio)
-    spare = heads.shape[0] - len(groups)
+def _first_heads(labels: np.ndarray) -> np.ndarray:
+    """The first head of each group ``0..G-1``."""
+    return np.unique(labels, return_index=True)[1]
+
+
+def _weighted_cov(X, w, mean) -> np.ndarray:
+    """``sum_i w_i (x_i - m)(x_i - m)^T`` over the rows of weight above ``1e-12`` (the
+    others change it by less than ``1e-12`` relative; with groups apart, each row counts
+    for one group or a few, and the groups' covariances cost about one pass over ``X``)."""
+    rows = np.flatnonzero(w > 1e-12)
+    Xc = X[rows] - mean
+    return (Xc.T * w[rows]) @ Xc
+
+
+def _group_stats(X, heads, weights, labels, lam, geometry, objective, min_size):
+    """Each group's split ratio ``(G,)``, principal direction ``(G, d)`` and size ``(G,)``:
+    its attention-weighted covariance ``C_g`` (mean ``m_g``) makes the annealing map expand
+    along the top eigenvector when ``lambda lambda_max(C_g) > 1`` (Euclidean; ``>
+    ||m_g||`` on the sphere); the risk's map always expands. A group of fewer than
+    ``min_size`` rows does not split (ratio 0)."""
+    unit = _unit(geometry)
+    A = _attention(X, heads, None if weights is None else np.log(weights), lam, unit)
+    n_groups = int(labels.max()) + 1
+    W = np.eye(n_groups)[labels].T @ A                            # (G, n) group attention
+    sizes = np.bincount(labels[A.argmax(0)], minlength=n_groups)  # rows attending most
+    total = W.sum(1)
+    ratios, directions = np.zeros(n_groups), np.zeros((n_groups, X.shape[1]))
+    grow = np.flatnonzero((total > 0) & (sizes >= min_size))
+    if grow.size == 0:
+        return ratios, directions, sizes
+    means = (W[grow] @ X) / total[grow, None]
+    cov = np.stack([_weighted_cov(X, W[g], m) / total[g] for g, m in zip(grow, means,
+                                                                        strict=True)])
+    norms = 1.0
+    if unit:                                                      # tangent at the head
+        h = heads[_first_heads(labels)[grow]]
+        proj = np.eye(X.shape[1]) - h[:, :, None] * h[:, None, :]
+        cov, norms = proj @ cov @ proj, np.linalg.norm(means, axis=1)
+    vals, vecs = np.linalg.eigh(cov)
+    top = vecs[:, :, -1]
+    top *= np.sign(top[np.arange(len(grow)), np.abs(top).argmax(1)])[:, None]
+    ratios[grow] = (math.inf if objective == "risk"
+                    else lam * vals[:, -1] / np.maximum(norms, 1e-300))
+    directions[grow] = top
+    return ratios, directions, sizes
+
+
+def _heads_per_group(ratios, sizes, n_heads, min_size):
+    """The groups kept and the heads each gets: two or more for each group about to split
+    (ratio > 1), round robin in order of decreasing ratio, the leftovers to the largest
+    group. Spare heads come from groups that hold more than one, then from groups of fewer
+    than ``min_size`` rows (whose rows other heads take over)."""
+    keep = np.arange(len(ratios))
+    splitting = np.flatnonzero(ratios > 1)
+    spare = n_heads - len(keep)
     if spare < len(splitting):                   # free the heads of the smallest groups
-        small = sorted((j for j, g in enumerate(groups) if g.size < min_size),
-                       key=lambda j: groups[j].size)[:len(splitting) - spare]
-        groups = [g for j, g in enumerate(groups) if j not in small]
-        splitting = sorted((j for j, g in enumerate(groups) if g.ratio > 1),
-                           key=lambda j: -groups[j].ratio)
-        spare = heads.shape[0] - len(groups)
-    need = [1] * len(groups)
-    for j in splitting * heads.shape[0]:        # round robin over the splitting groups
-        if spare == 0:
-            break
-        need[j], spare = need[j] + 1, spare - 1
-    need[max(range(len(groups)), key=lambda j: groups[j].size)] += spare   # leftovers
-    centres = torch.stack([heads[g.members[0]] for g in groups])          # (k, d)
-    new_heads, new_weights, new_labels, h = heads.clone(), None, labels.copy(), 0
+        small = np.flatnonzero(sizes < min_size)
+        small = small[np.argsort(sizes[small], kind="stable")][:len(splitting) - spare]
+        keep = np.setdiff1d(keep, small)
+        spare = n_heads - len(keep)
+    ratios, sizes = ratios[keep], sizes[keep]
+    order = np.argsort(-ratios, kind="stable")
+    splitting = order[ratios[order] > 1]
+    need = np.ones(len(keep), dtype=int)
+    if len(splitting):                           # round robin over the splitting groups
+        rounds, extra = divmod(spare, len(splitting))
+        need[splitting] += rounds
+        need[splitting[:extra]] += 1
+        spare = 0
+    need[np.argmax(sizes)] += spare              # leftovers
+    return keep, need
+
+
+def _kick(X, heads, weights, labels, lam, geometry, objective, step, min_size):
+    """Give each group about to split two heads or more (:func:`_heads_per_group`) and
+    move them by ``+-step`` along its principal direction; every head of a group that does
+    not split sits at the group's head. Returns the heads, weights and groups, and whether
+    any group was kicked."""
+    ratios, directions, sizes = _group_stats(X, heads, weights, labels, lam, geometry,
+                                             objective, min_size)
+    keep, need = _heads_per_group(ratios, sizes, heads.shape[0], min_size)
+    group = np.repeat(np.arange(len(keep)), need)                # new label of each head
+    rank = np.arange(len(group)) - np.repeat(np.cumsum(need) - need, need)
+    splits = (ratios[keep] > 1) & (need >= 2)
+    sign = np.where(splits[group], np.where(rank % 2 == 0, 1.0, -1.0), 0.0)
+    centres = heads[_first_heads(labels)[keep]]
+    new_heads = centres[group] + (sign * step)[:, None] * directions[keep][group]
+    new_weights = None
     if weights is not None:
-        mass = torch.stack([weights[torch.as_tensor(g.members)].sum() for g in groups])
-        new_weights = weights.clone()
-    for j, g in enumerate(groups):
-        for m in range(need[j]):
-            sign = 0.0 if g.ratio <= 1 or need[j] < 2 else (1.0 if m % 2 == 0 else -1.0)
-            new_heads[h] = centres[j] + sign * step * g.direction
-            new_labels[h] = j
-            if new_weights is not None:
-                new_weights[h] = mass[j] / need[j]
-            h += 1
-    return as_geometry(geometry).projx(new_heads), new_weights, new_labels
+        mass = np.bincount(labels, weights=weights, minlength=len(ratios))[keep]
+        new_weights = (mass / need)[group]
+    return _project(new_heads, geometry), new_weights, group, bool(splits.any())
 
 
-def _attention(Xc, heads, weights, lam, geometry) -> torch.Tensor:
-    """``softmax_h(log p_h + logits)``, ``(n, K)``. The shifted logits are floored at
-    ``_FLOOR``: weights below ``e^-700`` are noise either way, and the subnormal numbers
-    that ``exp`` returns below ``e^-708`` cost a hundred times a normal one on x86."""
-    logits = head_logits(Xc, heads, lam, geometry)
-    if weights is not None:
-        logits = logits + torch.log(weights)
-    e = (logits - logits.amax(1, keepdim=True)).clamp_min_(_FLOOR).exp_()
-    return e / e.sum(1, keepdim=True)
-
-
-def _annealing_fixed_point(Xc, heads, weights, lam, geometry, max_iter, tol):
+def _annealing_fixed_point(X, heads, weights, lam, geometry, max_iter, tol):
     """Iterate ``mu_h = sum_i a_ih x_i / sum_i a_ih`` and ``p_h = mean_i a_ih``.
 
-    In NumPy: the ``(n, K)`` operations are small, and torch's cost per call dominates
-    them (about half the path's time on ``benchmarks/bench_auto_k.py``'s mixtures)."""
-    geo = as_geometry(geometry)
-    X, H = Xc.numpy(), heads.numpy()
-    logw, bias = np.log(weights.numpy()), 0.0
-    tiny = np.finfo(X.dtype).tiny
+    Coincident heads (equal rows: the kick leaves each group at one or two points) stay
+    together and keep their shares of the weight under this map, so it runs on the
+    distinct points with their summed weights."""
+    unit = _unit(geometry)
+    points, where = np.unique(heads, axis=0, return_inverse=True)
+    where = where.reshape(-1)
+    total = np.bincount(where, weights=weights)
+    share = weights / np.maximum(total, 1e-300)[where]
+    logw, tiny = np.log(np.maximum(total, 1e-300)), np.finfo(X.dtype).tiny
     for _ in range(max_iter):
-        if not geo.unit_heads:
-            bias = (0.5 * lam) * np.einsum("kd,kd->k", H, H)
-        A = lam * (X @ H.T) + (logw - bias)                       # (n, K) logits
-        A -= A.max(1, keepdims=True)
-        np.exp(np.maximum(A, _FLOOR, out=A), out=A)
-        A /= A.sum(1, keepdims=True)
-        mass = A.sum(0)                                           # (K,)
-        new = (A.T @ X) / np.maximum(mass, tiny)[:, None]
-        if geo.unit_heads:                                        # normalized on the sphere
-            new = geo.projx(torch.from_numpy(new)).numpy()
-        new = np.where((mass > 0)[:, None], new, H)
+        A = _attention(X, points, logw, lam, unit)
+        mass = A.sum(1)                                           # (k,)
+        new = (A @ X) / np.maximum(mass, tiny)[:, None]
+        if unit:                                                  # normalized on the sphere
+            new = _project(new, geometry)
+        new = np.where((mass > 0)[:, None], new, points)
         logw = np.log(np.maximum(mass / X.shape[0], 1e-300))
-        shift = float(np.sqrt(((new - H) ** 2).sum(1)).max())
-        H = new
+        shift = float(np.sqrt(((new - points) ** 2).sum(1)).max())
+        points = new
         if shift <= tol:
             break
-    return torch.from_numpy(np.ascontiguousarray(H)), torch.from_numpy(np.exp(logw))
+    return points[where], np.exp(logw)[where] * share, shift <= tol
 
 
 def _snap(heads, weights, labels):
     """Heads of a group set to their (weighted) mean: a group that did not split is one."""
-    heads = heads.clone()
-    for g in np.unique(labels):
-        members = torch.as_tensor(np.flatnonzero(labels == g))
-        w = torch.ones(len(members), dtype=heads.dtype) if weights is None else weights[members]
-        heads[members] = (w[:, None] * heads[members]).sum(0) / w.sum()
-    return heads
+    w = np.ones(len(heads)) if weights is None else weights
+    onehot = np.eye(int(labels.max()) + 1)[labels]                # (K, G)
+    return ((onehot.T @ (w[:, None] * heads)) / (onehot.T @ w)[:, None])[labels]
 
 
-def _sizes(Xc, heads, labels, lam, geometry):
-    """One head per group ``(k, d)``, the group of each head's label, and the rows each
-    group attends most ``(k,)``."""
-    groups = np.unique(labels)
-    reps = heads[torch.as_tensor([np.flatnonzero(labels == g)[0] for g in groups])]
-    owner = head_logits(Xc, reps, lam, geometry).argmax(1)
-    return reps, groups, np.bincount(owner.numpy(), minlength=len(groups))
-
-
-def _layer_risk(Xc, reps, lam, geometry) -> float:
-    """``mean_i ||x_i - T(x_i)||^2`` of the layer with heads ``reps``."""
-    A = _attention(Xc, reps, None, lam, geometry)
-    return float(((Xc - A @ reps) ** 2).sum(1).mean())
+def _summary(X, heads, labels, lam, geometry):
+    """One head per group ``(G, d)``, the rows each attends most ``(G,)``, and the risk
+    ``mean_i ||x_i - T(x_i)||^2`` of the layer with these heads."""
+    reps = heads[_first_heads(labels)]
+    A = _attention(X, reps, None, lam, _unit(geometry))
+    sizes = np.bincount(A.argmax(0), minlength=len(reps))
+    return reps, sizes, float(((X - A.T @ reps) ** 2).sum() / len(X))
 
 
 def _plateaus(lams, counts, reps) -> tuple[Plateau, ...]:
@@ -429,38 +462,70 @@ def _plateaus(lams, counts, reps) -> tuple[Plateau, ...]:
     return tuple(out)
 
 
-def _follow(Xc, start, offset, grid, K, geometry, objective, scale, min_size, merge_tol,
-            max_iter, tol, callback) -> dict:
-    """The loop over the grid: kick, fixed point, groups, counts; one row per ``lambda``.
-    ``start``: the cold start; ``offset``: added to the heads to give data units."""
-    heads = start.expand(K, -1).clone()
-    weights = None if objective == "risk" else torch.full((K,), 1.0 / K, dtype=Xc.dtype)
-    labels = np.zeros(K, dtype=int)
-    rows = {name: [] for name in ("lam", "count", "distinct", "risk", "heads", "reps")}
-    for i, lam in enumerate(grid):
-        lam = float(lam)
-        heads, weights, labels = _kick(Xc, heads, weights, labels, lam, geometry, objective,
-                                       _KICK * scale, min_size)
-        if objective == "risk":
-            heads = fixed_point_fit(Xc, heads, inverse_temperature=lam, n_steps=max_iter,
-                                    tol=tol * scale,
-                                    geometry=geometry).heads
-        else:
-            heads, weights = _annealing_fixed_point(Xc, heads, weights, lam, geometry,
-                                                    max_iter, tol * scale)
-        labels = _groups(heads, merge_tol * scale)
-        heads = _snap(heads, weights, labels)
-        reps, groups, sizes = _sizes(Xc, heads, labels, lam, geometry)
-        risk = _layer_risk(Xc, reps, lam, geometry)
-        keep = torch.as_tensor(sizes >= min_size)
-        reps, sizes = reps[keep], sizes[keep.numpy()]
-        for name, value in zip(rows, (lam, len(sizes), len(groups), risk,
-                                      (heads + offset).numpy(),
-                                      ((reps + offset).numpy(), sizes)), strict=True):
-            rows[name].append(value)
-        if callback is not None:
-            callback(i, lam, len(sizes))
-        if len(groups) == K:
+class _Walk(NamedTuple):
+    """What every step of a path needs: the rows (NumPy and torch views of the same
+    memory) and the path's settings, tolerances in the data's units."""
+
+    X: np.ndarray
+    Xc: torch.Tensor
+    geometry: str
+    objective: str
+    kick: float
+    min_size: int
+    merge_tol: float
+    max_iter: int
+    tol: float
+
+
+def _step(walk: _Walk, state, lam: float, max_iter: int):
+    """One grid value from ``state = (heads, weights, labels)``: kick, fixed point (at most
+    ``max_iter`` iterations), groups, snap. Returns the new state, its row ``(lambda,
+    clusters counted, distinct heads, risk, heads, (counted heads, their sizes))`` and
+    whether it was quiet: no group kicked (none about to split) and the fixed point
+    converged."""
+    heads, weights, labels, kicked = _kick(walk.X, *state, lam, walk.geometry,
+                                           walk.objective, walk.kick, walk.min_size)
+    if walk.objective == "risk":
+        fit = fixed_point_fit(walk.Xc, torch.from_numpy(heads), inverse_temperature=lam,
+                              n_steps=max_iter, tol=walk.tol, geometry=walk.geometry)
+        heads, converged = fit.heads.numpy(), fit.converged
+    else:
+        heads, weights, converged = _annealing_fixed_point(
+            walk.X, heads, weights, lam, walk.geometry, max_iter, walk.tol)
+    labels = _groups(heads, walk.merge_tol)
+    heads = _snap(heads, weights, labels)
+    reps, sizes, risk = _summary(walk.X, heads, labels, lam, walk.geometry)
+    keep = sizes >= walk.min_size
+    return (heads, weights, labels), (lam, int(keep.sum()), len(keep), risk, heads,
+                                      (reps[keep], sizes[keep])), converged and not kicked
+
+
+def _follow(walk: _Walk, start, grid, K, stride, callback) -> list[tuple]:
+    """The loop over the grid, one row per ``lambda`` followed (:func:`_step`), until all
+    ``K`` heads are apart. While the steps are quiet (no group about to split, the fixed
+    point converged) and the count of clusters and of distinct heads stays the same, the
+    path steps ``stride`` grid values at a time, with at most ``_PROBE`` fixed-point
+    iterations; a stride that is not quiet or across which a count changes is taken again
+    one value at a time from its start, so the changes are found at the grid values where
+    a path of single steps finds them. A ``callback`` that returns ``True`` stops the
+    path."""
+    state = (np.repeat(start[None], K, 0),
+             None if walk.objective == "risk" else np.full(K, 1.0 / K),
+             np.zeros(K, dtype=int))
+    rows, i, jump, retake = [], -1, 1, -1
+    while i + 1 < len(grid):
+        j = min(i + jump, len(grid) - 1)
+        long = j > i + 1
+        new, row, quiet = _step(walk, state, float(grid[j]),
+                                min(walk.max_iter, _PROBE) if long else walk.max_iter)
+        changed = not rows or row[1:3] != rows[-1][1:3]
+        if long and (changed or not quiet):
+            jump, retake = 1, j                   # one value at a time up to j
+            continue
+        state, i = new, j
+        jump = stride if i >= retake and not changed and quiet else 1
+        rows.append(row)
+        if (callback is not None and callback(j, row[0], row[1])) or row[2] == K:
             break
     return rows
 
@@ -498,7 +563,8 @@ def temperature_path(
     merge_tol: float = 1e-2,
     max_iter: int = 300,
     tol: float = 1e-7,
-    callback: Callable[[int, float, int], None] | None = None,
+    stride: int = 1,
+    callback: Callable[[int, float, int], bool | None] | None = None,
 ) -> TemperaturePath:
     """Follow the heads from one cluster to ``max_clusters`` as ``lambda`` grows.
 
@@ -522,8 +588,15 @@ def temperature_path(
     max_iter, tol :
         Fixed-point iterations per ``lambda`` and the head shift (relative to the
         spread) at which they stop.
+    stride : int, default=1
+        Grid values stepped at once while the count of clusters and of distinct heads
+        stays the same. A stride across which either changes is taken again one value at
+        a time from its start, so every change is found at the grid value where the path
+        of single steps finds it; the values skipped are not in the result (a count that
+        changes and changes back within one stride goes unseen). ``1``: every value.
     callback : callable, optional
-        ``callback(index, lambda, n_clusters)`` after each grid value (progress bars).
+        ``callback(index, lambda, n_clusters)`` after each grid value followed (progress
+        bars; ``index`` in the grid); the path stops there when it returns ``True``.
 
     Returns
     -------
@@ -543,6 +616,7 @@ def temperature_path(
     check_finite(Xt, "X")
     geometry, objective = as_geometry(geometry).name, _check_objective(objective)
     K = check_int(max_clusters, "max_clusters", 1)
+    stride = check_int(stride, "stride", 1)
     n = Xt.shape[0]
     min_size = max(5, n // 100) if min_cluster_size is None else check_int(
         min_cluster_size, "min_cluster_size", 1)
@@ -555,18 +629,22 @@ def temperature_path(
             path_grid(Xt, geometry=geometry, grid_ratio=grid_ratio, n_decades=n_decades))
     if grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
         raise ValueError("inverse_temperatures must be positive and finite")
+    walk = _Walk(Xc.numpy(), Xc, geometry, objective, _KICK * scale, min_size,
+                 merge_tol * scale, max_iter, tol * scale)
     with torch_threads(1):   # short (n, K) operations: one thread (see _threads)
-        rows = _follow(Xc, start, 0.0 if _unit(geometry) else Xt.mean(0), grid, K,
-                       geometry, objective, scale, min_size, merge_tol, max_iter, tol, callback)
-    lams, counts = np.array(rows["lam"]), np.array(rows["count"])
+        rows = _follow(walk, start.numpy(), grid, K, stride, callback)
+    lam_, count_, distinct_, risk_, heads_, reps_ = zip(*rows, strict=True)
+    offset = 0.0 if _unit(geometry) else Xt.mean(0).numpy()
+    lams, counts = np.array(lam_), np.array(count_)
     grew = np.flatnonzero(np.diff(counts) > 0) + 1
     return TemperaturePath(
-        lams, counts, np.array(rows["distinct"]), np.array(rows["risk"]),
-        np.stack(rows["heads"]), lams[grew],
+        lams, counts, np.array(distinct_), np.array(risk_), np.stack(heads_) + offset,
+        lams[grew],
         predicted_first_split(Xt, geometry=geometry, objective=objective),
-        _plateaus(lams, counts, rows["reps"]), geometry, objective, min_size,
+        _plateaus(lams, counts, [(r + offset, z) for r, z in reps_]), geometry, objective,
+        min_size,
         {"max_clusters": K, "grid_ratio": grid_ratio, "n_decades": n_decades,
-         "merge_tol": merge_tol, "max_iter": max_iter, "tol": tol})
+         "merge_tol": merge_tol, "max_iter": max_iter, "tol": tol, "stride": stride})
 
 
 def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
@@ -590,15 +668,46 @@ def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
     [-1.0, 1.0]
     """
     path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
-                            min_cluster_size=1, **{**FAST_SETTINGS, "max_iter": 100, "tol": 1e-4})
+                            min_cluster_size=1, grid_ratio=FAST_SETTINGS["grid_ratio"],
+                            max_iter=100, tol=1e-4)
     return path.heads[-1]
+
+
+class _Settled:
+    """A :func:`temperature_path` callback that stops the path once
+    :meth:`TemperaturePath.choose_n_clusters` can no longer change: the widest plateau so
+    far (of ``K >= 2``, after the cold start's) is at least ``min_width`` wide, and wider
+    than any later plateau can be (the rest of the grid) and than the current plateau can
+    grow (to the end of the grid), unless that is the widest one itself. Widths are
+    computed as :func:`_plateaus` computes them, and "wider" means by more than rounding,
+    so that ties are broken on the cut path as on the whole one."""
+
+    def __init__(self, grid, min_width: float):
+        self.end, self.min_width = float(grid[-1]), min_width
+        self.best = (-math.inf, 0)             # (width, -K) of the widest closed plateau
+        self.count, self.start, self.plateaus = None, 0.0, 0
+
+    def __call__(self, index: int, lam: float, n_clusters: int) -> bool:
+        if n_clusters != self.count:
+            if self.plateaus > 1 and self.count >= 2:
+                self.best = max(self.best, (math.log(lam / self.start), -self.count))
+            self.count, self.start, self.plateaus = n_clusters, lam, self.plateaus + 1
+        current = (math.log(lam / self.start), -self.count)
+        counts = self.plateaus > 1 and self.count >= 2
+        best = max(self.best, current) if counts else self.best
+        if best[0] < self.min_width:
+            return False
+        could = math.log(self.end / (lam if counts and best == current else self.start))
+        return could < best[0] - 1e-9
 
 
 def choose_from_path(rows: np.ndarray, max_clusters: int, *, geometry: str, random_state=None,
                      max_rows: int = 5_000) -> tuple[ClusterChoice, TemperaturePath]:
     """``n_clusters="auto"``: the :meth:`TemperaturePath.choose_n_clusters` of the path of
     preprocessed ``rows`` (a sample of ``max_rows`` drawn with ``random_state`` when there
-    are more; at most ``max_clusters`` heads, :data:`FAST_SETTINGS`), and the path.
+    are more; at most ``max_clusters`` heads, :data:`FAST_SETTINGS`), and the path. The
+    path stops once the choice is settled (no later plateau could be wider than the
+    widest so far), so the chosen plateau may be the open last one.
 
     Examples
     --------
@@ -611,6 +720,10 @@ def choose_from_path(rows: np.ndarray, max_clusters: int, *, geometry: str, rand
     if rows.shape[0] > max_rows:
         gen = as_generator(random_state)
         rows = rows[np.sort(gen.choice(rows.shape[0], max_rows, replace=False))]
-    path = temperature_path(np.asarray(rows, dtype=np.float64), min(max_clusters, rows.shape[0]),
-                            geometry=geometry, **FAST_SETTINGS)
+    rows = np.asarray(rows, dtype=np.float64)
+    grid = path_grid(rows, geometry=geometry, grid_ratio=FAST_SETTINGS["grid_ratio"],
+                     n_decades=FAST_SETTINGS["n_decades"])
+    path = temperature_path(rows, min(max_clusters, rows.shape[0]), geometry=geometry,
+                            inverse_temperatures=grid, callback=_Settled(grid, MIN_PLATEAU_WIDTH),
+                            **FAST_SETTINGS)
     return path.choose_n_clusters(), path
