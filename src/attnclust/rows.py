@@ -185,8 +185,10 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     def counted(c, w):             # the rows that count
         return c if w is None else c[w > 0]
     def squares(c, w, unit):       # sum of squared centred entries (in units of unit)
-        q = ((c - mean) / unit) ** 2
-        return float(np.sum(q) if w is None else w @ q.sum(1))
+        q = c - mean
+        if unit != 1.0:
+            q /= unit
+        return float(np.vdot(q, q) if w is None else w @ np.einsum("ij,ij->i", q, q))
 
     def deviation(unit):           # sum over all ranks' rows
         return float(comm.sum_array(sum(squares(c, w, unit)
