@@ -55,6 +55,21 @@ def test_anneal_init_does_not_depend_on_the_seed_and_matches_kmeans():
     assert ours <= km.inertia_ * (1 + 1e-6)
 
 
+def test_anneal_init_ends_in_the_hard_limit_as_the_default_does():
+    """From the path's heads the fit runs Lloyd to a stable partition: its heads are the
+    means of their cells (the layer's fixed point as lambda -> infinity), on touching
+    blobs where the path's own heads are not."""
+    rng = np.random.default_rng(3)
+    X = np.concatenate([rng.normal((i, j), 0.45, (60, 2)) for i in range(3) for j in range(3)])
+    est = ac.AttentionClustering(9, init="anneal", random_state=0).fit(X)
+    labels = ((X[:, None, :] - est.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
+    means = np.stack([X[labels == h].mean(0) for h in range(9)])
+    np.testing.assert_allclose(est.cluster_centers_, means, rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(est.labels_, labels)
+    start = ac.annealing.anneal_heads(X - X.mean(0), 9) + X.mean(0)
+    assert np.abs(np.sort(start, 0) - np.sort(est.cluster_centers_, 0)).max() > 1e-3
+
+
 def test_fixed_k_fit_sets_n_clusters_():
     X, _ = _blobs(2)
     assert ac.AttentionClustering(2, random_state=0).fit(X).n_clusters_ == 2

@@ -124,7 +124,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
         nearest boundary, after hard Lloyd steps from the initialization. A given value
         fits the soft layer at that ``lambda``; with ``"auto"`` and Euclidean heads seeded
-        by k-means++ the fit ends in the hard limit (module docstring).
+        by k-means++ or ``"anneal"`` the fit ends in the hard limit (module docstring).
     init : {"kmeans++", "sphere", "anneal"} or array of shape (n_clusters, n_features)
         Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 20,000
         rows when there are more), ``"anneal"`` (the heads of the annealing path from the

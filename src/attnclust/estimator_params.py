@@ -183,8 +183,8 @@ def rows_per_chunk(p: dict) -> int | None:
 
 def ends_in_hard_limit(p: dict) -> bool:
     """Whether a fit ends in the hard limit (:mod:`attnclust.hard_ending`): the default
-    (``"auto"`` lambda, k-means++ seeding, a geometry whose hard limit is k-means, heads
-    without a shape of their own).
+    (``"auto"`` lambda, k-means++ seeding or the annealing path's heads, a geometry whose
+    hard limit is k-means, heads without a shape of their own).
 
     Examples
     --------
@@ -194,4 +194,4 @@ def ends_in_hard_limit(p: dict) -> bool:
     """
     return (p["covariance_type"] == "spherical" and isinstance(p["inverse_temperature"], str)
             and p["solver"] == "fixed-point" and as_geometry(p["geometry"]).kmeans_limit
-            and _is(p["init"], "kmeans++"))
+            and (_is(p["init"], "kmeans++") or _is(p["init"], "anneal")))

@@ -321,7 +321,8 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     ``S`` is the warm-start sample (working rows, the same on every rank). With
     ``init="kmeans++"`` and a geometry whose hard limit is k-means, the start is the
     k-means of ``S`` of :func:`attnclust.hard_ending.sample_kmeans` (``n_init``
-    seedings, each run to a stable partition, the best kept). Otherwise,
+    seedings, each run to a stable partition, the best kept); with ``init="anneal"``,
+    one such run from the annealing path's heads. Otherwise,
     with ``n_init > 1`` each seeding is followed by hard Lloyd steps and the run of highest
     :attr:`LloydResult.score` is kept. With ``auto``, hard Lloyd steps from those heads
     give the partition whose boundary variance sets ``lambda``; a seeding is replaced by
@@ -339,8 +340,11 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     >>> round(start.inverse_temperature, -1), start.capped
     (100.0, False)
     """
-    if isinstance(init, str) and init == "kmeans++" and geometry.kmeans_limit:
-        return _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights)
+    if isinstance(init, str) and init in ("kmeans++", "anneal") and geometry.kmeans_limit:
+        heads = None if init == "kmeans++" else \
+            _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
+        return _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights,
+                             heads)
 
     def seed():
         return _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
@@ -363,11 +367,12 @@ def _auto_lambda(S, heads, geometry, weights=None) -> tuple[float, bool]:
     return 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny), s2 <= floor
 
 
-def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights) -> WarmStart:
-    """The best of ``n_init`` k-means++ seedings, each run to a stable partition by
-    batched Lloyd steps (weighted; the same on every rank)."""
+def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights,
+                  heads=None) -> WarmStart:
+    """The best of ``n_init`` k-means++ seedings, or one run from ``heads``, each run to
+    a stable partition by batched Lloyd steps (weighted; the same on every rank)."""
     km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
-                       weights=weights)
+                       weights=weights, init=heads)
     km = km._replace(heads=rows.comm.broadcast(km.heads))
     lam, capped = _auto_lambda(S, km.heads, geometry, weights) if auto else (None, False)
     return WarmStart(km.heads, lam, capped, km)
