@@ -95,15 +95,17 @@ def anneal_rows(quick: bool) -> list[dict]:
     rows = []
     for name, X, y in datasets(quick):
         X = np.asarray(X, dtype=np.float64)
-        k = len(np.unique(y))
+        keep = y >= 0                   # background noise: clustered, not scored
+        k = len(np.unique(y[keep]))
         km = KMeans(k, n_init=10, random_state=0).fit(X)
         row = {"data": name, "K": k}
         for label, init in (("anneal", "anneal"), ("k-means++", "kmeans++")):
             ours = ac.AttentionClustering(k, init=init, random_state=0).fit(X)
             inertia = ((X[:, None, :] - ours.cluster_centers_[None]) ** 2).sum(-1).min(1).sum()
             row[f"objective {label} / KMeans(10)"] = round(float(inertia / km.inertia_), 4)
-            row[f"ARI {label}"] = round(adjusted_rand_score(y, ours.labels_), 3)
-        rows.append({**row, "ARI KMeans(10)": round(adjusted_rand_score(y, km.labels_), 3)})
+            row[f"ARI {label}"] = round(adjusted_rand_score(y[keep], ours.labels_[keep]), 3)
+        rows.append({**row, "ARI KMeans(10)": round(
+            adjusted_rand_score(y[keep], km.labels_[keep]), 3)})
     return rows
 
 

@@ -283,3 +283,14 @@ def test_usage_shows_required_options_as_required_and_every_option_has_help(caps
                 assert not lines[i + 1].lstrip().startswith("-"), f"{command}: {line}"
     assert main(["fit", "--help"]) == 0
     assert "most fixed-point steps at the final inverse" in capsys.readouterr().out
+
+
+def test_bench_tables_show_every_rows_columns():
+    """Rows of two kinds in one table (the auto-K rows, then the anneal rows): every
+    column of any row is shown, blank where a row has none."""
+    from attnclust._bench import format_table
+
+    text = format_table([{"d": 2, "right": "30/30"}, {"data": "iris", "ARI": 0.7302}])
+    header, _, first, second = text.splitlines()
+    assert header.split() == ["d", "right", "data", "ARI"]
+    assert first.split() == ["2", "30/30"] and second.split() == ["iris", "0.7302"]

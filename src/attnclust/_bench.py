@@ -115,10 +115,11 @@ def run_benchmarks(files: list[Path], *, quick: bool, only: str | None = None,
 
 
 def format_table(rows: list[dict]) -> str:
-    """Plain-text table of dict rows; floats in 4 significant digits."""
+    """Plain-text table of dict rows (the columns: every key of any row, in order of first
+    appearance; a row without one leaves it blank); floats in 4 significant digits."""
     if not rows:
         return "(no rows)"
-    keys = list(rows[0])
+    keys = list(dict.fromkeys(k for r in rows for k in r))
 
     def fmt(v):
         return f"{v:.4g}" if isinstance(v, float) else str(v)
