@@ -209,3 +209,16 @@ def test_weights_on_the_device_of_the_fit():
     a = _fit(X32, COUNTS, dtype="auto")
     b = _fit(np.repeat(X32, COUNTS, axis=0), dtype="auto")
     np.testing.assert_allclose(a.cluster_centers_, b.cluster_centers_, atol=1e-4)
+
+
+def test_a_warm_start_sample_without_weight_is_a_clear_error():
+    """Four rows of positive weight among 300,000: the 20,000-row sample, drawn
+    uniformly, holds none of them; one line says so and what to do."""
+    X = np.random.default_rng(0).normal(size=(300_000, 2))
+    w = np.zeros(len(X))
+    w[:4] = 1.0
+    with pytest.raises(ValueError, match="holds no row of positive sample_weight; drop"):
+        ac.AttentionClustering(3, random_state=0).fit(X, sample_weight=w)
+    keep = w > 0
+    est = ac.AttentionClustering(3, random_state=0).fit(X[keep], sample_weight=w[keep])
+    assert est.cluster_centers_.shape == (3, 2)

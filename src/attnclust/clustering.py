@@ -126,7 +126,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         fits the soft layer at that ``lambda``; with ``"auto"`` and Euclidean heads seeded
         by k-means++ or ``"anneal"`` the fit ends in the hard limit (module docstring).
     init : {"kmeans++", "sphere", "anneal"} or array of shape (n_clusters, n_features)
-        Initial heads: k-means++ seeding (scikit-learn's, on a seeded sample of 20,000
+        Initial heads: k-means++ seeding (greedy, as scikit-learn's, on a seeded sample of 20,000
         rows when there are more), ``"anneal"`` (the heads of the annealing path from the
         cold start where ``K`` of them are apart,
         :func:`attnclust.annealing.anneal_heads`, on the unweighted sample: no

@@ -31,8 +31,8 @@ on the warm-start sample ``S`` and the ``"auto"`` inverse temperature ``lambda``
    layer at ``lambda`` on ``S``
    (:func:`attnclust.fixed_point.fixed_point_fit`: the risk never increases), an
    annealing stage that may carry the heads out of ``mu^0``'s basin;
-2. Lloyd's steps from there to a stable partition of ``S`` (scikit-learn's compiled
-   ``KMeans`` from those heads: the fixed-point step in the hard limit);
+2. Lloyd's steps from there to a stable partition of ``S`` (:func:`sample_kmeans` from
+   those heads: the fixed-point step in the hard limit);
 3. of the two k-means fixed points, ``mu^0`` and this one, the one of lower ``R_inf`` on
    ``S`` (so the end is never worse than the warm start);
 4. with more rows than ``S``: Lloyd passes over all rows (:func:`lloyd_passes`), whose
@@ -71,7 +71,7 @@ __all__ = ["HardEnding", "HardFit", "SampleKMeans", "fit_to_hard_limit", "lloyd_
 KMEANS_TOL = 1e-4   # scikit-learn's KMeans tol: squared moves over the mean feature variance
 OBJECTIVE_RTOL = 1e-3   # passes over all rows stop once a step gains less than this of R_inf
 SOFT_STEPS = 1      # fixed-point steps at the "auto" lambda before the hard limit
-_FLOAT64_SAMPLE = 1 << 22   # a sample of at most this many numbers goes to KMeans in float64
+_FLOAT64_SAMPLE = 1 << 22   # a sample of at most this many numbers is run in float64
 
 
 class HardEnding(NamedTuple):
@@ -211,6 +211,8 @@ class SampleKMeans(NamedTuple):
     """``R_inf`` of the heads on the sample (mean squared distance to the nearest head)."""
     n_iter: int
     """Lloyd steps of the run kept."""
+    converged: bool
+    """The run kept met a stopping rule within ``max_iter`` steps."""
 
 
 def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None = None,
@@ -221,8 +223,8 @@ def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None
     (:func:`attnclust.multistart.best_of_seedings`, all runs carried together;
     ``weights``: the rows' sample weights).
 
-    The runs are computed in float64 (a float32 sample of at most ``2^22`` numbers, 32 MB
-    as float64, is copied; a larger one is used as it is).
+    A float32 sample of at most ``2^22`` numbers (32 MB as float64) is copied to float64
+    for the runs, whose objectives pick the best; a larger one is run in float32.
 
     Examples
     --------
@@ -239,7 +241,7 @@ def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None
     run = best_of_seedings(X, n_clusters, n_init, np.random.default_rng(seed),
                            max_iter=max_iter, tol=KMEANS_TOL, weights=w, init=start)
     heads = torch.as_tensor(run.heads, dtype=S.dtype, device=S.device)
-    return SampleKMeans(heads, run.labels, run.objective, run.n_iter)
+    return SampleKMeans(heads, run.labels, run.objective, run.n_iter, run.converged)
 
 
 class HardFit(NamedTuple):
@@ -289,7 +291,7 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
     n_hard = end.n_iter
     if S.shape[0] == rows.n_total:   # the sample is every row, in order
         mine = slice(rows.comm.offset, rows.comm.offset + rows.rows.shape[0])
-        return HardFit(best.heads, soft, best.labels[mine], n_hard, end.n_iter < max_iter)
+        return HardFit(best.heads, soft, best.labels[mine], n_hard, end.converged)
     labels = np.empty(rows.rows.shape[0], dtype=np.int64)
     done = soft.n_iter + n_hard
 

@@ -143,6 +143,8 @@ def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.G
     weight; each next one the best (lowest potential ``sum_i w_i D_i^2``) of ``2 + ln K``
     rows drawn with probability proportional to ``w_i D_i^2``, ``D_i`` the distance to
     the nearest head so far. Rows of weight zero are never drawn (all zero: unweighted).
+    Memory: ``(n_runs (2 + ln K), n)`` distances at once (the warm-start sample has at
+    most 20,000 rows).
 
     Examples
     --------
@@ -171,7 +173,7 @@ def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.G
     closest = np.maximum(distances(first), 0.0)                         # (R, n)
     for k in range(1, K):
         # D^2 draws of every run from one cumulative sum over the runs' rows laid end to end
-        cum = np.cumsum(closest if w is None else closest * w)
+        cum = np.cumsum(closest if w is None else closest * w, dtype=np.float64)
         ends = cum[n - 1::n]                                                 # (R,)
         starts = np.concatenate([[0.0], ends[:-1]])
         draws = starts[:, None] + rng.random((R, trials)) * (ends - starts)[:, None]
@@ -299,6 +301,7 @@ def best_of_seedings(X: np.ndarray, n_clusters: int, n_init: int, rng: np.random
     # one partition differ in the last bits with the rows' memory layout, and the choice
     # (the order of the heads) must not
     low = runs.objective.min()
-    b = int(np.flatnonzero(runs.objective <= low + 1e-12 * abs(low))[0])
+    tie = max(1e-12, 16 * float(np.finfo(X.dtype).eps)) * abs(low)
+    b = int(np.flatnonzero(runs.objective <= low + tie)[0])
     return Restarts(runs.heads[b], runs.labels[b], float(runs.objective[b]),
                     int(runs.steps[b]), bool(runs.converged[b]))

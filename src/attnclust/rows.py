@@ -209,7 +209,7 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
                 raise ValueError(f"{what}: X - mean overflows (entries near the largest "
                                  "float); rescale the data")
             unit = big if big > 0 else 1.0
-            dev = deviation(unit)
+            dev = deviation(unit) if big > 0 else 0.0     # every row is the mean
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 

@@ -391,6 +391,10 @@ def estimator_warm_start(rows: WorkingRows, gen, p: dict, *, n_clusters: int,
     size = WARM_SAMPLE if not hard or rows.n_total <= WARM_SAMPLE else \
         min(WARM_SAMPLE, PER_HEAD * K)
     S, Sw = rows.weighted_sample(gen, size)
+    if Sw is not None and not float(Sw.sum()) > 0:
+        raise ValueError(f"the warm-start sample ({S.shape[0]:,} of {rows.n_total:,} rows, "
+                         "drawn uniformly) holds no row of positive sample_weight; drop the "
+                         "rows of weight zero before fitting")
     if p["covariance_type"] != "spherical":
         # one seeding by default, as GaussianMixture's one k-means start (three gain
         # 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
