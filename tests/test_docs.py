@@ -58,3 +58,15 @@ def test_api_pages_list_every_public_name(tmp_path):
 def test_guide_pages_start_with_a_title(page):
     first = page.read_text(encoding="utf-8").lstrip().splitlines()[0]
     assert first.startswith("# "), f"{page.name} must start with a '# Title' line"
+
+
+def test_the_source_tree_of_the_development_page_names_every_module():
+    """docs/development.md's tree of src/attnclust/ lists every module (a new module
+    added without a line there fails here)."""
+    root = Path(__file__).resolve().parents[1]
+    page = (root / "docs" / "development.md").read_text()
+    tree = page[page.index("src/attnclust/"):page.index("benchmarks/ ")]
+    modules = sorted(p.name for p in (root / "src" / "attnclust").glob("*.py")
+                     if not p.name.startswith("__"))
+    missing = [m for m in modules if f"  {m} " not in tree]
+    assert not missing, f"docs/development.md's source tree lacks {missing}"
