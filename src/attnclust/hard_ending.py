@@ -64,13 +64,16 @@ from .geometry import Euclidean, Geometry
 from .multistart import best_of_seedings
 from .results import IterationInfo, SolverResult
 from .rows import WorkingRows
+from .swap import single_swap
 
 __all__ = ["HardEnding", "HardFit", "SampleKMeans", "fit_to_hard_limit", "lloyd_passes",
-           "sample_kmeans"]
+           "sample_kmeans", "swap_polish"]
 
 KMEANS_TOL = 1e-4   # scikit-learn's KMeans tol: squared moves over the mean feature variance
 OBJECTIVE_RTOL = 1e-3   # passes over all rows stop once a step gains less than this of R_inf
 SOFT_STEPS = 1      # fixed-point steps at the "auto" lambda before the hard limit
+SWAPS = 8           # single swaps at most from the sample's k-means partition ...
+SWAP_HEADS = 10     # ... with at least this many heads (with fewer, restarts suffice)
 _FLOAT64_SAMPLE = 1 << 22   # a sample of at most this many numbers is run in float64
 
 
@@ -244,6 +247,41 @@ def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None
     return SampleKMeans(heads, run.labels, run.objective, run.n_iter, run.converged)
 
 
+def swap_polish(S: torch.Tensor, best: SampleKMeans, geometry: Geometry, *, max_iter: int,
+                weights: torch.Tensor | None = None, rounds: int | None = None
+                ) -> tuple[SampleKMeans, int]:
+    """Single swaps from the k-means partition ``best`` of ``S``: while
+    :func:`attnclust.swap.single_swap` finds a head that costs less to remove than the
+    costliest cell gains from a split, move it there, run Lloyd's steps from the moved
+    heads, and keep the result if its objective is lower (at most ``rounds``; default
+    ``SWAPS`` with at least ``SWAP_HEADS`` heads, else none). Returns the partition kept
+    and the Lloyd steps taken.
+
+    Examples
+    --------
+    >>> S = torch.tensor([[0.0], [0.1], [5.0], [5.1], [9.0], [9.1]], dtype=torch.float64)
+    >>> two_in_one = sample_kmeans(S, 3, init=S[[0, 1, 4]])     # 0 | 0.1 | 5..9.1
+    >>> kept, _ = swap_polish(S, two_in_one, Euclidean(), max_iter=100, rounds=8)
+    >>> sorted(kept.heads[:, 0].tolist()), round(kept.objective, 4)
+    ([0.05, 5.05, 9.05], 0.0025)
+    """
+    K, steps = best.heads.shape[0], 0
+    if rounds is None:
+        rounds = SWAPS if K >= SWAP_HEADS else 0
+    for _ in range(rounds):
+        move = single_swap(S, best.heads, geometry, weights=weights)
+        if move is None:
+            break
+        heads = best.heads.clone()
+        heads[[move.h, move.g]] = move.new.to(heads.dtype)
+        moved = sample_kmeans(S, K, init=heads, max_iter=max_iter, weights=weights)
+        steps += moved.n_iter
+        if not moved.objective < best.objective:
+            break
+        best = moved
+    return best, steps
+
+
 class HardFit(NamedTuple):
     """Result of :func:`fit_to_hard_limit`, in the working space."""
 
@@ -288,7 +326,8 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
                            weights=weights)
     end = sample_kmeans(S, K, init=soft.heads, max_iter=max_iter, weights=weights)
     best = end if end.objective < start.objective else start
-    n_hard = end.n_iter
+    best, swap_steps = swap_polish(S, best, geometry, max_iter=max_iter, weights=weights)
+    n_hard = end.n_iter + swap_steps
     if S.shape[0] == rows.n_total:   # the sample is every row, in order
         mine = slice(rows.comm.offset, rows.comm.offset + rows.rows.shape[0])
         return HardFit(best.heads, soft, best.labels[mine], n_hard, end.converged)
