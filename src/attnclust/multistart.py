@@ -10,10 +10,10 @@ candidates per head and the one that lowers the potential most kept, as scikit-l
 kept. On small data the cost of such runs is the fixed cost of each call, not its
 arithmetic, so the runs here are carried together: every step of the seeding and every
 Lloyd step is one product of the rows with the heads of all runs still going (an
-``(A K) x m`` block per chunk of ``m`` rows), one argmax and one sparse product for the
-per-cell sums. A run leaves the batch when it converges (scikit-learn's rules: no label
-changed, or the heads moved by a sum of squares of at most ``tol`` times the rows' mean
-variance per feature).
+``(A K) x m`` block per chunk of ``m`` rows), each run's nearest heads, and one product
+of the cell memberships with the rows for the per-cell sums. A run leaves the batch
+when it converges (scikit-learn's rules: no label changed, or the heads moved by a sum
+of squares of at most ``tol`` times the rows' mean variance per feature).
 
 Notation
 --------
