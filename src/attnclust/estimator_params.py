@@ -6,7 +6,8 @@ Every function takes the estimator's parameters as the dictionary of
 (:class:`~attnclust.geometry.Geometry`: ``normalize``, ``tol``, ``anneal``, ``n_init``);
 the annealing plan is ``lambda/8, lambda/4, lambda/2`` for ``ANNEAL_STEPS`` steps each,
 then ``lambda`` for ``max_iter`` steps; the default fit (``"auto"`` lambda, k-means++
-seeding, a geometry whose hard limit is k-means, spherical heads) ends in the hard limit.
+seeding or ``"anneal"``, a geometry whose hard limit is k-means, spherical heads) ends
+in the hard limit.
 
 Notation
 --------

@@ -66,8 +66,8 @@ from .results import IterationInfo, SolverResult
 from .rows import WorkingRows
 from .swap import single_swap
 
-__all__ = ["HardEnding", "HardFit", "SampleKMeans", "fit_to_hard_limit", "lloyd_passes",
-           "sample_kmeans", "swap_polish"]
+__all__ = ["HardEnding", "HardFit", "SampleKMeans", "cell_sums", "fit_to_hard_limit",
+           "lloyd_passes", "sample_kmeans", "swap_polish"]
 
 KMEANS_TOL = 1e-4   # scikit-learn's KMeans tol: squared moves over the mean feature variance
 OBJECTIVE_RTOL = 1e-3   # passes over all rows stop once a step gains less than this of R_inf
@@ -90,18 +90,32 @@ class HardEnding(NamedTuple):
     """A stopping rule (``tol`` or ``rtol``) was met before ``max_passes``."""
 
 
+def cell_sums(X: torch.Tensor, labels: torch.Tensor, n_clusters: int,
+              weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-cell counts ``(K,)`` and sums ``(K, d)`` of the rows ``X`` with hard ``labels``
+    (of weights and weighted rows, with ``weights``): what Lloyd's step divides.
+
+    Examples
+    --------
+    >>> X = torch.tensor([[0.0], [2.0], [5.0]])
+    >>> counts, sums = cell_sums(X, torch.tensor([0, 0, 1]), 2)
+    >>> counts.tolist(), sums[:, 0].tolist()
+    ([2.0, 1.0], [2.0, 5.0])
+    """
+    if weights is None:
+        return (torch.bincount(labels, minlength=n_clusters).to(X.dtype),
+                X.new_zeros(n_clusters, X.shape[1]).index_add_(0, labels, X))
+    return (X.new_zeros(n_clusters).index_add_(0, labels, weights),
+            X.new_zeros(n_clusters, X.shape[1]).index_add_(0, labels, X * weights[:, None]))
+
+
 def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor, w=None):
     """Flat ``[counts (K), sums (K d), sum_i min_h ||x_i - mu_h||^2]`` of one chunk (weighted
     by ``w`` (m,) when given), and its labels ``(m,)``."""
-    K = heads.shape[0]
     best, z = (Xc @ heads.T - half_sq).max(1)                 # (m,) <x, mu> - ||mu||^2 / 2
     dist = (Xc * Xc).sum(1) - 2.0 * best                      # ||x_i - mu_z(i)||^2
-    if w is None:
-        counts = torch.bincount(z, minlength=K).to(heads.dtype)
-        sums = heads.new_zeros(heads.shape).index_add_(0, z, Xc)  # (K, d)
-    else:
-        counts = heads.new_zeros(K).index_add_(0, z, w)
-        sums = heads.new_zeros(heads.shape).index_add_(0, z, Xc * w[:, None])
+    counts, sums = cell_sums(Xc, z, heads.shape[0], w)
+    if w is not None:
         dist = dist * w
     return torch.cat([counts, sums.reshape(-1), dist.sum().reshape(1)]), z
 

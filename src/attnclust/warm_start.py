@@ -53,7 +53,7 @@ from ._validation import check_inverse_temperature
 from .annealing import anneal_heads
 from .estimator_params import resolved
 from .geometry import Geometry, as_geometry
-from .hard_ending import SampleKMeans, sample_kmeans
+from .hard_ending import SampleKMeans, cell_sums, sample_kmeans
 from .rows import WorkingRows
 
 __all__ = ["PER_HEAD", "SEEDING_ROWS", "WARM_SAMPLE", "estimator_warm_start",
@@ -107,15 +107,6 @@ class LloydResult(NamedTuple):
     higher the better."""
 
 
-def _weighted_sums(X, labels, K, weights):
-    """Per-cell counts ``(K,)`` and sums ``(K, d)`` (of weights and weighted rows)."""
-    if weights is None:
-        return (torch.bincount(labels, minlength=K).to(X.dtype),
-                X.new_zeros(K, X.shape[1]).index_add_(0, labels, X))
-    return (X.new_zeros(K).index_add_(0, labels, weights),
-            X.new_zeros(K, X.shape[1]).index_add_(0, labels, X * weights[:, None]))
-
-
 def _total(X, weights) -> float:
     return float(X.shape[0]) if weights is None else float(weights.sum())
 
@@ -137,7 +128,7 @@ def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
     K, geometry = heads.shape[0], as_geometry(geometry)
     labels, score = _assign(X, heads, geometry, chunk, weights)
     for _ in range(n_steps):
-        counts, sums = _weighted_sums(X, labels, K, weights)
+        counts, sums = cell_sums(X, labels, K, weights)
         heads = geometry.lloyd_step(sums, counts, heads)
         new, score = _assign(X, heads, geometry, chunk, weights)
         changed = bool((new != labels).any())
@@ -309,8 +300,8 @@ class WarmStart(NamedTuple):
     capped: bool
     """Whether ``s^2`` was at its floor (clusters without spread)."""
     kmeans: SampleKMeans | None = None
-    """The k-means of the sample that gave ``heads`` (k-means++ seedings of a geometry
-    whose hard limit is k-means), ``None`` otherwise."""
+    """The k-means of the sample that gave ``heads`` (k-means++ seedings or the annealing
+    path's heads, for a geometry whose hard limit is k-means), ``None`` otherwise."""
 
 
 def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_init: int,
@@ -361,14 +352,14 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     return WarmStart(lloyd if isinstance(init, str) else heads, lam, capped)
 
 
-def _auto_lambda(S, heads, geometry, weights=None) -> tuple[float, bool]:
+def _auto_lambda(S, heads, geometry, weights) -> tuple[float, bool]:
     """``1 / s^2`` of the heads' partition of ``S``, and whether ``s^2`` is at its floor."""
     s2, floor = boundary_variance(S, heads, geometry=geometry, weights=weights)
     return 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny), s2 <= floor
 
 
 def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights,
-                  heads=None) -> WarmStart:
+                  heads) -> WarmStart:
     """The best of ``n_init`` k-means++ seedings, or one run from ``heads``, each run to
     a stable partition by batched Lloyd steps (weighted; the same on every rank)."""
     km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
@@ -400,7 +391,7 @@ def estimator_warm_start(rows: WorkingRows, gen, p: dict, *, n_clusters: int,
         # 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
         # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or
         # those the "auto" inverse temperature computes
-        n_init = 1 if p["n_init"] == "auto" else int(resolved(p, "n_init"))
+        n_init = 1 if p["n_init"] == "auto" else int(p["n_init"])
         start = warm_start(S, rows, init=p["init"], n_clusters=K, gen=gen, n_init=n_init,
                            geometry=geometry, auto=n_init == 1, weights=Sw)
         return S, Sw, start, None
