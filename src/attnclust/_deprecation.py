@@ -23,8 +23,8 @@ REMOVED_IN = "0.4"
 
 
 def _warn(old: str, new: str, where: str, stacklevel: int) -> None:
-    warnings.warn(f"{where}: {old!r} is deprecated and will be removed in {REMOVED_IN}; "
-                  f"use {new!r} (the same value)", FutureWarning, stacklevel=stacklevel + 1)
+    warn_deprecated(f"{where}: {old!r} is deprecated and will be removed in {REMOVED_IN}; "
+                    f"use {new!r} (the same value)", stacklevel=stacklevel + 1)
 
 
 def _renamed(kwargs: dict, renames: dict, where: str, error: type[Exception]) -> dict:

@@ -291,11 +291,12 @@ def key_offset(heads, geometry):
 
 def chain_offset(grad, d_offset, heads, geometry):
     """The gradient in the heads once the offsets' own dependence on them is added:
-    ``grad + (dc/dmu)^T d_offset``, by autograd through the geometry's key bias (tensors
-    or arrays, returned as given)."""
-    if d_offset is None or geometry.key_bias(heads, 1.0) is None:
+    ``grad + (dc/dmu)^T d_offset`` (:meth:`~attnclust.geometry.Geometry.offset_vjp`;
+    tensors or arrays, returned as given)."""
+    if d_offset is None:
         return grad
-    h = torch.as_tensor(heads, dtype=torch.float64).detach().requires_grad_(True)
-    (extra,) = torch.autograd.grad(-geometry.key_bias(h, 1.0), h,
-                                   torch.as_tensor(d_offset, dtype=torch.float64))
+    extra = geometry.offset_vjp(torch.as_tensor(heads, dtype=torch.float64),
+                                torch.as_tensor(d_offset, dtype=torch.float64))
+    if extra is None:
+        return grad
     return grad + (extra if isinstance(grad, torch.Tensor) else extra.numpy())

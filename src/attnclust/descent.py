@@ -103,8 +103,6 @@ from .sphere import random_sphere
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]
 
 _PENALTIES = (None, "repulsion", "balance")
-_RHO_SCHEDULES = ("constant", "decay")
-_TEMPERATURE_SCHEDULES = (None, "anneal")
 _METHODS = ("auto", "exact", "qmc")
 _ANNEAL_RATIO = 100.0  # "anneal" starts at lambda / _ANNEAL_RATIO
 _SCHEDULE_FRACTION = 0.5  # "decay" and "anneal" finish after this fraction of the steps
@@ -267,7 +265,7 @@ def _is_mixtures(objective) -> bool:
 
 def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed, geometry):
     """The risk as an objective object (one given is checked against ``geometry``)."""
-    if isinstance(objective, Objective) or hasattr(objective, "value_and_grad"):
+    if hasattr(objective, "value_and_grad"):        # an Objective, or any object like one
         wanted, assumed = geometry, getattr(objective, "geometry", None)
         if assumed not in (None, wanted):  # Geometry objects, equal when of one kind
             raise ValueError(f"the objective is for geometry={assumed.name!r}, but pgd was "

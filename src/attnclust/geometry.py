@@ -97,6 +97,12 @@ class Geometry(ABC):
         """``b_h``, shape ``(K,)``, or ``None`` when there is none (``sq_norms``: the
         heads' squared norms when the caller has them)."""
 
+    @abstractmethod
+    def offset_vjp(self, heads: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+        """``(dc/dmu)^T v`` for the key offsets ``c_h = -b_h`` at ``lambda = 1`` (heads
+        ``(..., K, d)``, ``v`` ``(..., K)``): ``(..., K, d)``, or ``None`` without a key
+        bias (the chain rule of the population risk's offsets)."""
+
     def logits(self, x: torch.Tensor, heads: torch.Tensor, lam: float) -> torch.Tensor:
         """Scores ``lambda <x, mu_h> - b_h`` of tokens ``(..., d)`` on heads ``(K, d)``:
         ``(..., K)``; no checks (the solvers' hot path).
@@ -207,6 +213,9 @@ class Sphere(Geometry):
     def key_bias(self, heads, lam, *, sq_norms=None):
         return None
 
+    def offset_vjp(self, heads, v):
+        return None
+
     def projx(self, heads):
         return normalize(heads)
 
@@ -303,6 +312,10 @@ class Euclidean(Geometry):
         if sq_norms is None:
             sq_norms = (heads * heads).sum(-1)
         return (0.5 * lam) * sq_norms
+
+    def offset_vjp(self, heads, v):
+        """``c_h = -||mu_h||^2 / 2``, so ``dc_h/dmu_h = -mu_h``."""
+        return -v[..., None] * heads
 
     def projx(self, heads):
         return heads

@@ -133,8 +133,7 @@ class Decay(Schedule):
         self.finished_at = steps
 
     def __call__(self, t: int):
-        factor = max(0.0, 1.0 - t / self.steps) if self.steps > 0 else 0.0
-        return self.value * factor
+        return self.value * (1.0 - _progress(t, self.steps))
 
 
 class Stages(Schedule):
