@@ -35,6 +35,7 @@ Quick (``attnclust bench --quick``): 6 sets, 2 seeds, 1 round.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import warnings
 
@@ -200,18 +201,26 @@ def _methods(K: int, seed: int):
 TIMED = ("default", "KMeans(1)", "KMeans(10)", "faiss")
 
 
-def _threads_one():
+@contextlib.contextmanager
+def _faiss_threads(n: int):
+    """faiss on ``n`` OpenMP threads, its own count restored after (the benchmarks run in
+    one process: the clustering benchmark's faiss keeps its default threads)."""
     try:
         import faiss
-        faiss.omp_set_num_threads(1)
     except ImportError:
-        pass
+        yield
+        return
+    before = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(n)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(before)
 
 
 def run(quick: bool, methods=_methods) -> list[dict]:
     """The battery's rows (``methods(K, seed) -> {name: X -> labels}``, for prototypes)."""
-    _threads_one()
-    with threadpool_limits(1), torch_threads(1):
+    with _faiss_threads(1), threadpool_limits(1), torch_threads(1):
         return _run(quick, methods)
 
 

@@ -37,6 +37,9 @@ from sklearn.metrics import adjusted_rand_score
 
 import attnclust as ac
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_battery import _faiss  # noqa: E402  (faiss.Kmeans with its defaults)
+
 ROUNDS = 3
 
 
@@ -72,20 +75,6 @@ def _images(n: int, seed: int):
         X[s:s + m] = (templates[z[s:s + m]] * rng.uniform(0.7, 1.3, (m, 1))
                       + rng.normal(0, 1, (m, 8)) @ basis + rng.normal(0, 0.1, (m, 784)))
     return X, z
-
-
-def _faiss(K: int):
-    try:
-        import faiss
-    except ImportError:
-        return None
-
-    def fit(X):
-        km = faiss.Kmeans(X.shape[1], K, seed=0, verbose=False)
-        X32 = np.ascontiguousarray(X, dtype=np.float32)
-        km.train(X32)
-        return km.index.search(X32, 1)[1].ravel()
-    return fit
 
 
 def _cli_fit(X: np.ndarray, K: int):
@@ -135,7 +124,7 @@ def run(quick: bool) -> list[dict]:
             "AttentionClustering": lambda X, K=K: ac.AttentionClustering(K, random_state=0)
             .fit(X).labels_,
         }
-        if (faiss_fit := _faiss(K)) is not None:
+        if (faiss_fit := _faiss(K, 0)) is not None:
             methods["faiss.Kmeans"] = faiss_fit
         rounds = 1 if quick else ROUNDS
         if X.shape[1] == 8:

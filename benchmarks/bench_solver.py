@@ -68,9 +68,10 @@ def run(quick: bool) -> list[dict]:
             X = loader(return_X_y=True)[0]
             for geometry in ("sphere", "euclidean"):
                 row = {"data": name, "geometry": geometry}
+                params = [_soft_fit(X, K, geometry, s) for s in SEEDS]
                 for label, depth in (("plain", 0), ("extrapolated", default_depth)):
                     fixed_point._ANDERSON_DEPTH = depth
-                    fits = [_passes(X, K, **_soft_fit(X, K, geometry, s)) for s in SEEDS]
+                    fits = [_passes(X, K, **p) for p in params]
                     row[f"{label} passes"] = sum(p for p, _ in fits)
                     row[f"{label} converged"] = sum(c for _, c in fits)
                 row["extrapolated / plain"] = row["extrapolated passes"] / row["plain passes"]

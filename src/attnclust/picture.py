@@ -105,6 +105,9 @@ def _sample(n: int, max_points: int, random_state) -> np.ndarray:
 
 def _boundary(ax, est, pts: np.ndarray) -> None:
     """Largest attention (shades) and decision boundary (lines) on a grid (d = 2)."""
+    K = len(est.cluster_centers_)
+    if K == 1:                       # one cell: attention 1 everywhere, no boundary
+        return
     lo, hi = pts.min(0), pts.max(0)
     pad = 0.05 * np.maximum(hi - lo, 1e-12)
     gx, gy = np.meshgrid(np.linspace(lo[0] - pad[0], hi[0] + pad[0], _GRID),
@@ -114,9 +117,6 @@ def _boundary(ax, est, pts: np.ndarray) -> None:
         grid[np.all(grid == 0, axis=1)] = np.finfo(np.float64).eps
     proba = est.predict_proba(grid)                                 # (G^2, K)
     top = proba.max(1).reshape(gx.shape)
-    K = proba.shape[1]
-    if K == 1:                       # one cell: attention 1 everywhere, no boundary
-        return
     ax.contourf(gx, gy, top, levels=np.linspace(1.0 / K, 1.0, 9), cmap="Greys_r",
                 alpha=0.35, zorder=0)
     labels = proba.argmax(1).reshape(gx.shape)
