@@ -30,12 +30,14 @@ The sets (n <= 5,000 each; the large ones are in ``bench_clustering.py``):
   apart in every coordinate, standard deviation ``sd``) at several overlaps and dimensions;
 - many clusters: K = 30-100 (blobs in 2-D and 10-D, a 7 x 7 grid of touching blobs).
 
-Quick (``attnclust bench --quick``): 6 sets, 2 seeds, 1 round.
+Quick (``attnclust bench --quick``): 6 sets, 2 seeds, 1 round. Other seeds for the ARI:
+``python benchmarks/bench_battery.py --seeds 100:120`` (``random_state`` 100-119).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import time
 import warnings
 
@@ -218,10 +220,11 @@ def _faiss_threads(n: int):
         faiss.omp_set_num_threads(before)
 
 
-def run(quick: bool, methods=_methods) -> list[dict]:
-    """The battery's rows (``methods(K, seed) -> {name: X -> labels}``, for prototypes)."""
+def run(quick: bool, methods=_methods, seeds=None) -> list[dict]:
+    """The battery's rows (``methods(K, seed) -> {name: X -> labels}``, for prototypes;
+    ``seeds``: the ARI's ``random_state`` values, default ``SEEDS``)."""
     with _faiss_threads(1), threadpool_limits(1), torch_threads(1):
-        return _run(quick, methods)
+        return _run(quick, methods, seeds)
 
 
 def _fit(fit, X):
@@ -232,9 +235,9 @@ def _fit(fit, X):
         return labels, time.perf_counter() - start
 
 
-def _run(quick: bool, methods) -> list[dict]:
+def _run(quick: bool, methods, seeds) -> list[dict]:
     rows = []
-    seeds = range(2) if quick else SEEDS
+    seeds = seeds if seeds is not None else range(2) if quick else SEEDS
     for name, X, y in datasets(quick):
         keep = y >= 0
         K = len(np.unique(y[keep]))
@@ -263,3 +266,11 @@ def _summary(rows: list[dict]) -> dict:
     mean.update({k: float(np.median([r[k] for r in rows])) for k in rows[0]
                  if k.startswith("time")})
     return mean
+
+
+if __name__ == "__main__":      # python benchmarks/bench_battery.py [--seeds FIRST:STOP]
+    from attnclust._bench import format_table
+
+    spec = sys.argv[sys.argv.index("--seeds") + 1] if "--seeds" in sys.argv else None
+    chosen = range(*map(int, spec.split(":"))) if spec else None
+    print(format_table(run(quick="--quick" in sys.argv, seeds=chosen)))
