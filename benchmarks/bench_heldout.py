@@ -1,0 +1,102 @@
+"""A second battery the defaults were not chosen on: generated like public benchmark families.
+
+Eight sets shaped like families of public clustering benchmarks (none of them is in
+``bench_battery.py``, whose sets chose the defaults): many overlapping 2-D clusters (SIPU's
+A sets), anisotropic overlapping clusters (S sets), a grid of touching blobs (Birch),
+dense big clusters beside sparse small ones (unbalance), well-separated clusters in 64-D
+(dim sets), a table with columns on scales 1-100 plus noise columns, blobs over 20%
+uniform noise (scored without the noise points), and scikit-learn's digits on a 0-255
+scale. Columns: the mean ARI over ``random_state`` 200-209 (quick: 200-201) of the
+default ``AttentionClustering``, ``KMeans(n_init=1)`` and ``KMeans(n_init=10)``, and the
+best-of-3 fit time of the default and of ``KMeans(n_init=10)`` over ``KMeans(n_init=1)``'s
+at seed 0, every method on one thread.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+from sklearn.cluster import KMeans
+from sklearn.datasets import load_digits, make_blobs
+from sklearn.metrics import adjusted_rand_score
+from threadpoolctl import threadpool_limits
+
+import attnclust as ac
+from attnclust._threads import torch_threads
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_battery import _fit, _summary  # noqa: E402  (a timed fit; the means, median ratio)
+
+
+def _anisotropic(rng, k=15, per=300):
+    centres = rng.uniform(0, 100, (k, 2))
+    X = np.vstack([rng.normal(size=(per, 2)) @ (3 * rng.normal(size=(2, 2))) + c
+                   for c in centres])
+    return X, np.repeat(np.arange(k), per)
+
+
+def _unbalanced(rng):
+    sizes = [2000, 2000, 2000, 100, 100, 100, 100, 100]
+    centres = rng.uniform(0, 50, (8, 2))
+    X = np.vstack([rng.normal(c, 1.5 if s > 1000 else 3.0, (s, 2))
+                   for c, s in zip(centres, sizes, strict=True)])
+    return X, np.repeat(np.arange(8), sizes)
+
+
+def _noisy_blobs(rng):
+    X, y = make_blobs(3000, centers=10, cluster_std=1.5, center_box=(-30, 30), random_state=5)
+    noise = rng.uniform(X.min(0), X.max(0), (750, 2))
+    return np.vstack([X, noise]), np.r_[y, -np.ones(750, dtype=int)]
+
+
+def datasets():
+    """``(name, X, y)`` of the held-out sets (``y = -1``: noise, not scored)."""
+    rng = np.random.default_rng(1000)
+    yield "A-like K=35", *make_blobs(35 * 150, centers=rng.uniform(0, 100, (35, 2)),
+                                     cluster_std=3.0, random_state=1)
+    yield "S-like K=15 anisotropic", *_anisotropic(rng)
+    grid, z = 10 * np.stack(np.meshgrid(np.arange(8), np.arange(8)), -1).reshape(-1, 2), \
+        rng.integers(0, 64, 6400)
+    yield "grid 8x8 sigma 2.5", grid[z] + rng.normal(0, 2.5, (6400, 2)), z
+    yield "unbalance-like K=8", *_unbalanced(rng)
+    yield "dim64-like K=16", *make_blobs(1024, n_features=64, centers=16, cluster_std=8.0,
+                                         center_box=(-50, 50), random_state=3)
+    X, y = make_blobs(1500, n_features=6, centers=5, cluster_std=1.2, random_state=4)
+    yield "mixed-scale table K=5", np.hstack([X * [1, 10, 100, 1, 10, 100],
+                                              rng.normal(0, 5, (1500, 3))]), y
+    yield "10 blobs + 20% noise", *_noisy_blobs(rng)
+    X, y = load_digits(return_X_y=True)
+    yield "digits x16", X * 16.0, y
+
+
+def _methods(K: int, seed: int) -> dict:
+    return {"default": lambda X: ac.AttentionClustering(K, random_state=seed).fit(X).labels_,
+            "KMeans(1)": lambda X: KMeans(K, n_init=1, random_state=seed).fit(X).labels_,
+            "KMeans(10)": lambda X: KMeans(K, n_init=10, random_state=seed).fit(X).labels_}
+
+
+def run(quick: bool) -> list[dict]:
+    seeds = range(200, 202 if quick else 210)
+    rows = []
+    with threadpool_limits(1), torch_threads(1):
+        for name, X, y in datasets():
+            keep = y >= 0
+            K = len(np.unique(y[keep]))
+            row = {"data": name, "n": X.shape[0], "d": X.shape[1], "K": K}
+            for method in _methods(K, 0):
+                row[f"ARI {method}"] = float(np.mean([adjusted_rand_score(
+                    y[keep], _fit(_methods(K, s)[method], X)[0][keep]) for s in seeds]))
+            best = {m: min(_fit(f, X)[1] for _ in range(1 if quick else 3))
+                    for m, f in _methods(K, 0).items()}
+            row.update({f"time {m} / KMeans(1)": best[m] / best["KMeans(1)"]
+                        for m in ("default", "KMeans(10)")})
+            rows.append(row)
+    return rows + [_summary(rows)]
+
+
+if __name__ == "__main__":
+    from attnclust._bench import format_table
+
+    print(format_table(run(quick="--quick" in sys.argv)))
