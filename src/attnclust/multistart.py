@@ -69,33 +69,35 @@ class _Pass(NamedTuple):
     counts: np.ndarray    # per-cell weights, (A, K)
 
 
-def _nearest(X, flat, half, A, K):
-    """Each run's nearest head of the rows ``X`` and its score ``<x, mu> - ||mu||^2 / 2``,
-    both ``(A, m)`` (``flat``: the runs' heads ``(A K, d)``, ``half``: their
-    ``||mu||^2 / 2``).
+def _nearest(XT, flat, half, A, K):
+    """Each run's nearest head of the rows and its score ``<x, mu> - ||mu||^2 / 2``, both
+    ``(A, m)`` (``XT``: the rows transposed with a row of -1 below, ``(d + 1, m)``;
+    ``flat``: the runs' heads ``(A K, d)``, ``half``: their ``||mu||^2 / 2``).
 
-    A few heads: scores laid out ``(A, K, m)``, their max and the first head reaching it
-    (a compare and a min: 1.5x faster than numpy's argmax along that middle axis); more
-    than ``_FEW_HEADS``: laid out ``(m, A, K)``, numpy's argmax along the contiguous
-    heads (1.3-4x faster than along the middle axis there)."""
+    A few heads: scores laid out ``(A, K, m)`` (one product with the bias row), the best
+    head kept by a pass per head (the first of equal scores, as an argmax); more than
+    ``_FEW_HEADS``: laid out ``(m, A, K)``, numpy's argmax along the contiguous heads
+    (1.3-4x faster than along the middle axis there)."""
     if K <= _FEW_HEADS:
-        scores = flat @ X.T
-        scores -= half[:, None]
-        scores = scores.reshape(A, K, -1)
-        best = scores.max(1)
-        index = np.arange(K, dtype=np.int16)[None, :, None]
-        return np.where(scores == best[:, None], index, K).min(1), best
-    scores = X @ flat.T
-    scores -= half
-    scores = scores.reshape(-1, A, K)
+        scores = (np.concatenate([flat, half[:, None]], 1) @ XT).reshape(A, K, -1)
+        best = scores[:, 0].copy()
+        first = np.zeros(best.shape, np.int8)
+        better = np.empty(best.shape, bool)
+        for k in range(1, K):
+            np.greater(scores[:, k], best, out=better)
+            np.maximum(best, scores[:, k], out=best)
+            np.putmask(first, better, k)
+        return first, best
+    scores = (XT.T @ np.concatenate([flat, half[:, None]], 1).T).reshape(-1, A, K)
     first = scores.argmax(2)
     best = scores.reshape(-1)[np.arange(first.size) * K + first.ravel()].reshape(first.shape)
     return first.T, best.T
 
 
-def _assign(X, heads, Xw, w) -> _Pass:
-    """Nearest heads of every run's rows ``X``, and the sums of Lloyd's step (heads ``(A,
-    K, d)``; ``Xw`` the rows times their weights ``w``, or the rows and ``None``).
+def _assign(X, XT, heads, Xw, w) -> _Pass:
+    """Nearest heads of every run's rows ``X``, and the sums of Lloyd's step (``XT``:
+    :func:`_transposed` rows; heads ``(A, K, d)``; ``Xw`` the rows times their weights
+    ``w``, or the rows and ``None``).
 
     The per-cell sums are a product of the 0/1 memberships ``(A, K, m)`` with the rows
     when that costs little (a few heads and ``K d <= _DENSE_SUMS``: the order of the
@@ -108,12 +110,13 @@ def _assign(X, heads, Xw, w) -> _Pass:
     top = np.empty((A, n), dtype=X.dtype)
     dense = K <= _FEW_HEADS and K * d <= _DENSE_SUMS
     sums, counts = np.zeros((A, K, d), X.dtype), np.zeros((A, K), X.dtype)
-    index = np.arange(K)[None, :, None]
+    index = np.arange(K, dtype=np.int8)[None, :, None]
     for s in range(0, n, block):
-        first, top[:, s:s + block] = _nearest(X[s:s + block], flat, half, A, K)
+        first, top[:, s:s + block] = _nearest(XT[:, s:s + block], flat, half, A, K)
         labels[:, s:s + block] = first
         if dense:
-            member = (index == first[:, None]).astype(X.dtype)       # (A, K, m)
+            member = np.empty((A, K, first.shape[1]), X.dtype)       # 0/1 memberships
+            np.equal(index, first[:, None], out=member, casting="unsafe")
             sums += member @ Xw[s:s + block]
             counts += member.sum(2) if w is None else member @ w[s:s + block]
     if not dense:
@@ -124,6 +127,15 @@ def _assign(X, heads, Xw, w) -> _Pass:
         counts = np.bincount(cells, None if w is None else np.repeat(w, A),
                              minlength=A * K).reshape(A, K).astype(X.dtype)
     return _Pass(labels, top, sums, counts)
+
+
+def _transposed(X):
+    """The rows transposed, with a row of -1 below: ``(d + 1, n)``, contiguous (one
+    product with ``[mu, ||mu||^2 / 2]`` gives the scores)."""
+    XT = np.empty((X.shape[1] + 1, X.shape[0]), X.dtype)
+    XT[:-1] = X.T
+    XT[-1] = -1.0
+    return XT
 
 
 def _means(step: _Pass, heads):
@@ -143,8 +155,8 @@ def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.G
     weight; each next one the best (lowest potential ``sum_i w_i D_i^2``) of ``2 + ln K``
     rows drawn with probability proportional to ``w_i D_i^2``, ``D_i`` the distance to
     the nearest head so far. Rows of weight zero are never drawn (all zero: unweighted).
-    Memory: ``(n_runs (2 + ln K), n)`` distances at once (the warm-start sample has at
-    most 20,000 rows).
+    Memory: ``(n_runs (2 + ln K), n)`` distances at once and two ``(n, d + 2)`` copies of
+    the rows (the warm-start sample has at most 20,000 rows).
 
     Examples
     --------
@@ -158,13 +170,12 @@ def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.G
     w = None if weights is None or not weights.sum() > 0 else np.asarray(weights, X.dtype)
     trials = 2 + int(np.log(K))
     sq = np.einsum("nd,nd->n", X, X)
+    # squared distances as one product: [x_i, ||x_i||^2, 1] . [-2 x_j, 1, ||x_j||^2]
+    left = np.concatenate([X, sq[:, None], np.ones((n, 1), X.dtype)], 1)        # (n, d + 2)
+    right = np.concatenate([-2.0 * X.T, np.ones((1, n), X.dtype), sq[None]])    # (d + 2, n)
 
-    def distances(idx):                                      # (len(idx), n), no copy of X
-        dist = X[idx] @ X.T
-        dist *= -2.0
-        dist += sq
-        dist += sq[idx, None]
-        return dist
+    def distances(idx):                                      # (len(idx), n)
+        return left[idx] @ right
     heads = np.empty((R, K, d), dtype=X.dtype)
     runs = np.arange(R)
     mass = np.cumsum(np.ones(n) if w is None else w)
@@ -179,7 +190,8 @@ def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.G
         draws = starts[:, None] + rng.random((R, trials)) * (ends - starts)[:, None]
         flat = np.searchsorted(cum, draws, side="right")
         picks = np.clip(flat - (runs * n)[:, None], 0, n - 1).ravel()      # (R trials,)
-        dist = np.minimum(distances(picks).reshape(R, trials, n), closest[:, None, :])
+        dist = distances(picks).reshape(R, trials, n)
+        np.minimum(dist, closest[:, None, :], out=dist)
         potential = dist.sum(2) if w is None else dist @ w                  # (R, trials)
         best = potential.argmin(1)
         heads[:, k] = X[picks.reshape(R, trials)[runs, best]]
@@ -222,6 +234,7 @@ def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
     R, K, _ = heads.shape
     sq = np.einsum("nd,nd->n", X, X)
     Xw = X if weights is None else X * weights[:, None]
+    XT = _transposed(X)
     total = X.shape[0] if weights is None else float(weights.sum())
 
     def objective(top):                     # R_inf of each run from its rows' best scores
@@ -232,7 +245,7 @@ def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
     active, previous = np.arange(R), None
     for _ in range(int(max_iter)):
         current = heads[active]
-        labels, top, *_ = step = _assign(X, current, Xw, weights)
+        labels, top, *_ = step = _assign(X, XT, current, Xw, weights)
         new = _means(step, current)
         steps[active] += 1
         stable = np.zeros(len(active), bool) if previous is None else \
@@ -249,7 +262,7 @@ def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
             break
     rest = np.flatnonzero(~ended)           # moved by at most tol, or out of steps
     if len(rest):
-        labels_end[rest], top, *_ = _assign(X, heads[rest], Xw, weights)
+        labels_end[rest], top, *_ = _assign(X, XT, heads[rest], Xw, weights)
         objective_end[rest] = objective(top)
     return Runs(heads, labels_end, objective_end, steps, converged)
 
