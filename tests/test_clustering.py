@@ -510,8 +510,8 @@ def _cell_means(X, centers):
 def test_default_ends_at_a_fixed_point_of_the_hard_limit(monkeypatch, sample):
     """The default's heads are a stable k-means partition's means: the fixed point of the
     layer's step as lambda -> infinity (the gradient of the k-means risk vanishes), on
-    all rows whether or not they fit in the warm-start sample; the soft steps before
-    that limit never increase the risk."""
+    all rows whether or not they fit in the warm-start sample; its loss curve (the k-means
+    objective over the passes) never increases."""
     from attnclust import warm_start
 
     if sample is not None:
@@ -547,8 +547,7 @@ def test_sample_and_passes_give_the_fit_on_every_row(monkeypatch):
 
 
 def test_the_default_is_never_worse_than_its_kmeans_warm_start():
-    """The end keeps the lower k-means objective of the warm start's and the soft steps'
-    Lloyd fixed points: never above the warm start's k-means of the working rows
+    """The end is never above the warm start's k-means objective of the working rows
     (recomputed here from the same seed)."""
     from attnclust.multistart import best_of_seedings
 
@@ -723,16 +722,20 @@ def test_callback_heads_are_in_the_data_units():
 
 
 def test_the_callback_sees_the_passes_over_all_rows(monkeypatch):
-    """Above the sample the default reports its soft step, then each pass over all rows
-    (at an infinite inverse temperature): progress for the command line's bar."""
+    """Above the sample the default reports the sample's k-means partition, then each pass
+    over all rows (at an infinite inverse temperature: the hard limit), whose k-means
+    objectives are the loss curve: progress for the command line's bar."""
     from attnclust import warm_start
 
     monkeypatch.setattr(warm_start, "WARM_SAMPLE", 300)
     X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=11)
     infos = []
     est = AttentionClustering(3, random_state=0, callback=infos.append).fit(X)
-    passes = [i for i in infos if i.inverse_temperature == np.inf]
-    assert passes and len(passes) < len(infos)
+    assert len(infos) >= 2 and all(i.inverse_temperature == np.inf for i in infos)
     assert [i.iteration for i in infos] == sorted(i.iteration for i in infos)
     assert infos[-1].iteration <= est.n_iter_
-    np.testing.assert_allclose(passes[-1].heads.numpy(), est.cluster_centers_, rtol=1e-12)
+    np.testing.assert_allclose(infos[-1].heads.numpy(), est.cluster_centers_, rtol=1e-12)
+    np.testing.assert_allclose([i.loss for i in infos[1:]], est.loss_curve_, rtol=1e-12)
+    inertia = np.mean(np.sum((X - est.cluster_centers_[est.labels_]) ** 2, 1))
+    assert est.loss_curve_[-1] == pytest.approx(inertia, rel=1e-10)
+    assert np.all(est.inverse_temperature_curve_ == np.inf)

@@ -212,8 +212,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Empirical risk (without the penalty) after each step over all rows, at the
         inverse temperature in ``inverse_temperature_curve_`` (non-increasing while that
         is constant and there is no penalty); its last entry is ``-score`` of the data.
-        For a fit that ends in the hard limit: the fixed-point steps at ``lambda`` on the
-        warm-start sample, before that limit.
+        For a fit that ends in the hard limit: its risk there (``lambda = infinity``, the
+        k-means objective per row) of the sample's partition when the sample holds every
+        row, else after each pass over all rows.
     inverse_temperature_curve_ : ndarray
     converged_ : bool
     n_features_in_ : int

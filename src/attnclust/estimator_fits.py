@@ -18,9 +18,8 @@ The fit
    lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
    The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
    ends instead in the layer's hard limit (:mod:`attnclust.hard_ending`): its warm start
-   is scikit-learn's ``KMeans`` of the sample (``n_init`` seedings), then a
-   fixed-point step at ``lambda``, Lloyd's steps from there, the better (by the k-means
-   objective) of the two k-means fixed points, and Lloyd passes over all rows when there
+   is the best k-means of the sample (``n_init`` seedings, :mod:`attnclust.multistart`),
+   then single swaps with ten heads or more, and Lloyd passes over all rows when there
    are more than the sample (which is then ``256 K`` rows, at most ``WARM_SAMPLE``). At
    the ``"auto"`` temperature the soft fixed point moves the boundaries between
    overlapping clusters away from the nearest-head partition that the labels read; why
@@ -130,7 +129,7 @@ def solve(S, Sw, rows: WorkingRows, start, lam, p: dict, *, n_clusters: int, har
     geometry, tol = as_geometry(p["geometry"]), float(resolved(p, "tol"))
     if hard:
         return fit_hard_limit(S, Sw, rows, start, lam, n_clusters=n_clusters, geometry=geometry,
-                              max_iter=int(p["max_iter"]), tol=tol, report=report)
+                              max_iter=int(p["max_iter"]), report=report)
     temps, steps = stages(p, lam)
     common = dict(tol=tol, penalty=p["penalty"], rho=float(p["rho"]), report=report)
     if p["solver"] == "pgd":
@@ -209,7 +208,7 @@ def fit_pgd(rows: WorkingRows, heads0, temps, steps, *, max_iter: int, tol: floa
 
 class Ending(NamedTuple):
     """A fit of the risk's heads: the solver's result (ended in the hard limit: ``n_iter``
-    counting the soft steps and the hard passes), this rank's labels, the (weighted)
+    counting Lloyd's steps and passes), this rank's labels, the (weighted)
     cluster sizes over all ranks and the attention's sharpness (mean largest weight times
     the total size), which the degeneracy checks read."""
 
@@ -220,14 +219,18 @@ class Ending(NamedTuple):
 
 
 def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geometry,
-                   max_iter: int, tol: float, report: Reporter) -> Ending:
-    """:func:`~attnclust.hard_ending.fit_to_hard_limit` from the warm ``start`` (the
-    attention's sharpness read on the sample; sizes and sharpness weighted by the sample
-    weights, when given)."""
-    end = fit_to_hard_limit(S, rows, start.kmeans, lam, geometry=geometry, max_iter=max_iter,
-                            tol=tol, callback=report.for_rows(rows), weights=Sw)
-    res = end.soft._replace(heads=end.heads, n_iter=end.soft.n_iter + end.n_hard,
-                            converged=end.converged)
+                   max_iter: int, report: Reporter) -> Ending:
+    """:func:`~attnclust.hard_ending.fit_to_hard_limit` from the warm ``start``: its curve is
+    the risk at ``lambda = infinity`` (the k-means objective over all rows), the attention's
+    sharpness is read at ``lam`` on the sample; sizes and sharpness weighted by the sample
+    weights, when given."""
+    end = fit_to_hard_limit(S, rows, start.kmeans, geometry=geometry, max_iter=max_iter,
+                            callback=report.for_rows(rows), weights=Sw)
+    T = len(end.objective)
+    history = History(step=end.step, risk=end.objective, grad_norm=np.full(T, np.nan),
+                      inverse_temperature=np.full(T, np.inf), rho=np.zeros(T),
+                      heads=end.path.cpu().numpy())
+    res = SolverResult(end.heads, history, end.n_iter, end.converged)
     w = None if rows.weights is None else rows.weights.cpu().double().numpy()
     sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=n_clusters, weights=w)
                                 .astype(np.float64))

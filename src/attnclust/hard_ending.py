@@ -16,26 +16,21 @@ a fixed point of the step (a stable k-means partition).
 Why a fit ends this way: at the ``"auto"`` inverse temperature the soft fixed point
 moves the boundaries between overlapping clusters away from the nearest-head partition
 (heads of equal weight and equal spread pull each other's cells towards the smaller
-cluster), while the labels are the nearest heads. The passes from the soft heads to the
-hard limit recover those boundaries; the measurements are in
-``docs/guide/default-estimator.md``.
+cluster), while the labels are the nearest heads; and with ten seedings a soft step
+before the hard limit changes no mean accuracy (the measurements are in
+``docs/guide/default-estimator.md``).
 
 Each pass reads the rows once in chunks (one ``n x d x K`` product, per-cell sums) and,
-with ``reduce`` (a sum over data-parallel ranks), sums ``K (d + 1) + 1`` numbers over the
+with ``reduce`` (a sum over data-parallel ranks), sums ``K (d + 1) + 2`` numbers over the
 ranks, so every rank takes the same steps.
 
-The fit's end (:func:`fit_to_hard_limit`), from the warm start's k-means heads ``mu^0``
-on the warm-start sample ``S`` and the ``"auto"`` inverse temperature ``lambda``:
+The fit's end (:func:`fit_to_hard_limit`), from the warm start's k-means partition of
+the warm-start sample ``S`` (:func:`sample_kmeans`: the best of ten seedings, each run by
+Lloyd's steps, the fixed-point step in the hard limit, to a stable partition):
 
-1. ``SOFT_STEPS`` (one; at most ``max_iter``) safeguarded fixed-point step of the
-   layer at ``lambda`` on ``S``
-   (:func:`attnclust.fixed_point.fixed_point_fit`: the risk never increases), an
-   annealing stage that may carry the heads out of ``mu^0``'s basin;
-2. Lloyd's steps from there to a stable partition of ``S`` (:func:`sample_kmeans` from
-   those heads: the fixed-point step in the hard limit);
-3. of the two k-means fixed points, ``mu^0`` and this one, the one of lower ``R_inf`` on
-   ``S`` (so the end is never worse than the warm start);
-4. with more rows than ``S``: Lloyd passes over all rows (:func:`lloyd_passes`), whose
+1. with ten heads or more, single swaps (:func:`swap_polish`), each kept only if it
+   lowers ``R_inf`` on ``S`` (so the end is never worse than the warm start);
+2. with more rows than ``S``: Lloyd passes over all rows (:func:`lloyd_passes`), whose
    last pass also gives the labels.
 
 Notation
@@ -46,7 +41,6 @@ paper          code            meaning
 ``R_inf``      ``objective``   k-means objective per row after each pass
 ``mu_h``       ``heads``       heads, shape ``(K, d)``
 ``S``          ``S``           the warm-start sample, ``(m, d)``
-``lambda``     ``lam``         the ``"auto"`` inverse temperature
 =============  ==============  =============================================
 """
 
@@ -59,10 +53,9 @@ import numpy as np
 import torch
 
 from ._threads import map_chunks
-from .fixed_point import fixed_point_fit
 from .geometry import Euclidean, Geometry
 from .multistart import best_of_seedings
-from .results import IterationInfo, SolverResult
+from .results import IterationInfo
 from .rows import WorkingRows
 from .swap import single_swap
 
@@ -71,7 +64,6 @@ __all__ = ["HardEnding", "HardFit", "SampleKMeans", "cell_sums", "fit_to_hard_li
 
 KMEANS_TOL = 1e-4   # scikit-learn's KMeans tol: squared moves over the mean feature variance
 OBJECTIVE_RTOL = 1e-3   # passes over all rows stop once a step gains less than this of R_inf
-SOFT_STEPS = 1      # fixed-point steps at the "auto" lambda before the hard limit
 SWAPS = 8           # single swaps at most from the sample's k-means partition ...
 SWAP_HEADS = 10     # ... with at least this many heads (with fewer, restarts suffice)
 _FLOAT64_SAMPLE = 1 << 22   # a sample of at most this many numbers is run in float64
@@ -84,6 +76,8 @@ class HardEnding(NamedTuple):
     """Heads after the last pass, ``(K, d)``."""
     objective: np.ndarray
     """``R_inf`` of the heads each pass started from (non-increasing), ``(n_passes,)``."""
+    path: torch.Tensor
+    """The heads each pass started from, ``(n_passes, K, d)``."""
     n_passes: int
     """Passes over the rows."""
     converged: bool
@@ -109,15 +103,20 @@ def cell_sums(X: torch.Tensor, labels: torch.Tensor, n_clusters: int,
             X.new_zeros(n_clusters, X.shape[1]).index_add_(0, labels, X * weights[:, None]))
 
 
-def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor, w=None):
-    """Flat ``[counts (K), sums (K d), sum_i min_h ||x_i - mu_h||^2]`` of one chunk (weighted
-    by ``w`` (m,) when given), and its labels ``(m,)``."""
+def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor, w=None,
+               norms: bool = False):
+    """Flat ``[counts (K), sums (K d), -2 sum_i max_h (<x_i, mu_h> - ||mu_h||^2 / 2),
+    sum_i ||x_i||^2 (with ``norms``, else 0)]`` of one chunk (each term weighted by ``w``
+    (m,) when given), and its labels ``(m,)``: the last two entries add up to
+    ``sum_i min_h ||x_i - mu_h||^2``."""
     best, z = (Xc @ heads.T - half_sq).max(1)                 # (m,) <x, mu> - ||mu||^2 / 2
-    dist = (Xc * Xc).sum(1) - 2.0 * best                      # ||x_i - mu_z(i)||^2
     counts, sums = cell_sums(Xc, z, heads.shape[0], w)
+    sq = (Xc * Xc).sum(1) if norms else None
     if w is not None:
-        dist = dist * w
-    return torch.cat([counts, sums.reshape(-1), dist.sum().reshape(1)]), z
+        best = best * w
+        sq = None if sq is None else sq * w
+    return torch.cat([counts, sums.reshape(-1), (-2.0 * best.sum()).reshape(1),
+                      (best.new_zeros(1) if sq is None else sq.sum().reshape(1))]), z
 
 
 def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
@@ -183,26 +182,35 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     K, d = heads.shape
     n = n_rows if n_total is None else n_total
     objective: list[float] = []
+    path: list[torch.Tensor] = []
     converged = False
 
-    def cells(start, h, q):
+    n_chunks = -(-n_rows // chunk)
+    # each chunk's sums land in a row of an array made here: a tensor (or array) made on a
+    # worker thread and kept alive pins that thread's malloc heap, and with it the freed
+    # temporaries of every chunk (+150 MB on 5M x 8)
+    parts = np.zeros((max(n_chunks, 1), K * (d + 1) + 2))
+
+    def cells(start, h, q, norms):
         part, z = _cell_sums(read(start, start + chunk), h, q,
-                             None if weights is None else weights[start:start + chunk])
+                             None if weights is None else weights[start:start + chunk], norms)
         if labels is not None:
             labels[start:start + z.shape[0]] = z.cpu().numpy()
-        # Python floats: a tensor made on a worker thread and kept alive pins that thread's
-        # malloc heap, and with it the freed temporaries of every chunk (+150 MB on 5M x 8)
-        return part.tolist()
+        parts[start // chunk] = part.cpu().numpy()
+    sq_norms = None     # sum_i ||x_i||^2, read on the first pass only
     for _ in range(int(max_passes)):
         half_sq = 0.5 * (heads * heads).sum(1)
-        parts = map_chunks(lambda s, h=heads, q=half_sq: cells(s, h, q), n_rows, chunk, workers)
-        flat = torch.as_tensor(np.sum(parts or [[0.0] * (K * (d + 1) + 1)], axis=0),
-                               dtype=heads.dtype,
-                               device=heads.device)
+        first = sq_norms is None
+        map_chunks(lambda s, h=heads, q=half_sq, f=first: cells(s, h, q, f), n_rows, chunk,
+                   workers)
+        flat = torch.as_tensor(parts.sum(0), device=heads.device)      # float64
         if reduce is not None:
             flat = reduce(flat)
-        counts, sums = flat[:K], flat[K:K + K * d].reshape(K, d)
-        objective.append(float(flat[-1]) / n)
+        counts, sums = flat[:K].to(heads.dtype), flat[K:K + K * d].reshape(K, d).to(heads.dtype)
+        if first:
+            sq_norms = float(flat[-1])
+        objective.append((sq_norms + float(flat[-2])) / n)
+        path.append(heads)
         new = Euclidean().lloyd_step(sums, counts, heads)   # counts: maybe weights < 1
         settled = len(objective) > 1 and objective[-2] - objective[-1] <= rtol * objective[-2]
         moves = ((new - heads) ** 2).sum(1)                   # (K,) squared moves
@@ -214,7 +222,9 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
             break
         if len(objective) < max_passes:
             heads = new
-    return HardEnding(heads, np.asarray(objective, dtype=np.float64), len(objective), converged)
+    return HardEnding(heads, np.asarray(objective, dtype=np.float64),
+                      torch.stack(path) if path else heads.new_zeros(0, K, d), len(objective),
+                      converged)
 
 
 class SampleKMeans(NamedTuple):
@@ -301,24 +311,30 @@ class HardFit(NamedTuple):
 
     heads: torch.Tensor
     """Final heads, ``(K, d)``: a stable k-means partition's means."""
-    soft: SolverResult
-    """The fixed-point steps at ``lambda`` on the sample (the loss curve)."""
     labels: np.ndarray
     """Nearest final head of each of this rank's rows."""
-    n_hard: int
-    """Lloyd steps on the sample plus passes over all rows."""
+    objective: np.ndarray
+    """``R_inf`` over all rows: of the sample's partition when the sample is every row,
+    else of the heads each pass over all rows started from, ``(T,)``."""
+    path: torch.Tensor
+    """The heads of each entry of ``objective``, ``(T, K, d)``."""
+    step: np.ndarray
+    """Lloyd steps made before each entry of ``objective``, ``(T,)``."""
+    n_iter: int
+    """Lloyd steps on the sample (the run kept and the swaps' runs) plus passes over all
+    rows."""
     converged: bool
     """The last Lloyd stage met its stopping rule."""
 
 
-def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, lam: float, *,
-                      geometry: Geometry, max_iter: int, tol: float,
-                      callback=None, weights: torch.Tensor | None = None) -> HardFit:
+def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, *,
+                      geometry: Geometry, max_iter: int, callback=None,
+                      weights: torch.Tensor | None = None) -> HardFit:
     """The fit's end of the module docstring, from the warm start ``start`` on ``S``.
 
-    ``callback`` (an :class:`~attnclust.results.IterationInfo` consumer) sees the soft
-    steps, then each pass over all rows (at ``inverse_temperature`` infinity). ``weights``:
-    the sample's weights (the rows' own are ``rows.weights``).
+    ``callback`` (an :class:`~attnclust.results.IterationInfo` consumer, at an infinite
+    inverse temperature) sees the sample's partition, then each pass over all rows.
+    ``weights``: the sample's weights (the rows' own are ``rows.weights``).
 
     Examples
     --------
@@ -328,28 +344,25 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
     >>> cells = ac.geometry.Euclidean()
     >>> rows = WorkingRows.prepare(X, geometry=cells, comm=None)
     >>> S = rows.sample(np.random.default_rng(0), 300)          # every row
-    >>> start = sample_kmeans(S, 2, seed=0)
-    >>> end = fit_to_hard_limit(S, rows, start, 10.0, geometry=cells, max_iter=300, tol=1e-4)
+    >>> end = fit_to_hard_limit(S, rows, sample_kmeans(S, 2, seed=0), geometry=cells,
+    ...                         max_iter=300)
     >>> ac.adjusted_rand_index(z, end.labels), end.converged
     (1.0, True)
     """
     K, d = start.heads.shape
-    soft = fixed_point_fit(S, start.heads, inverse_temperature=lam,
-                           n_steps=min(SOFT_STEPS, max_iter), tol=tol, geometry=geometry,
-                           chunk_size=rows.chunk, workers=rows.workers, callback=callback,
-                           weights=weights)
-    end = sample_kmeans(S, K, init=soft.heads, max_iter=max_iter, weights=weights)
-    best = end if end.objective < start.objective else start
-    best, swap_steps = swap_polish(S, best, geometry, max_iter=max_iter, weights=weights)
-    n_hard = end.n_iter + swap_steps
+    best, swap_steps = swap_polish(S, start, geometry, max_iter=max_iter, weights=weights)
+    n_sample = start.n_iter + swap_steps
+    if callback is not None:
+        callback(IterationInfo(n_sample, best.objective, float("inf"), 0.0, best.heads.clone()))
     if S.shape[0] == rows.n_total:   # the sample is every row, in order
         mine = slice(rows.comm.offset, rows.comm.offset + rows.rows.shape[0])
-        return HardFit(best.heads, soft, best.labels[mine], n_hard, end.converged)
+        return HardFit(best.heads, best.labels[mine], np.array([best.objective]),
+                       best.heads[None].clone(), np.array([n_sample]), n_sample,
+                       best.converged)
     labels = np.empty(rows.rows.shape[0], dtype=np.int64)
-    done = soft.n_iter + n_hard
 
-    def progress(info):   # the passes continue the soft steps' count, in the callback's units
-        callback(info._replace(iteration=done + info.iteration))
+    def progress(info):   # the passes continue the sample's count, in the callback's units
+        callback(info._replace(iteration=n_sample + info.iteration))
     full = lloyd_passes(rows.read, rows.rows.shape[0], best.heads, max_passes=max_iter,
                         tol=KMEANS_TOL / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
                         workers=rows.workers, reduce=rows.comm.reduce,
@@ -357,4 +370,5 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, l
                         float(rows.comm.sum_array(float(rows.weights.sum()))),
                         labels=labels, callback=None if callback is None else progress,
                         weights=rows.weights)
-    return HardFit(full.heads, soft, labels, n_hard + full.n_passes, full.converged)
+    return HardFit(full.heads, labels, full.objective, full.path,
+                   n_sample + np.arange(full.n_passes), n_sample + full.n_passes, full.converged)

@@ -173,11 +173,14 @@ def _cluster_moments(X, heads, labels, chunk, weights=None):
 
 def boundary_variance(X: torch.Tensor, heads: torch.Tensor, *,
                       geometry: str | Geometry = "sphere", chunk: int = _CHUNK,
-                      weights: torch.Tensor | None = None) -> BoundaryVariance:
+                      weights: torch.Tensor | None = None,
+                      labels: torch.Tensor | None = None) -> BoundaryVariance:
     """Within-cluster variance across the nearest boundaries (see
-    :func:`auto_inverse_temperature`); ``weights`` ``(n,)`` weigh the rows."""
+    :func:`auto_inverse_temperature`); ``weights`` ``(n,)`` weigh the rows; ``labels``
+    ``(n,)``: the rows' nearest heads, when known (computed otherwise)."""
     geometry = as_geometry(geometry)
-    labels = hard_labels(X, heads, geometry, chunk=chunk)
+    if labels is None:
+        labels = hard_labels(X, heads, geometry, chunk=chunk)
     K = heads.shape[0]
     counts, sums, squares, cross = _cluster_moments(X, heads, labels, chunk, weights)
     wX = X if weights is None else X * weights[:, None]
@@ -306,7 +309,7 @@ class WarmStart(NamedTuple):
 
 def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_init: int,
                geometry: Geometry, gen: np.random.Generator, auto: bool,
-               weights: torch.Tensor | None = None) -> WarmStart:
+               weights: torch.Tensor | None = None, max_iter: int = 300) -> WarmStart:
     """The estimator's starting heads and, with ``auto``, its inverse temperature.
 
     ``S`` is the warm-start sample (working rows, the same on every rank). With
@@ -318,7 +321,7 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     :attr:`LloydResult.score` is kept. With ``auto``, hard Lloyd steps from those heads
     give the partition whose boundary variance sets ``lambda``; a seeding is replaced by
     these Lloyd heads (a warm start), given heads are kept. ``weights``: the sample's
-    weights (see the module docstring).
+    weights (see the module docstring); ``max_iter``: Lloyd steps per k-means run at most.
 
     Examples
     --------
@@ -335,7 +338,7 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
         heads = None if init == "kmeans++" else \
             _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
         return _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights,
-                             heads)
+                             heads, max_iter)
 
     def seed():
         return _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
@@ -352,20 +355,22 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     return WarmStart(lloyd if isinstance(init, str) else heads, lam, capped)
 
 
-def _auto_lambda(S, heads, geometry, weights) -> tuple[float, bool]:
-    """``1 / s^2`` of the heads' partition of ``S``, and whether ``s^2`` is at its floor."""
-    s2, floor = boundary_variance(S, heads, geometry=geometry, weights=weights)
+def _auto_lambda(S, heads, geometry, weights, labels=None) -> tuple[float, bool]:
+    """``1 / s^2`` of the heads' partition of ``S`` (``labels``: its cells, when known), and
+    whether ``s^2`` is at its floor."""
+    s2, floor = boundary_variance(S, heads, geometry=geometry, weights=weights, labels=labels)
     return 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny), s2 <= floor
 
 
-def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights,
-                  heads) -> WarmStart:
+def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights, heads,
+                  max_iter) -> WarmStart:
     """The best of ``n_init`` k-means++ seedings, or one run from ``heads``, each run to
     a stable partition by batched Lloyd steps (weighted; the same on every rank)."""
     km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
-                       weights=weights, init=heads)
+                       weights=weights, init=heads, max_iter=max_iter)
     km = km._replace(heads=rows.comm.broadcast(km.heads))
-    lam, capped = _auto_lambda(S, km.heads, geometry, weights) if auto else (None, False)
+    lam, capped = _auto_lambda(S, km.heads, geometry, weights, torch.as_tensor(km.labels)) \
+        if auto else (None, False)
     return WarmStart(km.heads, lam, capped, km)
 
 
@@ -400,7 +405,7 @@ def estimator_warm_start(rows: WorkingRows, gen, p: dict, *, n_clusters: int,
         n_init = max(1, min(n_init, rows.n_total // (SEEDING_ROWS * S.shape[0])))
     auto = isinstance(p["inverse_temperature"], str)   # "auto", checked before
     start = warm_start(S, rows, init=p["init"], n_clusters=K, gen=gen, n_init=n_init,
-                       geometry=geometry, auto=auto, weights=Sw)
+                       geometry=geometry, auto=auto, weights=Sw, max_iter=int(p["max_iter"]))
     lam = start.inverse_temperature if start.inverse_temperature is not None else \
         rows.inverse_temperature_in(check_inverse_temperature(p["inverse_temperature"]))
     return S, Sw, start, lam
