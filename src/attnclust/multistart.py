@@ -69,17 +69,17 @@ class _Pass(NamedTuple):
     counts: np.ndarray    # per-cell weights, (A, K)
 
 
-def _nearest(XT, flat, half, A, K):
+def _nearest(Xa, flat, half, A, K):
     """Each run's nearest head of the rows and its score ``<x, mu> - ||mu||^2 / 2``, both
-    ``(A, m)`` (``XT``: the rows transposed with a row of -1 below, ``(d + 1, m)``;
-    ``flat``: the runs' heads ``(A K, d)``, ``half``: their ``||mu||^2 / 2``).
+    ``(A, m)`` (``Xa``: the rows with a column of -1, ``(m, d + 1)``; ``flat``: the runs'
+    heads ``(A K, d)``, ``half``: their ``||mu||^2 / 2``).
 
     A few heads: scores laid out ``(A, K, m)`` (one product with the bias row), the best
     head kept by a pass per head (the first of equal scores, as an argmax); more than
     ``_FEW_HEADS``: laid out ``(m, A, K)``, numpy's argmax along the contiguous heads
     (1.3-4x faster than along the middle axis there)."""
     if K <= _FEW_HEADS:
-        scores = (np.concatenate([flat, half[:, None]], 1) @ XT).reshape(A, K, -1)
+        scores = (np.concatenate([flat, half[:, None]], 1) @ Xa.T).reshape(A, K, -1)
         best = scores[:, 0].copy()
         first = np.zeros(best.shape, np.int8)
         better = np.empty(best.shape, bool)
@@ -88,15 +88,15 @@ def _nearest(XT, flat, half, A, K):
             np.maximum(best, scores[:, k], out=best)
             np.putmask(first, better, k)
         return first, best
-    scores = (XT.T @ np.concatenate([flat, half[:, None]], 1).T).reshape(-1, A, K)
+    scores = (Xa @ np.concatenate([flat, half[:, None]], 1).T).reshape(-1, A, K)
     first = scores.argmax(2)
     best = scores.reshape(-1)[np.arange(first.size) * K + first.ravel()].reshape(first.shape)
     return first.T, best.T
 
 
-def _assign(X, XT, heads, Xw, w) -> _Pass:
-    """Nearest heads of every run's rows ``X``, and the sums of Lloyd's step (``XT``:
-    :func:`_transposed` rows; heads ``(A, K, d)``; ``Xw`` the rows times their weights
+def _assign(X, Xa, heads, Xw, w) -> _Pass:
+    """Nearest heads of every run's rows ``X``, and the sums of Lloyd's step (``Xa``:
+    :func:`_augmented` rows; heads ``(A, K, d)``; ``Xw`` the rows times their weights
     ``w``, or the rows and ``None``).
 
     The per-cell sums are a product of the 0/1 memberships ``(A, K, m)`` with the rows
@@ -112,7 +112,7 @@ def _assign(X, XT, heads, Xw, w) -> _Pass:
     sums, counts = np.zeros((A, K, d), X.dtype), np.zeros((A, K), X.dtype)
     index = np.arange(K, dtype=np.int8)[None, :, None]
     for s in range(0, n, block):
-        first, top[:, s:s + block] = _nearest(XT[:, s:s + block], flat, half, A, K)
+        first, top[:, s:s + block] = _nearest(Xa[s:s + block], flat, half, A, K)
         labels[:, s:s + block] = first
         if dense:
             member = np.empty((A, K, first.shape[1]), X.dtype)       # 0/1 memberships
@@ -129,13 +129,13 @@ def _assign(X, XT, heads, Xw, w) -> _Pass:
     return _Pass(labels, top, sums, counts)
 
 
-def _transposed(X):
-    """The rows transposed, with a row of -1 below: ``(d + 1, n)``, contiguous (one
-    product with ``[mu, ||mu||^2 / 2]`` gives the scores)."""
-    XT = np.empty((X.shape[1] + 1, X.shape[0]), X.dtype)
-    XT[:-1] = X.T
-    XT[-1] = -1.0
-    return XT
+def _augmented(X):
+    """The rows with a column of -1, ``(n, d + 1)``: one product with ``[mu, ||mu||^2 / 2]``
+    gives the scores ``<x, mu> - ||mu||^2 / 2``."""
+    Xa = np.empty((X.shape[0], X.shape[1] + 1), X.dtype)
+    Xa[:, :-1] = X
+    Xa[:, -1] = -1.0
+    return Xa
 
 
 def _means(step: _Pass, heads):
@@ -234,7 +234,7 @@ def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
     R, K, _ = heads.shape
     sq = np.einsum("nd,nd->n", X, X)
     Xw = X if weights is None else X * weights[:, None]
-    XT = _transposed(X)
+    Xa = _augmented(X)
     total = X.shape[0] if weights is None else float(weights.sum())
 
     def objective(top):                     # R_inf of each run from its rows' best scores
@@ -245,7 +245,7 @@ def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
     active, previous = np.arange(R), None
     for _ in range(int(max_iter)):
         current = heads[active]
-        labels, top, *_ = step = _assign(X, XT, current, Xw, weights)
+        labels, top, *_ = step = _assign(X, Xa, current, Xw, weights)
         new = _means(step, current)
         steps[active] += 1
         stable = np.zeros(len(active), bool) if previous is None else \
@@ -262,7 +262,7 @@ def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
             break
     rest = np.flatnonzero(~ended)           # moved by at most tol, or out of steps
     if len(rest):
-        labels_end[rest], top, *_ = _assign(X, XT, heads[rest], Xw, weights)
+        labels_end[rest], top, *_ = _assign(X, Xa, heads[rest], Xw, weights)
         objective_end[rest] = objective(top)
     return Runs(heads, labels_end, objective_end, steps, converged)
 
