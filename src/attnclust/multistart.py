@@ -155,7 +155,7 @@ def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.G
     weight; each next one the best (lowest potential ``sum_i w_i D_i^2``) of ``2 + ln K``
     rows drawn with probability proportional to ``w_i D_i^2``, ``D_i`` the distance to
     the nearest head so far. Rows of weight zero are never drawn (all zero: unweighted).
-    Memory: ``(n_runs (2 + ln K), n)`` distances at once and two ``(n, d + 2)`` copies of
+    Memory: ``(n_runs (2 + ln K), n)`` distances at once and one ``(n, d + 2)`` copy of
     the rows (the warm-start sample has at most 20,000 rows).
 
     Examples
@@ -170,12 +170,13 @@ def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.G
     w = None if weights is None or not weights.sum() > 0 else np.asarray(weights, X.dtype)
     trials = 2 + int(np.log(K))
     sq = np.einsum("nd,nd->n", X, X)
-    # squared distances as one product: [x_i, ||x_i||^2, 1] . [-2 x_j, 1, ||x_j||^2]
-    left = np.concatenate([X, sq[:, None], np.ones((n, 1), X.dtype)], 1)        # (n, d + 2)
-    right = np.concatenate([-2.0 * X.T, np.ones((1, n), X.dtype), sq[None]])    # (d + 2, n)
+    # squared distances as one product: [-2 x_i, -||x_i||^2, 1] . [x_j, -1, ||x_j||^2]
+    rows = np.concatenate([X, -np.ones((n, 1), X.dtype), sq[:, None]], 1)     # (n, d + 2)
 
     def distances(idx):                                      # (len(idx), n)
-        return left[idx] @ right
+        picked = np.empty((len(idx), d + 2), X.dtype)
+        picked[:, :d], picked[:, d], picked[:, d + 1] = -2.0 * X[idx], -sq[idx], 1.0
+        return picked @ rows.T
     heads = np.empty((R, K, d), dtype=X.dtype)
     runs = np.arange(R)
     mass = np.cumsum(np.ones(n) if w is None else w)
