@@ -229,7 +229,7 @@ def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geo
     T = len(end.objective)
     history = History(step=end.step, risk=end.objective, grad_norm=np.full(T, np.nan),
                       inverse_temperature=np.full(T, np.inf), rho=np.zeros(T),
-                      heads=end.path.cpu().numpy())
+                      heads=end.path.cpu().double().numpy())
     res = SolverResult(end.heads, history, end.n_iter, end.converged)
     w = None if rows.weights is None else rows.weights.cpu().double().numpy()
     sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=n_clusters, weights=w)

@@ -25,7 +25,7 @@ with ``reduce`` (a sum over data-parallel ranks), sums ``K (d + 1) + 2`` numbers
 ranks, so every rank takes the same steps.
 
 The fit's end (:func:`fit_to_hard_limit`), from the warm start's k-means partition of
-the warm-start sample ``S`` (:func:`sample_kmeans`: the best of ten seedings, each run by
+the warm-start sample ``S`` (:func:`sample_kmeans`: the best of ``n_init`` seedings, each run by
 Lloyd's steps, the fixed-point step in the hard limit, to a stable partition):
 
 1. with ten heads or more, single swaps (:func:`swap_polish`), each kept only if it
@@ -351,7 +351,7 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, *
     >>> ac.adjusted_rand_index(z, end.labels), end.converged
     (1.0, True)
     """
-    K, d = start.heads.shape
+    d = start.heads.shape[1]
     best, swap_steps = swap_polish(S, start, geometry, max_iter=max_iter, weights=weights)
     n_sample = start.n_iter + swap_steps
     if callback is not None:

@@ -69,17 +69,17 @@ class _Pass(NamedTuple):
     counts: np.ndarray    # per-cell weights, (A, K)
 
 
-def _nearest(Xa, flat, half, A, K):
+def _nearest(Xa, flat, A, K):
     """Each run's nearest head of the rows and its score ``<x, mu> - ||mu||^2 / 2``, both
     ``(A, m)`` (``Xa``: the rows with a column of -1, ``(m, d + 1)``; ``flat``: the runs'
-    heads ``(A K, d)``, ``half``: their ``||mu||^2 / 2``).
+    heads with their ``||mu||^2 / 2`` as a last column, ``(A K, d + 1)``).
 
     A few heads: scores laid out ``(A, K, m)`` (one product with the bias row), the best
     head kept by a pass per head (the first of equal scores, as an argmax); more than
     ``_FEW_HEADS``: laid out ``(m, A, K)``, numpy's argmax along the contiguous heads
     (1.3-4x faster than along the middle axis there)."""
     if K <= _FEW_HEADS:
-        scores = (np.concatenate([flat, half[:, None]], 1) @ Xa.T).reshape(A, K, -1)
+        scores = (flat @ Xa.T).reshape(A, K, -1)
         best = scores[:, 0].copy()
         first = np.zeros(best.shape, np.int8)
         better = np.empty(best.shape, bool)
@@ -88,7 +88,7 @@ def _nearest(Xa, flat, half, A, K):
             np.maximum(best, scores[:, k], out=best)
             np.putmask(first, better, k)
         return first, best
-    scores = (Xa @ np.concatenate([flat, half[:, None]], 1).T).reshape(-1, A, K)
+    scores = (Xa @ flat.T).reshape(-1, A, K)
     first = scores.argmax(2)
     best = scores.reshape(-1)[np.arange(first.size) * K + first.ravel()].reshape(first.shape)
     return first.T, best.T
@@ -103,8 +103,9 @@ def _assign(X, Xa, heads, Xw, w) -> _Pass:
     when that costs little (a few heads and ``K d <= _DENSE_SUMS``: the order of the
     scores' product), else a sparse product, ``O(A n d)``."""
     A, K, d = heads.shape
-    flat = heads.reshape(A * K, d)
-    half = 0.5 * np.einsum("hd,hd->h", flat, flat)
+    flat = np.empty((A * K, d + 1), X.dtype)     # [mu, ||mu||^2 / 2] of every run's heads
+    flat[:, :d] = heads.reshape(A * K, d)
+    flat[:, d] = 0.5 * np.einsum("hd,hd->h", flat[:, :d], flat[:, :d])
     n, block = X.shape[0], _rows_per_block(A * K)
     labels = np.empty((A, n), dtype=np.int64)
     top = np.empty((A, n), dtype=X.dtype)
@@ -112,7 +113,7 @@ def _assign(X, Xa, heads, Xw, w) -> _Pass:
     sums, counts = np.zeros((A, K, d), X.dtype), np.zeros((A, K), X.dtype)
     index = np.arange(K, dtype=np.int8)[None, :, None]
     for s in range(0, n, block):
-        first, top[:, s:s + block] = _nearest(Xa[s:s + block], flat, half, A, K)
+        first, top[:, s:s + block] = _nearest(Xa[s:s + block], flat, A, K)
         labels[:, s:s + block] = first
         if dense:
             member = np.empty((A, K, first.shape[1]), X.dtype)       # 0/1 memberships

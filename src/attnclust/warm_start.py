@@ -369,8 +369,8 @@ def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights, hea
     km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
                        weights=weights, init=heads, max_iter=max_iter)
     km = km._replace(heads=rows.comm.broadcast(km.heads))
-    lam, capped = _auto_lambda(S, km.heads, geometry, weights, torch.as_tensor(km.labels)) \
-        if auto else (None, False)
+    labels = torch.as_tensor(km.labels, device=S.device)
+    lam, capped = _auto_lambda(S, km.heads, geometry, weights, labels) if auto else (None, False)
     return WarmStart(km.heads, lam, capped, km)
 
 
