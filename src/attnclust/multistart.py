@@ -38,7 +38,8 @@ __all__ = ["Restarts", "Runs", "best_of_seedings", "kmeanspp_batch", "lloyd_batc
 
 _BLOCK = 1 << 20           # entries of one (A K) x m block of scores (8 MB in float64)
 _FEW_HEADS = 16            # up to this many heads, scores laid out (A, K, m), else (m, A, K)
-_DENSE_SUMS = 256          # up to this K d, the cell sums by a product with 0/1 memberships
+_DENSE_SUMS = 256          # up to this K d and ...
+_DENSE_HEADS = 8           # ... this many heads, the cell sums by a product with 0/1 members
 
 
 class Restarts(NamedTuple):
@@ -100,8 +101,9 @@ def _assign(X, Xa, heads, Xw, w) -> _Pass:
     ``w``, or the rows and ``None``).
 
     The per-cell sums are a product of the 0/1 memberships ``(A, K, m)`` with the rows
-    when that costs little (a few heads and ``K d <= _DENSE_SUMS``: the order of the
-    scores' product), else a sparse product, ``O(A n d)``."""
+    when that costs little (``K <= _DENSE_HEADS`` and ``K d <= _DENSE_SUMS``: the order
+    of the scores' product), else a sparse product, ``O(A n d)`` (2-4x faster from about
+    ten heads: 0.29 against 0.90 ms for ten runs of 15 heads on 4,500 x 2 rows)."""
     A, K, d = heads.shape
     flat = np.empty((A * K, d + 1), X.dtype)     # [mu, ||mu||^2 / 2] of every run's heads
     flat[:, :d] = heads.reshape(A * K, d)
@@ -109,7 +111,7 @@ def _assign(X, Xa, heads, Xw, w) -> _Pass:
     n, block = X.shape[0], _rows_per_block(A * K)
     labels = np.empty((A, n), dtype=np.int64)
     top = np.empty((A, n), dtype=X.dtype)
-    dense = K <= _FEW_HEADS and K * d <= _DENSE_SUMS
+    dense = K <= _DENSE_HEADS and K * d <= _DENSE_SUMS
     sums, counts = np.zeros((A, K, d), X.dtype), np.zeros((A, K), X.dtype)
     index = np.arange(K, dtype=np.int8)[None, :, None]
     for s in range(0, n, block):
