@@ -25,8 +25,8 @@ with ``reduce`` (a sum over data-parallel ranks), sums ``K (d + 1) + 2`` numbers
 ranks, so every rank takes the same steps.
 
 The fit's end (:func:`fit_to_hard_limit`), from the warm start's k-means partition of
-the warm-start sample ``S`` (:func:`sample_kmeans`: the best of ``n_init`` seedings, each run by
-Lloyd's steps, the fixed-point step in the hard limit, to a stable partition):
+the warm-start sample ``S`` (:func:`sample_kmeans`: the best of ``n_init`` seedings, each
+run by Lloyd's steps, the fixed-point step in the hard limit, to a stable partition):
 
 1. with ten heads or more, single swaps (:func:`swap_polish`), each kept only if it
    lowers ``R_inf`` on ``S`` (so the end is never worse than the warm start);
