@@ -220,11 +220,12 @@ def _faiss_threads(n: int):
         faiss.omp_set_num_threads(before)
 
 
-def run(quick: bool, methods=_methods, seeds=None) -> list[dict]:
+def run(quick: bool, methods=_methods, seeds=None, sets=None) -> list[dict]:
     """The battery's rows (``methods(K, seed) -> {name: X -> labels}``, for prototypes;
-    ``seeds``: the ARI's ``random_state`` values, default ``SEEDS``)."""
+    ``seeds``: the ARI's ``random_state`` values, default ``SEEDS``; ``sets``: ``(name, X,
+    y)`` to score instead of :func:`datasets`)."""
     with _faiss_threads(1), threadpool_limits(1), torch_threads(1):
-        return _run(quick, methods, seeds)
+        return _run(quick, methods, seeds, datasets(quick) if sets is None else sets)
 
 
 def _fit(fit, X):
@@ -235,10 +236,10 @@ def _fit(fit, X):
         return labels, time.perf_counter() - start
 
 
-def _run(quick: bool, methods, seeds) -> list[dict]:
+def _run(quick: bool, methods, seeds, sets) -> list[dict]:
     rows = []
     seeds = seeds if seeds is not None else range(2) if quick else SEEDS
-    for name, X, y in datasets(quick):
+    for name, X, y in sets:
         keep = y >= 0
         K = len(np.unique(y[keep]))
         ari: dict[str, list[float]] = {}

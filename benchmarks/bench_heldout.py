@@ -20,14 +20,11 @@ from pathlib import Path
 import numpy as np
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits, make_blobs
-from sklearn.metrics import adjusted_rand_score
-from threadpoolctl import threadpool_limits
 
 import attnclust as ac
-from attnclust._threads import torch_threads
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_battery import _fit, _summary  # noqa: E402  (a timed fit; the means, median ratio)
+from bench_battery import run as battery_run  # noqa: E402  (the same scoring and timing)
 
 
 def _anisotropic(rng, k=15, per=300):
@@ -78,22 +75,7 @@ def _methods(K: int, seed: int) -> dict:
 
 
 def run(quick: bool) -> list[dict]:
-    seeds = range(200, 202 if quick else 210)
-    rows = []
-    with threadpool_limits(1), torch_threads(1):
-        for name, X, y in datasets():
-            keep = y >= 0
-            K = len(np.unique(y[keep]))
-            row = {"data": name, "n": X.shape[0], "d": X.shape[1], "K": K}
-            for method in _methods(K, 0):
-                row[f"ARI {method}"] = float(np.mean([adjusted_rand_score(
-                    y[keep], _fit(_methods(K, s)[method], X)[0][keep]) for s in seeds]))
-            best = {m: min(_fit(f, X)[1] for _ in range(1 if quick else 3))
-                    for m, f in _methods(K, 0).items()}
-            row.update({f"time {m} / KMeans(1)": best[m] / best["KMeans(1)"]
-                        for m in ("default", "KMeans(10)")})
-            rows.append(row)
-    return rows + [_summary(rows)]
+    return battery_run(quick, _methods, range(200, 202 if quick else 210), datasets())
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ solver's statistics (:func:`attnclust.distributed.pass_bytes`), counted through 
 one-process :class:`attnclust.Communicator` whose sum is the identity, so the fits are
 those of ``AttentionClustering(K, ...).fit(X)``: on the sphere the default, for
 Euclidean heads the soft layer at the default's ``"auto"`` inverse temperature (the
-default itself ends in the hard limit, where the solver takes one step on a sample and
-no pass over the rows is summed). Data: scikit-learn's iris, wine and digits with the
+default itself ends in the hard limit, Lloyd's steps from k-means runs on a sample, and
+sums no pass of the soft solver). Data: scikit-learn's iris, wine and digits with the
 true ``K``; quick: iris and wine. docs/solver.md quotes this table.
 """
 
@@ -46,8 +46,7 @@ def _passes(X, K: int, **params) -> tuple[int, bool]:
 
 def _soft_fit(X, K: int, geometry: str, seed: int) -> dict:
     """Parameters of a fit that runs the fixed-point solver to convergence: the sphere's
-    default; for Euclidean heads, whose default fit ends in the hard limit after one soft
-    step on the sample, the soft layer at the default's ``"auto"`` inverse temperature."""
+    default; for Euclidean heads, the soft layer at the default's ``"auto"`` lambda."""
     params = {"geometry": geometry, "random_state": seed}
     if geometry == "euclidean":
         with warnings.catch_warnings():

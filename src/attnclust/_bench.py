@@ -1,7 +1,7 @@
 """Runner for the benchmarks under ``benchmarks/`` (``attnclust bench``).
 
 Each ``benchmarks/bench_*.py`` defines ``run(quick: bool) -> list[dict]``; every dict is
-one row of the printed table (same keys within a file). A benchmark of device paths also
+one row of the printed table (a row's missing columns print empty). A benchmark of device paths also
 takes ``device`` (``attnclust bench --device cuda``). Benchmarks report ratios
 against a baseline measured in the same run, never absolute timings alone.
 

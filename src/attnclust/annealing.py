@@ -82,8 +82,9 @@ _FLOOR = -700.0           # lowest shifted logit (see _attention)
 # a coarser grid, looser fixed points and strides, for reading K off the path (the
 # estimator's n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90
 # mixtures (90/90), many times faster (docs/guide/temperature-path.md); init="anneal"
-# keeps single steps and 100 iterations at tol 1e-4
+# keeps single steps and 100 iterations at tol 1e-4 on that grid
 FAST_SETTINGS = {"grid_ratio": 1.12, "n_decades": 3.0, "max_iter": 20, "tol": 1e-3, "stride": 4}
+ANNEAL_SETTINGS = {"grid_ratio": 1.12, "max_iter": 100, "tol": 1e-4}
 
 
 @dataclass(frozen=True)
@@ -668,8 +669,7 @@ def anneal_heads(X, n_clusters: int, *, geometry: str = "euclidean",
     [-1.0, 1.0]
     """
     path = temperature_path(X, n_clusters, geometry=geometry, n_decades=n_decades,
-                            min_cluster_size=1, grid_ratio=FAST_SETTINGS["grid_ratio"],
-                            max_iter=100, tol=1e-4)
+                            min_cluster_size=1, **ANNEAL_SETTINGS)
     return path.heads[-1]
 
 

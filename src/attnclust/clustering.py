@@ -278,7 +278,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
     @classmethod
     def _get_param_names(cls):
-        return param_names(cls)
+        return list(param_names(cls))       # a copy: the cached list stays as it is
 
     # -- the resolved settings ----------------------------------------------------------------
     @property

@@ -126,10 +126,11 @@ def solve(S, Sw, rows: WorkingRows, start, lam, p: dict, *, n_clusters: int, har
     estimator's parameters ``p`` (``get_params``): the hard-limit ending of the default, or
     the stages of the annealing plan by PGD or fixed-point steps, then the labels, sizes and
     sharpness of the attention at ``lam`` over all rows."""
-    geometry, tol = as_geometry(p["geometry"]), float(resolved(p, "tol"))
+    geometry = as_geometry(p["geometry"])
     if hard:
         return fit_hard_limit(S, Sw, rows, start, lam, n_clusters=n_clusters, geometry=geometry,
                               max_iter=int(p["max_iter"]), report=report)
+    tol = float(resolved(p, "tol"))
     temps, steps = stages(p, lam)
     common = dict(tol=tol, penalty=p["penalty"], rho=float(p["rho"]), report=report)
     if p["solver"] == "pgd":

@@ -208,8 +208,10 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
             if not np.isfinite(big):
                 raise ValueError(f"{what}: X - mean overflows (entries near the largest "
                                  "float); rescale the data")
-            unit = big if big > 0 else 1.0
-            dev = deviation(unit) if big > 0 else 0.0     # every row is the mean
+            if big > 0:
+                unit, dev = big, deviation(big)
+            else:                                         # every row is the mean
+                dev = 0.0
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 

@@ -94,8 +94,9 @@ class StreamState:
 def _first_state(est, Xp: np.ndarray, weights, gen) -> StreamState:
     """Initial heads and lambda from the first batch, as ``fit`` starts (see above)."""
     K = est.n_clusters
-    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), 1, weights, K)
-    S, _, start, lam = est._warm_start(rows, gen, False, K)
+    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), workers=1, weights=weights,
+                             K=K)
+    S, _, start, lam = est._warm_start(rows, gen, hard=False, K=K)
     return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.shift,
                        float(rows.scale), S.dtype, str(est.device), rows.chunk)
 
@@ -104,8 +105,8 @@ def _resumed_state(est, Xp: np.ndarray) -> StreamState:
     """A state for an estimator fitted by ``fit``: its heads and lambda, in a working space
     taken from this batch, and no sums yet (this batch's statistics decide the first step
     alone)."""
-    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), 1, None,
-                             len(est.cluster_centers_))
+    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), workers=1, weights=None,
+                             K=len(est.cluster_centers_))
     one = rows.read(0, 1)
     heads = torch.as_tensor(rows.heads_in(est.cluster_centers_), dtype=one.dtype,
                             device=one.device)

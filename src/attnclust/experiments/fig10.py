@@ -2,7 +2,7 @@
 
 Two fixed points are followed from the cold start (every head at the mean) for
 two-cluster mixtures (``+-e_1``) and three-cluster ones (three orthogonal centroids)
-over ``sigma`` and ``d`` (:mod:`attnclust.temperature_path`):
+over ``sigma`` and ``d`` (:mod:`attnclust.annealing`):
 
 (a) deterministic annealing of the attention weights (the soft k-means free energy): its
     first split, measured on samples on a fine grid, against ``1 / lambda_max(C)`` (``C``

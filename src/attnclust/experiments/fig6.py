@@ -89,16 +89,15 @@ def _batch(k: int, d: int, config: dict, rng: np.random.Generator) -> np.ndarray
     seed = int(rng.integers(2**31))
     # the descent stays in span(heads0, centroids): solved there, whatever d is
     mixes, heads0, _ = in_span(mixes, torch.stack(heads0))
-    lam_runs = np.array([lam for lam, _ in cells for _ in range(n)])
     used = np.array([r < runs_at(lam, config) for lam, _ in cells for r in range(n)])
+    points_run = np.array([qmc_points(lam, config) for lam, _ in cells for _ in range(n)])
     each = [schedule_arguments(VARIANTS[v], lam, config["n_steps"]) for lam, v in cells]
     per_run = {key: [args[key] for args in each for _ in range(n)]
                for key in ("penalty", "rho", "inverse_temperature")}
-    final = np.full(len(lam_runs), np.nan)  # NaN: an init not run at this lambda
+    final = np.full(len(used), np.nan)  # NaN: an init not run at this lambda
     # one batched call per QMC resolution (all values of lambda that share it)
-    for points in sorted({qmc_points(lam, config) for lam in lams}):
-        idx = [i for i, lam in enumerate(lam_runs)
-               if used[i] and qmc_points(lam, config) == points]
+    for points in sorted(set(points_run.tolist())):
+        idx = np.flatnonzero(used & (points_run == points)).tolist()
         group = [mixes[i] for i in idx]
         qmc = dict(method="qmc", n_samples=points, rng=seed, qmc_dtype=config["qmc_dtype"])
         risk, balance = PopulationRisk(group, **qmc), Balance(group, **qmc)
@@ -118,19 +117,20 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
                                    total=len(pairs)):
         final[ik, idim] = _batch(config["ks"][ik], config["dims"][idim], config, child)
     success, ran = final < config["success_tol"], ~np.isnan(final)
+
+    def summary(ix):        # success rate of the inits run at ``ix``, with its interval
+        return rate_summary(success[ix][ran[ix]])
     per_setting, not_distinguishable = {}, {}
     for (ik, k), (idim, d), (ilam, lam) in itertools.product(
             *(enumerate(config[key]) for key in ("ks", "dims", "inverse_temperatures"))):
-        cell = {v: rate_summary(success[ik, idim, ilam, iv][ran[ik, idim, ilam, iv]])
-                for iv, v in enumerate(config["variants"])}
+        cell = {v: summary((ik, idim, ilam, iv)) for iv, v in enumerate(config["variants"])}
         for v, s in cell.items():
             per_setting[f"K{k}_d{d}_lambda{lam:g}_{v}"] = s
         not_distinguishable[f"K{k}_d{d}_lambda{lam:g}"] = overlapping(cell)
-    by_variant = {v: rate_summary(success[..., iv, :][ran[..., iv, :]])
-                  for iv, v in enumerate(config["variants"])}
+    by_variant = {v: summary((..., iv, slice(None))) for iv, v in enumerate(config["variants"])}
     rate, lo, hi = (np.empty(shape) for _ in range(3))
     for index in itertools.product(*map(range, shape)):
-        s = rate_summary(success[index][ran[index]])
+        s = summary(index)
         rate[index], (lo[index], hi[index]) = s["rate"], s["wilson_95"]
     return FigureResult(config, {"success_rate": rate,
                                  "wilson_low": lo, "wilson_high": hi},
