@@ -11,7 +11,7 @@ import attnclust as ac
 from attnclust.communicator import Communicator
 from attnclust.geometry import Euclidean, Sphere
 from attnclust.results import IterationInfo
-from attnclust.rows import WorkingRows, chunk_rows, computation_dtype, fit_threads, preprocess
+from attnclust.rows import WorkingRows, center_scale, chunk_rows, computation_dtype, fit_threads, preprocess
 
 
 def _data(n=500, d=4, seed=0):
@@ -34,6 +34,17 @@ def test_euclidean_working_rows_are_centred_with_unit_rms_norm():
     assert rows.scale == pytest.approx(np.sqrt(np.mean(np.sum((X - X.mean(0))**2, 1))),
                                        rel=1e-14)
     np.testing.assert_array_equal(rows.take(torch.tensor([3, 7])).numpy(), Y[[3, 7]])
+
+
+@pytest.mark.parametrize("factor", [1e-40, 1e-20, 1.0, 1e18, 1e30])
+def test_float32_centre_and_scale_agree_with_float64_at_any_magnitude(factor):
+    """float32 data sums its squares in float32; squares that overflow (1e30^2) or
+    underflow (1e-40^2, below float32's smallest normal) take the rescaled pass."""
+    X = (_data() * factor).astype(np.float32)       # 1e-40: subnormal float32 data
+    m64, s64 = center_scale(X.astype(np.float64), Communicator.local(X.shape[0]), "X")
+    m32, s32 = center_scale(X, Communicator.local(X.shape[0]), "X")
+    assert s32 == pytest.approx(s64, rel=1e-6)
+    np.testing.assert_allclose(m32, m64, rtol=1e-6)
 
 
 def test_sphere_rows_are_used_as_given():

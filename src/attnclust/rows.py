@@ -157,11 +157,12 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
                  weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
     """Column means ``m`` and root-mean-square norm ``s`` of the centred rows, overflow-safe.
 
-    The squares are summed as they are, and again on rows divided by their largest
-    centred entry when that sum is out of ``(1e-200, inf)`` (squares that overflow or
-    underflow: the pass for the largest entry is made only then); rows are read in
-    blocks of about 2 MB (a memory-mapped ``X`` is never copied whole, and no block's
-    float64 temporaries grow with the width); every sum is taken
+    The squares are summed as they are (in float32 for float32 data: half the reads, for
+    an ``s`` good to about ``1e-6``), and again on rows divided by their largest centred
+    entry when that sum is out of ``(1e-200, inf)`` (``(1e-30, inf)`` in float32: squares
+    that overflow or underflow; the pass for the largest entry is made only then); rows
+    are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied whole, and no
+    block's float64 temporaries grow with the width); every sum is taken
     over the ranks' rows (``what``: the message's subject). With ``weights`` (n,) both
     are weighted means (rows of weight zero take no part).
 
@@ -185,7 +186,7 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     def counted(c, w):             # the rows that count
         return c if w is None else c[w > 0]
     def squares(c, w, unit):       # sum of squared centred entries (in units of unit)
-        q = c - mean
+        q = c - mean.astype(c.dtype)
         if unit != 1.0:
             q /= unit
         return float(np.vdot(q, q) if w is None else w @ np.einsum("ij,ij->i", q, q))
@@ -200,7 +201,8 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
             raise ValueError(f"{what}: the column sums overflow (entries near the largest "
                              "float); rescale the data")
         dev, unit = deviation(1.0), 1.0     # one more pass, unless squares over- or
-        if not 1e-200 < dev < np.inf:       # underflow (or no row differs from the mean)
+        floor = 1e-30 if X.dtype == np.float32 else 1e-200      # underflow (or no row
+        if not floor < dev < np.inf:                            # differs from the mean)
             big = max((float(np.abs(counted(c, w) - mean).max(initial=0.0))
                        for c, w in zip(chunks, ws, strict=True)), default=0.0)
             # a unit common to all ranks, between the largest entry and R times it
