@@ -142,3 +142,62 @@ def test_few_heads_take_no_swap():
     assert 3 < SWAP_HEADS
     kept, steps = swap_polish(S, two_in_one, Euclidean(), max_iter=100)
     assert kept is two_in_one and steps == 0
+
+
+def _take(X):
+    return lambda idx: X[idx]
+
+
+@pytest.mark.parametrize("seed", [0, 3, 7])
+def test_bounded_steps_are_whole_passes(seed):
+    """With ``take``, steps after the first score only the rows whose gap bound (second-
+    nearest minus nearest distance, lowered by the heads' moves) is no longer positive: the
+    same steps, heads, objectives and labels as passes over every row."""
+    X, heads0 = _data(seed)
+    X = torch.cat([X, X[:40] + 0.01])          # more rows near shared boundaries
+    a_labels, b_labels = np.empty(X.shape[0], np.int64), np.empty(X.shape[0], np.int64)
+    whole = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                         chunk=128, labels=a_labels)
+    bounded = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300,
+                           tol=0.0, chunk=128, workers=2, labels=b_labels, take=_take(X))
+    assert whole.full_passes == whole.n_passes
+    assert bounded.full_passes < bounded.n_passes == whole.n_passes
+    np.testing.assert_allclose(bounded.heads.numpy(), whole.heads.numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(bounded.objective, whole.objective, rtol=1e-12)
+    np.testing.assert_array_equal(b_labels, a_labels)
+
+
+def test_bounded_steps_with_weights_tied_heads_and_a_full_pass_rule():
+    """Weighted sums follow the rows that change cell; two heads at one point tie every
+    row of their cell (a gap of 0, always rescored); a small ``chunk`` and a step that
+    doubts many rows (a whole pass again) change nothing."""
+    X, heads0 = _data(12)
+    heads0 = torch.cat([heads0, heads0[:1]])                      # a duplicate head
+    w = torch.as_tensor(np.random.default_rng(0).uniform(0, 3, X.shape[0]), dtype=X.dtype)
+    whole = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                         chunk=50, weights=w, n_total=float(w.sum()))
+    bounded = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300,
+                           tol=0.0, chunk=50, weights=w, n_total=float(w.sum()),
+                           take=_take(X))
+    assert bounded.full_passes < bounded.n_passes == whole.n_passes
+    np.testing.assert_allclose(bounded.heads.numpy(), whole.heads.numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(bounded.objective, whole.objective, rtol=1e-12)
+    # the first step moves every head far: the next one reads every row again
+    far = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0 * 0.0 + X[:6] * 0.1,
+                       max_passes=3, tol=0.0, chunk=50, take=_take(X))
+    assert far.full_passes >= 2
+
+
+def test_bounded_steps_reach_scikit_learns_fixed_point_on_many_rows():
+    X, _ = make_blobs(20_000, n_features=4, centers=12, cluster_std=1.5, random_state=3)
+    X = torch.as_tensor(X)
+    heads0 = X[:12] + 0.3
+    labels = np.empty(X.shape[0], np.int64)
+    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                       chunk=4096, workers=2, labels=labels, take=_take(X))
+    km = KMeans(12, init=heads0.numpy(), n_init=1, algorithm="lloyd", tol=0.0,
+                max_iter=300).fit(X.numpy())
+    assert res.converged and res.full_passes < res.n_passes
+    np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(labels, km.labels_)
+    assert res.objective[-1] == pytest.approx(km.inertia_ / X.shape[0], rel=1e-10)

@@ -11,7 +11,14 @@ import attnclust as ac
 from attnclust.communicator import Communicator
 from attnclust.geometry import Euclidean, Sphere
 from attnclust.results import IterationInfo
-from attnclust.rows import WorkingRows, center_scale, chunk_rows, computation_dtype, fit_threads, preprocess
+from attnclust.rows import (
+    WorkingRows,
+    center_scale,
+    chunk_rows,
+    computation_dtype,
+    fit_threads,
+    preprocess,
+)
 
 
 def _data(n=500, d=4, seed=0):

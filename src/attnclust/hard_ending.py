@@ -20,8 +20,10 @@ cluster), while the labels are the nearest heads; and with ten seedings a soft s
 before the hard limit changes no mean accuracy (the measurements are in
 ``docs/guide/default-estimator.md``).
 
-Each pass reads the rows once in chunks (one ``n x d x K`` product, per-cell sums) and,
-with ``reduce`` (a sum over data-parallel ranks), sums ``K (d + 1) + 2`` numbers over the
+A whole pass reads the rows once in chunks (one ``n x d x K`` product, per-cell sums);
+the steps after it read only the rows whose cell may have changed (Hamerly's bounds on
+the gap between each row's nearest two heads, 2 bytes a row; :func:`lloyd_passes`). With
+``reduce`` (a sum over data-parallel ranks) a step sums ``K (d + 2)`` numbers over the
 ranks, so every rank takes the same steps.
 
 The fit's end (:func:`fit_to_hard_limit`), from the warm start's k-means partition of
@@ -30,15 +32,15 @@ run by Lloyd's steps, the fixed-point step in the hard limit, to a stable partit
 
 1. with ten heads or more, single swaps (:func:`swap_polish`), each kept only if it
    lowers ``R_inf`` on ``S`` (so the end is never worse than the warm start);
-2. with more rows than ``S``: Lloyd passes over all rows (:func:`lloyd_passes`), whose
-   last pass also gives the labels.
+2. with more rows than ``S``: Lloyd steps over all rows (:func:`lloyd_passes`), whose
+   last step also gives the labels.
 
 Notation
 --------
 =============  ==============  =============================================
 paper          code            meaning
 =============  ==============  =============================================
-``R_inf``      ``objective``   k-means objective per row after each pass
+``R_inf``      ``objective``   k-means objective per row after each step
 ``mu_h``       ``heads``       heads, shape ``(K, d)``
 ``S``          ``S``           the warm-start sample, ``(m, d)``
 =============  ==============  =============================================
@@ -67,6 +69,7 @@ OBJECTIVE_RTOL = 1e-3   # passes over all rows stop once a step gains less than 
 SWAPS = 8           # single swaps at most from the sample's k-means partition ...
 SWAP_HEADS = 10     # ... with at least this many heads (with fewer, restarts suffice)
 _FLOAT64_SAMPLE = 1 << 16   # a float32 sample of at most this many numbers is run in float64
+FULL_PASS = 0.25    # a step over all rows reads every row when its bounds doubt more of them
 
 
 class HardEnding(NamedTuple):
@@ -79,9 +82,11 @@ class HardEnding(NamedTuple):
     path: torch.Tensor
     """The heads each pass started from, ``(n_passes, K, d)``."""
     n_passes: int
-    """Passes over the rows."""
+    """Lloyd steps over all rows."""
     converged: bool
     """A stopping rule (``tol`` or ``rtol``) was met before ``max_passes``."""
+    full_passes: int
+    """Steps that read every row (the others read the rows their bounds doubted)."""
 
 
 def cell_sums(X: torch.Tensor, labels: torch.Tensor, n_clusters: int,
@@ -103,20 +108,109 @@ def cell_sums(X: torch.Tensor, labels: torch.Tensor, n_clusters: int,
             X.new_zeros(n_clusters, X.shape[1]).index_add_(0, labels, X * weights[:, None]))
 
 
-def _cell_sums(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor, w=None,
-               norms: bool = False):
-    """Flat ``[counts (K), sums (K d), -2 sum_i max_h (<x_i, mu_h> - ||mu_h||^2 / 2),
-    sum_i ||x_i||^2 (with ``norms``, else 0)]`` of one chunk (each term weighted by ``w``
-    (m,) when given), and its labels ``(m,)``: the last two entries add up to
-    ``sum_i min_h ||x_i - mu_h||^2``."""
-    best, z = (Xc @ heads.T - half_sq).max(1)                 # (m,) <x, mu> - ||mu||^2 / 2
-    counts, sums = cell_sums(Xc, z, heads.shape[0], w)
-    sq = (Xc * Xc).sum(1) if norms else None
-    if w is not None:
-        best = best * w
-        sq = None if sq is None else sq * w
-    return torch.cat([counts, sums.reshape(-1), (-2.0 * best.sum()).reshape(1),
-                      (best.new_zeros(1) if sq is None else sq.sum().reshape(1))]), z
+def _nearest_two(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor,
+                 old: torch.Tensor | None = None):
+    """Each row's nearest head ``z`` (the first of equal ones), its squared distance ``d1^2``
+    and the gap ``d2 - d1`` to the second-nearest head (``inf`` with one head, ``nan`` when
+    both distances are 0); with ``old`` (labels), also the squared distances to those heads.
+    """
+    scores = Xc @ heads.T - half_sq                          # <x, mu> - ||mu||^2 / 2
+    sq = torch.linalg.vector_norm(Xc, dim=1).square_()      # no (m, d) temporary
+    s1, z = scores.max(1)
+    d1sq = (sq - 2.0 * s1).clamp_min(0.0)
+    dold = None if old is None else \
+        (sq - 2.0 * scores.gather(1, old[:, None])[:, 0]).clamp_min(0.0)
+    if heads.shape[0] == 1:
+        return z, d1sq, torch.full_like(s1, float("inf")), dold
+    s2 = scores.scatter_(1, z[:, None], float("-inf")).max(1).values
+    gap = 2.0 * (s1 - s2) / (d1sq.sqrt() + (sq - 2.0 * s2).clamp_min(0.0).sqrt())
+    return z, d1sq, gap, dold
+
+
+def _cell_stats(Xc: torch.Tensor, z: torch.Tensor, dsq: torch.Tensor, K: int,
+                w: torch.Tensor | None) -> torch.Tensor:
+    """Flat float64 ``[counts (K), sums (K d), sums of squared distances dsq (K)]`` of the
+    rows ``Xc`` in the cells ``z`` (weighted by ``w`` (m,) when given)."""
+    counts, sums = cell_sums(Xc, z, K, w)
+    dist = torch.zeros(K, dtype=torch.float64, device=Xc.device).index_add_(
+        0, z, (dsq if w is None else dsq * w).double())
+    return torch.cat([counts.double(), sums.double().reshape(-1), dist])
+
+
+def _move_heads(stats: np.ndarray, old: np.ndarray, new: np.ndarray) -> None:
+    """Make the distance sums of ``stats`` (:func:`_cell_stats`, the cells unchanged) those
+    to the heads ``new`` instead of ``old``, in place: ``sum_i ||x_i - b||^2 = sum_i ||x_i -
+    a||^2 + 2 (a - b) . (s - n a) + n ||a - b||^2`` for a cell of ``n`` rows summing to ``s``.
+    """
+    K, d = old.shape
+    counts, sums = stats[:K], stats[K:K + K * d].reshape(K, d)
+    step = old - new
+    stats[K + K * d:] += 2.0 * (step * (sums - counts[:, None] * old)).sum(1) \
+        + counts * (step * step).sum(1)
+
+
+def _down16(gap: torch.Tensor) -> np.ndarray:
+    """float16 values at most ``gap`` (lower bounds stay lower bounds; ``nan`` stays): the
+    rounding to nearest moves a value by at most ``2^-11`` of it, or ``2^-25`` below
+    float16's normal range, which the slack covers; values above float16's largest are
+    clamped to it."""
+    return (gap.cpu().float() * (1.0 - 2.0**-10) - 2.0**-24).clamp_(max=65504.0).half().numpy()
+
+
+def _doubted(bound: np.ndarray, labels: np.ndarray, drift: np.ndarray,
+             block: int = 1 << 16) -> np.ndarray:
+    """Indices of the rows whose gap bound ``bound_i - drift_{z_i}`` is not positive (or
+    ``nan``), in blocks (no temporary of the rows' length)."""
+    drift32 = np.nextafter(drift.astype(np.float32), np.float32(np.inf))   # rounded up
+    return np.concatenate([start + np.flatnonzero(~(bound[start:start + block]
+                                                     > drift32[labels[start:start + block]]))
+                           for start in range(0, bound.size, block)] or [np.zeros(0, np.int64)])
+
+
+def _whole_pass(read, n_rows: int, heads, half_sq, labels: np.ndarray, bound: np.ndarray, *,
+                chunk: int, workers: int, weights) -> np.ndarray:
+    """This rank's cell statistics (:func:`_cell_stats`) of the nearest heads, over every
+    row read in chunks; each row's label and gap (its bound) written in place."""
+    K, d = heads.shape
+    # each chunk's statistics land in a row of an array made here: a tensor (or array) made
+    # on a worker thread and kept alive pins that thread's malloc heap, and with it the
+    # freed temporaries of every chunk (+150 MB on 5M x 8)
+    parts = np.zeros((max(-(-n_rows // chunk), 1), K * (d + 2)))
+
+    def cells(start):
+        Xc = read(start, start + chunk)
+        z, d1sq, gap, _ = _nearest_two(Xc, heads, half_sq)
+        stop = start + z.shape[0]
+        labels[start:stop], bound[start:stop] = z.cpu().numpy(), _down16(gap)
+        parts[start // chunk] = _cell_stats(
+            Xc, z, d1sq, K, None if weights is None else weights[start:stop]).cpu().numpy()
+    map_chunks(cells, n_rows, chunk, workers)
+    return parts.sum(0)
+
+
+def _rescore(take, doubt: np.ndarray, heads, half_sq, labels: np.ndarray, bound: np.ndarray,
+             drift: np.ndarray, *, chunk: int, workers: int, weights) -> np.ndarray:
+    """The change of this rank's cell statistics when the rows ``doubt`` (indices) move to
+    their nearest heads; their labels and bounds written in place."""
+    K, d = heads.shape
+    parts = np.zeros((max(-(-doubt.size // chunk), 1), K * (d + 2)))
+
+    def cells(start):
+        idx = doubt[start:start + chunk]
+        at = torch.from_numpy(idx).to(heads.device)
+        old = torch.from_numpy(labels[idx]).to(heads.device)
+        Xc = take(at)
+        z, d1sq, gap, dold = _nearest_two(Xc, heads, half_sq, old)
+        bound[idx] = _down16(gap.cpu() + torch.from_numpy(drift)[z.cpu()])
+        moved = torch.nonzero(z != old)[:, 0]
+        if moved.numel():
+            labels[idx[moved.cpu().numpy()]] = z[moved].cpu().numpy()
+            Xm, w = Xc[moved], None if weights is None else weights[at[moved]]
+            parts[start // chunk] = (_cell_stats(Xm, z[moved], d1sq[moved], K, w)
+                                     - _cell_stats(Xm, old[moved], dold[moved], K, w)
+                                     ).cpu().numpy()
+    map_chunks(cells, doubt.size, chunk, workers)
+    return parts.sum(0)
 
 
 def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
@@ -124,15 +218,26 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
                  n_total: int | None = None, labels: np.ndarray | None = None,
                  callback: Callable[[IterationInfo], None] | None = None,
-                 weights: torch.Tensor | None = None) -> HardEnding:
-    """Lloyd passes from ``heads`` until the step would move the heads by a sum of squares
-    of at most ``tol``, or the last move lowered ``R_inf`` by at most ``rtol`` of its value.
+                 weights: torch.Tensor | None = None,
+                 take: Callable[[torch.Tensor], torch.Tensor] | None = None) -> HardEnding:
+    """Lloyd steps over all rows from ``heads`` until the step would move the heads by a
+    sum of squares of at most ``tol``, or the last move lowered ``R_inf`` by at most
+    ``rtol`` of its value.
 
     The ``tol`` rule is scikit-learn's ``KMeans`` rule (``sum_h ||mu_h' - mu_h||^2 <=
     tol``, which scikit-learn takes as ``1e-4`` times the data's mean variance per
-    feature). The heads returned are those of the last pass, whose cells it computed: so
+    feature). The heads returned are those of the last step, whose cells it computed: so
     ``labels``, when given, holds their nearest heads without another pass over the rows
     (the last step, of at most ``tol``, is not taken).
+
+    With ``take``, a step reads only the rows whose cell the heads' moves may have changed
+    (Hamerly's bounds): each row keeps a lower bound on the gap ``d2 - d1`` between its
+    distances to the second-nearest and the nearest head, exact after the row is scored and
+    lowered by ``delta_z + max_h delta_h`` when the heads move by ``delta``; only rows whose
+    bound is no longer positive are scored again (a whole pass when they are more than
+    ``FULL_PASS`` of the rows), and the cells' counts, sums and squared distances follow
+    the rows that change cell. The steps, stops, heads and labels are those of whole passes
+    (up to rounding: a row whose bound stays positive is strictly nearer its head).
 
     Parameters
     ----------
@@ -144,11 +249,11 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     heads : Tensor of shape (K, d)
         Initial heads.
     max_passes : int
-        At most this many passes.
+        At most this many steps.
     tol : float
-        Stop at a pass whose step would move the heads by a sum of squares of at most ``tol``.
+        Stop at a step that would move the heads by a sum of squares of at most ``tol``.
     rtol : float, default=0
-        Stop at a pass that finds that the previous step lowered ``R_inf`` by at most
+        Stop at a step that finds that the previous one lowered ``R_inf`` by at most
         ``rtol`` times its value: on many rows Lloyd's heads creep long after the
         partition has settled.
     chunk, workers :
@@ -160,12 +265,15 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     labels : ndarray of shape (n_rows,), optional
         Filled with the index of each row's nearest returned head.
     callback : callable, optional
-        Called after each pass with an :class:`~attnclust.results.IterationInfo`
-        (``iteration``: passes so far; ``loss``: ``R_inf`` of the pass's heads;
+        Called after each step with an :class:`~attnclust.results.IterationInfo`
+        (``iteration``: steps so far; ``loss``: ``R_inf`` of the step's heads;
         ``inverse_temperature``: infinity; ``shift``: the largest move of a head): progress
-        over the passes.
+        over the steps.
     weights : Tensor of shape (n_rows,), optional
         Sample weights of the rows: every sum (cell sizes, means, ``R_inf``) is weighted.
+    take : callable, optional
+        ``take(idx)`` returns the rows at the indices ``idx`` (a tensor on the device of
+        ``heads``), as ``read`` does; without it every step is a whole pass.
 
     Returns
     -------
@@ -175,41 +283,38 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     Examples
     --------
     >>> X = torch.tensor([[0.0, 0.0], [0.2, 0.0], [3.0, 0.0], [3.4, 0.0]], dtype=torch.float64)
-    >>> res = lloyd_passes(lambda a, b: X[a:b], 4, X[[0, 2]], max_passes=10, tol=0.0, chunk=2)
-    >>> res.heads.tolist(), res.converged, res.objective.round(3).tolist()
-    ([[0.1, 0.0], [3.2, 0.0]], True, [0.05, 0.025])
+    >>> res = lloyd_passes(lambda a, b: X[a:b], 4, X[[0, 2]], max_passes=10, tol=0.0, chunk=2,
+    ...                    take=lambda idx: X[idx])
+    >>> res.heads.tolist(), res.converged, res.objective.round(3).tolist(), res.full_passes
+    ([[0.1, 0.0], [3.2, 0.0]], True, [0.05, 0.025], 1)
     """
     K, d = heads.shape
     n = n_rows if n_total is None else n_total
     objective: list[float] = []
     path: list[torch.Tensor] = []
-    converged = False
-
-    n_chunks = -(-n_rows // chunk)
-    # each chunk's sums land in a row of an array made here: a tensor (or array) made on a
-    # worker thread and kept alive pins that thread's malloc heap, and with it the freed
-    # temporaries of every chunk (+150 MB on 5M x 8)
-    parts = np.zeros((max(n_chunks, 1), K * (d + 1) + 2))
-
-    def cells(start, h, q, norms):
-        part, z = _cell_sums(read(start, start + chunk), h, q,
-                             None if weights is None else weights[start:start + chunk], norms)
-        if labels is not None:
-            labels[start:start + z.shape[0]] = z.cpu().numpy()
-        parts[start // chunk] = part.cpu().numpy()
-    sq_norms = None     # sum_i ||x_i||^2, read on the first pass only
+    converged, full_passes = False, 0
+    labels = np.empty(n_rows, dtype=np.int64) if labels is None else labels
+    # the gap bound of row i is bound_i - drift_{z_i}: bound holds its gap when scored plus
+    # the drift of its cell then, rounded down to float16 (2 bytes a row)
+    bound = np.empty(n_rows, dtype=np.float16)
+    drift = np.zeros(K)     # sum of delta_h + max delta over the steps since a whole pass
+    stats = None                                   # this rank's [counts, sums, distances]
     for _ in range(int(max_passes)):
         half_sq = 0.5 * (heads * heads).sum(1)
-        first = sq_norms is None
-        map_chunks(lambda s, h=heads, q=half_sq, f=first: cells(s, h, q, f), n_rows, chunk,
-                   workers)
-        flat = torch.as_tensor(parts.sum(0), device=heads.device)      # float64
+        doubt = None if stats is None or take is None else _doubted(bound, labels, drift)
+        if doubt is None or doubt.size > FULL_PASS * n_rows:
+            drift[:] = 0.0
+            stats = _whole_pass(read, n_rows, heads, half_sq, labels, bound, chunk=chunk,
+                                workers=workers, weights=weights)
+            full_passes += 1
+        elif doubt.size:
+            stats += _rescore(take, doubt, heads, half_sq, labels, bound, drift, chunk=chunk,
+                              workers=workers, weights=weights)
+        flat = torch.tensor(stats, device=heads.device)      # a copy: reduce may sum in place
         if reduce is not None:
             flat = reduce(flat)
         counts, sums = flat[:K].to(heads.dtype), flat[K:K + K * d].reshape(K, d).to(heads.dtype)
-        if first:
-            sq_norms = float(flat[-1])
-        objective.append((sq_norms + float(flat[-2])) / n)
+        objective.append(float(flat[K + K * d:].sum()) / n)
         path.append(heads)
         new = Euclidean().lloyd_step(sums, counts, heads)   # counts: maybe weights < 1
         settled = len(objective) > 1 and objective[-2] - objective[-1] <= rtol * objective[-2]
@@ -221,10 +326,13 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
             converged = True
             break
         if len(objective) < max_passes:
+            shift = moves.sqrt().cpu().double().numpy()
+            drift += shift + shift.max()
+            _move_heads(stats, heads.cpu().double().numpy(), new.cpu().double().numpy())
             heads = new
     return HardEnding(heads, np.asarray(objective, dtype=np.float64),
                       torch.stack(path) if path else heads.new_zeros(0, K, d), len(objective),
-                      converged)
+                      converged, full_passes)
 
 
 class SampleKMeans(NamedTuple):
@@ -371,6 +479,6 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, *
                         n_total=rows.n_total if rows.weights is None else
                         float(rows.comm.sum_array(float(rows.weights.sum()))),
                         labels=labels, callback=None if callback is None else progress,
-                        weights=rows.weights)
+                        weights=rows.weights, take=rows.take)
     return HardFit(full.heads, labels, full.objective, full.path,
                    n_sample + np.arange(full.n_passes), n_sample + full.n_passes, full.converged)
