@@ -144,6 +144,10 @@ def test_few_heads_take_no_swap():
     assert kept is two_in_one and steps == 0
 
 
+def _read(X):
+    return lambda a, b: X[a:b]
+
+
 def _take(X):
     return lambda idx: X[idx]
 
@@ -201,3 +205,27 @@ def test_bounded_steps_reach_scikit_learns_fixed_point_on_many_rows():
     np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, rtol=0, atol=1e-10)
     np.testing.assert_array_equal(labels, km.labels_)
     assert res.objective[-1] == pytest.approx(km.inertia_ / X.shape[0], rel=1e-10)
+
+
+def test_bounded_steps_in_float32_rescore_rows_on_two_nearly_equal_heads():
+    """Rows on a point with two heads 3e-5 apart: in float32 both squared distances round
+    to 0, so their gap is 0 / 0 (``nan``, always rescored), never an infinite bound that
+    would keep the rows' label after their head moves away."""
+    gen = np.random.default_rng(0)
+    for _ in range(12):
+        p = gen.normal(size=4).astype(np.float32)
+        u = gen.normal(size=4).astype(np.float32)
+        u /= np.linalg.norm(u)
+        far = np.full(4, 5.0, np.float32)
+        X = torch.as_tensor(np.concatenate([
+            np.repeat(p[None], 100, 0), np.repeat((p + 0.5 * u)[None], 40, 0),
+            far + 0.3 * gen.normal(size=(600, 4)).astype(np.float32)]))
+        heads0 = torch.as_tensor(np.stack([p, p + 3e-5 * u, far]))
+        whole, bounded = np.empty(len(X), np.int64), np.empty(len(X), np.int64)
+        lloyd_passes(_read(X), len(X), heads0, max_passes=50, tol=0.0, chunk=256,
+                     labels=whole)
+        res = lloyd_passes(_read(X), len(X), heads0, max_passes=50, tol=0.0, chunk=256,
+                           labels=bounded, take=_take(X))
+        np.testing.assert_array_equal(bounded, whole)
+        dist = ((X[:, None].double() - res.heads[None].double()) ** 2).sum(-1)
+        np.testing.assert_array_equal(bounded, dist.argmin(1).numpy())

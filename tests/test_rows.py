@@ -54,6 +54,14 @@ def test_float32_centre_and_scale_agree_with_float64_at_any_magnitude(factor):
     np.testing.assert_allclose(m32, m64, rtol=1e-6)
 
 
+def test_float32_centre_and_scale_near_float32s_largest():
+    """X - mean itself overflows float32 here: the rescaled pass works in float64."""
+    X = np.array([[3e38], [-3e38], [3e38]], dtype=np.float32)
+    m32, s32 = center_scale(X, Communicator.local(3), "X")
+    m64, s64 = center_scale(X.astype(np.float64), Communicator.local(3), "X")
+    assert s32 == pytest.approx(s64, rel=1e-6) and m32 == pytest.approx(m64, rel=1e-6)
+
+
 def test_sphere_rows_are_used_as_given():
     X = _data()
     rows = WorkingRows.prepare(X, geometry=Sphere(), comm=None, dtype="float32")

@@ -59,7 +59,7 @@ from .geometry import Euclidean, Geometry
 from .multistart import best_of_seedings
 from .results import IterationInfo
 from .rows import WorkingRows
-from .swap import single_swap
+from .swap import nearest_two, single_swap
 
 __all__ = ["HardEnding", "HardFit", "SampleKMeans", "cell_sums", "fit_to_hard_limit",
            "lloyd_passes", "sample_kmeans", "swap_polish"]
@@ -108,23 +108,13 @@ def cell_sums(X: torch.Tensor, labels: torch.Tensor, n_clusters: int,
             X.new_zeros(n_clusters, X.shape[1]).index_add_(0, labels, X * weights[:, None]))
 
 
-def _nearest_two(Xc: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor,
-                 old: torch.Tensor | None = None):
-    """Each row's nearest head ``z`` (the first of equal ones), its squared distance ``d1^2``
-    and the gap ``d2 - d1`` to the second-nearest head (``inf`` with one head, ``nan`` when
-    both distances are 0); with ``old`` (labels), also the squared distances to those heads.
-    """
-    scores = Xc @ heads.T - half_sq                          # <x, mu> - ||mu||^2 / 2
-    sq = torch.linalg.vector_norm(Xc, dim=1).square_()      # no (m, d) temporary
-    s1, z = scores.max(1)
-    d1sq = (sq - 2.0 * s1).clamp_min(0.0)
-    dold = None if old is None else \
-        (sq - 2.0 * scores.gather(1, old[:, None])[:, 0]).clamp_min(0.0)
-    if heads.shape[0] == 1:
-        return z, d1sq, torch.full_like(s1, float("inf")), dold
-    s2 = scores.scatter_(1, z[:, None], float("-inf")).max(1).values
-    gap = 2.0 * (s1 - s2) / (d1sq.sqrt() + (sq - 2.0 * s2).clamp_min(0.0).sqrt())
-    return z, d1sq, gap, dold
+def _gap(d1sq: torch.Tensor, d2sq: torch.Tensor) -> torch.Tensor:
+    """``d2 - d1`` from the squared distances to the nearest two heads (``inf`` with one
+    head). When both round to 0 (a row on two heads closer than float's resolution) it is
+    ``0 / 0 = nan``, which :func:`_doubted` always rescores: a gap from the scores' own
+    difference would then be infinite, and the row would keep its label when its head
+    moves away."""
+    return torch.where(torch.isinf(d2sq), d2sq, (d2sq - d1sq) / (d1sq.sqrt() + d2sq.sqrt()))
 
 
 def _cell_stats(Xc: torch.Tensor, z: torch.Tensor, dsq: torch.Tensor, K: int,
@@ -179,9 +169,9 @@ def _whole_pass(read, n_rows: int, heads, half_sq, labels: np.ndarray, bound: np
 
     def cells(start):
         Xc = read(start, start + chunk)
-        z, d1sq, gap, _ = _nearest_two(Xc, heads, half_sq)
+        z, d1sq, d2sq, _ = nearest_two(Xc, heads, half_sq)
         stop = start + z.shape[0]
-        labels[start:stop], bound[start:stop] = z.cpu().numpy(), _down16(gap)
+        labels[start:stop], bound[start:stop] = z.cpu().numpy(), _down16(_gap(d1sq, d2sq))
         parts[start // chunk] = _cell_stats(
             Xc, z, d1sq, K, None if weights is None else weights[start:stop]).cpu().numpy()
     map_chunks(cells, n_rows, chunk, workers)
@@ -200,8 +190,8 @@ def _rescore(take, doubt: np.ndarray, heads, half_sq, labels: np.ndarray, bound:
         at = torch.from_numpy(idx).to(heads.device)
         old = torch.from_numpy(labels[idx]).to(heads.device)
         Xc = take(at)
-        z, d1sq, gap, dold = _nearest_two(Xc, heads, half_sq, old)
-        bound[idx] = _down16(gap.cpu() + torch.from_numpy(drift)[z.cpu()])
+        z, d1sq, d2sq, dold = nearest_two(Xc, heads, half_sq, old)
+        bound[idx] = _down16(_gap(d1sq, d2sq).cpu() + torch.from_numpy(drift)[z.cpu()])
         moved = torch.nonzero(z != old)[:, 0]
         if moved.numel():
             labels[idx[moved.cpu().numpy()]] = z[moved].cpu().numpy()

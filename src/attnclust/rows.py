@@ -186,9 +186,10 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     def counted(c, w):             # the rows that count
         return c if w is None else c[w > 0]
     def squares(c, w, unit):       # sum of squared centred entries (in units of unit)
-        q = c - mean.astype(c.dtype)
-        if unit != 1.0:
-            q /= unit
+        if unit == 1.0:            # in the data's dtype
+            q = c - mean.astype(c.dtype)
+        else:                      # float64: float32's X - mean, or unit, may overflow
+            q = (c - mean) / unit
         return float(np.vdot(q, q) if w is None else w @ np.einsum("ij,ij->i", q, q))
 
     def deviation(unit):           # sum over all ranks' rows

@@ -49,7 +49,7 @@ import torch
 
 from .geometry import Geometry
 
-__all__ = ["Swap", "single_swap"]
+__all__ = ["Swap", "nearest_two", "single_swap"]
 
 _LLOYD = 5           # Lloyd steps of the 2-means split
 _POWER = 10          # power iterations for the top principal direction
@@ -66,17 +66,38 @@ class Swap(NamedTuple):
     cost: float
 
 
+def nearest_two(x: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor,
+                old: torch.Tensor | None = None):
+    """Each row's nearest head ``z`` (the first of equal ones) and its squared distances
+    to the nearest and the second-nearest head (``inf`` with one head), ``(m,)`` each; with
+    ``old`` (labels), also the squared distances to those heads. ``half_sq``: ``||mu_h||^2
+    / 2``, ``(K,)``. One product and two maxima (a top-2 costs 2-4x more).
+
+    Examples
+    --------
+    >>> x = torch.tensor([[0.0], [3.0]])
+    >>> heads = torch.tensor([[1.0], [4.0]])
+    >>> z, d1, d2, _ = nearest_two(x, heads, 0.5 * heads[:, 0] ** 2)
+    >>> z.tolist(), d1.tolist(), d2.tolist()
+    ([0, 1], [1.0, 1.0], [16.0, 4.0])
+    """
+    scores = x @ heads.T - half_sq            # <x, mu> - ||mu||^2 / 2 = (||x||^2 - D) / 2
+    sq = torch.linalg.vector_norm(x, dim=1).square_()       # no (m, d) temporary
+    s1, z = scores.max(1)
+    dold = None if old is None else \
+        (sq - 2.0 * scores.gather(1, old[:, None])[:, 0]).clamp_min(0.0)
+    s2 = torch.full_like(s1, float("-inf")) if heads.shape[0] == 1 else \
+        scores.scatter_(1, z[:, None], float("-inf")).max(1).values
+    return z, (sq - 2.0 * s1).clamp_min(0.0), (sq - 2.0 * s2).clamp_min(0.0), dold
+
+
 def _nearest_two(rows, heads, chunk):
     """Labels ``(n,)`` and squared distances to the nearest two heads ``(n, 2)``."""
-    labels, near = [], []
-    sq = (heads * heads).sum(1)
-    for s in range(0, rows.shape[0], chunk):
-        x = rows[s:s + chunk]
-        d2 = ((x * x).sum(1, keepdim=True) + sq - 2.0 * x @ heads.T).clamp_min(0.0)
-        vals, idx = torch.topk(d2, 2, dim=1, largest=False)
-        labels.append(idx[:, 0])
-        near.append(vals)
-    return torch.cat(labels), torch.cat(near)
+    half_sq = 0.5 * (heads * heads).sum(1)
+    parts = [nearest_two(rows[s:s + chunk], heads, half_sq)
+             for s in range(0, rows.shape[0], chunk)]
+    return (torch.cat([p[0] for p in parts]),
+            torch.stack([torch.cat([p[1] for p in parts]), torch.cat([p[2] for p in parts])], 1))
 
 
 def _split(x, w, geometry: Geometry):
