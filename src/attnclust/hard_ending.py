@@ -65,7 +65,8 @@ __all__ = ["HardEnding", "HardFit", "SampleKMeans", "cell_sums", "fit_to_hard_li
            "lloyd_passes", "sample_kmeans", "swap_polish"]
 
 KMEANS_TOL = 1e-4   # scikit-learn's KMeans tol: squared moves over the mean feature variance
-OBJECTIVE_RTOL = 1e-3   # passes over all rows stop once a step gains less than this of R_inf
+OBJECTIVE_RTOL = 1e-3   # steps over all rows stop once one gains less than this of R_inf ...
+SETTLED = 0.01          # ... and moves at most this share of the rows to another cell
 SWAPS = 8           # single swaps at most from the sample's k-means partition ...
 SWAP_HEADS = 10     # ... with at least this many heads (with fewer, restarts suffice)
 _FLOAT64_SAMPLE = 1 << 16   # a float32 sample of at most this many numbers is run in float64
@@ -160,20 +161,25 @@ def _doubted(bound: np.ndarray, labels: np.ndarray, drift: np.ndarray,
 def _whole_pass(read, n_rows: int, heads, half_sq, labels: np.ndarray, bound: np.ndarray, *,
                 chunk: int, workers: int, weights) -> np.ndarray:
     """This rank's cell statistics (:func:`_cell_stats`) of the nearest heads, over every
-    row read in chunks; each row's label and gap (its bound) written in place."""
+    row read in chunks, and the rows (their weight) whose label changed; each row's label
+    and gap (its bound) written in place."""
     K, d = heads.shape
     # each chunk's statistics land in a row of an array made here: a tensor (or array) made
     # on a worker thread and kept alive pins that thread's malloc heap, and with it the
     # freed temporaries of every chunk (+150 MB on 5M x 8)
-    parts = np.zeros((max(-(-n_rows // chunk), 1), K * (d + 2)))
+    parts = np.zeros((max(-(-n_rows // chunk), 1), K * (d + 2) + 1))
 
     def cells(start):
         Xc = read(start, start + chunk)
         z, d1sq, d2sq, _ = nearest_two(Xc, heads, half_sq)
         stop = start + z.shape[0]
-        labels[start:stop], bound[start:stop] = z.cpu().numpy(), _down16(_gap(d1sq, d2sq))
-        parts[start // chunk] = _cell_stats(
-            Xc, z, d1sq, K, None if weights is None else weights[start:stop]).cpu().numpy()
+        w = None if weights is None else weights[start:stop]
+        new = z.cpu().numpy()
+        changed = new != labels[start:stop]
+        labels[start:stop], bound[start:stop] = new, _down16(_gap(d1sq, d2sq))
+        parts[start // chunk, :-1] = _cell_stats(Xc, z, d1sq, K, w).cpu().numpy()
+        parts[start // chunk, -1] = changed.sum() if w is None else \
+            float(w[torch.from_numpy(changed).to(w.device)].sum())
     map_chunks(cells, n_rows, chunk, workers)
     return parts.sum(0)
 
@@ -181,9 +187,10 @@ def _whole_pass(read, n_rows: int, heads, half_sq, labels: np.ndarray, bound: np
 def _rescore(take, doubt: np.ndarray, heads, half_sq, labels: np.ndarray, bound: np.ndarray,
              drift: np.ndarray, *, chunk: int, workers: int, weights) -> np.ndarray:
     """The change of this rank's cell statistics when the rows ``doubt`` (indices) move to
-    their nearest heads; their labels and bounds written in place."""
+    their nearest heads, and the rows (their weight) that moved; their labels and bounds
+    written in place."""
     K, d = heads.shape
-    parts = np.zeros((max(-(-doubt.size // chunk), 1), K * (d + 2)))
+    parts = np.zeros((max(-(-doubt.size // chunk), 1), K * (d + 2) + 1))
 
     def cells(start):
         idx = doubt[start:start + chunk]
@@ -196,9 +203,10 @@ def _rescore(take, doubt: np.ndarray, heads, half_sq, labels: np.ndarray, bound:
         if moved.numel():
             labels[idx[moved.cpu().numpy()]] = z[moved].cpu().numpy()
             Xm, w = Xc[moved], None if weights is None else weights[at[moved]]
-            parts[start // chunk] = (_cell_stats(Xm, z[moved], d1sq[moved], K, w)
-                                     - _cell_stats(Xm, old[moved], dold[moved], K, w)
-                                     ).cpu().numpy()
+            parts[start // chunk, :-1] = (_cell_stats(Xm, z[moved], d1sq[moved], K, w)
+                                          - _cell_stats(Xm, old[moved], dold[moved], K, w)
+                                          ).cpu().numpy()
+            parts[start // chunk, -1] = moved.numel() if w is None else float(w.sum())
     map_chunks(cells, doubt.size, chunk, workers)
     return parts.sum(0)
 
@@ -212,7 +220,7 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
                  take: Callable[[torch.Tensor], torch.Tensor] | None = None) -> HardEnding:
     """Lloyd steps over all rows from ``heads`` until the step would move the heads by a
     sum of squares of at most ``tol``, or the last move lowered ``R_inf`` by at most
-    ``rtol`` of its value.
+    ``rtol`` of its value and settled the partition.
 
     The ``tol`` rule is scikit-learn's ``KMeans`` rule (``sum_h ||mu_h' - mu_h||^2 <=
     tol``, which scikit-learn takes as ``1e-4`` times the data's mean variance per
@@ -244,8 +252,10 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         Stop at a step that would move the heads by a sum of squares of at most ``tol``.
     rtol : float, default=0
         Stop at a step that finds that the previous one lowered ``R_inf`` by at most
-        ``rtol`` times its value: on many rows Lloyd's heads creep long after the
-        partition has settled.
+        ``rtol`` times its value and moved at most ``SETTLED`` (1%) of the rows to another
+        cell: on many rows Lloyd's heads creep long after the partition has settled (the
+        second condition keeps the rule from stopping where one far row dominates
+        ``R_inf``, and a head on its way to it gains little in the first step).
     chunk, workers :
         Rows per chunk, and threads sharing the chunks (:func:`attnclust._threads.map_chunks`).
     reduce : callable, optional
@@ -294,20 +304,24 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         doubt = None if stats is None or take is None else _doubted(bound, labels, drift)
         if doubt is None or doubt.size > FULL_PASS * n_rows:
             drift[:] = 0.0
-            stats = _whole_pass(read, n_rows, heads, half_sq, labels, bound, chunk=chunk,
-                                workers=workers, weights=weights)
+            *stats, changed = _whole_pass(read, n_rows, heads, half_sq, labels, bound,
+                                          chunk=chunk, workers=workers, weights=weights)
+            stats = np.array(stats)
             full_passes += 1
-        elif doubt.size:
-            stats += _rescore(take, doubt, heads, half_sq, labels, bound, drift, chunk=chunk,
-                              workers=workers, weights=weights)
-        flat = torch.tensor(stats, device=heads.device)      # a copy: reduce may sum in place
+        else:
+            *delta, changed = _rescore(take, doubt, heads, half_sq, labels, bound, drift,
+                                       chunk=chunk, workers=workers, weights=weights)
+            stats += delta
+        # a copy (reduce may sum in place); the last entry: the rows that changed cell
+        flat = torch.tensor(np.append(stats, changed), device=heads.device)
         if reduce is not None:
             flat = reduce(flat)
         counts, sums = flat[:K].to(heads.dtype), flat[K:K + K * d].reshape(K, d).to(heads.dtype)
-        objective.append(float(flat[K + K * d:].sum()) / n)
+        objective.append(float(flat[K + K * d:-1].sum()) / n)
         path.append(heads)
         new = Euclidean().lloyd_step(sums, counts, heads)   # counts: maybe weights < 1
-        settled = len(objective) > 1 and objective[-2] - objective[-1] <= rtol * objective[-2]
+        settled = len(objective) > 1 and float(flat[-1]) <= SETTLED * n and \
+            objective[-2] - objective[-1] <= rtol * objective[-2]
         moves = ((new - heads) ** 2).sum(1)                   # (K,) squared moves
         if callback is not None:
             callback(IterationInfo(len(objective), objective[-1], float("inf"),
