@@ -177,3 +177,14 @@ def test_the_estimator_fits_through_its_rows():
         geometry="euclidean")
     np.testing.assert_allclose(est.cluster_centers_, rows.heads_out(res.heads), atol=1e-9)
     assert est.n_iter_ == res.n_iter
+
+
+def test_float32_rows_far_from_the_origin_keep_their_nearest_heads():
+    """float32 rows 1e6 from 0 are centred on the mean rounded to float32 (up to 0.03
+    from the float64 mean): the heads are mapped back with that same centre, so every
+    label is the nearest fitted centre in float64 and predict agrees."""
+    X = (1e6 + np.random.default_rng(0).normal(size=(3000, 4))).astype(np.float32)
+    est = ac.AttentionClustering(6, random_state=0).fit(X)
+    dist = ((X.astype(np.float64)[:, None] - est.cluster_centers_[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(est.labels_, dist.argmin(1))
+    np.testing.assert_array_equal(est.predict(X), est.labels_)

@@ -305,7 +305,10 @@ class WorkingRows:
         if not np.finfo(np.float64).tiny < scale * scale < np.inf:
             raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
                              "out of float64's range; rescale the data")
+        # the centre in the data's dtype, which the rows are mapped with, is also the one
+        # heads are mapped back with (float32 data 1e6 from 0: they differ by up to 0.03)
         shift_t = torch.as_tensor(shift, dtype=rows.dtype)
+        shift = shift_t.double().numpy()
 
         def row_map(chunk: torch.Tensor) -> torch.Tensor:   # centred in the data's dtype
             return (chunk - shift_t).to(dtype).div_(scale)
