@@ -161,7 +161,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Safeguarded fixed-point steps (fast) or plain projected gradient descent (sphere).
     max_iter : int, default=300
         Steps at the final inverse temperature (for a fit that ends in the hard limit:
-        Lloyd steps on the sample, and passes over all rows).
+        Lloyd steps on the sample, and steps over all rows).
     tol : float or "auto", default="auto"
         Stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
         relative to the root-mean-square distance of the rows from their mean).
@@ -214,7 +214,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         is constant and there is no penalty); its last entry is ``-score`` of the data.
         For a fit that ends in the hard limit: its risk there (``lambda = infinity``, the
         k-means objective per row) of the sample's partition when the sample holds every
-        row, else after each pass over all rows.
+        row, else after each step over all rows.
     inverse_temperature_curve_ : ndarray
     converged_ : bool
     n_features_in_ : int

@@ -429,7 +429,7 @@ class HardFit(NamedTuple):
     """Nearest final head of each of this rank's rows."""
     objective: np.ndarray
     """``R_inf`` over all rows: of the sample's partition when the sample is every row,
-    else of the heads each pass over all rows started from, ``(T,)``."""
+    else of the heads each step over all rows started from, ``(T,)``."""
     path: torch.Tensor
     """The heads of each entry of ``objective``, ``(T, K, d)``."""
     step: np.ndarray
@@ -447,7 +447,7 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, *
     """The fit's end of the module docstring, from the warm start ``start`` on ``S``.
 
     ``callback`` (an :class:`~attnclust.results.IterationInfo` consumer, at an infinite
-    inverse temperature) sees the sample's partition, then each pass over all rows.
+    inverse temperature) sees the sample's partition, then each step over all rows.
     ``weights``: the sample's weights (the rows' own are ``rows.weights``).
 
     Examples
