@@ -77,11 +77,11 @@ class HardEnding(NamedTuple):
     """Result of :func:`lloyd_passes`."""
 
     heads: torch.Tensor
-    """Heads after the last pass, ``(K, d)``."""
+    """Heads after the last step, ``(K, d)``."""
     objective: np.ndarray
-    """``R_inf`` of the heads each pass started from (non-increasing), ``(n_passes,)``."""
+    """``R_inf`` of the heads each step started from (non-increasing), ``(n_passes,)``."""
     path: torch.Tensor
-    """The heads each pass started from, ``(n_passes, K, d)``."""
+    """The heads each step started from, ``(n_passes, K, d)``."""
     n_passes: int
     """Lloyd steps over all rows."""
     converged: bool
@@ -175,7 +175,7 @@ def _whole_pass(read, n_rows: int, heads, half_sq, labels: np.ndarray, bound: np
         stop = start + z.shape[0]
         w = None if weights is None else weights[start:stop]
         new = z.cpu().numpy()
-        changed = new != labels[start:stop]
+        changed = new != labels[start:stop]     # (no rule reads the first pass's count)
         labels[start:stop], bound[start:stop] = new, _down16(_gap(d1sq, d2sq))
         parts[start // chunk, :-1] = _cell_stats(Xc, z, d1sq, K, w).cpu().numpy()
         parts[start // chunk, -1] = changed.sum() if w is None else \
@@ -304,16 +304,16 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         doubt = None if stats is None or take is None else _doubted(bound, labels, drift)
         if doubt is None or doubt.size > FULL_PASS * n_rows:
             drift[:] = 0.0
-            *stats, changed = _whole_pass(read, n_rows, heads, half_sq, labels, bound,
-                                          chunk=chunk, workers=workers, weights=weights)
-            stats = np.array(stats)
+            part = _whole_pass(read, n_rows, heads, half_sq, labels, bound, chunk=chunk,
+                               workers=workers, weights=weights)
+            stats = part[:-1].copy()
             full_passes += 1
         else:
-            *delta, changed = _rescore(take, doubt, heads, half_sq, labels, bound, drift,
-                                       chunk=chunk, workers=workers, weights=weights)
-            stats += delta
+            part = _rescore(take, doubt, heads, half_sq, labels, bound, drift, chunk=chunk,
+                            workers=workers, weights=weights)
+            stats += part[:-1]
         # a copy (reduce may sum in place); the last entry: the rows that changed cell
-        flat = torch.tensor(np.append(stats, changed), device=heads.device)
+        flat = torch.tensor(np.append(stats, part[-1]), device=heads.device)
         if reduce is not None:
             flat = reduce(flat)
         counts, sums = flat[:K].to(heads.dtype), flat[K:K + K * d].reshape(K, d).to(heads.dtype)
