@@ -54,6 +54,20 @@ def test_float32_centre_and_scale_agree_with_float64_at_any_magnitude(factor):
     np.testing.assert_allclose(m32, m64, rtol=1e-6)
 
 
+@pytest.mark.parametrize("factor", [1.0, 1e200])
+def test_centre_and_scale_are_the_same_with_any_number_of_workers(factor):
+    """The blocks' sums are added in block order: bit-identical with 1 or 3 workers, with
+    weights and on the rescaled pass (1e200: the squares overflow)."""
+    X = _data(40_000) * factor                     # three blocks of 16,384 rows
+    w = np.random.default_rng(1).uniform(0, 2, len(X))
+    comm = Communicator.local(len(X))
+    for weights in (None, w):
+        one = center_scale(X, comm, "X", weights, workers=1)
+        three = center_scale(X, comm, "X", weights, workers=3)
+        np.testing.assert_array_equal(three[0], one[0])
+        assert three[1] == one[1]
+
+
 def test_float32_centre_and_scale_near_float32s_largest():
     """X - mean itself overflows float32 here: the rescaled pass works in float64."""
     X = np.array([[3e38], [-3e38], [3e38]], dtype=np.float32)

@@ -154,7 +154,8 @@ def squared_norms(X: np.ndarray, how: str, offset: int = 0) -> np.ndarray:
 
 
 def center_scale(X: np.ndarray, comm: Communicator, what: str,
-                 weights: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+                 weights: np.ndarray | None = None, workers: int = 1
+                 ) -> tuple[np.ndarray, float]:
     """Column means ``m`` and root-mean-square norm ``s`` of the centred rows, overflow-safe.
 
     The squares are summed as they are (in float32 for float32 data: half the reads, for
@@ -163,8 +164,9 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     that overflow or underflow; the pass for the largest entry is made only then); rows
     are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied whole, and no
     block's float64 temporaries grow with the width); every sum is taken
-    over the ranks' rows (``what``: the message's subject). With ``weights`` (n,) both
-    are weighted means (rows of weight zero take no part).
+    over the ranks' rows (``what``: the message's subject), the blocks shared by
+    ``workers`` threads (the sums in block order, so the same with any number). With
+    ``weights`` (n,) both are weighted means (rows of weight zero take no part).
 
     Examples
     --------
@@ -173,18 +175,21 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     ([2.0, 0.0], 1.0)
     """
     step = chunk_rows(None, X.shape[1], 1)
-    starts = range(0, X.shape[0], step)
-    chunks = [X[s:s + step] for s in starts]
-    if weights is None:
-        n, ws = comm.n_total, [None] * len(chunks)
-    else:
-        n, ws = float(comm.sum_array(weights.sum())), [weights[s:s + step] for s in starts]
+    n = comm.n_total if weights is None else float(comm.sum_array(weights.sum()))
+
+    def each(fn) -> list:          # fn(rows, weights) of each block, on the workers, in order
+        def block(start):
+            with np.errstate(over="ignore", invalid="ignore"):   # checked below
+                return fn(X[start:start + step],
+                          None if weights is None else weights[start:start + step])
+        return map_chunks(block, X.shape[0], step, workers)
 
     def total(values, w):          # sum of rows, weighted when w is given, in float64
         return values.sum(0, dtype=np.float64) if w is None else w @ values
 
     def counted(c, w):             # the rows that count
         return c if w is None else c[w > 0]
+
     def squares(c, w, unit):       # sum of squared centred entries (in units of unit)
         if unit == 1.0:            # in the data's dtype
             q = c - mean.astype(c.dtype)
@@ -193,19 +198,17 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
         return float(np.vdot(q, q) if w is None else w @ np.einsum("ij,ij->i", q, q))
 
     def deviation(unit):           # sum over all ranks' rows
-        return float(comm.sum_array(sum(squares(c, w, unit)
-                                        for c, w in zip(chunks, ws, strict=True))))
+        return float(comm.sum_array(sum(each(lambda c, w: squares(c, w, unit)))))
     with np.errstate(over="ignore", invalid="ignore"):       # checked just below
-        mean = comm.sum_array(sum((total(c, w) for c, w in zip(chunks, ws, strict=True)),
-                                  np.zeros(X.shape[1]))) / n
+        mean = comm.sum_array(sum(each(total), np.zeros(X.shape[1]))) / n
         if not np.all(np.isfinite(mean)):
             raise ValueError(f"{what}: the column sums overflow (entries near the largest "
                              "float); rescale the data")
         dev, unit = deviation(1.0), 1.0     # one more pass, unless squares over- or
         floor = 1e-30 if X.dtype == np.float32 else 1e-200      # underflow (or no row
         if not floor < dev < np.inf:                            # differs from the mean)
-            big = max((float(np.abs(counted(c, w) - mean).max(initial=0.0))
-                       for c, w in zip(chunks, ws, strict=True)), default=0.0)
+            big = max(each(lambda c, w: float(np.abs(counted(c, w) - mean).max(initial=0.0))),
+                      default=0.0)
             # a unit common to all ranks, between the largest entry and R times it
             big = float(comm.sum_array(big))
             if not np.isfinite(big):
@@ -301,7 +304,7 @@ class WorkingRows:
         if not geometry.equivariant:
             return cls(rows.to(device, dtype), comm=comm, chunk=chunk, workers=workers,
                        weights=w)
-        shift, scale = center_scale(Xp, comm, f"geometry={geometry.name!r}", weights)
+        shift, scale = center_scale(Xp, comm, f"geometry={geometry.name!r}", weights, workers)
         if not np.finfo(np.float64).tiny < scale * scale < np.inf:
             raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
                              "out of float64's range; rescale the data")
