@@ -130,6 +130,14 @@ def test_integer_weights_are_repeated_rows():
                             tol=0.0, chunk=97)
     np.testing.assert_allclose(weighted.heads.numpy(), repeated.heads.numpy(), atol=1e-10)
     np.testing.assert_allclose(weighted.objective, repeated.objective, rtol=1e-10)
+    # the rtol rule counts the changed rows by weight: the same stop, bounded or not
+    loose_w = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
+                           rtol=1e-2, chunk=97, weights=w, n_total=float(counts.sum()),
+                           take=_take(X))
+    loose_r = lloyd_passes(lambda a, b: Xr[a:b], Xr.shape[0], heads0, max_passes=300,
+                           tol=0.0, rtol=1e-2, chunk=97)
+    assert loose_w.n_passes == loose_r.n_passes < repeated.n_passes
+    np.testing.assert_allclose(loose_w.heads.numpy(), loose_r.heads.numpy(), atol=1e-10)
 
 
 def test_swaps_never_raise_the_objective_and_repair_stuck_partitions():
@@ -248,6 +256,23 @@ def test_bounded_steps_in_float32_rescore_rows_on_two_nearly_equal_heads():
         np.testing.assert_array_equal(bounded, whole)
         dist = ((X[:, None].double() - res.heads[None].double()) ** 2).sum(-1)
         np.testing.assert_array_equal(bounded, dist.argmin(1).numpy())
+
+
+def test_rtol_does_not_stop_when_the_far_rows_cell_is_small():
+    """Here the cell that takes the far row holds 3,000 of 400,001 rows: its head's first
+    move changes under 1% of the rows and gains under 1e-3, but the move it is about to
+    make is sure to gain more (n_h ||move||^2), so the rule does not stop."""
+    gen = np.random.default_rng(2)
+    X = torch.as_tensor(np.concatenate([gen.normal(size=(397_000, 2)),
+                                        gen.normal(size=(3_000, 2)) + [10.0, 0.0],
+                                        [[1e8, 0.0]]]))
+    heads0 = torch.tensor([[-0.5, 0.0], [0.5, 0.0], [10.0, 0.0]], dtype=torch.float64)
+    res = lloyd_passes(_read(X), len(X), heads0, max_passes=300, tol=1e-8, rtol=1e-3,
+                       chunk=65_536, take=_take(X))
+    exact = lloyd_passes(_read(X), len(X), heads0, max_passes=300, tol=0.0, chunk=65_536,
+                         take=_take(X))
+    assert res.heads[:, 0].max() == pytest.approx(1e8)
+    assert res.objective[-1] == pytest.approx(exact.objective[-1], rel=1e-2)
 
 
 def test_the_default_fit_on_many_rows_gives_a_far_row_its_own_head():

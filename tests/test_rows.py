@@ -68,6 +68,15 @@ def test_centre_and_scale_are_the_same_with_any_number_of_workers(factor):
         assert three[1] == one[1]
 
 
+def test_a_row_of_weight_zero_takes_no_part_even_when_its_square_overflows():
+    X, w = _data(), np.ones(500)
+    X[0], w[0] = 1e160, 0.0                       # (1e160)^2 overflows: 0 * inf = nan
+    m, s = center_scale(X, Communicator.local(500), "X", w)
+    m_ref, s_ref = center_scale(X[1:], Communicator.local(499), "X")
+    np.testing.assert_allclose(m, m_ref, rtol=1e-12)
+    assert s == pytest.approx(s_ref, rel=1e-12)
+
+
 def test_float32_centre_and_scale_near_float32s_largest():
     """X - mean itself overflows float32 here: the rescaled pass works in float64."""
     X = np.array([[3e38], [-3e38], [3e38]], dtype=np.float32)

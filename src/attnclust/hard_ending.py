@@ -23,8 +23,8 @@ before the hard limit changes no mean accuracy (the measurements are in
 A whole pass reads the rows once in chunks (one ``n x d x K`` product, per-cell sums);
 the steps after it read only the rows whose cell may have changed (Hamerly's bounds on
 the gap between each row's nearest two heads, 2 bytes a row; :func:`lloyd_passes`). With
-``reduce`` (a sum over data-parallel ranks) a step sums ``K (d + 2)`` numbers over the
-ranks, so every rank takes the same steps.
+``reduce`` (a sum over data-parallel ranks) a step sums ``K (d + 2) + 1`` numbers over
+the ranks, so every rank takes the same steps.
 
 The fit's end (:func:`fit_to_hard_limit`), from the warm start's k-means partition of
 the warm-start sample ``S`` (:func:`sample_kmeans`: the best of ``n_init`` seedings, each
@@ -214,7 +214,7 @@ def _rescore(take, doubt: np.ndarray, heads, half_sq, labels: np.ndarray, bound:
 def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
                  *, max_passes: int, tol: float, chunk: int, rtol: float = 0.0, workers: int = 1,
                  reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 n_total: int | None = None, labels: np.ndarray | None = None,
+                 n_total: float | None = None, labels: np.ndarray | None = None,
                  callback: Callable[[IterationInfo], None] | None = None,
                  weights: torch.Tensor | None = None,
                  take: Callable[[torch.Tensor], torch.Tensor] | None = None) -> HardEnding:
@@ -252,15 +252,17 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         Stop at a step that would move the heads by a sum of squares of at most ``tol``.
     rtol : float, default=0
         Stop at a step that finds that the previous one lowered ``R_inf`` by at most
-        ``rtol`` times its value and moved at most ``SETTLED`` (1%) of the rows to another
-        cell: on many rows Lloyd's heads creep long after the partition has settled (the
-        second condition keeps the rule from stopping where one far row dominates
-        ``R_inf``, and a head on its way to it gains little in the first step).
+        ``rtol`` times its value, moved at most ``SETTLED`` (1%) of the rows (or of their
+        weight) to another cell, and that its own move is sure to gain at most as much
+        (``sum_h n_h ||mu_h' - mu_h||^2 / n``, what the move gains on unchanged cells): on
+        many rows Lloyd's heads creep long after the partition has settled, and the last
+        two conditions keep the rule from stopping where one far row dominates ``R_inf``
+        and a head on its way to it gains little in its first step.
     chunk, workers :
         Rows per chunk, and threads sharing the chunks (:func:`attnclust._threads.map_chunks`).
     reduce : callable, optional
         Sum over data-parallel ranks of a tensor (the same on every rank).
-    n_total : int, optional
+    n_total : int or float, optional
         Rows of all ranks (default ``n_rows``); with ``weights``, their total weight.
     labels : ndarray of shape (n_rows,), optional
         Filled with the index of each row's nearest returned head.
@@ -320,9 +322,12 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         objective.append(float(flat[K + K * d:-1].sum()) / n)
         path.append(heads)
         new = Euclidean().lloyd_step(sums, counts, heads)   # counts: maybe weights < 1
-        settled = len(objective) > 1 and float(flat[-1]) <= SETTLED * n and \
-            objective[-2] - objective[-1] <= rtol * objective[-2]
         moves = ((new - heads) ** 2).sum(1)                   # (K,) squared moves
+        # the step about to be taken gains at least sum_h n_h ||moves_h||^2 / n (the cells
+        # unchanged), the last one gained objective[-2] - objective[-1]
+        settled = len(objective) > 1 and float(flat[-1]) <= SETTLED * n and \
+            objective[-2] - objective[-1] <= rtol * objective[-2] and \
+            float((counts * moves).sum()) <= rtol * n * objective[-1]
         if callback is not None:
             callback(IterationInfo(len(objective), objective[-1], float("inf"),
                                    float(moves.max()) ** 0.5, heads.detach().clone()))
@@ -435,7 +440,7 @@ class HardFit(NamedTuple):
     step: np.ndarray
     """Lloyd steps made before each entry of ``objective``, ``(T,)``."""
     n_iter: int
-    """Lloyd steps on the sample (the run kept and the swaps' runs) plus passes over all
+    """Lloyd steps on the sample (the run kept and the swaps' runs) plus steps over all
     rows."""
     converged: bool
     """The last Lloyd stage met its stopping rule."""

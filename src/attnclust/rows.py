@@ -187,10 +187,11 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     def total(values, w):          # sum of rows, weighted when w is given, in float64
         return values.sum(0, dtype=np.float64) if w is None else w @ values
 
-    def counted(c, w):             # the rows that count
-        return c if w is None else c[w > 0]
+    def counted(c, w):             # the rows that count, and their weights
+        return (c, w) if w is None else (c[w > 0], w[w > 0])
 
     def squares(c, w, unit):       # sum of squared centred entries (in units of unit)
+        c, w = counted(c, w)       # a row of weight 0 takes no part, even an inf square
         if unit == 1.0:            # in the data's dtype
             q = c - mean.astype(c.dtype)
         else:                      # float64: float32's X - mean, or unit, may overflow
@@ -207,8 +208,8 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
         dev, unit = deviation(1.0), 1.0     # one more pass, unless squares over- or
         floor = 1e-30 if X.dtype == np.float32 else 1e-200      # underflow (or no row
         if not floor < dev < np.inf:                            # differs from the mean)
-            big = max(each(lambda c, w: float(np.abs(counted(c, w) - mean).max(initial=0.0))),
-                      default=0.0)
+            big = max(each(lambda c, w: float(np.abs(counted(c, w)[0] - mean).max(
+                initial=0.0))), default=0.0)
             # a unit common to all ranks, between the largest entry and R times it
             big = float(comm.sum_array(big))
             if not np.isfinite(big):
