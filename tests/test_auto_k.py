@@ -37,6 +37,17 @@ def test_auto_says_one_cluster_for_one_blob():
     assert est.n_clusters_ == 1 and "factor" in est.n_clusters_reason_
 
 
+def test_more_clusters_than_max_clusters_say_so_in_the_reason():
+    """12 blobs and 10 heads: the heads come apart in a cascade, no plateau is wide enough
+    and the path stops with all 10 apart, as it does for one blob: K = 1, and the reason
+    says to raise max_clusters if there may be more; with 20 heads, K = 12."""
+    X, _ = _blobs(12, d=5, n_each=100, sep=12.0, rng=4)
+    est = ac.AttentionClustering("auto", random_state=0).fit(X)
+    assert est.n_clusters_ == 1 and "raise max_clusters" in est.n_clusters_reason_
+    wider = ac.AttentionClustering("auto", max_clusters=20, random_state=0).fit(X)
+    assert wider.n_clusters_ == 12 and "max_clusters" not in wider.n_clusters_reason_
+
+
 def test_auto_refuses_other_strings_and_bad_max_clusters():
     X, _ = _blobs(2)
     with pytest.raises(ValueError, match="n_clusters"):

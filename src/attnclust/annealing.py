@@ -726,4 +726,14 @@ def choose_from_path(rows: np.ndarray, max_clusters: int, *, geometry: str, rand
     path = temperature_path(rows, min(max_clusters, rows.shape[0]), geometry=geometry,
                             inverse_temperatures=grid, callback=_Settled(grid, MIN_PLATEAU_WIDTH),
                             **FAST_SETTINGS)
-    return path.choose_n_clusters(), path
+    choice = path.choose_n_clusters()
+    # the path also stops once all max_clusters heads are apart: when that left no plateau
+    # wide enough, one blob splitting in a cascade looks like more clusters than heads
+    # (12 blobs for 10 heads); nothing on the path tells them apart, so the reason says so
+    if choice.plateau is None and max_clusters < rows.shape[0] and \
+            path.n_distinct[-1] == max_clusters:
+        choice = choice._replace(reason=f"{choice.reason}; the path stopped with all "
+                                 f"max_clusters={max_clusters} heads apart, as it does for "
+                                 "more clusters than that too: raise max_clusters if the "
+                                 "rows may hold more")
+    return choice, path

@@ -190,7 +190,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         bars), in the data's units; steps are counted over the whole fit.
     max_clusters : int, default=10
         With ``n_clusters="auto"``: the heads the temperature path follows, the largest
-        ``K`` it can choose.
+        ``K`` it can choose. Set it above the largest ``K`` expected: with as many
+        clusters as heads or more, the heads come apart in a cascade and the choice falls
+        short of the truth (often ``K = 1``, whose ``n_clusters_reason_`` then says so).
 
     Attributes
     ----------
