@@ -287,3 +287,18 @@ def test_the_default_fit_on_many_rows_gives_a_far_row_its_own_head():
     km = KMeans(3, n_init=1, random_state=0).fit(X)
     assert np.sum(est.labels_ == est.labels_[-1]) == 1                # the far row alone
     assert est.loss_curve_[-1] <= km.inertia_ / len(X) * (1 + 1e-6)
+
+
+def test_per_chunk_sums_held_in_groups_give_the_same_steps(monkeypatch):
+    """With room for one chunk's sums per worker at a time (many groups, each added up in
+    chunk order), the steps are those of one group of every chunk."""
+    import attnclust.hard_ending as hard_ending
+
+    X, heads0 = _data(8)
+    kwargs = dict(max_passes=300, tol=0.0, chunk=50, workers=2, take=_take(X))
+    one = lloyd_passes(_read(X), len(X), heads0, **kwargs)
+    monkeypatch.setattr(hard_ending, "_PARTS_BYTES", 1)
+    grouped = lloyd_passes(_read(X), len(X), heads0, **kwargs)
+    assert grouped.n_passes == one.n_passes and grouped.full_passes == one.full_passes
+    np.testing.assert_allclose(grouped.heads.numpy(), one.heads.numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(grouped.objective, one.objective, rtol=1e-12)

@@ -71,6 +71,7 @@ SWAPS = 8           # single swaps at most from the sample's k-means partition .
 SWAP_HEADS = 10     # ... with at least this many heads (with fewer, restarts suffice)
 _FLOAT64_SAMPLE = 1 << 16   # a float32 sample of at most this many numbers is run in float64
 FULL_PASS = 0.25    # a step over all rows reads every row when its bounds doubt more of them
+_PARTS_BYTES = 1 << 26      # per-chunk sums held at once by a step over all rows (64 MB)
 
 
 class HardEnding(NamedTuple):
@@ -158,18 +159,37 @@ def _doubted(bound: np.ndarray, labels: np.ndarray, drift: np.ndarray,
                            for start in range(0, bound.size, block)] or [np.zeros(0, np.int64)])
 
 
+def _sum_over_chunks(fill: Callable[[int, np.ndarray], None], n: int, chunk: int,
+                     workers: int, size: int) -> np.ndarray:
+    """``sum_c row_c`` over the chunks ``c`` of ``n`` items, where ``fill(start, row)`` writes
+    chunk ``start:start + chunk``'s ``size`` numbers into ``row`` (on the workers).
+
+    The rows belong to an array made here: a tensor (or array) made on a worker thread and
+    kept alive pins that thread's malloc heap, and with it the freed temporaries of every
+    chunk (+150 MB on 5M x 8). At most ``_PARTS_BYTES`` of rows are held at a time (``K =
+    1,024`` heads of 784 numbers over 70,000 rows would hold 860 MB), added up in chunk
+    order: the same sums with any number of workers.
+    """
+    per = max(workers, _PARTS_BYTES // (8 * size))          # chunks per group
+    rows = np.empty((max(min(per, -(-n // chunk)), 1), size))
+    total = np.zeros(size)
+    for first in range(0, n, per * chunk):
+        count = min(n - first, per * chunk)
+        rows[:] = 0.0
+        map_chunks(lambda s, first=first: fill(first + s, rows[s // chunk]), count, chunk,
+                   workers)
+        total += rows[:-(-count // chunk)].sum(0)
+    return total
+
+
 def _whole_pass(read, n_rows: int, heads, half_sq, labels: np.ndarray, bound: np.ndarray, *,
                 chunk: int, workers: int, weights) -> np.ndarray:
     """This rank's cell statistics (:func:`_cell_stats`) of the nearest heads, over every
     row read in chunks, and the rows (their weight) whose label changed; each row's label
     and gap (its bound) written in place."""
     K, d = heads.shape
-    # each chunk's statistics land in a row of an array made here: a tensor (or array) made
-    # on a worker thread and kept alive pins that thread's malloc heap, and with it the
-    # freed temporaries of every chunk (+150 MB on 5M x 8)
-    parts = np.zeros((max(-(-n_rows // chunk), 1), K * (d + 2) + 1))
 
-    def cells(start):
+    def cells(start, row):
         Xc = read(start, start + chunk)
         z, d1sq, d2sq, _ = nearest_two(Xc, heads, half_sq)
         stop = start + z.shape[0]
@@ -177,11 +197,10 @@ def _whole_pass(read, n_rows: int, heads, half_sq, labels: np.ndarray, bound: np
         new = z.cpu().numpy()
         changed = new != labels[start:stop]     # (no rule reads the first pass's count)
         labels[start:stop], bound[start:stop] = new, _down16(_gap(d1sq, d2sq))
-        parts[start // chunk, :-1] = _cell_stats(Xc, z, d1sq, K, w).cpu().numpy()
-        parts[start // chunk, -1] = changed.sum() if w is None else \
+        row[:-1] = _cell_stats(Xc, z, d1sq, K, w).cpu().numpy()
+        row[-1] = changed.sum() if w is None else \
             float(w[torch.from_numpy(changed).to(w.device)].sum())
-    map_chunks(cells, n_rows, chunk, workers)
-    return parts.sum(0)
+    return _sum_over_chunks(cells, n_rows, chunk, workers, K * (d + 2) + 1)
 
 
 def _rescore(take, doubt: np.ndarray, heads, half_sq, labels: np.ndarray, bound: np.ndarray,
@@ -190,9 +209,8 @@ def _rescore(take, doubt: np.ndarray, heads, half_sq, labels: np.ndarray, bound:
     their nearest heads, and the rows (their weight) that moved; their labels and bounds
     written in place."""
     K, d = heads.shape
-    parts = np.zeros((max(-(-doubt.size // chunk), 1), K * (d + 2) + 1))
 
-    def cells(start):
+    def cells(start, row):
         idx = doubt[start:start + chunk]
         at = torch.from_numpy(idx).to(heads.device)
         old = torch.from_numpy(labels[idx]).to(heads.device)
@@ -203,12 +221,10 @@ def _rescore(take, doubt: np.ndarray, heads, half_sq, labels: np.ndarray, bound:
         if moved.numel():
             labels[idx[moved.cpu().numpy()]] = z[moved].cpu().numpy()
             Xm, w = Xc[moved], None if weights is None else weights[at[moved]]
-            parts[start // chunk, :-1] = (_cell_stats(Xm, z[moved], d1sq[moved], K, w)
-                                          - _cell_stats(Xm, old[moved], dold[moved], K, w)
-                                          ).cpu().numpy()
-            parts[start // chunk, -1] = moved.numel() if w is None else float(w.sum())
-    map_chunks(cells, doubt.size, chunk, workers)
-    return parts.sum(0)
+            row[:-1] = (_cell_stats(Xm, z[moved], d1sq[moved], K, w)
+                        - _cell_stats(Xm, old[moved], dold[moved], K, w)).cpu().numpy()
+            row[-1] = moved.numel() if w is None else float(w.sum())
+    return _sum_over_chunks(cells, doubt.size, chunk, workers, K * (d + 2) + 1)
 
 
 def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
