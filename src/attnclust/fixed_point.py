@@ -105,7 +105,7 @@ import numpy as np
 import torch
 
 from ._deprecation import warn_deprecated
-from ._threads import map_chunks
+from ._threads import add_chunks
 from .geometry import Geometry, Sphere, as_geometry
 from .heads import softmax_heads
 from .results import History, IterationInfo, SolverResult
@@ -174,7 +174,7 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry: Geometry = _SPHERE, 
     """Risk, gradient and soft proportions in one pass, all in the K-dim projection space.
 
     The pass accumulates row sums (loss, ``sum_i w_i x_i``, ``A^T A``, counts) over chunks
-    of ``chunk`` rows, on up to ``workers`` threads (:func:`attnclust._threads.map_chunks`;
+    of ``chunk`` rows, on up to ``workers`` threads (:func:`attnclust._threads.add_chunks`:
     summed in chunk order), and divides by ``n`` at the end. With ``reduce`` (a sum over
     data-parallel ranks, see :mod:`attnclust.distributed`) the sums of the local rows are
     summed over ranks in one flat buffer of ``1 + K d + K^2 + 2 K`` numbers (``+ K^2 d``
@@ -189,15 +189,13 @@ def _risk_pass(X, sq_norms, heads, lam, *, chunk, geometry: Geometry = _SPHERE, 
     bias = geometry.key_bias(heads, lam, sq_norms=torch.diagonal(gram))   # (K,) or None
     need_pairs = penalty == "balance" and rho > 0
     sizes = [1, K * d, K * K, K, K] + ([K * K * d] if need_pairs else [])
-    flat = heads.new_zeros(sum(sizes))
     rows = _chunk_reader(X, row_map)
 
     def sums(s):
         w = None if weights is None else weights[s:s + chunk]
         return _chunk_sums(rows(s, s + chunk), sq_norms[s:s + chunk], heads, gram, lam, bias,
                            need_pairs, w)
-    for part in map_chunks(sums, X.shape[0], chunk, workers):
-        flat += part
+    flat = add_chunks(heads.new_zeros(sum(sizes)), sums, X.shape[0], chunk, workers)
     if reduce is not None:
         flat = reduce(flat)
     return _decode(flat, heads, gram, lam, n, geometry=geometry, penalty=penalty, rho=rho,
