@@ -55,11 +55,12 @@ def test_each_runs_objective_and_labels_are_those_of_its_heads(tol):
         assert objective == pytest.approx(dist.min(1) @ w / w.sum(), rel=1e-10)
 
 
-def test_the_result_does_not_depend_on_the_block_size(monkeypatch):
-    X = _data(5, k=6)
-    whole = best_of_seedings(X, 6, 4, np.random.default_rng(0))
-    monkeypatch.setattr(multistart, "_BLOCK", 97)          # blocks of a few rows
-    blocks = best_of_seedings(X, 6, 4, np.random.default_rng(0))
+@pytest.mark.parametrize("k", [6, 20])          # scores laid out by run, and by row
+def test_the_result_does_not_depend_on_the_block_size(monkeypatch, k):
+    X = _data(5, k=k)
+    whole = best_of_seedings(X, k, 4, np.random.default_rng(0))
+    monkeypatch.setattr(multistart, "_BLOCK", {True: 97, False: 97})   # blocks of a few rows
+    blocks = best_of_seedings(X, k, 4, np.random.default_rng(0))
     np.testing.assert_allclose(blocks.heads, whole.heads, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(blocks.labels, whole.labels)
 
