@@ -8,12 +8,13 @@ from functools import partial
 import numpy as np
 import pytest
 import torch
+from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits, load_iris, load_wine
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
-from attnclust import fixed_point
+from attnclust import fixed_point, warm_start
 from attnclust.clustering import AttentionClustering, DegenerateFitWarning
 from attnclust.warm_start import auto_inverse_temperature, hard_lloyd
 
@@ -744,3 +745,20 @@ def test_the_callback_sees_the_passes_over_all_rows(monkeypatch):
     inertia = np.mean(np.sum((X - est.cluster_centers_[est.labels_]) ** 2, 1))
     assert est.loss_curve_[-1] == pytest.approx(inertia, rel=1e-10)
     assert np.all(est.inverse_temperature_curve_ == np.inf)
+
+
+def test_few_heads_on_a_sample_keep_ten_seedings(monkeypatch):
+    """Above the warm-start sample's size, a fit with fewer heads than the swaps need keeps
+    ten seedings on the sample: one seeding (the rule for many heads) left 6 of 10 seeds
+    7-15% above KMeans(n_init=10)'s objective on unbalanced clusters just past 20,000
+    rows; here the threshold is lowered to keep the test small (ten seedings: within
+    1.2% on every seed; one: 6 of 10 seeds 7-16% above)."""
+    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 1000)
+    rng = np.random.default_rng(2)
+    centres, share = rng.uniform(-10, 10, (8, 2)), np.array([8, 4, 2, 2, 1, 1, 1, 1]) / 20
+    X = centres[rng.choice(8, 5000, p=share)] + rng.normal(size=(5000, 2))
+    best = KMeans(8, n_init=10, random_state=0).fit(X).inertia_ / len(X)
+    for seed in range(10):
+        fit = AttentionClustering(8, random_state=seed).fit(X)
+        objective = ((X - fit.cluster_centers_[fit.labels_]) ** 2).sum(1).mean()
+        assert objective <= 1.03 * best

@@ -188,10 +188,13 @@ def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
     monkeypatch.setattr(warm_start, "WARM_SAMPLE", 500)
     AttentionClustering(4, random_state=0, max_iter=5).fit(X[:400])
     AttentionClustering(4, random_state=0, max_iter=5).fit(X)
+    AttentionClustering(12, random_state=0, max_iter=5).fit(X)
     # the default's warm start: KMeans of the sample, n_init="auto" = 10 seedings; above
-    # the threshold the sample is 256 rows per head, at most the threshold, and the
-    # seedings one per five sample sizes of rows
-    assert seen == [((400, 6), 10), ((500, 6), max(1, min(10, len(X) // 2500)))]
+    # the threshold the sample is 256 rows per head, at most the threshold, and with ten
+    # heads or more (the swaps) the seedings one per five sample sizes of rows
+    assert seen == [((400, 6), 10), ((500, 6), 10),
+                    ((500, 6), max(1, min(10, len(X) // 2500)))]
+    assert seen[-1][1] < 10
 
 
 def test_pass_bytes_match_the_reduced_buffer():

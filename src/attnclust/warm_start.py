@@ -53,7 +53,7 @@ from ._validation import check_inverse_temperature
 from .annealing import anneal_heads
 from .estimator_params import resolved
 from .geometry import Geometry, as_geometry
-from .hard_ending import SampleKMeans, cell_sums, sample_kmeans
+from .hard_ending import SWAP_HEADS, SampleKMeans, cell_sums, sample_kmeans
 from .rows import WorkingRows
 
 __all__ = ["PER_HEAD", "SEEDING_ROWS", "WARM_SAMPLE", "estimator_warm_start",
@@ -380,9 +380,11 @@ def estimator_warm_start(rows: WorkingRows, gen, p: dict, *, n_clusters: int,
     (``get_params``): the sample ``S`` of the working rows and its weights ``Sw``, the
     :func:`warm_start` on it and ``lam``, the risk's inverse temperature (``None`` for
     shaped heads). The sample has at most ``WARM_SAMPLE`` rows; for a fit that ends in the
-    hard limit on more rows, ``PER_HEAD`` rows per head and, with ``n_init="auto"``, one
-    seeding per ``SEEDING_ROWS`` times the sample's rows (the seedings then cost no more
-    row visits than the passes)."""
+    hard limit on more rows, ``PER_HEAD`` rows per head and, with ``n_init="auto"`` and
+    at least ``SWAP_HEADS`` heads, one seeding per ``SEEDING_ROWS`` times the sample's
+    rows (the seedings then cost no more row visits than the passes, and the swaps search
+    between partitions; with fewer heads the seedings are the only search, and ten of
+    them on 256 rows per head cost little)."""
     K, geometry = n_clusters, as_geometry(p["geometry"])
     size = WARM_SAMPLE if not hard or rows.n_total <= WARM_SAMPLE else \
         min(WARM_SAMPLE, PER_HEAD * K)
@@ -401,7 +403,7 @@ def estimator_warm_start(rows: WorkingRows, gen, p: dict, *, n_clusters: int,
                            geometry=geometry, auto=n_init == 1, weights=Sw)
         return S, Sw, start, None
     n_init = int(resolved(p, "n_init"))
-    if hard and isinstance(p["n_init"], str) and S.shape[0] < rows.n_total:
+    if hard and isinstance(p["n_init"], str) and S.shape[0] < rows.n_total and K >= SWAP_HEADS:
         n_init = max(1, min(n_init, rows.n_total // (SEEDING_ROWS * S.shape[0])))
     auto = isinstance(p["inverse_temperature"], str)   # "auto", checked before
     start = warm_start(S, rows, init=p["init"], n_clusters=K, gen=gen, n_init=n_init,
