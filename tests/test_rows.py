@@ -54,6 +54,35 @@ def test_float32_centre_and_scale_agree_with_float64_at_any_magnitude(factor):
     np.testing.assert_allclose(m32, m64, rtol=1e-6)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("value", [1e50, 1e300, -7.3e12])
+def test_a_constant_column_adds_no_spread_whatever_its_value(value, weighted):
+    """The mean of a constant column, ``sum / n``, is off by a rounding error; before it
+    was corrected, that error counted as spread (a column of 1e50: s ~ 1e34, and a fit
+    that merged every cluster)."""
+    X = _data()
+    w = np.random.default_rng(1).uniform(0.5, 2.0, len(X)) if weighted else None
+    comm = Communicator.local(X.shape[0])
+    m, s = center_scale(X, comm, "X", w)
+    Xc = np.insert(X, 2, value, axis=1)
+    mc, sc = center_scale(Xc, comm, "X", w)
+    assert mc[2] == pytest.approx(value, rel=3e-16)              # to a unit in the last place
+    np.testing.assert_allclose(np.delete(mc, 2), m, rtol=1e-13)
+    # an error of the mean below 1e-6 of the spread (in squares) is left as it is
+    assert sc == pytest.approx(s, rel=1e-6)
+
+
+def test_a_fit_ignores_a_constant_column_of_any_value():
+    gen = np.random.default_rng(0)
+    X = gen.normal(size=(300, 3)) + np.repeat(np.eye(3) * 5, 100, 0)
+    dropped = ac.AttentionClustering(3, random_state=0).fit(X).labels_
+    for value in (1e50, 1e300):
+        with_column = np.insert(X, 1, value, axis=1)
+        fit = ac.AttentionClustering(3, random_state=0).fit(with_column)
+        np.testing.assert_array_equal(fit.labels_, dropped)
+        assert np.all(fit.cluster_centers_[:, 1] == value)
+
+
 @pytest.mark.parametrize("factor", [1.0, 1e200])
 def test_centre_and_scale_are_the_same_with_any_number_of_workers(factor):
     """The blocks' sums are added in block order: bit-identical with 1 or 3 workers, with

@@ -165,8 +165,12 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied whole, and no
     block's float64 temporaries grow with the width); every sum is taken
     over the ranks' rows (``what``: the message's subject), the blocks shared by
-    ``workers`` threads (the sums in block order, so the same with any number). With
-    ``weights`` (n,) both are weighted means (rows of weight zero take no part).
+    ``workers`` threads (the sums in block order, so the same with any number). The pass
+    of the squares also sums the centred entries, whose mean is the rounding error of
+    ``m``; where that error is not negligible beside the spread (a column's offset
+    dwarfs its spread: a constant column of 1e50) ``m`` is corrected by it and the
+    squares summed again. With ``weights`` (n,) both are weighted means (rows of weight
+    zero take no part).
 
     Examples
     --------
@@ -190,24 +194,25 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     def counted(c, w):             # the rows that count, and their weights
         return (c, w) if w is None else (c[w > 0], w[w > 0])
 
-    def squares(c, w, unit):       # sum of squared centred entries (in units of unit)
-        c, w = counted(c, w)       # a row of weight 0 takes no part, even an inf square
+    def squares(c, w, mean, unit):  # the centred entries' column sums, then their squares'
+        c, w = counted(c, w)       # sum (in units of unit); a row of weight 0 takes no part
         if unit == 1.0:            # in the data's dtype
             q = c - mean.astype(c.dtype)
         else:                      # float64: float32's X - mean, or unit, may overflow
             q = (c - mean) / unit
-        return float(np.vdot(q, q) if w is None else w @ np.einsum("ij,ij->i", q, q))
+        return np.append(total(q, w), np.vdot(q, q) if w is None else
+                         w @ np.einsum("ij,ij->i", q, q))
 
-    def deviation(unit):           # sum over all ranks' rows
-        return float(comm.sum_array(sum(each(lambda c, w: squares(c, w, unit)))))
-    with np.errstate(over="ignore", invalid="ignore"):       # checked just below
-        mean = comm.sum_array(sum(each(total), np.zeros(X.shape[1]))) / n
-        if not np.all(np.isfinite(mean)):
-            raise ValueError(f"{what}: the column sums overflow (entries near the largest "
-                             "float); rescale the data")
-        dev, unit = deviation(1.0), 1.0     # one more pass, unless squares over- or
-        floor = 1e-30 if X.dtype == np.float32 else 1e-200      # underflow (or no row
-        if not floor < dev < np.inf:                            # differs from the mean)
+    def deviation(mean, unit):     # sums over all ranks' rows: (column sums, squares)
+        sums = comm.sum_array(sum(each(lambda c, w: squares(c, w, mean, unit)),
+                                  np.zeros(X.shape[1] + 1)))
+        return sums[:-1], float(sums[-1])
+
+    def spread(mean):              # deviation in units of 1, or of the largest centred
+        off, dev = deviation(mean, 1.0)          # entry when the squares over- or
+        unit = 1.0                                # underflow (or no row differs from
+        floor = 1e-30 if X.dtype == np.float32 else 1e-200      # the mean)
+        if not floor < dev < np.inf:
             big = max(each(lambda c, w: float(np.abs(counted(c, w)[0] - mean).max(
                 initial=0.0))), default=0.0)
             # a unit common to all ranks, between the largest entry and R times it
@@ -216,9 +221,23 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
                 raise ValueError(f"{what}: X - mean overflows (entries near the largest "
                                  "float); rescale the data")
             if big > 0:
-                unit, dev = big, deviation(big)
+                unit = big
+                off, dev = deviation(mean, big)
             else:                                         # every row is the mean
-                dev = 0.0
+                off, dev = np.zeros_like(off), 0.0
+        return off, dev, unit
+    with np.errstate(over="ignore", invalid="ignore"):       # checked just below
+        mean = comm.sum_array(sum(each(total), np.zeros(X.shape[1]))) / n
+        if not np.all(np.isfinite(mean)):
+            raise ValueError(f"{what}: the column sums overflow (entries near the largest "
+                             "float); rescale the data")
+        off, dev, unit = spread(mean)
+        # the centred rows' own mean, off / n, is the rounding of sum / n: about eps |m|,
+        # which squared would count as spread where a column's offset dwarfs its spread
+        # (a constant column of 1e50 gave s ~ 1e34); one more pass from the corrected mean
+        if float(np.sum(np.square(off / np.sqrt(n)))) > 1e-6 * dev:
+            mean = mean + off * (unit / n)
+            off, dev, unit = spread(mean)
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 
