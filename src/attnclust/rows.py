@@ -153,6 +153,28 @@ def squared_norms(X: np.ndarray, how: str, offset: int = 0) -> np.ndarray:
     return sq
 
 
+def _total(values, w):
+    """Sum of the rows, weighted when ``w`` is given, in float64."""
+    return values.sum(0, dtype=np.float64) if w is None else w @ values
+
+
+def _counted(c, w):
+    """The rows that count (positive weight), and their weights."""
+    return (c, w) if w is None else (c[w > 0], w[w > 0])
+
+
+def _centred_sums(c, w, mean, unit):
+    """The column sums of the rows ``c`` minus ``mean``, in units of ``unit``, then the sum
+    of their squares, ``(d + 1,)``; a row of weight 0 takes no part, even an inf square."""
+    c, w = _counted(c, w)
+    if unit == 1.0:            # in the data's dtype
+        q = c - mean.astype(c.dtype)
+    else:                      # float64: float32's X - mean, or unit, may overflow
+        q = (c - mean) / unit
+    return np.append(_total(q, w), np.vdot(q, q) if w is None else
+                     w @ np.einsum("ij,ij->i", q, q))
+
+
 def center_scale(X: np.ndarray, comm: Communicator, what: str,
                  weights: np.ndarray | None = None, workers: int = 1
                  ) -> tuple[np.ndarray, float]:
@@ -188,23 +210,8 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
                           None if weights is None else weights[start:start + step])
         return map_chunks(block, X.shape[0], step, workers)
 
-    def total(values, w):          # sum of rows, weighted when w is given, in float64
-        return values.sum(0, dtype=np.float64) if w is None else w @ values
-
-    def counted(c, w):             # the rows that count, and their weights
-        return (c, w) if w is None else (c[w > 0], w[w > 0])
-
-    def squares(c, w, mean, unit):  # the centred entries' column sums, then their squares'
-        c, w = counted(c, w)       # sum (in units of unit); a row of weight 0 takes no part
-        if unit == 1.0:            # in the data's dtype
-            q = c - mean.astype(c.dtype)
-        else:                      # float64: float32's X - mean, or unit, may overflow
-            q = (c - mean) / unit
-        return np.append(total(q, w), np.vdot(q, q) if w is None else
-                         w @ np.einsum("ij,ij->i", q, q))
-
     def deviation(mean, unit):     # sums over all ranks' rows: (column sums, squares)
-        sums = comm.sum_array(sum(each(lambda c, w: squares(c, w, mean, unit)),
+        sums = comm.sum_array(sum(each(lambda c, w: _centred_sums(c, w, mean, unit)),
                                   np.zeros(X.shape[1] + 1)))
         return sums[:-1], float(sums[-1])
 
@@ -213,7 +220,7 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
         unit = 1.0                                # underflow (or no row differs from
         floor = 1e-30 if X.dtype == np.float32 else 1e-200      # the mean)
         if not floor < dev < np.inf:
-            big = max(each(lambda c, w: float(np.abs(counted(c, w)[0] - mean).max(
+            big = max(each(lambda c, w: float(np.abs(_counted(c, w)[0] - mean).max(
                 initial=0.0))), default=0.0)
             # a unit common to all ranks, between the largest entry and R times it
             big = float(comm.sum_array(big))
@@ -227,7 +234,7 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
                 off, dev = np.zeros_like(off), 0.0
         return off, dev, unit
     with np.errstate(over="ignore", invalid="ignore"):       # checked just below
-        mean = comm.sum_array(sum(each(total), np.zeros(X.shape[1]))) / n
+        mean = comm.sum_array(sum(each(_total), np.zeros(X.shape[1]))) / n
         if not np.all(np.isfinite(mean)):
             raise ValueError(f"{what}: the column sums overflow (entries near the largest "
                              "float); rescale the data")
