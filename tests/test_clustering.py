@@ -762,3 +762,20 @@ def test_few_heads_on_a_sample_keep_ten_seedings(monkeypatch):
         fit = AttentionClustering(8, random_state=seed).fit(X)
         objective = ((X - fit.cluster_centers_[fit.labels_]) ** 2).sum(1).mean()
         assert objective <= 1.03 * best
+
+
+@pytest.mark.parametrize("shaped", [False, True])
+def test_every_method_takes_rows_in_any_memory_layout(shaped):
+    """Reversed (negative strides), strided and Fortran-order rows give what their
+    contiguous copy gives (torch refuses negative strides: predict raised on X[::-1])."""
+    X = np.random.default_rng(0).normal(size=(200, 3)) + np.repeat(np.eye(3) * 4, [70, 70, 60], 0)
+    fit = AttentionClustering(3, random_state=0,
+                              covariance_type="full" if shaped else "spherical").fit(X)
+    layouts = {"reversed": X[::-1], "columns reversed": X[:, ::-1][:, ::-1],
+               "every other row": X[::2], "fortran": np.asfortranarray(X)}
+    for name, Y in layouts.items():
+        copy = np.ascontiguousarray(Y)
+        np.testing.assert_array_equal(fit.predict(Y), fit.predict(copy), err_msg=name)
+        np.testing.assert_array_equal(fit.predict_proba(Y), fit.predict_proba(copy))
+        np.testing.assert_array_equal(fit.transform(Y), fit.transform(copy))
+        assert fit.score(Y) == fit.score(copy)

@@ -436,7 +436,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         """Attention ``(n, K)`` of preprocessed rows, in float64 (in the geometry's most
         precise frame: for Euclidean heads, centred on the heads' mean)."""
         heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
-        X = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
+        X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=self.device)
         with fit_threads(self.device):
             if self._shaped:
                 return softmax_heads(shaped_log_joint(X, self))
@@ -486,7 +486,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
 
         def minus_loglik(Xp):
-            X64 = torch.as_tensor(np.asarray(Xp, dtype=np.float64), device=self.device)
+            X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=self.device)
             with fit_threads(self.device):
                 lse = torch.logsumexp(shaped_log_joint(X64, self), dim=1)
             return -(lse / self.inverse_temperature_).cpu().numpy()
