@@ -76,6 +76,26 @@ def test_scaling_all_weights_changes_nothing_on_the_sampled_path(monkeypatch):
         _same_fit(_fit(X, np.full(len(X), c), init="kmeans++"), ref)
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("factor", [1e-300, 1e-46, 1e39, 1e300])
+def test_weights_of_any_magnitude_give_the_same_fit(factor, dtype):
+    """Weights are brought to at most one before the fit: scaled by 1e39 or 1e-46 they
+    were inf or 0 in float32 (an IndexError, or "no row of positive sample_weight"), and
+    by 1e300 their sums overflowed float64."""
+    w = np.random.default_rng(3).uniform(0.5, 2.0, len(X))
+    ref = _fit(X.astype(dtype), w, init="kmeans++")
+    _same_fit(_fit(X.astype(dtype), w * factor, init="kmeans++"), ref)
+
+
+def test_weights_that_leave_no_spread_are_one_clear_error():
+    """One row weighing 1e300 times the others: the weighted rows are that row, to
+    rounding; the error names the weights (it said "inverse temperature nan")."""
+    w = np.ones(len(X))
+    w[0] = 1e300
+    with pytest.raises(ValueError, match="under its sample_weight .* make the weights less"):
+        _fit(X, w, init="kmeans++")
+
+
 def test_weights_move_the_heads():
     """The claim can fail: a heavy cluster pulls the head of a two-cluster fit of three
     blobs, as the repeated rows would."""

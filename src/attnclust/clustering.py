@@ -345,6 +345,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         weights = check_sample_weight(sample_weight, X.shape[0])
         data_parallel = comm is not None
         comm = comm if data_parallel else Communicator.local(X.shape[0])
+        if weights is not None:
+            # weights count only relative to each other: brought to at most the number of
+            # ranks (the unit: the mean over ranks of their largest weight), so that their
+            # sums cannot overflow and float32 holds them (weights of 1e39 or 1e-46 are
+            # inf or 0 there)
+            unit = float(comm.sum_array(weights.max(initial=0.0) / comm.sum_array(1.0)))
+            weights = weights / unit if unit > 0 else weights
         check_params(self.get_params(deep=False), comm.n_total, X.shape[0],
                      data_parallel=data_parallel,
                      weight_total=None if weights is None else float(comm.sum_array(

@@ -449,9 +449,11 @@ class WorkingRows:
         that leaves float64's range."""
         out = float(lam) / self.scale / self.scale
         if not np.finfo(np.float64).tiny <= out < np.inf:
-            raise ValueError(f"the data's spread ({self.scale:.3g}) puts the inverse "
-                             f"temperature {out:.3g} out of float64's range; rescale the "
-                             "data")
+            weighted = "" if self.weights is None else " under its sample_weight"
+            raise ValueError(f"the data's spread{weighted} ({self.scale:.3g}) puts the "
+                             f"inverse temperature {out:.3g} out of float64's range; rescale "
+                             "the data" + ("" if self.weights is None else
+                                           " or make the weights less unequal"))
         return out
 
     def info_out(self, offset: int = 0) -> Callable[[IterationInfo], IterationInfo]:
