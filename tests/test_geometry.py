@@ -192,6 +192,34 @@ def test_nearest_boundary_normal_is_orthogonal_to_the_boundary(geometry):
         assert float(step[c[h]] - step[h]) > 0
 
 
+@pytest.mark.parametrize("geometry", [Sphere(), Euclidean()])
+def test_heads_on_top_of_each_other_have_no_boundary_between_them(geometry):
+    """Heads 1 and 2 coincide: each one's nearest boundary is with head 0, the distinct
+    one (a boundary of norm 0 made the "auto" lambda about 1e-292 and the attention
+    uniform); heads that all coincide cross no boundary (norm inf)."""
+    heads = geometry.projx(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]],
+                                        dtype=torch.float64))
+    c, _, norm2 = geometry.nearest_boundary(heads @ heads.T)
+    assert c.tolist() == [1, 0, 0]
+    chord = 1.0 if geometry.unit_heads else 2.0        # the tangent's, or the chord's
+    assert norm2.tolist() == pytest.approx([chord] * 3)
+    same = heads[[1, 1, 1]]
+    assert torch.isinf(geometry.nearest_boundary(same @ same.T)[2]).all()
+
+
+@pytest.mark.parametrize("geometry", ["euclidean", "sphere"])
+def test_more_heads_than_distinct_rows_predict_their_labels(geometry):
+    """Two distinct rows, three heads: two heads coincide (to rounding). The "auto" lambda
+    is at its cap (with the warning that says so) and predict gives the heads of labels_
+    (it gave head 0 for every row: the attention was uniform)."""
+    X = np.repeat([[0.3, -0.2], [1.3, 0.8]], 50, axis=0)
+    with pytest.warns(ac.DegenerateFitWarning, match="no spread"):
+        fit = ac.AttentionClustering(3, geometry=geometry, random_state=0).fit(X)
+    centers = fit.cluster_centers_
+    np.testing.assert_allclose(centers[fit.predict(X)], centers[fit.labels_], atol=1e-12)
+    assert fit.inverse_temperature_ >= 1e12
+
+
 def test_init_directions_and_start_heads():
     gen = np.random.default_rng(7)
     draws = gen.standard_normal((3, 4))

@@ -47,6 +47,8 @@ from .sphere import normalize, retract, riemannian_gradient, tangent
 
 __all__ = ["GEOMETRIES", "Euclidean", "Geometry", "Sphere", "as_geometry"]
 
+_COINCIDE = 1e-12   # heads closer than this (squared, relative to their squared norms) coincide
+
 
 class Geometry(ABC):
     """The set the heads live on, the key bias of their logits and the steps that keep
@@ -165,7 +167,10 @@ class Geometry(ABC):
     @abstractmethod
     def nearest_boundary(self, gram: torch.Tensor):
         """For each head ``h``: the nearest other head ``c_h``, the factor ``g_h`` of the
-        boundary normal ``mu_c - g_h mu_h`` and its squared norm, three ``(K,)`` tensors."""
+        boundary normal ``mu_c - g_h mu_h`` and its squared norm, three ``(K,)`` tensors.
+        Heads on top of ``h`` (to ``_COINCIDE`` of their squared norms) share its cell and
+        no boundary: ``c_h`` is the nearest distinct head, and where there is none the
+        squared norm is ``inf`` (the cell crosses no boundary)."""
 
     # -- the estimator's starting heads and predictions -----------------------------------
     def n_init(self, seeded: bool) -> int:
@@ -263,12 +268,13 @@ class Sphere(Geometry):
         (every tangent points to ``mu_g``): there the boundary ``<x, mu_h> = <x, mu_g>`` is
         crossed along the chord ``mu_g - mu_h``, as for Euclidean heads."""
         K, tiny = gram.shape[0], torch.finfo(gram.dtype).tiny
-        c = (gram - 3.0 * torch.eye(K, dtype=gram.dtype, device=gram.device)).argmax(1)
+        same = gram >= 1.0 - _COINCIDE            # itself, and heads on top of it
+        c = (gram - 3.0 * same).argmax(1)
         G = gram[torch.arange(K, device=gram.device), c]
         antipodal = 1.0 - G**2 < 1e-3
         g = torch.where(antipodal, torch.ones_like(G), G)
         norm2 = torch.where(antipodal, 2.0 - 2.0 * G, 1.0 - G**2).clamp_min(tiny)
-        return c, g, norm2
+        return c, g, norm2.masked_fill(same.all(1), float("inf"))
 
     def init_directions(self, draws):
         return draws                 # normalized by start_heads, like every starting head
@@ -353,12 +359,14 @@ class Euclidean(Geometry):
     def nearest_boundary(self, gram):
         """Nearest head in distance; boundary normal ``mu_g - mu_h``."""
         K, tiny = gram.shape[0], torch.finfo(gram.dtype).tiny
-        dist2 = (torch.diagonal(gram)[:, None] + torch.diagonal(gram)[None, :] - 2 * gram)
-        itself = torch.eye(K, dtype=torch.bool, device=gram.device)
-        c = dist2.masked_fill(itself, float("inf")).argmin(1)
+        sq = torch.diagonal(gram)
+        dist2 = sq[:, None] + sq[None, :] - 2 * gram
+        same = dist2 <= _COINCIDE * (sq[:, None] + sq[None, :])   # itself, heads on top of it
+        same |= torch.eye(K, dtype=torch.bool, device=gram.device)
+        c = dist2.masked_fill(same, float("inf")).argmin(1)
         g = torch.ones(K, dtype=gram.dtype, device=gram.device)
         norm2 = dist2[torch.arange(K, device=gram.device), c].clamp_min(tiny)
-        return c, g, norm2
+        return c, g, norm2.masked_fill(same.all(1), float("inf"))
 
     def n_init(self, seeded):
         return 10 if seeded else 1   # KMeans(n_init=10)'s seedings, on small data
