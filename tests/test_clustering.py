@@ -779,3 +779,16 @@ def test_every_method_takes_rows_in_any_memory_layout(shaped):
         np.testing.assert_array_equal(fit.predict_proba(Y), fit.predict_proba(copy))
         np.testing.assert_array_equal(fit.transform(Y), fit.transform(copy))
         assert fit.score(Y) == fit.score(copy)
+
+
+def test_predict_is_labels_beside_a_far_row():
+    """A row at 1e9 beside two blobs near 0: the "auto" lambda is then small in the
+    data's units, the attention of the two blobs' heads equal to rounding, and predict
+    (the highest logit, from exact distances) must still be labels_, the nearest head
+    (it differed on 3 rows)."""
+    gen = np.random.default_rng(0)
+    X = np.vstack([gen.normal(size=(100, 2)), gen.normal(size=(100, 2)) + 6, [[1e9, 0]]])
+    fit = AttentionClustering(3, random_state=0).fit(X)
+    nearest = ((X[:, None] - fit.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
+    np.testing.assert_array_equal(fit.labels_, nearest)
+    np.testing.assert_array_equal(fit.predict(X), fit.labels_)

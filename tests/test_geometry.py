@@ -74,16 +74,26 @@ def test_head_logits_and_the_layer_use_the_geometry():
         torch.testing.assert_close(layer.heads.detach(), as_geometry(name).projx(heads))
 
 
-def test_stable_frame_keeps_the_attention():
+def test_precise_logits_keep_the_attention():
     X, heads = _rows()
     X, heads = X + 1e3, heads + 1e3                    # far from the origin
     for geometry in (Sphere(), Euclidean()):
-        x2, h2 = geometry.stable_frame(X, heads)
-        torch.testing.assert_close(torch.softmax(geometry.logits(x2, h2, 0.5), 1),
+        torch.testing.assert_close(torch.softmax(geometry.precise_logits(X, heads, 0.5), 1),
                                    torch.softmax(geometry.logits(X, heads, 0.5), 1),
                                    rtol=0, atol=1e-9)
-    x2, h2 = Euclidean().stable_frame(X, heads)
-    assert float(h2.mean(0).abs().max()) < 1e-9        # centred on the heads' mean
+
+
+def test_precise_logits_resolve_near_heads_beside_a_far_one():
+    """Rows near 0, two heads near them and one at 1e9: the expanded form's terms are
+    about 1e17 there, whose rounding (16) is the size of the near heads' difference."""
+    gen = np.random.default_rng(0)
+    x = torch.as_tensor(gen.normal(size=(200, 2)))
+    heads = torch.tensor([[0.0, 0.1], [1.0, 1.2], [1e9, 0.0]], dtype=torch.float64)
+    nearest = torch.cdist(x, heads).argmin(1)
+    logits = Euclidean().precise_logits(x, heads, 1e-10)
+    torch.testing.assert_close(logits.argmax(1), nearest, rtol=0, atol=0)
+    centred = Euclidean().logits(x - heads.mean(0), heads - heads.mean(0), 1e-10)
+    assert (centred.argmax(1) != nearest).any()       # the claim can fail: any one frame
 
 
 # -- the manifold ---------------------------------------------------------------------------
@@ -192,13 +202,18 @@ def test_nearest_boundary_normal_is_orthogonal_to_the_boundary(geometry):
         assert float(step[c[h]] - step[h]) > 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("geometry", [Sphere(), Euclidean()])
-def test_heads_on_top_of_each_other_have_no_boundary_between_them(geometry):
+def test_heads_on_top_of_each_other_have_no_boundary_between_them(geometry, dtype):
     """Heads 1 and 2 coincide: each one's nearest boundary is with head 0, the distinct
     one (a boundary of norm 0 made the "auto" lambda about 1e-292 and the attention
-    uniform); heads that all coincide cross no boundary (norm inf)."""
-    heads = geometry.projx(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]],
-                                        dtype=torch.float64))
+    uniform); heads that all coincide cross no boundary (norm inf). A head is never its
+    own neighbour, even where float32's ``<mu, mu>`` falls short of 1."""
+    gen = np.random.default_rng(4)
+    many = geometry.projx(torch.as_tensor(gen.standard_normal((50, 8)), dtype=dtype))
+    c, _, _ = geometry.nearest_boundary(many @ many.T)
+    assert not (c == torch.arange(50)).any()
+    heads = geometry.projx(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=dtype))
     c, _, norm2 = geometry.nearest_boundary(heads @ heads.T)
     assert c.tolist() == [1, 0, 0]
     chord = 1.0 if geometry.unit_heads else 2.0        # the tangent's, or the chord's

@@ -439,16 +439,15 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         return self
 
     # -- prediction -------------------------------------------------------------------------
-    def _weights(self, Xp: np.ndarray) -> torch.Tensor:
-        """Attention ``(n, K)`` of preprocessed rows, in float64 (in the geometry's most
-        precise frame: for Euclidean heads, centred on the heads' mean)."""
+    def _logits(self, Xp: np.ndarray) -> torch.Tensor:
+        """Attention logits ``(n, K)`` of preprocessed rows, in float64 (the geometry's
+        precise ones: for Euclidean heads, from the differences ``x - mu_h``)."""
         heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
         X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=self.device)
         with fit_threads(self.device):
             if self._shaped:
-                return softmax_heads(shaped_log_joint(X, self))
-            X, heads = self._geometry.stable_frame(X, heads)
-            return softmax_heads(self._geometry.logits(X, heads, self.inverse_temperature_))
+                return shaped_log_joint(X, self)
+            return self._geometry.precise_logits(X, heads, self.inverse_temperature_)
 
     def _by_chunks(self, X, fn) -> np.ndarray:
         """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
@@ -461,11 +460,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
     def predict_proba(self, X) -> np.ndarray:
         """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""
-        return self._by_chunks(X, lambda Xp: self._weights(Xp).cpu().numpy())
+        return self._by_chunks(X, lambda Xp: softmax_heads(self._logits(Xp)).cpu().numpy())
 
     def predict(self, X) -> np.ndarray:
-        """Index of the most-attended head, ``argmax_h a_h(x)``."""
-        return self._by_chunks(X, lambda Xp: self._weights(Xp).argmax(1).cpu().numpy()
+        """Index of the most-attended head, ``argmax_h a_h(x)``: of the highest logit (at a
+        small ``lambda`` the weights of near heads are equal to rounding, their logits
+        not)."""
+        return self._by_chunks(X, lambda Xp: self._logits(Xp).argmax(1).cpu().numpy()
                                .astype(np.int64))
 
     def fit_predict(self, X, y=None, sample_weight=None) -> np.ndarray:
@@ -475,7 +476,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     def _outputs(self, Xp: np.ndarray) -> np.ndarray:
         """``T_mu(x)`` of preprocessed rows, ``(n, d)``: what ``transform`` and ``score`` use."""
         heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
-        return (self._weights(Xp) @ heads).cpu().numpy()
+        return (softmax_heads(self._logits(Xp)) @ heads).cpu().numpy()
 
     def transform(self, X) -> np.ndarray:
         """Layer outputs ``T_mu(x)`` of the preprocessed rows, shape (n_samples, n_features)."""

@@ -186,10 +186,10 @@ class Geometry(ABC):
     def start_heads(self, centers: np.ndarray, gen: np.random.Generator) -> np.ndarray:
         """Starting heads ``(K, d)`` brought to the set (float64 NumPy)."""
 
-    def stable_frame(self, x: torch.Tensor, heads: torch.Tensor):
-        """``(x, heads)`` moved, without changing the attention, to where the logits keep
-        the most precision."""
-        return x, heads
+    def precise_logits(self, x: torch.Tensor, heads: torch.Tensor, lam: float) -> torch.Tensor:
+        """Logits ``(n, K)`` of rows ``x`` computed for precision rather than speed (the
+        estimator's predictions), up to a constant per row (the same attention)."""
+        return self.logits(x, heads, lam)
 
 
 class Sphere(Geometry):
@@ -268,7 +268,8 @@ class Sphere(Geometry):
         (every tangent points to ``mu_g``): there the boundary ``<x, mu_h> = <x, mu_g>`` is
         crossed along the chord ``mu_g - mu_h``, as for Euclidean heads."""
         K, tiny = gram.shape[0], torch.finfo(gram.dtype).tiny
-        same = gram >= 1.0 - _COINCIDE            # itself, and heads on top of it
+        same = gram >= 1.0 - _COINCIDE            # heads on top of each other, and itself
+        same |= torch.eye(K, dtype=torch.bool, device=gram.device)
         c = (gram - 3.0 * same).argmax(1)
         G = gram[torch.arange(K, device=gram.device), c]
         antipodal = 1.0 - G**2 < 1e-3
@@ -379,10 +380,12 @@ class Euclidean(Geometry):
     def start_heads(self, centers, gen):
         return centers
 
-    def stable_frame(self, x, heads):
-        """Rows and heads centred on the heads' mean (the logits are shift invariant)."""
-        center = heads.mean(0)
-        return x - center, heads - center
+    def precise_logits(self, x, heads, lam):
+        """``-lambda ||x - mu_h||^2 / 2`` from the differences: the expanded form's terms
+        grow with the distance from the origin, and a far head (a row at 1e9 among rows
+        near 0) left the near heads' logits equal to rounding (in any one frame)."""
+        dist = torch.cdist(x, heads, compute_mode="donot_use_mm_for_euclid_dist")
+        return (-0.5 * lam) * dist.square_()
 
 
 _REGISTRY: dict[str, Geometry] = {g.name: g for g in (Sphere(), Euclidean())}
