@@ -206,6 +206,23 @@ def test_bad_batches_are_clear_errors():
         est.partial_fit(X[:100], sample_weight=-np.ones(100))
     with pytest.raises(ValueError, match="without a penalty"):
         AttentionClustering(3, geometry="sphere", penalty="repulsion", rho=0.1).partial_fit(X)
+    # three that raised unrelated errors (a TypeError; "the column sums overflow"), and
+    # one that was ignored
+    with pytest.raises(ValueError, match="partial_fit needs n_clusters as a number"):
+        AttentionClustering("auto").partial_fit(X[:100])
+    with pytest.raises(ValueError, match="no row has a positive weight"):
+        AttentionClustering(3).partial_fit(X[:100], sample_weight=np.zeros(100))
+    with pytest.raises(ValueError, match="n_clusters=5 but the estimator streams 3 heads"):
+        est.set_params(n_clusters=5).partial_fit(X[:100])
+
+
+def test_partial_fit_sets_n_clusters_and_streams_on_from_an_auto_fit():
+    est = AttentionClustering(3, random_state=0).partial_fit(X[:100])
+    assert est.n_clusters_ == 3
+    auto = AttentionClustering("auto", random_state=0).fit(X)
+    chosen = auto.n_clusters_
+    auto.partial_fit(X[:100])                 # n_clusters is still "auto": streams on
+    assert auto.n_steps_ == 1 and auto.n_clusters_ == chosen == len(auto.cluster_centers_)
 
 
 @pytest.mark.parametrize("params", [dict(penalty="repulsion", rho=0.1), dict(solver="pgd")])

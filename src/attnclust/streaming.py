@@ -118,10 +118,10 @@ def _resumed_state(est, Xp: np.ndarray) -> StreamState:
 def partial_fit(est, X, sample_weight=None):
     """One batch of ``AttentionClustering.partial_fit`` (see the module docstring).
 
-    Sets ``cluster_centers_``, ``inverse_temperature_``, ``labels_`` (of this batch, as
-    ``MiniBatchKMeans`` does), ``n_steps_`` (batches seen), ``n_iter_`` (the same),
-    ``loss_curve_`` (after each batch, the risk of the running sums: rows seen, weighted)
-    and ``stream_state_``.
+    Sets ``cluster_centers_``, ``n_clusters_``, ``inverse_temperature_``, ``labels_`` (of
+    this batch, as ``MiniBatchKMeans`` does), ``n_steps_`` (batches seen), ``n_iter_`` (the
+    same), ``loss_curve_`` (after each batch, the risk of the running sums: rows seen,
+    weighted) and ``stream_state_``.
 
     Examples
     --------
@@ -142,10 +142,11 @@ def partial_fit(est, X, sample_weight=None):
     X = est._validate(X, reset=not fitted)
     weights = check_sample_weight(sample_weight, X.shape[0])
     if not fitted:
-        check_params(est.get_params(deep=False), X.shape[0], X.shape[0])
+        check_params(est.get_params(deep=False), X.shape[0], X.shape[0],
+                     weight_total=None if weights is None else float(weights.sum()))
         est.mean_, est.scale_ = None, None
         Xp = est._preprocess(X, comm=Communicator.local(X.shape[0]), weights=weights)
-        state = _first_state(est, Xp, weights, as_generator(est.random_state))
+        state = _first_state(est, Xp, weights, as_generator(est.random_state, "random_state"))
         est.loss_curve_ = np.zeros(0)
     else:
         Xp = est._preprocess(X)
@@ -153,6 +154,7 @@ def partial_fit(est, X, sample_weight=None):
             state = _resumed_state(est, Xp)
             est.loss_curve_ = np.zeros(0)
     _step(est, state, state.to_working(Xp), weights)
+    est.n_clusters_ = len(est.cluster_centers_)
     return est
 
 
@@ -160,6 +162,15 @@ def _check_streaming(est) -> None:
     if est.solver != "fixed-point" or est.penalty is not None:
         raise ValueError(f"partial_fit takes fixed-point steps without a penalty; got "
                          f"solver={est.solver!r}, penalty={est.penalty!r}")
+    fitted = hasattr(est, "cluster_centers_")
+    if not fitted and isinstance(est.n_clusters, str):
+        raise ValueError("partial_fit needs n_clusters as a number: 'auto' reads K off the "
+                         "temperature path of all the rows (fit n_clusters='auto' on a "
+                         "sample, then stream on from that fit)")
+    if fitted and est.n_clusters not in ("auto", len(est.cluster_centers_)):
+        raise ValueError(f"n_clusters={est.n_clusters} but the estimator streams "
+                         f"{len(est.cluster_centers_)} heads; fit a new estimator to change "
+                         "n_clusters")
 
 
 def _centers(est, state: StreamState) -> np.ndarray:
