@@ -306,13 +306,15 @@ def test_zero_row_with_row_normalization_names_the_row():
     (dict(solver="newton"), "solver"),
     (dict(rho="a"), "rho must be a finite number >= 0, got 'a'"),
     (dict(rho=-1.0), "rho"),
-    (dict(tol=None), "tol must be a finite number >= 0, got None"),
+    (dict(tol=None), "tol must be 'auto' or a finite number >= 0, got None"),
+    (dict(n_clusters="Auto"), "n_clusters must be 'auto' or an integer >= 1, got 'Auto'"),
     (dict(max_iter=True), "max_iter must be an integer >= 1, got True"),
     (dict(max_iter=2.5), "max_iter"),
     (dict(n_clusters=True), "n_clusters"),
     (dict(batch_size=0), "batch_size"),
-    (dict(chunk_size=1.5), "chunk_size must be an integer >= 1, got 1.5"),
+    (dict(chunk_size=1.5), "chunk_size must be None or an integer >= 1, got 1.5"),
     (dict(device="foo"), "device 'foo'"),
+    (dict(random_state=-1), "random_state must be None, an int >= 0, a numpy Generator"),
 ])
 def test_bad_parameters(bad, match):
     X = np.random.default_rng(0).uniform(size=(10, 3)) + 0.1
@@ -792,3 +794,11 @@ def test_predict_is_labels_beside_a_far_row():
     nearest = ((X[:, None] - fit.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
     np.testing.assert_array_equal(fit.labels_, nearest)
     np.testing.assert_array_equal(fit.predict(X), fit.labels_)
+
+
+def test_a_legacy_random_state_seeds_the_fit():
+    """scikit-learn's random_state may be a RandomState: the same state, the same fit."""
+    X = np.random.default_rng(0).normal(size=(200, 2)) + np.repeat([[0, 0], [5, 5]], 100, 0)
+    fits = [AttentionClustering(2, random_state=np.random.RandomState(7)).fit(X)
+            for _ in range(2)]
+    np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)

@@ -24,13 +24,28 @@ __all__ = [
 ]
 
 
-def as_generator(rng) -> np.random.Generator:
-    """A NumPy generator from ``None``, an int seed, a ``SeedSequence`` or a generator."""
+def as_generator(rng, name: str = "rng") -> np.random.Generator:
+    """A NumPy generator from ``None``, an int seed ``>= 0``, a ``SeedSequence``, a
+    generator or a legacy ``RandomState`` (scikit-learn's ``random_state``: a seed is drawn
+    from it, so it advances); ``name`` names ``rng`` in the error.
+
+    Examples
+    --------
+    >>> as_generator(-1, "random_state")
+    Traceback (most recent call last):
+    ...
+    ValueError: random_state must be None, an int >= 0, a numpy Generator or RandomState, got -1
+    """
     if isinstance(rng, np.random.Generator):
         return rng
-    if rng is None or isinstance(rng, (int, np.integer, np.random.SeedSequence)):
+    if isinstance(rng, np.random.RandomState):
+        return np.random.default_rng(rng.randint(2**31 - 1))
+    if rng is None or isinstance(rng, np.random.SeedSequence) or (
+            isinstance(rng, (int, np.integer)) and not isinstance(rng, bool) and rng >= 0):
         return np.random.default_rng(rng)
-    raise ValueError(f"rng must be None, an int or a numpy Generator, got {type(rng).__name__}")
+    shown = repr(rng) if isinstance(rng, (int, np.integer)) else type(rng).__name__
+    raise ValueError(f"{name} must be None, an int >= 0, a numpy Generator or RandomState, "
+                     f"got {shown}")
 
 
 def as_tensor(x, *, name: str = "x", dtype=None, device=None) -> torch.Tensor:
@@ -315,6 +330,10 @@ def check_constraints(params: dict, constraints: dict) -> None:
     Traceback (most recent call last):
     ...
     ValueError: solver must be 'fixed-point' or 'pgd', got 'newton'
+    >>> check_constraints({"solver": "pgd", "tol": -1.0}, table)
+    Traceback (most recent call last):
+    ...
+    ValueError: tol must be 'auto' or a finite number >= 0, got -1.0
     """
     for name, (constants, check) in constraints.items():
         value = params[name]
@@ -323,4 +342,11 @@ def check_constraints(params: dict, constraints: dict) -> None:
         if check is None:
             listed = ", ".join(map(repr, constants[:-1])) + f" or {constants[-1]!r}"
             raise ValueError(f"{name} must be {listed}, got {value!r}")
-        check(value)
+        try:
+            check(value)
+        except ValueError as exc:     # "<name> must be <what>, got <value>": add the constants
+            must = f"{name} must be "
+            if not constants or not str(exc).startswith(must):
+                raise
+            listed = " or ".join(repr(c) for c in constants)
+            raise ValueError(must + f"{listed} or " + str(exc)[len(must):]) from None

@@ -718,7 +718,7 @@ def choose_from_path(rows: np.ndarray, max_clusters: int, *, geometry: str, rand
     2
     """
     if rows.shape[0] > max_rows:
-        gen = as_generator(random_state)
+        gen = as_generator(random_state, "random_state")
         rows = rows[np.sort(gen.choice(rows.shape[0], max_rows, replace=False))]
     rows = np.asarray(rows, dtype=np.float64)
     grid = path_grid(rows, geometry=geometry, grid_ratio=FAST_SETTINGS["grid_ratio"],

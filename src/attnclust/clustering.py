@@ -412,7 +412,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, K: int):
         """The algorithm on validated rows, with ``K`` heads (its warnings point at the
         caller of ``fit``): prepare the rows, warm start, solve, check."""
-        gen = as_generator(self.random_state)
+        gen = as_generator(self.random_state, "random_state")
         self.mean_, self.scale_ = None, None
         self.__dict__.pop("stream_state_", None)    # a fit starts no stream
         rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
