@@ -87,7 +87,7 @@ def nearest_two(x: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor,
     dold = None if old is None else \
         (sq - 2.0 * scores.gather(1, old[:, None])[:, 0]).clamp_min(0.0)
     s2 = torch.full_like(s1, float("-inf")) if heads.shape[0] == 1 else \
-        scores.scatter_(1, z[:, None], float("-inf")).max(1).values
+        scores.scatter_(1, z[:, None], float("-inf")).amax(1)
     return z, (sq - 2.0 * s1).clamp_min(0.0), (sq - 2.0 * s2).clamp_min(0.0), dold
 
 
