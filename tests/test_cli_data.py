@@ -63,7 +63,6 @@ def _error(capsys, argv):
     ("words.csv", "a,b\n1,x\n", "non-numeric value 'x'"),
     ("nan.csv", "1,2\nnan,3\n", "NaN or inf at row 2"),
     ("inf.csv", "1,2\n3,inf\n", "NaN or inf"),
-    ("col.csv", "1\n2\n3\n", "1 column"),
     ("empty.csv", "", "empty"),
     ("ragged.csv", "1,2\n3\n", "line 2 has 1 fields"),
     ("binary.csv", b"\xff\xfe\x00\x81", "not a text CSV"),
@@ -80,6 +79,19 @@ def test_fit_bad_files(tmp_path, capsys, name, content, match):
                            str(tmp_path / "res")])
     assert line.startswith("attnclust fit: error:") and match in line
     assert not list(tmp_path.glob("res*"))
+
+
+def test_fit_clusters_one_feature_and_refuses_to_plot_it(tmp_path, capsys):
+    """One column is data (a list of numbers), as for the estimator; its plot is refused
+    before anything is written."""
+    path = tmp_path / "col.csv"
+    path.write_text("1.1\n1.2\n0.9\n7\n7.3\n")
+    assert main(["fit", str(path), "-k", "2", "--quiet", "--out", str(tmp_path / "res")]) == 0
+    labels = np.load(tmp_path / "res.labels.npy")
+    assert len(set(labels[:3])) == 1 and len(set(labels[3:])) == 1 and labels[0] != labels[3]
+    line = _error(capsys, ["fit", str(path), "-k", "2", "--plot", "--out",
+                           str(tmp_path / "plotted")])
+    assert "at least 2 columns" in line and not list(tmp_path.glob("plotted*"))
 
 
 def test_fit_bad_values(tmp_path, capsys):

@@ -408,8 +408,8 @@ def _summary(head: list[str], sizes, conf_sum, outputs) -> str:
     n = sum(sizes)
     lines = [*head, f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}"]
     for k, (size, conf) in enumerate(zip(sizes, conf_sum, strict=True)):
-        mean = conf / size if size else float("nan")
-        lines.append(f"{k:7d} {int(size):8d} {size / n:7.3f} {mean:19.3f}")
+        mean = f"{conf / size:19.3f}" if size else f"{'- (no row)':>19s}"
+        lines.append(f"{k:7d} {int(size):8d} {size / n:7.3f} {mean}")
     lines.append("wrote " + ", ".join(str(p) for p in outputs))
     return "\n".join(lines)
 
@@ -592,7 +592,7 @@ def _open_rows(args):
     from ._io import NpyRows, check_matrix_shape, load_matrix
 
     path = Path(args.data)
-    min_columns = 2 + (args.weight_column is not None)
+    min_columns = 1 + (args.weight_column is not None)
     if path.suffix.lower() == ".npy" and path.is_file():
         X = NpyRows(path)
         check_matrix_shape(X, path, min_columns=min_columns)
@@ -783,7 +783,7 @@ def _cmd_fit(args) -> int:
     _refuse_overwriting_input(args.data, {**_fit_outputs(prefix, None, None),
                                           **_extra_outputs(args, prefix)})
     # a float32/float64 .npy stays memory-mapped: no float64 copy made here
-    X = load_matrix(args.data, min_columns=2 + (args.weight_column is not None), mmap=True,
+    X = load_matrix(args.data, min_columns=1 + (args.weight_column is not None), mmap=True,
                     header=_header(args))
     X, weights = _split_weights(args, X)
     if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
@@ -1016,7 +1016,7 @@ def _load_shard(args, rank: int, world_size: int):
     from .distributed import shard_bounds
 
     path = Path(args.data)
-    min_columns = 2 + (args.weight_column is not None)
+    min_columns = 1 + (args.weight_column is not None)
     if path.suffix.lower() == ".npy" and path.is_file():
         X = open_npy(path)
         check_matrix_shape(X, path, min_columns=min_columns)
