@@ -205,8 +205,9 @@ def test_sample_weight_file_and_column_give_the_weighted_fit(blobs, capsys):
 
 
 @pytest.mark.parametrize("weights, match", [
-    (np.r_[-1.0, np.ones(299)], "must be non-negative, got -1.0 at index 0"),
-    (np.r_[np.ones(299), np.nan], "must be finite, got nan at index 299"),
+    # rows counted from 1, as the data's own messages count them
+    (np.r_[-1.0, np.ones(299)], "must be non-negative, got -1.0 at row 1"),
+    (np.r_[np.ones(299), np.nan], "must be finite, got nan at row 300"),
     (np.ones(299), "299 weights for the 300 rows of"),
     (np.zeros(300), "sums to zero"),
     (np.ones((300, 2)), r"one weight per row, shape \(n,\) or \(n, 1\), got shape \(300, 2\)"),
@@ -219,6 +220,18 @@ def test_bad_weights_are_one_line_and_no_file(blobs, capsys, weights, match):
                            str(tmp / "w.npy"), "--out", str(tmp / "r")])
     assert re.search(match, line), line
     assert sorted(p.name for p in tmp.iterdir()) == ["w.npy", "x.npy"]
+
+
+def test_a_bad_weight_column_entry_is_named_by_its_row_in_the_file(tmp_path, capsys):
+    """Also when the file is read in blocks (--batch-rows): the row of the file, not of
+    the block."""
+    data = np.column_stack([np.arange(12.0), np.arange(12.0) ** 2, np.ones(12)])
+    data[9, 2] = -3.0
+    np.save(tmp_path / "x.npy", data)
+    for extra in ([], ["--batch-rows", "4"]):
+        line = _error(capsys, ["fit", str(tmp_path / "x.npy"), "-k", "2", "--weight-column",
+                               "3", "--out", str(tmp_path / "r"), *extra])
+        assert "got -3.0 at row 10" in line, line
 
 
 def test_weight_options_errors(blobs, capsys):

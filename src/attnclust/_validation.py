@@ -257,12 +257,14 @@ def as_numpy_input(X):
     return t.cpu().resolve_conj().resolve_neg().numpy()
 
 
-def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray | None:
+def check_sample_weight(sample_weight, n_samples: int, *,
+                        rows_from: int | None = None) -> np.ndarray | None:
     """``sample_weight`` as a float64 array of shape ``(n_samples,)``, or ``None`` for none.
 
     A number gives every row that weight. Weights must be finite and non-negative; their
     sum may be zero here (a data-parallel rank may hold only rows of weight zero: the fit
-    checks the total over all ranks).
+    checks the total over all ranks). A bad entry is named by its index, or with
+    ``rows_from`` by its row counted from that number (a file's rows, from 1).
 
     Raises
     ------
@@ -293,13 +295,15 @@ def check_sample_weight(sample_weight, n_samples: int) -> np.ndarray | None:
     if w.shape != (n_samples,):
         raise ValueError(f"sample_weight must have shape ({n_samples},), one weight per row, "
                          f"got shape {w.shape}")
+    def where(i):
+        return f"index {i}" if rows_from is None else f"row {i + rows_from}"
     bad = np.flatnonzero(~np.isfinite(w))
     if bad.size:
-        raise ValueError(f"sample_weight must be finite, got {w[bad[0]]} at index {bad[0]}")
+        raise ValueError(f"sample_weight must be finite, got {w[bad[0]]} at {where(bad[0])}")
     negative = np.flatnonzero(w < 0)
     if negative.size:
-        raise ValueError(f"sample_weight must be non-negative, got {w[negative[0]]} at index "
-                         f"{negative[0]}")
+        raise ValueError(f"sample_weight must be non-negative, got {w[negative[0]]} at "
+                         f"{where(negative[0])}")
     return w
 
 

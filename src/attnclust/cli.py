@@ -531,16 +531,17 @@ def _split_weights(args, X, *, rows: slice | None = None, n_rows: int | None = N
     else:
         weights = _file_weights(args, X.shape[0] if n_rows is None else n_rows)
         return X, (weights if rows is None else weights[rows])
-    return X, _checked_weights(weights, X.shape[0], where)
+    return X, _checked_weights(weights, X.shape[0], where, 1 if rows is None else rows.start + 1)
 
 
-def _checked_weights(weights, n: int, where: str):
+def _checked_weights(weights, n: int, where: str, first_row: int = 1):
     """:func:`attnclust._validation.check_sample_weight`, its error one line naming
-    ``where`` the weights come from."""
+    ``where`` the weights come from and the bad weight's row (``first_row``: the row
+    number of ``weights[0]``, counted from 1 as in the data's messages)."""
     from ._validation import check_sample_weight
 
     try:
-        return check_sample_weight(weights, n)
+        return check_sample_weight(weights, n, rows_from=first_row)
     except ValueError as exc:
         raise CommandError(f"{where}: {str(exc).removeprefix('sample_weight ')}") from None
 
