@@ -581,7 +581,9 @@ def _batch_rows_option(parser) -> None:
                         help="stream DATA through partial_fit in chunks of N rows (one pass; a "
                              ".npy is memory-mapped and read chunk by chunk, a .csv is parsed "
                              "whole), then write the outputs chunk by chunk: memory bounded by "
-                             "the chunk, not the file")
+                             "the chunk, not the file; the rows should come in random order "
+                             "(a file sorted by cluster seeds every head from its first "
+                             "chunk: shuffle it first)")
 
 
 def _open_rows(args):
