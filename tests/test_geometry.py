@@ -5,6 +5,7 @@ geometry module compares geometry names."""
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -213,6 +214,10 @@ def test_heads_on_top_of_each_other_have_no_boundary_between_them(geometry, dtyp
     many = geometry.projx(torch.as_tensor(gen.standard_normal((50, 8)), dtype=dtype))
     c, _, _ = geometry.nearest_boundary(many @ many.T)
     assert not (c == torch.arange(50)).any()
+    twice = torch.cat([many, many])          # head h and h + 50 equal, bit for bit
+    c, _, norm2 = geometry.nearest_boundary(twice @ twice.T)
+    assert (c % 50 != torch.arange(100) % 50).all()     # neither itself nor its twin
+    assert float(norm2.min()) > 1e-3
     heads = geometry.projx(torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0]], dtype=dtype))
     c, _, norm2 = geometry.nearest_boundary(heads @ heads.T)
     assert c.tolist() == [1, 0, 0]
@@ -316,3 +321,15 @@ def test_the_geometry_comparison_check_can_fail():
               'w = init == "kmeans++"\n'
               'match geometry:\n    case "sphere":\n        pass\n')
     assert geometry_comparisons(source, "m") == ["m:1", "m:3", "m:4", "m:5", "m:8"]
+
+
+def test_a_far_row_does_not_make_near_heads_coincide():
+    """Two blobs 6 apart and a row at 2e9: their heads are far from the working space's
+    origin (the mean), and a tolerance of 1e-12 of their squared norms took them for one
+    head (lambda at its cap, a warning of no spread); the gram's rounding is 1e-16."""
+    gen = np.random.default_rng(0)
+    X = np.vstack([gen.normal(size=(100, 2)), gen.normal(size=(100, 2)) + 6, [[2e9, 0]]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ac.DegenerateFitWarning)
+        fit = ac.AttentionClustering(3, random_state=0).fit(X)
+    assert fit.inverse_temperature_ < 1e-6

@@ -72,6 +72,19 @@ def test_a_constant_column_adds_no_spread_whatever_its_value(value, weighted):
     assert sc == pytest.approx(s, rel=1e-6)
 
 
+def test_the_corrected_mean_of_float32_rows_is_their_mean():
+    """float32 rows whose spread is one unit in the last place of their mean: the
+    correction is taken from the mean the pass subtracted (rounded to float32), and the
+    result is the float64 rows' mean (adding it to the float64 mean doubled the error)."""
+    gen = np.random.default_rng(0)
+    X = (1e4 + gen.integers(0, 2, (1000, 2)) * np.spacing(np.float32(1e4))).astype(np.float32)
+    comm = Communicator.local(X.shape[0])
+    m32, _ = center_scale(X, comm, "X")
+    m64, _ = center_scale(X.astype(np.float64), comm, "X")
+    np.testing.assert_allclose(m32, m64, rtol=1e-12)
+    np.testing.assert_allclose(m32, X.astype(np.float64).mean(0), rtol=1e-12)
+
+
 def test_a_fit_ignores_a_constant_column_of_any_value():
     gen = np.random.default_rng(0)
     X = gen.normal(size=(300, 3)) + np.repeat(np.eye(3) * 5, 100, 0)

@@ -47,7 +47,9 @@ from .sphere import normalize, retract, riemannian_gradient, tangent
 
 __all__ = ["GEOMETRIES", "Euclidean", "Geometry", "Sphere", "as_geometry"]
 
-_COINCIDE = 1e-12   # heads closer than this (squared, relative to their squared norms) coincide
+# heads whose squared distance is within this many units in the last place of their
+# squared norms coincide: the gram's rounding cannot tell them apart
+_COINCIDE = 64
 
 
 class Geometry(ABC):
@@ -168,9 +170,9 @@ class Geometry(ABC):
     def nearest_boundary(self, gram: torch.Tensor):
         """For each head ``h``: the nearest other head ``c_h``, the factor ``g_h`` of the
         boundary normal ``mu_c - g_h mu_h`` and its squared norm, three ``(K,)`` tensors.
-        Heads on top of ``h`` (to ``_COINCIDE`` of their squared norms) share its cell and
-        no boundary: ``c_h`` is the nearest distinct head, and where there is none the
-        squared norm is ``inf`` (the cell crosses no boundary)."""
+        Heads on top of ``h`` (to ``_COINCIDE`` units in the last place of their squared
+        norms) share its cell and no boundary: ``c_h`` is the nearest distinct head, and
+        where there is none the squared norm is ``inf`` (the cell crosses no boundary)."""
 
     # -- the estimator's starting heads and predictions -----------------------------------
     def n_init(self, seeded: bool) -> int:
@@ -268,8 +270,10 @@ class Sphere(Geometry):
         (every tangent points to ``mu_g``): there the boundary ``<x, mu_h> = <x, mu_g>`` is
         crossed along the chord ``mu_g - mu_h``, as for Euclidean heads."""
         K, tiny = gram.shape[0], torch.finfo(gram.dtype).tiny
-        same = gram >= 1.0 - _COINCIDE            # heads on top of each other, and itself
-        same |= torch.eye(K, dtype=torch.bool, device=gram.device)
+        sq = torch.diagonal(gram)         # 1 to rounding: float32's falls short by 1e-7
+        tol = _COINCIDE * torch.finfo(gram.dtype).eps
+        same = gram >= (1.0 - tol) * torch.minimum(sq[:, None], sq[None, :])   # on top
+        same |= torch.eye(K, dtype=torch.bool, device=gram.device)              # itself
         c = (gram - 3.0 * same).argmax(1)
         G = gram[torch.arange(K, device=gram.device), c]
         antipodal = 1.0 - G**2 < 1e-3
@@ -362,8 +366,9 @@ class Euclidean(Geometry):
         K, tiny = gram.shape[0], torch.finfo(gram.dtype).tiny
         sq = torch.diagonal(gram)
         dist2 = sq[:, None] + sq[None, :] - 2 * gram
-        same = dist2 <= _COINCIDE * (sq[:, None] + sq[None, :])   # itself, heads on top of it
-        same |= torch.eye(K, dtype=torch.bool, device=gram.device)
+        tol = _COINCIDE * torch.finfo(gram.dtype).eps
+        same = dist2 <= tol * (sq[:, None] + sq[None, :])         # heads on top of each other
+        same |= torch.eye(K, dtype=torch.bool, device=gram.device)              # itself
         c = dist2.masked_fill(same, float("inf")).argmin(1)
         g = torch.ones(K, dtype=gram.dtype, device=gram.device)
         norm2 = dist2[torch.arange(K, device=gram.device), c].clamp_min(tiny)

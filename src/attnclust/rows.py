@@ -243,7 +243,9 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
         # which squared would count as spread where a column's offset dwarfs its spread
         # (a constant column of 1e50 gave s ~ 1e34); one more pass from the corrected mean
         if float(np.sum(np.square(off / np.sqrt(n)))) > 1e-6 * dev:
-            mean = mean + off * (unit / n)
+            # off is about the mean the pass subtracted: float32 data's rounded to float32
+            subtracted = mean.astype(X.dtype).astype(np.float64) if unit == 1.0 else mean
+            mean = subtracted + off * (unit / n)
             off, dev, unit = spread(mean)
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
