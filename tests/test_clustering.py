@@ -773,8 +773,9 @@ def test_every_method_takes_rows_in_any_memory_layout(shaped):
     X = np.random.default_rng(0).normal(size=(200, 3)) + np.repeat(np.eye(3) * 4, [70, 70, 60], 0)
     fit = AttentionClustering(3, random_state=0,
                               covariance_type="full" if shaped else "spherical").fit(X)
-    layouts = {"reversed": X[::-1], "columns reversed": X[:, ::-1][:, ::-1],
+    layouts = {"reversed": X[::-1], "columns reversed": np.ascontiguousarray(X[:, ::-1])[:, ::-1],
                "every other row": X[::2], "fortran": np.asfortranarray(X)}
+    assert layouts["columns reversed"].strides[1] < 0
     for name, Y in layouts.items():
         copy = np.ascontiguousarray(Y)
         np.testing.assert_array_equal(fit.predict(Y), fit.predict(copy), err_msg=name)

@@ -94,6 +94,10 @@ def test_weights_that_leave_no_spread_are_one_clear_error():
     w[0] = 1e300
     with pytest.raises(ValueError, match="under its sample_weight .* make the weights less"):
         _fit(X, w, init="kmeans++")
+    tiny = X * 1e-160                         # no spread of its own: equal weights not named
+    with pytest.raises(ValueError, match="spread") as caught:
+        _fit(tiny, np.ones(len(X)), init="kmeans++")
+    assert "sample_weight" not in str(caught.value)
 
 
 def test_weights_move_the_heads():

@@ -282,6 +282,19 @@ def preprocess(X: np.ndarray, how: str | None, *, unit_heads: bool, comm=None,
 
 
 # -- the rows of a fit --------------------------------------------------------------------
+def _spread_error(scale: float, lam: float | None, weights) -> ValueError:
+    """The error of a spread ``scale`` that puts the inverse temperature (``lam``, when
+    known) out of float64's range; it names the sample weights when they differ (one
+    row weighing 1e300 times the others leaves the rest no spread)."""
+    shown = "" if lam is None else f" {lam:.3g}"
+    unequal = weights is not None and len(weights) and float(weights.max()) > float(
+        weights.min())
+    return ValueError(f"the data's spread{' under its sample_weight' if unequal else ''} "
+                      f"({scale:.3g}) puts the inverse temperature{shown} out of float64's "
+                      "range; rescale the data"
+                      + (" or make the weights less unequal" if unequal else ""))
+
+
 class WorkingRows:
     """This rank's preprocessed rows as the solver sees them, and the way back.
 
@@ -335,8 +348,7 @@ class WorkingRows:
                        weights=w)
         shift, scale = center_scale(Xp, comm, f"geometry={geometry.name!r}", weights, workers)
         if not np.finfo(np.float64).tiny < scale * scale < np.inf:
-            raise ValueError(f"the data's spread ({scale:.3g}) puts the inverse temperature "
-                             "out of float64's range; rescale the data")
+            raise _spread_error(scale, None, weights)
         # the centre in the data's dtype, which the rows are mapped with, is also the one
         # heads are mapped back with (float32 data 1e6 from 0: they differ by up to 0.03)
         shift_t = torch.as_tensor(shift, dtype=rows.dtype)
@@ -451,11 +463,7 @@ class WorkingRows:
         that leaves float64's range."""
         out = float(lam) / self.scale / self.scale
         if not np.finfo(np.float64).tiny <= out < np.inf:
-            weighted = "" if self.weights is None else " under its sample_weight"
-            raise ValueError(f"the data's spread{weighted} ({self.scale:.3g}) puts the "
-                             f"inverse temperature {out:.3g} out of float64's range; rescale "
-                             "the data" + ("" if self.weights is None else
-                                           " or make the weights less unequal"))
+            raise _spread_error(self.scale, out, self.weights)
         return out
 
     def info_out(self, offset: int = 0) -> Callable[[IterationInfo], IterationInfo]:
