@@ -290,3 +290,37 @@ def test_cli_batch_rows_weight_column_and_plot(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert ac.adjusted_rand_index(Z, np.load(tmp_path / "r.labels.npy")) == 1.0
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("factor", [1e-46, 1e39, 1e300])
+def test_weights_of_any_magnitude_stream_the_same(factor, dtype):
+    """Every batch's weights are divided by the first batch's largest: scaled by 1e39 or
+    1e-46 they were inf or 0 in float32 (an IndexError; 'no row of positive weight'),
+    and the weights of later batches keep their ratio to the first's."""
+    w = np.random.default_rng(5).uniform(0.5, 2.0, 1000)
+    w[500:] *= 3.0                                  # the second batch weighs more
+
+    def stream(scale):
+        est = AttentionClustering(3, random_state=0)
+        for start in (0, 500):
+            est.partial_fit(X[start:start + 500].astype(dtype),
+                            sample_weight=scale * w[start:start + 500])
+        return est
+    ref, scaled = stream(1.0), stream(factor)
+    np.testing.assert_allclose(scaled.cluster_centers_, ref.cluster_centers_, rtol=1e-5)
+    np.testing.assert_array_equal(scaled.labels_, ref.labels_)
+
+
+def test_a_later_batch_keeps_its_weight_relative_to_the_first():
+    """Weight 1 in the first batch, 3 in the second: the stream of three copies of the
+    second batch's rows (weights are brought to a unit fixed by the first batch, never
+    batch by batch)."""
+    params = dict(init=INIT, inverse_temperature=2.0, random_state=0)
+    weighted, repeated = AttentionClustering(3, **params), AttentionClustering(3, **params)
+    weighted.partial_fit(X[:500], sample_weight=np.ones(500))
+    weighted.partial_fit(X[500:1000], sample_weight=np.full(500, 3.0))
+    repeated.partial_fit(X[:500])
+    repeated.partial_fit(np.repeat(X[500:1000], 3, axis=0))
+    np.testing.assert_allclose(weighted.cluster_centers_, repeated.cluster_centers_,
+                               rtol=0, atol=1e-9)

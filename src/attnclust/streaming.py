@@ -82,6 +82,7 @@ class StreamState:
     chunk: int
     n_batches: int = 0
     n_swaps: int = 0
+    weight_unit: float = 1.0       # every batch's weights are divided by it (fixed first)
 
     def to_working(self, Xp: np.ndarray) -> torch.Tensor:
         """Preprocessed rows -> the working space, on the fit's device and dtype."""
@@ -141,18 +142,26 @@ def partial_fit(est, X, sample_weight=None):
     _check_streaming(est)          # also after a fit, whose solver may not stream
     X = est._validate(X, reset=not fitted)
     weights = check_sample_weight(sample_weight, X.shape[0])
+    # weights count relative to each other, across batches too: the first batch's largest
+    # weight is the unit of every batch (float32 holds weights of 1e39 or 1e-46 then)
+    unit = 1.0 if weights is None or not weights.max(initial=0.0) > 0 else \
+        float(weights.max())
     if not fitted:
         check_params(est.get_params(deep=False), X.shape[0], X.shape[0],
                      weight_total=None if weights is None else float(weights.sum()))
+        weights = None if weights is None else weights / unit
         est.mean_, est.scale_ = None, None
         Xp = est._preprocess(X, comm=Communicator.local(X.shape[0]), weights=weights)
         state = _first_state(est, Xp, weights, as_generator(est.random_state, "random_state"))
+        state.weight_unit = unit
         est.loss_curve_ = np.zeros(0)
     else:
         Xp = est._preprocess(X)
         if resumed:
             state = _resumed_state(est, Xp)
+            state.weight_unit = unit
             est.loss_curve_ = np.zeros(0)
+        weights = None if weights is None else weights / state.weight_unit
     _step(est, state, state.to_working(Xp), weights)
     est.n_clusters_ = len(est.cluster_centers_)
     return est
