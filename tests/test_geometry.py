@@ -93,6 +93,10 @@ def test_precise_logits_resolve_near_heads_beside_a_far_one():
     nearest = torch.cdist(x, heads).argmin(1)
     logits = Euclidean().precise_logits(x, heads, 1e-10)
     torch.testing.assert_close(logits.argmax(1), nearest, rtol=0, atol=0)
+    dist2 = torch.cdist(x, heads, compute_mode="donot_use_mm_for_euclid_dist").square()
+    for lam in (1e-10, 1e-3, 1.0):            # the attention of exact distances
+        torch.testing.assert_close(torch.softmax(Euclidean().precise_logits(x, heads, lam), 1),
+                                   torch.softmax(-0.5 * lam * dist2, 1), rtol=0, atol=1e-12)
     centred = Euclidean().logits(x - heads.mean(0), heads - heads.mean(0), 1e-10)
     assert (centred.argmax(1) != nearest).any()       # the claim can fail: any one frame
 
