@@ -33,7 +33,13 @@ run by Lloyd's steps, the fixed-point step in the hard limit, to a stable partit
 1. with ten heads or more, single swaps (:func:`swap_polish`), each kept only if it
    lowers ``R_inf`` on ``S`` (so the end is never worse than the warm start);
 2. with more rows than ``S``: Lloyd steps over all rows (:func:`lloyd_passes`), whose
-   last step also gives the labels.
+   last step also gives the labels;
+3. when the rows' ``R_inf`` ends above ``MISSED`` times the sample's, ``S`` missed rows
+   far from the rest (one far row takes a head from a cluster, merged into a neighbour
+   wherever it was): the ``FAR_ROWS`` rows farthest from the sample's heads join ``S``
+   with their own weights, single swaps run on it from the heads of step 2, and Lloyd
+   steps over all rows from the swapped heads are kept if they end lower (one process's
+   rows; at most three rounds).
 
 Notation
 --------
@@ -71,6 +77,8 @@ SWAPS = 8           # single swaps at most from the sample's k-means partition .
 SWAP_HEADS = 10     # ... with at least this many heads (with fewer, restarts suffice)
 _FLOAT64_SAMPLE = 1 << 16   # a float32 sample of at most this many numbers is run in float64
 FULL_PASS = 0.25    # a step over all rows reads every row when its bounds doubt more of them
+MISSED = 2.0        # the rows' R_inf beyond this multiple of the sample's: it missed far rows ...
+FAR_ROWS = 256      # ... and this many of the rows farthest from their heads join it
 _PARTS_BYTES = 1 << 26      # per-chunk sums held at once by a step over all rows (64 MB)
 
 
@@ -494,16 +502,67 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, *
         return HardFit(best.heads, best.labels[mine], np.array([best.objective]),
                        best.heads[None].clone(), np.array([n_sample]), n_sample,
                        best.converged)
-    labels = np.empty(rows.rows.shape[0], dtype=np.int64)
+    total = rows.n_total if rows.weights is None else \
+        float(rows.comm.sum_array(float(rows.weights.sum())))
 
-    def progress(info):   # the passes continue the sample's count, in the callback's units
-        callback(info._replace(iteration=n_sample + info.iteration))
-    full = lloyd_passes(rows.read, rows.rows.shape[0], best.heads, max_passes=max_iter,
-                        tol=KMEANS_TOL / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
-                        workers=rows.workers, reduce=rows.comm.reduce,
-                        n_total=rows.n_total if rows.weights is None else
-                        float(rows.comm.sum_array(float(rows.weights.sum()))),
-                        labels=labels, callback=None if callback is None else progress,
-                        weights=rows.weights, take=rows.take)
-    return HardFit(full.heads, labels, full.objective, full.path,
-                   n_sample + np.arange(full.n_passes), n_sample + full.n_passes, full.converged)
+    def passes(heads, before):   # Lloyd steps over all rows, counted after `before` steps
+        labels = np.empty(rows.rows.shape[0], dtype=np.int64)
+
+        def progress(info):      # in the callback's units
+            callback(info._replace(iteration=before + info.iteration))
+        run = lloyd_passes(rows.read, rows.rows.shape[0], heads, max_passes=max_iter,
+                           tol=KMEANS_TOL / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
+                           workers=rows.workers, reduce=rows.comm.reduce, n_total=total,
+                           labels=labels, callback=None if callback is None else progress,
+                           weights=rows.weights, take=rows.take)
+        return HardFit(run.heads, labels, run.objective, run.path,
+                       before + np.arange(run.n_passes), before + run.n_passes, run.converged)
+    end = passes(best.heads, n_sample)
+    if end.objective[-1] > MISSED * best.objective and rows.rows.shape[0] == rows.n_total:
+        for _ in range(3):
+            repaired = _far_rows_repair(S, weights, rows, best.heads, end, geometry, max_iter,
+                                        passes)
+            if repaired is end:
+                break
+            end = repaired
+    return end
+
+
+def _far_rows_repair(S, Sw, rows: WorkingRows, sampled: torch.Tensor, end: HardFit,
+                     geometry: Geometry, max_iter: int, passes) -> HardFit:
+    """The end of a fit whose sample missed rows far from the rest (its ``R_inf`` a
+    fraction of the rows'): the ``FAR_ROWS`` rows farthest from the sample's heads
+    ``sampled`` join the sample with their own weights (the sample's rows then stand for
+    the others), single swaps from ``end``'s heads on it, and if one is kept, Lloyd steps
+    over all rows from there (``passes``); the end of lower ``R_inf`` is returned (one
+    process's rows)."""
+    K, n = end.heads.shape[0], rows.rows.shape[0]
+    far = _farthest(rows, sampled, min(FAR_ROWS, n))
+    own = S.new_ones(far.numel()) if rows.weights is None else rows.weights[far].to(S.dtype)
+    rest = (float(n) if rows.weights is None else float(rows.weights.sum())) - float(own.sum())
+    stand = S.new_ones(S.shape[0]) if Sw is None else Sw.to(S.dtype)
+    S2 = torch.cat([S, rows.take(far)])
+    w2 = torch.cat([stand * (max(rest, 0.0) / float(stand.sum())), own])
+    start = sample_kmeans(S2, K, init=end.heads, max_iter=max_iter, weights=w2)
+    moved, steps = swap_polish(S2, start, geometry, max_iter=max_iter, weights=w2,
+                               rounds=SWAPS)
+    if not moved.objective < start.objective:
+        return end
+    again = passes(moved.heads, end.n_iter + start.n_iter + steps)
+    return again if again.objective[-1] < end.objective[-1] else end
+
+
+def _farthest(rows: WorkingRows, heads: torch.Tensor, m: int) -> torch.Tensor:
+    """Indices of the ``m`` rows (of positive weight) farthest from their nearest head."""
+    half_sq = 0.5 * (heads * heads).sum(1)
+    dist, index = heads.new_zeros(0), torch.zeros(0, dtype=torch.long, device=heads.device)
+    for start in range(0, rows.rows.shape[0], rows.chunk):
+        d1 = nearest_two(rows.read(start, start + rows.chunk), heads, half_sq)[1]
+        if rows.weights is not None:
+            d1 = d1.masked_fill(rows.weights[start:start + d1.numel()] <= 0, float("-inf"))
+        dist = torch.cat([dist, d1])
+        index = torch.cat([index, start + torch.arange(d1.numel(), device=heads.device)])
+        if dist.numel() > m:
+            dist, keep = dist.topk(m)
+            index = index[keep]
+    return index
