@@ -337,3 +337,23 @@ def test_a_far_row_does_not_make_near_heads_coincide():
         warnings.simplefilter("error", ac.DegenerateFitWarning)
         fit = ac.AttentionClustering(3, random_state=0).fit(X)
     assert fit.inverse_temperature_ < 1e-6
+
+
+def test_precise_logits_recompute_only_the_rows_rounding_could_reorder(monkeypatch):
+    """Rows near three heads, a few on the boundary between two of them: only those are
+    recomputed from the differences, and every row's highest logit is its exact nearest
+    head (the boundary rows' ties broken as exact distances break them)."""
+    gen = np.random.default_rng(3)
+    heads = torch.tensor([[0.0, 0.0], [3.0, 0.0], [0.0, 3.0]], dtype=torch.float64)
+    x = torch.as_tensor(gen.normal(size=(300, 2)) * 2.0)
+    x[:20, 0], x[:20, 1] = 1.5, torch.as_tensor(gen.normal(size=20) - 2.0)   # x = 1.5
+    x[:20, 0] += torch.as_tensor(gen.uniform(-1e-15, 1e-15, 20))           # to rounding
+    recomputed = []
+    real = torch.cdist
+    monkeypatch.setattr(torch, "cdist", lambda a, b, **k: recomputed.append(len(a)) or
+                        real(a, b, **k))
+    logits = Euclidean().precise_logits(x, heads, 1.0)
+    assert 0 < sum(recomputed) < len(x)                  # some rows, not all
+    monkeypatch.setattr(torch, "cdist", real)
+    exact = torch.cdist(x, heads, compute_mode="donot_use_mm_for_euclid_dist")
+    torch.testing.assert_close(logits.argmax(1), exact.argmin(1), rtol=0, atol=0)

@@ -320,14 +320,17 @@ def test_a_far_row_the_sample_missed_joins_it_and_the_swaps_repair_the_rest(monk
                         [[1e6] * 5]])
     best = KMeans(12, n_init=10, random_state=0).fit(X).inertia_ / len(X)
     repairs = []
-    real = hard_ending._far_rows_repair
-    monkeypatch.setattr(hard_ending, "_far_rows_repair",
-                        lambda *a: repairs.append(1) or real(*a))
+    real = hard_ending._with_far_rows
+    monkeypatch.setattr(hard_ending, "_with_far_rows", lambda *a: repairs.append(1) or real(*a))
     for seed in range(4):
+        before = len(repairs)
         fit = ac.AttentionClustering(12, random_state=seed).fit(X)
         objective = ((X - fit.cluster_centers_[fit.labels_]) ** 2).sum(1).mean()
         assert objective <= 1.2 * best
-    assert repairs                                   # the claim's path was taken
+        assert fit.loss_curve_[-1] == pytest.approx(objective, rel=1e-9)
+        if len(repairs) > before:        # the passes before the repair, then those kept
+            assert fit.loss_curve_.max() > 1.5 * objective
+    assert len(repairs) >= 2                         # the claim's path was taken
     repairs.clear()                                  # and blobs alone never take it
     ac.AttentionClustering(12, random_state=0).fit(X[:-1])
     assert not repairs

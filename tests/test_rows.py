@@ -79,10 +79,11 @@ def test_the_corrected_mean_of_float32_rows_is_their_mean():
     gen = np.random.default_rng(0)
     X = (1e4 + gen.integers(0, 2, (1000, 2)) * np.spacing(np.float32(1e4))).astype(np.float32)
     comm = Communicator.local(X.shape[0])
-    m32, _ = center_scale(X, comm, "X")
-    m64, _ = center_scale(X.astype(np.float64), comm, "X")
+    m32, s32 = center_scale(X, comm, "X")
+    m64, s64 = center_scale(X.astype(np.float64), comm, "X")
     np.testing.assert_allclose(m32, m64, rtol=1e-12)
     np.testing.assert_allclose(m32, X.astype(np.float64).mean(0), rtol=1e-12)
+    assert s32 == pytest.approx(s64, rel=1e-6)      # about that mean, not the rounded one
 
 
 def test_a_fit_ignores_a_constant_column_of_any_value():

@@ -324,3 +324,15 @@ def test_a_later_batch_keeps_its_weight_relative_to_the_first():
     repeated.partial_fit(np.repeat(X[500:1000], 3, axis=0))
     np.testing.assert_allclose(weighted.cluster_centers_, repeated.cluster_centers_,
                                rtol=0, atol=1e-9)
+
+
+def test_a_batch_without_weights_after_a_weighted_one_counts_each_row_once():
+    """The first batch's largest weight (2 here) is the unit: a later batch without
+    weights is a batch of weights 1, not of weights equal to that unit."""
+    params = dict(init=INIT, inverse_temperature=2.0, random_state=0)
+    none, ones = AttentionClustering(3, **params), AttentionClustering(3, **params)
+    for est, later in ((none, None), (ones, np.ones(500))):
+        est.partial_fit(X[:500], sample_weight=np.full(500, 2.0))
+        est.partial_fit(X[500:1000], sample_weight=later)
+        est.partial_fit(X[1000:1500], sample_weight=later)
+    np.testing.assert_allclose(none.cluster_centers_, ones.cluster_centers_, rtol=0, atol=1e-12)

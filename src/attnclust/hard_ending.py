@@ -39,7 +39,7 @@ run by Lloyd's steps, the fixed-point step in the hard limit, to a stable partit
    wherever it was): the ``FAR_ROWS`` rows farthest from the sample's heads join ``S``
    with their own weights, single swaps run on it from the heads of step 2, and Lloyd
    steps over all rows from the swapped heads are kept if they end lower (one process's
-   rows; at most three rounds).
+   rows; at most ``REPAIRS`` rounds, while the objective stays above that multiple).
 
 Notation
 --------
@@ -79,6 +79,7 @@ _FLOAT64_SAMPLE = 1 << 16   # a float32 sample of at most this many numbers is r
 FULL_PASS = 0.25    # a step over all rows reads every row when its bounds doubt more of them
 MISSED = 2.0        # the rows' R_inf beyond this multiple of the sample's: it missed far rows ...
 FAR_ROWS = 256      # ... and this many of the rows farthest from their heads join it
+REPAIRS = 3         # (rounds of swaps and passes at most)
 _PARTS_BYTES = 1 << 26      # per-chunk sums held at once by a step over all rows (64 MB)
 
 
@@ -518,38 +519,50 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, *
         return HardFit(run.heads, labels, run.objective, run.path,
                        before + np.arange(run.n_passes), before + run.n_passes, run.converged)
     end = passes(best.heads, n_sample)
-    if end.objective[-1] > MISSED * best.objective and rows.rows.shape[0] == rows.n_total:
-        for _ in range(3):
-            repaired = _far_rows_repair(S, weights, rows, best.heads, end, geometry, max_iter,
-                                        passes)
-            if repaired is end:
-                break
-            end = repaired
+    if rows.rows.shape[0] < rows.n_total or start.heads.shape[0] < 2:
+        return end                   # the repair below: one process's rows, and swaps
+    S2 = w2 = None
+    for _ in range(REPAIRS):
+        if not end.objective[-1] > MISSED * best.objective:
+            break
+        if S2 is None:
+            S2, w2 = _with_far_rows(S, weights, rows, best.heads)
+        repaired = _swapped_end(S2, w2, end, geometry, max_iter, passes)
+        if repaired is end:
+            break
+        end = repaired
     return end
 
 
-def _far_rows_repair(S, Sw, rows: WorkingRows, sampled: torch.Tensor, end: HardFit,
-                     geometry: Geometry, max_iter: int, passes) -> HardFit:
-    """The end of a fit whose sample missed rows far from the rest (its ``R_inf`` a
-    fraction of the rows'): the ``FAR_ROWS`` rows farthest from the sample's heads
-    ``sampled`` join the sample with their own weights (the sample's rows then stand for
-    the others), single swaps from ``end``'s heads on it, and if one is kept, Lloyd steps
-    over all rows from there (``passes``); the end of lower ``R_inf`` is returned (one
-    process's rows)."""
-    K, n = end.heads.shape[0], rows.rows.shape[0]
-    far = _farthest(rows, sampled, min(FAR_ROWS, n))
+def _with_far_rows(S, Sw, rows: WorkingRows, sampled: torch.Tensor):
+    """``S`` and its weights with the ``FAR_ROWS`` rows farthest from the sample's heads
+    ``sampled`` (one process's rows): those with their own weights, the sample's rows
+    standing for the others (a far row the sample holds counts twice, a small bias of
+    the swaps' objective only: their result is kept only if the passes end lower)."""
+    far = _farthest(rows, sampled, min(FAR_ROWS, rows.rows.shape[0]))
     own = S.new_ones(far.numel()) if rows.weights is None else rows.weights[far].to(S.dtype)
-    rest = (float(n) if rows.weights is None else float(rows.weights.sum())) - float(own.sum())
+    total = float(rows.rows.shape[0]) if rows.weights is None else float(rows.weights.sum())
     stand = S.new_ones(S.shape[0]) if Sw is None else Sw.to(S.dtype)
-    S2 = torch.cat([S, rows.take(far)])
-    w2 = torch.cat([stand * (max(rest, 0.0) / float(stand.sum())), own])
-    start = sample_kmeans(S2, K, init=end.heads, max_iter=max_iter, weights=w2)
+    rest = max(total - float(own.sum()), 0.0) / float(stand.sum())
+    return torch.cat([S, rows.take(far)]), torch.cat([stand * rest, own])
+
+
+def _swapped_end(S2, w2, end: HardFit, geometry: Geometry, max_iter: int, passes) -> HardFit:
+    """Single swaps on ``S2`` (weights ``w2``) from ``end``'s heads and, if one is kept,
+    Lloyd steps over all rows from there (``passes``): ``end`` followed by them if they
+    end lower (their curve after ``end``'s), else ``end``."""
+    start = sample_kmeans(S2, end.heads.shape[0], init=end.heads, max_iter=max_iter,
+                          weights=w2)
     moved, steps = swap_polish(S2, start, geometry, max_iter=max_iter, weights=w2,
                                rounds=SWAPS)
     if not moved.objective < start.objective:
         return end
     again = passes(moved.heads, end.n_iter + start.n_iter + steps)
-    return again if again.objective[-1] < end.objective[-1] else end
+    if not again.objective[-1] < end.objective[-1]:
+        return end
+    return again._replace(objective=np.concatenate([end.objective, again.objective]),
+                          path=torch.cat([end.path, again.path]),
+                          step=np.concatenate([end.step, again.step]))
 
 
 def _farthest(rows: WorkingRows, heads: torch.Tensor, m: int) -> torch.Tensor:

@@ -247,6 +247,8 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
             subtracted = mean.astype(X.dtype).astype(np.float64) if unit == 1.0 else mean
             mean = subtracted + off * (unit / n)
             off, dev, unit = spread(mean)
+        # about the rows' own mean, not the one subtracted (float32's is rounded)
+        dev = max(dev - float(np.sum(np.square(off / np.sqrt(n)))), 0.0)
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 

@@ -161,7 +161,10 @@ def partial_fit(est, X, sample_weight=None):
             state = _resumed_state(est, Xp)
             state.weight_unit = unit
             est.loss_curve_ = np.zeros(0)
-        weights = None if weights is None else weights / state.weight_unit
+        if weights is not None:
+            weights = weights / state.weight_unit
+        elif state.weight_unit != 1.0:   # no weights: each row weighs 1 in the first's units
+            weights = np.full(X.shape[0], 1.0 / state.weight_unit)
     _step(est, state, state.to_working(Xp), weights)
     est.n_clusters_ = len(est.cluster_centers_)
     return est
