@@ -315,6 +315,7 @@ def test_zero_row_with_row_normalization_names_the_row():
     (dict(chunk_size=1.5), "chunk_size must be None or an integer >= 1, got 1.5"),
     (dict(device="foo"), "device 'foo'"),
     (dict(random_state=-1), "random_state must be None, an int >= 0, a numpy Generator"),
+    (dict(callback=5), "callback must be None or a callable, got 5"),
 ])
 def test_bad_parameters(bad, match):
     X = np.random.default_rng(0).uniform(size=(10, 3)) + 0.1

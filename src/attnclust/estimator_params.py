@@ -62,7 +62,14 @@ CONSTRAINTS = {
     "chunk_size": ((None,), lambda v: check_int(v, "chunk_size", 1)),
     "device": ((), check_device),
     "dtype": (("auto",), as_torch_dtype),
+    "callback": ((None,), lambda v: _check_callable(v, "callback")),
 }
+
+
+def _check_callable(value, name: str):
+    if not callable(value):
+        raise ValueError(f"{name} must be a callable, got {value!r}")
+    return value
 
 
 @functools.cache
