@@ -239,16 +239,19 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
             raise ValueError(f"{what}: the column sums overflow (entries near the largest "
                              "float); rescale the data")
         off, dev, unit = spread(mean)
+
+        def offset(off):           # n ||off / n||^2: the squares' part due to the mean's error
+            return float(np.sum(np.square(off / np.sqrt(n))))
         # the centred rows' own mean, off / n, is the rounding of sum / n: about eps |m|,
         # which squared would count as spread where a column's offset dwarfs its spread
         # (a constant column of 1e50 gave s ~ 1e34); one more pass from the corrected mean
-        if float(np.sum(np.square(off / np.sqrt(n)))) > 1e-6 * dev:
+        if offset(off) > 1e-6 * dev:
             # off is about the mean the pass subtracted: float32 data's rounded to float32
             subtracted = mean.astype(X.dtype).astype(np.float64) if unit == 1.0 else mean
             mean = subtracted + off * (unit / n)
             off, dev, unit = spread(mean)
         # about the rows' own mean, not the one subtracted (float32's is rounded)
-        dev = max(dev - float(np.sum(np.square(off / np.sqrt(n)))), 0.0)
+        dev = max(dev - offset(off), 0.0)
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
 
