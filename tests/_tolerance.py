@@ -55,22 +55,33 @@ def sum_tol(n: int, dtype=np.float64) -> float:
     return max(int(n), 1) * eps(dtype)
 
 
+def _pair_scale(X, heads) -> np.ndarray:
+    """``(a + b) (a + b + ||m||)`` for each row and head, ``(n, K)``: ``a = ||x - m||``,
+    ``b = ||mu - m||``, ``m`` the rows' mean. The library computes distances on rows
+    centred on ``m`` (error ``~ u (a + b)^2``) and maps heads back by adding ``m``
+    (a head off by ``u ||m||``, a squared distance by ``2 u ||m|| ||x - mu||``)."""
+    X = np.asarray(X, dtype=np.float64)
+    heads = np.asarray(heads, dtype=np.float64).reshape(-1, X.shape[1])
+    m = X.mean(0)
+    ab = np.linalg.norm(X - m, axis=1)[:, None] + np.linalg.norm(heads - m, axis=1)[None]
+    return ab * (ab + np.linalg.norm(m))
+
+
 def sq_dist_tol(X, heads, dtype=np.float64) -> np.ndarray:
-    """Per row of ``X`` (n, d), the absolute difference allowed between two computations
-    of its squared distance to any of ``heads`` (K, d): ``(d + 2) eps (||x - m|| + max_h
-    ||mu_h - m|| + ||m||)^2`` with ``m`` the rows' mean (see :func:`objective_tol`: the
-    library works on rows centred on ``m``, and maps heads back by adding ``m``).
+    """For each row of ``X`` (n, d) and head of ``heads`` (K, d), ``(n, K)``, the absolute
+    difference allowed between two computations of their squared distance: ``(d + 2) eps
+    (a + b) (a + b + ||m||)`` with ``a = ||x - m||``, ``b = ||mu - m||`` and ``m`` the rows'
+    mean. Computed as ``||x||^2 - 2 <x, mu> + ||mu||^2`` the error is within ``(d + 2) u
+    (||x|| + ||mu||)^2`` (three inner products of length ``d`` and two additions); the
+    library does so on rows centred on ``m``, then adds ``m`` to its heads.
 
     Examples
     --------
     >>> sq_dist_tol(np.array([[3.0, 4.0], [-3.0, -4.0]]), np.zeros((1, 2))) / eps()
-    array([100., 100.])
+    array([[100.],
+           [100.]])
     """
-    X = np.asarray(X, dtype=np.float64)
-    heads = np.asarray(heads, dtype=np.float64)
-    m = X.mean(0)
-    reach = np.linalg.norm(heads - m, axis=1).max() + np.linalg.norm(m)
-    return (X.shape[1] + 2) * eps(dtype) * (np.linalg.norm(X - m, axis=1) + reach) ** 2
+    return (np.asarray(X).shape[1] + 2) * eps(dtype) * _pair_scale(X, heads)
 
 
 def _sq_dists(X, heads) -> np.ndarray:
@@ -81,22 +92,25 @@ def _sq_dists(X, heads) -> np.ndarray:
 
 def near_ties(X, heads, dtype=np.float64) -> np.ndarray:
     """Rows of ``X`` whose two nearest ``heads`` are within rounding of each other
-    (:func:`sq_dist_tol`, both sides): their label may differ between two computations.
+    (:func:`sq_dist_tol` of both): their label may differ between two computations.
 
     Examples
     --------
     >>> near_ties(np.array([[0.0], [1.0]]), np.array([[-1.0], [1.0]])).tolist()
     [True, False]
     """
-    D = np.sort(_sq_dists(X, heads), axis=1)
+    D = _sq_dists(X, heads)
     if D.shape[1] < 2:
         return np.zeros(D.shape[0], dtype=bool)
-    return D[:, 1] - D[:, 0] <= 2.0 * sq_dist_tol(X, heads, dtype)
+    two = np.argsort(D, axis=1)[:, :2]
+    D2, tol = np.take_along_axis(D, two, 1), np.take_along_axis(sq_dist_tol(X, heads, dtype),
+                                                                two, 1)
+    return D2[:, 1] - D2[:, 0] <= tol.sum(1)
 
 
 def assert_nearest(labels, X, heads, dtype=np.float64) -> None:
     """Assert that ``labels[i]`` is a nearest head of row ``i`` up to rounding: its squared
-    distance exceeds the smallest by at most :func:`sq_dist_tol` (twice: both sides).
+    distance exceeds the smallest by at most the :func:`sq_dist_tol` of both heads.
     Exact where no two heads are within rounding of a row's nearest (:func:`near_ties`),
     which a comparison with a dense ``argmin`` by ``array_equal`` assumes silently.
 
@@ -105,10 +119,10 @@ def assert_nearest(labels, X, heads, dtype=np.float64) -> None:
     >>> assert_nearest(np.array([0, 1]), np.array([[0.0], [1.0]]), np.array([[-1.0], [1.0]]))
     >>> assert_nearest(np.array([1, 1]), np.array([[0.0], [1.0]]), np.array([[-1.0], [1.0]]))
     """
-    D = _sq_dists(X, heads)
-    labels = np.asarray(labels)
-    excess = D[np.arange(len(labels)), labels] - D.min(1)
-    bad = np.flatnonzero(excess > 2.0 * sq_dist_tol(X, heads, dtype))
+    D, tol = _sq_dists(X, heads), sq_dist_tol(X, heads, dtype)
+    rows, labels, best = np.arange(len(D)), np.asarray(labels), D.argmin(1)
+    excess = D[rows, labels] - D[rows, best]
+    bad = np.flatnonzero(excess > tol[rows, labels] + tol[rows, best])
     assert bad.size == 0, f"rows {bad[:10].tolist()} are not at their nearest head " \
         f"(excess squared distance {excess[bad[:10]].tolist()})"
 
@@ -135,10 +149,9 @@ def objective_tol(X, centers, labels=None, *, steps: int = 1, dtype=np.float64) 
     Per row, ``||x||^2 - 2 <x, mu> + ||mu||^2`` is within ``(d + 2) u (||x|| + ||mu||)^2``
     of the exact value; each update ``2 (a - b) . (s - n a) + n ||a - b||^2`` of a cell's
     sum adds at most about as much per row of the cell (its terms are of the same size);
-    the map to data units moves a head by ``u (||s nu|| + ||m||)``. With norms measured
-    from the rows' mean ``m`` plus ``||m||`` for the map, the mean over rows of ``(steps +
-    1) (d + 2) eps (||x - m|| + ||mu - m|| + ||m||)^2``, and :func:`sum_tol` of the mean
-    itself, bound the difference.
+    the map to data units moves a head by ``u (||s nu|| + ||m||)``. So the mean over
+    rows of ``(steps + 1)`` times :func:`sq_dist_tol` of the row and its center, and
+    :func:`sum_tol` of the mean itself, bound the difference.
 
     Examples
     --------
@@ -152,10 +165,9 @@ def objective_tol(X, centers, labels=None, *, steps: int = 1, dtype=np.float64) 
     X = np.asarray(X, dtype=np.float64)
     if labels is None:
         labels = _sq_dists(X, centers).argmin(1)
-    c = np.asarray(centers, dtype=np.float64)[np.asarray(labels)]
-    m = X.mean(0)
-    scale = (np.linalg.norm(X - m, axis=1) + np.linalg.norm(c - m, axis=1)
-             + np.linalg.norm(m)) ** 2
+    labels = np.asarray(labels)
+    c = np.asarray(centers, dtype=np.float64)[labels]
+    scale = _pair_scale(X, centers)[np.arange(len(X)), labels]
     objective = float(np.mean(np.sum((X - c) ** 2, axis=1)))
     d = X.shape[1]
     return (steps + 1) * (d + 2) * eps(dtype) * float(scale.mean()) \
