@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import attnclust as ac
+from _tolerance import sum_tol
 from attnclust.communicator import Communicator
 from attnclust.geometry import Euclidean, Sphere
 from attnclust.results import IterationInfo
@@ -26,6 +27,15 @@ def _data(n=500, d=4, seed=0):
     return gen.standard_normal((n, d)) * [1.0, 3.0, 0.5, 2.0] + [10.0, -4.0, 0.0, 7.0]
 
 
+def _mean_atol(X, dtype=None):
+    """The difference allowed between two computations of a column mean of ``X`` (another
+    order or precision): ``n eps sum |x_i| / n`` (:func:`sum_tol`), the largest over the
+    columns. Absolute, not relative: a mean near 0 (the third column of ``_data``) is a
+    sum that cancels."""
+    X = np.asarray(X)
+    return sum_tol(len(X), X.dtype if dtype is None else dtype) * float(np.abs(X).mean(0).max())
+
+
 def _all(rows: WorkingRows) -> torch.Tensor:
     return torch.cat([c for _, c in ((s, rows.read(s, s + rows.chunk))
                                      for s in range(0, rows.rows.shape[0], rows.chunk))])
@@ -35,11 +45,12 @@ def test_euclidean_working_rows_are_centred_with_unit_rms_norm():
     X = _data()
     rows = WorkingRows.prepare(X, geometry=Euclidean(), comm=None, chunk_size=64)
     Y = _all(rows).numpy()
-    np.testing.assert_allclose(Y.mean(0), 0.0, atol=1e-13)
-    assert np.mean(np.sum(Y**2, axis=1)) == pytest.approx(1.0, rel=1e-13)
-    np.testing.assert_allclose(rows.shift, X.mean(0), rtol=1e-14)
+    # the library's sums against numpy's: n eps of the rows' scale (X's in Y's units)
+    np.testing.assert_allclose(Y.mean(0), 0.0, atol=_mean_atol(Y) + _mean_atol(X) / rows.scale)
+    assert np.mean(np.sum(Y**2, axis=1)) == pytest.approx(1.0, rel=2 * sum_tol(len(X)))
+    np.testing.assert_allclose(rows.shift, X.mean(0), rtol=0, atol=_mean_atol(X))
     assert rows.scale == pytest.approx(np.sqrt(np.mean(np.sum((X - X.mean(0))**2, 1))),
-                                       rel=1e-14)
+                                       rel=sum_tol(len(X)))
     np.testing.assert_array_equal(rows.take(torch.tensor([3, 7])).numpy(), Y[[3, 7]])
 
 
@@ -50,8 +61,11 @@ def test_float32_centre_and_scale_agree_with_float64_at_any_magnitude(factor):
     X = (_data() * factor).astype(np.float32)       # 1e-40: subnormal float32 data
     m64, s64 = center_scale(X.astype(np.float64), Communicator.local(X.shape[0]), "X")
     m32, s32 = center_scale(X, Communicator.local(X.shape[0]), "X")
-    assert s32 == pytest.approx(s64, rel=1e-6)
-    np.testing.assert_allclose(m32, m64, rtol=1e-6)
+    # float32 sums of 500 terms against float64 ones: n eps32 (6e-5), relative to the
+    # sum of |terms| (the mean's, absolute: a column's mean is near 0)
+    assert s32 == pytest.approx(s64, rel=sum_tol(len(X), np.float32))
+    np.testing.assert_allclose(m32, m64, rtol=0, atol=_mean_atol(X.astype(np.float64),
+                                                                 np.float32))
 
 
 @pytest.mark.parametrize("weighted", [False, True])
@@ -67,7 +81,8 @@ def test_a_constant_column_adds_no_spread_whatever_its_value(value, weighted):
     Xc = np.insert(X, 2, value, axis=1)
     mc, sc = center_scale(Xc, comm, "X", w)
     assert mc[2] == pytest.approx(value, rel=3e-16)              # to a unit in the last place
-    np.testing.assert_allclose(np.delete(mc, 2), m, rtol=1e-13)
+    # the other columns' means, summed beside another column: maybe in another order
+    np.testing.assert_allclose(np.delete(mc, 2), m, rtol=0, atol=_mean_atol(X))
     # an error of the mean below 1e-6 of the spread (in squares) is left as it is
     assert sc == pytest.approx(s, rel=1e-6)
 
@@ -81,8 +96,10 @@ def test_the_corrected_mean_of_float32_rows_is_their_mean():
     comm = Communicator.local(X.shape[0])
     m32, s32 = center_scale(X, comm, "X")
     m64, s64 = center_scale(X.astype(np.float64), comm, "X")
-    np.testing.assert_allclose(m32, m64, rtol=1e-12)
-    np.testing.assert_allclose(m32, X.astype(np.float64).mean(0), rtol=1e-12)
+    # the correction is summed in float64: within n eps64 (2e-13) of the float64 mean
+    np.testing.assert_allclose(m32, m64, rtol=0, atol=_mean_atol(X, np.float64))
+    np.testing.assert_allclose(m32, X.astype(np.float64).mean(0), rtol=0,
+                               atol=_mean_atol(X, np.float64))
     assert s32 == pytest.approx(s64, rel=1e-6)      # about that mean, not the rounded one
 
 
@@ -116,8 +133,9 @@ def test_a_row_of_weight_zero_takes_no_part_even_when_its_square_overflows():
     X[0], w[0] = 1e160, 0.0                       # (1e160)^2 overflows: 0 * inf = nan
     m, s = center_scale(X, Communicator.local(500), "X", w)
     m_ref, s_ref = center_scale(X[1:], Communicator.local(499), "X")
-    np.testing.assert_allclose(m, m_ref, rtol=1e-12)
-    assert s == pytest.approx(s_ref, rel=1e-12)
+    # weighted sums of 500 rows against plain sums of 499: another computation
+    np.testing.assert_allclose(m, m_ref, rtol=0, atol=_mean_atol(X[1:]))
+    assert s == pytest.approx(s_ref, rel=sum_tol(len(X)))
 
 
 def test_float32_centre_and_scale_near_float32s_largest():

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 import torch
+from scipy.linalg import solve_triangular
 from scipy.stats import multivariate_normal as mvn
 
 import attnclust as ac
@@ -22,7 +23,11 @@ def _mixture(rng):
 def _factor(covs, cov_type):
     """scikit-learn's precisions_cholesky_ of covariances of the given type."""
     if cov_type == "full":
-        return np.linalg.inv(np.linalg.cholesky(covs)).transpose(0, 2, 1)
+        # L^-1 by triangular solves: exactly lower triangular (a general inverse leaves
+        # rounding, BLAS-dependent, where the layer's factor holds exact zeros)
+        eye = np.eye(covs.shape[-1])
+        return np.stack([solve_triangular(low, eye, lower=True).T
+                         for low in np.linalg.cholesky(covs)])
     return 1.0 / np.sqrt(covs)
 
 
