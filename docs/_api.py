@@ -31,6 +31,7 @@ READING_ORDER = [
     "attnclust.results",
     "attnclust.clustering",
     "attnclust.annealing",
+    "attnclust.cluster_choice",
     "attnclust.in_context",
     "attnclust.quantizer",
     "attnclust.metrics",
