@@ -27,6 +27,7 @@ READING_ORDER = [
     "attnclust.objectives",
     "attnclust.schedules",
     "attnclust.descent",
+    "attnclust.inits",
     "attnclust.fixed_point",
     "attnclust.results",
     "attnclust.clustering",
