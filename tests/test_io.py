@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from attnclust import _atomic, _io
-from attnclust._io import atomic_path, load_matrix, save_matrices, save_matrix
+from attnclust._atomic import atomic_path, save_matrices, save_matrix
+from attnclust._io import load_matrix
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX permission bits")
 
@@ -236,12 +237,12 @@ def test_mmap_keeps_a_float32_file_mapped_and_checks_it_in_blocks(tmp_path):
 
 def test_writable_folder_removes_the_folders_it_made_on_failure(tmp_path):
     with pytest.raises(RuntimeError):
-        with _io.writable_folder(tmp_path / "a" / "b"):
+        with _atomic.writable_folder(tmp_path / "a" / "b"):
             raise RuntimeError("the command failed")
     assert os.listdir(tmp_path) == []
     (tmp_path / "keep").mkdir()
     with pytest.raises(RuntimeError):
-        with _io.writable_folder(tmp_path / "keep" / "new"):
+        with _atomic.writable_folder(tmp_path / "keep" / "new"):
             (tmp_path / "keep" / "new" / "someone.txt").write_text("not ours to remove")
             raise RuntimeError
     assert os.listdir(tmp_path / "keep" / "new") == ["someone.txt"]
@@ -250,7 +251,7 @@ def test_writable_folder_removes_the_folders_it_made_on_failure(tmp_path):
 def test_remove_temporaries_removes_what_an_interrupt_left(tmp_path):
     tmp = _atomic._temp_next_to(tmp_path / "out.npy")
     assert tmp.exists() and tmp in _atomic._LIVE_TEMPS
-    assert _io.remove_temporaries() == [tmp]
+    assert _atomic.remove_temporaries() == [tmp]
     assert os.listdir(tmp_path) == [] and _atomic._LIVE_TEMPS == set()
 
 
