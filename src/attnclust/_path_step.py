@@ -11,9 +11,10 @@ path); with the attention of row ``x_i`` to head ``h``
 1. **kick**: coincident heads form a group ``g``, attended with ``w_ig = sum_{h in g}
    a_ih``; its weighted mean ``m_g`` and covariance ``C_g`` give the split ratio ``r_g =
    lambda lambda_max(C_g)`` (on the sphere ``lambda lambda_max(P C_g P) / ||m_g||``, ``P``
-   the projection on the tangent space at the group's head). A group with ``r_g > 1``
-   (always, for the risk) is about to split: it gets two heads or more, moved by
-   ``+-kick`` along the top eigenvector of ``C_g``; the other heads sit at their group's.
+   the projection on the tangent space at the group's head; ``0`` for a group of fewer
+   than ``min_size`` rows). A group with ``r_g > 1`` (any group of ``min_size`` rows,
+   for the risk) is about to split: it gets two heads or more, moved by ``+-kick``
+   along the top eigenvector of ``C_g``; the other heads sit at their group's.
 2. **fixed point**: ``mu_h = sum_i a_ih x_i / sum_i a_ih`` (normalized on the sphere) and
    ``p_h = mean_i a_ih`` (``"free_energy"``), or the layer's risk minimized by
    :func:`attnclust.fixed_point.fixed_point_fit` (``"risk"``);

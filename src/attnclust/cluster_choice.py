@@ -10,8 +10,9 @@ its width is measured in ``log lambda``:
 
 The rule: ``K`` is the count of the widest plateau of ``K >= 2`` after the cold start's
 (whose width only reflects where the grid begins), ties going to the smaller ``K``; when
-no such plateau is at least ``MIN_PLATEAU_WIDTH`` wide (``lambda`` grows by a factor
-``e`` across it), ``K = 1``: one blob splits in a cascade of narrow plateaus.
+no such plateau is at least ``w_min = MIN_PLATEAU_WIDTH`` wide (``1``: ``lambda`` grows
+by a factor ``e`` across it), ``K = 1``: one blob splits in a cascade of narrow plateaus,
+and a path that never splits into clusters of ``min_cluster_size`` rows is one cluster.
 
 :func:`choose_from_path` is the estimator's use of the rule: the path of (a sample of)
 the preprocessed rows on the coarser grid of :data:`FAST_SETTINGS`, stopped as soon as no
