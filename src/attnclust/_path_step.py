@@ -52,7 +52,13 @@ _FLOOR = -700.0           # lowest shifted logit (see _attention)
 
 
 def unit_heads(geometry) -> bool:
-    """Unit heads (the sphere): cold start at the mean's direction, tangent covariances."""
+    """Unit heads (the sphere): cold start at the mean's direction, tangent covariances.
+
+    Examples
+    --------
+    >>> unit_heads("sphere"), unit_heads("euclidean")
+    (True, False)
+    """
     return as_geometry(geometry).unit_heads
 
 
@@ -251,7 +257,21 @@ def step(walk: Walk, state, lam: float, max_iter: int):
     ``max_iter`` iterations), groups, snap. Returns the new state, its row ``(lambda,
     clusters counted, distinct heads, risk, heads, (counted heads, their sizes))`` and
     whether it was quiet: no group kicked (none about to split) and the fixed point
-    converged."""
+    converged.
+
+    Examples
+    --------
+    Two pairs of centred rows, both heads at the cold start: at ``lambda = 10`` the group
+    splits, and the two clusters are counted.
+
+    >>> X = np.array([[-1.0, 0.0], [-1.1, 0.1], [1.0, 0.0], [1.1, -0.1]])   # mean 0
+    >>> walk = Walk(X, torch.from_numpy(X), "euclidean", "free_energy", kick=1e-3,
+    ...             min_size=1, merge_tol=1e-2, max_iter=100, tol=1e-7)
+    >>> start = (np.zeros((2, 2)), np.full(2, 0.5), np.zeros(2, dtype=int))
+    >>> (heads, weights, labels), row, quiet = step(walk, start, 10.0, 100)
+    >>> row[1], row[2], quiet            # clusters, distinct heads; kicked: not quiet
+    (2, 2, False)
+    """
     heads, weights, labels, kicked = _kick(walk.X, *state, lam, walk.geometry,
                                            walk.objective, walk.kick, walk.min_size)
     if walk.objective == "risk":

@@ -53,7 +53,18 @@ def _is_mixtures(objective) -> bool:
 
 
 def as_objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed, geometry):
-    """The risk as an objective object (one given is checked against ``geometry``)."""
+    """The risk as an objective object (one given is checked against ``geometry``).
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> from attnclust.geometry import as_geometry
+    >>> mix = ac.GaussianMixture.orthogonal(d=4, k=2)
+    >>> risk = as_objective(mix, batch_size=None, reduce=None, gen=None, method="auto",
+    ...                     n_samples=2**10, qmc_seed=0, geometry=as_geometry("sphere"))
+    >>> type(risk).__name__, risk.d
+    ('PopulationRisk', 4)
+    """
     if hasattr(objective, "value_and_grad"):        # an Objective, or any object like one
         wanted, assumed = geometry, getattr(objective, "geometry", None)
         if assumed not in (None, wanted):  # Geometry objects, equal when of one kind
@@ -72,6 +83,15 @@ def as_objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_s
 
 
 def initial_heads(heads0, d: int | None, device, geometry: Geometry) -> torch.Tensor:
+    """``heads0`` checked (shape, ``d`` columns, finite, no zero row on the sphere),
+    projected by ``geometry`` and given a run axis: ``(R, K, d)`` float64 on ``device``.
+
+    Examples
+    --------
+    >>> from attnclust.geometry import as_geometry
+    >>> initial_heads([[3.0, 4.0]], 2, "cpu", as_geometry("sphere")).tolist()
+    [[[0.6, 0.8]]]
+    """
     heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
     if heads.ndim not in (2, 3) or heads.shape[-2] < 1:
         raise ValueError(f"heads0 must have shape (K, d) or (R, K, d), got {tuple(heads.shape)}")
@@ -85,7 +105,15 @@ def initial_heads(heads0, d: int | None, device, geometry: Geometry) -> torch.Te
 
 
 def penalty_terms(penalty, n_runs: int, risk, objective, *, method, n_samples, qmc_seed):
-    """``[(term, run indices)]`` for the runs that have a penalty."""
+    """``[(term, run indices)]`` for the runs that have a penalty.
+
+    Examples
+    --------
+    >>> terms = penalty_terms([None, "repulsion", "repulsion"], 3, None, None,
+    ...                       method="auto", n_samples=2**10, qmc_seed=0)
+    >>> [(type(term).__name__, idx.tolist()) for term, idx in terms]
+    [('Repulsion', [1, 2])]
+    """
     terms = []
     for spec, idx in group_runs(per_run(penalty, n_runs, "penalty")):
         if spec is None:
@@ -113,7 +141,19 @@ def penalty_terms(penalty, n_runs: int, risk, objective, *, method, n_samples, q
 
 
 def restrict(risk, terms, active: np.ndarray):
-    """The objective and penalty terms of the active runs (positions within ``active``)."""
+    """The objective and penalty terms of the active runs: ``(risk, [(term, positions
+    within active, run indices)])``.
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> risk = ac.PopulationRisk(ac.GaussianMixture.orthogonal(d=4, k=2))
+    >>> terms = penalty_terms([None, "repulsion", "repulsion"], 3, risk, None,
+    ...                       method="auto", n_samples=2**10, qmc_seed=0)
+    >>> _, active_terms = restrict(risk, terms, np.array([0, 2]))
+    >>> [(pos.tolist(), runs.tolist()) for _, pos, runs in active_terms]
+    [([1], [2])]
+    """
     out = []
     for term, idx in terms:
         members = np.intersect1d(idx, active)
@@ -122,8 +162,18 @@ def restrict(risk, terms, active: np.ndarray):
     return risk.take(active), out
 
 
-
 def check_options(method, tol, reduce) -> float:
+    """The stopping tolerance as a float, after checking ``method`` and ``tol >= 0``.
+
+    Examples
+    --------
+    >>> check_options("auto", 1e-6, None)
+    1e-06
+    >>> check_options("fast", 0.0, None)
+    Traceback (most recent call last):
+    ...
+    ValueError: method must be one of ('auto', 'exact', 'qmc'), got 'fast'
+    """
     if method not in _METHODS:
         raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
     tol = float(tol)

@@ -41,7 +41,13 @@ _SCHEDULE_FRACTION = 0.5  # "decay" and "anneal" finish after this fraction of t
 
 
 def per_run(value, n_runs: int, name: str) -> list:
-    """A spec for each run: ``value`` itself, or its items when it is a per-run list."""
+    """A spec for each run: ``value`` itself, or its items when it is a per-run list.
+
+    Examples
+    --------
+    >>> per_run("repulsion", 2, "penalty"), per_run([None, "balance"], 2, "penalty")
+    (['repulsion', 'repulsion'], [None, 'balance'])
+    """
     if isinstance(value, (list, tuple)):
         if len(value) != n_runs:
             raise ValueError(f"{name} has {len(value)} entries for {n_runs} runs")
@@ -50,7 +56,13 @@ def per_run(value, n_runs: int, name: str) -> list:
 
 
 def group_runs(specs: list) -> list[tuple[object, np.ndarray]]:
-    """Runs grouped by spec (callables by identity): ``[(spec, run indices), ...]``."""
+    """Runs grouped by spec (callables by identity): ``[(spec, run indices), ...]``.
+
+    Examples
+    --------
+    >>> [(spec, idx.tolist()) for spec, idx in group_runs([None, "balance", None])]
+    [(None, [0, 2]), ('balance', [1])]
+    """
     keys: dict = {}
     for r, spec in enumerate(specs):
         keys.setdefault(id(spec) if callable(spec) else spec, (spec, []))[1].append(r)
@@ -63,7 +75,15 @@ def _is_number(value) -> bool:
 
 class RunSchedule:
     """``t -> (R,)`` values of one schedule per run (numbers, schedules or callables), and
-    the step from which each run's is finished."""
+    the step from which each run's is finished (``done``).
+
+    Examples
+    --------
+    >>> lam = RunSchedule("inverse_temperature", [Anneal(10.0, steps=4), 3.0], 2,
+    ...                   positive=True)
+    >>> lam(0).tolist(), lam(4).tolist(), lam.done.tolist()
+    ([0.1, 3.0], [10.0, 3.0], [4.0, 0.0])
+    """
 
     def __init__(self, name: str, value, n_runs: int, *, positive: bool):
         self.name = name
@@ -107,7 +127,13 @@ _LEGACY_NAMES = {"rho": ("constant", "decay"), "inverse_temperature": (None, "an
 
 def legacy_schedule(kind: str, value, spec, n_runs: int, n_steps: int):
     """``value`` with the 0.2 keyword ``{kind}_schedule`` folded in (a FutureWarning when
-    that keyword says anything but its default)."""
+    that keyword says anything but its default): one entry per run, a number or a schedule.
+
+    Examples
+    --------
+    >>> legacy_schedule("rho", 0.5, "constant", 2, 100)
+    0.5
+    """
     specs = per_run(spec, n_runs, f"{kind}_schedule")
     default = _LEGACY_NAMES[kind][0]
     if all(not callable(s) and s == default for s in specs):
@@ -131,6 +157,18 @@ def legacy_schedule(kind: str, value, spec, n_runs: int, n_steps: int):
 
 
 def run_vector(value, n_runs: int, name: str, *, positive: bool) -> np.ndarray:
+    """``value`` (a number, or one per run) as a vector ``(n_runs,)``, checked: positive
+    and finite, or finite and ``>= 0``.
+
+    Examples
+    --------
+    >>> run_vector(0.5, 3, "step_size", positive=True).tolist()
+    [0.5, 0.5, 0.5]
+    >>> run_vector([1.0, -1.0], 2, "rho", positive=False)
+    Traceback (most recent call last):
+    ...
+    ValueError: rho must be a finite number >= 0 (or one per run), got [1.0, -1.0]
+    """
     arr = np.broadcast_to(np.asarray(value, dtype=np.float64), (n_runs,)).copy() \
         if np.ndim(value) <= 1 else None
     if arr is None or not np.all(np.isfinite(arr)) or np.any(arr <= 0 if positive else arr < 0):
