@@ -3,7 +3,7 @@ import os
 import pytest
 import torch
 
-from attnclust import _io
+from attnclust import _atomic
 
 # The worker script is run by torchrun in a subprocess, not imported by pytest.
 collect_ignore = ["_distributed_worker.py"]
@@ -11,7 +11,7 @@ collect_ignore = ["_distributed_worker.py"]
 
 @pytest.fixture
 def third_rename_fails(monkeypatch):
-    """Make the third ``os.replace`` of :mod:`attnclust._io` fail (disk full); yields the
+    """Make the third ``os.replace`` of :mod:`attnclust._atomic` fail (disk full); yields the
     destinations of every attempted rename."""
     real, calls = os.replace, []
 
@@ -21,7 +21,7 @@ def third_rename_fails(monkeypatch):
             raise OSError(28, "No space left on device")
         real(src, dst)
 
-    monkeypatch.setattr(_io.os, "replace", replace)
+    monkeypatch.setattr(_atomic.os, "replace", replace)
     return calls
 
 

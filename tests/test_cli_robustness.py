@@ -401,7 +401,7 @@ def test_bench_finds_the_checkout_from_anywhere(tmp_path, monkeypatch):
 # -- interrupts inside the library's writers --------------------------------------------------
 def test_interrupt_during_renames_waits_for_all_of_them(tmp_path, monkeypatch):
     """A signal that arrives between two renames takes effect after the last one."""
-    from attnclust import _io
+    from attnclust import _atomic
 
     real, stopped = os.replace, []
 
@@ -409,14 +409,14 @@ def test_interrupt_during_renames_waits_for_all_of_them(tmp_path, monkeypatch):
         real(src, dst)
         if not stopped:                       # the first rename done: the signal arrives
             stopped.append(True)
-            _io.interrupt(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
+            _atomic.interrupt(lambda: (_ for _ in ()).throw(KeyboardInterrupt()))
 
-    monkeypatch.setattr(_io.os, "replace", replace)
+    monkeypatch.setattr(_atomic.os, "replace", replace)
     outputs = {tmp_path / f"r.{s}": np.eye(2) for s in ("a.npy", "b.npy", "c.csv")}
     with pytest.raises(KeyboardInterrupt):
-        _io.save_matrices(outputs)
+        _atomic.save_matrices(outputs)
     assert _files(tmp_path) == ["r.a.npy", "r.b.npy", "r.c.csv"]       # all, not one
-    assert _io._LIVE_TEMPS == set()
+    assert _atomic._LIVE_TEMPS == set()
 
 
 def test_out_of_memory_is_one_line_and_writes_nothing(blobs, capsys, monkeypatch):

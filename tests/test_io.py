@@ -10,8 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-from attnclust import _io
-from attnclust._io import atomic_path, load_matrix, save_matrices, save_matrix
+from attnclust import _atomic, _io
+from attnclust._atomic import atomic_path, save_matrices, save_matrix
+from attnclust._io import load_matrix
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="POSIX permission bits")
 
@@ -87,9 +88,11 @@ def test_save_matrices_failing_rename_leaves_nothing(tmp_path, third_rename_fail
 
 
 def test_save_matrices_writes_every_file_before_renaming_any(tmp_path, monkeypatch):
-    real_save, real_replace, events = _io.save_matrix, os.replace, []
-    monkeypatch.setattr(_io, "save_matrix", lambda X, p: (events.append("w"), real_save(X, p)))
-    monkeypatch.setattr(_io.os, "replace", lambda s, d: (events.append("r"), real_replace(s, d)))
+    real_save, real_replace, events = _atomic.save_matrix, os.replace, []
+    monkeypatch.setattr(_atomic, "save_matrix",
+                        lambda X, p: (events.append("w"), real_save(X, p)))
+    monkeypatch.setattr(_atomic.os, "replace",
+                        lambda s, d: (events.append("r"), real_replace(s, d)))
     save_matrices({tmp_path / "x.npy": np.eye(2), tmp_path / "x.csv": np.eye(2),
                    tmp_path / "y.npy": np.zeros(2)})
     assert events == ["w", "w", "w", "r", "r", "r"]
@@ -234,22 +237,22 @@ def test_mmap_keeps_a_float32_file_mapped_and_checks_it_in_blocks(tmp_path):
 
 def test_writable_folder_removes_the_folders_it_made_on_failure(tmp_path):
     with pytest.raises(RuntimeError):
-        with _io.writable_folder(tmp_path / "a" / "b"):
+        with _atomic.writable_folder(tmp_path / "a" / "b"):
             raise RuntimeError("the command failed")
     assert os.listdir(tmp_path) == []
     (tmp_path / "keep").mkdir()
     with pytest.raises(RuntimeError):
-        with _io.writable_folder(tmp_path / "keep" / "new"):
+        with _atomic.writable_folder(tmp_path / "keep" / "new"):
             (tmp_path / "keep" / "new" / "someone.txt").write_text("not ours to remove")
             raise RuntimeError
     assert os.listdir(tmp_path / "keep" / "new") == ["someone.txt"]
 
 
 def test_remove_temporaries_removes_what_an_interrupt_left(tmp_path):
-    tmp = _io._temp_next_to(tmp_path / "out.npy")
-    assert tmp.exists() and tmp in _io._LIVE_TEMPS
-    assert _io.remove_temporaries() == [tmp]
-    assert os.listdir(tmp_path) == [] and _io._LIVE_TEMPS == set()
+    tmp = _atomic._temp_next_to(tmp_path / "out.npy")
+    assert tmp.exists() and tmp in _atomic._LIVE_TEMPS
+    assert _atomic.remove_temporaries() == [tmp]
+    assert os.listdir(tmp_path) == [] and _atomic._LIVE_TEMPS == set()
 
 
 def _raw_npy(header_text: str, data: bytes = b"\0" * 64, version: bytes = b"\x01\x00") -> bytes:

@@ -7,12 +7,14 @@ import sys
 
 from . import descent
 from ._deprecation import moved_module
-from .annealing import ClusterChoice, Plateau, TemperaturePath, temperature_path
+from .annealing import TemperaturePath, temperature_path
+from .cluster_choice import ClusterChoice, Plateau
 from .clustering import AttentionClustering, DegenerateFitWarning
 from .communicator import Communicator
-from .descent import PGDHistory, PGDResult, init_on_manifold, init_on_sphere, pgd
+from .descent import PGDHistory, PGDResult, pgd
 from .heads import AttentionHeads, attention_heads, head_weights
 from .in_context import identity_attention, infinite_prompt_limit
+from .inits import init_on_manifold, init_on_sphere
 from .metrics import (
     AssignmentError,
     CentroidDistance,

@@ -53,6 +53,11 @@ The stopping rule ``||xi|| < tol`` is checked only once the schedules have finis
 and :class:`~attnclust.schedules.Decay`; at every step for callables, whose caller owns
 them).
 
+Here: :func:`pgd` and its loop. The random initial heads are :mod:`attnclust.inits`
+(:func:`~attnclust.init_on_manifold`, :func:`~attnclust.init_on_sphere`, also exported
+from here); the checks of the objective, heads and penalties, :mod:`attnclust._pgd_inputs`;
+the schedules of every run, :mod:`attnclust._run_schedules`.
+
 Notes
 -----
 **The inverse temperature's bias.** At finite ``lambda`` the minimizer of ``R`` is not the
@@ -79,310 +84,24 @@ paper       code                       meaning
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 import numpy as np
 import torch
 
-from ._deprecation import REMOVED_IN, renamed_keywords, warn_deprecated
-from ._validation import as_generator, as_tensor, check_finite, check_int, check_inverse_temperature
-from .geometry import Geometry, as_geometry
-from .mixture import GaussianMixture
-from .objectives import (
-    Balance,
-    CallablePenalty,
-    EmpiricalRisk,
-    Objective,
-    PopulationRisk,
-    Repulsion,
-)
+from ._deprecation import renamed_keywords
+from ._pgd_inputs import as_objective, check_options, initial_heads, penalty_terms, restrict
+from ._run_schedules import RunSchedule, legacy_schedule, run_vector
+from ._validation import as_generator, as_tensor, check_int
+from .geometry import as_geometry
+from .inits import init_on_manifold, init_on_sphere
 from .results import History, IterationInfo, SolverResult
-from .schedules import Anneal, Decay, Schedule, as_schedule
-from .sphere import random_sphere
 
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]
-
-_PENALTIES = (None, "repulsion", "balance")
-_METHODS = ("auto", "exact", "qmc")
-_ANNEAL_RATIO = 100.0  # "anneal" starts at lambda / _ANNEAL_RATIO
-_SCHEDULE_FRACTION = 0.5  # "decay" and "anneal" finish after this fraction of the steps
 
 
 PGDHistory = History    # the names of 0.1
 PGDResult = SolverResult
-
-
-# --------------------------------------------------------------------------------------
-# Initializations
-# --------------------------------------------------------------------------------------
-def init_on_manifold(mix: GaussianMixture, rng=None, *, n_heads: int | None = None):
-    """Heads uniform on the unit sphere of ``span(mu*_1..mu*_K)`` (the manifold ``M``).
-
-    An orthonormal basis of the span comes from an SVD of the centroids; each head is
-    that basis times a normalized standard Gaussian vector of coefficients.
-
-    Examples
-    --------
-    >>> import attnclust as ac
-    >>> mix = ac.GaussianMixture.orthogonal(d=10, k=2)
-    >>> heads = ac.init_on_manifold(mix, rng=0)
-    >>> heads.shape, float(heads[:, 1:9].abs().max())
-    (torch.Size([2, 10]), 0.0)
-    """
-    if not isinstance(mix, GaussianMixture):
-        raise ValueError(f"mix must be an attnclust.GaussianMixture, got {type(mix).__name__}")
-    n_heads = check_int(mix.k if n_heads is None else n_heads, "n_heads", 1)
-    _, sv, vt = np.linalg.svd(mix.centroids, full_matrices=False)
-    basis = vt[sv > 1e-10 * sv[0]]  # (r, d) orthonormal rows
-    coef = as_generator(rng).standard_normal((int(n_heads), basis.shape[0]))
-    coef /= np.linalg.norm(coef, axis=1, keepdims=True)
-    heads = coef @ basis
-    heads /= np.linalg.norm(heads, axis=1, keepdims=True)
-    return torch.from_numpy(heads)
-
-
-def init_on_sphere(k: int, d: int, *, rng=None) -> torch.Tensor:
-    """``k`` heads uniform on ``S^{d-1}`` ("random initialization").
-
-    Examples
-    --------
-    >>> init_on_sphere(3, 5, rng=0).shape
-    torch.Size([3, 5])
-    """
-    return random_sphere(check_int(k, "k", 1), check_int(d, "d", 1), rng=rng)
-
-
-# --------------------------------------------------------------------------------------
-# Schedules: one spec for every run, or one per run
-# --------------------------------------------------------------------------------------
-def _per_run(value, n_runs: int, name: str) -> list:
-    """A spec for each run: ``value`` itself, or its items when it is a per-run list."""
-    if isinstance(value, (list, tuple)):
-        if len(value) != n_runs:
-            raise ValueError(f"{name} has {len(value)} entries for {n_runs} runs")
-        return list(value)
-    return [value] * n_runs
-
-
-def _groups(specs: list) -> list[tuple[object, np.ndarray]]:
-    """Runs grouped by spec (callables by identity): ``[(spec, run indices), ...]``."""
-    keys: dict = {}
-    for r, spec in enumerate(specs):
-        keys.setdefault(id(spec) if callable(spec) else spec, (spec, []))[1].append(r)
-    return [(spec, np.asarray(idx)) for spec, idx in keys.values()]
-
-
-def _is_number(value) -> bool:
-    return not (isinstance(value, Schedule) or callable(value))
-
-
-class _RunSchedule:
-    """``t -> (R,)`` values of one schedule per run (numbers, schedules or callables), and
-    the step from which each run's is finished."""
-
-    def __init__(self, name: str, value, n_runs: int, *, positive: bool):
-        self.name = name
-        entries = _per_run(value, n_runs, name) if isinstance(value, (list, tuple)) else None
-        if entries is None or all(_is_number(e) for e in entries):
-            if entries is None and not _is_number(value):
-                entries = [value] * n_runs
-            else:  # numbers only: one vector, returned as is at every step
-                self.base = _vector(value, n_runs, name, positive=positive)
-                self.parts, self.done = [], np.zeros(n_runs)
-                return
-        self.base = np.zeros(n_runs)
-        self.parts = []
-        for spec, idx in _groups(entries):
-            if _is_number(spec):
-                self.base[idx] = _vector(spec, 1, name, positive=positive)[0]
-            else:
-                self.parts.append((as_schedule(spec), idx))
-        self.done = np.zeros(n_runs)
-        for sched, idx in self.parts:
-            self.done[idx] = getattr(sched, "finished_at", 0)
-
-    def __call__(self, t: int) -> np.ndarray:
-        if not self.parts:  # the common case: no copy per step
-            return self.base
-        out = self.base.copy()
-        for sched, idx in self.parts:
-            out[idx] = np.broadcast_to(np.asarray(sched(t), dtype=np.float64), out.shape)[idx]
-        if self.name == "inverse_temperature" and not np.all((out > 0) & np.isfinite(out)):
-            check_inverse_temperature(out[~((out > 0) & np.isfinite(out))][0])
-        return out
-
-
-_LEGACY = {  # the named schedules of 0.2, as schedules: (kind, name) -> (base, n_steps) -> ...
-    ("rho", "decay"): lambda base, n: Decay(base, steps=_SCHEDULE_FRACTION * n),
-    ("inverse_temperature", "anneal"):
-        lambda base, n: Anneal(base, ratio=_ANNEAL_RATIO, steps=_SCHEDULE_FRACTION * n),
-}
-_LEGACY_NAMES = {"rho": ("constant", "decay"), "inverse_temperature": (None, "anneal")}
-
-
-def _legacy(kind: str, value, spec, n_runs: int, n_steps: int):
-    """``value`` with the 0.2 keyword ``{kind}_schedule`` folded in (a FutureWarning when
-    that keyword says anything but its default)."""
-    specs = _per_run(spec, n_runs, f"{kind}_schedule")
-    default = _LEGACY_NAMES[kind][0]
-    if all(not callable(s) and s == default for s in specs):
-        return value
-    warn_deprecated(f"{kind}_schedule is deprecated and will be removed in {REMOVED_IN}; pass a "
-                    f"schedule as {kind} (attnclust.schedules: Anneal, Decay, Stages, or a "
-                    f"callable t -> value)", stacklevel=4)
-    base = _vector(value, n_runs, kind, positive=kind == "inverse_temperature")
-    entries: list = [float(b) for b in base]
-    for s, idx in _groups(specs):
-        if callable(s):
-            made = s
-        elif s in _LEGACY_NAMES[kind]:
-            made = _LEGACY[(kind, s)](base, n_steps) if s != default else None
-        else:
-            raise ValueError(f"{kind}_schedule must be one of {_LEGACY_NAMES[kind]} or a "
-                             f"callable, got {s!r}")
-        for r in idx:
-            entries[r] = entries[r] if made is None else made
-    return entries
-
-
-def _vector(value, n_runs: int, name: str, *, positive: bool) -> np.ndarray:
-    arr = np.broadcast_to(np.asarray(value, dtype=np.float64), (n_runs,)).copy() \
-        if np.ndim(value) <= 1 else None
-    if arr is None or not np.all(np.isfinite(arr)) or np.any(arr <= 0 if positive else arr < 0):
-        kind = "positive finite number" if positive else "finite number >= 0"
-        raise ValueError(f"{name} must be a {kind} (or one per run), got {value!r}")
-    return arr
-
-
-# --------------------------------------------------------------------------------------
-# Inputs: objective, heads, penalties
-# --------------------------------------------------------------------------------------
-def _is_mixtures(objective) -> bool:
-    return isinstance(objective, GaussianMixture) or (
-        isinstance(objective, Sequence) and len(objective) > 0
-        and all(isinstance(m, GaussianMixture) for m in objective))
-
-
-def _objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_seed, geometry):
-    """The risk as an objective object (one given is checked against ``geometry``)."""
-    if hasattr(objective, "value_and_grad"):        # an Objective, or any object like one
-        wanted, assumed = geometry, getattr(objective, "geometry", None)
-        if assumed not in (None, wanted):  # Geometry objects, equal when of one kind
-            raise ValueError(f"the objective is for geometry={assumed.name!r}, but pgd was "
-                             f"asked for geometry={wanted.name!r}")
-        return objective
-    if _is_mixtures(objective):
-        if batch_size is not None:
-            raise ValueError("batch_size applies to data arrays, not to a GaussianMixture")
-        if reduce is not None:
-            raise ValueError("reduce applies to data shards, not to a GaussianMixture")
-        return PopulationRisk(objective, method=method, n_samples=n_samples, rng=qmc_seed,
-                              geometry=geometry)
-    return EmpiricalRisk(objective, batch_size=batch_size, reduce=reduce, rng=gen,
-                         geometry=geometry)
-
-
-def _heads0(heads0, d: int | None, device, geometry: Geometry) -> torch.Tensor:
-    heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
-    if heads.ndim not in (2, 3) or heads.shape[-2] < 1:
-        raise ValueError(f"heads0 must have shape (K, d) or (R, K, d), got {tuple(heads.shape)}")
-    if d is not None and heads.shape[-1] != d:
-        raise ValueError(f"heads0 must have d={d} columns, got {heads.shape[-1]}")
-    check_finite(heads, "heads0")
-    if geometry.unit_heads and bool((heads.norm(dim=-1) == 0).any()):
-        raise ValueError("heads0 has a zero row, which has no direction")
-    heads = geometry.projx(heads)
-    return (heads if heads.ndim == 3 else heads[None]).to(device)
-
-
-def _penalty_terms(penalty, n_runs: int, risk, objective, *, method, n_samples, qmc_seed):
-    """``[(term, run indices)]`` for the runs that have a penalty."""
-    terms = []
-    for spec, idx in _groups(_per_run(penalty, n_runs, "penalty")):
-        if spec is None:
-            continue
-        if isinstance(spec, Objective):
-            term = spec
-        elif callable(spec):
-            term = CallablePenalty(spec)
-        elif spec == "repulsion":
-            term = Repulsion()
-        elif spec == "balance":
-            if isinstance(risk, EmpiricalRisk):
-                term = Balance(risk.X, reduce=risk.reduce, share=risk.share,
-                               geometry=risk.geometry)
-            elif isinstance(risk, PopulationRisk):
-                term = Balance(risk.mix, method=method, n_samples=n_samples, rng=qmc_seed,
-                               geometry=risk.geometry)
-            else:
-                raise ValueError("penalty='balance' needs a mixture or data objective")
-        else:
-            raise ValueError(f"penalty must be one of {_PENALTIES} or a callable, "
-                             f"got {spec!r}")
-        terms.append((term, idx))
-    return terms
-
-
-def _restrict(risk, terms, active: np.ndarray):
-    """The objective and penalty terms of the active runs (positions within ``active``)."""
-    out = []
-    for term, idx in terms:
-        members = np.intersect1d(idx, active)
-        if len(members):
-            out.append((term.take(members), np.searchsorted(active, members), members))
-    return risk.take(active), out
-
-
-def _evaluate(risk, terms, heads, lam, rho, *, batch, reduce):
-    """Risk ``(A,)`` and Euclidean gradient ``(A, K, d)`` of ``R + rho Pen``, active runs.
-
-    Sharded parts (this rank's share of a data-parallel sum) are all-reduced together
-    in one call of ``1 + K d`` numbers per run; penalties that every rank computes in
-    full are added afterwards.
-    """
-    lam_t = torch.from_numpy(lam)
-    value, grad = risk.value_and_grad(heads, lam_t, batch=batch)
-    grad = grad.clone()
-    after = []
-    for term, pos, members in terms:
-        weight = rho[members]
-        if not np.any(weight > 0):
-            continue  # rho_t = 0: the penalty is not evaluated (nor communicated)
-        pos_t = torch.from_numpy(pos).to(heads.device)
-        _, pen_grad = term.value_and_grad(heads[pos_t], lam_t[pos], batch=batch)
-        part = torch.from_numpy(weight).to(heads.device)[:, None, None] * pen_grad
-        if term.sharded or reduce is None:
-            grad[pos_t] += part
-        else:
-            after.append((pos_t, part))
-    if reduce is not None:
-        n = value.numel()
-        buf = reduce(torch.cat([value.reshape(-1), grad.reshape(-1)]))
-        value, grad = buf[:n], buf[n:].view_as(grad)
-    for pos_t, part in after:
-        grad[pos_t] += part
-    return value, grad
-
-
-def _history(records: dict, single: bool) -> History:
-    fields = {"step": np.asarray(records["step"], dtype=np.int64),
-              "risk": np.stack(records["risk"]),
-              "grad_norm": np.stack(records["grad_norm"]),
-              "inverse_temperature": np.stack(records["inverse_temperature"]),
-              "rho": np.stack(records["rho"]),
-              "heads": np.stack(records["heads"])}
-    if single:
-        fields = {key: v if key == "step" else v[:, 0] for key, v in fields.items()}
-    return History(**fields)
-
-
-def _check_options(method, tol, reduce) -> float:
-    if method not in _METHODS:
-        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
-    tol = float(tol)
-    if not tol >= 0:
-        raise ValueError(f"tol must be >= 0, got {tol!r}")
-    return tol
 
 
 # --------------------------------------------------------------------------------------
@@ -506,31 +225,77 @@ def pgd(
     >>> ac.centroid_distance(free.heads, mix.centroids).max < 0.05
     True
     """
-    tol = _check_options(method, tol, reduce)
+    tol = check_options(method, tol, reduce)
     gen = as_generator(rng)
     qmc_seed = int(rng) if isinstance(rng, (int, np.integer)) else int(gen.integers(2**31))
     geometry = as_geometry(geometry)
-    risk = _objective(objective, batch_size=batch_size, reduce=reduce, gen=gen,
+    risk = as_objective(objective, batch_size=batch_size, reduce=reduce, gen=gen,
                       method=method, n_samples=n_samples, qmc_seed=qmc_seed, geometry=geometry)
     given = as_tensor(heads0, name="heads0")
     device = getattr(risk, "device", None) or given.device
     single = given.ndim == 2
-    H = _heads0(heads0, getattr(risk, "d", None), device, geometry)  # (R, K, d)
+    H = initial_heads(heads0, getattr(risk, "d", None), device, geometry)  # (R, K, d)
     R = H.shape[0]
     n_steps = check_int(n_steps, "n_steps", 0)
-    lam_at = _RunSchedule("inverse_temperature", _legacy(
+    lam_at = RunSchedule("inverse_temperature", legacy_schedule(
         "inverse_temperature", inverse_temperature, inverse_temperature_schedule, R, n_steps),
         R, positive=True)
-    rho_at = _RunSchedule("rho", _legacy("rho", rho, rho_schedule, R, n_steps), R,
+    rho_at = RunSchedule("rho", legacy_schedule("rho", rho, rho_schedule, R, n_steps), R,
                           positive=False)
-    eta = _vector(step_size, R, "step_size", positive=True)
+    eta = run_vector(step_size, R, "step_size", positive=True)
     record_every = check_int(record_every, "record_every", 1)
-    terms = _penalty_terms(penalty, R, risk, objective, method=method, n_samples=n_samples,
+    terms = penalty_terms(penalty, R, risk, objective, method=method, n_samples=n_samples,
                            qmc_seed=qmc_seed)
     stop_from = np.maximum(lam_at.done, rho_at.done)
     return _descend(risk, terms, H, single=single, lam_at=lam_at, rho_at=rho_at, eta=eta,
                     stop_from=stop_from, n_steps=n_steps, record_every=record_every, tol=tol,
                     riemannian=riemannian, reduce=reduce, callback=callback, geometry=geometry)
+
+
+# --------------------------------------------------------------------------------------
+# The loop
+# --------------------------------------------------------------------------------------
+def _evaluate(risk, terms, heads, lam, rho, *, batch, reduce):
+    """Risk ``(A,)`` and Euclidean gradient ``(A, K, d)`` of ``R + rho Pen``, active runs.
+
+    Sharded parts (this rank's share of a data-parallel sum) are all-reduced together
+    in one call of ``1 + K d`` numbers per run; penalties that every rank computes in
+    full are added afterwards.
+    """
+    lam_t = torch.from_numpy(lam)
+    value, grad = risk.value_and_grad(heads, lam_t, batch=batch)
+    grad = grad.clone()
+    after = []
+    for term, pos, members in terms:
+        weight = rho[members]
+        if not np.any(weight > 0):
+            continue  # rho_t = 0: the penalty is not evaluated (nor communicated)
+        pos_t = torch.from_numpy(pos).to(heads.device)
+        _, pen_grad = term.value_and_grad(heads[pos_t], lam_t[pos], batch=batch)
+        part = torch.from_numpy(weight).to(heads.device)[:, None, None] * pen_grad
+        if term.sharded or reduce is None:
+            grad[pos_t] += part
+        else:
+            after.append((pos_t, part))
+    if reduce is not None:
+        n = value.numel()
+        buf = reduce(torch.cat([value.reshape(-1), grad.reshape(-1)]))
+        value, grad = buf[:n], buf[n:].view_as(grad)
+    for pos_t, part in after:
+        grad[pos_t] += part
+    return value, grad
+
+
+def _history(records: dict, single: bool) -> History:
+    fields = {"step": np.asarray(records["step"], dtype=np.int64),
+              "risk": np.stack(records["risk"]),
+              "grad_norm": np.stack(records["grad_norm"]),
+              "inverse_temperature": np.stack(records["inverse_temperature"]),
+              "rho": np.stack(records["rho"]),
+              "heads": np.stack(records["heads"])}
+    if single:
+        fields = {key: v if key == "step" else v[:, 0] for key, v in fields.items()}
+    return History(**fields)
 
 
 class _Records:
@@ -566,7 +331,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
     stochastic = bool(getattr(risk, "stochastic", False))
     eta_t = torch.from_numpy(eta).to(device)[:, None, None]
     active = np.arange(R)
-    sub_risk, sub_terms = _restrict(risk, terms, active)
+    sub_risk, sub_terms = restrict(risk, terms, active)
     n_iter, converged = np.full(R, n_steps), np.zeros(R, dtype=bool)
     records = _Records(R)
     report = _Reporter(callback, R, single)
@@ -601,7 +366,7 @@ def _descend(risk, terms, H, *, single, lam_at, rho_at, eta, stop_from, n_steps,
             H[idx[keep]] = moved[keep]
             active = active[~stop]
             idx = torch.from_numpy(active).to(device)
-            sub_risk, sub_terms = _restrict(risk, terms, active)
+            sub_risk, sub_terms = restrict(risk, terms, active)
         elif len(active) == R:
             H = moved
         else:

@@ -10,7 +10,7 @@ import torch
 from scipy.stats import norm
 from sklearn.decomposition import PCA
 
-from ..descent import init_on_manifold, init_on_sphere
+from ..inits import init_on_manifold, init_on_sphere
 from ..metrics import centroid_distance
 from ..mixture import GaussianMixture
 from ..schedules import Anneal, Decay

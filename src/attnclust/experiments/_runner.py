@@ -22,7 +22,7 @@ from types import ModuleType
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._io import atomic_path, writable_folder
+from .._atomic import atomic_path, writable_folder
 from .._threads import torch_threads
 
 __all__ = ["FigureResult", "FigurePaths", "reproduce", "track", "load_result"]

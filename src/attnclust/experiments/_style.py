@@ -14,7 +14,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from .._io import atomic_path
+from .._atomic import atomic_path
 
 __all__ = ["band", "new_figure", "rate_band", "save", "styled", "COLORS", "RC"]
 

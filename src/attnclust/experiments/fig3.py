@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..descent import init_on_manifold, pgd
+from ..descent import pgd
 from ..heads import attention_heads
+from ..inits import init_on_manifold
 from ..metrics import centroid_distance, distortion, spread_ratio
 from ._common import inputs_vs_outputs, inverse_temperature_of, projected, prompt
 from ._runner import FigureResult

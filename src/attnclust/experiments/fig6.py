@@ -32,7 +32,8 @@ import itertools
 import numpy as np
 import torch
 
-from ..descent import init_on_sphere, pgd
+from ..descent import pgd
+from ..inits import init_on_sphere
 from ..mixture import GaussianMixture
 from ..objectives import Balance, PopulationRisk
 from ._common import distance_max, in_span, overlapping, rate_summary, schedule_arguments

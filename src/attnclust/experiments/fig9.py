@@ -19,7 +19,8 @@ import torch
 from sklearn.cluster import KMeans
 from sklearn.mixture import GaussianMixture as SklearnGMM
 
-from ..descent import init_on_sphere, pgd
+from ..descent import pgd
+from ..inits import init_on_sphere
 from ..metrics import centroid_distance
 from ._common import distance_max, running_example
 from ._runner import FigureResult, track

@@ -1,0 +1,276 @@
+"""Atomic writes: an interrupted or failed run never leaves a partial output file.
+
+Every output is first written to a hidden temporary file next to its target, then renamed
+onto it (``os.replace``: atomic within a file system) once complete: :func:`atomic_path`
+for one file, :func:`save_matrices` for a set of files, all or nothing.
+:func:`writable_folder` checks that a folder takes files before any long work, and
+removes the folders it made if that work fails.
+
+Interrupts. Every temporary file is created through :func:`_temp_next_to`, which records it
+until it is renamed or removed, so the command line can remove whatever a signal left
+behind (:func:`remove_temporaries`). Sections that must not be cut in the middle (creating
+and recording a temporary file, renaming a set of outputs) run under
+:func:`deferred_interrupts`: an interrupt raised through :func:`interrupt` while one runs
+takes effect when it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["atomic_path", "deferred_interrupts", "interrupt", "remove_temporaries",
+           "save_matrices", "save_matrix", "writable_folder"]
+
+# temporary files created and not yet renamed or removed (see remove_temporaries)
+_LIVE_TEMPS: set[Path] = set()
+# depth of nested deferred_interrupts blocks, and the interrupt that arrived inside one
+_DEFER = {"depth": 0, "pending": None}
+
+
+@contextlib.contextmanager
+def deferred_interrupts() -> Iterator[None]:
+    """Run a block that an :func:`interrupt` must not cut; the interrupt fires at its end."""
+    _DEFER["depth"] += 1
+    try:
+        yield
+    finally:
+        _DEFER["depth"] -= 1
+        pending = _DEFER["pending"]
+        if _DEFER["depth"] == 0 and pending is not None:
+            _DEFER["pending"] = None
+            pending()
+
+
+def interrupt(raise_it: Callable[[], None]) -> None:
+    """Call ``raise_it`` now, or when the running :func:`deferred_interrupts` block ends.
+
+    For signal handlers: ``raise_it`` raises the exception that stops the program.
+    """
+    if _DEFER["depth"]:
+        _DEFER["pending"] = raise_it
+    else:
+        raise_it()
+
+
+def remove_temporaries() -> list[Path]:
+    """Remove every temporary file this process created and has not renamed; return them."""
+    removed = sorted(_LIVE_TEMPS)
+    for tmp in removed:
+        tmp.unlink(missing_ok=True)
+    _LIVE_TEMPS.clear()
+    return removed
+
+
+def _discard(tmp: Path) -> None:
+    tmp.unlink(missing_ok=True)
+    _LIVE_TEMPS.discard(tmp)
+
+
+def _file_mode(path: Path) -> int:
+    """Permission bits for a new output: those of an existing ``path``, else ``0o666 & ~umask``.
+
+    ``tempfile.mkstemp`` creates files readable by their owner only; an output file should
+    have the permissions an ordinary ``open(path, "w")`` would give it.
+    """
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except OSError:
+        pass
+    old = os.umask(0)          # the only portable way to read the umask is to set it
+    os.umask(old)
+    return 0o666 & ~old
+
+
+def _temp_next_to(path: Path) -> Path:
+    """Create an empty hidden temporary file in ``path``'s folder, with its suffix in lower case.
+
+    Writers that look at the extension (``numpy.save`` appends ``.npy`` unless the name ends
+    in exactly ``.npy``; ``matplotlib`` picks the format by suffix) see the suffix they expect.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with deferred_interrupts():   # an interrupt between creating and recording would leak it
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.",
+                                   suffix=f".tmp{path.suffix.lower()}", dir=path.parent)
+        _LIVE_TEMPS.add(Path(tmp))
+    os.close(fd)
+    return Path(tmp)
+
+
+def _missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, outermost first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing[::-1]
+
+
+@contextlib.contextmanager
+def writable_folder(folder: str | os.PathLike) -> Iterator[Path]:
+    """Check that files can be created in ``folder`` (making it), before any long work.
+
+    Missing folders are created; if the block raises (an error, an interrupt), those of
+    them that are still empty are removed again, so a failed command leaves the file
+    system as it found it.
+
+    Raises
+    ------
+    ValueError
+        ``folder`` (or a parent) is a file, or a file cannot be created in it.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> base = pathlib.Path(tempfile.mkdtemp())
+    >>> with writable_folder(base / "a" / "b"):
+    ...     pass
+    >>> (base / "a" / "b").is_dir()
+    True
+    """
+    folder = Path(folder)
+    created = _missing_folders(folder)
+    try:
+        try:
+            for f in created:
+                f.mkdir()
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            if isinstance(exc, (FileExistsError, NotADirectoryError)):
+                reason = "a file is in the way"
+            raise ValueError(f"{folder}: cannot write there ({reason})") from None
+        yield folder
+    except BaseException:
+        with deferred_interrupts():
+            for f in reversed(created):
+                with contextlib.suppress(OSError):
+                    f.rmdir()   # only if empty: never removes what someone else put there
+        raise
+
+
+def _check_target(path: Path) -> None:
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, cannot write a file there")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` on success.
+
+    The temporary file keeps ``path``'s suffix in lower case (so writers that look at the
+    extension, like ``numpy.save`` or ``matplotlib``, behave), gets the permissions a plain
+    ``open(path, "w")`` would give (``0o666`` less the umask, or those of the file it
+    replaces), and is removed if the block raises.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "note.txt"
+    >>> with atomic_path(path) as tmp:
+    ...     _ = tmp.write_text("done")
+    >>> path.read_text()
+    'done'
+    """
+    path = Path(path)
+    _check_target(path)
+    tmp = _temp_next_to(path)
+    try:
+        yield tmp
+        os.chmod(tmp, _file_mode(path))
+        with deferred_interrupts():
+            os.replace(tmp, path)
+            _LIVE_TEMPS.discard(tmp)
+    finally:
+        _discard(tmp)
+
+
+def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
+                  before_rename: Callable[[], None] | None = None) -> None:
+    """Write every ``path -> array`` (by suffix, see :func:`save_matrix`), all or nothing.
+
+    A value may also be a function that writes its file at the path it is given (a
+    temporary path with the target's suffix), such as ``lambda p: fig.savefig(p)``.
+
+    Every array is first written to a temporary file next to its target; only when all of
+    them are written are they renamed, in one loop, onto their targets. If anything fails,
+    every temporary file is removed, and so is every target this call had already created.
+    The renames run under :func:`deferred_interrupts`, so an interrupt cannot leave half of
+    the outputs renamed.
+
+    ``before_rename`` is called once every file is staged and before any rename (the
+    command line prints its summary there): if it raises, nothing is written.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> save_matrices({folder / "a.npy": np.eye(2), folder / "a.csv": np.eye(2)})
+    >>> sorted(p.name for p in folder.iterdir())
+    ['a.csv', 'a.npy']
+    """
+    targets = [(Path(path), array) for path, array in outputs.items()]
+    for path, _ in targets:
+        _check_target(path)
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, array in targets:
+            tmp = _temp_next_to(path)
+            staged.append((tmp, path))
+            if callable(array):     # a writer of its own format (a figure)
+                array(tmp)
+            else:
+                save_matrix(array, tmp)
+            os.chmod(tmp, _file_mode(path))
+        if before_rename is not None:
+            before_rename()
+        with deferred_interrupts():
+            _rename_all(staged)
+    finally:
+        with deferred_interrupts():     # a signal must not cut the cleanup short
+            for tmp, _ in staged:
+                _discard(tmp)
+
+
+def _rename_all(staged: list[tuple[Path, Path]]) -> None:
+    """Rename every ``(tmp, path)``; on a failure remove the targets already created."""
+    created: list[Path] = []
+    try:
+        for tmp, path in staged:
+            existed = path.exists()
+            os.replace(tmp, path)
+            _LIVE_TEMPS.discard(tmp)
+            if not existed:
+                created.append(path)
+    except BaseException:
+        for path in created:
+            path.unlink(missing_ok=True)
+        raise
+
+
+def save_matrix(X, path: str | os.PathLike) -> None:
+    """Write ``X`` to ``path`` as ``.npy`` or ``.csv`` (by suffix, any case); not atomic.
+
+    The file is written through an open handle, so the name is used exactly as given
+    (``numpy.save`` given a name would append ``.npy`` to ``q.NPY``).
+    """
+    path = Path(path)
+    X = np.asarray(X)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        with open(path, "wb") as f:
+            np.save(f, X)
+    elif suffix == ".csv":
+        fmt = "%d" if np.issubdtype(X.dtype, np.integer) else "%.17g"
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            np.savetxt(f, X if X.ndim == 2 else X[:, None], delimiter=",", fmt=fmt)
+    else:
+        raise ValueError(f"{path}: unsupported output type {path.suffix or '(none)'!r}; "
+                         "use .npy or .csv")
