@@ -61,7 +61,7 @@ def _signals_raise_interrupted():
     second Ctrl-C cannot cut that cleanup short. Outside the main thread (an embedding
     program), handlers cannot be installed and nothing changes.
     """
-    from . import _io
+    from .. import _io
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -204,7 +204,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _cmd_bench(args) -> int:
     """Run each benchmark file; a failing one is one line on stderr, the others still run."""
-    from ._bench import describe_failure, find_benchmarks, format_table, run_benchmarks
+    from .._bench import describe_failure, find_benchmarks, format_table, run_benchmarks
 
     files = find_benchmarks(args.dir)
     names = [path.stem.removeprefix("bench_") for path in files]
@@ -273,7 +273,7 @@ def _write_all(outputs: dict, summary: str) -> None:
     The summary is printed (and flushed) before the renames, so a failure to print it (a
     full disk behind stdout, a closed pipe) leaves no output file, like any other failure.
     """
-    from ._io import save_matrices
+    from .._io import save_matrices
 
     save_matrices(outputs, before_rename=lambda: _print_summary(summary))
 
@@ -422,7 +422,7 @@ def _fit_outputs(prefix: str, centers, labels) -> dict:
 
 
 def _version_option(parser) -> None:
-    from . import __version__
+    from .. import __version__
 
     parser.add_argument("--version", action="version", version=f"attnclust {__version__}")
 
@@ -482,8 +482,8 @@ def _plot_writer(args, est, X, labels, sizes=None):
     writes it (as a PNG) when the outputs are staged."""
     import matplotlib
 
-    from .experiments._style import RC
-    from .picture import plot_clusters
+    from ..experiments._style import RC
+    from ..picture import plot_clusters
 
     with matplotlib.rc_context(RC):
         fig = plot_clusters(est, X, labels=labels, sizes=sizes, random_state=args.seed,
@@ -538,7 +538,7 @@ def _checked_weights(weights, n: int, where: str, first_row: int = 1):
     """:func:`attnclust._validation.check_sample_weight`, its error one line naming
     ``where`` the weights come from and the bad weight's row (``first_row``: the row
     number of ``weights[0]``, counted from 1 as in the data's messages)."""
-    from ._validation import check_sample_weight
+    from .._validation import check_sample_weight
 
     try:
         return check_sample_weight(weights, n, rows_from=first_row)
@@ -561,7 +561,7 @@ def _weight_file(args, where: str):
     .csv (read with DATA's --header rule), as float64."""
     import numpy as np
 
-    from ._io import load_matrix, open_npy
+    from .._io import load_matrix, open_npy
 
     path = args.sample_weight
     if path.lower().endswith(".npy") and os.path.isfile(path):
@@ -592,7 +592,7 @@ def _open_rows(args):
     anything else read whole by :func:`attnclust._io.load_matrix`."""
     from pathlib import Path
 
-    from ._io import NpyRows, check_matrix_shape, load_matrix
+    from .._io import NpyRows, check_matrix_shape, load_matrix
 
     path = Path(args.data)
     min_columns = 1 + (args.weight_column is not None)
@@ -608,7 +608,7 @@ def _chunks(args, X, weights):
     non-zero where rows are normalized) and split from their weight column."""
     import numpy as np
 
-    from ._io import check_finite_rows, check_nonzero_rows
+    from .._io import check_finite_rows, check_nonzero_rows
 
     normalized = _normalizes_rows(args)
     for start in range(0, X.shape[0], args.batch_rows):
@@ -628,8 +628,8 @@ def _cmd_fit_streamed(args) -> int:
     import time
     from pathlib import Path
 
-    from ._io import writable_folder
-    from .clustering import AttentionClustering
+    from .._io import writable_folder
+    from ..clustering import AttentionClustering
 
     if args.batch_rows < 1:
         raise CommandError(f"--batch-rows must be a positive integer, got {args.batch_rows}")
@@ -756,7 +756,7 @@ def _check_centers(est) -> None:
     if not np.isfinite(centers).all():
         raise CommandError("fit produced non-finite cluster centers (overflow); rescale the "
                            "data or lower --inverse-temperature")
-    from .geometry import as_geometry
+    from ..geometry import as_geometry
 
     if not as_geometry(est.geometry).unit_heads:
         return
@@ -778,8 +778,8 @@ def _cmd_fit(args) -> int:
 
     import numpy as np
 
-    from ._io import load_matrix, writable_folder
-    from .clustering import AttentionClustering
+    from .._io import load_matrix, writable_folder
+    from ..clustering import AttentionClustering
 
     params = _fit_params(args)
     prefix = _output_prefix(args)
@@ -877,9 +877,9 @@ def _cmd_path(args) -> int:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from ._io import check_nonzero_rows, load_matrix, writable_folder
-    from .annealing import path_grid, temperature_path
-    from .geometry import as_geometry
+    from .._io import check_nonzero_rows, load_matrix, writable_folder
+    from ..annealing import path_grid, temperature_path
+    from ..geometry import as_geometry
 
     prefix = _path_prefix(args)
     outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]
@@ -945,7 +945,7 @@ def _inverse_temperature_option(parser, *, required: bool, help: str) -> None:
 def _inverse_temperature_arg(args, default):
     """The value of ``--inverse-temperature``, or of the deprecated ``--temperature`` (with a
     warning); ``default`` when neither is given."""
-    from ._deprecation import REMOVED_IN
+    from .._deprecation import REMOVED_IN
 
     old, new = args.deprecated_temperature, args.inverse_temperature
     if old is not None:
@@ -991,7 +991,7 @@ def _check_seed(seed: int) -> None:
 
 def _check_device(device: str) -> None:
     """``--device`` is cpu, or a CUDA device that exists on this machine."""
-    from ._validation import check_device
+    from .._validation import check_device
 
     try:
         check_device(device, name="--device")
@@ -1009,14 +1009,14 @@ def _load_shard(args, rank: int, world_size: int):
     """
     from pathlib import Path
 
-    from ._io import (
+    from .._io import (
         check_finite_rows,
         check_matrix_shape,
         check_nonzero_rows,
         load_matrix,
         open_npy,
     )
-    from .distributed import shard_bounds
+    from ..distributed import shard_bounds
 
     path = Path(args.data)
     min_columns = 1 + (args.weight_column is not None)
@@ -1040,7 +1040,7 @@ def _load_shard(args, rank: int, world_size: int):
 
 def _normalizes_rows(args) -> bool:
     """Whether the fit projects rows on the sphere (then an all-zero row is an error)."""
-    from .geometry import as_geometry
+    from ..geometry import as_geometry
 
     return args.normalize == "rows" or (args.normalize == "auto"
                                         and as_geometry(args.geometry).normalize == "rows")
@@ -1064,7 +1064,7 @@ def _cmd_fit_distributed(args) -> int:
     """``fit --distributed``: every rank fits its shard; rank 0 prints and writes."""
     import torch.distributed as dist
 
-    from . import distributed as ddp
+    from .. import distributed as ddp
 
     if args.plot:
         raise CommandError("--plot needs all rows in one process: fit without --distributed, "
@@ -1100,7 +1100,7 @@ def _checked_shard(args, rank: int, world: int, prefix: str, rank0_folder, ddp):
     failure stops every rank with the same line."""
     from pathlib import Path
 
-    from ._io import writable_folder
+    from .._io import writable_folder
 
     try:
         X, error = _load_shard(args, rank, world), None
@@ -1124,7 +1124,7 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
     import torch
     import torch.distributed as dist
 
-    from .clustering import AttentionClustering
+    from ..clustering import AttentionClustering
 
     plan = AttentionClustering(args.n_clusters, **params)
     bar, callback = _progress_callback(_progress_total(plan), args.quiet or rank != 0)
@@ -1167,8 +1167,8 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
 def _cmd_quantize(args) -> int:
     from pathlib import Path
 
-    from ._io import load_matrix, writable_folder
-    from .in_context import identity_attention
+    from .._io import load_matrix, writable_folder
+    from ..in_context import identity_attention
 
     out = Path(args.out)
     if out.suffix.lower() not in (".npy", ".csv") or out.name.startswith("."):
@@ -1195,7 +1195,7 @@ def _cmd_quantize(args) -> int:
 
 
 def _cmd_list(args) -> int:
-    from .experiments import FIGURES
+    from ..experiments import FIGURES
 
     for name, module in FIGURES.items():
         print(f"{name:6s} {module.DESCRIPTION}")
@@ -1203,8 +1203,8 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from ._io import writable_folder
-    from .experiments import FIGURES, reproduce
+    from .._io import writable_folder
+    from ..experiments import FIGURES, reproduce
 
     if "all" in args.figures and len(args.figures) > 1:
         raise CommandError("'all' cannot be combined with figure names")
@@ -1245,7 +1245,7 @@ def _run(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; return the exit status."""
-    from . import _io
+    from .. import _io
 
     parser = _build_parser()
     try:
