@@ -3,7 +3,7 @@
 ``--batch-rows`` streams the rows through ``partial_fit`` instead
 (:mod:`attnclust.cli.fit_streamed`), ``--distributed`` fits them with one process per
 rank under torchrun (:mod:`attnclust.cli.fit_distributed`); the three flows write the
-same files and print the same summary.
+same files and print a summary of the same form.
 """
 
 from __future__ import annotations
