@@ -239,7 +239,7 @@ def test_fit_failing_rename_leaves_no_partial_output(blobs, capsys, third_rename
 @pytest.mark.parametrize("anneal", [True, False])
 def test_progress_total_counts_every_step(tmp_path, monkeypatch, capsys, anneal):
     """A fit that runs to max_iter fills its progress bar exactly, annealing included."""
-    from attnclust import cli
+    from attnclust.cli import fit as fit_command
 
     seen = {}
 
@@ -254,7 +254,7 @@ def test_progress_total_counts_every_step(tmp_path, monkeypatch, capsys, anneal)
             seen["steps"] += 1
         return Bar(), callback
 
-    monkeypatch.setattr(cli, "_progress_callback", progress)
+    monkeypatch.setattr(fit_command, "progress_callback", progress)
     X = np.random.default_rng(1).normal(size=(200, 5))       # no clusters: slow to converge
     np.save(tmp_path / "x.npy", X)
     # the soft solver at a given lambda (the default's bar may end early: its hard stage
@@ -381,11 +381,11 @@ def test_dense_backend_too_large_is_refused_at_once(tmp_path, capsys):
 
 
 def test_summary_sums_in_blocks_equal_the_whole_matrix(blobs):
-    from attnclust.cli import _summary_sums
+    from attnclust.cli._summary import summary_sums
 
     X, _, _ = blobs
     est = ac.AttentionClustering(3, random_state=0).fit(X)
-    conf_sum, sq_err = _summary_sums(est, X, 3, chunk=7)            # 300 rows in 43 blocks
+    conf_sum, sq_err = summary_sums(est, X, 3, chunk=7)            # 300 rows in 43 blocks
     proba = est.predict_proba(X)
     expected = [proba[est.labels_ == k].max(1).sum() for k in range(3)]
     np.testing.assert_allclose(conf_sum, expected, rtol=1e-12)

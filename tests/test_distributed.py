@@ -418,7 +418,7 @@ def test_each_rank_checks_its_rows_like_one_process(tmp_path, case):
     """The checks every rank runs on its rows before the fit (rows counted in the file)."""
     from types import SimpleNamespace
 
-    from attnclust.cli import _load_shard
+    from attnclust.cli.fit_distributed import load_shard
 
     path = _bad_file(tmp_path, case)
     args = SimpleNamespace(data=str(path), normalize="auto", geometry="sphere", header="auto",
@@ -426,7 +426,7 @@ def test_each_rank_checks_its_rows_like_one_process(tmp_path, case):
     failing = []
     for rank in range(2):
         try:
-            _load_shard(args, rank, 2)
+            load_shard(args, rank, 2)
         except ValueError as exc:
             failing.append(rank)
             assert str(exc).startswith(f"{path}: ") and _BAD_DATA[case] in str(exc)

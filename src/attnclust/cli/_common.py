@@ -1,0 +1,139 @@
+"""What every command shares: its one-line errors, common arguments, progress, outputs.
+
+A :class:`CommandError` (or a ``ValueError``/``OSError``) raised by a command becomes one
+line on stderr and exit status 2 in :func:`attnclust.cli.main`; :func:`write_all` writes a
+command's outputs all or nothing, after its summary is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+EXIT_USAGE = 2
+
+
+class CommandError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+class StdoutError(CommandError):
+    """Writing to stdout failed (a full disk, a closed pipe): one line, status 2."""
+
+    def __init__(self, exc: OSError):
+        self.reason = exc.strerror or str(exc)
+        super().__init__(f"could not write to stdout ({self.reason})")
+
+
+def say(line: str) -> None:
+    """Write one line to stderr in a single write.
+
+    ``print`` writes the text and the newline separately, and with unbuffered stderr
+    (``python -u``, ``PYTHONUNBUFFERED``) the lines of ranks sharing a terminal or a
+    torchrun log could interleave mid-line.
+    """
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+def shows_progress(quiet: bool) -> bool:
+    """Whether to draw progress bars: not ``--quiet``, and stderr is a terminal."""
+    return not quiet and sys.stderr.isatty()
+
+
+def progress_bar(total: int, quiet: bool, **options):
+    """A tqdm bar on stderr that disappears when done (``options``: its ``desc``,
+    ``unit``, ...); None when quiet or stderr is no terminal."""
+    if not shows_progress(quiet):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, leave=False, file=sys.stderr, **options)
+
+
+def header_option(parser) -> None:
+    parser.add_argument("--header", default="auto", choices=["auto", "yes", "no"],
+                        help="whether a CSV's first line is a header (default auto: a "
+                             "line with a non-number, or pandas' 0,1,...,d-1 above "
+                             "non-integer rows; a line that could be either is refused)")
+
+
+def header(args) -> bool | None:
+    """``--header`` as :func:`attnclust._io.load_matrix` takes it."""
+    return {"auto": None, "yes": True, "no": False}[args.header]
+
+
+def inverse_temperature_option(parser, *, required: bool, help: str) -> None:
+    """``--inverse-temperature``, and ``--temperature``, its old name hidden from the help.
+
+    The two form one mutually exclusive group, so that the usage line shows a required
+    ``--inverse-temperature`` as required and giving both is a usage error.
+    """
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--inverse-temperature", default=None, metavar="LAMBDA", help=help)
+    group.add_argument("--temperature", dest="deprecated_temperature", default=None,
+                       help=argparse.SUPPRESS)
+
+
+def inverse_temperature_arg(args, default):
+    """The value of ``--inverse-temperature``, or of the deprecated ``--temperature`` (with a
+    warning); ``default`` when neither is given."""
+    from .._deprecation import REMOVED_IN
+
+    old, new = args.deprecated_temperature, args.inverse_temperature
+    if old is not None:
+        warnings.warn(f"--temperature is deprecated and will be removed in {REMOVED_IN}; "
+                      "use --inverse-temperature (same value: lambda multiplies the logits)",
+                      FutureWarning, stacklevel=2)
+        return old
+    return default if new is None else new
+
+
+def check_seed(seed: int) -> None:
+    if seed < 0:
+        raise CommandError(f"--seed must be a non-negative integer, got {seed}")
+
+
+def check_device(device: str) -> None:
+    """``--device`` is cpu, or a CUDA device that exists on this machine."""
+    from .._validation import check_device
+
+    try:
+        check_device(device, name="--device")
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def refuse_overwriting_input(data: str, outputs) -> None:
+    """An output that is the input file itself (same path or same file) is refused."""
+    from pathlib import Path
+
+    source = Path(data)
+    for out in outputs:
+        out = Path(out)
+        same = (out.resolve() == source.resolve()
+                or (out.exists() and source.exists() and os.path.samefile(out, source)))
+        if same:
+            raise CommandError(f"the output {out} is the input file {data}; choose another "
+                               "--out")
+
+
+def write_all(outputs: dict, summary: str) -> None:
+    """Stage every ``path -> array``, print ``summary``, then rename all: all or nothing.
+
+    The summary is printed (and flushed) before the renames, so a failure to print it (a
+    full disk behind stdout, a closed pipe) leaves no output file, like any other failure.
+    """
+    from .._io import save_matrices
+
+    save_matrices(outputs, before_rename=lambda: _print_summary(summary))
+
+
+def _print_summary(summary: str) -> None:
+    try:
+        print(summary, flush=True)
+    except StdoutError as exc:
+        raise CommandError(f"could not print the summary ({exc.reason}); nothing was "
+                           "written") from None

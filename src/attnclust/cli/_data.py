@@ -1,0 +1,123 @@
+"""The rows of ``attnclust fit``'s DATA: opening the file, checking its rows block by block,
+and their sample weights (``--sample-weight FILE`` or ``--weight-column J``).
+
+Bad input is one line naming the file, and the row (counted from 1, in the whole file
+even when a rank or a chunk holds only some of its rows) or the option at fault.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ._common import CommandError, header
+
+
+def min_columns(args) -> int:
+    """The fewest columns DATA may have: one feature, and the weight column if any."""
+    return 1 + (args.weight_column is not None)
+
+
+def open_rows(args, open_npy):
+    """DATA, its rows read when indexed: a .npy opened by ``open_npy`` (a memory map, or
+    :class:`attnclust._io.NpyRows`) with its shape checked, anything else read whole by
+    :func:`attnclust._io.load_matrix`."""
+    from pathlib import Path
+
+    from .._io import check_matrix_shape, load_matrix
+
+    path = Path(args.data)
+    if path.suffix.lower() == ".npy" and path.is_file():
+        X = open_npy(path)
+        check_matrix_shape(X, path, min_columns=min_columns(args))
+        return X
+    return load_matrix(path, min_columns=min_columns(args), header=header(args))
+
+
+def checked_block(args, block, where, start: int, n_rows: int, weights=None):
+    """``(features, weights)`` of the rows ``start, start + 1, ...`` of DATA's ``n_rows``:
+    finite, split from their weights, non-zero where the fit normalizes rows. ``weights``:
+    those of every row when already read (a ``--sample-weight`` file), else taken from the
+    block or the file here; ``where`` names DATA in the messages."""
+    from .._io import check_finite_rows, check_nonzero_rows
+
+    check_finite_rows(block, where, row_offset=start)
+    rows = slice(start, start + block.shape[0])
+    if weights is None:
+        block, weights = split_weights(args, block, rows=rows, n_rows=n_rows)
+    else:
+        weights = weights[rows]
+    if normalizes_rows(args):
+        check_nonzero_rows(block, where, row_offset=start)
+    return block, weights
+
+
+def normalizes_rows(args) -> bool:
+    """Whether the fit projects rows on the sphere (then an all-zero row is an error)."""
+    from ..geometry import as_geometry
+
+    return args.normalize == "rows" or (args.normalize == "auto"
+                                        and as_geometry(args.geometry).normalize == "rows")
+
+
+def split_weights(args, X, *, rows: slice | None = None, n_rows: int | None = None):
+    """``(features, weights)``: DATA without ``--weight-column``, and the weights of its
+    rows (a rank's shard: ``X`` holds ``rows`` of the file's ``n_rows``); weights ``None``
+    without either option. Bad weights are one line naming their source."""
+    import numpy as np
+
+    if args.weight_column is None and args.sample_weight is None:
+        return X, None
+    if args.weight_column is not None:
+        j, d = args.weight_column, X.shape[1]
+        if not 1 <= j <= d:
+            raise CommandError(f"--weight-column {j} is not a column of {args.data} (columns "
+                               f"1 to {d})")
+        where = f"--weight-column {j} of {args.data}"
+        weights = np.asarray(X[:, j - 1], dtype=np.float64)
+        X = X[:, [c for c in range(d) if c != j - 1]]
+    else:
+        weights = file_weights(args, X.shape[0] if n_rows is None else n_rows)
+        return X, (weights if rows is None else weights[rows])
+    return X, _checked_weights(weights, X.shape[0], where, 1 if rows is None else rows.start + 1)
+
+
+def file_weights(args, n: int):
+    """The ``n`` checked weights of the ``--sample-weight`` file."""
+    where = f"--sample-weight {args.sample_weight}"
+    weights = _weight_file(args, where)
+    if weights.shape[0] != n:
+        raise CommandError(f"{where}: {weights.shape[0]} weights for the {n} rows of "
+                           f"{args.data}")
+    return _checked_weights(weights, n, where)
+
+
+def _checked_weights(weights, n: int, where: str, first_row: int = 1):
+    """:func:`attnclust._validation.check_sample_weight`, its error one line naming
+    ``where`` the weights come from and the bad weight's row (``first_row``: the row
+    number of ``weights[0]``, counted from 1 as in the data's messages)."""
+    from .._validation import check_sample_weight
+
+    try:
+        return check_sample_weight(weights, n, rows_from=first_row)
+    except ValueError as exc:
+        raise CommandError(f"{where}: {str(exc).removeprefix('sample_weight ')}") from None
+
+
+def _weight_file(args, where: str):
+    """The weights of ``--sample-weight``: a .npy of shape (n,) or (n, 1), or a one-column
+    .csv (read with DATA's --header rule), as float64."""
+    import numpy as np
+
+    from .._io import load_matrix, open_npy
+
+    path = args.sample_weight
+    if path.lower().endswith(".npy") and os.path.isfile(path):
+        weights = np.asarray(open_npy(path))    # (n,) allowed: load_matrix wants 2-D
+    else:
+        weights = load_matrix(path, header=header(args))
+    if weights.ndim == 2 and weights.shape[1] == 1:
+        weights = weights[:, 0]
+    if weights.ndim != 1 or weights.shape[0] == 0:
+        raise CommandError(f"{where}: expected one weight per row, shape (n,) or (n, 1), "
+                           f"got shape {weights.shape}")
+    return np.asarray(weights, dtype=np.float64)

@@ -1,0 +1,176 @@
+"""What the three flows of ``attnclust fit`` share (one process, streamed, distributed):
+the checked arguments, the run with its progress bar and the check of its centers, and
+the output files.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ._common import (
+    CommandError,
+    check_device,
+    check_seed,
+    inverse_temperature_arg,
+    progress_bar,
+    refuse_overwriting_input,
+)
+
+# torch's gloo and TCPStore fail on timeouts of 1e10 s and more; a day-long job is 1e5 s
+MAX_TIMEOUT = 1e7
+
+
+def prepare(args) -> tuple[dict, str]:
+    """The estimator's parameters and the output prefix, once the arguments are checked
+    and no output would overwrite DATA (before any work)."""
+    params = fit_params(args)
+    prefix = output_prefix(args)
+    refuse_overwriting_input(args.data, output_files(args, prefix))
+    return params, prefix
+
+
+def fit_params(args) -> dict:
+    """Estimator parameters from the ``fit`` arguments (checked here, before any work)."""
+    if args.n_clusters != "auto" and args.n_clusters < 1:
+        raise CommandError(f"--n-clusters must be a positive integer, got {args.n_clusters}")
+    if args.n_clusters == "auto" and (args.distributed or args.batch_rows is not None):
+        raise CommandError("-k auto reads K off the temperature path of all the rows on one "
+                           "process: give K with --distributed or --batch-rows")
+    if args.max_iter < 1:
+        raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
+    check_seed(args.seed)
+    check_device(args.device)
+    if not 0 < args.timeout <= MAX_TIMEOUT:       # also false for nan
+        raise CommandError(f"--timeout must be a positive number of seconds, at most "
+                           f"{MAX_TIMEOUT:g}, got {args.timeout}")
+    given = inverse_temperature_arg(args, default="auto")
+    inverse_temperature = given
+    if given != "auto":
+        try:
+            inverse_temperature = float(given)
+        except ValueError:
+            raise CommandError(f"--inverse-temperature must be a positive number or 'auto', "
+                               f"got {given!r}") from None
+    return dict(geometry=args.geometry, inverse_temperature=inverse_temperature,
+                normalize=None if args.normalize == "none" else args.normalize,
+                anneal=False if args.no_anneal else "auto", max_iter=args.max_iter,
+                random_state=args.seed, device=args.device)
+
+
+def output_prefix(args) -> str:
+    """The ``fit`` output prefix: ``--out`` (a folder when it ends in /), else DATA's stem."""
+    from pathlib import Path
+
+    if args.out is None:
+        return str(Path(args.data).with_suffix(""))
+    if not args.out.strip():
+        raise CommandError("--out must not be empty: give a prefix such as results/run1, or a "
+                           "folder ending in /")
+    if args.out.endswith(("/", os.sep)) or Path(args.out).is_dir():
+        return str(Path(args.out) / Path(args.data).stem)
+    return args.out
+
+
+def output_files(args, prefix: str, centers=None, labels=None, proba=None,
+                 picture=None) -> dict:
+    """``path -> array or writer`` of the fit's files: PREFIX.centers and PREFIX.labels,
+    with ``--proba`` PREFIX.proba, with ``--plot`` PREFIX.png (``proba`` and ``picture``:
+    functions giving them, called only when asked for). Without values, the paths alone
+    (for the check that no output is the input)."""
+    from pathlib import Path
+
+    outputs = {Path(f"{prefix}.centers.npy"): centers, Path(f"{prefix}.centers.csv"): centers,
+               Path(f"{prefix}.labels.npy"): labels, Path(f"{prefix}.labels.csv"): labels}
+    if args.proba:
+        values = None if proba is None else proba()
+        outputs.update({Path(f"{prefix}.proba.npy"): values,
+                        Path(f"{prefix}.proba.csv"): values})
+    if args.plot:
+        outputs[Path(f"{prefix}.png")] = None if picture is None else picture()
+    return outputs
+
+
+def predict_proba(est, X, *, chunk: int = 1 << 16):
+    """``est.predict_proba`` of every row, in blocks (a memory map is read, not copied)."""
+    import numpy as np
+
+    return np.concatenate([est.predict_proba(X[s:s + chunk])
+                           for s in range(0, X.shape[0], chunk)])
+
+
+def plot_writer(args, est, X, labels, sizes=None):
+    """Draw the picture now (``labels``: of every row, or None to predict those drawn;
+    ``sizes``: the clusters' sizes, when known without them); return the function that
+    writes it (as a PNG) when the outputs are staged."""
+    import matplotlib
+
+    from ..experiments._style import RC
+    from ..picture import plot_clusters
+
+    with matplotlib.rc_context(RC):
+        fig = plot_clusters(est, X, labels=labels, sizes=sizes, random_state=args.seed,
+                            title=f"attnclust fit {os.path.basename(args.data)}: "
+                                  f"K={est.n_clusters}, lambda={est.inverse_temperature_:.3g}, "
+                                  f"{X.shape[0]:,} rows")
+
+    def write(path) -> None:
+        with matplotlib.rc_context(RC):
+            fig.savefig(path, format="png", dpi=150)
+    return write
+
+
+def progress_total(est) -> int:
+    """Most callback steps of a fit: the steps of its annealing plan, ``max_iter`` last."""
+    return sum(est.max_iter if steps is None else steps for _, steps in est.anneal_plan())
+
+
+def progress_callback(total: int, quiet: bool):
+    """A tqdm bar fed by the estimator's callback; None when quiet or stderr is no terminal.
+
+    ``total`` is the most steps the fit can take; it may stop earlier, having converged.
+    """
+    bar = progress_bar(total, quiet, desc="fit", unit="step")
+    if bar is None:
+        return None, None
+
+    def callback(info) -> None:
+        bar.update(1)
+        bar.set_postfix(loss=f"{info.loss:.4g}", lam=f"{info.inverse_temperature:.3g}",
+                        refresh=False)
+    return bar, callback
+
+
+def run_fit(fit, bar):
+    """``fit()``, the estimator it returns, and its seconds; the progress ``bar`` (or None)
+    is closed however the fit ends, and the centers are checked (:func:`check_centers`)."""
+    import time
+
+    start = time.perf_counter()
+    try:
+        est = fit()
+    finally:
+        if bar is not None:
+            bar.close()
+    seconds = time.perf_counter() - start
+    check_centers(est)
+    return est, seconds
+
+
+def check_centers(est) -> None:
+    """The CLI's last check before writing: finite centers (of unit norm on the sphere)."""
+    import numpy as np
+
+    centers = np.asarray(est.cluster_centers_, dtype=np.float64)
+    if not np.isfinite(centers).all():
+        raise CommandError("fit produced non-finite cluster centers (overflow); rescale the "
+                           "data or lower --inverse-temperature")
+    from ..geometry import as_geometry
+
+    if not as_geometry(est.geometry).unit_heads:
+        return
+    norms = np.linalg.norm(centers, axis=1)
+    if not np.allclose(norms, 1.0, rtol=0.0, atol=1e-6):
+        worst = int(np.argmax(np.abs(norms - 1.0)))
+        raise CommandError(f"fit produced a cluster center of norm {norms[worst]:.6g} "
+                           f"(center {worst}), not on the unit sphere; rescale the data or "
+                           "lower --inverse-temperature")

@@ -1,0 +1,151 @@
+"""``attnclust fit``: its arguments, and the fit of DATA's rows in one process.
+
+``--batch-rows`` streams the rows through ``partial_fit`` instead
+(:mod:`attnclust.cli.fit_streamed`), ``--distributed`` fits them with one process per
+rank under torchrun (:mod:`attnclust.cli.fit_distributed`); the three flows write the
+same files and print a summary of the same form.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from . import fit_distributed, fit_streamed
+from ._common import CommandError, header, header_option, inverse_temperature_option
+from ._data import min_columns, split_weights
+from ._fit_common import (
+    output_files,
+    plot_writer,
+    predict_proba,
+    prepare,
+    progress_callback,
+    progress_total,
+    run_fit,
+)
+from ._summary import head_line, steps_note, summary_sums, write_fit
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("fit", help="cluster the rows of a .npy/.csv file with AttentionClustering")
+    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    p.add_argument("--n-clusters", "-k", type=_n_clusters_arg, required=True, metavar="K",
+                   help="number of clusters (heads), or 'auto' (read off the temperature path)")
+    p.add_argument("--out", default=None, metavar="PREFIX",
+                   help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
+                        "(default: DATA without its suffix; a folder, written DIR/, gets "
+                        "the files named after DATA)")
+    inverse_temperature_option(p, required=False,
+                               help="inverse temperature lambda (it multiplies the logits: "
+                                    "larger is sharper), or 'auto' (default)")
+    p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
+                   help="euclidean: free heads, soft k-means cells (default); sphere: unit "
+                        "heads, cones from the origin (directions, e.g. embeddings)")
+    p.add_argument("--normalize", default="auto", choices=["auto", "rows", "center-scale", "none"],
+                   help="preprocessing of the rows (default auto: onto the unit sphere with "
+                        "--geometry sphere, as given otherwise)")
+    p.add_argument("--no-anneal", action="store_true",
+                   help="fit at the target inverse temperature only")
+    p.add_argument("--max-iter", type=int, default=300, metavar="N",
+                   help="most fixed-point steps at the final inverse temperature (default: "
+                        "300); the fit stops earlier when it converges")
+    p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
+    p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: cpu)")
+    p.add_argument("--distributed", action="store_true",
+                   help="data-parallel fit, one process per rank, launched by torchrun "
+                        "(gloo on CPU, NCCL on CUDA); each rank memory-maps only its rows "
+                        "of a .npy (a .csv is read whole, then sliced); rank 0 alone prints "
+                        "and writes")
+    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+                   help="with --distributed: how long a rank waits for the others before "
+                        "failing (rendezvous and each collective; default: 300, at most "
+                        "1e7)")
+    _output_options(p)
+    _weight_options(p)
+    p.add_argument("--batch-rows", type=int, default=None, metavar="N",
+                   help="stream DATA through partial_fit in chunks of N rows (one pass; a "
+                        ".npy is memory-mapped and read chunk by chunk, a .csv is parsed "
+                        "whole), then write the outputs chunk by chunk: memory bounded by "
+                        "the chunk, not the file; the rows should come in random order "
+                        "(a file sorted by cluster seeds every head from its first "
+                        "chunk: shuffle it first)")
+    header_option(p)
+    p.set_defaults(handler=run)
+
+
+def _n_clusters_arg(value: str):
+    """``--n-clusters``: a positive integer, or ``auto``."""
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {value!r}: give an integer or "
+                                         "'auto'") from None
+
+
+def _output_options(parser) -> None:
+    parser.add_argument("--proba", action="store_true",
+                        help="also write PREFIX.proba.{npy,csv}: each row's attention on "
+                             "every head (soft memberships; rows sum to 1)")
+    parser.add_argument("--plot", action="store_true",
+                        help="also write PREFIX.png: the rows in 2-D (the data for d = 2, "
+                             "else a PCA) coloured by cluster, the heads marked, at most "
+                             "20,000 rows drawn")
+
+
+def _weight_options(parser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--sample-weight", default=None, metavar="FILE",
+                       help="a weight per row of DATA (.npy of shape (n,) or (n, 1), or a "
+                            "one-column .csv; non-negative, not all zero): a row of weight "
+                            "w counts as w copies of it")
+    group.add_argument("--weight-column", type=int, default=None, metavar="J",
+                       help="take the weights from column J of DATA (counted from 1), "
+                            "which is then left out of the features")
+
+
+def run(args) -> int:
+    """``fit``: distributed, streamed, or (by default) every row in this process."""
+    if args.distributed:
+        return fit_distributed.run(args)
+    if args.batch_rows is not None:
+        return fit_streamed.run(args)
+    from pathlib import Path
+
+    import numpy as np
+
+    from .._io import load_matrix, writable_folder
+    from ..clustering import AttentionClustering
+
+    params, prefix = prepare(args)
+    # a float32/float64 .npy stays memory-mapped: no float64 copy made here
+    X = load_matrix(args.data, min_columns=min_columns(args), mmap=True, header=header(args))
+    X, weights = split_weights(args, X)
+    if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
+        raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
+                           f"({X.shape[0]}) of {args.data}")
+    with writable_folder(Path(prefix).parent):     # fails now, not after the fit
+        model = AttentionClustering(args.n_clusters, **params)
+        bar, callback = progress_callback(progress_total(model), args.quiet)
+        model.set_params(callback=callback)
+        est, seconds = run_fit(lambda: model.fit(X, sample_weight=weights), bar)
+        outputs = output_files(args, prefix, est.cluster_centers_, est.labels_,
+                               proba=lambda: predict_proba(est, X),
+                               picture=lambda: plot_writer(args, est, X, est.labels_))
+        sizes = np.bincount(est.labels_, minlength=est.n_clusters_)
+        conf_sum, sq_err = summary_sums(est, X, est.n_clusters_, weights=weights)
+        total = X.shape[0] if weights is None else float(weights.sum())
+        head = _auto_k_line(est) + head_line(
+            X.shape[0], X.shape[1], est.n_clusters_, weights=weights,
+            inverse_temperature=est.inverse_temperature_, progress=steps_note(est),
+            risk=sq_err / total, seconds=seconds)
+        write_fit(outputs, [head], sizes, conf_sum)
+    return 0
+
+
+def _auto_k_line(est) -> str:
+    """With ``-k auto``: the chosen K and why, on a line of its own."""
+    if getattr(est, "n_clusters_reason_", None) is None or est.n_clusters != "auto":
+        return ""
+    return f"chose K={est.n_clusters_}: {est.n_clusters_reason_}\n"

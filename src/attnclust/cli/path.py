@@ -1,0 +1,96 @@
+"""``attnclust path``: the temperature path of the rows of a file, the clusters and the
+risk against lambda, written as a picture and a JSON summary (with the K it suggests)."""
+
+from __future__ import annotations
+
+from ._common import CommandError, progress_bar, refuse_overwriting_input, write_all
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("path", help="the temperature path of a .npy/.csv file: clusters and "
+                                    "risk against lambda (picture + JSON)")
+    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    p.add_argument("--max-clusters", type=int, required=True, metavar="N",
+                   help="number of heads followed (the path stops once they are all apart)")
+    p.add_argument("--out", default=None, metavar="PREFIX",
+                   help="output prefix: PREFIX.png and PREFIX.json (default: DATA without its "
+                        "suffix, plus .path)")
+    p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
+                   help="euclidean (default), or sphere (rows scaled onto the unit sphere)")
+    p.add_argument("--objective", default="free_energy", choices=["free_energy", "risk"],
+                   help="free_energy: deterministic annealing (default); risk: the layer's "
+                        "risk minimizer, which never merges its heads")
+    p.add_argument("--min-cluster-size", type=int, default=None, metavar="M",
+                   help="rows a cluster needs to be counted (default: max(5, n/100))")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
+    p.set_defaults(handler=run)
+
+
+def _prefix(args) -> str:
+    from pathlib import Path
+
+    if args.out is None:
+        return str(Path(args.data).with_suffix("")) + ".path"
+    if not args.out.strip():
+        raise CommandError("--out must not be empty: give a prefix such as results/path1")
+    return args.out
+
+
+def run(args) -> int:
+    import json
+    from pathlib import Path
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from .._io import check_nonzero_rows, load_matrix, writable_folder
+    from ..annealing import path_grid, temperature_path
+    from ..geometry import as_geometry
+
+    prefix = _prefix(args)
+    outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]
+    refuse_overwriting_input(args.data, outputs)
+    X = load_matrix(args.data, min_columns=2)
+    if not 1 <= args.max_clusters <= X.shape[0]:
+        raise CommandError(f"--max-clusters must be between 1 and the number of rows "
+                           f"({X.shape[0]}) of {args.data}, got {args.max_clusters}")
+    if args.min_cluster_size is not None and args.min_cluster_size < 1:
+        raise CommandError(f"--min-cluster-size must be a positive integer, got "
+                           f"{args.min_cluster_size}")
+    if as_geometry(args.geometry).unit_heads:       # rows onto the sphere, as fit does
+        check_nonzero_rows(X, args.data)
+        X = X / np.linalg.norm(X, axis=1, keepdims=True)
+    with writable_folder(Path(prefix).parent):     # fails now, not after the path
+        grid = path_grid(X, geometry=args.geometry)
+        bar = progress_bar(len(grid), args.quiet, desc="path", unit="lambda")
+
+        def callback(i, lam, k):
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(lam=f"{lam:.3g}", clusters=k, refresh=False)
+        try:
+            path = temperature_path(X, args.max_clusters, geometry=args.geometry,
+                                    objective=args.objective, inverse_temperatures=grid,
+                                    min_cluster_size=args.min_cluster_size, callback=callback)
+        finally:
+            if bar is not None:
+                bar.close()
+        choice = path.choose_n_clusters()
+        summary = {"data": str(args.data), "n": int(X.shape[0]), "d": int(X.shape[1]),
+                   "max_clusters": args.max_clusters, "chosen_n_clusters": choice.n_clusters,
+                   "reason": choice.reason, **path.to_dict()}
+        fig = path.plot()
+        splits = ", ".join(f"{s:.3g}" for s in path.split_inverse_temperatures) or "none"
+        line = (f"n={X.shape[0]}  d={X.shape[1]}  splits at lambda = {splits}\n"
+                f"chose K={choice.n_clusters}: {choice.reason}\n"
+                f"wrote {outputs[0]}, {outputs[1]}")
+        try:
+            write_all({outputs[0]: lambda p: fig.savefig(p, dpi=120),
+                       outputs[1]: lambda p: p.write_text(json.dumps(summary, indent=1))},
+                      line)
+        finally:
+            plt.close(fig)
+    return 0

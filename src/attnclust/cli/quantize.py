@@ -1,0 +1,61 @@
+"""``attnclust quantize``: identity attention applied to the rows of a file
+(in-context quantization), written to one output file."""
+
+from __future__ import annotations
+
+from ._common import (
+    CommandError,
+    header,
+    header_option,
+    inverse_temperature_arg,
+    inverse_temperature_option,
+    refuse_overwriting_input,
+    write_all,
+)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
+    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    inverse_temperature_option(p, required=True,
+                               help="inverse temperature lambda (it multiplies the logits: "
+                                    "larger is sharper)")
+    p.add_argument("--out", required=True, metavar="FILE", help="output file (.npy or .csv)")
+    p.add_argument("--n-steps", type=int, default=1, help="repeated applications (default: 1)")
+    p.add_argument("--exclude-self", action="store_true", help="a token does not attend to itself")
+    p.add_argument("--renormalize", action="store_true",
+                   help="project tokens back to the sphere after each step")
+    p.add_argument("--backend", default="auto", help="auto, dense, fused or chunked")
+    p.add_argument("--quiet", action="store_true", help="no warnings")
+    header_option(p)
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    from .._io import load_matrix, writable_folder
+    from ..in_context import identity_attention
+
+    out = Path(args.out)
+    if out.suffix.lower() not in (".npy", ".csv") or out.name.startswith("."):
+        raise CommandError(f"--out must be a file name ending in .npy or .csv, got {args.out!r}")
+    given = inverse_temperature_arg(args, default=None)   # required by the parser
+    try:
+        lam = float(given)
+    except ValueError:
+        lam = float("nan")
+    if not 0 < lam < float("inf"):      # also false for nan
+        raise CommandError(f"--inverse-temperature must be a positive number, got {given!r}")
+    if args.n_steps < 1:
+        raise CommandError(f"--n-steps must be a positive integer, got {args.n_steps}")
+    refuse_overwriting_input(args.data, [out])
+    X = load_matrix(args.data, min_columns=2, header=header(args))
+    with writable_folder(out.parent):
+        # the library refuses overflow (NaN or inf) and a dense L x L that cannot fit
+        Y = identity_attention(X, lam, n_steps=args.n_steps,
+                               exclude_self=args.exclude_self, renormalize=args.renormalize,
+                               backend=args.backend)
+        write_all({out: Y}, f"n={X.shape[0]}  d={X.shape[1]}  lambda={lam:g}  "
+                            f"steps={args.n_steps}  wrote {out}")
+    return 0
