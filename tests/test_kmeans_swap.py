@@ -1,14 +1,16 @@
-"""The single swap of a streamed fit against a brute-force k-means cost, and its removal
-costs and split against written-out references."""
+"""The single swap against a brute-force k-means cost, and its removal costs and split
+against written-out references; the swap polish of a sample's k-means."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
+from sklearn.datasets import make_blobs
 
 from attnclust.geometry import as_geometry
-from attnclust.swap import single_swap
+from attnclust.kmeans.lloyd import sample_kmeans
+from attnclust.kmeans.swap import SWAP_HEADS, single_swap, swap_polish
 
 EUCLID = as_geometry("euclidean")
 CENTRES = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])
@@ -86,3 +88,28 @@ def test_sphere_moves_to_unit_heads():
     new = heads.copy()
     new[[move.h, move.g]] = move.new.numpy()
     assert _kmeans_cost(X, new) < _kmeans_cost(X, heads)
+
+
+def test_swaps_never_raise_the_objective_and_repair_stuck_partitions():
+    """From one seeding's Lloyd partition of 25 blobs (often two heads in one blob and one
+    head on two), the swaps keep a partition only when its k-means objective is lower,
+    and they lower it on most seeds."""
+    X = make_blobs(2500, centers=25, cluster_std=0.6, center_box=(-30, 30), random_state=4)[0]
+    S = torch.as_tensor((X - X.mean(0)) / X.std())
+    lowered = 0
+    for seed in range(8):
+        start = sample_kmeans(S, 25, seed=seed)                    # one seeding
+        kept, steps = swap_polish(S, start, EUCLID, max_iter=300)
+        assert kept.objective <= start.objective
+        lowered += kept.objective < start.objective * (1 - 1e-3)
+        labels = ((S[:, None, :] - kept.heads[None]) ** 2).sum(-1).argmin(1).numpy()
+        np.testing.assert_array_equal(kept.labels, labels)
+    assert lowered >= 4
+
+
+def test_few_heads_take_no_swap():
+    S = torch.tensor([[0.0], [0.1], [5.0], [5.1], [9.0], [9.1]], dtype=torch.float64)
+    two_in_one = sample_kmeans(S, 3, init=S[[0, 1, 4]])
+    assert 3 < SWAP_HEADS
+    kept, steps = swap_polish(S, two_in_one, EUCLID, max_iter=100)
+    assert kept is two_in_one and steps == 0

@@ -1,4 +1,4 @@
-"""k-means from several k-means++ seedings at once: the warm start's restarts, batched.
+"""Lloyd's steps of several k-means runs at once, on a sample: the warm start's restarts.
 
 The estimator's warm start is the best of ``n_init`` k-means runs on its sample: each a
 greedy k-means++ seeding (Arthur and Vassilvitskii's D^2 sampling, with ``2 + ln K``
@@ -7,8 +7,10 @@ candidates per head and the one that lowers the potential most kept, as scikit-l
 
     R_inf(mu) = sum_i w_i min_h ||x_i - mu_h||^2 / sum_i w_i
 
-kept. On small data the cost of such runs is the fixed cost of each call, not its
-arithmetic, so the runs here are carried together: every step of the seeding and every
+kept (its objective then recomputed from its heads and labels,
+:func:`attnclust.kmeans.result.objective`). On small data the cost of such runs is the
+fixed cost of each call, not its arithmetic, so the runs here are carried together (the
+seedings are :mod:`attnclust.kmeans.seeding`'s): every step of the seeding and every
 Lloyd step is one product of the rows with the heads of all runs still going (an
 ``(A K) x m`` block per chunk of ``m`` rows), each run's nearest heads, and one product
 of the cell memberships with the rows for the per-cell sums. A run leaves the batch
@@ -34,7 +36,12 @@ from typing import NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Restarts", "Runs", "best_of_seedings", "kmeanspp_batch", "lloyd_batch"]
+from .result import KMeansResult, objective
+from .seeding import kmeanspp_batch
+
+__all__ = ["KMEANS_TOL", "best_of_seedings", "kmeanspp_batch", "lloyd_batch"]
+
+KMEANS_TOL = 1e-4   # scikit-learn's KMeans tol: squared moves over the mean feature variance
 
 _FEW_HEADS = 16            # up to this many heads, scores laid out (A, K, m), else (m, A, K)
 # entries of one (A K) x m block of scores: large with a few heads (8 MB in float64: a
@@ -43,21 +50,6 @@ _FEW_HEADS = 16            # up to this many heads, scores laid out (A, K, m), e
 _BLOCK = {True: 1 << 20, False: 1 << 17}
 _DENSE_SUMS = 256          # up to this K d and ...
 _DENSE_HEADS = 8           # ... this many heads, the cell sums by a product with 0/1 members
-
-
-class Restarts(NamedTuple):
-    """Result of :func:`best_of_seedings`."""
-
-    heads: np.ndarray
-    """Heads of the best run, ``(K, d)``."""
-    labels: np.ndarray
-    """Nearest head of each row, ``(n,)``."""
-    objective: float
-    """``R_inf`` of the heads (per unit weight)."""
-    n_iter: int
-    """Lloyd steps of the best run."""
-    converged: bool
-    """The best run met a stopping rule within ``max_iter``."""
 
 
 def _rows_per_block(A: int, K: int) -> int:
@@ -153,77 +145,14 @@ def _means(step: _Pass, heads):
     return new
 
 
-def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.Generator, *,
-                   weights: np.ndarray | None = None) -> np.ndarray:
-    """``n_runs`` greedy k-means++ seedings of ``n_clusters`` heads, ``(n_runs, K, d)``.
-
-    The first head of each run is a row drawn with probability proportional to its
-    weight; each next one the best (lowest potential ``sum_i w_i D_i^2``) of ``2 + ln K``
-    rows drawn with probability proportional to ``w_i D_i^2``, ``D_i`` the distance to
-    the nearest head so far. Rows of weight zero are never drawn (all zero: unweighted).
-    Memory: ``(n_runs (2 + ln K), n)`` distances at once and one ``(n, d + 2)`` copy of
-    the rows (the warm-start sample has at most 20,000 rows).
-
-    Examples
-    --------
-    >>> X = np.array([[0.0], [0.1], [10.0], [10.1]])
-    >>> heads = kmeanspp_batch(X, 2, 3, np.random.default_rng(0))
-    >>> heads.shape, sorted((heads[:, :, 0] > 5).sum(1).tolist())
-    ((3, 2, 1), [1, 1, 1])
-    """
-    n, d = X.shape
-    K, R = int(n_clusters), int(n_runs)
-    w = None if weights is None or not weights.sum() > 0 else np.asarray(weights, X.dtype)
-    trials = 2 + int(np.log(K))
-    sq = np.einsum("nd,nd->n", X, X)
-    # squared distances as one product: [-2 x_i, -||x_i||^2, 1] . [x_j, -1, ||x_j||^2]
-    rows = np.concatenate([X, -np.ones((n, 1), X.dtype), sq[:, None]], 1)     # (n, d + 2)
-
-    def distances(idx):                                      # (len(idx), n)
-        picked = np.empty((len(idx), d + 2), X.dtype)
-        picked[:, :d], picked[:, d], picked[:, d + 1] = -2.0 * X[idx], -sq[idx], 1.0
-        return picked @ rows.T
-    heads = np.empty((R, K, d), dtype=X.dtype)
-    runs = np.arange(R)
-    mass = np.cumsum(np.ones(n) if w is None else w)
-    first = np.searchsorted(mass, rng.random(R) * mass[-1], side="right").clip(0, n - 1)
-    heads[:, 0] = X[first]
-    closest = np.maximum(distances(first), 0.0)                         # (R, n)
-    for k in range(1, K):
-        # D^2 draws of every run from one cumulative sum over the runs' rows laid end to end
-        cum = np.cumsum(closest if w is None else closest * w, dtype=np.float64)
-        ends = cum[n - 1::n]                                                 # (R,)
-        starts = np.concatenate([[0.0], ends[:-1]])
-        draws = starts[:, None] + rng.random((R, trials)) * (ends - starts)[:, None]
-        flat = np.searchsorted(cum, draws, side="right")
-        picks = np.clip(flat - (runs * n)[:, None], 0, n - 1).ravel()      # (R trials,)
-        dist = distances(picks).reshape(R, trials, n)
-        np.minimum(dist, closest[:, None, :], out=dist)
-        potential = dist.sum(2) if w is None else dist @ w                  # (R, trials)
-        best = potential.argmin(1)
-        heads[:, k] = X[picks.reshape(R, trials)[runs, best]]
-        closest = np.maximum(dist[runs, best], 0.0)
-    return heads
-
-
-class Runs(NamedTuple):
-    """Result of :func:`lloyd_batch`: every run's end."""
-
-    heads: np.ndarray
-    """Final heads, ``(R, K, d)``."""
-    labels: np.ndarray
-    """Nearest final head of each row, ``(R, n)``."""
-    objective: np.ndarray
-    """``R_inf`` of the final heads, ``(R,)``."""
-    steps: np.ndarray
-    """Lloyd steps of each run, ``(R,)``."""
-    converged: np.ndarray
-    """Whether each run met a stopping rule within ``max_iter``, ``(R,)``."""
-
-
 def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
-                weights: np.ndarray | None = None) -> Runs:
+                weights: np.ndarray | None = None) -> KMeansResult:
     """Lloyd's steps of every run from ``heads`` ``(R, K, d)``, each to its own stop.
+
+    Returns every run's end as one :class:`~attnclust.kmeans.result.KMeansResult` with a
+    leading axis of runs: heads ``(R, K, d)``, labels ``(R, n)``, objective ``(R,)`` (from
+    the last assignment's scores ``sq - 2 top``: what picks the best run), ``n_iter`` and
+    ``converged`` ``(R,)``.
 
     A run stops when a step changes no label (its heads are then the means of their
     cells, and that step's labels and distances are its end) or moves its heads by a sum
@@ -271,13 +200,13 @@ def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
     if len(rest):
         labels_end[rest], top, *_ = _assign(X, Xa, heads[rest], Xw, weights)
         objective_end[rest] = objective(top)
-    return Runs(heads, labels_end, objective_end, steps, converged)
+    return KMeansResult(heads, labels_end, objective_end, steps, converged)
 
 
 def best_of_seedings(X: np.ndarray, n_clusters: int, n_init: int, rng: np.random.Generator,
-                     *, max_iter: int = 300, tol: float = 1e-4,
+                     *, max_iter: int = 300, tol: float = KMEANS_TOL,
                      weights: np.ndarray | None = None,
-                     init: np.ndarray | None = None) -> Restarts:
+                     init: np.ndarray | None = None) -> KMeansResult:
     """The best of ``n_init`` k-means runs (greedy k-means++ seedings, Lloyd's steps).
 
     Parameters
@@ -300,7 +229,8 @@ def best_of_seedings(X: np.ndarray, n_clusters: int, n_init: int, rng: np.random
 
     Returns
     -------
-    Restarts
+    KMeansResult
+        The best run; its objective recomputed from its heads and labels.
 
     Examples
     --------
@@ -323,5 +253,6 @@ def best_of_seedings(X: np.ndarray, n_clusters: int, n_init: int, rng: np.random
     low = runs.objective.min()
     tie = max(1e-12, 16 * float(np.finfo(X.dtype).eps)) * abs(low)
     b = int(np.flatnonzero(runs.objective <= low + tie)[0])
-    return Restarts(runs.heads[b], runs.labels[b], float(runs.objective[b]),
-                    int(runs.steps[b]), bool(runs.converged[b]))
+    return KMeansResult(runs.heads[b], runs.labels[b],
+                        objective(X, runs.heads[b], runs.labels[b], w),
+                        int(runs.n_iter[b]), bool(runs.converged[b]))

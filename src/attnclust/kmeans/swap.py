@@ -1,5 +1,4 @@
-"""The single swap of a streamed fit: a head that costs little moves to where one head
-holds two clusters.
+"""Single swaps: a head that costs little moves to where one head holds two clusters.
 
 A streamed fit keeps running sums and takes one step per batch (:mod:`attnclust.streaming`),
 so the heads it is seeded with decide which clusters it can find: two heads seeded in one
@@ -47,10 +46,15 @@ from typing import NamedTuple
 
 import torch
 
-from .geometry import Geometry
+from ..geometry import Geometry
+from .batch import KMEANS_TOL
+from .lloyd import sample_kmeans
+from .result import KMeansResult
 
-__all__ = ["Swap", "nearest_two", "single_swap"]
+__all__ = ["SWAPS", "SWAP_HEADS", "Swap", "nearest_two", "single_swap", "swap_polish"]
 
+SWAPS = 8           # single swaps at most from the sample's k-means partition ...
+SWAP_HEADS = 10     # ... with at least this many heads (with fewer, restarts suffice)
 _LLOYD = 5           # Lloyd steps of the 2-means split
 _POWER = 10          # power iterations for the top principal direction
 
@@ -158,3 +162,41 @@ def single_swap(rows: torch.Tensor, heads: torch.Tensor, geometry: Geometry, *,
             (w * near[:, 0]).sum()):
         return None                 # the estimate missed what h's rows lose to g's move
     return Swap(h, g, centres, gain, float(cost[h]))
+
+
+def swap_polish(S: torch.Tensor, best: KMeansResult, geometry: Geometry, *, max_iter: int,
+                weights: torch.Tensor | None = None, rounds: int | None = None,
+                tol: float = KMEANS_TOL) -> tuple[KMeansResult, int]:
+    """Single swaps from the k-means partition ``best`` of ``S``: while
+    :func:`single_swap` finds a head that costs less to remove than the
+    costliest cell gains from a split, move it there, run Lloyd's steps from the moved
+    heads, and keep the result if its objective is lower (at most ``rounds``; default
+    ``SWAPS`` with at least ``SWAP_HEADS`` heads, else none). Returns the partition kept
+    and the Lloyd steps taken (``tol``: the reruns' stopping rule, as
+    :func:`~attnclust.kmeans.lloyd.sample_kmeans`'s).
+
+    Examples
+    --------
+    >>> from attnclust.geometry import as_geometry
+    >>> S = torch.tensor([[0.0], [0.1], [5.0], [5.1], [9.0], [9.1]], dtype=torch.float64)
+    >>> two_in_one = sample_kmeans(S, 3, init=S[[0, 1, 4]])     # 0 | 0.1 | 5..9.1
+    >>> kept, _ = swap_polish(S, two_in_one, as_geometry('euclidean'), max_iter=100, rounds=8)
+    >>> sorted(kept.heads[:, 0].tolist()), round(kept.objective, 4)
+    ([0.05, 5.05, 9.05], 0.0025)
+    """
+    K, steps = best.heads.shape[0], 0
+    if rounds is None:
+        rounds = SWAPS if K >= SWAP_HEADS else 0
+    for _ in range(rounds):
+        move = single_swap(S, best.heads, geometry, weights=weights)
+        if move is None:
+            break
+        heads = best.heads.clone()
+        heads[[move.h, move.g]] = move.new.to(heads.dtype)
+        moved = sample_kmeans(S, K, init=heads, max_iter=max_iter, weights=weights,
+                              tol=tol)
+        steps += moved.n_iter
+        if not moved.objective < best.objective:
+            break
+        best = moved
+    return best, steps
