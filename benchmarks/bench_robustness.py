@@ -26,7 +26,8 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 import attnclust as ac
-from attnclust import hard_ending, warm_start
+from attnclust import warm_start
+from attnclust.kmeans import ending as hard_ending
 
 
 def _objective(X, centers) -> float:

@@ -116,7 +116,7 @@ class _ThreadGroup:
     def context(self, rank, offset, n_total):
         return Communicator(lambda t: self._exchange(rank, t, lambda s: sum(s[1:], s[0])),
                             lambda t: self._exchange(rank, t, lambda s: s[0].clone()),
-                            offset, n_total)
+                            offset, n_total, rank, self.world)
 
 
 def _run_ranks(group, body):

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from sklearn.datasets import load_iris
 
 import attnclust as ac
-from attnclust.warm_start import auto_inverse_temperature, hard_lloyd
+from attnclust.warm_start import auto_inverse_temperature
 
 
 @pytest.mark.parametrize("sigma", [0.05, 0.1, 0.3])
@@ -36,15 +35,6 @@ def test_auto_inverse_temperature_in_a_small_cap_is_still_inverse_noise_variance
     # direction (the von Mises-Fisher concentration is its inverse)
     assert auto_inverse_temperature(X, torch.as_tensor(cent)) == pytest.approx((1 + d * sigma**2)
                                                                        / sigma**2, rel=0.05)
-
-
-def test_hard_lloyd_stops_at_a_stable_partition():
-    X = torch.as_tensor(load_iris().data)
-    X = X / X.norm(dim=1, keepdim=True)
-    heads, labels, _ = hard_lloyd(X, ac.normalize(X[[0, 60, 120]]), 100)
-    torch.testing.assert_close(labels, (X @ heads.T).argmax(1), rtol=0, atol=0)
-    means = ac.normalize(torch.stack([X[labels == h].sum(0) for h in range(3)]))
-    torch.testing.assert_close(heads, means, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("sigma", [0.05, 0.3, 2.0])
@@ -79,19 +69,6 @@ def test_opposite_heads_on_the_sphere_get_a_finite_sensible_inverse_temperature(
     lam = auto_inverse_temperature(X, heads)
     spread = float(X[X[:, 0] > 0, 0].var())
     assert lam == pytest.approx(1 / spread, rel=0.1)
-
-
-def test_hard_lloyd_euclidean_is_kmeans():
-    from sklearn.cluster import KMeans
-
-    X = load_iris().data
-    start = X[[0, 60, 120]]
-    km = KMeans(3, init=start, n_init=1, tol=0, max_iter=100).fit(X)
-    res = hard_lloyd(torch.as_tensor(X), torch.as_tensor(start), 100, geometry="euclidean")
-    np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, atol=1e-12)
-    np.testing.assert_array_equal(res.labels.numpy(), km.labels_)
-    # the score is minus half the k-means inertia per row, up to the rows' own norms
-    assert res.score == pytest.approx((np.sum(X**2) - km.inertia_) / 2 / len(X), rel=1e-12)
 
 
 def test_boundary_variance_packs_no_buffer_for_a_sum_over_ranks():

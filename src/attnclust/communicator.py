@@ -14,6 +14,8 @@ symbol         code            meaning
 ``R``          (ranks)         processes sharing the rows, in rank order
 ``sum_r``      ``reduce``      sum over ranks, the same result on every rank
 ``n``          ``n_total``     rows of all ranks together
+``W``, ``r``   ``world``,      ranks, and this rank's place among them
+               ``rank``
 =============  ==============  =============================================
 """
 
@@ -50,6 +52,10 @@ class Communicator:
         Global index of this rank's first row.
     n_total : int
         Rows of all ranks.
+    rank, world : int, default=0 and 1
+        This rank's index and the number of ranks: what :meth:`gather` needs (a
+        communicator that leaves them at their defaults while holding a share of the
+        rows cannot gather, and the fits that would gather warn and skip that step).
 
     Examples
     --------
@@ -64,6 +70,8 @@ class Communicator:
     broadcast: Callable[[torch.Tensor], torch.Tensor]
     offset: int
     n_total: int
+    rank: int = 0
+    world: int = 1
 
     @classmethod
     def local(cls, n_rows: int) -> Communicator:
@@ -74,3 +82,21 @@ class Communicator:
         """A NumPy array (or number) summed over the ranks, as float64."""
         t = torch.from_numpy(np.array(a, dtype=np.float64))
         return self.reduce(t).cpu().numpy()
+
+    def gather(self, t: torch.Tensor) -> torch.Tensor:
+        """Every rank's ``t`` (of one shape on every rank), stacked in rank order on
+        every rank: ``(world, *t.shape)``.
+
+        Built from :attr:`reduce`: each rank writes ``t`` into its own slot of a zero
+        tensor and the slots are summed over the ranks, which is exact (every entry is
+        one rank's value plus zeros). Meant for a few rows (the far rows of
+        :mod:`attnclust.kmeans.ending`): it moves ``world`` times ``t``'s size.
+
+        Examples
+        --------
+        >>> Communicator.local(3).gather(torch.tensor([1.0, 2.0]))
+        tensor([[1., 2.]])
+        """
+        slots = t.new_zeros((self.world, *t.shape))
+        slots[self.rank] = t
+        return self.reduce(slots) if self.world > 1 else slots

@@ -439,7 +439,7 @@ def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
                          "(torch.distributed.init_process_group, or init_from_env)")
     X, offset, n_total = _check_in(X_shard, group)
     comm = Communicator(make_reduce(group, stats=stats), _make_broadcast(group), offset,
-                        n_total)
+                        n_total, dist.get_rank(group), dist.get_world_size(group))
     est = AttentionClustering(n_clusters, **params).fit(X, sample_weight=sample_weight,
                                                          comm=comm)
     est.shard_offset_ = offset

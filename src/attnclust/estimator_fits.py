@@ -227,10 +227,11 @@ def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geo
     weights, when given."""
     end = fit_to_hard_limit(S, rows, start.kmeans, geometry=geometry, max_iter=max_iter,
                             callback=report.for_rows(rows), weights=Sw)
-    T = len(end.objective)
-    history = History(step=end.step, risk=end.objective, grad_norm=np.full(T, np.nan),
+    steps = end.history
+    T = len(steps.objective)
+    history = History(step=steps.step, risk=steps.objective, grad_norm=np.full(T, np.nan),
                       inverse_temperature=np.full(T, np.inf), rho=np.zeros(T),
-                      heads=end.path.cpu().double().numpy())
+                      heads=steps.heads.cpu().double().numpy())
     res = SolverResult(end.heads, history, end.n_iter, end.converged)
     w = None if rows.weights is None else rows.weights.cpu().double().numpy()
     sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=n_clusters, weights=w)

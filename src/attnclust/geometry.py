@@ -72,7 +72,7 @@ class Geometry(ABC):
     kmeans_limit : bool
         Whether the layer's hard limit (``lambda -> infinity``) is k-means: nearest-head
         cells, heads at their means. The estimator's default fit then ends there (see
-        :mod:`attnclust.hard_ending`).
+        :mod:`attnclust.kmeans`).
     normalize, tol, anneal :
         The estimator's ``"auto"`` preprocessing, stopping tolerance and annealing.
     """

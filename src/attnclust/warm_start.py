@@ -9,7 +9,8 @@ highest logit (:func:`attnclust.heads.head_logits`), and the fixed-point step of
 - ``geometry="sphere"``: cones ``argmax_h <x, mu_h>``, heads moved to the normalized sums
   of their cones (spherical k-means).
 
-``hard_lloyd`` runs these steps to a stable partition; ``auto_inverse_temperature`` reads the
+:func:`attnclust.kmeans.lloyd.hard_lloyd` runs these steps to a stable partition (the
+k-means engine, :mod:`attnclust.kmeans`); ``auto_inverse_temperature`` reads the
 inverse temperature off that partition. The softmax of the layer is the E-step of an
 equal-weight isotropic Gaussian mixture of variance ``1 / lambda`` (exactly for Euclidean
 heads, ``-lambda ||x - mu_h||^2 / 2``; on the sphere because ``||x - mu_h||^2 = ||x||^2 + 1
@@ -53,7 +54,8 @@ from ._validation import check_inverse_temperature
 from .annealing import anneal_heads
 from .estimator_params import resolved
 from .geometry import Geometry, as_geometry
-from .hard_ending import SWAP_HEADS, SampleKMeans, cell_sums, sample_kmeans
+from .kmeans import SWAP_HEADS, KMeansResult, hard_labels, hard_lloyd, sample_kmeans
+from .kmeans.batch import KMEANS_TOL
 from .rows import WorkingRows
 
 __all__ = ["PER_HEAD", "SEEDING_ROWS", "WARM_SAMPLE", "estimator_warm_start",
@@ -70,72 +72,11 @@ SEEDING_ROWS = 5          # ... with one seeding per 5 sample sizes of rows (n_i
 _LLOYD_STEPS = 20         # hard Lloyd steps of the warm start (stops when stable)
 
 
-def hard_labels(X: torch.Tensor, heads: torch.Tensor, geometry: str | Geometry = "sphere", *,
-                chunk: int = _CHUNK) -> torch.Tensor:
-    """Index of the highest logit of each row, ``(n,)`` (the hard attention's winner).
-
-    Examples
-    --------
-    >>> X = torch.tensor([[0.9, 0.0], [3.0, 0.0]])
-    >>> hard_labels(X, torch.tensor([[0.0, 0.0], [2.0, 0.0]]), "euclidean").tolist()
-    [0, 1]
-    """
-    return _assign(X, heads, as_geometry(geometry), chunk)[0]
-
-
-def _assign(X, heads, geometry, chunk, weights=None):
-    """Labels ``(n,)`` and the (weighted) sum of the winning logits at ``lambda = 1`` (a
-    0-dim tensor)."""
-    labels, score = [], X.new_zeros(())
-    for s in range(0, X.shape[0], chunk):
-        best, z = geometry.logits(X[s:s + chunk], heads, 1.0).max(1)
-        labels.append(z)
-        score = score + (best.sum() if weights is None else best @ weights[s:s + chunk])
-    return (torch.cat(labels) if labels else X.new_zeros(0, dtype=torch.long)), score
-
-
-class LloydResult(NamedTuple):
-    """Result of :func:`hard_lloyd`."""
-
-    heads: torch.Tensor
-    """Heads after the last step, ``(K, d)``."""
-    labels: torch.Tensor
-    """Hard assignment of the rows to these heads, ``(n,)``."""
-    score: float
-    """Mean winning logit at ``lambda = 1``: ``-(1/2)`` the k-means inertia per row up to
-    the rows' own ``||x||^2 / 2`` (Euclidean), the mean cosine to the heads (sphere); the
-    higher the better."""
+LloydResult = KMeansResult   # the old name of hard_lloyd's result
 
 
 def _total(X, weights) -> float:
     return float(X.shape[0]) if weights is None else float(weights.sum())
-
-
-def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
-               geometry: str | Geometry = "sphere", chunk: int = _CHUNK,
-               weights: torch.Tensor | None = None) -> LloydResult:
-    """Hard Lloyd steps, at most ``n_steps``, stopping early once no label changes.
-
-    ``weights`` ``(n,)``: each row counts with its weight in the means (and the score).
-
-    Examples
-    --------
-    >>> X = torch.tensor([[0.0, 0.0], [0.2, 0.0], [3.0, 0.0], [3.4, 0.0]], dtype=torch.float64)
-    >>> res = hard_lloyd(X, X[[0, 1]], 10, geometry="euclidean")
-    >>> res.heads.tolist(), res.labels.tolist()
-    ([[0.1, 0.0], [3.2, 0.0]], [0, 0, 1, 1])
-    """
-    K, geometry = heads.shape[0], as_geometry(geometry)
-    labels, score = _assign(X, heads, geometry, chunk, weights)
-    for _ in range(n_steps):
-        counts, sums = cell_sums(X, labels, K, weights)
-        heads = geometry.lloyd_step(sums, counts, heads)
-        new, score = _assign(X, heads, geometry, chunk, weights)
-        changed = bool((new != labels).any())
-        labels = new
-        if not changed:
-            break
-    return LloydResult(heads, labels, float(score) / _total(X, weights))
 
 
 class BoundaryVariance(NamedTuple):
@@ -302,26 +243,28 @@ class WarmStart(NamedTuple):
     """``1 / s^2`` of :func:`auto_inverse_temperature` (``None`` when not asked for)."""
     capped: bool
     """Whether ``s^2`` was at its floor (clusters without spread)."""
-    kmeans: SampleKMeans | None = None
+    kmeans: KMeansResult | None = None
     """The k-means of the sample that gave ``heads`` (k-means++ seedings or the annealing
     path's heads, for a geometry whose hard limit is k-means), ``None`` otherwise."""
 
 
 def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_init: int,
                geometry: Geometry, gen: np.random.Generator, auto: bool,
-               weights: torch.Tensor | None = None, max_iter: int = 300) -> WarmStart:
+               weights: torch.Tensor | None = None, max_iter: int = 300,
+               tol: float = KMEANS_TOL) -> WarmStart:
     """The estimator's starting heads and, with ``auto``, its inverse temperature.
 
     ``S`` is the warm-start sample (working rows, the same on every rank). With
     ``init="kmeans++"`` and a geometry whose hard limit is k-means, the start is the
-    k-means of ``S`` of :func:`attnclust.hard_ending.sample_kmeans` (``n_init``
+    k-means of ``S`` of :func:`attnclust.kmeans.lloyd.sample_kmeans` (``n_init``
     seedings, each run to a stable partition, the best kept); with ``init="anneal"``,
     one such run from the annealing path's heads. Otherwise,
-    with ``n_init > 1`` each seeding is followed by hard Lloyd steps and the run of highest
-    :attr:`LloydResult.score` is kept. With ``auto``, hard Lloyd steps from those heads
+    with ``n_init > 1`` each seeding is followed by hard Lloyd steps and the run of lowest
+    objective is kept. With ``auto``, hard Lloyd steps from those heads
     give the partition whose boundary variance sets ``lambda``; a seeding is replaced by
     these Lloyd heads (a warm start), given heads are kept. ``weights``: the sample's
-    weights (see the module docstring); ``max_iter``: Lloyd steps per k-means run at most.
+    weights (see the module docstring); ``max_iter``: Lloyd steps per k-means run at most;
+    ``tol``: the k-means runs' stopping rule (:func:`~attnclust.kmeans.lloyd.sample_kmeans`).
 
     Examples
     --------
@@ -338,7 +281,7 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
         heads = None if init == "kmeans++" else \
             _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
         return _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights,
-                             heads, max_iter)
+                             heads, max_iter, tol)
 
     def seed():
         return _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
@@ -347,7 +290,7 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     else:
         runs = [hard_lloyd(S, seed(), _LLOYD_STEPS, geometry=geometry, weights=weights)
                 for _ in range(n_init)]
-        heads = max(runs, key=lambda run: run.score).heads
+        heads = min(runs, key=lambda run: run.objective).heads
     if not auto:
         return WarmStart(heads, None, False)
     lloyd = hard_lloyd(S, heads, _LLOYD_STEPS, geometry=geometry, weights=weights).heads
@@ -363,11 +306,11 @@ def _auto_lambda(S, heads, geometry, weights, labels=None) -> tuple[float, bool]
 
 
 def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights, heads,
-                  max_iter) -> WarmStart:
+                  max_iter, tol=KMEANS_TOL) -> WarmStart:
     """The best of ``n_init`` k-means++ seedings, or one run from ``heads``, each run to
     a stable partition by batched Lloyd steps (weighted; the same on every rank)."""
     km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
-                       weights=weights, init=heads, max_iter=max_iter)
+                       weights=weights, init=heads, max_iter=max_iter, tol=tol)
     km = km._replace(heads=rows.comm.broadcast(km.heads))
     labels = torch.as_tensor(km.labels, device=S.device)
     lam, capped = _auto_lambda(S, km.heads, geometry, weights, labels) if auto else (None, False)

@@ -1,12 +1,13 @@
-"""Batched k-means restarts: against scikit-learn's KMeans, one run at a time, the D^2 law."""
+"""Batched k-means runs (engine): against scikit-learn's KMeans, one run at a time, the D^2 law."""
 
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from attnclust import multistart
-from attnclust.multistart import best_of_seedings, kmeanspp_batch, lloyd_batch
+from attnclust.kmeans import batch as multistart
+from attnclust.kmeans.batch import best_of_seedings, lloyd_batch
+from attnclust.kmeans.seeding import kmeanspp_batch
 
 
 def _data(seed=0, n=600, k=5, d=3, std=1.5):
@@ -36,8 +37,8 @@ def test_runs_carried_together_equal_runs_one_at_a_time():
         np.testing.assert_allclose(runs.heads[r], one.heads[0], rtol=0, atol=1e-12)
         np.testing.assert_array_equal(runs.labels[r], one.labels[0])
         assert runs.objective[r] == pytest.approx(one.objective[0], rel=1e-12)
-        assert (runs.steps[r], runs.converged[r]) == (one.steps[0], one.converged[0])
-    assert len(set(runs.steps.tolist())) > 1      # runs of different lengths left the batch
+        assert (runs.n_iter[r], runs.converged[r]) == (one.n_iter[0], one.converged[0])
+    assert len(set(runs.n_iter.tolist())) > 1      # runs of different lengths left the batch
 
 
 @pytest.mark.parametrize("tol", [0.0, 1e-2])
@@ -111,4 +112,4 @@ def test_the_ways_of_computing_a_step_agree(monkeypatch, weighted):
     other = lloyd_batch(X, starts, max_iter=300, tol=0.0, weights=w)
     np.testing.assert_allclose(other.heads, ref.heads, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(other.labels, ref.labels)
-    np.testing.assert_array_equal(other.steps, ref.steps)
+    np.testing.assert_array_equal(other.n_iter, ref.n_iter)
