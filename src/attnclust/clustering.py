@@ -70,6 +70,7 @@ from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from ._validation import as_generator, as_numpy_input, check_sample_weight
 from .annealing import choose_from_path
 from .communicator import Communicator
+from .covariance import as_covariance
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .estimator_fits import Reporter, fit_shaped, risk_attributes, shaped_log_joint, solve
 from .estimator_params import (
@@ -291,7 +292,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     @property
     def _shaped(self) -> bool:
         """Heads with their own metric (``covariance_type`` "diag" or "full")."""
-        return self.covariance_type != "spherical"
+        return as_covariance(self.covariance_type).shaped
 
     def _auto(self, name: str):
         """Parameter ``name``, its ``"auto"`` resolved by the geometry

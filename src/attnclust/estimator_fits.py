@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from ._validation import check_inverse_temperature
+from .covariance import as_covariance
 from .descent import pgd
 from .estimator_params import resolved, stages
 from .fixed_point import fixed_point_fit
@@ -294,24 +295,23 @@ def fit_shaped(rows: WorkingRows, heads0, p: dict, *, n_clusters: int,
         p["inverse_temperature"])
     temps, steps = stages(p, lam)
     tol = 1e-3 if isinstance(p["tol"], str) else float(p["tol"])
-    covariance_type = p["covariance_type"]
+    covariance = as_covariance(p["covariance_type"])
     scale, d = rows.scale, rows.rows.shape[1]
     chunk = max(256, rows.chunk // n_clusters) if p["chunk_size"] is None else rows.chunk
-    res = shaped_fit(rows.rows, heads0, covariance_type=covariance_type,
+    res = shaped_fit(rows.rows, heads0, covariance_type=covariance,
                      inverse_temperature=Stages(temps, steps), n_steps=sum(steps), tol=tol,
                      chunk_size=chunk,
                      reduce=rows.comm.reduce, row_map=rows.row_map, sample_weight=rows.weights,
                      callback=report.for_shaped(rows))
     factors = res.precisions_cholesky.cpu().double().numpy() / scale
     args = (res.means, res.precisions_cholesky, res.weights.log())
-    kw = dict(inverse_temperature=lam, covariance_type=covariance_type, floor=res.floor)
+    kw = dict(inverse_temperature=lam, covariance_type=covariance, floor=res.floor)
     labels, _ = rows.assign(lambda c: tempered_log_joint(c, *args, **kw), n_clusters)
     return ShapedFitted(
         cluster_centers_=rows.heads_out(res.means),
         covariances_=res.covariances.cpu().double().numpy() * scale**2,
         precisions_cholesky_=factors,
-        precisions_=(factors @ factors.transpose(0, 2, 1) if covariance_type == "full"
-                     else factors * factors),
+        precisions_=covariance.precisions(factors),
         weights_=res.weights.cpu().double().numpy(),
         covariance_floor_=res.floor.cpu().numpy() * scale**2,
         inverse_temperature_=lam,

@@ -34,8 +34,8 @@ from ._validation import (
     check_inverse_temperature,
     check_nonnegative,
 )
+from .covariance import as_covariance
 from .geometry import as_geometry
-from .shaped import COVARIANCE_TYPES
 
 __all__ = ["ANNEAL_FACTORS", "ANNEAL_STEPS", "CONSTRAINTS", "anneal_plan", "check_params",
            "ends_in_hard_limit", "param_names", "resolved", "rows_per_chunk", "stages"]
@@ -48,7 +48,7 @@ CONSTRAINTS = {
     "n_clusters": (("auto",), lambda v: check_int(v, "n_clusters", 1)),
     "max_clusters": ((), lambda v: check_int(v, "max_clusters", 1)),
     "geometry": ((), as_geometry),
-    "covariance_type": (COVARIANCE_TYPES, None),
+    "covariance_type": ((), as_covariance),
     "inverse_temperature": (("auto",), check_inverse_temperature),
     "n_init": (("auto",), lambda v: check_int(v, "n_init", 1)),
     "normalize": (("auto", "rows", "center-scale", None), None),
@@ -109,7 +109,7 @@ def check_params(p: dict, n_samples: int, n_local: int, *, data_parallel: bool =
         raise ValueError("sample_weight sums to zero: no row has a positive weight")
     if not isinstance(p["n_clusters"], str) and n_samples < p["n_clusters"]:
         raise ValueError(f"n_samples={n_samples} should be >= n_clusters={p['n_clusters']}")
-    if p["covariance_type"] != "spherical" and (unit_heads or solver != "fixed-point"
+    if as_covariance(p["covariance_type"]).shaped and (unit_heads or solver != "fixed-point"
                                                 or p["penalty"] is not None):
         raise ValueError(f"covariance_type={p['covariance_type']!r} needs "
                          "geometry='euclidean', solver='fixed-point' and penalty=None")
@@ -200,6 +200,7 @@ def ends_in_hard_limit(p: dict) -> bool:
     >>> ends_in_hard_limit(AttentionClustering().get_params())
     True
     """
-    return (p["covariance_type"] == "spherical" and isinstance(p["inverse_temperature"], str)
+    return (not as_covariance(p["covariance_type"]).shaped
+            and isinstance(p["inverse_temperature"], str)
             and p["solver"] == "fixed-point" and as_geometry(p["geometry"]).kmeans_limit
             and (_is(p["init"], "kmeans++") or _is(p["init"], "anneal")))

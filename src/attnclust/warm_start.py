@@ -51,6 +51,7 @@ from sklearn.cluster import kmeans_plusplus
 
 from ._validation import check_inverse_temperature
 from .annealing import anneal_heads
+from .covariance import as_covariance
 from .estimator_params import resolved
 from .geometry import Geometry, as_geometry
 from .hard_ending import SWAP_HEADS, SampleKMeans, cell_sums, sample_kmeans
@@ -393,7 +394,7 @@ def estimator_warm_start(rows: WorkingRows, gen, p: dict, *, n_clusters: int,
         raise ValueError(f"the warm-start sample ({S.shape[0]:,} of {rows.n_total:,} rows, "
                          "drawn uniformly) holds no row of positive sample_weight; drop the "
                          "rows of weight zero before fitting")
-    if p["covariance_type"] != "spherical":
+    if as_covariance(p["covariance_type"]).shaped:
         # one seeding by default, as GaussianMixture's one k-means start (three gain
         # 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
         # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or
