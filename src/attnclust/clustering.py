@@ -161,10 +161,20 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Steps at the final inverse temperature (for a fit that ends in the hard limit:
         Lloyd steps on the sample, and steps over all rows).
     tol : float or "auto", default="auto"
-        Stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
-        relative to the root-mean-square distance of the rows from their mean).
+        The stopping rule of the fit's ending. A fit that ends in the hard limit (the
+        default): scikit-learn's ``KMeans`` rule for the Lloyd steps of the warm start's
+        k-means and for the steps over all rows, a run stops at the step that moves the
+        heads by a sum of squares of at most ``tol`` times the rows' mean variance per
+        feature (the steps over all rows also stop once one lowers the k-means objective
+        by less than ``1e-3`` of it and moves at most 1% of the rows; the Lloyd runs that
+        try swaps of heads, with ten heads or more, keep ``1e-4``); ``"auto"``: ``1e-4``,
+        as ``KMeans``. Fixed-point steps (a given ``inverse_temperature``, or the sphere):
+        stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
+        relative to the root-mean-square distance of the rows from their mean);
         ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (overlapping
         clusters converge slowly, and the labels stop changing long before ``1e-6``).
+        ``solver="pgd"``: stop when the Riemannian gradient's norm is below ``tol``
+        (``"auto"``: ``1e-6``). Shaped heads: see ``covariance_type``.
     batch_size : int, optional
         Mini-batch size of the stochastic steps of ``solver="pgd"`` (default: full batch).
         With the fixed-point solver it is read as ``chunk_size``, with a ``FutureWarning``

@@ -131,7 +131,7 @@ def solve(S, Sw, rows: WorkingRows, start, lam, plan: FitPlan, *, gen,
     geometry, n_clusters = plan.geometry, plan.n_clusters
     if plan.hard:
         return fit_hard_limit(S, Sw, rows, start, lam, n_clusters=n_clusters, geometry=geometry,
-                              max_iter=plan.max_iter, report=report)
+                              max_iter=plan.max_iter, tol=plan.tol, report=report)
     temps, steps = plan.stages_at(lam)
     common = dict(tol=plan.tol, penalty=plan.penalty, rho=plan.rho, report=report)
     if plan.solver == "pgd":
@@ -221,13 +221,14 @@ class Ending(NamedTuple):
 
 
 def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geometry,
-                   max_iter: int, report: Reporter) -> Ending:
+                   max_iter: int, tol: float, report: Reporter) -> Ending:
     """:func:`~attnclust.hard_ending.fit_to_hard_limit` from the warm ``start``: its curve is
     the risk at ``lambda = infinity`` (the k-means objective over all rows), the attention's
     sharpness is read at ``lam`` on the sample; sizes and sharpness weighted by the sample
-    weights, when given."""
+    weights, when given; ``tol``: scikit-learn's ``KMeans`` tolerance of the steps over all
+    rows."""
     end = fit_to_hard_limit(S, rows, start.kmeans, geometry=geometry, max_iter=max_iter,
-                            callback=report.for_rows(rows), weights=Sw)
+                            callback=report.for_rows(rows), weights=Sw, tol=tol)
     T = len(end.objective)
     history = History(step=end.step, risk=end.objective, grad_norm=np.full(T, np.nan),
                       inverse_temperature=np.full(T, np.inf), rho=np.zeros(T),

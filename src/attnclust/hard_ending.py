@@ -386,7 +386,7 @@ class SampleKMeans(NamedTuple):
 
 def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None = None,
                   n_init: int = 1, seed: int | None = None, max_iter: int = 300,
-                  weights: torch.Tensor | None = None) -> SampleKMeans:
+                  weights: torch.Tensor | None = None, tol: float = KMEANS_TOL) -> SampleKMeans:
     """k-means of the rows ``S``: the best of ``n_init`` greedy k-means++ seedings (or one
     run from ``init``), each run by Lloyd's steps to scikit-learn's stopping rule
     (:func:`attnclust.multistart.best_of_seedings`, all runs carried together;
@@ -410,7 +410,7 @@ def sample_kmeans(S: torch.Tensor, n_clusters: int, *, init: torch.Tensor | None
     w = None if weights is None else weights.detach().cpu().numpy().astype(X.dtype)
     start = None if init is None else init.detach().cpu().numpy()
     run = best_of_seedings(X, n_clusters, n_init, np.random.default_rng(seed),
-                           max_iter=max_iter, tol=KMEANS_TOL, weights=w, init=start)
+                           max_iter=max_iter, tol=tol, weights=w, init=start)
     heads = torch.as_tensor(run.heads, dtype=S.dtype, device=S.device)
     return SampleKMeans(heads, run.labels, run.objective, run.n_iter, run.converged)
 
@@ -473,7 +473,7 @@ class HardFit(NamedTuple):
 
 def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, *,
                       geometry: Geometry, max_iter: int, callback=None,
-                      weights: torch.Tensor | None = None) -> HardFit:
+                      weights: torch.Tensor | None = None, tol: float = KMEANS_TOL) -> HardFit:
     """The fit's end of the module docstring, from the warm start ``start`` on ``S``.
 
     ``callback`` (an :class:`~attnclust.results.IterationInfo` consumer, at an infinite
@@ -512,7 +512,7 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: SampleKMeans, *
         def progress(info):      # in the callback's units
             callback(info._replace(iteration=before + info.iteration))
         run = lloyd_passes(rows.read, rows.rows.shape[0], heads, max_passes=max_iter,
-                           tol=KMEANS_TOL / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
+                           tol=tol / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
                            workers=rows.workers, reduce=rows.comm.reduce, n_total=total,
                            labels=labels, callback=None if callback is None else progress,
                            weights=rows.weights, take=rows.take)

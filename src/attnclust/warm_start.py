@@ -51,7 +51,7 @@ from sklearn.cluster import kmeans_plusplus
 
 from .annealing import anneal_heads
 from .geometry import Geometry, as_geometry
-from .hard_ending import SWAP_HEADS, SampleKMeans, cell_sums, sample_kmeans
+from .hard_ending import KMEANS_TOL, SWAP_HEADS, SampleKMeans, cell_sums, sample_kmeans
 from .rows import WorkingRows
 
 if TYPE_CHECKING:
@@ -310,7 +310,8 @@ class WarmStart(NamedTuple):
 
 def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_init: int,
                geometry: Geometry, gen: np.random.Generator, auto: bool,
-               weights: torch.Tensor | None = None, max_iter: int = 300) -> WarmStart:
+               weights: torch.Tensor | None = None, max_iter: int = 300,
+               tol: float = KMEANS_TOL) -> WarmStart:
     """The estimator's starting heads and, with ``auto``, its inverse temperature.
 
     ``S`` is the warm-start sample (working rows, the same on every rank). With
@@ -322,7 +323,8 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     :attr:`LloydResult.score` is kept. With ``auto``, hard Lloyd steps from those heads
     give the partition whose boundary variance sets ``lambda``; a seeding is replaced by
     these Lloyd heads (a warm start), given heads are kept. ``weights``: the sample's
-    weights (see the module docstring); ``max_iter``: Lloyd steps per k-means run at most.
+    weights (see the module docstring); ``max_iter``: Lloyd steps per k-means run at most;
+    ``tol``: the k-means runs' tolerance (scikit-learn's rule, :func:`sample_kmeans`).
 
     Examples
     --------
@@ -339,7 +341,7 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
         heads = None if init == "kmeans++" else \
             _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
         return _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights,
-                             heads, max_iter)
+                             heads, max_iter, tol)
 
     def seed():
         return _initial_heads(S, rows, init, n_clusters, geometry, gen, weights)
@@ -364,11 +366,11 @@ def _auto_lambda(S, heads, geometry, weights, labels=None) -> tuple[float, bool]
 
 
 def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights, heads,
-                  max_iter) -> WarmStart:
+                  max_iter, tol=KMEANS_TOL) -> WarmStart:
     """The best of ``n_init`` k-means++ seedings, or one run from ``heads``, each run to
     a stable partition by batched Lloyd steps (weighted; the same on every rank)."""
     km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
-                       weights=weights, init=heads, max_iter=max_iter)
+                       weights=weights, init=heads, max_iter=max_iter, tol=tol)
     km = km._replace(heads=rows.comm.broadcast(km.heads))
     labels = torch.as_tensor(km.labels, device=S.device)
     lam, capped = _auto_lambda(S, km.heads, geometry, weights, labels) if auto else (None, False)
@@ -398,14 +400,16 @@ def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = 
         # shaped heads start from Lloyd's heads, those of the seedings (n_init > 1) or
         # those the "auto" inverse temperature computes
         start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=plan.n_init,
-                           geometry=geometry, auto=plan.n_init == 1, weights=Sw)
+                           geometry=geometry, auto=plan.n_init == 1, weights=Sw,
+                           tol=plan.kmeans_tol)
         return S, Sw, start, None
     n_init = plan.n_init
     if hard and plan.n_init_auto and S.shape[0] < rows.n_total and K >= SWAP_HEADS:
         n_init = max(1, min(n_init, rows.n_total // (SEEDING_ROWS * S.shape[0])))
     auto = plan.inverse_temperature is None
     start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=n_init,
-                       geometry=geometry, auto=auto, weights=Sw, max_iter=plan.max_iter)
+                       geometry=geometry, auto=auto, weights=Sw, max_iter=plan.max_iter,
+                       tol=plan.kmeans_tol)
     lam = start.inverse_temperature if start.inverse_temperature is not None else \
         rows.inverse_temperature_in(plan.inverse_temperature)
     return S, Sw, start, lam
