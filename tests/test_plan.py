@@ -130,3 +130,11 @@ def test_tol_of_the_hard_ending_is_kmeans_rule(tol):
     fit = _fit(X, tol)
     assert fit.n_iter_ == steps
     np.testing.assert_allclose(fit.cluster_centers_, heads, rtol=0, atol=1e-9)
+
+
+def test_the_batch_size_warning_points_at_the_callers_line():
+    X = np.random.default_rng(0).standard_normal((100, 3))
+    with pytest.warns(FutureWarning, match="batch_size as the rows per chunk") as record:
+        AttentionClustering(2, batch_size=50, random_state=0).fit(X)
+        AttentionClustering(2, batch_size=50, random_state=0).partial_fit(X)
+    assert [w.filename for w in record] == [__file__, __file__]

@@ -213,12 +213,13 @@ def _inverse_temperature(p: dict, covariance: Covariance) -> float | None:
 
 def _rows_per_chunk(p: dict) -> int | None:
     """``chunk_size``, or ``batch_size`` in its old meaning for the fixed-point solver (a
-    ``FutureWarning`` for the caller of ``fit``: three frames up from ``resolve``)."""
+    ``FutureWarning`` for the caller of ``fit`` or ``partial_fit``, which reach
+    ``resolve`` through the estimator's ``_resolve``)."""
     if p["batch_size"] is None or p["solver"] == "pgd":
         return p["chunk_size"]
     warnings.warn("batch_size as the rows per chunk of the fixed-point solver is "
                   "deprecated and will be removed in 0.4: pass chunk_size (batch_size is "
-                  "the mini-batch of solver='pgd')", FutureWarning, stacklevel=4)
+                  "the mini-batch of solver='pgd')", FutureWarning, stacklevel=5)
     return p["batch_size"] if p["chunk_size"] is None else p["chunk_size"]
 
 
