@@ -155,7 +155,22 @@ class FitPlan:
                    hard: bool | None = None):
         """:func:`~attnclust.warm_start.estimator_warm_start`: the sample, its weights, the
         warm start and ``lambda`` (``hard``: whether the warm start serves the hard-limit
-        ending; default: the plan's)."""
+        ending; default: the plan's).
+
+        Examples
+        --------
+        The steps ``fit`` and ``partial_fit`` take before their solver:
+
+        >>> from attnclust import AttentionClustering
+        >>> X = np.random.default_rng(0).standard_normal((200, 3))
+        >>> plan = resolve(AttentionClustering(2, random_state=0).get_params())
+        >>> local = Communicator.local(len(X))
+        >>> center = plan.learn_center(X, local)
+        >>> rows = plan.working_rows(plan.preprocess(X, center, comm=local), local)
+        >>> S, Sw, start, lam = plan.warm_start(rows, np.random.default_rng(0))
+        >>> tuple(start.heads.shape), lam > 0
+        ((2, 3), True)
+        """
         return estimator_warm_start(rows, gen, self, hard=self.hard if hard is None else hard)
 
 
