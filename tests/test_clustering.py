@@ -17,6 +17,7 @@ import attnclust as ac
 from _tolerance import assert_same_labels, objective_tol, sum_tol
 from attnclust import fixed_point, warm_start
 from attnclust.clustering import AttentionClustering, DegenerateFitWarning
+from attnclust.plan import resolve
 from attnclust.warm_start import auto_inverse_temperature, hard_lloyd
 
 # the tests written for the paper's layer (unit heads) name it; the default is Euclidean
@@ -406,8 +407,8 @@ _WEIGHTS_REASON = ("k-means++ draws its seeds among the rows, so repeated rows c
     [AttentionClustering(max_iter=20), SphereClustering(max_iter=20),
      SphereClustering(normalize="center-scale", max_iter=20)],
     expected_failed_checks=lambda est: {
-        **({"check_estimators_dtypes": _DTYPES_REASON} if est._auto("normalize") == "rows"
-           else {}),
+        **({"check_estimators_dtypes": _DTYPES_REASON}
+           if resolve(est.get_params()).normalize == "rows" else {}),
         "check_sample_weight_equivalence_on_dense_data": _WEIGHTS_REASON},
 )
 def test_sklearn_compatible(estimator, check):
@@ -462,7 +463,7 @@ def test_default_clusters_cells_not_cones(name, centers):
     X, y = _blobs(centers, std=0.6)
     X[0] = 0.0                                 # a row at the origin is no error
     est = AttentionClustering(len(centers), random_state=0).fit(X)
-    assert est.geometry == "euclidean" and est._auto("normalize") is None
+    assert est.geometry == "euclidean" and est._plan.normalize is None
     assert ac.adjusted_rand_index(y, est.labels_) > 0.98
     assert ac.centroid_distance(est.cluster_centers_, centers).max < 0.15
 

@@ -14,6 +14,7 @@ import torch
 
 import attnclust as ac
 from attnclust.geometry import GEOMETRIES, Euclidean, Geometry, Sphere, as_geometry
+from attnclust.plan import resolve
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
 
@@ -257,15 +258,17 @@ def test_init_directions_and_start_heads():
 
 
 def test_estimator_defaults_are_the_geometrys():
+    def plan(**params):
+        return resolve(ac.AttentionClustering(**params).get_params())
     for geometry in (Sphere(), Euclidean()):
-        est = ac.AttentionClustering(geometry=geometry.name)
-        assert est._auto("normalize") == geometry.normalize
-        assert est._auto("tol") == geometry.tol and est._auto("anneal") == geometry.anneal
-        assert est._auto("n_init") == geometry.n_init(True)
-        assert ac.AttentionClustering(init=np.eye(8), geometry=geometry.name)._auto("n_init") \
+        auto = plan(geometry=geometry.name, inverse_temperature=1.0)   # a soft ending
+        assert auto.normalize == geometry.normalize and auto.tol == geometry.tol
+        assert (len(auto.anneal) > 1) == geometry.anneal
+        assert auto.n_init == geometry.n_init(True)
+        assert plan(init=np.eye(8), geometry=geometry.name).n_init \
             == geometry.n_init(False) == 1
-        assert ac.AttentionClustering(tol=0.5, n_init=7, geometry=geometry.name)._auto("tol") \
-            == 0.5
+        given = plan(tol=0.5, n_init=7, geometry=geometry.name)
+        assert (given.tol, given.n_init) == (0.5, 7)
     assert (Sphere().n_init(True), Euclidean().n_init(True), Euclidean().n_init(False)) \
         == (1, 10, 1)
 

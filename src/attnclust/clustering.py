@@ -26,8 +26,11 @@ Fit
 fixed-point steps, optionally annealed, or PGD on the sphere; the default ends in the
 layer's hard limit), check (a dead head or a degenerate ``lambda`` warns with a
 :class:`DegenerateFitWarning`, not converging with a ``ConvergenceWarning``). Each step,
-and why the default ends in the hard limit, is told in :mod:`attnclust.estimator_fits`;
-the parameters' rules and ``"auto"`` values are :mod:`attnclust.estimator_params`.
+and why the default ends in the hard limit, is told in :mod:`attnclust.estimator_fits`.
+The parameters are read once, checked (:mod:`attnclust.estimator_params`) and resolved
+into one immutable :class:`~attnclust.plan.FitPlan` (every ``"auto"`` value, the
+annealing stages, the ending): the solvers read the plan, and the fitted estimator keeps
+it for its predictions.
 
 Shaped heads
 ------------
@@ -70,20 +73,14 @@ from ._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from ._validation import as_generator, as_numpy_input, check_sample_weight
 from .annealing import choose_from_path
 from .communicator import Communicator
+from .covariance import as_covariance
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .estimator_fits import Reporter, fit_shaped, risk_attributes, shaped_log_joint, solve
-from .estimator_params import (
-    anneal_plan,
-    check_params,
-    ends_in_hard_limit,
-    param_names,
-    resolved,
-    rows_per_chunk,
-)
-from .geometry import Geometry, as_geometry
+from .estimator_params import check_params, param_names, parameters
 from .heads import softmax_heads
-from .rows import WorkingRows, center_scale, chunk_rows, fit_threads, preprocess
-from .warm_start import auto_inverse_temperature, estimator_warm_start
+from .plan import FitPlan, anneal_stages, resolve
+from .rows import chunk_rows, fit_threads
+from .warm_start import auto_inverse_temperature
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
 
@@ -164,10 +161,20 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Steps at the final inverse temperature (for a fit that ends in the hard limit:
         Lloyd steps on the sample, and steps over all rows).
     tol : float or "auto", default="auto"
-        Stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
-        relative to the root-mean-square distance of the rows from their mean).
+        The stopping rule of the fit's ending. A fit that ends in the hard limit (the
+        default): scikit-learn's ``KMeans`` rule for the Lloyd steps of the warm start's
+        k-means and for the steps over all rows, a run stops at the step that moves the
+        heads by a sum of squares of at most ``tol`` times the rows' mean variance per
+        feature (the steps over all rows also stop once one lowers the k-means objective
+        by less than ``1e-3`` of it and moves at most 1% of the rows; the Lloyd runs that
+        try swaps of heads, with ten heads or more, keep ``1e-4``); ``"auto"``: ``1e-4``,
+        as ``KMeans``. Fixed-point steps (a given ``inverse_temperature``, or the sphere):
+        stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
+        relative to the root-mean-square distance of the rows from their mean);
         ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (overlapping
         clusters converge slowly, and the labels stop changing long before ``1e-6``).
+        ``solver="pgd"``: stop when the Riemannian gradient's norm is below ``tol``
+        (``"auto"``: ``1e-6``). Shaped heads: see ``covariance_type``.
     batch_size : int, optional
         Mini-batch size of the stochastic steps of ``solver="pgd"`` (default: full batch).
         With the fixed-point solver it is read as ``chunk_size``, with a ``FutureWarning``
@@ -283,21 +290,6 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     def _get_param_names(cls):
         return list(param_names(cls))       # a copy: the cached list stays as it is
 
-    # -- the resolved settings ----------------------------------------------------------------
-    @property
-    def _geometry(self) -> Geometry:
-        return as_geometry(self.geometry)
-
-    @property
-    def _shaped(self) -> bool:
-        """Heads with their own metric (``covariance_type`` "diag" or "full")."""
-        return self.covariance_type != "spherical"
-
-    def _auto(self, name: str):
-        """Parameter ``name``, its ``"auto"`` resolved by the geometry
-        (:func:`attnclust.estimator_params.resolved`)."""
-        return resolved(self.get_params(deep=False), name)
-
     def anneal_plan(self) -> list[tuple[float, int | None]]:
         """Stages of a fit: ``(fraction of lambda, steps)``; ``None`` steps: ``max_iter``.
 
@@ -308,24 +300,22 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         >>> AttentionClustering().anneal_plan()
         [(1.0, None)]
         """
-        return anneal_plan(self.get_params(deep=False))
+        return anneal_stages(self.anneal, self.geometry)
 
     # -- input handling -------------------------------------------------------------------
     def _validate(self, X, *, reset: bool) -> np.ndarray:
         return validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32], reset=reset,
                              ensure_min_samples=1)
 
-    def _preprocess(self, X: np.ndarray, *, comm: Communicator | None = None,
-                    offset: int = 0, weights: np.ndarray | None = None) -> np.ndarray:
-        """``normalize`` applied to validated rows; with ``comm`` (in ``fit``) it learns
-        ``mean_`` and ``scale_``, weighted by the sample ``weights`` when given
-        (``offset``: the index of ``X``'s first row, for messages)."""
-        how = self._auto("normalize")
-        if comm is not None and how == "center-scale":
-            self.mean_, self.scale_ = center_scale(X, comm, "normalize='center-scale'",
-                                                   weights)
-        return preprocess(X, how, unit_heads=self._geometry.unit_heads, comm=comm,
-                          center=(self.mean_, self.scale_), offset=offset)
+    def _resolve(self, n_samples: int, n_local: int, *, data_parallel: bool = False,
+                 weight_total: float | None = None) -> FitPlan:
+        """The parameters, read once, checked
+        (:func:`~attnclust.estimator_params.check_params`) and resolved into the
+        :class:`~attnclust.plan.FitPlan` of a fit."""
+        params = parameters(self)
+        check_params(params, n_samples, n_local, data_parallel=data_parallel,
+                     weight_total=weight_total)
+        return resolve(params)
 
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, X, y=None, sample_weight=None, *, comm: Communicator | None = None):
@@ -352,27 +342,26 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             # inf or 0 there)
             unit = float(comm.sum_array(weights.max(initial=0.0) / comm.sum_array(1.0)))
             weights = weights / unit if unit > 0 else weights
-        check_params(self.get_params(deep=False), comm.n_total, X.shape[0],
-                     data_parallel=data_parallel,
-                     weight_total=None if weights is None else float(comm.sum_array(
-                         weights.sum())))
-        auto = isinstance(self.n_clusters, str)   # "auto", checked above
-        K = self._choose_n_clusters(X) if auto else self.n_clusters
-        with fit_threads(self.device) as workers:
-            self._fit(X, comm, workers, weights, K)
+        plan = self._resolve(comm.n_total, X.shape[0], data_parallel=data_parallel,
+                             weight_total=None if weights is None else float(comm.sum_array(
+                                 weights.sum())))
+        K = self._choose_n_clusters(X, plan) if plan.n_clusters is None else plan.n_clusters
+        with fit_threads(plan.device) as workers:
+            self._fit(X, comm, workers, weights, plan.with_clusters(K))
         self.n_clusters_ = K
         return self
 
-    def _choose_n_clusters(self, X: np.ndarray) -> int:
+    def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan) -> int:
         """``n_clusters="auto"``: ``K`` from the temperature path of the (unweighted) rows,
         :func:`~attnclust.annealing.choose_from_path` (at most 5,000 of them, drawn
         with ``random_state`` when there are more); sets ``path_`` and
         ``n_clusters_reason_``."""
-        self.mean_, self.scale_ = None, None
-        rows = self._preprocess(X, comm=Communicator.local(X.shape[0]))
-        choice, self.path_ = choose_from_path(rows, int(self.max_clusters),
-                                              geometry=self._geometry.name,
-                                              random_state=self.random_state)
+        local = Communicator.local(X.shape[0])
+        self.mean_, self.scale_ = plan.learn_center(X, local)
+        rows = plan.preprocess(X, (self.mean_, self.scale_), comm=local)
+        choice, self.path_ = choose_from_path(rows, plan.max_clusters,
+                                              geometry=plan.geometry.name,
+                                              random_state=plan.random_state)
         self.n_clusters_reason_ = choice.reason
         return choice.n_clusters
 
@@ -386,43 +375,35 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         batch's k-means cost (:mod:`attnclust.swap`). ``labels_`` are those of the last
         batch. See :mod:`attnclust.streaming`.
         """
-        from .streaming import partial_fit
+        from .streaming import check_streaming, partial_fit
 
-        if self._shaped:
+        if as_covariance(self.covariance_type).shaped:
             raise ValueError(f"partial_fit takes the risk's fixed-point steps; "
                              f"covariance_type={self.covariance_type!r} is fitted by fit")
-        with fit_threads(self.device):
-            return partial_fit(self, X, sample_weight)
+        fitted = hasattr(self, "cluster_centers_")
+        check_streaming(self)          # also after a fit, whose solver may not stream
+        X = self._validate(X, reset=not fitted)
+        weights = check_sample_weight(sample_weight, X.shape[0])
+        if not fitted:                 # the first batch: the plan of the stream
+            self._plan = self._resolve(X.shape[0], X.shape[0], weight_total=None
+                                       if weights is None else float(weights.sum()))
+        with fit_threads(self._plan.device):
+            return partial_fit(self, self._plan, X, weights)
 
-    def _working_rows(self, Xp: np.ndarray, comm: Communicator, workers: int, weights,
-                      K: int) -> WorkingRows:
-        """The :class:`~attnclust.rows.WorkingRows` of preprocessed rows for ``K`` heads
-        (fit, partial_fit)."""
-        return WorkingRows.prepare(
-            Xp, geometry=self._geometry, comm=comm, device=self.device, dtype=self.dtype,
-            chunk_size=rows_per_chunk(self.get_params(deep=False)), n_clusters=K,
-            workers=workers, weights=weights)
-
-    def _warm_start(self, rows: WorkingRows, gen, hard: bool, K: int):
-        """:func:`~attnclust.warm_start.estimator_warm_start`: the sample, its weights, the
-        warm start and ``lambda``."""
-        return estimator_warm_start(rows, gen, self.get_params(deep=False), n_clusters=K,
-                                    hard=hard)
-
-    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, K: int):
-        """The algorithm on validated rows, with ``K`` heads (its warnings point at the
-        caller of ``fit``): prepare the rows, warm start, solve, check."""
-        gen = as_generator(self.random_state, "random_state")
-        self.mean_, self.scale_ = None, None
+    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, plan: FitPlan):
+        """The algorithm on validated rows, for the resolved ``plan`` (its warnings point
+        at the caller of ``fit``): prepare the rows, warm start, solve, check."""
+        gen = as_generator(plan.random_state, "random_state")
         self.__dict__.pop("stream_state_", None)    # a fit starts no stream
-        rows = self._working_rows(self._preprocess(X, comm=comm, weights=weights), comm,
-                                  workers, weights, K)
-        p, report = self.get_params(deep=False), Reporter(self.callback, self.verbose)
-        hard = ends_in_hard_limit(p)
-        S, Sw, start, lam = self._warm_start(rows, gen, hard, K)
-        if self._shaped:
-            return self._store(fit_shaped(rows, start.heads, p, n_clusters=K, report=report))
-        end = solve(S, Sw, rows, start, lam, p, n_clusters=K, hard=hard, gen=gen, report=report)
+        self._plan = plan
+        self.mean_, self.scale_ = plan.learn_center(X, comm, weights)
+        rows = plan.working_rows(plan.preprocess(X, (self.mean_, self.scale_), comm=comm),
+                                 comm, workers=workers, weights=weights)
+        report = Reporter(plan.callback, plan.verbose)
+        S, Sw, start, lam = plan.warm_start(rows, gen)
+        if plan.covariance.shaped:
+            return self._store(fit_shaped(rows, start.heads, plan, report=report))
+        end = solve(S, Sw, rows, start, lam, plan, gen=gen, report=report)
         self._store(risk_attributes(end, lam, rows))
         warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
                            inverse_temperature=self.inverse_temperature_, stacklevel=3)
@@ -442,12 +423,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     def _logits(self, Xp: np.ndarray) -> torch.Tensor:
         """Attention logits ``(n, K)`` of preprocessed rows, in float64 (the geometry's
         precise ones: for Euclidean heads, from the differences ``x - mu_h``)."""
-        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
-        X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=self.device)
-        with fit_threads(self.device):
-            if self._shaped:
-                return shaped_log_joint(X, self)
-            return self._geometry.precise_logits(X, heads, self.inverse_temperature_)
+        plan = self._plan
+        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=plan.device)
+        X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=plan.device)
+        with fit_threads(plan.device):
+            if plan.covariance.shaped:
+                return shaped_log_joint(X, self, plan.covariance)
+            return plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
 
     def _by_chunks(self, X, fn) -> np.ndarray:
         """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
@@ -455,7 +437,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         check_is_fitted(self)
         X = self._validate(X, reset=False)
         step = chunk_rows(None, X.shape[1], len(self.cluster_centers_))
-        return np.concatenate([fn(self._preprocess(X[s:s + step], offset=s))
+        center = (self.mean_, self.scale_)
+        return np.concatenate([fn(self._plan.preprocess(X[s:s + step], center, offset=s))
                                for s in range(0, X.shape[0], step)])
 
     def predict_proba(self, X) -> np.ndarray:
@@ -475,7 +458,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
     def _outputs(self, Xp: np.ndarray) -> np.ndarray:
         """``T_mu(x)`` of preprocessed rows, ``(n, d)``: what ``transform`` and ``score`` use."""
-        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=self.device)
+        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64,
+                                device=self._plan.device)
         return (softmax_heads(self._logits(Xp)) @ heads).cpu().numpy()
 
     def transform(self, X) -> np.ndarray:
@@ -494,11 +478,14 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
 
         def minus_loglik(Xp):
-            X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=self.device)
-            with fit_threads(self.device):
-                lse = torch.logsumexp(shaped_log_joint(X64, self), dim=1)
+            plan = self._plan
+            X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=plan.device)
+            with fit_threads(plan.device):
+                lse = torch.logsumexp(shaped_log_joint(X64, self, plan.covariance), dim=1)
             return -(lse / self.inverse_temperature_).cpu().numpy()
-        errors = self._by_chunks(X, minus_loglik if self._shaped else squared_errors)
+        check_is_fitted(self)
+        shaped = self._plan.covariance.shaped
+        errors = self._by_chunks(X, minus_loglik if shaped else squared_errors)
         weights = check_sample_weight(sample_weight, errors.shape[0])
         if weights is not None and not weights.sum() > 0:
             raise ValueError("sample_weight sums to zero: no row has a positive weight")

@@ -1,8 +1,9 @@
 """The solver runs of :class:`~attnclust.AttentionClustering`'s ``fit``, in the data's units.
 
 Each function runs one ending of a fit on :class:`~attnclust.rows.WorkingRows` (the working
-space: Euclidean rows centred and scaled by ``s``) from the warm start, and returns what the
-estimator stores; the estimator keeps the order of the steps, the fitted attributes and the
+space: Euclidean rows centred and scaled by ``s``) from the warm start, for the fit's
+resolved settings (a :class:`~attnclust.plan.FitPlan`), and returns what the estimator
+stores; the estimator keeps the order of the steps, the fitted attributes and the
 warnings. The callbacks report in the preprocessed space's units.
 
 The fit
@@ -17,7 +18,7 @@ The fit
    ``solver="pgd"``: plain PGD on the sphere), optionally annealed ``lambda/8, lambda/4,
    lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
    The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
-   ends instead in the layer's hard limit (:mod:`attnclust.hard_ending`): its warm start
+   ends instead in the layer's hard limit (:mod:`attnclust.kmeans.ending`): its warm start
    is the best k-means of the sample (``n_init`` seedings, :mod:`attnclust.multistart`),
    then single swaps with ten heads or more, and Lloyd steps over all rows when there
    are more than the sample (which is then ``256 K`` rows, at most ``WARM_SAMPLE``). At
@@ -36,7 +37,7 @@ The endings here
                    :class:`~attnclust.schedules.Stages` (the sample first, when smaller)
     pgd            :func:`attnclust.pgd` on the sphere: the stages as one schedule without
                    stopping rule, then the target ``lambda``
-    hard limit     :func:`attnclust.hard_ending.fit_to_hard_limit`, with the cluster sizes
+    hard limit     :func:`attnclust.kmeans.ending.fit_to_hard_limit`, with the cluster sizes
                    and the attention's sharpness that the degeneracy checks read
     shaped         tempered EM of shaped heads (:mod:`attnclust.shaped_fit`), its fitted
                    attributes in the data's units
@@ -56,22 +57,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
 
-from ._validation import check_inverse_temperature
+from .covariance import Covariance
 from .descent import pgd
-from .estimator_params import resolved, stages
 from .fixed_point import fixed_point_fit
-from .geometry import as_geometry
-from .hard_ending import fit_to_hard_limit
 from .heads import softmax_heads
+from .kmeans.ending import fit_to_hard_limit
 from .results import History, SolverResult
 from .rows import WorkingRows
 from .schedules import Stages
-from .shaped_fit import shaped_fit, tempered_log_joint
+from .shaped_fit import shaped_fit
+
+if TYPE_CHECKING:
+    from .plan import FitPlan
 
 __all__ = ["Reporter", "Ending", "RiskFitted", "ShapedFitted", "solve", "risk_attributes",
            "fit_fixed_point", "fit_pgd", "fit_hard_limit", "fit_shaped", "shaped_log_joint"]
@@ -120,22 +122,21 @@ class Reporter(NamedTuple):
         return call
 
 
-def solve(S, Sw, rows: WorkingRows, start, lam, p: dict, *, n_clusters: int, hard: bool,
-          gen, report: Reporter) -> Ending:
+def solve(S, Sw, rows: WorkingRows, start, lam, plan: FitPlan, *, gen,
+          report: Reporter) -> Ending:
     """The heads of the risk from the warm ``start`` (sample ``S``, weights ``Sw``), for the
-    estimator's parameters ``p`` (``get_params``): the hard-limit ending of the default, or
-    the stages of the annealing plan by PGD or fixed-point steps, then the labels, sizes and
-    sharpness of the attention at ``lam`` over all rows."""
-    geometry = as_geometry(p["geometry"])
-    if hard:
+    resolved settings ``plan``: the hard-limit ending of the default, or the stages of the
+    annealing plan by PGD or fixed-point steps, then the labels, sizes and sharpness of the
+    attention at ``lam`` over all rows."""
+    geometry, n_clusters = plan.geometry, plan.n_clusters
+    if plan.hard:
         return fit_hard_limit(S, Sw, rows, start, lam, n_clusters=n_clusters, geometry=geometry,
-                              max_iter=int(p["max_iter"]), report=report)
-    tol = float(resolved(p, "tol"))
-    temps, steps = stages(p, lam)
-    common = dict(tol=tol, penalty=p["penalty"], rho=float(p["rho"]), report=report)
-    if p["solver"] == "pgd":
-        res = fit_pgd(rows, start.heads, temps, steps, max_iter=int(p["max_iter"]),
-                      step_size=float(p["step_size"]), batch_size=p["batch_size"], gen=gen,
+                              max_iter=plan.max_iter, tol=plan.tol, report=report)
+    temps, steps = plan.stages_at(lam)
+    common = dict(tol=plan.tol, penalty=plan.penalty, rho=plan.rho, report=report)
+    if plan.solver == "pgd":
+        res = fit_pgd(rows, start.heads, temps, steps, max_iter=plan.max_iter,
+                      step_size=float(plan.step_size), batch_size=plan.batch_size, gen=gen,
                       **common)
     else:
         res = fit_fixed_point(S, Sw, rows, start.heads, temps, steps, geometry=geometry,
@@ -220,13 +221,14 @@ class Ending(NamedTuple):
 
 
 def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geometry,
-                   max_iter: int, report: Reporter) -> Ending:
-    """:func:`~attnclust.hard_ending.fit_to_hard_limit` from the warm ``start``: its curve is
+                   max_iter: int, tol: float, report: Reporter) -> Ending:
+    """:func:`~attnclust.kmeans.ending.fit_to_hard_limit` from the warm ``start``: its curve is
     the risk at ``lambda = infinity`` (the k-means objective over all rows), the attention's
     sharpness is read at ``lam`` on the sample; sizes and sharpness weighted by the sample
-    weights, when given."""
+    weights, when given; ``tol``: scikit-learn's ``KMeans`` tolerance of the steps over all
+    rows."""
     end = fit_to_hard_limit(S, rows, start.kmeans, geometry=geometry, max_iter=max_iter,
-                            callback=report.for_rows(rows), weights=Sw)
+                            callback=report.for_rows(rows), weights=Sw, tol=tol)
     steps = end.history
     T = len(steps.objective)
     history = History(step=steps.step, risk=steps.objective, grad_norm=np.full(T, np.nan),
@@ -284,35 +286,30 @@ class ShapedFitted(NamedTuple):
     labels_: np.ndarray
 
 
-def fit_shaped(rows: WorkingRows, heads0, p: dict, *, n_clusters: int,
-               report: Reporter) -> ShapedFitted:
+def fit_shaped(rows: WorkingRows, heads0, plan: FitPlan, *, report: Reporter) -> ShapedFitted:
     """Tempered EM of shaped heads (:func:`~attnclust.shaped_fit.shaped_fit`) from the
-    Lloyd heads ``heads0``, for the estimator's parameters ``p``: through the stages of the
+    Lloyd heads ``heads0``, for the resolved settings ``plan``: through the stages of the
     annealing plan at ``lambda`` (``"auto"``: 1), to ``tol`` (``"auto"``: 1e-3,
     ``GaussianMixture``'s); a pass holds ``(K, rows, d)`` blocks, so its chunks are ``K``
     times fewer rows than the risk's unless ``chunk_size`` is given."""
-    lam = 1.0 if isinstance(p["inverse_temperature"], str) else check_inverse_temperature(
-        p["inverse_temperature"])
-    temps, steps = stages(p, lam)
-    tol = 1e-3 if isinstance(p["tol"], str) else float(p["tol"])
-    covariance_type = p["covariance_type"]
+    lam, n_clusters, covariance = plan.inverse_temperature, plan.n_clusters, plan.covariance
+    temps, steps = plan.stages_at(lam)
     scale, d = rows.scale, rows.rows.shape[1]
-    chunk = max(256, rows.chunk // n_clusters) if p["chunk_size"] is None else rows.chunk
-    res = shaped_fit(rows.rows, heads0, covariance_type=covariance_type,
-                     inverse_temperature=Stages(temps, steps), n_steps=sum(steps), tol=tol,
+    chunk = rows.chunk if plan.chunk_size_given else max(256, rows.chunk // n_clusters)
+    res = shaped_fit(rows.rows, heads0, covariance_type=covariance,
+                     inverse_temperature=Stages(temps, steps), n_steps=sum(steps), tol=plan.tol,
                      chunk_size=chunk,
                      reduce=rows.comm.reduce, row_map=rows.row_map, sample_weight=rows.weights,
                      callback=report.for_shaped(rows))
     factors = res.precisions_cholesky.cpu().double().numpy() / scale
     args = (res.means, res.precisions_cholesky, res.weights.log())
-    kw = dict(inverse_temperature=lam, covariance_type=covariance_type, floor=res.floor)
-    labels, _ = rows.assign(lambda c: tempered_log_joint(c, *args, **kw), n_clusters)
+    labels, _ = rows.assign(lambda c: covariance.log_joint(c, *args, lam, res.floor),
+                            n_clusters)
     return ShapedFitted(
         cluster_centers_=rows.heads_out(res.means),
         covariances_=res.covariances.cpu().double().numpy() * scale**2,
         precisions_cholesky_=factors,
-        precisions_=(factors @ factors.transpose(0, 2, 1) if covariance_type == "full"
-                     else factors * factors),
+        precisions_=covariance.precisions(factors),
         weights_=res.weights.cpu().double().numpy(),
         covariance_floor_=res.floor.cpu().numpy() * scale**2,
         inverse_temperature_=lam,
@@ -322,16 +319,15 @@ def fit_shaped(rows: WorkingRows, heads0, p: dict, *, n_clusters: int,
         n_iter_=int(res.n_iter), converged_=bool(res.converged), labels_=labels)
 
 
-def shaped_log_joint(X: torch.Tensor, fitted) -> torch.Tensor:
+def shaped_log_joint(X: torch.Tensor, fitted, covariance: Covariance) -> torch.Tensor:
     """``lambda l~_h(x)`` of rows ``(n, d)`` (float64) under a fitted estimator's shaped
-    heads, rows and means centred on the means' mean for precision far from the origin."""
+    heads of type ``covariance``, rows and means centred on the means' mean for precision
+    far from the origin."""
     def tensor(a):
         return torch.as_tensor(a, dtype=torch.float64, device=X.device)
     means = tensor(fitted.cluster_centers_)
     center = means.mean(0)
-    return tempered_log_joint(X - center, means - center,
-                              tensor(fitted.precisions_cholesky_),
-                              tensor(fitted.weights_).log(),
-                              inverse_temperature=fitted.inverse_temperature_,
-                              covariance_type=fitted.covariance_type,
-                              floor=tensor(fitted.covariance_floor_))
+    return covariance.log_joint(X - center, means - center,
+                                tensor(fitted.precisions_cholesky_),
+                                tensor(fitted.weights_).log(), fitted.inverse_temperature_,
+                                tensor(fitted.covariance_floor_))

@@ -1,13 +1,11 @@
-"""The parameters of :class:`~attnclust.AttentionClustering`: what each may be, the rules
-that tie them together, and the settings they resolve to.
+"""The parameters of :class:`~attnclust.AttentionClustering`: what each may be and the
+rules that tie them together, checked once at the start of ``fit`` (and of the first
+``partial_fit``).
 
-Every function takes the estimator's parameters as the dictionary of
-``get_params(deep=False)``. An ``"auto"`` value is resolved by the geometry
-(:class:`~attnclust.geometry.Geometry`: ``normalize``, ``tol``, ``anneal``, ``n_init``);
-the annealing plan is ``lambda/8, lambda/4, lambda/2`` for ``ANNEAL_STEPS`` steps each,
-then ``lambda`` for ``max_iter`` steps; the default fit (``"auto"`` lambda, k-means++
-seeding or ``"anneal"``, a geometry whose hard limit is k-means, spherical heads) ends
-in the hard limit.
+The functions take the estimator's parameters by name, as the dictionary of
+``get_params(deep=False)``. The settings they resolve to (every ``"auto"``, the
+annealing stages, the ending) are :class:`~attnclust.plan.FitPlan`'s, made by
+:func:`attnclust.plan.resolve` from the checked parameters.
 
 Notation
 --------
@@ -22,7 +20,6 @@ paper       code              meaning
 from __future__ import annotations
 
 import functools
-import warnings
 
 from sklearn.base import BaseEstimator
 
@@ -34,21 +31,17 @@ from ._validation import (
     check_inverse_temperature,
     check_nonnegative,
 )
+from .covariance import as_covariance
 from .geometry import as_geometry
-from .shaped import COVARIANCE_TYPES
 
-__all__ = ["ANNEAL_FACTORS", "ANNEAL_STEPS", "CONSTRAINTS", "anneal_plan", "check_params",
-           "ends_in_hard_limit", "param_names", "resolved", "rows_per_chunk", "stages"]
-
-ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
-ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
+__all__ = ["CONSTRAINTS", "check_params", "param_names", "parameters"]
 
 # parameter -> (the constants it may be, a check of any other value: None, none allowed)
 CONSTRAINTS = {
     "n_clusters": (("auto",), lambda v: check_int(v, "n_clusters", 1)),
     "max_clusters": ((), lambda v: check_int(v, "max_clusters", 1)),
     "geometry": ((), as_geometry),
-    "covariance_type": (COVARIANCE_TYPES, None),
+    "covariance_type": ((), as_covariance),
     "inverse_temperature": (("auto",), check_inverse_temperature),
     "n_init": (("auto",), lambda v: check_int(v, "n_init", 1)),
     "normalize": (("auto", "rows", "center-scale", None), None),
@@ -80,6 +73,19 @@ def param_names(cls) -> list[str]:
     return BaseEstimator._get_param_names.__func__(cls)
 
 
+def parameters(est) -> dict:
+    """The estimator's parameters by name, read once (``get_params(deep=False)``'s
+    dictionary, without scikit-learn's machinery).
+
+    Examples
+    --------
+    >>> from attnclust import AttentionClustering
+    >>> parameters(AttentionClustering(4)) == AttentionClustering(4).get_params(deep=False)
+    True
+    """
+    return {name: getattr(est, name) for name in param_names(type(est))}
+
+
 def _is(value, name: str) -> bool:
     return isinstance(value, str) and value == name
 
@@ -109,7 +115,7 @@ def check_params(p: dict, n_samples: int, n_local: int, *, data_parallel: bool =
         raise ValueError("sample_weight sums to zero: no row has a positive weight")
     if not isinstance(p["n_clusters"], str) and n_samples < p["n_clusters"]:
         raise ValueError(f"n_samples={n_samples} should be >= n_clusters={p['n_clusters']}")
-    if p["covariance_type"] != "spherical" and (unit_heads or solver != "fixed-point"
+    if as_covariance(p["covariance_type"]).shaped and (unit_heads or solver != "fixed-point"
                                                 or p["penalty"] is not None):
         raise ValueError(f"covariance_type={p['covariance_type']!r} needs "
                          "geometry='euclidean', solver='fixed-point' and penalty=None")
@@ -123,83 +129,3 @@ def check_params(p: dict, n_samples: int, n_local: int, *, data_parallel: bool =
         check_nonnegative(p["step_size"], "step_size")
     if n_samples != n_local and solver != "fixed-point":
         raise ValueError(f"data-parallel fitting needs solver='fixed-point', got {solver!r}")
-
-
-def resolved(p: dict, name: str):
-    """Parameter ``name``, its ``"auto"`` resolved by the geometry (``normalize``, ``tol``,
-    ``anneal``, ``n_init``).
-
-    Examples
-    --------
-    >>> from attnclust import AttentionClustering
-    >>> resolved(AttentionClustering(geometry="sphere").get_params(), "normalize")
-    'rows'
-    """
-    value = p[name]
-    if not _is(value, "auto"):
-        return value
-    geometry = as_geometry(p["geometry"])
-    if name == "n_init" and _is(p["init"], "anneal"):
-        return 1                                  # deterministic: once is enough
-    return geometry.n_init(isinstance(p["init"], str)) if name == "n_init" \
-        else getattr(geometry, name)
-
-
-def anneal_plan(p: dict) -> list[tuple[float, int | None]]:
-    """Stages of a fit: ``(fraction of lambda, steps)``; ``None`` steps: ``max_iter``.
-
-    Examples
-    --------
-    >>> from attnclust import AttentionClustering
-    >>> anneal_plan(AttentionClustering(anneal=True).get_params())
-    [(0.125, 5), (0.25, 5), (0.5, 5), (1.0, None)]
-    """
-    stages = [(f, ANNEAL_STEPS) for f in ANNEAL_FACTORS] if resolved(p, "anneal") else []
-    return stages + [(1.0, None)]
-
-
-def stages(p: dict, lam: float) -> tuple[list[float], list[int]]:
-    """The :func:`anneal_plan` at ``lam``: the stages' inverse temperatures and steps.
-
-    Examples
-    --------
-    >>> from attnclust import AttentionClustering
-    >>> stages(AttentionClustering(max_iter=50).get_params(), 2.0)
-    ([2.0], [50])
-    """
-    plan = anneal_plan(p)
-    return [lam * f for f, _ in plan], [int(p["max_iter"]) if n is None else n for _, n in plan]
-
-
-def rows_per_chunk(p: dict) -> int | None:
-    """``chunk_size``, or ``batch_size`` in its old meaning for the fixed-point solver (a
-    ``FutureWarning`` for the caller of ``fit``, three frames up from the caller).
-
-    Examples
-    --------
-    >>> from attnclust import AttentionClustering
-    >>> rows_per_chunk(AttentionClustering(chunk_size=512).get_params())
-    512
-    """
-    if p["batch_size"] is None or p["solver"] == "pgd":
-        return p["chunk_size"]
-    warnings.warn("batch_size as the rows per chunk of the fixed-point solver is "
-                  "deprecated and will be removed in 0.4: pass chunk_size (batch_size is "
-                  "the mini-batch of solver='pgd')", FutureWarning, stacklevel=4)
-    return p["batch_size"] if p["chunk_size"] is None else p["chunk_size"]
-
-
-def ends_in_hard_limit(p: dict) -> bool:
-    """Whether a fit ends in the hard limit (:mod:`attnclust.hard_ending`): the default
-    (``"auto"`` lambda, k-means++ seeding or the annealing path's heads, a geometry whose
-    hard limit is k-means, heads without a shape of their own).
-
-    Examples
-    --------
-    >>> from attnclust import AttentionClustering
-    >>> ends_in_hard_limit(AttentionClustering().get_params())
-    True
-    """
-    return (p["covariance_type"] == "spherical" and isinstance(p["inverse_temperature"], str)
-            and p["solver"] == "fixed-point" and as_geometry(p["geometry"]).kmeans_limit
-            and (_is(p["init"], "kmeans++") or _is(p["init"], "anneal")))

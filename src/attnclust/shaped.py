@@ -19,7 +19,9 @@ log 2 pi`` is common to all heads and cancels); ``lambda`` tempers it (see
 log-normalizer, scaled by ``lambda`` like the quadratic term, so that the tempered
 posterior is ``p_h(x)^lambda / sum_g p_g(x)^lambda``.
 
-``covariance_type`` says what ``U_h`` is, as in ``sklearn.mixture.GaussianMixture``:
+``covariance_type`` says what ``U_h`` is, as in ``sklearn.mixture.GaussianMixture`` (an
+object of :mod:`attnclust.covariance`, which owns the operations that depend on it; the
+functions here take the name and resolve it once, at their entry):
 
 - ``"full"``: ``(K, d, d)`` upper triangular;
 - ``"diag"``: ``(K, d)``, ``U_h = diag(u_h)`` (axis-aligned cells);
@@ -49,6 +51,7 @@ import torch
 from torch import nn
 
 from ._validation import as_tensor, check_inverse_temperature
+from .covariance import COVARIANCE_TYPES, Covariance, as_covariance
 from .heads import softmax_heads
 
 __all__ = ["COVARIANCE_TYPES", "check_covariance_type", "whitened_norms", "mahalanobis",
@@ -56,25 +59,23 @@ __all__ = ["COVARIANCE_TYPES", "check_covariance_type", "whitened_norms", "mahal
            "precision_trace", "shaped_logits", "shaped_weights", "shaped_attention",
            "ShapedAttentionHeads"]
 
-COVARIANCE_TYPES = ("spherical", "diag", "full")
-
 
 def check_covariance_type(covariance_type) -> str:
-    """``covariance_type`` if it is one of :data:`COVARIANCE_TYPES`, else a ``ValueError``.
+    """The name of ``covariance_type`` if it is one of :data:`COVARIANCE_TYPES` (or a
+    :class:`~attnclust.covariance.Covariance`), else a ``ValueError``.
 
     Examples
     --------
     >>> check_covariance_type("full")
     'full'
     """
-    if not isinstance(covariance_type, str) or covariance_type not in COVARIANCE_TYPES:
-        raise ValueError(f"covariance_type must be 'spherical', 'diag' or 'full', got "
-                         f"{covariance_type!r}")
-    return covariance_type
+    return as_covariance(covariance_type).name
 
 
+# the functions below take ``covariance_type`` as a name (or a Covariance) and resolve it
+# once: the operations are the covariance object's (:mod:`attnclust.covariance`)
 def whitened_norms(diff: torch.Tensor, precisions_cholesky: torch.Tensor,
-                   covariance_type: str) -> torch.Tensor:
+                   covariance_type: str | Covariance) -> torch.Tensor:
     """``||d U_h||^2`` of differences ``(K, N, d)`` (row ``h`` against head ``h``): ``(K, N)``.
 
     Examples
@@ -82,17 +83,11 @@ def whitened_norms(diff: torch.Tensor, precisions_cholesky: torch.Tensor,
     >>> whitened_norms(torch.tensor([[[2.0, 1.0]]]), torch.tensor([[2.0, 1.0]]), "diag")
     tensor([[17.]])
     """
-    if covariance_type == "full":
-        y = diff @ precisions_cholesky                                      # (K, N, d)
-        return (y * y).sum(-1)
-    sq = diff * diff
-    if covariance_type == "diag":
-        return (sq * (precisions_cholesky * precisions_cholesky)[:, None]).sum(-1)
-    return sq.sum(-1) * (precisions_cholesky * precisions_cholesky)[:, None]
+    return as_covariance(covariance_type).whitened_norms(diff, precisions_cholesky)
 
 
 def mahalanobis(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch.Tensor,
-                covariance_type: str) -> torch.Tensor:
+                covariance_type: str | Covariance) -> torch.Tensor:
     """Squared distances ``||(x - mu_h) U_h||^2`` of tokens ``(..., d)`` to heads: ``(..., K)``.
 
     Examples
@@ -101,13 +96,10 @@ def mahalanobis(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch
     ...             "spherical")
     tensor([[1.2500]])
     """
-    k, d = means.shape
-    diff = x.reshape(-1, d).unsqueeze(0) - means[:, None]                   # (K, N, d)
-    dist = whitened_norms(diff, precisions_cholesky, covariance_type)       # (K, N)
-    return dist.T.reshape(*x.shape[:-1], k)
+    return as_covariance(covariance_type).mahalanobis(x, means, precisions_cholesky)
 
 
-def log_det_precision(precisions_cholesky: torch.Tensor, covariance_type: str,
+def log_det_precision(precisions_cholesky: torch.Tensor, covariance_type: str | Covariance,
                       n_features: int) -> torch.Tensor:
     """``log det P_h = 2 sum_j log (U_h)_jj``, shape ``(K,)``.
 
@@ -116,14 +108,10 @@ def log_det_precision(precisions_cholesky: torch.Tensor, covariance_type: str,
     >>> log_det_precision(torch.tensor([2.0]), "spherical", 3)
     tensor([4.1589])
     """
-    if covariance_type == "full":
-        return 2.0 * torch.diagonal(precisions_cholesky, dim1=-2, dim2=-1).log().sum(-1)
-    if covariance_type == "diag":
-        return 2.0 * precisions_cholesky.log().sum(-1)
-    return 2.0 * n_features * precisions_cholesky.log()
+    return as_covariance(covariance_type).log_det_precision(precisions_cholesky, n_features)
 
 
-def precision_trace(precisions_cholesky: torch.Tensor, covariance_type: str,
+def precision_trace(precisions_cholesky: torch.Tensor, covariance_type: str | Covariance,
                     floor: torch.Tensor) -> torch.Tensor:
     """``tr(P_h D) = sum_j D_j (P_h)_jj`` for a diagonal ``D = diag(floor)``, shape ``(K,)``.
 
@@ -135,17 +123,12 @@ def precision_trace(precisions_cholesky: torch.Tensor, covariance_type: str,
     >>> precision_trace(torch.tensor([2.0]), "spherical", torch.ones(3))
     tensor([12.])
     """
-    sq = precisions_cholesky * precisions_cholesky
-    if covariance_type == "full":
-        return sq.sum(-1) @ floor                 # (P_h)_jj = sum_k (U_h)_jk^2
-    if covariance_type == "diag":
-        return sq @ floor
-    return sq * floor.sum()
+    return as_covariance(covariance_type).precision_trace(precisions_cholesky, floor)
 
 
 def shaped_logits(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch.Tensor,
                   log_weights: torch.Tensor | None = None, *, inverse_temperature: float,
-                  covariance_type: str = "full") -> torch.Tensor:
+                  covariance_type: str | Covariance = "full") -> torch.Tensor:
     """Logits ``s_h(x) = lambda (-1/2 ||(x - mu_h) U_h||^2 + log pi_h + 1/2 log det P_h)``.
 
     Parameters
@@ -158,7 +141,7 @@ def shaped_logits(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: tor
         ``log pi_h``; ``None``: equal weights (a constant, left out).
     inverse_temperature : float
         ``lambda > 0``.
-    covariance_type : {"full", "diag", "spherical"}, default="full"
+    covariance_type : {"full", "diag", "spherical"} or Covariance, default="full"
 
     Returns
     -------
@@ -170,16 +153,12 @@ def shaped_logits(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: tor
     >>> shaped_logits(torch.tensor([0.0, 1.0]), torch.zeros(2, 2), u, inverse_temperature=1.0)
     tensor([-6.6137, -0.5000])
     """
-    d = means.shape[-1]
-    logits = -0.5 * mahalanobis(x, means, precisions_cholesky, covariance_type)
-    logits = logits + 0.5 * log_det_precision(precisions_cholesky, covariance_type, d)
-    if log_weights is not None:
-        logits = logits + log_weights
-    return inverse_temperature * logits
+    return as_covariance(covariance_type).logits(x, means, precisions_cholesky, log_weights,
+                                                 inverse_temperature)
 
 
 def shaped_weights(x, means, precisions_cholesky, log_weights=None, *,
-                   inverse_temperature: float = 1.0, covariance_type: str = "full"
+                   inverse_temperature: float = 1.0, covariance_type: str | Covariance = "full"
                    ) -> torch.Tensor:
     """Attention ``a_h(x) = softmax_h s_h(x)`` of tokens ``(..., d)``: ``(..., K)``.
 
@@ -200,12 +179,11 @@ def shaped_weights(x, means, precisions_cholesky, log_weights=None, *,
     """
     x, means, factors, log_weights, lam, cov = _inputs(
         x, means, precisions_cholesky, log_weights, inverse_temperature, covariance_type)
-    return softmax_heads(shaped_logits(x, means, factors, log_weights, inverse_temperature=lam,
-                                       covariance_type=cov))
+    return softmax_heads(cov.logits(x, means, factors, log_weights, lam))
 
 
 def shaped_attention(x, means, precisions_cholesky, log_weights=None, *,
-                     inverse_temperature: float = 1.0, covariance_type: str = "full"
+                     inverse_temperature: float = 1.0, covariance_type: str | Covariance = "full"
                      ) -> torch.Tensor:
     """Output ``T(x) = sum_h a_h(x) mu_h`` of tokens ``(..., d)``: ``(..., d)``.
 
@@ -219,24 +197,23 @@ def shaped_attention(x, means, precisions_cholesky, log_weights=None, *,
     """
     x, means, factors, log_weights, lam, cov = _inputs(
         x, means, precisions_cholesky, log_weights, inverse_temperature, covariance_type)
-    return softmax_heads(shaped_logits(x, means, factors, log_weights, inverse_temperature=lam,
-                                       covariance_type=cov)) @ means
+    return softmax_heads(cov.logits(x, means, factors, log_weights, lam)) @ means
 
 
 def _inputs(x, means, factors, log_weights, inverse_temperature, covariance_type):
-    """Tensors in the means' dtype and device, and the checked scalars."""
+    """Tensors in the means' dtype and device, the checked scalar and the covariance
+    type (resolved here, once)."""
     means = as_tensor(means, name="means")
     kw = dict(dtype=means.dtype, device=means.device)
     x = as_tensor(x, name="x", **kw)
     factors = as_tensor(factors, name="precisions_cholesky", **kw)
     if log_weights is not None:
         log_weights = as_tensor(log_weights, name="log_weights", **kw)
-    cov = check_covariance_type(covariance_type)
-    expected = {"full": means.shape + means.shape[-1:], "diag": means.shape,
-                "spherical": means.shape[:1]}[cov]
-    if tuple(factors.shape) != tuple(expected):
-        raise ValueError(f"precisions_cholesky must have shape {tuple(expected)} for "
-                         f"covariance_type={cov!r}, got {tuple(factors.shape)}")
+    cov = as_covariance(covariance_type)
+    expected = cov.shape(*means.shape) if means.ndim == 2 else None
+    if expected is None or tuple(factors.shape) != tuple(expected):
+        raise ValueError(f"precisions_cholesky must have shape {expected} for "
+                         f"covariance_type={cov.name!r}, got {tuple(factors.shape)}")
     return x, means, factors, log_weights, check_inverse_temperature(inverse_temperature), cov
 
 
@@ -278,25 +255,24 @@ class ShapedAttentionHeads(nn.Module):
         means = as_tensor(means, name="means").detach().clone()
         if means.ndim != 2:
             raise ValueError(f"means must have shape (K, d), got {tuple(means.shape)}")
-        self.covariance_type = check_covariance_type(covariance_type)
+        cov = self._covariance = as_covariance(covariance_type)
+        self.covariance_type = cov.name
         self.inverse_temperature = check_inverse_temperature(inverse_temperature)
         k, d = means.shape
         kw = dict(dtype=means.dtype, device=means.device)
         if precisions_cholesky is None:
-            shape = {"full": (k, d, d), "diag": (k, d), "spherical": (k,)}[covariance_type]
-            factors = torch.eye(d, **kw).expand(shape).clone() if covariance_type == "full" \
-                else torch.ones(shape, **kw)
+            factors = cov.unit(k, d, **kw).clone()
         else:
             _, _, factors, _, _, _ = _inputs(means[:1], means, precisions_cholesky, None, 1.0,
-                                             covariance_type)
-        diag = torch.diagonal(factors, dim1=-2, dim2=-1) if covariance_type == "full" \
-            else factors
+                                             cov)
+        diag = cov.diagonal(factors)
         if not bool((diag > 0).all()):
             raise ValueError("precisions_cholesky must have a positive diagonal")
         self.means = nn.Parameter(means)
         self.log_diagonal = nn.Parameter(diag.log().clone())
-        if covariance_type == "full":
-            self.upper = nn.Parameter(torch.triu(factors, diagonal=1).clone())
+        upper = cov.strict_upper(factors)
+        if upper is not None:
+            self.upper = nn.Parameter(upper)
         weights = torch.full((k,), 1.0 / k, **kw) if weights is None else as_tensor(
             weights, name="weights", **kw)
         if weights.shape != (k,) or not bool((weights > 0).all()):
@@ -306,25 +282,22 @@ class ShapedAttentionHeads(nn.Module):
     @property
     def precisions_cholesky(self) -> torch.Tensor:
         """``U_h``: ``(K, d, d)`` upper triangular, ``(K, d)`` or ``(K,)``."""
-        if self.covariance_type != "full":
-            return self.log_diagonal.exp()
-        return torch.triu(self.upper, diagonal=1) + torch.diag_embed(self.log_diagonal.exp())
+        return self._covariance.from_parts(self.log_diagonal, getattr(self, "upper", None))
 
     @property
     def precisions(self) -> torch.Tensor:
         """``P_h = U_h U_h^T`` (``(K, d, d)``; per-coordinate or scalar for diag/spherical)."""
-        u = self.precisions_cholesky
-        return u @ u.transpose(-1, -2) if self.covariance_type == "full" else u * u
+        return self._covariance.precisions(self.precisions_cholesky)
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """``s_h(x)``, shape ``(..., K)``."""
         if not isinstance(x, torch.Tensor):
             x = as_tensor(x, name="x", dtype=self.means.dtype, device=self.means.device)
         dtype = x.dtype
-        return shaped_logits(x, self.means.to(dtype), self.precisions_cholesky.to(dtype),
-                             torch.log_softmax(self.log_weights, 0).to(dtype),
-                             inverse_temperature=self.inverse_temperature,
-                             covariance_type=self.covariance_type)
+        return self._covariance.logits(x, self.means.to(dtype),
+                                       self.precisions_cholesky.to(dtype),
+                                       torch.log_softmax(self.log_weights, 0).to(dtype),
+                                       self.inverse_temperature)
 
     def weights(self, x: torch.Tensor) -> torch.Tensor:
         """Attention ``a_h(x)``, shape ``(..., K)``."""

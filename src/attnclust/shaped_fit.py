@@ -66,16 +66,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .covariance import Covariance, as_covariance, covariance_floor
 from .degenerate import DegenerateFitWarning
 from .results import IterationInfo
 from .schedules import Schedule, as_schedule
-from .shaped import (
-    check_covariance_type,
-    log_det_precision,
-    precision_trace,
-    shaped_logits,
-    whitened_norms,
-)
 
 __all__ = ["ShapedFitResult", "shaped_fit", "tempered_objective", "tempered_log_joint",
            "precisions_cholesky_of",
@@ -107,7 +101,8 @@ class ShapedFitResult(NamedTuple):
 
 def tempered_objective(X: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch.Tensor,
                        weights: torch.Tensor, *, inverse_temperature: float = 1.0,
-                       covariance_type: str = "full", floor: torch.Tensor | None = None,
+                       covariance_type: str | Covariance = "full",
+                       floor: torch.Tensor | None = None,
                        sample_weight: torch.Tensor | None = None) -> torch.Tensor:
     """``f = -(1/W) sum_i w_i (1/lambda) log sum_h exp(lambda l~_h(x_i))``, differentiable.
 
@@ -137,8 +132,8 @@ def tempered_objective(X: torch.Tensor, means: torch.Tensor, precisions_cholesky
 
 def tempered_log_joint(x: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch.Tensor,
                        log_weights: torch.Tensor, *, inverse_temperature: float = 1.0,
-                       covariance_type: str = "full", floor: torch.Tensor | None = None
-                       ) -> torch.Tensor:
+                       covariance_type: str | Covariance = "full",
+                       floor: torch.Tensor | None = None) -> torch.Tensor:
     """``lambda l~_h(x)`` of tokens ``(..., d)``: ``(..., K)``, the E-step's logits.
 
     The layer's logits (:func:`attnclust.shaped.shaped_logits`) with the density's
@@ -156,17 +151,12 @@ def tempered_log_joint(x: torch.Tensor, means: torch.Tensor, precisions_cholesky
     >>> bool(torch.isclose(lj[0, 0], torch.tensor(norm.logpdf(0.5), dtype=torch.float64)))
     True
     """
-    d = means.shape[-1]
-    bias = log_weights - 0.5 * d * _LOG_2PI
-    if floor is not None:
-        bias = bias - 0.5 * precision_trace(precisions_cholesky, covariance_type,
-                                            floor.to(precisions_cholesky.dtype))
-    return shaped_logits(x, means, precisions_cholesky, bias,
-                         inverse_temperature=inverse_temperature,
-                         covariance_type=covariance_type)
+    return as_covariance(covariance_type).log_joint(x, means, precisions_cholesky, log_weights,
+                                                    inverse_temperature, floor)
 
 
-def precisions_cholesky_of(covariances: torch.Tensor, covariance_type: str) -> torch.Tensor:
+def precisions_cholesky_of(covariances: torch.Tensor, covariance_type: str | Covariance
+                           ) -> torch.Tensor:
     """``U_h`` (upper triangular, ``U_h U_h^T = Sigma_h^{-1}``) of covariances.
 
     ``ValueError`` when a covariance is not positive definite.
@@ -178,16 +168,7 @@ def precisions_cholesky_of(covariances: torch.Tensor, covariance_type: str) -> t
     >>> torch.allclose(u @ u.mT, torch.linalg.inv(c))
     True
     """
-    if covariance_type != "full":
-        if not bool((covariances > 0).all()):
-            raise ValueError("a covariance is not positive (a head without spread)")
-        return covariances.rsqrt()
-    chol, info = torch.linalg.cholesky_ex(covariances)
-    if bool((info > 0).any()):
-        bad = torch.nonzero(info > 0).flatten().tolist()
-        raise ValueError(f"the covariance of head(s) {bad} is not positive definite")
-    eye = torch.eye(covariances.shape[-1], dtype=covariances.dtype, device=covariances.device)
-    return torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False).mT
+    return as_covariance(covariance_type).factors(covariances)
 
 
 def _chunks(X, chunk: int, row_map, sample_weight):
@@ -223,21 +204,9 @@ def data_variance(X, center: torch.Tensor, *, chunk: int, reduce=None, row_map=N
     return total, (acc[d + 1:] / total - shift * shift).clamp_min(0.0)
 
 
-def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
-    """``r_j = reg_covar * max(v_j, v / 1000)``, ``v`` the mean of the ``v_j`` (1 if 0).
-
-    Examples
-    --------
-    >>> covariance_floor(torch.tensor([4.0, 0.0]), 0.5)
-    tensor([2.0000e+00, 1.0000e-03])
-    """
-    mean = float(variances.mean()) if float(variances.mean()) > 0 else 1.0
-    return float(reg_covar) * variances.clamp_min(mean / 1000.0)
-
-
 class _Params(NamedTuple):
     means: torch.Tensor          # (K, d) float64
-    covariances: torch.Tensor    # (K, d, d), (K, d) or (K,) float64, floor included
+    covariances: torch.Tensor    # float64, shape of the covariance type, floor included
     factors: torch.Tensor        # precisions_cholesky, float64
     log_weights: torch.Tensor    # (K,) float64
 
@@ -246,38 +215,28 @@ class _Stats(NamedTuple):
     loss: float
     counts: torch.Tensor         # (K,)  N_h
     first: torch.Tensor          # (K, d) sum q w (x - mu_h)
-    second: torch.Tensor         # (K, d, d), (K, d) or (K,) centred second moments
+    second: torch.Tensor         # centred second moments, shape of the covariance type
 
 
-def _moments(diff, qw, cov: str):
-    """First and second moments ``sum_i qw_hi (x_i - mu_h)(...)`` of a chunk (float64)."""
-    weighted = qw[..., None] * diff                                         # (K, n_c, d)
-    first = weighted.sum(1).double()                                        # (K, d)
-    if cov == "full":
-        return first, (weighted.mT @ diff).double()                         # (K, d, d)
-    second = (weighted * diff).sum(1).double()                              # (K, d)
-    return first, second if cov == "diag" else second.sum(-1)
-
-
-def _head_bias(params: _Params, lam: float, cov: str, floor) -> torch.Tensor:
+def _head_bias(params: _Params, lam: float, cov: Covariance, floor) -> torch.Tensor:
     """``lambda (log pi_h + 1/2 log det P_h - d/2 log 2 pi - 1/2 tr(P_h D))``, ``(K,)``."""
     d = params.means.shape[1]
-    bias = params.log_weights - 0.5 * d * _LOG_2PI + 0.5 * log_det_precision(
-        params.factors, cov, d)
+    bias = params.log_weights - 0.5 * d * _LOG_2PI + 0.5 * cov.log_det_precision(
+        params.factors, d)
     if floor is not None:
-        bias = bias - 0.5 * precision_trace(params.factors, cov, floor)
+        bias = bias - 0.5 * cov.precision_trace(params.factors, floor)
     return lam * bias
 
 
-def _pass(X, params: _Params, lam: float, cov: str, floor, *, chunk, reduce, row_map,
+def _pass(X, params: _Params, lam: float, cov: Covariance, floor, *, chunk, reduce, row_map,
           sample_weight, total: float, hard: bool = False) -> _Stats:
     """One pass over the rows: the objective at ``params`` and the sums of the M-step.
 
     ``hard``: responsibilities one-hot on the nearest mean (the k-means start).
     """
     K, d = params.means.shape
-    size = {"full": d * d, "diag": d, "spherical": 1}[cov]
-    acc = torch.zeros(1 + K + K * d + K * size, dtype=torch.float64, device=X.device)
+    shape = cov.shape(K, d)
+    acc = torch.zeros(1 + K + K * d + math.prod(shape), dtype=torch.float64, device=X.device)
     bias = None if hard else _head_bias(params, lam, cov, floor)
     for rows, w in _chunks(X, chunk, row_map, sample_weight):
         dtype = rows.dtype
@@ -287,8 +246,8 @@ def _pass(X, params: _Params, lam: float, cov: str, floor, *, chunk, reduce, row
             q = torch.nn.functional.one_hot(nearest, K).T.to(dtype)         # (K, n_c)
             loss = rows.new_zeros(())
         else:   # the E-step: a softmax over heads of lambda l~_h, and its log-sum-exp
-            logits = bias.to(dtype)[:, None] - (0.5 * lam) * whitened_norms(
-                diff, params.factors.to(dtype), cov)                        # (K, n_c)
+            logits = bias.to(dtype)[:, None] - (0.5 * lam) * cov.whitened_norms(
+                diff, params.factors.to(dtype))                             # (K, n_c)
             top = logits.amax(0)
             e = (logits - top).exp()
             total_e = e.sum(0)
@@ -296,17 +255,16 @@ def _pass(X, params: _Params, lam: float, cov: str, floor, *, chunk, reduce, row
             lse = top + total_e.log()                                       # (n_c,)
             loss = -(lse if w is None else w * lse).double().sum() / lam
         qw = q if w is None else q * w                                      # (K, n_c)
-        first, second = _moments(diff, qw, cov)
+        first, second = cov.moments(diff, qw)
         acc += torch.cat([loss.double().reshape(1), qw.double().sum(1), first.reshape(-1),
                           second.reshape(-1)])
     acc = acc if reduce is None else reduce(acc)
-    shape = {"full": (K, d, d), "diag": (K, d), "spherical": (K,)}[cov]
     return _Stats(float(acc[0]) / total, acc[1:1 + K], acc[1 + K:1 + K + K * d].reshape(K, d),
                   acc[1 + K + K * d:].reshape(shape))
 
 
-def _m_step(stats: _Stats, params: _Params, cov: str, floor: torch.Tensor, total: float
-            ) -> _Params:
+def _m_step(stats: _Stats, params: _Params, cov: Covariance, floor: torch.Tensor,
+            total: float) -> _Params:
     """The exact maximizer of the M-step; a head with (almost) no weight keeps its shape."""
     K, d = params.means.shape
     eps = torch.finfo(torch.float64).eps
@@ -314,40 +272,26 @@ def _m_step(stats: _Stats, params: _Params, cov: str, floor: torch.Tensor, total
     n = stats.counts.clamp_min(10 * eps * total)
     shift = stats.first / n[:, None]                                        # (K, d)
     means = torch.where(alive[:, None], params.means + shift, params.means)
-    if cov == "full":
-        spread = stats.second / n[:, None, None] - shift[:, :, None] * shift[:, None, :]
-        spread = 0.5 * (spread + spread.mT)
-        covs = spread + torch.diag_embed(floor)
-        covs = torch.where(alive[:, None, None], covs, params.covariances)
-    else:
-        spread = stats.second / n[:, None] - shift * shift if cov == "diag" else \
-            stats.second / n - (shift * shift).sum(-1)
-        covs = (spread.clamp_min(0.0) + floor if cov == "diag" else
-                spread.clamp_min(0.0) / d + floor.mean())
-        covs = torch.where(alive[:, None] if cov == "diag" else alive, covs, params.covariances)
+    covs = cov.update(stats.second, n, shift, floor, alive, params.covariances)
     log_weights = n.log() - math.log(float(n.sum()))
     return _Params(means, covs, _factors(covs, cov), log_weights)
 
 
-def _factors(covs: torch.Tensor, cov: str) -> torch.Tensor:
-    """``precisions_cholesky_of``, with a jitter when rounding (or no floor) left a
+def _factors(covs: torch.Tensor, cov: Covariance) -> torch.Tensor:
+    """The covariances' factors, with a jitter when rounding (or no floor) left a
     covariance that is not positive definite."""
     try:
-        return precisions_cholesky_of(covs, cov)
+        return cov.factors(covs)
     except ValueError:
         warnings.warn("a covariance lost positive definiteness (floor reg_covar too small "
                       "for this data); added 1e-10 of its largest entry to its diagonal",
                       DegenerateFitWarning, stacklevel=4)
         scale = covs.reshape(covs.shape[0], -1).abs().amax(-1).clamp_min(1e-300) * 1e-10
-        if cov == "full":
-            eye = torch.eye(covs.shape[-1], dtype=covs.dtype, device=covs.device)
-            return precisions_cholesky_of(covs + scale[:, None, None] * eye, cov)
-        return precisions_cholesky_of(covs.clamp_min(0) + (scale[:, None] if cov == "diag"
-                                                            else scale), cov)
+        return cov.factors(cov.jittered(covs, scale))
 
 
-def _check_degenerate(params: _Params, counts: torch.Tensor, cov: str, floor: torch.Tensor,
-                      total: float, n_rows: int) -> None:
+def _check_degenerate(params: _Params, counts: torch.Tensor, cov: Covariance,
+                      floor: torch.Tensor, total: float, n_rows: int) -> None:
     """Warn for heads with (almost) no weight, or at the floor in some direction."""
     per_row = total / max(n_rows, 1)
     dead = torch.nonzero(counts < 0.5 * per_row).flatten().tolist()
@@ -357,13 +301,7 @@ def _check_degenerate(params: _Params, counts: torch.Tensor, cov: str, floor: to
                       DegenerateFitWarning, stacklevel=3)
     if not bool((floor > 0).all()):
         return
-    if cov == "full":   # the covariance in units of the floor: eigenvalues >= 1
-        root = floor.rsqrt()
-        ratio = torch.linalg.eigvalsh(params.covariances * root[:, None] * root)[:, 0]
-    elif cov == "diag":
-        ratio = (params.covariances / floor).amin(-1)
-    else:
-        ratio = params.covariances / floor.mean()
+    ratio = cov.floor_ratio(params.covariances, floor)
     flat = [h for h in torch.nonzero(ratio <= 2.0).flatten().tolist() if h not in dead]
     if flat:
         warnings.warn(f"head(s) {flat} have (nearly) no spread in some direction: their "
@@ -376,7 +314,7 @@ def shaped_fit(
     X: torch.Tensor,
     means0: torch.Tensor,
     *,
-    covariance_type: str = "full",
+    covariance_type: str | Covariance = "full",
     covariances0: torch.Tensor | None = None,
     weights0: torch.Tensor | None = None,
     inverse_temperature: float | Schedule = 1.0,
@@ -440,7 +378,7 @@ def shaped_fit(
     >>> res.converged, bool(res.weights.min() > 0.4)
     (True, True)
     """
-    cov = check_covariance_type(covariance_type)
+    cov = as_covariance(covariance_type)
     K, d = means0.shape
     chunk = int(chunk_size) if chunk_size else max(256, _CHUNK_NUMBERS // max(K * d, 1))
     means = means0.to(X.device, torch.float64)
@@ -451,7 +389,8 @@ def shaped_fit(
     common = dict(chunk=chunk, reduce=reduce, row_map=row_map, sample_weight=sample_weight,
                   total=total)
     if covariances0 is None:   # the M-step of the nearest-mean partition
-        empty = _Params(means, _eye_like(means, cov) * s2, None, None)
+        empty = _Params(means, cov.unit(K, d, dtype=means.dtype, device=means.device) * s2,
+                        None, None)
         params = _m_step(_pass(X, empty, 1.0, cov, floor, hard=True, **common), empty, cov,
                          floor, total)
         if weights0 is not None:
@@ -460,7 +399,7 @@ def shaped_fit(
         covs = _as64(covariances0, X)
         log_w = (torch.full((K,), -math.log(K), dtype=torch.float64, device=X.device)
                  if weights0 is None else _as64(weights0, X).log())
-        params = _Params(means, covs, precisions_cholesky_of(covs, cov), log_w)
+        params = _Params(means, covs, cov.factors(covs), log_w)
     losses, lams, n_iter, converged, stats = [], [], 0, False, None
     slack = 1e-12 if X.dtype == torch.float64 else 1e-5
     plan = as_schedule(inverse_temperature).stages(n_steps)
@@ -496,14 +435,6 @@ def shaped_fit(
 
 def _as64(t, X) -> torch.Tensor:
     return torch.as_tensor(t).to(X.device, torch.float64)
-
-
-def _eye_like(means, cov: str) -> torch.Tensor:
-    """Unit covariances, the shape kept by a head the partition leaves empty."""
-    K, d = means.shape
-    if cov == "full":
-        return torch.eye(d, dtype=means.dtype, device=means.device).expand(K, d, d)
-    return means.new_ones((K, d) if cov == "diag" else (K,))
 
 
 def _rows(X, reduce) -> int:

@@ -2,7 +2,9 @@
 
 First batch
 -----------
-Exactly what ``fit`` does before its solver, on the batch: the preprocessing
+Exactly what ``fit`` does before its solver, on the batch, through the same steps of the
+fit's resolved settings (a :class:`~attnclust.plan.FitPlan`, made by the estimator from
+its parameters on the first batch and kept): the preprocessing
 (``normalize="center-scale"`` learns ``mean_`` and ``scale_`` here), the working space of
 Euclidean heads (rows centred and scaled by the batch's mean and root-mean-square
 spread: a fixed affine map from then on), the seeding (k-means++ on the batch, weighted)
@@ -54,17 +56,20 @@ paper          code            meaning
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from ._validation import as_generator, check_sample_weight
+from ._validation import as_generator
 from .communicator import Communicator
-from .estimator_params import check_params
 from .fixed_point import forget_heads, pass_sums, step_from_sums
 from .swap import single_swap
 
-__all__ = ["StreamState", "partial_fit"]
+if TYPE_CHECKING:
+    from .plan import FitPlan
+
+__all__ = ["StreamState", "check_streaming", "partial_fit"]
 
 
 @dataclass
@@ -92,32 +97,33 @@ class StreamState:
         return rows.to(self.device, self.dtype)
 
 
-def _first_state(est, Xp: np.ndarray, weights, gen) -> StreamState:
+def _first_state(plan: FitPlan, Xp: np.ndarray, weights, gen) -> StreamState:
     """Initial heads and lambda from the first batch, as ``fit`` starts (see above)."""
-    K = est.n_clusters
-    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), workers=1, weights=weights,
-                             K=K)
-    S, _, start, lam = est._warm_start(rows, gen, hard=False, K=K)
+    rows = plan.working_rows(Xp, Communicator.local(Xp.shape[0]), weights=weights)
+    S, _, start, lam = plan.warm_start(rows, gen, hard=False)
     return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.shift,
-                       float(rows.scale), S.dtype, str(est.device), rows.chunk)
+                       float(rows.scale), S.dtype, str(plan.device), rows.chunk)
 
 
-def _resumed_state(est, Xp: np.ndarray) -> StreamState:
+def _resumed_state(est, plan: FitPlan, Xp: np.ndarray) -> StreamState:
     """A state for an estimator fitted by ``fit``: its heads and lambda, in a working space
     taken from this batch, and no sums yet (this batch's statistics decide the first step
     alone)."""
-    rows = est._working_rows(Xp, Communicator.local(Xp.shape[0]), workers=1, weights=None,
-                             K=len(est.cluster_centers_))
+    plan = plan.with_clusters(len(est.cluster_centers_))
+    rows = plan.working_rows(Xp, Communicator.local(Xp.shape[0]))
     one = rows.read(0, 1)
     heads = torch.as_tensor(rows.heads_in(est.cluster_centers_), dtype=one.dtype,
                             device=one.device)
     return StreamState(heads, float(rows.inverse_temperature_in(est.inverse_temperature_)),
                        heads.new_zeros(0), 0.0, rows.shift, float(rows.scale), one.dtype,
-                       str(est.device), rows.chunk)
+                       str(plan.device), rows.chunk)
 
 
-def partial_fit(est, X, sample_weight=None):
-    """One batch of ``AttentionClustering.partial_fit`` (see the module docstring).
+def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = None):
+    """One batch of ``AttentionClustering.partial_fit`` (see the module docstring): the
+    estimator ``est``'s validated rows ``X`` and their checked sample ``weights``, for the
+    stream's resolved settings ``plan`` (the estimator checks its parameters and resolves
+    them on the first batch, :func:`check_streaming` on every batch).
 
     Sets ``cluster_centers_``, ``n_clusters_``, ``inverse_temperature_``, ``labels_`` (of
     this batch, as ``MiniBatchKMeans`` does), ``n_steps_`` (batches seen), ``n_iter_`` (the
@@ -139,38 +145,36 @@ def partial_fit(est, X, sample_weight=None):
     fitted = hasattr(est, "cluster_centers_")
     resumed = fitted and (state is None or not np.array_equal(
         est.cluster_centers_, _centers(est, state)))
-    _check_streaming(est)          # also after a fit, whose solver may not stream
-    X = est._validate(X, reset=not fitted)
-    weights = check_sample_weight(sample_weight, X.shape[0])
     # weights count relative to each other, across batches too: the first batch's largest
     # weight is the unit of every batch (float32 holds weights of 1e39 or 1e-46 then)
     unit = 1.0 if weights is None or not weights.max(initial=0.0) > 0 else \
         float(weights.max())
     if not fitted:
-        check_params(est.get_params(deep=False), X.shape[0], X.shape[0],
-                     weight_total=None if weights is None else float(weights.sum()))
         weights = None if weights is None else weights / unit
-        est.mean_, est.scale_ = None, None
-        Xp = est._preprocess(X, comm=Communicator.local(X.shape[0]), weights=weights)
-        state = _first_state(est, Xp, weights, as_generator(est.random_state, "random_state"))
+        local = Communicator.local(X.shape[0])
+        est.mean_, est.scale_ = plan.learn_center(X, local, weights)
+        Xp = plan.preprocess(X, (est.mean_, est.scale_), comm=local)
+        state = _first_state(plan, Xp, weights, as_generator(plan.random_state, "random_state"))
         state.weight_unit = unit
         est.loss_curve_ = np.zeros(0)
     else:
-        Xp = est._preprocess(X)
+        Xp = plan.preprocess(X, (est.mean_, est.scale_))
         if resumed:
-            state = _resumed_state(est, Xp)
+            state = _resumed_state(est, plan, Xp)
             state.weight_unit = unit
             est.loss_curve_ = np.zeros(0)
         if weights is not None:
             weights = weights / state.weight_unit
         elif state.weight_unit != 1.0:   # no weights: each row weighs 1 in the first's units
             weights = np.full(X.shape[0], 1.0 / state.weight_unit)
-    _step(est, state, state.to_working(Xp), weights)
+    _step(est, state, state.to_working(Xp), weights, plan.geometry)
     est.n_clusters_ = len(est.cluster_centers_)
     return est
 
 
-def _check_streaming(est) -> None:
+def check_streaming(est) -> None:
+    """A ``ValueError`` when the estimator's parameters cannot stream (before each batch:
+    a fitted estimator's parameters may have changed since its fit)."""
     if est.solver != "fixed-point" or est.penalty is not None:
         raise ValueError(f"partial_fit takes fixed-point steps without a penalty; got "
                          f"solver={est.solver!r}, penalty={est.penalty!r}")
@@ -204,11 +208,10 @@ def _swap(state: StreamState, rows: torch.Tensor, w, geometry) -> None:
     state.n_swaps += 1
 
 
-def _step(est, state: StreamState, rows: torch.Tensor, weights) -> None:
+def _step(est, state: StreamState, rows: torch.Tensor, weights, geometry) -> None:
     """Add the batch's sums to the running ones and take the step; set the attributes."""
     w = None if weights is None else torch.as_tensor(weights, dtype=state.dtype,
                                                      device=rows.device)
-    geometry = est._geometry
     _swap(state, rows, w, geometry)
     batch = pass_sums(rows, state.heads, state.lam, geometry=geometry, weights=w,
                       chunk=state.chunk)

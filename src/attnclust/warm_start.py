@@ -44,19 +44,20 @@ paper          code            meaning
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
 from sklearn.cluster import kmeans_plusplus
 
-from ._validation import check_inverse_temperature
 from .annealing import anneal_heads
-from .estimator_params import resolved
 from .geometry import Geometry, as_geometry
 from .kmeans import SWAP_HEADS, KMeansResult, hard_labels, hard_lloyd, sample_kmeans
 from .kmeans.batch import KMEANS_TOL
 from .rows import WorkingRows
+
+if TYPE_CHECKING:
+    from .plan import FitPlan
 
 __all__ = ["PER_HEAD", "SEEDING_ROWS", "WARM_SAMPLE", "estimator_warm_start",
            "BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
@@ -317,18 +318,18 @@ def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights, hea
     return WarmStart(km.heads, lam, capped, km)
 
 
-def estimator_warm_start(rows: WorkingRows, gen, p: dict, *, n_clusters: int,
-                         hard: bool = False):
-    """The warm start of an :class:`~attnclust.AttentionClustering` fit of parameters ``p``
-    (``get_params``): the sample ``S`` of the working rows and its weights ``Sw``, the
-    :func:`warm_start` on it and ``lam``, the risk's inverse temperature (``None`` for
-    shaped heads). The sample has at most ``WARM_SAMPLE`` rows; for a fit that ends in the
-    hard limit on more rows, ``PER_HEAD`` rows per head and, with ``n_init="auto"`` and
-    at least ``SWAP_HEADS`` heads, one seeding per ``SEEDING_ROWS`` times the sample's
-    rows (the seedings then cost no more row visits than the passes, and the swaps search
-    between partitions; with fewer heads the seedings are the only search, and ten of
-    them on 256 rows per head cost little)."""
-    K, geometry = n_clusters, as_geometry(p["geometry"])
+def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = False):
+    """The warm start of an :class:`~attnclust.AttentionClustering` fit of the resolved
+    settings ``plan`` (:class:`~attnclust.plan.FitPlan`, for ``plan.n_clusters`` heads):
+    the sample ``S`` of the working rows and its weights ``Sw``, the :func:`warm_start` on
+    it and ``lam``, the risk's inverse temperature (``None`` for shaped heads). The sample
+    has at most ``WARM_SAMPLE`` rows; for a fit that ends in the hard limit (``hard``) on
+    more rows, ``PER_HEAD`` rows per head and, with ``n_init="auto"`` and at least
+    ``SWAP_HEADS`` heads, one seeding per ``SEEDING_ROWS`` times the sample's rows (the
+    seedings then cost no more row visits than the passes, and the swaps search between
+    partitions; with fewer heads the seedings are the only search, and ten of them on 256
+    rows per head cost little)."""
+    K, geometry = plan.n_clusters, plan.geometry
     size = WARM_SAMPLE if not hard or rows.n_total <= WARM_SAMPLE else \
         min(WARM_SAMPLE, PER_HEAD * K)
     S, Sw = rows.weighted_sample(gen, size)
@@ -336,21 +337,20 @@ def estimator_warm_start(rows: WorkingRows, gen, p: dict, *, n_clusters: int,
         raise ValueError(f"the warm-start sample ({S.shape[0]:,} of {rows.n_total:,} rows, "
                          "drawn uniformly) holds no row of positive sample_weight; drop the "
                          "rows of weight zero before fitting")
-    if p["covariance_type"] != "spherical":
-        # one seeding by default, as GaussianMixture's one k-means start (three gain
-        # 0.008 mean ARI on the battery of benchmarks/bench_shaped.py for ~1.7x the
-        # time); they start from Lloyd's heads, those of the seedings (n_init > 1) or
+    if plan.covariance.shaped:
+        # shaped heads start from Lloyd's heads, those of the seedings (n_init > 1) or
         # those the "auto" inverse temperature computes
-        n_init = 1 if p["n_init"] == "auto" else int(p["n_init"])
-        start = warm_start(S, rows, init=p["init"], n_clusters=K, gen=gen, n_init=n_init,
-                           geometry=geometry, auto=n_init == 1, weights=Sw)
+        start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=plan.n_init,
+                           geometry=geometry, auto=plan.n_init == 1, weights=Sw,
+                           tol=plan.kmeans_tol)
         return S, Sw, start, None
-    n_init = int(resolved(p, "n_init"))
-    if hard and isinstance(p["n_init"], str) and S.shape[0] < rows.n_total and K >= SWAP_HEADS:
+    n_init = plan.n_init
+    if hard and plan.n_init_auto and S.shape[0] < rows.n_total and K >= SWAP_HEADS:
         n_init = max(1, min(n_init, rows.n_total // (SEEDING_ROWS * S.shape[0])))
-    auto = isinstance(p["inverse_temperature"], str)   # "auto", checked before
-    start = warm_start(S, rows, init=p["init"], n_clusters=K, gen=gen, n_init=n_init,
-                       geometry=geometry, auto=auto, weights=Sw, max_iter=int(p["max_iter"]))
+    auto = plan.inverse_temperature is None
+    start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=n_init,
+                       geometry=geometry, auto=auto, weights=Sw, max_iter=plan.max_iter,
+                       tol=plan.kmeans_tol)
     lam = start.inverse_temperature if start.inverse_temperature is not None else \
-        rows.inverse_temperature_in(check_inverse_temperature(p["inverse_temperature"]))
+        rows.inverse_temperature_in(plan.inverse_temperature)
     return S, Sw, start, lam

@@ -1,0 +1,108 @@
+"""The covariance types as objects (``attnclust.covariance``): names resolve once, the
+operations agree with scikit-learn's mixture, and no module but covariance.py compares
+covariance names."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.mixture import GaussianMixture as SklearnGMM
+
+import attnclust as ac
+from attnclust.covariance import COVARIANCE_TYPES, Covariance, Diag, Full, Spherical, as_covariance
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
+
+
+def test_names_resolve_to_objects_and_objects_pass_through():
+    assert [as_covariance(name).name for name in COVARIANCE_TYPES] == list(COVARIANCE_TYPES)
+    assert isinstance(as_covariance("spherical"), Spherical)
+    assert isinstance(as_covariance("diag"), Diag) and isinstance(as_covariance("full"), Full)
+    obj = Full()
+    assert as_covariance(obj) is obj and Full() == as_covariance("full") != Diag()
+    assert [as_covariance(n).shaped for n in COVARIANCE_TYPES] == [False, True, True]
+    for bad in ("tied", None, 3):
+        with pytest.raises(ValueError, match=f"covariance_type must be 'spherical', 'diag' or "
+                                             f"'full', got {bad!r}"):
+            as_covariance(bad)
+    with pytest.raises(TypeError):
+        Covariance()
+
+
+@pytest.mark.parametrize("name", COVARIANCE_TYPES)
+def test_free_parameters_are_scikit_learns(name):
+    X = np.random.default_rng(0).standard_normal((40, 3))
+    gmm = SklearnGMM(4, covariance_type=name, random_state=0).fit(X)
+    assert as_covariance(name).n_parameters(4, 3) == gmm._n_parameters()
+
+
+@pytest.mark.parametrize("name", COVARIANCE_TYPES)
+def test_factors_shapes_and_log_joint_are_the_mixtures(name):
+    """The factors of scikit-learn's fitted covariances are its ``precisions_cholesky_``,
+    and the log-joint's log-sum-exp is its per-row log-likelihood."""
+    X = np.random.default_rng(1).standard_normal((60, 3)) @ np.diag([1.0, 2.0, 0.5])
+    gmm = SklearnGMM(2, covariance_type=name, random_state=0).fit(X)
+    cov = as_covariance(name)
+    factors = cov.factors(torch.as_tensor(gmm.covariances_))
+    assert tuple(factors.shape) == cov.shape(2, 3) == gmm.precisions_cholesky_.shape
+    np.testing.assert_allclose(factors.numpy(), gmm.precisions_cholesky_, rtol=1e-10)
+    np.testing.assert_allclose(cov.precisions(factors).numpy(), gmm.precisions_, rtol=1e-10)
+    joint = cov.log_joint(torch.as_tensor(X), torch.as_tensor(gmm.means_), factors,
+                          torch.as_tensor(gmm.weights_).log(), 1.0)
+    np.testing.assert_allclose(torch.logsumexp(joint, 1).numpy(), gmm.score_samples(X),
+                               rtol=1e-10)
+
+
+def test_a_covariance_object_fits_like_its_name():
+    X = ac.GaussianMixture.orthogonal(d=4, k=3, sigma=0.1).sample(300, rng=0)
+    for name in ("diag", "full"):
+        by_name = ac.AttentionClustering(3, covariance_type=name, random_state=0).fit(X)
+        by_obj = ac.AttentionClustering(3, covariance_type=as_covariance(name),
+                                        random_state=0).fit(X)
+        np.testing.assert_array_equal(by_obj.covariances_, by_name.covariances_)
+        np.testing.assert_array_equal(by_obj.predict(X), by_name.predict(X))
+
+
+# -- no module outside covariance.py compares covariance names --------------------------------
+def covariance_comparisons(source: str, where: str) -> list[str]:
+    """Comparisons of a covariance name (``"spherical"``, ``"diag"``, ``"full"``) or of
+    something called ``covariance_type`` or ``cov`` in ``source``, and dictionaries keyed
+    by covariance names, as ``where:line``."""
+    found = []
+    names = ("covariance_type", "cov")
+
+    def is_covariance(node) -> bool:
+        if isinstance(node, ast.Constant) and node.value in COVARIANCE_TYPES:
+            return True
+        if isinstance(node, ast.Name | ast.Attribute):
+            return (node.id if isinstance(node, ast.Name) else node.attr) in names
+        if isinstance(node, ast.Tuple | ast.List | ast.Set):
+            return any(is_covariance(e) for e in node.elts)
+        return False
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and any(is_covariance(n) for n in
+                                                 [node.left, *node.comparators]):
+            found.append(f"{where}:{node.lineno}")
+        elif isinstance(node, ast.Dict) and any(is_covariance(k) for k in node.keys
+                                                if k is not None):
+            found.append(f"{where}:{node.lineno}")
+    return sorted(found, key=lambda hit: int(hit.rsplit(":", 1)[1]))
+
+
+def test_no_module_but_covariance_compares_covariance_names():
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) if path.name != "covariance.py"
+             for hit in covariance_comparisons(path.read_text(), str(path.relative_to(PACKAGE)))]
+    assert found == []
+
+
+def test_the_covariance_comparison_check_can_fail():
+    source = ('if covariance_type == "full":\n    pass\n'
+              'x = self.covariance_type != "spherical"\n'
+              'y = {"full": 1, "diag": 2}[cov]\n'
+              'z = cov in ("diag", "full")\n'
+              'w = init == "kmeans++"\n')
+    assert covariance_comparisons(source, "m") == ["m:1", "m:3", "m:4", "m:5"]
