@@ -5,7 +5,7 @@ Three cases the adversarial probes of issue 18 found, with what the fit should r
 - *a far row the warm-start sample misses*: 12 blobs in 5-D (50,000 rows; quick: 10,000
   with the sample lowered to 1,000 rows) and one row at 1e6; the default's k-means
   objective over that of ``KMeans(n_init=10)``, and the same without the repair of the
-  rows the sample missed (``hard_ending.MISSED`` set to infinity);
+  rows the sample missed (``attnclust.kmeans.ending.MISSED`` set to infinity);
 - *just past the sample's size with few heads*: 20,001 rows of 8 unbalanced clusters in
   2-D (quick: 2,001 with the sample lowered to 2,000); the default's objective over
   ``KMeans(n_init=10)``'s, and the same with one seeding per five sample sizes as with
@@ -27,7 +27,7 @@ from sklearn.cluster import KMeans
 
 import attnclust as ac
 from attnclust import warm_start
-from attnclust.kmeans import ending as hard_ending
+from attnclust.kmeans import ending
 
 
 def _objective(X, centers) -> float:
@@ -61,7 +61,7 @@ def _far_row(quick: bool) -> dict:
     X = gen.uniform(-20, 20, (12, 5))[gen.integers(0, 12, n)] + gen.normal(size=(n, 5))
     X[0] = 1e6
     return {"case": f"far row beside {n:,} rows, K=12",
-            **_ratios(X, 12, hard_ending, "MISSED", float("inf"))}
+            **_ratios(X, 12, ending, "MISSED", float("inf"))}
 
 
 def _just_past_the_sample() -> dict:

@@ -568,7 +568,7 @@ def test_the_default_is_never_worse_than_its_kmeans_warm_start():
     """The end is never above the warm start's k-means objective of the working rows (the
     best of ten runs, recomputed here from the same seed), and with many heads the swaps
     lower it where the ten runs left two heads in one blob (seed 1 here)."""
-    from attnclust.multistart import best_of_seedings
+    from attnclust.kmeans import best_of_seedings
 
     centres = [[4.0 * (i % 6), 4.0 * (i // 6)] for i in range(36)]   # touching blobs
     X, _ = _blobs(centres, n=20, seed=9)

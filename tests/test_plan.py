@@ -14,7 +14,7 @@ import pytest
 import attnclust as ac
 from attnclust import AttentionClustering
 from attnclust.geometry import Euclidean, Sphere
-from attnclust.hard_ending import KMEANS_TOL
+from attnclust.kmeans import KMEANS_TOL
 from attnclust.plan import SHAPED_TOL, FitPlan, resolve
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"

@@ -372,7 +372,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         ``fit`` starts; every call adds its batch's sufficient statistics to running sums
         (scikit-learn's ``MiniBatchKMeans`` rule: running counts) and takes one
         fixed-point step from them, after at most one swap of two heads that lowers the
-        batch's k-means cost (:mod:`attnclust.swap`). ``labels_`` are those of the last
+        batch's k-means cost (:mod:`attnclust.kmeans.swap`). ``labels_`` are those of the last
         batch. See :mod:`attnclust.streaming`.
         """
         from .streaming import check_streaming, partial_fit

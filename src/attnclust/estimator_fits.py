@@ -19,7 +19,7 @@ The fit
    lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
    The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
    ends instead in the layer's hard limit (:mod:`attnclust.kmeans.ending`): its warm start
-   is the best k-means of the sample (``n_init`` seedings, :mod:`attnclust.multistart`),
+   is the best k-means of the sample (``n_init`` seedings, :mod:`attnclust.kmeans.batch`),
    then single swaps with ten heads or more, and Lloyd steps over all rows when there
    are more than the sample (which is then ``256 K`` rows, at most ``WARM_SAMPLE``). At
    the ``"auto"`` temperature the soft fixed point moves the boundaries between

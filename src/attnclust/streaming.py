@@ -30,7 +30,7 @@ them, so a fixed point of the running step is a fixed point of the batch solver 
 rows seen. Memory is one batch plus ``O(K d + K^2)`` numbers.
 
 Before its sums are taken, every batch may move two heads: the single swap of
-:mod:`attnclust.swap` (a head that costs the batch's k-means cost little to remove
+:mod:`attnclust.kmeans.swap` (a head that costs the batch's k-means cost little to remove
 moves, with the head of the largest within-cell cost, to the two centres of that cell's
 2-means split, when this lowers the batch's k-means cost). The running statistics of
 the two moved heads are forgotten (:func:`attnclust.fixed_point.forget_heads`), so
@@ -64,7 +64,7 @@ import torch
 from ._validation import as_generator
 from .communicator import Communicator
 from .fixed_point import forget_heads, pass_sums, step_from_sums
-from .swap import single_swap
+from .kmeans.swap import single_swap
 
 if TYPE_CHECKING:
     from .plan import FitPlan
@@ -196,7 +196,7 @@ def _centers(est, state: StreamState) -> np.ndarray:
 
 
 def _swap(state: StreamState, rows: torch.Tensor, w, geometry) -> None:
-    """The single swap of :mod:`attnclust.swap` on the batch, before its sums are taken;
+    """The single swap of :mod:`attnclust.kmeans.swap` on the batch, before its sums are taken;
     the moved heads' running statistics are forgotten."""
     move = single_swap(rows, state.heads, geometry, weights=w, chunk=state.chunk)
     if move is None:
