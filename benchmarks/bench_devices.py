@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import attnclust as ac
-from attnclust import distributed as ddp
+from attnclust.cluster import distributed as ddp
 
 
 def _sync(device: str) -> None:

@@ -6,7 +6,7 @@ in d = 32 (sigma = 0.15, fed as they are: ``--normalize none``), saved once as a
 that every rank memory-maps. Rows: processes x threads per process; the fit time printed
 by rank 0 (from the process group's start of the fit to its end, excluding interpreter
 start-up), the launch's total wall time, the steps, the all-reduce payload of one pass
-(from the tensor sizes, :func:`attnclust.distributed.pass_bytes`) next to the one counted
+(from the tensor sizes, :func:`attnclust.cluster.distributed.pass_bytes`) next to the one counted
 by wrapping the reduction, and the speedup of the fit time over one process with one
 thread. Full: n = 1,000,000; quick: n = 100,000.
 """
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import attnclust as ac
-from attnclust.distributed import pass_bytes
+from attnclust.cluster.distributed import pass_bytes
 
 CONFIGS = ((1, 1), (1, 2), (2, 1))     # (processes, threads per process)
 

@@ -91,7 +91,7 @@ def _worker(backend: str, dtype_name: str, L: int, reps: int) -> dict:
     import torch
 
     import attnclust as ac
-    from attnclust.in_context import identity_attention
+    from attnclust.study.in_context import identity_attention
 
     dtype = getattr(torch, dtype_name)
     sigma = 0.3

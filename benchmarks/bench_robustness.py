@@ -5,7 +5,7 @@ Three cases the adversarial probes of issue 18 found, with what the fit should r
 - *a far row the warm-start sample misses*: 12 blobs in 5-D (50,000 rows; quick: 10,000
   with the sample lowered to 1,000 rows) and one row at 1e6; the default's k-means
   objective over that of ``KMeans(n_init=10)``, and the same without the repair of the
-  rows the sample missed (``attnclust.kmeans.ending.MISSED`` set to infinity);
+  rows the sample missed (``attnclust.cluster.kmeans.ending.MISSED`` set to infinity);
 - *just past the sample's size with few heads*: 20,001 rows of 8 unbalanced clusters in
   2-D (quick: 2,001 with the sample lowered to 2,000); the default's objective over
   ``KMeans(n_init=10)``'s, and the same with one seeding per five sample sizes as with
@@ -26,8 +26,8 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 import attnclust as ac
-from attnclust import warm_start
-from attnclust.kmeans import ending
+from attnclust.cluster import warm_start
+from attnclust.cluster.kmeans import ending
 
 
 def _objective(X, centers) -> float:

@@ -3,7 +3,7 @@
 One row per (data set, geometry): passes over the data summed over ``random_state``
 0..5, and fits converged (of 6), for plain safeguarded steps (``_ANDERSON_DEPTH = 0``)
 and for the default extrapolated steps, and their ratio. A pass is one all-reduce of the
-solver's statistics (:func:`attnclust.distributed.pass_bytes`), counted through a
+solver's statistics (:func:`attnclust.cluster.distributed.pass_bytes`), counted through a
 one-process :class:`attnclust.Communicator` whose sum is the identity, so the fits are
 those of ``AttentionClustering(K, ...).fit(X)``: on the sphere the default, for
 Euclidean heads the soft layer at the default's ``"auto"`` inverse temperature (the
@@ -21,8 +21,8 @@ import torch
 from sklearn.datasets import load_digits, load_iris, load_wine
 
 import attnclust as ac
-from attnclust import fixed_point
-from attnclust.distributed import pass_bytes
+from attnclust.cluster import fixed_point
+from attnclust.cluster.distributed import pass_bytes
 
 SEEDS = range(6)
 

@@ -6,7 +6,7 @@ random), each the mean over ``random_state`` 0, 1, 2 (with K = 32 one seeding in
 or so misses a cluster, whichever method: a single seed measures luck), the difference
 (the target: at least ``-0.01``), the time of the pass over the time of the fit
 (median over the seeds, fits interleaved; the machine's load weighs on both) and the
-swaps each seed's pass took (``attnclust.kmeans.swap``). Data: the
+swaps each seed's pass took (``attnclust.cluster.kmeans.swap``). Data: the
 large sets of ``bench_clustering.py`` (quick: a tenth of each) and the three largest of
 the development battery (``bench_battery.py``).
 The memory of a streamed fit is measured by ``bench_memory.py``.

@@ -5,7 +5,7 @@ Build it from the repository root (``pip install -e ".[docs]"`` first)::
     python -m sphinx -W --keep-going -b html docs docs/_build/html
 
 The API reference is generated at each build from ``attnclust.__all__`` and
-``attnclust.distributed.__all__`` (see ``_api.py``): a name added there appears on the
+``attnclust.cluster.distributed.__all__`` (see ``_api.py``): a name added there appears on the
 site without editing any page. The gallery runs the scripts of ``examples/``.
 """
 

@@ -9,7 +9,7 @@ process on all the rows. The seam is public: ``fit(X, comm=...)`` with an
 ``ac.Communicator(reduce, broadcast, offset, n_total)``.
 
 Real runs use ``torchrun ... -m attnclust fit data.npy -k 8 --distributed`` or
-:func:`attnclust.distributed.fit_distributed` in a ``torch.distributed`` group. Here,
+:func:`attnclust.cluster.distributed.fit_distributed` in a ``torch.distributed`` group. Here,
 to stay in one process, the same code runs twice: in a gloo group of one rank that
 meets through a file in a temporary folder, and with two simulated ranks (threads)
 whose ``reduce`` sums their tensors.
@@ -23,7 +23,7 @@ import numpy as np
 import torch.distributed as dist
 
 import attnclust as ac
-from attnclust import distributed as ddp
+from attnclust.cluster import distributed as ddp
 
 mix = ac.GaussianMixture.random(d=2, k=4, sigma=0.15, rng=1)
 X = mix.sample(2000, rng=0)

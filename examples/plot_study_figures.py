@@ -14,7 +14,7 @@ import tempfile
 
 import matplotlib.pyplot as plt
 
-from attnclust.experiments import FIGURES, reproduce
+from attnclust.study.experiments import FIGURES, reproduce
 
 out = tempfile.mkdtemp()
 paths = {name: reproduce(name, out=out, quick=True) for name in ("fig1", "fig3")}

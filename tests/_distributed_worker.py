@@ -14,7 +14,7 @@ import time
 import numpy as np
 import torch.distributed as dist
 
-from attnclust import distributed as ddp
+from attnclust.cluster import distributed as ddp
 
 mode, data, out = sys.argv[1:4]
 rank, world = ddp.init_from_env(backend="gloo", timeout=float(os.environ.get("PG_TIMEOUT", 5)))

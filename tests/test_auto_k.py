@@ -80,7 +80,7 @@ def test_anneal_init_ends_in_the_hard_limit_as_the_default_does():
     means = np.stack([X[labels == h].mean(0) for h in range(9)])
     np.testing.assert_allclose(est.cluster_centers_, means, rtol=0, atol=1e-10)
     np.testing.assert_array_equal(est.labels_, labels)
-    start = ac.annealing.anneal_heads(X - X.mean(0), 9) + X.mean(0)
+    start = ac.cluster.annealing.anneal_heads(X - X.mean(0), 9) + X.mean(0)
     assert np.abs(np.sort(start, 0) - np.sort(est.cluster_centers_, 0)).max() > 1e-3
 
 
@@ -112,8 +112,8 @@ def test_cli_fit_auto_needs_the_rows_on_one_process(tmp_path, capsys):
 
 def _choice(lams, counts):
     """``choose_n_clusters`` of a path with these counts (the plateaus' heads are dummies)."""
-    from attnclust.annealing import TemperaturePath
-    from attnclust.cluster_choice import plateaus_of
+    from attnclust.cluster.annealing import TemperaturePath
+    from attnclust.cluster.cluster_choice import plateaus_of
 
     reps = [(np.zeros((c, 1)), np.ones(c, dtype=int)) for c in counts]
     path = TemperaturePath(lams, counts, counts, np.zeros(len(lams)),
@@ -126,7 +126,7 @@ def test_the_settled_stop_never_changes_the_choice():
     """Random count sequences: the choice of the path cut where the stop says it is settled
     equals the choice of the whole path (which may end before the grid does). A stop one
     grid value too eager (by log 1.12) fails it."""
-    from attnclust.cluster_choice import MIN_PLATEAU_WIDTH, _Settled
+    from attnclust.cluster.cluster_choice import MIN_PLATEAU_WIDTH, _Settled
 
     gen = np.random.default_rng(0)
     stopped = 0
@@ -144,7 +144,7 @@ def test_the_settled_stop_never_changes_the_choice():
 
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_auto_follows_the_path_until_its_choice_is_settled(k):
-    from attnclust.cluster_choice import FAST_SETTINGS, choose_from_path
+    from attnclust.cluster.cluster_choice import FAST_SETTINGS, choose_from_path
 
     X = _blobs(k, rng=k)[0] if k > 1 else np.random.default_rng(3).standard_normal((500, 2))
     choice, path = choose_from_path(X, 12, geometry="euclidean")
@@ -187,7 +187,7 @@ def test_auto_path_does_not_depend_on_the_seed_or_the_row_order():
 
 
 def test_auto_with_spare_heads_finds_no_cluster_of_a_few_outliers():
-    from attnclust.cluster_choice import choose_from_path
+    from attnclust.cluster.cluster_choice import choose_from_path
 
     X, _ = _blobs(3, d=3, rng=7)
     X = np.concatenate([X, 200.0 + np.random.default_rng(8).standard_normal((3, 3))])

@@ -208,7 +208,7 @@ def test_quantize_overflow_is_an_error_not_nan_output(tmp_path, capsys, scale, l
 def test_fit_never_writes_bad_centers(blobs, capsys, monkeypatch, bad):
     """The CLI's own check, whatever the estimator returns: finite centers, of unit norm on
     the sphere."""
-    from attnclust.clustering import AttentionClustering
+    from attnclust.cluster.clustering import AttentionClustering
 
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)

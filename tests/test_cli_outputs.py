@@ -68,7 +68,7 @@ def test_plot_writes_a_png(tmp_path, d, capsys):
 
 def test_plot_failure_leaves_no_file(blobs, capsys, monkeypatch):
     """A picture that cannot be drawn is one line, and none of the outputs is written."""
-    from attnclust import picture
+    from attnclust.cluster import picture
 
     def broken(*args, **kwargs):
         raise ValueError("cannot draw")

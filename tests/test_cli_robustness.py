@@ -98,11 +98,11 @@ def test_signal_during_reproduce_leaves_nothing(tmp_path, sig, status):
 
 def _fake_figure(calls: list, *, arrays=None):
     """A figure module that computes instantly and plots through the real atomic writer."""
-    from attnclust.experiments import _style
+    from attnclust.study.experiments import _style
 
     def run(config, rng):
         calls.append("run")
-        return ac.experiments.FigureResult(
+        return ac.study.experiments.FigureResult(
             config, dict(arrays or {"x": np.arange(3.0), "y": np.ones(3)}), {"best": 1.0})
 
     def plot(result, out):
@@ -116,7 +116,7 @@ def _fake_figure(calls: list, *, arrays=None):
 
 @pytest.fixture()
 def fake_figure(monkeypatch):
-    from attnclust.experiments import FIGURES
+    from attnclust.study.experiments import FIGURES
 
     calls: list = []
     module = _fake_figure(calls)
@@ -161,7 +161,7 @@ def test_non_convergence_is_a_warning_line(tmp_path, capsys):
 def test_any_warning_is_one_line(blobs, capsys, monkeypatch):
     from sklearn.exceptions import ConvergenceWarning
 
-    from attnclust.clustering import AttentionClustering
+    from attnclust.cluster.clustering import AttentionClustering
 
     real_fit = AttentionClustering.fit
 
@@ -265,7 +265,7 @@ def _blocked(tmp_path: Path) -> Path:
 
 
 def test_unwritable_out_fails_before_fitting(blobs, capsys, monkeypatch):
-    from attnclust.clustering import AttentionClustering
+    from attnclust.cluster.clustering import AttentionClustering
 
     def fit(self, X, y=None, sample_weight=None):
         raise AssertionError("fitted although the output cannot be written")
@@ -420,7 +420,7 @@ def test_interrupt_during_renames_waits_for_all_of_them(tmp_path, monkeypatch):
 
 
 def test_out_of_memory_is_one_line_and_writes_nothing(blobs, capsys, monkeypatch):
-    from attnclust.clustering import AttentionClustering
+    from attnclust.cluster.clustering import AttentionClustering
 
     def fit(self, X, y=None, sample_weight=None):
         raise MemoryError("Unable to allocate 58.2 TiB for an array with shape (10**12, 8)")

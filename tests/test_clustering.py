@@ -15,10 +15,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
 from _tolerance import assert_same_labels, objective_tol, sum_tol
-from attnclust import fixed_point, warm_start
-from attnclust.clustering import AttentionClustering, DegenerateFitWarning
-from attnclust.plan import resolve
-from attnclust.warm_start import auto_inverse_temperature, hard_lloyd
+from attnclust.cluster import fixed_point, warm_start
+from attnclust.cluster.clustering import AttentionClustering, DegenerateFitWarning
+from attnclust.cluster.plan import resolve
+from attnclust.cluster.warm_start import auto_inverse_temperature, hard_lloyd
 
 # the tests written for the paper's layer (unit heads) name it; the default is Euclidean
 SphereClustering = partial(AttentionClustering, geometry="sphere")
@@ -530,7 +530,7 @@ def test_default_ends_at_a_fixed_point_of_the_hard_limit(monkeypatch, sample):
     layer's step as lambda -> infinity (the gradient of the k-means risk vanishes), on
     all rows whether or not they fit in the warm-start sample; its loss curve (the k-means
     objective over the passes) never increases."""
-    from attnclust import warm_start
+    from attnclust.cluster import warm_start
 
     if sample is not None:
         monkeypatch.setattr(warm_start, "WARM_SAMPLE", sample)
@@ -548,7 +548,7 @@ def test_sample_and_passes_give_the_fit_on_every_row(monkeypatch):
     """Fitted on a sample then by passes over all rows, or on every row at once (the
     small-data path): the same Lloyd fixed point of all rows, to rounding, on clusters
     whose partition both paths reach exactly."""
-    from attnclust import warm_start
+    from attnclust.cluster import warm_start
 
     X, y = _blobs([[0, 0], [8, 0], [0, 8], [8, 8]], n=300, seed=8)
     whole = AttentionClustering(4, random_state=0).fit(X)
@@ -568,7 +568,7 @@ def test_the_default_is_never_worse_than_its_kmeans_warm_start():
     """The end is never above the warm start's k-means objective of the working rows (the
     best of ten runs, recomputed here from the same seed), and with many heads the swaps
     lower it where the ten runs left two heads in one blob (seed 1 here)."""
-    from attnclust.kmeans import best_of_seedings
+    from attnclust.cluster.kmeans import best_of_seedings
 
     centres = [[4.0 * (i % 6), 4.0 * (i // 6)] for i in range(36)]   # touching blobs
     X, _ = _blobs(centres, n=20, seed=9)
@@ -713,7 +713,7 @@ def test_warnings_point_at_the_callers_line():
 def test_more_rows_than_the_sample_fit_all_rows(monkeypatch):
     """Above the warm-start sample the soft fit at a given lambda ends with steps over all
     rows: a stationary point of the full-data risk, whose loss curve never increases."""
-    from attnclust import warm_start
+    from attnclust.cluster import warm_start
 
     monkeypatch.setattr(warm_start, "WARM_SAMPLE", 300)
     X, y = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=7)
@@ -748,7 +748,7 @@ def test_the_callback_sees_the_passes_over_all_rows(monkeypatch):
     """Above the sample the default reports the sample's k-means partition, then each pass
     over all rows (at an infinite inverse temperature: the hard limit), whose k-means
     objectives are the loss curve: progress for the command line's bar."""
-    from attnclust import warm_start
+    from attnclust.cluster import warm_start
 
     monkeypatch.setattr(warm_start, "WARM_SAMPLE", 300)
     X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=11)

@@ -13,7 +13,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
 from attnclust import AttentionClustering, DegenerateFitWarning
-from attnclust.shaped import shaped_weights
+from attnclust.cluster.shaped import shaped_weights
 
 
 def _anisotropic():
@@ -163,7 +163,7 @@ def test_bad_covariance_parameters(bad, match):
 
 def test_data_parallel_fit_sums_the_ranks():
     # two "ranks" holding the same rows fit the rows twice over, as one process does
-    from attnclust.communicator import Communicator
+    from attnclust.cluster.communicator import Communicator
 
     X, _ = _anisotropic()
     init = X[[0, 200, 400]]

@@ -302,26 +302,26 @@ def test_the_private_name_check_can_fail():
               "from . import risk as _risk\n"
               "from ._quadrature import _rule, graded_nodes\n"
               "from .objectives import _Objective\n"
-              "from . import _io\n"
-              "import attnclust.risk\n"
+              "from .. import _io\n"
+              "import attnclust.study.risk\n"
               "def f():\n"
               "    from .experiments import _runner\n"
               "    return (_q._N_SCRAMBLES, _risk._second_moment, _risk.__name__, _q.rule,\n"
-              "            attnclust.risk._exact_risk, _runner._private, _io.public)\n")
-    assert private_crossings(source, "attnclust.pgd") == [
-        "attnclust.pgd:3 imports attnclust._quadrature._rule",
-        "attnclust.pgd:4 imports attnclust.objectives._Objective",
-        "attnclust.pgd:9 reads attnclust._quadrature._N_SCRAMBLES",
-        "attnclust.pgd:9 reads attnclust.risk._second_moment",
-        "attnclust.pgd:10 reads attnclust.experiments._runner._private",
-        "attnclust.pgd:10 reads attnclust.risk._exact_risk",
+              "            attnclust.study.risk._exact_risk, _runner._private, _io.public)\n")
+    assert private_crossings(source, "attnclust.study.pgd") == [
+        "attnclust.study.pgd:3 imports attnclust.study._quadrature._rule",
+        "attnclust.study.pgd:4 imports attnclust.study.objectives._Objective",
+        "attnclust.study.pgd:9 reads attnclust.study._quadrature._N_SCRAMBLES",
+        "attnclust.study.pgd:9 reads attnclust.study.risk._second_moment",
+        "attnclust.study.pgd:10 reads attnclust.study.experiments._runner._private",
+        "attnclust.study.pgd:10 reads attnclust.study.risk._exact_risk",
     ]
     # a module's own private names and relative imports inside a subpackage
     assert private_crossings("from . import _common\nx = _common._helper\n",
-                             "attnclust.experiments.fig1") == [
-        "attnclust.experiments.fig1:2 reads attnclust.experiments._common._helper"]
+                             "attnclust.study.experiments.fig1") == [
+        "attnclust.study.experiments.fig1:2 reads attnclust.study.experiments._common._helper"]
     assert private_crossings("from ._runner import reproduce as _reproduce\n",
-                             "attnclust.experiments", package=True) == []
+                             "attnclust.study.experiments", package=True) == []
 
 
 # -- the shared input checks ----------------------------------------------------------------

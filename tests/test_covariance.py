@@ -1,4 +1,4 @@
-"""The covariance types as objects (``attnclust.covariance``): names resolve once, the
+"""The covariance types as objects (``attnclust.cluster.covariance``): names resolve once, the
 operations agree with scikit-learn's mixture, and no module but covariance.py compares
 covariance names."""
 
@@ -13,7 +13,14 @@ import torch
 from sklearn.mixture import GaussianMixture as SklearnGMM
 
 import attnclust as ac
-from attnclust.covariance import COVARIANCE_TYPES, Covariance, Diag, Full, Spherical, as_covariance
+from attnclust.cluster.covariance import (
+    COVARIANCE_TYPES,
+    Covariance,
+    Diag,
+    Full,
+    Spherical,
+    as_covariance,
+)
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
 

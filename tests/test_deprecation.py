@@ -3,7 +3,10 @@ and gives exactly what ``inverse_temperature`` gives."""
 
 from __future__ import annotations
 
+import importlib
 import inspect
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -149,3 +152,62 @@ def test_old_names_are_kept_until_0_4():
         ac.AttentionClustering(temperature=2.0)
     with pytest.warns(FutureWarning, match=r"will be removed in 0\.4"):
         assert ac.AttentionQuantizer().fit(X).temperature_ > 0
+
+
+# -- the module paths of 0.2 -----------------------------------------------------------------
+# the modules of the 0.2 release (its src/attnclust), each now at the top or in a half
+MODULES_OF_0_2 = ["_bench", "_deprecation", "_io", "_quadrature", "_threads", "_validation",
+                  "cli", "clustering", "communicator", "distributed", "experiments",
+                  "fixed_point", "heads", "in_context", "metrics", "mixture", "objectives",
+                  "pgd", "quantizer", "results", "risk", "sphere", "warm_start"]
+
+
+def _forget(monkeypatch, old):
+    """Import ``old`` afresh in this test, and leave no trace of it after."""
+    for name in [n for n in sys.modules if n == old or n.startswith(old + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    if old.split(".")[1] in vars(ac):          # not hasattr: that reads the old path
+        monkeypatch.delattr(ac, old.split(".")[1])
+
+
+def test_every_public_module_of_0_2_is_still_importable_by_its_path():
+    moved = {old.removeprefix("attnclust.") for old in ac._MOVED}
+    for name in MODULES_OF_0_2:
+        here = (Path(ac.__file__).parent / f"{name}.py").exists() or \
+            (Path(ac.__file__).parent / name / "__init__.py").exists()
+        private = name.startswith("_")
+        assert here or name in moved or name == "pgd" or private, name
+
+
+@pytest.mark.parametrize("old", sorted(ac._MOVED))
+def test_an_old_module_path_warns_and_gives_the_new_module(monkeypatch, old):
+    new = importlib.import_module(ac._MOVED[old])
+    _forget(monkeypatch, old)
+    with pytest.warns(FutureWarning, match=rf"{old} is now {ac._MOVED[old]}; .* 0\.4"):
+        module = importlib.import_module(old)
+    assert module is new                       # one module: one set of names to patch
+
+
+def test_from_an_old_path_import_a_name(monkeypatch):
+    _forget(monkeypatch, "attnclust.clustering")
+    with pytest.warns(FutureWarning, match="attnclust.cluster.clustering"):
+        from attnclust.clustering import AttentionClustering
+    assert AttentionClustering is ac.AttentionClustering
+
+
+def test_a_submodule_of_an_old_package_path_is_the_new_one(monkeypatch):
+    from attnclust.study.experiments import _runner
+
+    _forget(monkeypatch, "attnclust.experiments")
+    with pytest.warns(FutureWarning, match="attnclust.study.experiments"):
+        old = importlib.import_module("attnclust.experiments._runner")
+    assert old is _runner
+
+
+def test_an_old_module_read_as_an_attribute_warns(monkeypatch):
+    _forget(monkeypatch, "attnclust.risk")
+    with pytest.warns(FutureWarning, match="attnclust.risk is now attnclust.study.risk"):
+        module = ac.risk
+    assert module is importlib.import_module("attnclust.study.risk")
+    with pytest.raises(AttributeError, match="no attribute 'no_such_module'"):
+        ac.no_such_module    # noqa: B018

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust import distributed as ddp
-from attnclust.in_context import fused_available
+from attnclust.cluster import distributed as ddp
+from attnclust.study.in_context import fused_available
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 MIX = ac.GaussianMixture.orthogonal(d=6, k=3, sigma=0.15)

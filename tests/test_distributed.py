@@ -14,11 +14,11 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust import fixed_point, warm_start
-from attnclust import risk as risk_module
-from attnclust.clustering import AttentionClustering
-from attnclust.communicator import Communicator
-from attnclust.distributed import pass_bytes, pgd_distributed, shard_bounds, shard_rows
+from attnclust.cluster import fixed_point, warm_start
+from attnclust.cluster.clustering import AttentionClustering
+from attnclust.cluster.communicator import Communicator
+from attnclust.cluster.distributed import pass_bytes, pgd_distributed, shard_bounds, shard_rows
+from attnclust.study import risk as risk_module
 
 WORKER = Path(__file__).with_name("_distributed_worker.py")
 CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
@@ -598,11 +598,11 @@ def test_balance_on_a_shard_counts_its_share_of_the_rows():
 
 
 def test_every_public_name_of_distributed_is_used():
-    """No dead public name: each name of attnclust.distributed.__all__ is used by the rest
+    """No dead public name: each name of attnclust.cluster.distributed.__all__ is used by the rest
     of the package or by the tests."""
     root = Path(ac.__file__).parent
     text = "".join(p.read_text() for p in [*root.rglob("*.py"), *Path(__file__).parent.glob("*.py")]
                    if p.name not in ("distributed.py", "test_distributed.py"))
     text += Path(__file__).read_text().split("def test_every_public_name_of_distributed")[0]
-    unused = [name for name in ac.distributed.__all__ if name not in text]
+    unused = [name for name in ac.cluster.distributed.__all__ if name not in text]
     assert unused == []

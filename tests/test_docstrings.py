@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnclust import warm_start
+from attnclust.cluster import warm_start
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnclust"

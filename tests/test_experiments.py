@@ -17,7 +17,7 @@ import pytest
 
 import attnclust as ac
 from attnclust.cli import main
-from attnclust.experiments import FIGURES, load_result, reproduce
+from attnclust.study.experiments import FIGURES, load_result, reproduce
 
 
 @pytest.fixture(scope="module")
@@ -189,7 +189,7 @@ def test_importing_the_study_leaves_matplotlib_alone(tmp_path):
         "import matplotlib\n"
         "matplotlib.use('svg')\n"
         "before = dict(matplotlib.rcParams)\n"
-        "import attnclust.experiments as ex\n"
+        "import attnclust.study.experiments as ex\n"
         f"ex.reproduce('fig4', out={str(tmp_path)!r}, quick=True)\n"
         "assert matplotlib.get_backend() == 'svg', matplotlib.get_backend()\n"
         "changed = [k for k, v in matplotlib.rcParams.items() if before.get(k) != v]\n"
@@ -236,7 +236,7 @@ def test_interrupted_run_leaves_no_cache(tmp_path, monkeypatch):
 def test_reproduce_all_runs_every_figure_in_order(tmp_path, monkeypatch, capsys):
     """``reproduce all`` is every figure of FIGURES, in order (the figures' own tests render
     one figure each; this checks the expansion without rendering any)."""
-    import attnclust.experiments as ex
+    import attnclust.study.experiments as ex
 
     done = []
 
@@ -266,10 +266,10 @@ def test_descent_in_the_span_of_heads_and_centroids_is_the_descent_in_r_d():
     import torch
 
     import attnclust as ac
-    from attnclust.experiments._common import distance_max, in_span
+    from attnclust.study.experiments._common import distance_max, in_span
 
     for K, d, kwargs in [(2, 40, dict(penalty=["balance", "repulsion"],
-                                      rho=ac.schedules.Decay(1.0, steps=30),
+                                      rho=ac.study.schedules.Decay(1.0, steps=30),
                                       inverse_temperature=30.0)),
                          (4, 60, dict(method="qmc", n_samples=256, rng=0, penalty="balance",
                                       rho=0.5, inverse_temperature=10.0))]:
@@ -290,7 +290,7 @@ def test_descent_in_the_span_of_heads_and_centroids_is_the_descent_in_r_d():
 def test_distance_max_is_the_hungarian_matched_distance(K, k):
     """The figures' batched distance (every matching at once for K <= 4, run by run
     beyond) against scipy's Hungarian matching in ``ac.centroid_distance``."""
-    from attnclust.experiments._common import distance_max
+    from attnclust.study.experiments._common import distance_max
 
     mixes = [ac.GaussianMixture.random(5, k, 0.1, rng=r) for r in range(3)]
     heads = np.stack([[ac.init_on_sphere(K, 5, rng=10 * t + r).numpy() for r in range(3)]

@@ -1,4 +1,4 @@
-"""Tests of the fixed-point solver (``attnclust.fixed_point``), both geometries."""
+"""Tests of the fixed-point solver (``attnclust.cluster.fixed_point``), both geometries."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust.fixed_point import _fixed_point_step, _risk_pass, fixed_point_fit
-from attnclust.geometry import Euclidean, as_geometry
-from attnclust.heads import attention_heads
-from attnclust.schedules import Stages
+from attnclust.cluster.fixed_point import _fixed_point_step, _risk_pass, fixed_point_fit
+from attnclust.study.geometry import Euclidean, as_geometry
+from attnclust.study.heads import attention_heads
+from attnclust.study.schedules import Stages
 
 
 def _risk_autograd(heads, X, lam):
@@ -202,7 +202,7 @@ def test_balance_on_euclidean_heads_is_refused():
 def test_forget_heads_is_the_sums_without_their_rows_under_hard_attention():
     """With hard attention the statistics of a head are those of the rows it wins: the
     sums without heads 1 and 3 are the sums of the other rows (the summed error kept)."""
-    from attnclust.fixed_point import forget_heads, pass_sums
+    from attnclust.cluster.fixed_point import forget_heads, pass_sums
 
     gen = torch.Generator().manual_seed(0)
     X = torch.randn(300, 3, generator=gen, dtype=torch.float64)

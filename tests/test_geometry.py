@@ -1,4 +1,4 @@
-"""Tests of :mod:`attnclust.geometry`: each geometry's layer, steps and warm-start rules
+"""Tests of :mod:`attnclust.study.geometry`: each geometry's layer, steps and warm-start rules
 against independent formulas, the resolver, and the rule that no module outside the
 geometry module compares geometry names."""
 
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust.geometry import GEOMETRIES, Euclidean, Geometry, Sphere, as_geometry
-from attnclust.plan import resolve
+from attnclust.cluster.plan import resolve
+from attnclust.study.geometry import GEOMETRIES, Euclidean, Geometry, Sphere, as_geometry
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
 
@@ -69,7 +69,7 @@ def test_sphere_logits_have_no_bias_and_coincide_with_euclidean_for_unit_heads()
 def test_head_logits_and_the_layer_use_the_geometry():
     X, heads = _rows()
     for name in GEOMETRIES:
-        torch.testing.assert_close(ac.heads.head_logits(X, heads, 0.7, name),
+        torch.testing.assert_close(ac.study.heads.head_logits(X, heads, 0.7, name),
                                    as_geometry(name).logits(X, heads, 0.7), rtol=0, atol=0)
         layer = ac.AttentionHeads(heads, inverse_temperature=0.7, geometry=as_geometry(name))
         assert layer.geometry == name

@@ -12,8 +12,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 import attnclust as ac
-from attnclust.in_context import fused_available, identity_attention, infinite_prompt_limit
-from attnclust.metrics import count_clusters, limit_distance, spread_ratio
+from attnclust.study.in_context import fused_available, identity_attention, infinite_prompt_limit
+from attnclust.study.metrics import count_clusters, limit_distance, spread_ratio
 
 SIGMA = 0.3
 LAM = 1.0 / (1.0 + 2.0 * SIGMA**2)  # the running example's inverse temperature
@@ -355,7 +355,7 @@ def test_scores_near_the_limit_but_finite_are_exact():
 @pytest.mark.parametrize("exclude_self, fits", [(False, "'fused' or 'chunked'"),
                                                 (True, "'chunked' (memory")])
 def test_dense_refuses_when_its_matrices_do_not_fit(monkeypatch, exclude_self, fits):
-    from attnclust import in_context
+    from attnclust.study import in_context
 
     monkeypatch.setattr(in_context, "_available_memory", lambda device: 10 * 2**20)   # 10 MiB
     X = np.random.default_rng(0).normal(size=(2, 1000, 4))              # 2 x 1000 x 1000
@@ -372,7 +372,7 @@ def test_dense_refuses_when_its_matrices_do_not_fit(monkeypatch, exclude_self, f
 
 
 def test_available_memory_is_a_positive_number_here():
-    from attnclust.in_context import _available_memory, dense_bytes
+    from attnclust.study.in_context import _available_memory, dense_bytes
 
     free = _available_memory(torch.device("cpu"))
     assert free is None or free > 0
@@ -381,7 +381,7 @@ def test_available_memory_is_a_positive_number_here():
 
 
 def test_available_memory_on_cuda_is_the_free_device_memory(monkeypatch):
-    from attnclust.in_context import _available_memory
+    from attnclust.study.in_context import _available_memory
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (3 * 2**30, 80 * 2**30))
     assert _available_memory(torch.device("cuda", 0)) == 3 * 2**30

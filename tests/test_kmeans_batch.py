@@ -5,9 +5,9 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
-from attnclust.kmeans import batch as multistart
-from attnclust.kmeans.batch import best_of_seedings, lloyd_batch
-from attnclust.kmeans.seeding import kmeanspp_batch
+from attnclust.cluster.kmeans import batch as multistart
+from attnclust.cluster.kmeans.batch import best_of_seedings, lloyd_batch
+from attnclust.cluster.kmeans.seeding import kmeanspp_batch
 
 
 def _data(seed=0, n=600, k=5, d=3, std=1.5):

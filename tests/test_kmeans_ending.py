@@ -9,11 +9,11 @@ from sklearn.cluster import KMeans
 
 import attnclust as ac
 from _tolerance import objective_tol
-from attnclust import warm_start
-from attnclust.communicator import Communicator
-from attnclust.distributed import shard_bounds
-from attnclust.kmeans import ending
-from attnclust.rows import WorkingRows
+from attnclust.cluster import warm_start
+from attnclust.cluster.communicator import Communicator
+from attnclust.cluster.distributed import shard_bounds
+from attnclust.cluster.kmeans import ending
+from attnclust.cluster.rows import WorkingRows
 from test_distributed import _run_ranks, _ThreadGroup
 
 
@@ -104,7 +104,7 @@ def test_the_far_rows_are_ordered_by_distance_then_global_index():
     of distance 0: ordered by distance, then by global index, on every rank as in one
     process (every sum of these rows is exact, so the working rows agree bitwise)."""
     X = np.concatenate([[[5.0, 0.0]], np.zeros((30, 2)), [[-5.0, 0.0]]])
-    geometry = ac.geometry.Euclidean()
+    geometry = ac.study.geometry.Euclidean()
     one = WorkingRows.prepare(X, geometry=geometry, comm=None)
     heads = one.rows.new_zeros(1, 2)
     ref = ending._far_rows(one, heads, 4)

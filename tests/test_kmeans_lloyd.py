@@ -11,8 +11,8 @@ from sklearn.datasets import load_iris, make_blobs
 
 import attnclust as ac
 from _tolerance import assert_nearest, assert_same_labels, objective_tol, sum_tol
-from attnclust.kmeans.lloyd import hard_lloyd, sample_kmeans
-from attnclust.kmeans.result import objective
+from attnclust.cluster.kmeans.lloyd import hard_lloyd, sample_kmeans
+from attnclust.cluster.kmeans.result import objective
 
 
 def test_hard_lloyd_stops_at_a_stable_partition():

@@ -7,7 +7,7 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
 from _tolerance import assert_nearest, assert_same_labels, objective_tol, sum_tol
-from attnclust.kmeans.passes import SETTLED, lloyd_passes
+from attnclust.cluster.kmeans.passes import SETTLED, lloyd_passes
 
 
 def _data(seed=0):
@@ -285,7 +285,7 @@ def test_rtol_does_not_stop_when_the_far_rows_cell_is_small():
 def test_per_chunk_sums_held_in_groups_give_the_same_steps(monkeypatch):
     """With room for one chunk's sums per worker at a time (many groups, each added up in
     chunk order), the steps are those of one group of every chunk."""
-    import attnclust.kmeans.passes as passes
+    import attnclust.cluster.kmeans.passes as passes
 
     X, heads0 = _data(8)
     kwargs = dict(max_passes=300, tol=0.0, chunk=50, workers=2, take=_take(X))

@@ -9,9 +9,9 @@ import torch
 from sklearn.datasets import make_blobs
 
 from _tolerance import assert_nearest, sum_tol
-from attnclust.geometry import as_geometry
-from attnclust.kmeans.lloyd import sample_kmeans
-from attnclust.kmeans.swap import SWAP_HEADS, single_swap, swap_polish
+from attnclust.cluster.kmeans.lloyd import sample_kmeans
+from attnclust.cluster.kmeans.swap import SWAP_HEADS, single_swap, swap_polish
+from attnclust.study.geometry import as_geometry
 
 EUCLID = as_geometry("euclidean")
 CENTRES = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])

@@ -3,9 +3,9 @@ import pytest
 from scipy.cluster.hierarchy import fcluster, linkage
 
 import attnclust as ac
-from attnclust.in_context import infinite_prompt_limit
-from attnclust.metrics import count_clusters, limit_distance, spread_ratio
-from attnclust.sphere import random_sphere
+from attnclust.study.in_context import infinite_prompt_limit
+from attnclust.study.metrics import count_clusters, limit_distance, spread_ratio
+from attnclust.study.sphere import random_sphere
 
 SIGMA = 0.3
 LAM = 1.0 / (1.0 + 2.0 * SIGMA**2)  # the running example's inverse temperature
@@ -37,7 +37,7 @@ def test_matching_is_optimal_against_brute_force():
         sum(np.linalg.norm(heads[list(p)][i] - cents[i]) for i in range(5))
         for p in permutations(range(5))
     )
-    m = ac.metrics.match_heads(heads, cents)
+    m = ac.study.metrics.match_heads(heads, cents)
     assert sum(np.linalg.norm(heads[m] - cents, axis=1)) == pytest.approx(best)
 
 

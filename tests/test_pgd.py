@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust.schedules import Anneal, Decay, Stages
+from attnclust.study.schedules import Anneal, Decay, Stages
 
 SIGMA = 0.3
 RUNNING = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=SIGMA)
@@ -262,18 +262,18 @@ def test_batched_runs_share_nothing_but_the_call():
 
 
 def test_pgd_is_the_function_and_the_module_moved():
-    """``attnclust.pgd`` is a plain function; its module is ``attnclust.descent``. The old
+    """``attnclust.pgd`` is a plain function; its module is ``attnclust.study.descent``. The old
     module path keeps its names with a FutureWarning, and importing it leaves the function
     in place."""
     import types
 
     import attnclust.pgd  # noqa: F401  (the 0.2 module path: must not rebind ac.pgd)
 
-    import attnclust.descent
+    import attnclust.study.descent
 
-    assert isinstance(ac.pgd, types.FunctionType) and ac.pgd is attnclust.descent.pgd
-    assert type(attnclust.descent) is types.ModuleType  # no class swap
-    with pytest.warns(FutureWarning, match="attnclust.descent"):
+    assert isinstance(ac.pgd, types.FunctionType) and ac.pgd is attnclust.study.descent.pgd
+    assert type(attnclust.study.descent) is types.ModuleType  # no class swap
+    with pytest.warns(FutureWarning, match="attnclust.study.descent"):
         from attnclust.pgd import init_on_manifold
     assert init_on_manifold is ac.init_on_manifold
     res = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=3.0,
@@ -290,7 +290,7 @@ def test_any_objective_object_works():
     np.testing.assert_allclose(gram, np.eye(3), atol=1e-8)
     assert res.history.risk[0] > 0.01 and res.history.risk[-1] < 1e-15
 
-    class Distance(ac.objectives.Objective):  # a user's objective: only value_and_grad
+    class Distance(ac.study.objectives.Objective):  # a user's objective: only value_and_grad
         def value_and_grad(self, heads, lam, *, batch=None):
             target = torch.eye(2, 4, dtype=heads.dtype)
             diff = heads - target

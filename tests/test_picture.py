@@ -8,7 +8,7 @@ from matplotlib.contour import ContourSet
 from sklearn.decomposition import PCA
 
 import attnclust as ac
-from attnclust.picture import plot_clusters, principal_axes
+from attnclust.cluster.picture import plot_clusters, principal_axes
 
 
 def test_principal_axes_are_scikit_learns_pca():

@@ -1,4 +1,4 @@
-"""The settings of a fit resolved once (``attnclust.plan``): the ``"auto"`` values, the
+"""The settings of a fit resolved once (``attnclust.cluster.plan``): the ``"auto"`` values, the
 plan kept by the fitted estimator, the stream's public seam, and ``tol`` as documented."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 
 import attnclust as ac
 from attnclust import AttentionClustering
-from attnclust.geometry import Euclidean, Sphere
-from attnclust.kmeans import KMEANS_TOL
-from attnclust.plan import SHAPED_TOL, FitPlan, resolve
+from attnclust.cluster.kmeans import KMEANS_TOL
+from attnclust.cluster.plan import SHAPED_TOL, FitPlan, resolve
+from attnclust.study.geometry import Euclidean, Sphere
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
 
@@ -71,7 +71,7 @@ def test_fit_predict_and_partial_fit_never_call_get_params(monkeypatch):
 
 
 def test_streaming_calls_no_private_method_of_the_estimator():
-    tree = ast.parse((PACKAGE / "streaming.py").read_text())
+    tree = ast.parse((PACKAGE / "cluster" / "streaming.py").read_text())
     private = [node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)
                and isinstance(node.value, ast.Name) and node.value.id == "est"
                and node.attr.startswith("_")]

@@ -7,8 +7,8 @@ import pytest
 from sklearn.utils.estimator_checks import check_estimator
 
 import attnclust as ac
-from attnclust.in_context import identity_attention
-from attnclust.quantizer import AttentionQuantizer, estimate_sigma
+from attnclust.study.in_context import identity_attention
+from attnclust.study.quantizer import AttentionQuantizer, estimate_sigma
 
 
 @pytest.mark.parametrize(("mix", "n"), [

@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust import _population as P
-from attnclust import _qmc
-from attnclust import _quadrature as Q
-from attnclust import risk as R
+from attnclust.study import _population as P
+from attnclust.study import _qmc
+from attnclust.study import _quadrature as Q
+from attnclust.study import risk as R
 
 D = 10
 

@@ -1,4 +1,4 @@
-"""Tests of :mod:`attnclust.rows`: the working space and its inverse, the sample, chunked
+"""Tests of :mod:`attnclust.cluster.rows`: the working space and its inverse, the sample, chunked
 passes (chunks and workers change nothing), and the preprocessing helpers."""
 
 from __future__ import annotations
@@ -9,10 +9,8 @@ import torch
 
 import attnclust as ac
 from _tolerance import sum_tol
-from attnclust.communicator import Communicator
-from attnclust.geometry import Euclidean, Sphere
-from attnclust.results import IterationInfo
-from attnclust.rows import (
+from attnclust.cluster.communicator import Communicator
+from attnclust.cluster.rows import (
     WorkingRows,
     center_scale,
     chunk_rows,
@@ -20,6 +18,8 @@ from attnclust.rows import (
     fit_threads,
     preprocess,
 )
+from attnclust.study.geometry import Euclidean, Sphere
+from attnclust.study.results import IterationInfo
 
 
 def _data(n=500, d=4, seed=0):
@@ -255,7 +255,7 @@ def test_the_estimator_fits_through_its_rows():
     est = ac.AttentionClustering(3, init=X[[0, 1, 2]], inverse_temperature=0.2, tol=1e-10,
                                  max_iter=500).fit(X)
     rows = WorkingRows.prepare(X, geometry=Euclidean(), comm=None)
-    res = ac.fixed_point.fixed_point_fit(
+    res = ac.cluster.fixed_point.fixed_point_fit(
         _all(rows), torch.as_tensor(rows.heads_in(X[[0, 1, 2]])),
         inverse_temperature=rows.inverse_temperature_in(0.2), n_steps=500, tol=1e-10,
         geometry="euclidean")

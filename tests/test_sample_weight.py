@@ -14,10 +14,10 @@ import pytest
 
 import attnclust as ac
 from _tolerance import assert_same_labels, sum_tol
-from attnclust import warm_start
-from attnclust.clustering import AttentionClustering
-from attnclust.communicator import Communicator
-from attnclust.distributed import shard_bounds
+from attnclust.cluster import warm_start
+from attnclust.cluster.clustering import AttentionClustering
+from attnclust.cluster.communicator import Communicator
+from attnclust.cluster.distributed import shard_bounds
 
 MIX = ac.GaussianMixture.random(d=5, k=3, sigma=0.3, rng=0)   # overlapping: soft attention
 X, Z = MIX.sample(400, rng=0, return_labels=True)

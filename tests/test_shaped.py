@@ -1,4 +1,4 @@
-"""Tests of :mod:`attnclust.shaped`: the K-head layer with a learned metric per head."""
+"""Tests of :mod:`attnclust.cluster.shaped`: the K-head layer with a learned metric per head."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ from scipy.linalg import solve_triangular
 from scipy.stats import multivariate_normal as mvn
 
 import attnclust as ac
-from attnclust.shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
+from attnclust.cluster.shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
 
 K, D = 3, 3
 

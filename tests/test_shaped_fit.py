@@ -1,4 +1,4 @@
-"""Tests of :mod:`attnclust.shaped_fit`: tempered EM for shaped heads."""
+"""Tests of :mod:`attnclust.cluster.shaped_fit`: tempered EM for shaped heads."""
 
 import warnings
 
@@ -9,8 +9,8 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture
 
 from attnclust import DegenerateFitWarning
-from attnclust.shaped import shaped_weights
-from attnclust.shaped_fit import shaped_fit, tempered_objective
+from attnclust.cluster.shaped import shaped_weights
+from attnclust.cluster.shaped_fit import shaped_fit, tempered_objective
 
 K = 3
 TYPES = ["full", "diag", "spherical"]

@@ -1,4 +1,4 @@
-"""Tests of :mod:`attnclust.sphere`: tangent projection, retraction, Riemannian gradient,
+"""Tests of :mod:`attnclust.study.sphere`: tangent projection, retraction, Riemannian gradient,
 normalization and uniform sampling on the unit sphere."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnclust.sphere import normalize, random_sphere, retract, riemannian_gradient, tangent
+from attnclust.study.sphere import normalize, random_sphere, retract, riemannian_gradient, tangent
 
 
 @settings(max_examples=50, deadline=None)

@@ -12,8 +12,8 @@ import torch
 
 import attnclust as ac
 from attnclust.cli import main
-from attnclust.clustering import AttentionClustering
-from attnclust.fixed_point import pass_sums, step_from_sums
+from attnclust.cluster.clustering import AttentionClustering
+from attnclust.cluster.fixed_point import pass_sums, step_from_sums
 
 MIX = ac.GaussianMixture.random(d=4, k=3, sigma=0.1, min_angle=1.0, rng=0)
 X, Z = MIX.sample(3000, rng=0, return_labels=True)

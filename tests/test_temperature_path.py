@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust.annealing import predicted_first_split, temperature_path
-from attnclust.cluster_choice import FAST_SETTINGS
+from attnclust.cluster.annealing import predicted_first_split, temperature_path
+from attnclust.cluster.cluster_choice import FAST_SETTINGS
 
 matplotlib.use("Agg")
 
@@ -182,7 +182,7 @@ def test_a_callback_that_returns_true_stops_the_path():
 def test_groups_are_scipys_connected_components():
     from scipy.sparse.csgraph import connected_components
 
-    from attnclust._path_step import _groups
+    from attnclust.cluster._path_step import _groups
 
     gen = np.random.default_rng(0)
     for _ in range(500):
@@ -197,7 +197,7 @@ def test_groups_are_scipys_connected_components():
 def test_the_fixed_point_on_distinct_heads_is_the_map_on_all_heads():
     """Coincident heads iterated as one point (their summed weight) against the plain map
     ``mu_h = sum_i a_ih x_i / sum_i a_ih``, ``p_h = mean_i a_ih`` on every head."""
-    from attnclust._path_step import _annealing_fixed_point
+    from attnclust.cluster._path_step import _annealing_fixed_point
 
     X = _blobs(3, d=2, rng=4) / 6.0
     gen = np.random.default_rng(5)

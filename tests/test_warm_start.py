@@ -1,4 +1,5 @@
-"""Tests of the warm start: hard Lloyd steps and the auto lambda (``attnclust.warm_start``)."""
+"""Tests of the warm start: hard Lloyd steps and the auto lambda
+(``attnclust.cluster.warm_start``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 import attnclust as ac
-from attnclust.warm_start import auto_inverse_temperature
+from attnclust.cluster.warm_start import auto_inverse_temperature
 
 
 @pytest.mark.parametrize("sigma", [0.05, 0.1, 0.3])
@@ -78,7 +79,7 @@ def test_boundary_variance_packs_no_buffer_for_a_sum_over_ranks():
     import ast
     import inspect
 
-    from attnclust import warm_start
+    from attnclust.cluster import warm_start
 
     tree = ast.parse(inspect.getsource(warm_start.boundary_variance))
     packs = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
@@ -90,8 +91,8 @@ def test_boundary_variance_is_the_pooled_variance_along_the_normals():
     """Against a direct computation: each cluster's variance along the unit normal of its
     nearest boundary (sphere: the tangent at mu_h towards the nearest head), pooled with
     the neighbour's along the reverse normal, averaged with the cluster sizes."""
-    from attnclust.geometry import Sphere
-    from attnclust.warm_start import boundary_variance, hard_labels
+    from attnclust.cluster.warm_start import boundary_variance, hard_labels
+    from attnclust.study.geometry import Sphere
 
     gen = np.random.default_rng(3)
     mix = ac.GaussianMixture.random(d=5, k=3, sigma=0.2, min_angle=1.0, rng=1)

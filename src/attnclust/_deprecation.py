@@ -5,18 +5,23 @@ so larger is sharper) and ``assignment_error``'s ``mixture`` became ``mix`` (the
 mixture everywhere else); the old names still work, until 0.4, and warn with a
 ``FutureWarning``: as keywords, as attributes, and through an estimator's ``set_params``
 (so parameter grids written for 0.1, as in ``GridSearchCV``, keep working).
-In 0.3 the module ``attnclust.pgd`` became ``attnclust.descent`` (``attnclust.pgd`` is
-the function); ``from attnclust.pgd import name`` still works and warns.
+In 0.3 the module ``attnclust.pgd`` became ``attnclust.study.descent`` (``attnclust.pgd`` is
+the function); ``from attnclust.pgd import name`` still works and warns. The modules of 0.2
+moved into ``attnclust.study`` and ``attnclust.cluster``: their old paths import the new
+modules, with a warning (:class:`MovedModules`).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import importlib.abc
+import importlib.util
 import types
 import warnings
 
-__all__ = ["REMOVED_IN", "RenamedAttribute", "RenamedParamsMixin", "moved_module",
-           "renamed_keywords", "warn_deprecated"]
+__all__ = ["REMOVED_IN", "MovedModules", "RenamedAttribute", "RenamedParamsMixin",
+           "moved_module", "renamed_keywords", "warn_deprecated"]
 
 # the release that drops the old names
 REMOVED_IN = "0.4"
@@ -152,6 +157,54 @@ def moved_module(old: str, new: types.ModuleType) -> types.ModuleType:
 
     stub.__getattr__ = __getattr__
     return stub
+
+
+class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Old module paths of a package, imported as the modules that now hold them.
+
+    ``moves`` maps an old path to the new one (``"attnclust.risk"`` to
+    ``"attnclust.study.risk"``); an old path's submodules move with it. Importing an old
+    path warns with a ``FutureWarning`` and gives the new module itself (one module, so
+    ``isinstance`` checks and monkeypatching see one set of names). Installed on
+    ``sys.meta_path`` by the package.
+
+    Examples
+    --------
+    >>> import sys, warnings
+    >>> finder = MovedModules({"old_json_path": "json"})
+    >>> sys.meta_path.append(finder)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     import old_json_path
+    >>> old_json_path is sys.modules["json"], caught[0].category.__name__
+    (True, 'FutureWarning')
+    >>> sys.meta_path.remove(finder); del sys.modules["old_json_path"]
+    """
+
+    def __init__(self, moves: dict[str, str]):
+        self.moves = dict(moves)
+
+    def new_name(self, old: str) -> str | None:
+        """The path that holds the module ``old`` now, or ``None`` if it did not move."""
+        for before, after in self.moves.items():
+            if old == before or old.startswith(before + "."):
+                return after + old[len(before):]
+        return None
+
+    def find_spec(self, fullname, path=None, target=None):
+        if self.new_name(fullname) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec):
+        new = self.new_name(spec.name)
+        # the warning skips the import system's frames: it names the importing line
+        warn_deprecated(f"the module {spec.name} is now {new}; it will be removed from its "
+                        f"old path in {REMOVED_IN}", stacklevel=2)
+        return importlib.import_module(new)
+
+    def exec_module(self, module):
+        """The new module ran when it was imported."""
 
 
 def warn_deprecated(message: str, *, stacklevel: int) -> None:

@@ -104,8 +104,8 @@ def plot_writer(args, est, X, labels, sizes=None):
     writes it (as a PNG) when the outputs are staged."""
     import matplotlib
 
-    from ..experiments._style import RC
-    from ..picture import plot_clusters
+    from ..cluster.picture import plot_clusters
+    from ..study.experiments._style import RC
 
     with matplotlib.rc_context(RC):
         fig = plot_clusters(est, X, labels=labels, sizes=sizes, random_state=args.seed,
@@ -164,7 +164,7 @@ def check_centers(est) -> None:
     if not np.isfinite(centers).all():
         raise CommandError("fit produced non-finite cluster centers (overflow); rescale the "
                            "data or lower --inverse-temperature")
-    from ..geometry import as_geometry
+    from ..study.geometry import as_geometry
 
     if not as_geometry(est.geometry).unit_heads:
         return

@@ -116,7 +116,7 @@ def run(args) -> int:
     import numpy as np
 
     from .._io import load_matrix, writable_folder
-    from ..clustering import AttentionClustering
+    from ..cluster.clustering import AttentionClustering
 
     params, prefix = prepare(args)
     # a float32/float64 .npy stays memory-mapped: no float64 copy made here

@@ -27,7 +27,7 @@ def run(args) -> int:
     """``fit --distributed``: every rank fits its shard; rank 0 prints and writes."""
     import torch.distributed as dist
 
-    from .. import distributed as ddp
+    from ..cluster import distributed as ddp
 
     if args.plot:
         raise CommandError("--plot needs all rows in one process: fit without --distributed, "
@@ -65,7 +65,7 @@ def load_shard(args, rank: int, world_size: int):
     from pathlib import Path
 
     from .._io import open_npy
-    from ..distributed import shard_bounds
+    from ..cluster.distributed import shard_bounds
 
     path = Path(args.data)
     X = open_rows(args, open_npy)
@@ -119,7 +119,7 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
     import torch
     import torch.distributed as dist
 
-    from ..clustering import AttentionClustering
+    from ..cluster.clustering import AttentionClustering
 
     plan = AttentionClustering(args.n_clusters, **params)
     bar, callback = progress_callback(progress_total(plan), args.quiet or rank != 0)

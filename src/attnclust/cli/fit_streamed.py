@@ -15,7 +15,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from .._io import NpyRows, writable_folder
-    from ..clustering import AttentionClustering
+    from ..cluster.clustering import AttentionClustering
 
     if args.batch_rows < 1:
         raise CommandError(f"--batch-rows must be a positive integer, got {args.batch_rows}")

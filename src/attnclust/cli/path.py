@@ -47,8 +47,8 @@ def run(args) -> int:
     import numpy as np
 
     from .._io import check_nonzero_rows, load_matrix, writable_folder
-    from ..annealing import path_grid, temperature_path
-    from ..geometry import as_geometry
+    from ..cluster.annealing import path_grid, temperature_path
+    from ..study.geometry import as_geometry
 
     prefix = _prefix(args)
     outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]

@@ -35,7 +35,7 @@ def run(args) -> int:
     from pathlib import Path
 
     from .._io import load_matrix, writable_folder
-    from ..in_context import identity_attention
+    from ..study.in_context import identity_attention
 
     out = Path(args.out)
     if out.suffix.lower() not in (".npy", ".csv") or out.name.startswith("."):

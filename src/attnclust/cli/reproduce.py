@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
 
 
 def run_list(args) -> int:
-    from ..experiments import FIGURES
+    from ..study.experiments import FIGURES
 
     for name, module in FIGURES.items():
         print(f"{name:6s} {module.DESCRIPTION}")
@@ -31,7 +31,7 @@ def run_list(args) -> int:
 
 def run(args) -> int:
     from .._io import writable_folder
-    from ..experiments import FIGURES, reproduce
+    from ..study.experiments import FIGURES, reproduce
 
     if "all" in args.figures and len(args.figures) > 1:
         raise CommandError("'all' cannot be combined with figure names")

@@ -1,0 +1,16 @@
+"""The clusterer: the layer of :mod:`attnclust.study` as a scikit-learn estimator.
+
+:class:`~attnclust.AttentionClustering` (:mod:`~attnclust.cluster.clustering`) resolves
+its settings once into a plan (:mod:`~attnclust.cluster.plan`, with the covariance types
+of :mod:`~attnclust.cluster.covariance`), prepares the working rows
+(:mod:`~attnclust.cluster.rows`), warm starts (:mod:`~attnclust.cluster.warm_start`) and
+fits: the k-means engine of the layer's hard limit (:mod:`~attnclust.cluster.kmeans`),
+fixed-point steps (:mod:`~attnclust.cluster.fixed_point`), shaped heads
+(:mod:`~attnclust.cluster.shaped`, :mod:`~attnclust.cluster.shaped_fit`), the
+temperature path and the choice of K (:mod:`~attnclust.cluster.annealing`,
+:mod:`~attnclust.cluster.cluster_choice`), streamed and data-parallel fits
+(:mod:`~attnclust.cluster.streaming`, :mod:`~attnclust.cluster.distributed`,
+:mod:`~attnclust.cluster.communicator`).
+
+The public names are importable from :mod:`attnclust`.
+"""

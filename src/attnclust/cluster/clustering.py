@@ -1,0 +1,499 @@
+"""Clustering with the trained K-head attention layer: the ``AttentionClustering`` estimator.
+
+The model is the K-head layer of :mod:`attnclust.study.heads`,
+
+    a_h(x)  = softmax_h( lambda <x, mu_h> - b_h ),      T_mu(x) = sum_h a_h(x) mu_h,
+
+fitted by minimizing the empirical risk ``f(mu) = (1/n) sum_i ||x_i - T_mu(x_i)||^2``
+(plus ``rho * Pen(mu)`` when a penalty is asked for). A point is assigned to its
+most-attended head, ``argmax_h a_h(x)``.
+
+Geometry
+--------
+``geometry="euclidean"`` (the default): free heads with the key bias ``b_h = lambda
+||mu_h||^2 / 2``, i.e. ``a_h(x) = softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft k-means
+cells); ``geometry="sphere"``: the paper's unit heads, ``b_h = 0`` (cones from the origin,
+for directional data), usually with ``normalize="rows"``. Each is an object of
+:mod:`attnclust.study.geometry`, which also gives the ``"auto"`` settings. The rows of a fit
+(chunks, threads, ranks, and the working space where Euclidean heads are fitted on rows
+centred and scaled to unit root-mean-square norm) are a
+:class:`~attnclust.cluster.rows.WorkingRows`.
+
+Fit
+---
+``fit`` reads as its algorithm: prepare the working rows, warm start on a sample
+(:func:`attnclust.cluster.warm_start.estimator_warm_start`: seedings, hard Lloyd steps
+and, with ``inverse_temperature="auto"``, ``lambda = 1 / s^2``), solve
+(:mod:`attnclust.cluster.estimator_fits`: fixed-point steps, optionally annealed, or PGD
+on the sphere; the default ends in the layer's hard limit), check (a dead head or a
+degenerate ``lambda`` warns with a :class:`DegenerateFitWarning`, not converging with a
+``ConvergenceWarning``). Each step, and why the default ends in the hard limit, is told in
+:mod:`attnclust.cluster.estimator_fits`.
+The parameters are read once, checked (:mod:`attnclust.cluster.estimator_params`) and resolved
+into one immutable :class:`~attnclust.cluster.plan.FitPlan` (every ``"auto"`` value, the
+annealing stages, the ending): the solvers read the plan, and the fitted estimator keeps
+it for its predictions.
+
+Shaped heads
+------------
+``covariance_type="diag"`` or ``"full"`` gives each (Euclidean) head its own metric and
+weight (:mod:`attnclust.cluster.shaped`), fitted after the same warm start by tempered EM on the
+likelihood of the Gaussian mixture the heads describe (:mod:`attnclust.cluster.shaped_fit`; the
+layer's risk does not reward shaped cells, see ``docs/guide/shaped-heads.md``). The
+default, ``"spherical"``, is the fit above.
+
+Data-parallel fitting
+---------------------
+Every statistic of the fit is a sum over rows: with each rank holding a shard of the rows
+and a :class:`~attnclust.cluster.communicator.Communicator` summing over ranks, every rank gets
+the fit of one process on all rows, up to the order of floating-point additions.
+
+Notation
+--------
+=============  ========================  =============================================
+paper          code                      meaning
+=============  ========================  =============================================
+``mu_h``       ``cluster_centers_``      heads, shape ``(K, d)``
+``lambda``     ``inverse_temperature_``  inverse temperature
+``a_h(x)``     ``predict_proba``         attention of ``x`` on head ``h``
+``T_mu(x)``    ``transform``             output of the layer
+``R(mu)``      ``-score``                empirical risk
+=============  ========================  =============================================
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
+from .._validation import as_generator, as_numpy_input, check_sample_weight
+from ..study.heads import softmax_heads
+from .annealing import choose_from_path
+from .communicator import Communicator
+from .covariance import as_covariance
+from .degenerate import DegenerateFitWarning, warn_if_degenerate
+from .estimator_fits import Reporter, fit_shaped, risk_attributes, shaped_log_joint, solve
+from .estimator_params import check_params, param_names, parameters
+from .plan import FitPlan, anneal_stages, resolve
+from .rows import chunk_rows, fit_threads
+from .warm_start import auto_inverse_temperature
+
+__all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
+
+
+class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin,
+                          TransformerMixin, BaseEstimator):
+    """Clustering by a trained K-head attention layer.
+
+    Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h> - b_h) mu_h``
+    (Euclidean heads, ``b_h = lambda ||mu_h||^2 / 2``, or unit heads, ``b_h = 0``) by
+    minimizing the empirical risk ``mean ||x - T_mu(x)||^2`` (see the module docstring
+    for the geometry, the solver, the ``"auto"`` inverse temperature and the warnings).
+
+    Parameters
+    ----------
+    n_clusters : int or "auto", default=8
+        Number of heads ``K``; ``"auto"``: read off the temperature path of the rows
+        (:func:`attnclust.temperature_path`, at most ``max_clusters`` heads): the widest
+        plateau in ``log lambda`` among ``K >= 2``, or ``K = 1`` when no plateau spans a
+        factor ``e`` (``docs/guide/temperature-path.md``: the rule and its measured
+        accuracy).
+    geometry : {"euclidean", "sphere"}, default="euclidean"
+        Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
+        k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
+        from the origin: for directions, such as embeddings compared by cosine).
+    covariance_type : {"spherical", "diag", "full"}, default="spherical"
+        The heads' query-key metric. ``"spherical"``: one isotropic metric shared by all
+        heads, today's layer fitted on the risk. ``"diag"``, ``"full"``: each head learns
+        its own precision ``P_h`` and weight ``pi_h`` (:mod:`attnclust.cluster.shaped`), fitted by
+        tempered EM on the likelihood of the Gaussian mixture they describe
+        (:mod:`attnclust.cluster.shaped_fit`; Euclidean heads only): ``inverse_temperature`` is then
+        the tempering exponent (``"auto"``: 1, the likelihood itself, where the fit is
+        ``GaussianMixture``'s EM), ``tol`` the change of the mean log-likelihood per step
+        (``"auto"``: 1e-3), ``score`` the mean tempered log-likelihood and ``loss_curve_``
+        its negative after each step.
+    inverse_temperature : float or "auto", default="auto"
+        Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
+        is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
+        nearest boundary, after hard Lloyd steps from the initialization. A given value
+        fits the soft layer at that ``lambda``; with ``"auto"`` and Euclidean heads seeded
+        by k-means++ or ``"anneal"`` the fit ends in the hard limit (module docstring).
+    init : {"kmeans++", "sphere", "anneal"} or array of shape (n_clusters, n_features)
+        Initial heads: k-means++ seeding (greedy, as scikit-learn's, on a seeded sample of 20,000
+        rows when there are more), ``"anneal"`` (the heads of the annealing path from the
+        cold start where ``K`` of them are apart,
+        :func:`attnclust.cluster.annealing.anneal_heads`, on the unweighted sample: no
+        randomness, one init), random directions (uniform on the sphere; for Euclidean
+        heads scaled to the data's root-mean-square distance from its mean, around the
+        mean), or given heads (normalized on the sphere). With
+        ``inverse_temperature="auto"`` a seeding is replaced by the hard Lloyd heads that estimate
+        ``lambda`` (a warm start); given heads are only used to estimate ``lambda`` that
+        way and the fit starts from them as given.
+    n_init : int or "auto", default="auto"
+        Seedings tried (each on the sample of at most 20,000 rows, followed by hard Lloyd
+        steps); the one of lowest k-means objective starts the fit. ``"auto"``: 10 for
+        Euclidean heads seeded by ``init`` (as ``KMeans(n_init=10)``; above 20,000 rows
+        and with 10 heads or more, one per five times the sample's rows, at most 10), 1
+        otherwise and for shaped heads.
+    normalize : {"auto", "rows", "center-scale"} or None, default="auto"
+        Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
+        each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
+        subtracts the column means and divides by the root-mean-square row norm, both
+        learned in ``fit`` (``mean_``, ``scale_``); ``None`` uses the rows as given (on the
+        sphere it warns when their mean squared norm is outside ``[1/4, 4]``: unit heads
+        cannot follow the data's scale). ``"auto"``: ``"rows"`` on the sphere, ``None``
+        for Euclidean heads.
+    penalty : {None, "repulsion", "balance"}, default=None
+        Regularizer added with weight ``rho`` (sphere only): ``sum_{h<h'} <mu_h, mu_h'>^2``,
+        or ``sum_h (N_h - 1/K)^2`` with ``N_h`` the mean attention of head ``h``.
+    rho : float, default=0.0
+    anneal : bool or "auto", default="auto"
+        Start at ``lambda/8`` and double it up to ``lambda``; ``"auto"``:
+        on the sphere only (from a Lloyd warm start Euclidean heads need no annealing,
+        and at ``lambda/8`` nearby heads merge).
+    solver : {"fixed-point", "pgd"}, default="fixed-point"
+        Safeguarded fixed-point steps (fast) or plain projected gradient descent (sphere).
+    max_iter : int, default=300
+        Steps at the final inverse temperature (for a fit that ends in the hard limit:
+        Lloyd steps on the sample, and steps over all rows).
+    tol : float or "auto", default="auto"
+        The stopping rule of the fit's ending. A fit that ends in the hard limit (the
+        default): scikit-learn's ``KMeans`` rule for the Lloyd steps of the warm start's
+        k-means and for the steps over all rows, a run stops at the step that moves the
+        heads by a sum of squares of at most ``tol`` times the rows' mean variance per
+        feature (the steps over all rows also stop once one lowers the k-means objective
+        by less than ``1e-3`` of it and moves at most 1% of the rows; the Lloyd runs that
+        try swaps of heads, with ten heads or more, keep ``1e-4``); ``"auto"``: ``1e-4``,
+        as ``KMeans``. Fixed-point steps (a given ``inverse_temperature``, or the sphere):
+        stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
+        relative to the root-mean-square distance of the rows from their mean);
+        ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (overlapping
+        clusters converge slowly, and the labels stop changing long before ``1e-6``).
+        ``solver="pgd"``: stop when the Riemannian gradient's norm is below ``tol``
+        (``"auto"``: ``1e-6``). Shaped heads: see ``covariance_type``.
+    batch_size : int, optional
+        Mini-batch size of the stochastic steps of ``solver="pgd"`` (default: full batch).
+        With the fixed-point solver it is read as ``chunk_size``, with a ``FutureWarning``
+        (its meaning in 0.1 and 0.2), until 0.4.
+    chunk_size : int, optional
+        Rows per chunk of each pass (memory only: the result does not depend on it;
+        default: 16,384, fewer for wide data, about 2 MB per block).
+    step_size : float, default=0.5
+        Step of ``solver="pgd"`` (ignored by the fixed-point solver).
+    device : str, default="cpu"
+        Torch device of the computation; fitted attributes are NumPy arrays.
+    dtype : {"auto", "float64", "float32"}, default="auto"
+        Floating type of the computation; ``"auto"`` keeps float32 data in float32 and
+        computes everything else in float64.
+    random_state : int, Generator or None
+        Seeds the initialization.
+    verbose : int, default=0
+        ``> 0`` logs each step on the ``"attnclust"`` logger (level INFO).
+    callback : callable, optional
+        Called with an :class:`~attnclust.study.results.IterationInfo` after each step (progress
+        bars), in the data's units; steps are counted over the whole fit.
+    max_clusters : int, default=10
+        With ``n_clusters="auto"``: the heads the temperature path follows, the largest
+        ``K`` it can choose. Set it above the largest ``K`` expected: with as many
+        clusters as heads or more, the heads come apart in a cascade and the choice falls
+        short of the truth (often ``K = 1``, whose ``n_clusters_reason_`` then says so).
+
+    Attributes
+    ----------
+    n_clusters_ : int
+        The number of heads fitted (``n_clusters``, or the one chosen by ``"auto"``).
+    path_ : TemperaturePath
+        With ``n_clusters="auto"``: the path ``K`` was read off; ``n_clusters_reason_``
+        says which plateau decided it.
+    cluster_centers_ : ndarray of shape (n_clusters, n_features)
+        Heads, in the preprocessed space (unit norm on the sphere).
+    labels_ : ndarray of shape (n_samples,)
+        ``argmax_h a_h(x)`` of the training rows.
+    inverse_temperature_ : float
+        The inverse temperature used (the resolved value of ``"auto"``).
+    n_iter_ : int
+        Steps taken, all stages together (with the steps on the sample, on more
+        rows than the sample; with the hard limit's Lloyd steps and passes).
+    loss_curve_ : ndarray
+        Empirical risk (without the penalty) after each step over all rows, at the
+        inverse temperature in ``inverse_temperature_curve_`` (non-increasing while that
+        is constant and there is no penalty); its last entry is ``-score`` of the data.
+        For a fit that ends in the hard limit: its risk there (``lambda = infinity``, the
+        k-means objective per row) of the sample's partition when the sample holds every
+        row, else after each step over all rows.
+    inverse_temperature_curve_ : ndarray
+    converged_ : bool
+    n_features_in_ : int
+    mean_, scale_ : preprocessing of ``normalize="center-scale"`` (None otherwise)
+    covariances_, precisions_, precisions_cholesky_, weights_ : ndarray
+        Shaped heads only (names and shapes as in ``sklearn.mixture.GaussianMixture``).
+    covariance_floor_ : ndarray of shape (n_features,)
+        Shaped heads only: the floor added to every covariance's diagonal.
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> mix = ac.GaussianMixture.orthogonal(d=10, k=3, sigma=0.1)
+    >>> X, z = mix.sample(600, rng=0, return_labels=True)
+    >>> est = ac.AttentionClustering(n_clusters=3, random_state=0).fit(X + 5.0)
+    >>> ac.adjusted_rand_index(z, est.labels_)
+    1.0
+    >>> ac.centroid_distance(est.cluster_centers_ - 5.0, mix.centroids).max < 0.05
+    True
+    >>> sph = ac.AttentionClustering(3, geometry="sphere", random_state=0).fit(X)
+    >>> ac.adjusted_rand_index(z, sph.labels_)
+    1.0
+    >>> full = ac.AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
+    >>> full.covariances_.shape, ac.adjusted_rand_index(z, full.labels_)
+    ((3, 10, 10), 1.0)
+    """
+
+    # the names of 0.1, until 0.4 (set_params takes them too)
+    temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")
+    temperature_curve_ = RenamedAttribute("temperature_curve_", "inverse_temperature_curve_")
+
+    @renamed_keywords(temperature="inverse_temperature")
+    def __init__(self, n_clusters=8, *, geometry="euclidean", covariance_type="spherical",
+                 inverse_temperature="auto", init="kmeans++", n_init="auto", normalize="auto",
+                 penalty=None, rho=0.0,
+                 anneal="auto", solver="fixed-point", max_iter=300, tol="auto",
+                 batch_size=None, chunk_size=None, step_size=0.5, device="cpu", dtype="auto",
+                 random_state=None, verbose=0, callback=None, max_clusters=10):
+        self.n_clusters = n_clusters
+        self.max_clusters = max_clusters
+        self.geometry = geometry
+        self.covariance_type = covariance_type
+        self.inverse_temperature = inverse_temperature
+        self.init = init
+        self.n_init = n_init
+        self.normalize = normalize
+        self.penalty = penalty
+        self.rho = rho
+        self.anneal = anneal
+        self.solver = solver
+        self.max_iter = max_iter
+        self.tol = tol
+        self.batch_size = batch_size
+        self.chunk_size = chunk_size
+        self.step_size = step_size
+        self.device = device
+        self.dtype = dtype
+        self.random_state = random_state
+        self.verbose = verbose
+        self.callback = callback
+
+    @classmethod
+    def _get_param_names(cls):
+        return list(param_names(cls))       # a copy: the cached list stays as it is
+
+    def anneal_plan(self) -> list[tuple[float, int | None]]:
+        """Stages of a fit: ``(fraction of lambda, steps)``; ``None`` steps: ``max_iter``.
+
+        Examples
+        --------
+        >>> AttentionClustering(geometry="sphere").anneal_plan()
+        [(0.125, 5), (0.25, 5), (0.5, 5), (1.0, None)]
+        >>> AttentionClustering().anneal_plan()
+        [(1.0, None)]
+        """
+        return anneal_stages(self.anneal, self.geometry)
+
+    # -- input handling -------------------------------------------------------------------
+    def _validate(self, X, *, reset: bool) -> np.ndarray:
+        return validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32], reset=reset,
+                             ensure_min_samples=1)
+
+    def _resolve(self, n_samples: int, n_local: int, *, data_parallel: bool = False,
+                 weight_total: float | None = None) -> FitPlan:
+        """The parameters, read once, checked
+        (:func:`~attnclust.cluster.estimator_params.check_params`) and resolved into the
+        :class:`~attnclust.cluster.plan.FitPlan` of a fit."""
+        params = parameters(self)
+        check_params(params, n_samples, n_local, data_parallel=data_parallel,
+                     weight_total=weight_total)
+        return resolve(params)
+
+    # -- fitting ----------------------------------------------------------------------------
+    def fit(self, X, y=None, sample_weight=None, *, comm: Communicator | None = None):
+        """Fit the heads to ``X`` (n_samples, n_features); ``y`` is ignored.
+
+        ``sample_weight`` (n_samples,), optional: non-negative weights of the rows; every
+        sum of the fit (seeding, Lloyd steps, the ``"auto"`` inverse temperature, the
+        fixed-point steps, the centring of Euclidean heads, the cluster sizes of the
+        warnings) is weighted, so an integer weight acts as that many copies of the row
+        and a zero weight as no row.
+
+        With ``comm`` (a :class:`~attnclust.cluster.communicator.Communicator`), ``X`` is this
+        rank's share of the rows of a data-parallel fit (see :mod:`attnclust.cluster.distributed`)
+        and ``sample_weight`` their weights; every rank gets the fit of all the rows.
+        """
+        X = self._validate(X, reset=True)
+        weights = check_sample_weight(sample_weight, X.shape[0])
+        data_parallel = comm is not None
+        comm = comm if data_parallel else Communicator.local(X.shape[0])
+        if weights is not None:
+            # weights count only relative to each other: brought to at most the number of
+            # ranks (the unit: the mean over ranks of their largest weight), so that their
+            # sums cannot overflow and float32 holds them (weights of 1e39 or 1e-46 are
+            # inf or 0 there)
+            unit = float(comm.sum_array(weights.max(initial=0.0) / comm.sum_array(1.0)))
+            weights = weights / unit if unit > 0 else weights
+        plan = self._resolve(comm.n_total, X.shape[0], data_parallel=data_parallel,
+                             weight_total=None if weights is None else float(comm.sum_array(
+                                 weights.sum())))
+        K = self._choose_n_clusters(X, plan) if plan.n_clusters is None else plan.n_clusters
+        with fit_threads(plan.device) as workers:
+            self._fit(X, comm, workers, weights, plan.with_clusters(K))
+        self.n_clusters_ = K
+        return self
+
+    def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan) -> int:
+        """``n_clusters="auto"``: ``K`` from the temperature path of the (unweighted) rows,
+        :func:`~attnclust.cluster.annealing.choose_from_path` (at most 5,000 of them, drawn
+        with ``random_state`` when there are more); sets ``path_`` and
+        ``n_clusters_reason_``."""
+        local = Communicator.local(X.shape[0])
+        self.mean_, self.scale_ = plan.learn_center(X, local)
+        rows = plan.preprocess(X, (self.mean_, self.scale_), comm=local)
+        choice, self.path_ = choose_from_path(rows, plan.max_clusters,
+                                              geometry=plan.geometry.name,
+                                              random_state=plan.random_state)
+        self.n_clusters_reason_ = choice.reason
+        return choice.n_clusters
+
+    def partial_fit(self, X, y=None, sample_weight=None):
+        """Update the heads with one batch of rows ``X`` (n_batch, n_features).
+
+        The first call seeds the heads and fixes the inverse temperature on its batch, as
+        ``fit`` starts; every call adds its batch's sufficient statistics to running sums
+        (scikit-learn's ``MiniBatchKMeans`` rule: running counts) and takes one
+        fixed-point step from them, after at most one swap of two heads that lowers the
+        batch's k-means cost (:mod:`attnclust.cluster.kmeans.swap`). ``labels_`` are those
+        of the last batch. See :mod:`attnclust.cluster.streaming`.
+        """
+        from .streaming import check_streaming, partial_fit
+
+        if as_covariance(self.covariance_type).shaped:
+            raise ValueError(f"partial_fit takes the risk's fixed-point steps; "
+                             f"covariance_type={self.covariance_type!r} is fitted by fit")
+        fitted = hasattr(self, "cluster_centers_")
+        check_streaming(self)          # also after a fit, whose solver may not stream
+        X = self._validate(X, reset=not fitted)
+        weights = check_sample_weight(sample_weight, X.shape[0])
+        if not fitted:                 # the first batch: the plan of the stream
+            self._plan = self._resolve(X.shape[0], X.shape[0], weight_total=None
+                                       if weights is None else float(weights.sum()))
+        with fit_threads(self._plan.device):
+            return partial_fit(self, self._plan, X, weights)
+
+    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, plan: FitPlan):
+        """The algorithm on validated rows, for the resolved ``plan`` (its warnings point
+        at the caller of ``fit``): prepare the rows, warm start, solve, check."""
+        gen = as_generator(plan.random_state, "random_state")
+        self.__dict__.pop("stream_state_", None)    # a fit starts no stream
+        self._plan = plan
+        self.mean_, self.scale_ = plan.learn_center(X, comm, weights)
+        rows = plan.working_rows(plan.preprocess(X, (self.mean_, self.scale_), comm=comm),
+                                 comm, workers=workers, weights=weights)
+        report = Reporter(plan.callback, plan.verbose)
+        S, Sw, start, lam = plan.warm_start(rows, gen)
+        if plan.covariance.shaped:
+            return self._store(fit_shaped(rows, start.heads, plan, report=report))
+        end = solve(S, Sw, rows, start, lam, plan, gen=gen, report=report)
+        self._store(risk_attributes(end, lam, rows))
+        warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
+                           inverse_temperature=self.inverse_temperature_, stacklevel=3)
+        return self
+
+    def _store(self, fitted):
+        """The fitted attributes (a named tuple of :mod:`attnclust.cluster.estimator_fits`), and a
+        ``ConvergenceWarning`` for the caller of ``fit`` when the solver did not converge."""
+        for name, value in fitted._asdict().items():
+            setattr(self, name, value)
+        if not self.converged_:
+            warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
+                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
+        return self
+
+    # -- prediction -------------------------------------------------------------------------
+    def _logits(self, Xp: np.ndarray) -> torch.Tensor:
+        """Attention logits ``(n, K)`` of preprocessed rows, in float64 (the geometry's
+        precise ones: for Euclidean heads, from the differences ``x - mu_h``)."""
+        plan = self._plan
+        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=plan.device)
+        X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=plan.device)
+        with fit_threads(plan.device):
+            if plan.covariance.shaped:
+                return shaped_log_joint(X, self, plan.covariance)
+            return plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+
+    def _by_chunks(self, X, fn) -> np.ndarray:
+        """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
+        and ``(rows, K)`` weights stay small however wide the data), concatenated."""
+        check_is_fitted(self)
+        X = self._validate(X, reset=False)
+        step = chunk_rows(None, X.shape[1], len(self.cluster_centers_))
+        center = (self.mean_, self.scale_)
+        return np.concatenate([fn(self._plan.preprocess(X[s:s + step], center, offset=s))
+                               for s in range(0, X.shape[0], step)])
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""
+        return self._by_chunks(X, lambda Xp: softmax_heads(self._logits(Xp)).cpu().numpy())
+
+    def predict(self, X) -> np.ndarray:
+        """Index of the most-attended head, ``argmax_h a_h(x)``: of the highest logit (at a
+        small ``lambda`` the weights of near heads are equal to rounding, their logits
+        not)."""
+        return self._by_chunks(X, lambda Xp: self._logits(Xp).argmax(1).cpu().numpy()
+                               .astype(np.int64))
+
+    def fit_predict(self, X, y=None, sample_weight=None) -> np.ndarray:
+        """Fit and return ``labels_``."""
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def _outputs(self, Xp: np.ndarray) -> np.ndarray:
+        """``T_mu(x)`` of preprocessed rows, ``(n, d)``: what ``transform`` and ``score`` use."""
+        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64,
+                                device=self._plan.device)
+        return (softmax_heads(self._logits(Xp)) @ heads).cpu().numpy()
+
+    def transform(self, X) -> np.ndarray:
+        """Layer outputs ``T_mu(x)`` of the preprocessed rows, shape (n_samples, n_features)."""
+        return self._by_chunks(X, self._outputs)
+
+    def score(self, X, y=None, sample_weight=None) -> float:
+        """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better); with
+        ``sample_weight``, the weighted mean.
+
+        Shaped heads (``covariance_type`` "diag" or "full"): the objective they fit, the
+        mean tempered log-likelihood ``mean (1/lambda) log sum_h exp(lambda l~_h(x))``
+        (at ``lambda = 1``, ``GaussianMixture.score``'s; see :mod:`attnclust.cluster.shaped_fit`).
+        """
+        def squared_errors(Xp):
+            return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
+
+        def minus_loglik(Xp):
+            plan = self._plan
+            X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=plan.device)
+            with fit_threads(plan.device):
+                lse = torch.logsumexp(shaped_log_joint(X64, self, plan.covariance), dim=1)
+            return -(lse / self.inverse_temperature_).cpu().numpy()
+        check_is_fitted(self)
+        shaped = self._plan.covariance.shaped
+        errors = self._by_chunks(X, minus_loglik if shaped else squared_errors)
+        weights = check_sample_weight(sample_weight, errors.shape[0])
+        if weights is not None and not weights.sum() > 0:
+            raise ValueError("sample_weight sums to zero: no row has a positive weight")
+        return -float(np.average(errors, weights=weights))
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.non_deterministic = False
+        return tags

@@ -1,0 +1,434 @@
+"""The heads' query-key metric, as an object: ``covariance_type`` of shaped heads.
+
+Head ``h`` of a shaped layer (:mod:`attnclust.cluster.shaped`) scores a token by the log-joint of
+a Gaussian component, tempered by ``lambda``,
+
+    s_h(x) = lambda ( -1/2 ||(x - mu_h) U_h||^2 + log pi_h + 1/2 log det P_h ),
+
+with ``P_h = U_h U_h^T`` (``U_h`` the upper-triangular Cholesky factor of the
+precision, scikit-learn's ``precisions_cholesky_``). A covariance type fixes what ``U_h``
+is, as in ``sklearn.mixture.GaussianMixture``, and owns every operation that depends on
+it:
+
+- :class:`Full`: ``U_h`` ``(K, d, d)`` upper triangular, ``Sigma_h`` any positive
+  definite matrix;
+- :class:`Diag`: ``U_h = diag(u_h)``, stored ``(K, d)``: axis-aligned cells;
+- :class:`Spherical`: ``U_h = u_h I``, stored ``(K,)``: one scale per head. For the
+  estimator this is the unshaped layer (one isotropic metric shared by all heads, fitted
+  on the risk): :attr:`Covariance.shaped` is ``False``.
+
+As with :mod:`attnclust.study.geometry`, the solvers call the object's operations (the
+whitened norms and log-determinants of the logits, the M-step's second moments and
+update, the floor, the Cholesky factors) and never compare names; the user-facing
+parameter stays a string, resolved once by :func:`as_covariance`.
+
+The M-step of tempered EM (:mod:`attnclust.cluster.shaped_fit`) sets ``Sigma_h = M_h + D`` with
+``M_h`` the weighted second moments of the head's rows about its new mean and ``D =
+diag(r_1..r_d)`` the covariance floor; ``"diag"`` keeps the diagonal of ``M_h`` and
+``D``, ``"spherical"`` their means over the features.
+
+Notation
+--------
+============  =========================  ==============================================
+paper         code                       meaning
+============  =========================  ==============================================
+``U_h``       ``factors[h]``             Cholesky factor of the precision ``P_h``
+``Sigma_h``   ``covariances[h]``         covariance, ``P_h^{-1}``
+``D``         ``floor``                  covariance floor ``(r_1..r_d)``, ``(d,)``
+``pi_h``      ``log_weights`` (its log)  mixing weight
+``lambda``    ``lam``                    tempering of the logits, ``> 0``
+============  =========================  ==============================================
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+
+import torch
+
+__all__ = ["COVARIANCE_TYPES", "Covariance", "Diag", "Full", "Spherical", "as_covariance",
+           "covariance_floor"]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
+    """The floor ``r_j = reg_covar * max(v_j, v / 1000)``, ``v`` the mean of the data's
+    variances ``v_j`` (1 if 0): relative to the data's scale feature by feature, where
+    scikit-learn's ``reg_covar`` is absolute.
+
+    Examples
+    --------
+    >>> covariance_floor(torch.tensor([4.0, 0.0]), 0.5)
+    tensor([2.0000e+00, 1.0000e-03])
+    """
+    mean = float(variances.mean()) if float(variances.mean()) > 0 else 1.0
+    return float(reg_covar) * variances.clamp_min(mean / 1000.0)
+
+
+class Covariance(ABC):
+    """What a head's precision factor ``U_h`` is, and the operations that depend on it.
+
+    Attributes
+    ----------
+    name : str
+        The user-facing name (``covariance_type="..."``).
+    shaped : bool
+        Whether the estimator fits each head its own metric and weight (tempered EM,
+        :mod:`attnclust.cluster.shaped_fit`) rather than the risk's unshaped layer.
+    """
+
+    name: str
+    shaped: bool
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+    # -- shapes -----------------------------------------------------------------------------
+    @abstractmethod
+    def shape(self, n_heads: int, n_features: int) -> tuple[int, ...]:
+        """Shape of the covariances and of the factors of ``n_heads`` heads."""
+
+    @abstractmethod
+    def unit(self, n_heads: int, n_features: int, *, dtype=None, device=None) -> torch.Tensor:
+        """Unit covariances (and factors): the identity for every head."""
+
+    @abstractmethod
+    def n_parameters(self, n_heads: int, n_features: int) -> int:
+        """Free parameters of the mixture: means, weights (summing to one) and covariances
+        (for an information criterion such as BIC)."""
+
+    # -- the layer ----------------------------------------------------------------------------
+    @abstractmethod
+    def whitened_norms(self, diff: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+        """``||d U_h||^2`` of differences ``(K, N, d)`` (row ``h`` against head ``h``):
+        ``(K, N)``."""
+
+    @abstractmethod
+    def log_det_precision(self, factors: torch.Tensor, n_features: int) -> torch.Tensor:
+        """``log det P_h = 2 sum_j log (U_h)_jj``, shape ``(K,)``."""
+
+    @abstractmethod
+    def precision_trace(self, factors: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
+        """``tr(P_h D) = sum_j D_j (P_h)_jj`` for ``D = diag(floor)``, shape ``(K,)``."""
+
+    @abstractmethod
+    def precisions(self, factors):
+        """``P_h = U_h U_h^T`` (``(K, d, d)``; per coordinate or scalar for diag and
+        spherical); tensors or NumPy arrays."""
+
+    @abstractmethod
+    def diagonal(self, factors: torch.Tensor) -> torch.Tensor:
+        """The diagonal of the factors (all of them but for ``"full"``)."""
+
+    def strict_upper(self, factors: torch.Tensor) -> torch.Tensor | None:
+        """The factors' strict upper triangle, ``None`` when they have none."""
+        return None
+
+    def from_parts(self, log_diagonal: torch.Tensor, upper: torch.Tensor | None
+                   ) -> torch.Tensor:
+        """Factors from the log of their diagonal and their strict upper triangle (the
+        unconstrained parameters of :class:`~attnclust.cluster.shaped.ShapedAttentionHeads`)."""
+        return log_diagonal.exp()
+
+    def mahalanobis(self, x: torch.Tensor, means: torch.Tensor, factors: torch.Tensor
+                    ) -> torch.Tensor:
+        """Squared distances ``||(x - mu_h) U_h||^2`` of tokens ``(..., d)``: ``(..., K)``.
+
+        Examples
+        --------
+        >>> Spherical().mahalanobis(torch.tensor([[2.0, 1.0]]), torch.zeros(1, 2),
+        ...                         torch.tensor([0.5]))
+        tensor([[1.2500]])
+        """
+        k, d = means.shape
+        diff = x.reshape(-1, d).unsqueeze(0) - means[:, None]                   # (K, N, d)
+        dist = self.whitened_norms(diff, factors)                               # (K, N)
+        return dist.T.reshape(*x.shape[:-1], k)
+
+    def logits(self, x: torch.Tensor, means: torch.Tensor, factors: torch.Tensor,
+               log_weights: torch.Tensor | None, lam: float) -> torch.Tensor:
+        """``s_h(x) = lambda (-1/2 ||(x - mu_h) U_h||^2 + log pi_h + 1/2 log det P_h)``
+        (``log_weights=None``: equal weights, a constant left out), ``(..., K)``."""
+        d = means.shape[-1]
+        logits = -0.5 * self.mahalanobis(x, means, factors)
+        logits = logits + 0.5 * self.log_det_precision(factors, d)
+        if log_weights is not None:
+            logits = logits + log_weights
+        return lam * logits
+
+    def log_joint(self, x: torch.Tensor, means: torch.Tensor, factors: torch.Tensor,
+                  log_weights: torch.Tensor, lam: float, floor: torch.Tensor | None = None
+                  ) -> torch.Tensor:
+        """``lambda l~_h(x)``: :meth:`logits` with the density's ``-d/2 log 2 pi`` and the
+        floor's ``-(1/2) tr(P_h D)`` in the bias (the E-step's logits; their log-sum-exp
+        over ``lambda`` is the tempered log-likelihood of ``x``)."""
+        d = means.shape[-1]
+        bias = log_weights - 0.5 * d * _LOG_2PI
+        if floor is not None:
+            bias = bias - 0.5 * self.precision_trace(factors, floor.to(factors.dtype))
+        return self.logits(x, means, factors, bias, lam)
+
+    # -- the M-step ---------------------------------------------------------------------------
+    def moments(self, diff: torch.Tensor, qw: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """First and second moments ``sum_i qw_hi (x_i - mu_h)(...)`` of a chunk's
+        differences ``(K, n, d)`` (float64): ``(K, d)`` and the shape of the covariances."""
+        weighted = qw[..., None] * diff                                         # (K, n, d)
+        return weighted.sum(1).double(), self._second(weighted, diff).double()
+
+    @abstractmethod
+    def _second(self, weighted: torch.Tensor, diff: torch.Tensor) -> torch.Tensor:
+        """The second moments of :meth:`moments`."""
+
+    @abstractmethod
+    def update(self, second: torch.Tensor, n: torch.Tensor, shift: torch.Tensor,
+               floor: torch.Tensor, alive: torch.Tensor, previous: torch.Tensor
+               ) -> torch.Tensor:
+        """The M-step's covariances: the second moments ``second`` (about the old means)
+        over the counts ``n``, less the means' ``shift``, plus the floor; a head not
+        ``alive`` keeps its ``previous`` covariance."""
+
+    @abstractmethod
+    def floor_ratio(self, covariances: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
+        """Each head's smallest covariance in units of the floor, ``(K,)`` (``>= 1``)."""
+
+    @abstractmethod
+    def factors(self, covariances: torch.Tensor) -> torch.Tensor:
+        """``U_h`` (``U_h U_h^T = Sigma_h^{-1}``); ``ValueError`` when a covariance is not
+        positive definite."""
+
+    @abstractmethod
+    def jittered(self, covariances: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """Covariances with ``scale`` ``(K,)`` added to their diagonal (negative variances
+        of rounding clamped to zero first)."""
+
+
+class Spherical(Covariance):
+    """``U_h = u_h I`` (factors ``(K,)``): one scale per head; the estimator's unshaped
+    layer.
+
+    Examples
+    --------
+    >>> Spherical().log_det_precision(torch.tensor([2.0]), 3)
+    tensor([4.1589])
+    >>> Spherical().n_parameters(3, 2)
+    11
+    """
+
+    name = "spherical"
+    shaped = False
+
+    def shape(self, n_heads, n_features):
+        return (n_heads,)
+
+    def unit(self, n_heads, n_features, *, dtype=None, device=None):
+        return torch.ones((n_heads,), dtype=dtype, device=device)
+
+    def n_parameters(self, n_heads, n_features):
+        return n_heads * n_features + n_heads - 1 + n_heads
+
+    def whitened_norms(self, diff, factors):
+        return (diff * diff).sum(-1) * (factors * factors)[:, None]
+
+    def log_det_precision(self, factors, n_features):
+        return 2.0 * n_features * factors.log()
+
+    def precision_trace(self, factors, floor):
+        return factors * factors * floor.sum()
+
+    def precisions(self, factors):
+        return factors * factors
+
+    def diagonal(self, factors):
+        return factors
+
+    def _second(self, weighted, diff):
+        return (weighted * diff).sum(1).double().sum(-1)     # summed in float64
+
+    def update(self, second, n, shift, floor, alive, previous):
+        spread = second / n - (shift * shift).sum(-1)
+        covs = spread.clamp_min(0.0) / shift.shape[1] + floor.mean()
+        return torch.where(alive, covs, previous)
+
+    def floor_ratio(self, covariances, floor):
+        return covariances / floor.mean()
+
+    def factors(self, covariances):
+        return _inverse_sqrt(covariances)
+
+    def jittered(self, covariances, scale):
+        return covariances.clamp_min(0) + scale
+
+
+class Diag(Covariance):
+    """``U_h = diag(u_h)`` (factors ``(K, d)``): axis-aligned cells.
+
+    Examples
+    --------
+    >>> Diag().whitened_norms(torch.tensor([[[2.0, 1.0]]]), torch.tensor([[2.0, 1.0]]))
+    tensor([[17.]])
+    >>> Diag().n_parameters(3, 2)
+    14
+    """
+
+    name = "diag"
+    shaped = True
+
+    def shape(self, n_heads, n_features):
+        return (n_heads, n_features)
+
+    def unit(self, n_heads, n_features, *, dtype=None, device=None):
+        return torch.ones((n_heads, n_features), dtype=dtype, device=device)
+
+    def n_parameters(self, n_heads, n_features):
+        return 2 * n_heads * n_features + n_heads - 1
+
+    def whitened_norms(self, diff, factors):
+        return (diff * diff * (factors * factors)[:, None]).sum(-1)
+
+    def log_det_precision(self, factors, n_features):
+        return 2.0 * factors.log().sum(-1)
+
+    def precision_trace(self, factors, floor):
+        return (factors * factors) @ floor
+
+    def precisions(self, factors):
+        return factors * factors
+
+    def diagonal(self, factors):
+        return factors
+
+    def _second(self, weighted, diff):
+        return (weighted * diff).sum(1)
+
+    def update(self, second, n, shift, floor, alive, previous):
+        spread = second / n[:, None] - shift * shift
+        covs = spread.clamp_min(0.0) + floor
+        return torch.where(alive[:, None], covs, previous)
+
+    def floor_ratio(self, covariances, floor):
+        return (covariances / floor).amin(-1)
+
+    def factors(self, covariances):
+        return _inverse_sqrt(covariances)
+
+    def jittered(self, covariances, scale):
+        return covariances.clamp_min(0) + scale[:, None]
+
+
+class Full(Covariance):
+    """``U_h`` upper triangular (factors ``(K, d, d)``): any positive definite covariance.
+
+    Examples
+    --------
+    >>> c = torch.tensor([[[4.0, 2.0], [2.0, 2.0]]], dtype=torch.float64)
+    >>> u = Full().factors(c)
+    >>> torch.allclose(u @ u.mT, torch.linalg.inv(c))
+    True
+    >>> Full().n_parameters(3, 2)
+    17
+    """
+
+    name = "full"
+    shaped = True
+
+    def shape(self, n_heads, n_features):
+        return (n_heads, n_features, n_features)
+
+    def unit(self, n_heads, n_features, *, dtype=None, device=None):
+        eye = torch.eye(n_features, dtype=dtype, device=device)
+        return eye.expand(n_heads, n_features, n_features)
+
+    def n_parameters(self, n_heads, n_features):
+        d = n_features
+        return n_heads * (d + d * (d + 1) // 2) + n_heads - 1
+
+    def whitened_norms(self, diff, factors):
+        y = diff @ factors                                                      # (K, N, d)
+        return (y * y).sum(-1)
+
+    def log_det_precision(self, factors, n_features):
+        return 2.0 * torch.diagonal(factors, dim1=-2, dim2=-1).log().sum(-1)
+
+    def precision_trace(self, factors, floor):
+        return (factors * factors).sum(-1) @ floor    # (P_h)_jj = sum_k (U_h)_jk^2
+
+    def precisions(self, factors):
+        return factors @ factors.swapaxes(-1, -2)
+
+    def diagonal(self, factors):
+        return torch.diagonal(factors, dim1=-2, dim2=-1)
+
+    def strict_upper(self, factors):
+        return torch.triu(factors, diagonal=1).clone()
+
+    def from_parts(self, log_diagonal, upper):
+        return torch.triu(upper, diagonal=1) + torch.diag_embed(log_diagonal.exp())
+
+    def _second(self, weighted, diff):
+        return weighted.mT @ diff                                               # (K, d, d)
+
+    def update(self, second, n, shift, floor, alive, previous):
+        spread = second / n[:, None, None] - shift[:, :, None] * shift[:, None, :]
+        spread = 0.5 * (spread + spread.mT)
+        covs = spread + torch.diag_embed(floor)
+        return torch.where(alive[:, None, None], covs, previous)
+
+    def floor_ratio(self, covariances, floor):
+        root = floor.rsqrt()       # the covariance in units of the floor: eigenvalues >= 1
+        return torch.linalg.eigvalsh(covariances * root[:, None] * root)[:, 0]
+
+    def factors(self, covariances):
+        chol, info = torch.linalg.cholesky_ex(covariances)
+        if bool((info > 0).any()):
+            bad = torch.nonzero(info > 0).flatten().tolist()
+            raise ValueError(f"the covariance of head(s) {bad} is not positive definite")
+        eye = torch.eye(covariances.shape[-1], dtype=covariances.dtype,
+                        device=covariances.device)
+        return torch.linalg.solve_triangular(chol, eye.expand_as(chol), upper=False).mT
+
+    def jittered(self, covariances, scale):
+        eye = torch.eye(covariances.shape[-1], dtype=covariances.dtype,
+                        device=covariances.device)
+        return covariances + scale[:, None, None] * eye
+
+
+def _inverse_sqrt(covariances: torch.Tensor) -> torch.Tensor:
+    """``Sigma^{-1/2}`` of positive (diagonal or scalar) covariances."""
+    if not bool((covariances > 0).all()):
+        raise ValueError("a covariance is not positive (a head without spread)")
+    return covariances.rsqrt()
+
+
+_REGISTRY: dict[str, Covariance] = {c.name: c for c in (Spherical(), Diag(), Full())}
+COVARIANCE_TYPES = tuple(_REGISTRY)    # the names ``as_covariance`` knows
+
+
+def as_covariance(covariance_type: str | Covariance) -> Covariance:
+    """The covariance type named ``covariance_type`` (a :class:`Covariance` passes through).
+
+    Examples
+    --------
+    >>> as_covariance("full")
+    Full()
+    >>> as_covariance("full").shaped, as_covariance("spherical").shaped
+    (True, False)
+    >>> as_covariance("tied")
+    Traceback (most recent call last):
+    ...
+    ValueError: covariance_type must be 'spherical', 'diag' or 'full', got 'tied'
+    """
+    if isinstance(covariance_type, Covariance):
+        return covariance_type
+    if isinstance(covariance_type, str) and covariance_type in _REGISTRY:
+        return _REGISTRY[covariance_type]
+    raise ValueError(f"covariance_type must be 'spherical', 'diag' or 'full', got "
+                     f"{covariance_type!r}")

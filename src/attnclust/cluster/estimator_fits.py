@@ -1,0 +1,333 @@
+"""The solver runs of :class:`~attnclust.AttentionClustering`'s ``fit``, in the data's units.
+
+Each function runs one ending of a fit on :class:`~attnclust.cluster.rows.WorkingRows` (the working
+space: Euclidean rows centred and scaled by ``s``) from the warm start, for the fit's
+resolved settings (a :class:`~attnclust.cluster.plan.FitPlan`), and returns what the estimator
+stores; the estimator keeps the order of the steps, the fitted attributes and the
+warnings. The callbacks report in the preprocessed space's units.
+
+The fit
+-------
+1. Initial heads (:func:`attnclust.cluster.warm_start.estimator_warm_start`): k-means++ seeding
+   (scikit-learn's), random directions, or given, on a seeded sample of at most
+   ``WARM_SAMPLE`` rows; with
+   ``inverse_temperature="auto"``, hard Lloyd steps to a stable partition and ``lambda =
+   1 / s^2``, ``s^2`` the within-cluster variance across each cluster's nearest boundary
+   (a seeding is replaced by the Lloyd heads: a warm start).
+2. Safeguarded, extrapolated fixed-point steps on the risk (:mod:`attnclust.cluster.fixed_point`;
+   ``solver="pgd"``: plain PGD on the sphere), optionally annealed ``lambda/8, lambda/4,
+   lambda/2, lambda``; on more rows than the sample, the sample is fitted first.
+   The default (Euclidean heads, ``init="kmeans++"``, ``inverse_temperature="auto"``)
+   ends instead in the layer's hard limit (:mod:`attnclust.cluster.kmeans.ending`): its warm start
+   is the best k-means of the sample (``n_init`` seedings, :mod:`attnclust.cluster.kmeans.batch`),
+   then single swaps with ten heads or more, and Lloyd steps over all rows when there
+   are more than the sample (which is then ``256 K`` rows, at most ``WARM_SAMPLE``). At
+   the ``"auto"`` temperature the soft fixed point moves the boundaries between
+   overlapping clusters away from the nearest-head partition that the labels read; why
+   this ending, and the measurements, are in ``docs/guide/default-estimator.md``.
+3. Checks that no fit fails silently: a head that wins no row, ``lambda`` at the floor of
+   ``s^2`` (no spread) or so small that the attention is nearly uniform (the risk then
+   pins down only the mean of the heads) warn with a :class:`~attnclust.DegenerateFitWarning`; not
+   converging warns with a ``ConvergenceWarning``.
+
+The endings here
+----------------
+
+    fixed point    fixed-point steps of the risk, the annealing stages as one
+                   :class:`~attnclust.study.schedules.Stages` (the sample first, when smaller)
+    pgd            :func:`attnclust.pgd` on the sphere: the stages as one schedule without
+                   stopping rule, then the target ``lambda``
+    hard limit     :func:`attnclust.cluster.kmeans.ending.fit_to_hard_limit`, with the cluster sizes
+                   and the attention's sharpness that the degeneracy checks read
+    shaped         tempered EM of shaped heads (:mod:`attnclust.cluster.shaped_fit`), its fitted
+                   attributes in the data's units
+
+Notation
+--------
+=============  ================  ===============================================
+paper          code              meaning
+=============  ================  ===============================================
+``lambda``     ``lam``           inverse temperature in the working space
+``s``          ``rows.scale``    scale of the working rows (data = s * working)
+``l~_h(x)``    ``log_joint``     shaped head's log-joint (see ``shaped_fit``)
+=============  ================  ===============================================
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import torch
+
+from ..study.descent import pgd
+from ..study.heads import softmax_heads
+from ..study.results import History, SolverResult
+from ..study.schedules import Stages
+from .covariance import Covariance
+from .fixed_point import fixed_point_fit
+from .kmeans.ending import fit_to_hard_limit
+from .rows import WorkingRows
+from .shaped_fit import shaped_fit
+
+if TYPE_CHECKING:
+    from .plan import FitPlan
+
+__all__ = ["Reporter", "Ending", "RiskFitted", "ShapedFitted", "solve", "risk_attributes",
+           "fit_fixed_point", "fit_pgd", "fit_hard_limit", "fit_shaped", "shaped_log_joint"]
+
+_logger = logging.getLogger("attnclust")
+
+
+class Reporter(NamedTuple):
+    """The user's ``callback`` and the ``verbose`` log of a fit.
+
+    Examples
+    --------
+    >>> Reporter(None, 0).for_rows(None) is None
+    True
+    """
+
+    callback: Callable | None
+    verbose: int
+
+    def for_rows(self, rows: WorkingRows, offset: int = 0):
+        """The callback in the preprocessed space's units (iterations counted from
+        ``offset``), or ``None`` when there is nothing to report."""
+        if self.callback is None and not self.verbose:
+            return None
+        out = rows.info_out(offset)
+
+        def call(info) -> None:
+            info = out(info)
+            if self.verbose:
+                _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info[:4])
+            if self.callback is not None:
+                self.callback(info)
+        return call
+
+    def for_shaped(self, rows: WorkingRows):
+        """The callback of shaped heads: the log-likelihood shifts by ``d log(s)`` and
+        ``lambda`` is a pure number (:meth:`for_rows` converts a risk's units)."""
+        base = self.for_rows(rows)
+        if base is None:
+            return None
+        s2, offset = rows.scale**2, rows.rows.shape[1] * np.log(rows.scale)
+
+        def call(info) -> None:
+            base(info._replace(loss=(info.loss + offset) / s2,
+                               inverse_temperature=info.inverse_temperature * s2))
+        return call
+
+
+def solve(S, Sw, rows: WorkingRows, start, lam, plan: FitPlan, *, gen,
+          report: Reporter) -> Ending:
+    """The heads of the risk from the warm ``start`` (sample ``S``, weights ``Sw``), for the
+    resolved settings ``plan``: the hard-limit ending of the default, or the stages of the
+    annealing plan by PGD or fixed-point steps, then the labels, sizes and sharpness of the
+    attention at ``lam`` over all rows."""
+    geometry, n_clusters = plan.geometry, plan.n_clusters
+    if plan.hard:
+        return fit_hard_limit(S, Sw, rows, start, lam, n_clusters=n_clusters, geometry=geometry,
+                              max_iter=plan.max_iter, tol=plan.tol, report=report)
+    temps, steps = plan.stages_at(lam)
+    common = dict(tol=plan.tol, penalty=plan.penalty, rho=plan.rho, report=report)
+    if plan.solver == "pgd":
+        res = fit_pgd(rows, start.heads, temps, steps, max_iter=plan.max_iter,
+                      step_size=float(plan.step_size), batch_size=plan.batch_size, gen=gen,
+                      **common)
+    else:
+        res = fit_fixed_point(S, Sw, rows, start.heads, temps, steps, geometry=geometry,
+                              **common)
+    labels, stats = rows.assign(
+        lambda chunk: softmax_heads(geometry.logits(chunk, res.heads, lam)), n_clusters)
+    return Ending(res, labels, stats[:n_clusters], float(stats[n_clusters]))
+
+
+def fit_fixed_point(S, Sw, rows: WorkingRows, heads0, temps, steps, *, tol, geometry,
+                    penalty, rho, report: Reporter) -> SolverResult:
+    """Fixed-point steps through the stages ``(temps, steps)``: on the sample ``S``
+    (weights ``Sw``) first when it is smaller than the data, then on all rows from there
+    (at the last stage only).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from attnclust.study.geometry import as_geometry
+    >>> X = torch.tensor([[0.0, 1.0], [0.1, 1.0], [1.0, 0.0], [1.0, 0.1]], dtype=torch.float64)
+    >>> rows = WorkingRows.prepare(X.numpy(), geometry=as_geometry("sphere"), comm=None,
+    ...                            device="cpu", dtype="auto", chunk_size=None)
+    >>> res = fit_fixed_point(rows.rows, None, rows, rows.rows[[0, 2]], [10.0], [50],
+    ...                       tol=1e-8, geometry=as_geometry("sphere"), penalty=None, rho=0.0,
+    ...                       report=Reporter(None, 0))
+    >>> res.converged
+    True
+    """
+    common = dict(tol=tol, geometry=geometry, penalty=penalty, rho=rho)
+    n_iter = 0
+    if S.shape[0] < rows.n_total:   # the curves are those of the steps over all rows
+        res = fixed_point_fit(S, heads0, inverse_temperature=Stages(temps, steps),
+                              n_steps=sum(steps), callback=report.for_rows(rows),
+                              chunk_size=rows.chunk, workers=rows.workers, weights=Sw, **common)
+        heads0, n_iter = res.heads, res.n_iter
+        temps, steps = temps[-1:], steps[-1:]
+    res = fixed_point_fit(rows.rows, heads0, inverse_temperature=Stages(temps, steps),
+                          n_steps=sum(steps), callback=report.for_rows(rows, n_iter),
+                          **rows.solver_args(), **common)
+    return res._replace(n_iter=n_iter + res.n_iter,
+                        history=res.history._replace(step=res.history.step + n_iter))
+
+
+def fit_pgd(rows: WorkingRows, heads0, temps, steps, *, max_iter: int, tol: float,
+            step_size: float, penalty, rho: float, batch_size, gen,
+            report: Reporter) -> SolverResult:
+    """Plain PGD (:func:`attnclust.pgd`, float64 on the data's device): the annealing
+    stages (all but the last of ``temps, steps``) as one schedule without stopping rule,
+    then ``max_iter`` steps at the target ``temps[-1]``."""
+    Xt = rows.rows
+    common = dict(step_size=step_size, penalty=penalty, rho=rho, record_every=1,
+                  batch_size=batch_size, rng=gen)
+    n_anneal = sum(steps[:-1])
+    first = None
+    if n_anneal:
+        first = pgd(Xt, heads0, inverse_temperature=Stages(temps[:-1], steps[:-1]),
+                    n_steps=n_anneal, tol=0.0, callback=report.for_rows(rows), **common)
+        heads0 = first.heads
+    res = pgd(Xt, heads0, inverse_temperature=temps[-1], n_steps=max_iter, tol=tol,
+              callback=report.for_rows(rows, n_anneal), **common)
+    heads = torch.as_tensor(res.heads, dtype=Xt.dtype, device=Xt.device)
+    if first is None:
+        return res._replace(heads=heads)
+    # the last record of the annealing (after its last update) is the first of the
+    # final phase, at lambda: kept once, from the final phase
+    final = res.history._replace(step=res.history.step + first.n_iter)
+    history = History(*(np.concatenate([a[:-1], b]) for a, b in zip(
+        first.history, final, strict=True)))
+    return SolverResult(heads, history, first.n_iter + res.n_iter, res.converged)
+
+
+class Ending(NamedTuple):
+    """A fit of the risk's heads: the solver's result (ended in the hard limit: ``n_iter``
+    counting Lloyd's steps and passes), this rank's labels, the (weighted)
+    cluster sizes over all ranks and the attention's sharpness (mean largest weight times
+    the total size), which the degeneracy checks read."""
+
+    result: SolverResult
+    labels: np.ndarray
+    sizes: np.ndarray
+    sharpness: float
+
+
+def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geometry,
+                   max_iter: int, tol: float, report: Reporter) -> Ending:
+    """:func:`~attnclust.cluster.kmeans.ending.fit_to_hard_limit` from the warm ``start``: its
+    curve is the risk at ``lambda = infinity`` (the k-means objective over all rows), the
+    attention's sharpness is read at ``lam`` on the sample; sizes and sharpness weighted by
+    the sample weights, when given; ``tol``: scikit-learn's ``KMeans`` tolerance of the
+    steps over all rows."""
+    end = fit_to_hard_limit(S, rows, start.kmeans, geometry=geometry, max_iter=max_iter,
+                            callback=report.for_rows(rows), weights=Sw, tol=tol)
+    steps = end.history
+    T = len(steps.objective)
+    history = History(step=steps.step, risk=steps.objective, grad_norm=np.full(T, np.nan),
+                      inverse_temperature=np.full(T, np.inf), rho=np.zeros(T),
+                      heads=steps.heads.cpu().double().numpy())
+    res = SolverResult(end.heads, history, end.n_iter, end.converged)
+    w = None if rows.weights is None else rows.weights.cpu().double().numpy()
+    sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=n_clusters, weights=w)
+                                .astype(np.float64))
+    best = softmax_heads(geometry.logits(S, end.heads, lam)).max(1).values.double()
+    mean_best = float(best.mean()) if Sw is None else \
+        float((best * Sw.double()).sum() / Sw.double().sum())
+    return Ending(res, end.labels, sizes, mean_best * float(sizes.sum()))
+
+
+class RiskFitted(NamedTuple):
+    """The fitted attributes of the risk's heads, mapped back from the working space to
+    the preprocessed one (named as on the estimator)."""
+
+    inverse_temperature_: float
+    cluster_centers_: np.ndarray
+    loss_curve_: np.ndarray
+    inverse_temperature_curve_: np.ndarray
+    n_iter_: int
+    converged_: bool
+    labels_: np.ndarray
+
+
+def risk_attributes(end: Ending, lam: float, rows: WorkingRows) -> RiskFitted:
+    """The :class:`RiskFitted` of a fit of the risk at ``lam`` (working space)."""
+    res, scale2 = end.result, rows.scale * rows.scale
+    return RiskFitted(inverse_temperature_=rows.inverse_temperature_out(lam),
+                      cluster_centers_=rows.heads_out(res.heads),
+                      loss_curve_=res.history.risk * scale2,
+                      inverse_temperature_curve_=res.history.inverse_temperature / scale2,
+                      n_iter_=int(res.n_iter), converged_=bool(res.converged),
+                      labels_=end.labels)
+
+
+class ShapedFitted(NamedTuple):
+    """The fitted attributes of shaped heads, in the data's units (named as on the
+    estimator)."""
+
+    cluster_centers_: np.ndarray
+    covariances_: np.ndarray
+    precisions_cholesky_: np.ndarray
+    precisions_: np.ndarray
+    weights_: np.ndarray
+    covariance_floor_: np.ndarray
+    inverse_temperature_: float
+    loss_curve_: np.ndarray
+    inverse_temperature_curve_: np.ndarray
+    n_iter_: int
+    converged_: bool
+    labels_: np.ndarray
+
+
+def fit_shaped(rows: WorkingRows, heads0, plan: FitPlan, *, report: Reporter) -> ShapedFitted:
+    """Tempered EM of shaped heads (:func:`~attnclust.cluster.shaped_fit.shaped_fit`) from the
+    Lloyd heads ``heads0``, for the resolved settings ``plan``: through the stages of the
+    annealing plan at ``lambda`` (``"auto"``: 1), to ``tol`` (``"auto"``: 1e-3,
+    ``GaussianMixture``'s); a pass holds ``(K, rows, d)`` blocks, so its chunks are ``K``
+    times fewer rows than the risk's unless ``chunk_size`` is given."""
+    lam, n_clusters, covariance = plan.inverse_temperature, plan.n_clusters, plan.covariance
+    temps, steps = plan.stages_at(lam)
+    scale, d = rows.scale, rows.rows.shape[1]
+    chunk = rows.chunk if plan.chunk_size_given else max(256, rows.chunk // n_clusters)
+    res = shaped_fit(rows.rows, heads0, covariance_type=covariance,
+                     inverse_temperature=Stages(temps, steps), n_steps=sum(steps), tol=plan.tol,
+                     chunk_size=chunk,
+                     reduce=rows.comm.reduce, row_map=rows.row_map, sample_weight=rows.weights,
+                     callback=report.for_shaped(rows))
+    factors = res.precisions_cholesky.cpu().double().numpy() / scale
+    args = (res.means, res.precisions_cholesky, res.weights.log())
+    labels, _ = rows.assign(lambda c: covariance.log_joint(c, *args, lam, res.floor),
+                            n_clusters)
+    return ShapedFitted(
+        cluster_centers_=rows.heads_out(res.means),
+        covariances_=res.covariances.cpu().double().numpy() * scale**2,
+        precisions_cholesky_=factors,
+        precisions_=covariance.precisions(factors),
+        weights_=res.weights.cpu().double().numpy(),
+        covariance_floor_=res.floor.cpu().numpy() * scale**2,
+        inverse_temperature_=lam,
+        # log-densities of the data's units: the working rows are the data over ``scale``
+        loss_curve_=res.loss_curve + d * np.log(scale),
+        inverse_temperature_curve_=res.inverse_temperature_curve,
+        n_iter_=int(res.n_iter), converged_=bool(res.converged), labels_=labels)
+
+
+def shaped_log_joint(X: torch.Tensor, fitted, covariance: Covariance) -> torch.Tensor:
+    """``lambda l~_h(x)`` of rows ``(n, d)`` (float64) under a fitted estimator's shaped
+    heads of type ``covariance``, rows and means centred on the means' mean for precision
+    far from the origin."""
+    def tensor(a):
+        return torch.as_tensor(a, dtype=torch.float64, device=X.device)
+    means = tensor(fitted.cluster_centers_)
+    center = means.mean(0)
+    return covariance.log_joint(X - center, means - center,
+                                tensor(fitted.precisions_cholesky_),
+                                tensor(fitted.weights_).log(), fitted.inverse_temperature_,
+                                tensor(fitted.covariance_floor_))

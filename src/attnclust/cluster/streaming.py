@@ -1,0 +1,235 @@
+"""Streaming fits: what ``AttentionClustering.partial_fit`` does with each batch of rows.
+
+First batch
+-----------
+Exactly what ``fit`` does before its solver, on the batch, through the same steps of the
+fit's resolved settings (a :class:`~attnclust.cluster.plan.FitPlan`, made by the estimator from
+its parameters on the first batch and kept): the preprocessing
+(``normalize="center-scale"`` learns ``mean_`` and ``scale_`` here), the working space of
+Euclidean heads (rows centred and scaled by the batch's mean and root-mean-square
+spread: a fixed affine map from then on), the seeding (k-means++ on the batch, weighted)
+and, for ``inverse_temperature="auto"``, the hard Lloyd steps and the boundary variance
+that fix ``lambda``. ``lambda`` stays fixed afterwards.
+
+Every batch (the first included)
+--------------------------------
+The batch's sufficient statistics at the current heads and ``lambda`` are the row sums
+of one pass of the fixed-point solver (:func:`attnclust.cluster.fixed_point.pass_sums`: the
+summed error, ``W^T X``, ``A^T A``, ``sum_i a_ih P_ih``, ``sum_i W_ih``, every term
+weighted by the sample weight); they are added to running sums,
+
+    S_t = S_{t-1} + S(batch_t),        n_t = n_{t-1} + sum_i w_i,
+
+and the heads take one full fixed-point step from ``S_t / n_t``
+(:func:`attnclust.cluster.fixed_point.step_from_sums`). The forgetting rule is that of
+scikit-learn's ``MiniBatchKMeans``: running counts, nothing forgotten. With hard attention
+the step is exactly its update: each head becomes the mean of every row it has won so far
+(``mu_h <- (n_h mu_h + sum of the batch's rows of h) / (n_h + m_h)``); with soft
+attention, the soft counts ``N_h = sum_i w_i a_ih`` and sums ``sum_i W_ih x_i`` replace
+them, so a fixed point of the running step is a fixed point of the batch solver on the
+rows seen. Memory is one batch plus ``O(K d + K^2)`` numbers.
+
+Before its sums are taken, every batch may move two heads: the single swap of
+:mod:`attnclust.cluster.kmeans.swap` (a head that costs the batch's k-means cost little to remove
+moves, with the head of the largest within-cell cost, to the two centres of that cell's
+2-means split, when this lowers the batch's k-means cost). The running statistics of
+the two moved heads are forgotten (:func:`attnclust.cluster.fixed_point.forget_heads`), so
+their next step is taken from the rows they win from then on; nothing else is
+forgotten. Running counts alone cannot repair a seeding that puts two heads in one
+cluster and one head on two (every seed of ``bench_streaming.py``'s ``K = 32`` set
+with ``--quick``); this does, in one or two swaps.
+
+Notation
+--------
+=============  ==============  =============================================
+paper          code            meaning
+=============  ==============  =============================================
+``mu_h``       ``heads``       heads in the working space, ``(K, d)``
+``lambda``     ``lam``         inverse temperature (working space), fixed
+``S_t``        ``sums``        running row sums of the passes over batches
+``n_t``        ``total``       running total weight of the rows seen
+=============  ==============  =============================================
+
+``stream_state_.n_swaps`` counts the swaps taken.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from .._validation import as_generator
+from .communicator import Communicator
+from .fixed_point import forget_heads, pass_sums, step_from_sums
+from .kmeans.swap import single_swap
+
+if TYPE_CHECKING:
+    from .plan import FitPlan
+
+__all__ = ["StreamState", "check_streaming", "partial_fit"]
+
+
+@dataclass
+class StreamState:
+    """What ``partial_fit`` keeps between batches (the estimator's ``stream_state_``)."""
+
+    heads: torch.Tensor            # (K, d), working space
+    lam: float                     # working space
+    sums: torch.Tensor             # running pass sums
+    total: float                   # running total weight
+    shift: np.ndarray | None       # (d,): the working map (x - shift) / scale; None: sphere
+    scale: float
+    dtype: torch.dtype
+    device: str
+    chunk: int
+    n_batches: int = 0
+    n_swaps: int = 0
+    weight_unit: float = 1.0       # every batch's weights are divided by it (fixed first)
+
+    def to_working(self, Xp: np.ndarray) -> torch.Tensor:
+        """Preprocessed rows -> the working space, on the fit's device and dtype."""
+        rows = torch.from_numpy(np.ascontiguousarray(Xp, dtype=np.float64))
+        if self.shift is not None:
+            rows = (rows - torch.from_numpy(self.shift)) / self.scale
+        return rows.to(self.device, self.dtype)
+
+
+def _first_state(plan: FitPlan, Xp: np.ndarray, weights, gen) -> StreamState:
+    """Initial heads and lambda from the first batch, as ``fit`` starts (see above)."""
+    rows = plan.working_rows(Xp, Communicator.local(Xp.shape[0]), weights=weights)
+    S, _, start, lam = plan.warm_start(rows, gen, hard=False)
+    return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.shift,
+                       float(rows.scale), S.dtype, str(plan.device), rows.chunk)
+
+
+def _resumed_state(est, plan: FitPlan, Xp: np.ndarray) -> StreamState:
+    """A state for an estimator fitted by ``fit``: its heads and lambda, in a working space
+    taken from this batch, and no sums yet (this batch's statistics decide the first step
+    alone)."""
+    plan = plan.with_clusters(len(est.cluster_centers_))
+    rows = plan.working_rows(Xp, Communicator.local(Xp.shape[0]))
+    one = rows.read(0, 1)
+    heads = torch.as_tensor(rows.heads_in(est.cluster_centers_), dtype=one.dtype,
+                            device=one.device)
+    return StreamState(heads, float(rows.inverse_temperature_in(est.inverse_temperature_)),
+                       heads.new_zeros(0), 0.0, rows.shift, float(rows.scale), one.dtype,
+                       str(plan.device), rows.chunk)
+
+
+def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = None):
+    """One batch of ``AttentionClustering.partial_fit`` (see the module docstring): the
+    estimator ``est``'s validated rows ``X`` and their checked sample ``weights``, for the
+    stream's resolved settings ``plan`` (the estimator checks its parameters and resolves
+    them on the first batch, :func:`check_streaming` on every batch).
+
+    Sets ``cluster_centers_``, ``n_clusters_``, ``inverse_temperature_``, ``labels_`` (of
+    this batch, as ``MiniBatchKMeans`` does), ``n_steps_`` (batches seen), ``n_iter_`` (the
+    same), ``loss_curve_`` (after each batch, the risk of the running sums: rows seen,
+    weighted) and ``stream_state_``.
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> X, z = ac.GaussianMixture.orthogonal(d=6, k=3, sigma=0.1).sample(
+    ...     3000, rng=0, return_labels=True)
+    >>> est = ac.AttentionClustering(3, random_state=0)
+    >>> for start in range(0, 3000, 500):
+    ...     _ = est.partial_fit(X[start:start + 500])
+    >>> est.n_steps_, ac.adjusted_rand_index(z, est.predict(X))
+    (6, 1.0)
+    """
+    state = getattr(est, "stream_state_", None)
+    fitted = hasattr(est, "cluster_centers_")
+    resumed = fitted and (state is None or not np.array_equal(
+        est.cluster_centers_, _centers(est, state)))
+    # weights count relative to each other, across batches too: the first batch's largest
+    # weight is the unit of every batch (float32 holds weights of 1e39 or 1e-46 then)
+    unit = 1.0 if weights is None or not weights.max(initial=0.0) > 0 else \
+        float(weights.max())
+    if not fitted:
+        weights = None if weights is None else weights / unit
+        local = Communicator.local(X.shape[0])
+        est.mean_, est.scale_ = plan.learn_center(X, local, weights)
+        Xp = plan.preprocess(X, (est.mean_, est.scale_), comm=local)
+        state = _first_state(plan, Xp, weights, as_generator(plan.random_state, "random_state"))
+        state.weight_unit = unit
+        est.loss_curve_ = np.zeros(0)
+    else:
+        Xp = plan.preprocess(X, (est.mean_, est.scale_))
+        if resumed:
+            state = _resumed_state(est, plan, Xp)
+            state.weight_unit = unit
+            est.loss_curve_ = np.zeros(0)
+        if weights is not None:
+            weights = weights / state.weight_unit
+        elif state.weight_unit != 1.0:   # no weights: each row weighs 1 in the first's units
+            weights = np.full(X.shape[0], 1.0 / state.weight_unit)
+    _step(est, state, state.to_working(Xp), weights, plan.geometry)
+    est.n_clusters_ = len(est.cluster_centers_)
+    return est
+
+
+def check_streaming(est) -> None:
+    """A ``ValueError`` when the estimator's parameters cannot stream (before each batch:
+    a fitted estimator's parameters may have changed since its fit)."""
+    if est.solver != "fixed-point" or est.penalty is not None:
+        raise ValueError(f"partial_fit takes fixed-point steps without a penalty; got "
+                         f"solver={est.solver!r}, penalty={est.penalty!r}")
+    fitted = hasattr(est, "cluster_centers_")
+    if not fitted and isinstance(est.n_clusters, str):
+        raise ValueError("partial_fit needs n_clusters as a number: 'auto' reads K off the "
+                         "temperature path of all the rows (fit n_clusters='auto' on a "
+                         "sample, then stream on from that fit)")
+    if fitted and est.n_clusters not in ("auto", len(est.cluster_centers_)):
+        raise ValueError(f"n_clusters={est.n_clusters} but the estimator streams "
+                         f"{len(est.cluster_centers_)} heads; fit a new estimator to change "
+                         "n_clusters")
+
+
+def _centers(est, state: StreamState) -> np.ndarray:
+    """The state's heads in the preprocessed space (what ``cluster_centers_`` holds)."""
+    centers = state.heads.detach().cpu().double().numpy()
+    return centers if state.shift is None else centers * state.scale + state.shift
+
+
+def _swap(state: StreamState, rows: torch.Tensor, w, geometry) -> None:
+    """The single swap of :mod:`attnclust.cluster.kmeans.swap` on the batch, before its sums
+    are taken; the moved heads' running statistics are forgotten."""
+    move = single_swap(rows, state.heads, geometry, weights=w, chunk=state.chunk)
+    if move is None:
+        return
+    state.heads = state.heads.clone()
+    state.heads[[move.h, move.g]] = move.new.to(state.heads.dtype)
+    if state.sums.numel():
+        state.sums = forget_heads(state.sums, *state.heads.shape, [move.h, move.g])
+    state.n_swaps += 1
+
+
+def _step(est, state: StreamState, rows: torch.Tensor, weights, geometry) -> None:
+    """Add the batch's sums to the running ones and take the step; set the attributes."""
+    w = None if weights is None else torch.as_tensor(weights, dtype=state.dtype,
+                                                     device=rows.device)
+    _swap(state, rows, w, geometry)
+    batch = pass_sums(rows, state.heads, state.lam, geometry=geometry, weights=w,
+                      chunk=state.chunk)
+    state.sums = batch if state.sums.numel() == 0 else state.sums + batch
+    state.total += float(rows.shape[0] if w is None else w.sum())
+    state.n_batches += 1
+    if state.total > 0:
+        state.heads, risk = step_from_sums(state.sums, state.heads, state.lam, state.total,
+                                           geometry=geometry)
+    else:                                    # only rows of weight zero so far
+        risk = float("nan")
+    labels = geometry.logits(rows, state.heads, state.lam).argmax(1)
+    scale2 = state.scale * state.scale
+    est.stream_state_ = state
+    est.cluster_centers_ = _centers(est, state)
+    est.inverse_temperature_ = state.lam / scale2
+    est.labels_ = labels.cpu().numpy().astype(np.int64)
+    est.n_steps_ = est.n_iter_ = state.n_batches
+    est.loss_curve_ = np.append(est.loss_curve_, risk * scale2)
+    est.inverse_temperature_curve_ = np.full(est.loss_curve_.shape, est.inverse_temperature_)
+    est.converged_ = False
