@@ -46,9 +46,9 @@ API reference
 
 Every public name of the package, generated from its docstring. ``import attnclust as
 ac`` exposes all of them except those of :mod:`attnclust.cluster.distributed`, which is
-imported explicitly (``from attnclust.cluster import distributed``). The names are grouped by the module
-that defines them; each module's page starts with the mathematics it implements and its
-notation table (paper symbol, name in the code).
+imported explicitly (``from attnclust.cluster import distributed``). The names are
+grouped by the module that defines them; each module's page starts with the mathematics
+it implements and its notation table (paper symbol, name in the code).
 
 .. toctree::
    :maxdepth: 1

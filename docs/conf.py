@@ -6,7 +6,8 @@ Build it from the repository root (``pip install -e ".[docs]"`` first)::
 
 The API reference is generated at each build from ``attnclust.__all__`` and
 ``attnclust.cluster.distributed.__all__`` (see ``_api.py``): a name added there appears on the
-site without editing any page. The gallery runs the scripts of ``examples/``.
+site without editing any page. The gallery runs the scripts of ``examples/``, and the
+architecture page's picture is drawn from the source tree (``architecture.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))              # _api.py
+sys.path.insert(0, str(HERE))              # _api.py, architecture.py
 sys.path.insert(0, str(HERE.parent / "src"))  # the checkout's package, installed or not
 
 import _api  # noqa: E402
+import architecture  # noqa: E402
 
 import attnclust  # noqa: E402
 
@@ -99,6 +101,7 @@ html_sidebars = {"index": [], "changelog": []}
 
 # --- the API pages, generated from __all__ ------------------------------------------
 _api.write_pages(HERE / "api")
+architecture.draw()                       # docs/architecture.png, as the code is now
 
 
 def _notation_as_rubric(app, what, name, obj, options, lines):

@@ -186,6 +186,7 @@ def test_an_old_module_path_warns_and_gives_the_new_module(monkeypatch, old):
     with pytest.warns(FutureWarning, match=rf"{old} is now {ac._MOVED[old]}; .* 0\.4"):
         module = importlib.import_module(old)
     assert module is new                       # one module: one set of names to patch
+    assert new.__spec__.name == new.__name__   # its own spec, as its relative imports need
 
 
 def test_from_an_old_path_import_a_name(monkeypatch):

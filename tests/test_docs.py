@@ -61,12 +61,44 @@ def test_guide_pages_start_with_a_title(page):
 
 
 def test_the_source_tree_of_the_development_page_names_every_module():
-    """docs/development.md's tree of src/attnclust/ lists every module (a new module
-    added without a line there fails here)."""
+    """docs/development.md's tree of src/attnclust/ lists every module, in the halves and
+    the command line too (a new module added without a line there fails here); the
+    figures' experiments are one line, "one module per figure"."""
     root = Path(__file__).resolve().parents[1]
     page = (root / "docs" / "development.md").read_text()
     tree = page[page.index("src/attnclust/"):page.index("benchmarks/ ")]
-    modules = sorted(p.name for p in (root / "src" / "attnclust").glob("*.py")
-                     if not p.name.startswith("__"))
-    missing = [m for m in modules if f"  {m} " not in tree]
+    package = root / "src" / "attnclust"
+    modules = sorted(str(p.relative_to(package)) for p in package.rglob("*.py")
+                     if not p.name.startswith("__") and "experiments" not in p.parts)
+    missing = [m for m in modules if not re.search(rf"(^|[\s(]){re.escape(Path(m).name)}\b",
+                                                   tree, flags=re.M)]
     assert not missing, f"docs/development.md's source tree lacks {missing}"
+
+
+def _architecture():
+    spec = importlib.util.spec_from_file_location("architecture", DOCS / "architecture.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_architecture_picture_places_every_module_of_the_package():
+    arch = _architecture()
+    modules, _ = arch.layout()
+    drawn = sum(len(rows) for part, rows in modules.items() if part in arch.POSITION)
+    assert drawn == len(list((ROOT / "src" / "attnclust").rglob("*.py")))
+
+
+def test_the_study_imports_the_clusterer_only_in_its_experiments():
+    """What the architecture page says of the two halves, read off the source tree."""
+    _, edges = _architecture().layout()
+    into_cluster = {a for a, b in edges if b.startswith("attnclust.cluster")}
+    assert "attnclust.study" not in into_cluster
+    assert not any(a.startswith("attnclust.study") and b == "attnclust.cli" for a, b in edges)
+    assert ("attnclust.study.experiments", "attnclust.cluster") in edges
+
+
+def test_the_architecture_picture_is_drawn(tmp_path):
+    pytest.importorskip("matplotlib")
+    _architecture().draw(tmp_path / "architecture.png")
+    assert (tmp_path / "architecture.png").stat().st_size > 10_000

@@ -201,10 +201,14 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         # the warning skips the import system's frames: it names the importing line
         warn_deprecated(f"the module {spec.name} is now {new}; it will be removed from its "
                         f"old path in {REMOVED_IN}", stacklevel=2)
-        return importlib.import_module(new)
+        module = importlib.import_module(new)
+        spec.loader_state = module.__spec__    # the import system sets the alias's spec
+        return module
 
     def exec_module(self, module):
-        """The new module ran when it was imported."""
+        """The new module ran when it was imported: give it back its own spec (its
+        relative imports and ``importlib.reload`` read it)."""
+        module.__spec__ = module.__spec__.loader_state
 
 
 def warn_deprecated(message: str, *, stacklevel: int) -> None:

@@ -10,6 +10,7 @@ initializations), in-context quantization by the identity attention
 the figures (:mod:`~attnclust.study.metrics`) and their experiments
 (:mod:`~attnclust.study.experiments`).
 
-Nothing here imports :mod:`attnclust.cluster`: the clusterer is built on the study, not
-the other way round. The public names are importable from :mod:`attnclust`.
+The clusterer is built on the study, not the other way round: only the experiment of
+figure 10, which runs the temperature path, imports :mod:`attnclust.cluster`. The public
+names are importable from :mod:`attnclust`.
 """
