@@ -204,6 +204,24 @@ def test_sample_weight_file_and_column_give_the_weighted_fit(blobs, capsys):
     assert f"weights={w.sum():.6g}" in out and "d=4" in out
 
 
+@pytest.mark.parametrize("weight_args", [["--sample-weight", "w.npy"], ["--weight-column", "3"]])
+def test_the_streamed_fit_names_the_total_weight_too(blobs, capsys, weight_args):
+    """The summary of a fit streamed by --batch-rows, with weights from a file or a column
+    (read chunk by chunk), says their total as the plain fit's does."""
+    X, _, tmp = blobs
+    w = np.random.default_rng(0).integers(1, 4, size=len(X)).astype(float)
+    np.save(tmp / "w.npy", w)
+    data = tmp / ("x.npy" if weight_args[0] == "--sample-weight" else "xw.npy")
+    np.save(tmp / "x.npy", X)
+    np.save(tmp / "xw.npy", np.column_stack([X[:, :2], w, X[:, 2:]]))
+    if weight_args[0] == "--sample-weight":
+        weight_args = [weight_args[0], str(tmp / "w.npy")]
+    assert main(["fit", str(data), "-k", "3", "--batch-rows", "100", *weight_args,
+                 "--out", str(tmp / "s")]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert f"weights={w.sum():.6g}" in head and "batches=" in head
+
+
 @pytest.mark.parametrize("weights, match", [
     # rows counted from 1, as the data's own messages count them
     (np.r_[-1.0, np.ones(299)], "must be non-negative, got -1.0 at row 1"),

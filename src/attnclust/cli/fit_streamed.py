@@ -77,7 +77,8 @@ def _write_outputs(args, prefix, est, X, weights, seconds) -> None:
         _chunked_writer(args, X, weights, lambda b: est.predict(b), (n,), np.int64),
         proba=lambda: _chunked_writer(args, X, weights, est.predict_proba, (n, K), np.float64),
         picture=lambda: plot_writer(args, est, _Features(args, X), None, sizes))
-    head = head_line(n, est.n_features_in_, K, weights=weights,
+    weighted = args.sample_weight is not None or args.weight_column is not None
+    head = head_line(n, est.n_features_in_, K, weights=np.array([total]) if weighted else None,
                      inverse_temperature=est.inverse_temperature_,
                      progress=f"batches={est.n_steps_} of at most {args.batch_rows} rows",
                      risk=sq_err / total, seconds=seconds)
