@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["assert_nearest", "assert_same_labels", "eps", "near_ties", "objective_tol",
-           "sq_dist_tol", "sum_tol"]
+           "sq_dist_tol", "sum_tol",
+           "attention_risk_tol", "balance_tol"]
 
 
 def eps(dtype=np.float64) -> float:
@@ -172,3 +173,49 @@ def objective_tol(X, centers, labels=None, *, steps: int = 1, dtype=np.float64) 
     d = X.shape[1]
     return (steps + 1) * (d + 2) * eps(dtype) * float(scale.mean()) \
         + sum_tol(X.shape[0], dtype) * objective
+
+
+def attention_risk_tol(n: int, scale: float, lam: float, K: int, d: int,
+                       dtype=np.float64) -> tuple[float, float]:
+    """(value, gradient) absolute differences allowed between two evaluations of an
+    attention risk ``sum_i w_i F(x_i)`` (weights summing to 1; ``F = ||x - T(x)||^2 =
+    ||x||^2 - 2 a.P + a^T G a``, ``a = softmax(lambda P)``, ``P_h = <x, mu_h>``) over the
+    same ``n`` nodes or rows in different orders (kernel against reference, shards,
+    devices, chunks). ``scale`` is ``r + H``: ``r`` the largest (or root mean square)
+    row norm, ``H`` the largest head norm, so ``|P_h| <= r H`` and every term of ``F`` is
+    at most ``(r + H)^2``.
+
+    Rounding steps, in units of ``eps``: the sum over ``n`` (Higham (4.4)), ``K^2 + d``
+    for the products and the Gram matrix, and ``lambda (r + H)^2`` for the softmax (a
+    relative error ``eps`` of a logit ``lambda P`` is an absolute one of ``lambda |P|
+    eps``). Times the terms' size: ``(r + H)^2`` for the value, ``2 (r + H) (1 + lambda
+    (r + H)^2)`` for the gradient (``dF/dmu`` has ``2 (r + H)`` directly and ``lambda
+    (r + H)^2 (r + H)`` through ``a``).
+
+    Examples
+    --------
+    >>> v, g = attention_risk_tol(1000, 2.0, 5.0, 3, 10)
+    >>> bool(v < 1e-12 and g < 1e-10)
+    True
+    """
+    m = (n + K * K + d + lam * scale * scale) * eps(dtype)
+    return m * scale * scale, m * 2 * scale * (1 + lam * scale * scale)
+
+
+def balance_tol(n: int, scale: float, lam: float, K: int, d: int,
+                dtype=np.float64) -> tuple[float, float]:
+    """(value, gradient) absolute differences allowed for the balance penalty ``sum_h
+    (A_h - t_h)^2``, ``A_h`` the weighted mean of ``a_h <= 1`` over ``n`` nodes or rows:
+    each ``A_h`` is within ``delta`` (the rounding steps of :func:`attention_risk_tol`
+    times ``eps``), so the value within ``2 sum_h |A_h - t_h| delta <= 2 K delta``
+    (absolute: the penalty may be near 0), and the gradient ``2 sum_h (A_h - t_h) dA_h /
+    dmu``, ``|dA_h / dmu| <= lambda (r + H)``, within ``2 K delta (1 + lambda (r + H))``.
+
+    Examples
+    --------
+    >>> v, g = balance_tol(1000, 2.0, 5.0, 3, 10)
+    >>> bool(v < 1e-11 and g < 1e-10)
+    True
+    """
+    delta = (n + K * K + d + lam * scale * scale) * eps(dtype)
+    return 2 * K * delta, 2 * K * delta * (1 + lam * scale)

@@ -12,18 +12,32 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 import attnclust as ac
+from _tolerance import eps
 from attnclust.study.in_context import fused_available, identity_attention, infinite_prompt_limit
 from attnclust.study.metrics import count_clusters, limit_distance, spread_ratio
 
 SIGMA = 0.3
 LAM = 1.0 / (1.0 + 2.0 * SIGMA**2)  # the running example's inverse temperature
-TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 
 @pytest.fixture(scope="module")
 def mix():
     return ac.GaussianMixture.orthogonal(d=10, k=2, sigma=SIGMA)
+
+
+def _tol(X, lam, steps=1, dtype=np.float64):
+    """Outputs of two computations of ``steps`` steps ``x <- sum_j softmax(lam <x, x_j>)
+    x_j`` over prompts of ``L`` tokens (backends, chunks, the loop): each step is a weighted
+    mean of ``L`` tokens of norm at most ``r``, within ``(L + d + lam r^2) eps r`` (the sum,
+    inner products of length ``d``, the softmax's condition), and moves the next step by
+    at most ``1 + 2 lam r^2`` times its input's error (the weighted mean's Lipschitz
+    constant)."""
+    X = np.asarray(X.cpu() if isinstance(X, torch.Tensor) else X, dtype=np.float64)
+    L, d = X.shape[-2:]
+    r = max(float(np.linalg.norm(X, axis=-1).max()), 1.0)      # renormalized rows: 1
+    one = (L + d + lam * r * r) * eps(dtype) * r
+    return one * sum((1 + 2 * lam * r * r) ** j for j in range(steps))
 
 
 def loop_reference(X: np.ndarray, lam: float, exclude_self: bool = False) -> np.ndarray:
@@ -44,7 +58,7 @@ def test_dense_matches_the_formula(mix, exclude_self):
     X = mix.sample(40, rng=1)
     np.testing.assert_allclose(identity_attention(X, 2.0, backend="dense",
                                                   exclude_self=exclude_self),
-                               loop_reference(X, 2.0, exclude_self), rtol=0, atol=1e-13)
+                               loop_reference(X, 2.0, exclude_self), rtol=0, atol=_tol(X, 2.0))
 
 
 # -- backends agree ----------------------------------------------------------------------
@@ -70,7 +84,7 @@ def test_backends_agree_with_dense(mix, dtype, exclude_self, batched, backend, c
     out = identity_attention(X, LAM, exclude_self=exclude_self, backend=backend,
                              chunk_size=chunk_size)
     assert out.dtype == dtype and out.shape == X.shape
-    torch.testing.assert_close(out, ref, rtol=0, atol=TOL[dtype])
+    torch.testing.assert_close(out, ref, rtol=0, atol=_tol(X, LAM, dtype=dtype))
 
 
 @pytest.mark.parametrize("backend", ["fused", "chunked"])
@@ -78,14 +92,16 @@ def test_repeated_steps_and_renormalization_agree(mix, backend):
     X = mix.sample(120, rng=3)
     kw = dict(n_steps=4, renormalize=True)
     out = identity_attention(X, 3.0, backend=backend, **kw)
-    np.testing.assert_allclose(out, identity_attention(X, 3.0, backend="dense", **kw), atol=1e-10)
-    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-12)
+    np.testing.assert_allclose(out, identity_attention(X, 3.0, backend="dense", **kw), rtol=0,
+                               atol=_tol(X, 3.0, steps=4))
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, rtol=0,
+                               atol=(X.shape[1] + 2) * np.finfo(float).eps)  # a norm, a quotient
     # n_steps applications are n_steps compositions of one step
     step = X
     for _ in range(4):
         step = loop_reference(step, 3.0)
         step /= np.linalg.norm(step, axis=1, keepdims=True)
-    np.testing.assert_allclose(out, step, atol=1e-10)
+    np.testing.assert_allclose(out, step, rtol=0, atol=_tol(X, 3.0, steps=4))
 
 
 @pytest.mark.parametrize("exclude_self", [False, True])
@@ -96,7 +112,7 @@ def test_chunked_survives_scores_that_grow_along_the_prompt(exclude_self):
     rng = np.random.default_rng(4)
     X = rng.standard_normal((300, 5)) * np.linspace(0.1, 6.0, 300)[:, None]
     ref = loop_reference(X, 5.0, exclude_self)
-    for dtype, tol in ((np.float64, 1e-10), (np.float32, 1e-3)):
+    for dtype, tol in ((np.float64, _tol(X, 5.0) / np.abs(ref).max()), (np.float32, 1e-3)):
         out = identity_attention(X.astype(dtype), 5.0, backend="chunked",
                                  exclude_self=exclude_self, chunk_size=32)
         assert np.all(np.isfinite(out))
@@ -112,12 +128,13 @@ def test_chunked_with_one_token_blocks(exclude_self, chunk_size):
     out = identity_attention(X, 1.5, backend="chunked", exclude_self=exclude_self,
                              chunk_size=chunk_size)
     for b in range(2):
-        np.testing.assert_allclose(out[b], loop_reference(X[b], 1.5, exclude_self), atol=1e-12)
+        np.testing.assert_allclose(out[b], loop_reference(X[b], 1.5, exclude_self), rtol=0,
+                                   atol=_tol(X[b], 1.5))
 
 
 def test_exclude_self_two_tokens_swap():
     X = np.array([[1.0, 2.0], [3.0, -1.0]])
-    for backend in ("dense", "chunked", "auto"):
+    for backend in ("dense", "chunked", "auto"):   # weights exactly 1 and 0: exact outputs
         np.testing.assert_array_equal(
             identity_attention(X, 7.0, exclude_self=True, backend=backend), X[::-1])
 
@@ -216,7 +233,7 @@ def test_cuda_backends_agree_with_cpu_dense(mix, dtype, exclude_self):
         out = identity_attention(X.cuda(), LAM, backend=backend, exclude_self=exclude_self)
         assert out.device.type == "cuda" and out.dtype == dtype
         # float32 on CUDA may use TF32-free kernels with other summation orders
-        torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=TOL[dtype] * 10)
+        torch.testing.assert_close(out.cpu(), ref, rtol=0, atol=_tol(X, LAM, dtype=dtype))
 
 
 @cuda
@@ -247,8 +264,9 @@ def test_limit_of_the_dirac_mixture_is_the_posterior_mean():
     mix = ac.GaussianMixture.antipodal(d=2, sigma=0.0)
     x = np.array([0.3, 0.0])
     expected = np.tanh(0.3 * 2.0) * np.array([1.0, 0.0])  # softmax of +-0.6 on +-e_1
+    # a softmax of two terms against tanh: a few roundings of terms at most 1
     np.testing.assert_allclose(infinite_prompt_limit(x, mix, inverse_temperature=2.0), expected,
-                               atol=1e-15)
+                               rtol=0, atol=4 * np.finfo(float).eps)
 
 
 def test_finite_prompts_converge_to_the_limit_like_one_over_sqrt_l(mix):
@@ -345,7 +363,7 @@ def test_overflowing_scores_raise_instead_of_nan(backend, scale, lam):
 def test_scores_near_the_limit_but_finite_are_exact():
     """No false alarm: 1e150-scaled orthogonal tokens have scores 0 and 1e300, both finite."""
     X = np.array([[1.0, 0.0], [0.0, 1.0]]) * 1e150
-    for backend in ("dense", "fused", "chunked"):
+    for backend in ("dense", "fused", "chunked"):   # weights exactly 1 and 0 (exp(-1e300))
         np.testing.assert_array_equal(identity_attention(X, 1.0, n_steps=3, backend=backend),
                                       X)
     with pytest.raises(ValueError, match="at step 1"):
@@ -368,7 +386,8 @@ def test_dense_refuses_when_its_matrices_do_not_fit(monkeypatch, exclude_self, f
     Y = identity_attention(X, 1.0, backend="chunked", exclude_self=exclude_self)
     monkeypatch.undo()
     np.testing.assert_allclose(Y, identity_attention(X, 1.0, backend="dense",
-                                                     exclude_self=exclude_self), atol=1e-12)
+                                                     exclude_self=exclude_self), rtol=0,
+                               atol=_tol(X, 1.0))
 
 
 def test_available_memory_is_a_positive_number_here():

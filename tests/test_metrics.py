@@ -3,6 +3,7 @@ import pytest
 from scipy.cluster.hierarchy import fcluster, linkage
 
 import attnclust as ac
+from _tolerance import eps, near_ties
 from attnclust.study.in_context import infinite_prompt_limit
 from attnclust.study.metrics import count_clusters, limit_distance, spread_ratio
 from attnclust.study.sphere import random_sphere
@@ -53,8 +54,10 @@ def test_assignment_error_close_to_bayes_with_true_centroids():
     mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.5)
     X, z = mix.sample(50_000, rng=0, return_labels=True)
     res = ac.assignment_error(mix.centroids, X, z, inverse_temperature=1.0, mix=mix)
-    # equal weights: argmax_h <x, mu*_h> is the Bayes rule itself
-    assert res.error == pytest.approx(res.bayes_error, abs=1e-12)
+    # equal weights: argmax_h <x, mu*_h> is the Bayes rule itself; the two counts may
+    # differ only on rows within rounding of the tie (unit centroids: nearest = argmax)
+    ties = int(near_ties(X, mix.centroids).sum())
+    assert abs(res.error - res.bayes_error) <= (ties + 0.5) / len(X)
     assert 0.05 < res.bayes_error < 0.1  # Phi(-sqrt(2)/(2*0.5)) ~ 0.079
     # swapped heads are matched back
     swapped = ac.assignment_error(mix.centroids[::-1], X, z, inverse_temperature=1.0)
@@ -80,10 +83,18 @@ def test_adjusted_rand_index_matches_pair_counting_and_ignores_label_names():
     pred = np.where(rng.random(60) < 0.7, truth, rng.integers(0, 4, 60))  # a partial match
     value = ac.adjusted_rand_index(truth, pred)
     assert 0.2 < value < 0.9  # neither trivial value: the comparisons below can fail
-    assert value == pytest.approx(_reference_ari(truth, pred), rel=1e-12)
+    # integer pair counts (exact), then a few roundings of terms up to C(n, 2) over the
+    # denominator 0.5 (rows + cols) - expected, in another order than the reference's
+    from math import comb
+    table_rows = sum(comb(int(c), 2) for c in np.bincount(truth))
+    table_cols = sum(comb(int(c), 2) for c in np.bincount(pred))
+    denom = 0.5 * (table_rows + table_cols) - table_rows * table_cols / comb(len(truth), 2)
+    assert value == pytest.approx(_reference_ari(truth, pred),
+                                  abs=8 * eps() * comb(len(truth), 2) / denom)
+    # renamed or transposed: the same integer counts in another order, a symmetric formula
     renamed = np.array([7, 3, 11, 5])[pred]  # other names for the same partition
-    assert ac.adjusted_rand_index(truth, renamed) == pytest.approx(value, rel=1e-12)
-    assert ac.adjusted_rand_index(pred, truth) == pytest.approx(value, rel=1e-12)
+    assert ac.adjusted_rand_index(truth, renamed) == value
+    assert ac.adjusted_rand_index(pred, truth) == value
     assert ac.adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0]) == 1.0
 
 
@@ -128,7 +139,8 @@ def test_limit_distance_is_zero_on_the_limit_itself(mix):
     X = mix.sample(50, rng=9)
     res = limit_distance(X, infinite_prompt_limit(X, mix, inverse_temperature=LAM), mix,
                          inverse_temperature=LAM)
-    assert res.max == pytest.approx(0.0, abs=1e-15) and res.rms <= res.max
+    # the limit recomputed from the same rows by the same operations: exactly 0
+    assert res.max == 0.0 and res.rms <= res.max
 
 
 def test_metric_inputs_are_checked(mix):

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from _tolerance import eps
 from attnclust import GaussianMixture
 
 
@@ -59,7 +60,11 @@ def test_posterior_matches_bayes_rule():
     x = np.array([[0.2, -0.4]])
     # direct Gaussian densities (the normalizing constant cancels)
     dens = mix.weights * np.exp(-np.sum((x - mix.centroids) ** 2, axis=1) / (2 * 0.7**2))
-    np.testing.assert_allclose(mix.posterior(x)[0], dens / dens.sum(), rtol=1e-12)
+    # exp of exponents E = ||x - c||^2 / 2 sigma^2 computed in another order (d + 2
+    # roundings of E, each moving exp(-E) by E eps), then a sum of K and a quotient
+    E = np.sum((x - mix.centroids) ** 2, axis=1).max() / (2 * 0.7**2)
+    np.testing.assert_allclose(mix.posterior(x)[0], dens / dens.sum(), atol=0,
+                               rtol=2 * ((2 + 2) * (1 + E) + 2 + 1) * eps())
 
 
 def test_dirac_posterior_ignores_empty_clusters_and_breaks_ties_by_weight():
@@ -70,7 +75,15 @@ def test_dirac_posterior_ignores_empty_clusters_and_breaks_ties_by_weight():
     np.testing.assert_array_equal(post, [[0, 1, 0], [0, 1, 0], [0, 0, 1], [0, 0, 1]])
     np.testing.assert_array_equal(mix.predict(x), [1, 1, 2, 2])
     # it is the limit sigma -> 0 of the Gaussian posterior (away from exact ties)
-    np.testing.assert_allclose(mix.with_sigma(0.02).posterior(x[:2]), post[:2], atol=1e-12)
+    # a losing cluster's posterior is at most w_j / w_win exp(-(D_j - D_win) / 2 sigma^2)
+    # (about e^-500 here: 0 after rounding but for eps of the winner's)
+    D = ((x[:2, None] - mix.centroids) ** 2).sum(-1)
+    win = post[:2].argmax(1)
+    live = mix.weights > 0
+    gap = (D[:, live] - D[np.arange(2), win][:, None])[D[:, live] > D[np.arange(2), win][:, None]]
+    bound = np.exp(-gap.min() / (2 * 0.02**2)) / mix.weights[live].min() + 4 * eps()
+    np.testing.assert_allclose(mix.with_sigma(0.02).posterior(x[:2]), post[:2], rtol=0,
+                               atol=bound)
     # tokens drawn from the mixture are never given to the empty cluster
     X, z = mix.sample(200, rng=0, return_labels=True)
     np.testing.assert_array_equal(mix.predict(X), z)

@@ -8,6 +8,7 @@ from matplotlib.contour import ContourSet
 from sklearn.decomposition import PCA
 
 import attnclust as ac
+from _tolerance import eps, sum_tol
 from attnclust.cluster.picture import plot_clusters, principal_axes
 
 
@@ -15,9 +16,20 @@ def test_principal_axes_are_scikit_learns_pca():
     X = ac.GaussianMixture.random(d=6, k=4, sigma=0.2, rng=0).sample(5000, rng=0)
     mean, axes, share = principal_axes(X, block=777)         # blocks that do not divide n
     ref = PCA(2).fit(X)
-    np.testing.assert_allclose(mean, ref.mean_, atol=1e-12)
-    np.testing.assert_allclose(np.abs(np.sum(axes * ref.components_, axis=1)), 1.0, atol=1e-9)
-    np.testing.assert_allclose(share, ref.explained_variance_ratio_, rtol=1e-9)
+    # blocks against one pass: sums of n rows of size |x| (the mean), of |x|^2 (the
+    # covariance C); an eigenvector moves by the covariance's error over the gap to the
+    # next eigenvalue (Davis-Kahan), so |cos| by its square; shares by C's error over trace
+    n, d = X.shape
+    big = float(np.abs(X).max())
+    c_err = 2 * sum_tol(n + d) * d * big**2
+    var = ref.explained_variance_
+    gap = min(var[0] - var[1], var[1] - PCA(3).fit(X).explained_variance_[2])
+    np.testing.assert_allclose(mean, ref.mean_, rtol=0, atol=sum_tol(n) * big)
+    np.testing.assert_allclose(np.abs(np.sum(axes * ref.components_, axis=1)), 1.0, rtol=0,
+                               atol=(c_err / gap) ** 2 + (d + 2) * eps())
+    total = float(np.var(X, axis=0).sum())
+    np.testing.assert_allclose(share, ref.explained_variance_ratio_, rtol=0,
+                               atol=2 * c_err / total)
 
 
 def _scatter_sizes(ax) -> list[int]:
@@ -37,8 +49,10 @@ def test_many_rows_are_sampled_and_the_title_says_so():
     # the heads are drawn at their PCA coordinates
     mean, axes, _ = principal_axes(X)
     heads = [c for c in ax.collections if len(c.get_offsets()) == 3][0]
+    # (c - m) @ axes^T, maybe in another order: d + 1 roundings of terms |c| + |m|
+    size = np.abs(est.cluster_centers_).max() + np.abs(mean).max()
     np.testing.assert_allclose(heads.get_offsets(), (est.cluster_centers_ - mean) @ axes.T,
-                               atol=1e-9)
+                               rtol=0, atol=(X.shape[1] + 1) * eps() * size)
     few = plot_clusters(est, X[:500]).axes[0]
     assert max(_scatter_sizes(few)) == 500 and "sample" not in few.get_title()
 
@@ -65,7 +79,8 @@ def test_sphere_rows_are_drawn_on_the_circle():
     ax = plot_clusters(est, X).axes[0]
     rows = [c.get_offsets() for c in ax.collections
             if not isinstance(c, ContourSet) and len(c.get_offsets()) == 300][0]
-    np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, atol=1e-12)
+    # normalized rows (d = 2): a norm and a quotient, then this norm
+    np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 1.0, rtol=0, atol=(2 + 2) * 2 * eps())
 
 
 def test_one_column_is_refused():
