@@ -65,6 +65,16 @@ def _out_tol(proba, heads) -> np.ndarray:
     return heads.shape[0] * eps() * (proba @ np.abs(heads))
 
 
+def _euclidean_logit_tol(X, heads, lam) -> np.ndarray:
+    """Per row, how far two computations of the Euclidean logits ``-lambda ||x - mu||^2 / 2``
+    (up to a constant per row: products in the frame of the heads' mean ``c``, or of the
+    rows as given) can be apart: ``lambda / 2 (d + 2) eps (|x| + max|mu| + |c|)^2`` for
+    each (the frame's differences bounded by the norms), both counted."""
+    c = heads.mean(0)
+    reach = np.linalg.norm(X, axis=1) + np.linalg.norm(heads, axis=1).max() + np.linalg.norm(c)
+    return lam * (X.shape[1] + 2) * eps() * reach**2
+
+
 def _log_proba(est, X) -> np.ndarray:
     return np.log(np.maximum(est.predict_proba(X), np.finfo(np.float64).tiny))
 
@@ -535,10 +545,16 @@ def test_euclidean_fit_is_translation_and_scale_equivariant():
     # 1e-3 x + 1e6 is rounded to ulp(1e6) / 2 = 6e-11: the rows, and the heads (their
     # means), move by a few of those; labels may differ only within that of a tie
     assert_same_labels(moved.labels_, ref.labels_, 1e-3 * X + 1e6, moved.cluster_centers_)
+    # the default's heads are its cells' means (recomputed, not accumulated): each side's
+    # rows and its map 1e-3 mu + 1e6 round by ulp(1e6) / 2, the cells' sums by n eps of
+    # the centred rows (1e-3 of ref's)
+    Xc = 1e-3 * (X - X.mean(0))
+    atol = 2 * np.spacing(1e6) + 4 * sum_tol(len(X)) * float(np.abs(Xc).max())
     np.testing.assert_allclose(moved.cluster_centers_, 1e-3 * ref.cluster_centers_ + 1e6,
-                               rtol=0, atol=1e-9)
+                               rtol=0, atol=atol)
     assert moved.inverse_temperature_ == pytest.approx(ref.inverse_temperature_ * 1e6, rel=1e-6)
-    np.testing.assert_array_equal(moved.predict(1e-3 * X + 1e6), ref.labels_)
+    assert_same_labels(moved.predict(1e-3 * X + 1e6), ref.labels_, 1e-3 * X + 1e6,
+                       moved.cluster_centers_)
     np.testing.assert_allclose(moved.predict_proba(1e-3 * X + 1e6), ref.predict_proba(X),
                                atol=1e-6)
 
@@ -552,13 +568,26 @@ def test_euclidean_estimator_outputs_are_the_layer(given):
                               inverse_temperature=0.8 if given else "auto").fit(X)
     layer = ac.AttentionHeads(est.cluster_centers_, est.inverse_temperature_, geometry="euclidean")
     out = layer(torch.as_tensor(X)).detach().numpy()
-    np.testing.assert_allclose(est.transform(X), out, atol=1e-10)
+    # the estimator's logits (centred on the heads' mean) against the layer's (the rows as
+    # given): each weight within 2 a_h times their difference, plus the softmax's (K + 2)
+    # eps and eps |s_h - max s| of a far head's small weight (relative)
+    heads, lam = est.cluster_centers_, est.inverse_temperature_
+    logit_tol = _euclidean_logit_tol(X, heads, lam)[:, None]
+    logits = -lam / 2 * ((X[:, None] - heads[None]) ** 2).sum(-1)
+    rel = 2 * logit_tol + (len(heads) + 2) * eps() + 2 * eps() * (
+        logits.max(1, keepdims=True) - logits)
     proba = est.predict_proba(X)
-    np.testing.assert_allclose(proba, layer.weights(torch.as_tensor(X)).detach().numpy(),
-                               atol=1e-10)
-    np.testing.assert_array_equal(proba.argmax(1), est.labels_)
-    np.testing.assert_array_equal(est.predict(X), est.labels_)
-    assert est.score(X) == pytest.approx(-np.mean(np.sum((X - out) ** 2, 1)), rel=1e-10)
+    ref = layer.weights(torch.as_tensor(X)).detach().numpy()
+    assert np.all(np.abs(proba - ref) <= rel * ref)
+    # the outputs, means of the heads: the weights' moves times max |mu|, K eps of the sum
+    out_tol = (rel * ref).sum(1) * np.abs(heads).max() + _out_tol(proba, heads).max(1)
+    assert np.all(np.abs(est.transform(X) - out).max(1) <= out_tol)
+    assert_same_labels(proba.argmax(1), est.labels_, X, heads)    # the fit's pass: off ties
+    assert_same_labels(est.predict(X), est.labels_, X, heads)
+    # squared errors: 2 |x - T| times T's move, the mean sum_tol of them
+    err = np.sum((X - out) ** 2, 1)
+    assert est.score(X) == pytest.approx(-np.mean(err), rel=0, abs=float(np.mean(
+        2 * np.sqrt(err) * out_tol + X.shape[1] * eps() * err)) + sum_tol(len(X)) * err.mean())
     if given:   # the soft fit's curve ends at the fitted layer's risk
         assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-8)
     assert est.converged_
@@ -618,10 +647,14 @@ def test_sample_and_passes_give_the_fit_on_every_row(monkeypatch):
     assert ac.adjusted_rand_index(whole.labels_, sampled.labels_) == 1.0
     match = [int(np.argmin(np.linalg.norm(whole.cluster_centers_ - c, axis=1)))
              for c in sampled.cluster_centers_]
+    # the same partition (blobs 8 apart), its cells' means summed in other orders (the
+    # passes' chunks, NumPy): n eps of the largest coordinate for the sum, as much for the
+    # division and the map out of the working space (eps (|mu - m| + |mu|))
+    tol = (2 * sum_tol(len(X)) + 4 * eps()) * float(np.abs(X).max())
     np.testing.assert_allclose(sampled.cluster_centers_, whole.cluster_centers_[match],
-                               rtol=0, atol=1e-10)
+                               rtol=0, atol=tol)
     np.testing.assert_allclose(whole.cluster_centers_, _cell_means(X, whole.cluster_centers_),
-                               rtol=0, atol=1e-10)
+                               rtol=0, atol=tol)
 
 
 def test_the_default_is_never_worse_than_its_kmeans_warm_start():
@@ -802,7 +835,14 @@ def test_callback_heads_are_in_the_data_units():
     np.testing.assert_array_equal(infos[-1].heads.numpy(), est.cluster_centers_)
     path = np.stack([i.heads.numpy() for i in infos])
     moved = np.linalg.norm(np.diff(path, axis=0), axis=-1).max(-1)
-    np.testing.assert_allclose([i.shift for i in infos[1:]], moved, rtol=1e-9)
+    # the working shift times s against the mapped heads' differences: each mapped
+    # coordinate rounds by eps (|mu - m| + |mu|) <= 3 eps max|x| (heads and mean within
+    # the rows' range), two of them in a difference of d coordinates; absolute, as the last
+    # moves are near 0; and the norms' own rounding
+    shifts = np.array([i.shift for i in infos[1:]])
+    d = X.shape[1]
+    atol = 2 * 3 * eps() * float(np.abs(X).max()) * np.sqrt(d)
+    assert np.all(np.abs(shifts - moved) <= atol + (sum_tol(d) + 2 * eps()) * moved)
     assert infos[-1].loss == pytest.approx(est.loss_curve_[-1], rel=1e-12)
 
 
@@ -875,7 +915,7 @@ def test_predict_is_labels_beside_a_far_row():
     fit = AttentionClustering(3, random_state=0).fit(X)
     nearest = ((X[:, None] - fit.cluster_centers_[None]) ** 2).sum(-1).argmin(1)
     assert_same_labels(fit.labels_, nearest, X, fit.cluster_centers_)
-    np.testing.assert_array_equal(fit.predict(X), fit.labels_)
+    assert_same_labels(fit.predict(X), fit.labels_, X, fit.cluster_centers_)
 
 
 def test_a_legacy_random_state_seeds_the_fit():
