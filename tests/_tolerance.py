@@ -29,8 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 __all__ = ["assert_nearest", "assert_same_labels", "eps", "near_ties", "objective_tol",
-           "sq_dist_tol", "sum_tol",
-           "attention_risk_tol", "balance_tol"]
+           "sq_dist_tol", "sum_tol", "attention_risk_tol", "balance_tol",
+           "assert_labels_off_ties"]
 
 
 def eps(dtype=np.float64) -> float:
@@ -219,3 +219,30 @@ def balance_tol(n: int, scale: float, lam: float, K: int, d: int,
     """
     delta = (n + K * K + d + lam * scale * scale) * eps(dtype)
     return 2 * K * delta, 2 * K * delta * (1 + lam * scale)
+
+
+def assert_labels_off_ties(a, b, log_a, log_b, slack=0.0) -> None:
+    """Assert that two computations' labels ``a`` and ``b`` (``(n,)``, each the most
+    probable of ``K``) agree except on rows within their difference of a tie. ``log_a``
+    and ``log_b`` (``(n, K)``) are the two computations' log-probabilities (or logits, up to
+    a constant per row) of the same rows; ``slack`` (scalar or ``(n,)``) the rounding of
+    ``log_a`` itself (the labels may come from logits computed another way).
+
+    On row ``i`` the two differ by at most ``m_i = max_h |log_a - log_b|``, so the gap
+    between ``a``'s two highest entries moves by at most ``2 m_i``: where the gap exceeds
+    ``2 (m_i + slack_i)``, ``b``'s highest is ``a``'s. The fits' differences are measured,
+    not assumed: this holds for two fits whose parameters drifted apart by rounding.
+
+    Examples
+    --------
+    >>> la = np.log(np.array([[0.7, 0.3], [0.5, 0.5]]))
+    >>> lb = np.log(np.array([[0.7, 0.3], [0.49, 0.51]]))
+    >>> assert_labels_off_ties(np.array([0, 0]), np.array([0, 1]), la, lb)
+    """
+    log_a, log_b = np.asarray(log_a, dtype=np.float64), np.asarray(log_b, dtype=np.float64)
+    moved = np.abs(log_a - log_b).max(1)
+    top = np.sort(log_a, axis=1)
+    gap = top[:, -1] - top[:, -2]
+    bad = np.flatnonzero((np.asarray(a) != np.asarray(b)) & (gap > 2 * (moved + slack)))
+    assert bad.size == 0, f"labels differ off ties at rows {bad[:10].tolist()} " \
+        f"(gaps {gap[bad[:10]].tolist()})"

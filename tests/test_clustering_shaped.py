@@ -12,6 +12,7 @@ from sklearn.mixture import GaussianMixture
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
+from _tolerance import assert_labels_off_ties, eps, sum_tol
 from attnclust import AttentionClustering, DegenerateFitWarning
 from attnclust.cluster.shaped import shaped_weights
 
@@ -19,6 +20,51 @@ from attnclust.cluster.shaped import shaped_weights
 def _anisotropic():
     X, y = make_blobs(n_samples=600, random_state=170)
     return X @ np.array([[0.6, -0.6], [-0.4, 0.8]]), y
+
+
+def _log_joint_tol(est, X) -> np.ndarray:
+    """Per row, how far two computations of the fit's ``lambda log(w_h p_h(x))`` (rows and
+    heads in other frames, the factors through other products) can be apart, at most over
+    the heads: each term (``log w``, ``d/2 log 2 pi``, ``log det / 2``, the Mahalanobis
+    term ``/ 2``) within ``(2d + 1) eps`` of its size (a triangular product and a sum of
+    ``d`` squares); the Mahalanobis term's rounding follows the rows' and heads' norms in
+    the frame, not their distance: ``||U_h||^2 (|x - c| + |mu_h - c| + |c|)^2`` with ``c``
+    the heads' mean (the heads reach data units by adding a centre of about that size)."""
+    d = X.shape[1]
+    mu, U = est.cluster_centers_, est.precisions_cholesky_
+    U = U if U.ndim == 3 else np.stack([np.diag(u) for u in U])
+    c = mu.mean(0)
+    reach = np.linalg.norm(X - c, axis=1)[:, None] + np.linalg.norm(mu - c, axis=1)[None] \
+        + np.linalg.norm(c)
+    log_det = 2 * np.log(np.abs(np.diagonal(U, axis1=1, axis2=2))).sum(1)
+    terms = np.abs(np.log(est.weights_)) + d / 2 * np.log(2 * np.pi) + np.abs(log_det) / 2 \
+        + (np.linalg.norm(U, ord=2, axis=(1, 2)) * reach) ** 2 / 2
+    return est.inverse_temperature_ * (2 * d + 1) * eps() * terms.max(1)
+
+
+def _proba_close(proba, ref, logit_tol, logits) -> None:
+    """Softmax weights from logits apart by at most ``logit_tol`` per row: each weight
+    ``a_h`` moves by at most ``2 a_h logit_tol``, plus the softmax's own rounding (``K + 2``
+    eps: the exponential and the sum) and that of ``s_h - max s`` (``eps |s_h - max s|``
+    in each computation, relative on ``a_h``: far heads' small weights)."""
+    gap = logits.max(1, keepdims=True) - logits
+    rel = 2 * np.asarray(logit_tol).reshape(-1, 1) + (ref.shape[1] + 2) * eps() + 2 * eps() * gap
+    excess = np.abs(proba - ref) / (rel * ref)
+    assert excess.max() <= 1, f"{excess.max():.3g} times the tolerance"
+
+
+def _fit_tols(X, n_iter, n=None):
+    """Absolute tolerances ``(heads, covariances)`` between two fits whose EM steps add the
+    same ``n`` rows in other orders: a step's head, a weighted mean, within ``n eps`` of
+    the rows' largest coordinate (the sum) and as much again (the weights' sum); a
+    covariance, a weighted mean of ``(x - mu)(x - mu)^T``, within that of ``D^2`` (``D``
+    the largest coordinate of ``x - mu``) and ``2 D`` times its head's move. Near the
+    maximum each EM step contracts, so ``n_iter`` steps' rounding adds up to at most
+    ``n_iter`` times one step's."""
+    n = len(X) if n is None else n
+    head = 2 * sum_tol(n) * float(np.abs(X).max())
+    D = float(np.ptp(X, axis=0).max())
+    return n_iter * head, n_iter * (2 * sum_tol(n) * D * D + 2 * D * head)
 
 
 def _same_fit(a, b):
@@ -34,12 +80,20 @@ def test_spherical_is_todays_fit_and_todays_layer(params):
     X, _ = _anisotropic()
     today = AttentionClustering(3, random_state=0, **params).fit(X)
     sph = AttentionClustering(3, covariance_type="spherical", random_state=0, **params).fit(X)
-    _same_fit(today, sph)
+    _same_fit(today, sph)          # "spherical" is the default: the same fit, exactly
     assert not hasattr(sph, "covariances_")
     # its attention is the shaped layer's with one unit metric shared by all heads
     a = shaped_weights(X, sph.cluster_centers_, np.ones(3),
                        inverse_temperature=sph.inverse_temperature_, covariance_type="spherical")
-    np.testing.assert_allclose(sph.predict_proba(X), a.numpy(), rtol=1e-9, atol=1e-12)
+    # predict_proba's logits -lambda/2 ||x - mu||^2 are products in the frame of the heads'
+    # mean c, shaped_weights' are differences: within lambda/2 (d + 2) eps (|x - c| + max
+    # |mu - c|)^2 each (the sq_dist_tol bound)
+    lam, mu = sph.inverse_temperature_, sph.cluster_centers_
+    c, d = mu.mean(0), X.shape[1]
+    logit_tol = lam / 2 * (d + 2) * eps() * (np.linalg.norm(X - c, axis=1)
+                                             + np.linalg.norm(mu - c, axis=1).max()) ** 2
+    logits = -lam / 2 * ((X[:, None] - mu[None]) ** 2).sum(-1)
+    _proba_close(sph.predict_proba(X), a.numpy(), logit_tol, logits)
 
 
 @pytest.mark.parametrize("cov_type", ["full", "diag"])
@@ -62,7 +116,11 @@ def test_fit_is_the_maximum_likelihood_of_gaussian_mixture(cov_type):
     np.testing.assert_allclose(est.weights_, gm.weights_, atol=1e-5)
     np.testing.assert_allclose(est.predict_proba(X), gm.predict_proba(X), atol=1e-4)
     assert est.score(X) == pytest.approx(gm.score(X), abs=1e-4)
-    assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-9)
+    # the fit's last loss (working frame, chunked) and score (data units) are of the same
+    # parameters: per row within _log_joint_tol, the mean within sum_tol of it
+    s = est.score(X)
+    assert est.loss_curve_[-1] == pytest.approx(-s, rel=0, abs=float(
+        _log_joint_tol(est, X).mean()) + sum_tol(len(X)) * abs(s))
     assert np.all(np.diff(est.loss_curve_) <= 1e-12 * np.abs(est.loss_curve_[1:]))
 
 
@@ -70,22 +128,42 @@ def test_full_attributes_are_the_mixture_they_describe():
     X, y = _anisotropic()
     est = AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
     assert ac.adjusted_rand_index(y, est.labels_) == pytest.approx(1.0)
+    # a Cholesky factor and a triangular inverse: P Sigma - I within (2d + 1) cond(Sigma)
+    # eps (the residual of a backward stable inverse)
+    cond = float(np.linalg.cond(est.covariances_).max())
     np.testing.assert_allclose(est.precisions_ @ est.covariances_, np.broadcast_to(
-        np.eye(2), (3, 2, 2)), atol=1e-10)
-    np.testing.assert_allclose(est.precisions_cholesky_ @ est.precisions_cholesky_.transpose(
-        0, 2, 1), est.precisions_, rtol=1e-12)
+        np.eye(2), (3, 2, 2)), rtol=0, atol=(2 * 2 + 1) * cond * eps())
+    # precisions_ is this very product (U U^T of precisions_cholesky_): the same bits
+    np.testing.assert_array_equal(est.precisions_cholesky_ @ est.precisions_cholesky_.transpose(
+        0, 2, 1), est.precisions_)
     assert est.weights_.sum() == pytest.approx(1.0)
-    np.testing.assert_array_equal(est.predict(X), est.labels_)
+    # predict (data units) against the fit's last pass (working frame): off rows whose two
+    # highest log-posteriors are within either's rounding
+    log_post = np.log(np.maximum(est.predict_proba(X), np.finfo(np.float64).tiny))
+    assert_labels_off_ties(est.predict(X), est.labels_, log_post, log_post,
+                           slack=_log_joint_tol(est, X))
     # the posterior of the fitted mixture (scipy), with the floor's term -tr(P_h D)/2
     floor_term = -0.5 * np.einsum("hjj,j->h", est.precisions_, est.covariance_floor_)
     logp = np.stack([np.log(w) + mvn(m, c).logpdf(X) for w, m, c in zip(
         est.weights_, est.cluster_centers_, est.covariances_, strict=True)], 1) + floor_term
     post = np.exp(logp - logp.max(1, keepdims=True))
     proba = est.predict_proba(X)
-    np.testing.assert_allclose(proba, post / post.sum(1, keepdims=True), atol=1e-12)
-    np.testing.assert_allclose(est.transform(X), proba @ est.cluster_centers_, rtol=1e-12)
-    lse = logp.max(1) + np.log(post.sum(1))
-    assert est.score(X) == pytest.approx(lse.mean(), rel=1e-10)
+    # scipy's log-density (an eigendecomposition) against our factors: each term of log p
+    # (log w, d/2 log 2 pi, log det / 2, the Mahalanobis term / 2, the floor's) within
+    # (2d + 1) cond eps of its size (as test_covariance derives)
+    d, cov = X.shape[1], est.covariances_
+    maha = np.stack([np.einsum("...i,ij,...j->...", X - m, np.linalg.inv(c), X - m)
+                     for m, c in zip(est.cluster_centers_, cov, strict=True)], -1)
+    terms = np.abs(np.log(est.weights_)) + d / 2 * np.log(2 * np.pi) \
+        + np.abs(np.linalg.slogdet(cov)[1]) / 2 + maha / 2 + np.abs(floor_term)
+    row_tol = (2 * d + 1) * eps() * np.linalg.cond(cov).max() * terms.max(1)
+    _proba_close(proba, post / post.sum(1, keepdims=True), row_tol, logp)
+    # the same weights; torch's product against NumPy's: K eps of sum_h a_h |mu_h|
+    out_tol = len(cov) * eps() * (proba @ np.abs(est.cluster_centers_))
+    assert np.all(np.abs(est.transform(X) - proba @ est.cluster_centers_) <= out_tol)
+    lse = logp.max(1) + np.log(post.sum(1))          # each row within its row_tol
+    assert est.score(X) == pytest.approx(lse.mean(), rel=0, abs=float(
+        row_tol.mean()) + sum_tol(len(X)) * float(np.abs(lse).mean()))
     assert np.all(np.abs(floor_term) < 1e-3)          # and that term is small
 
 
@@ -93,7 +171,13 @@ def test_full_fit_is_equivariant_under_translation_and_scaling():
     X, _ = _anisotropic()
     est = AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
     moved = AttentionClustering(3, covariance_type="full", random_state=0).fit(1e3 * X - 50.0)
-    np.testing.assert_array_equal(moved.labels_, est.labels_)
+    # other rounding all through the fit: labels agree off rows within the fits' difference
+    # of a tie (measured from their log-posteriors), plus each one's rounding
+    tiny = np.finfo(np.float64).tiny
+    assert_labels_off_ties(est.labels_, moved.labels_,
+                           np.log(np.maximum(est.predict_proba(X), tiny)),
+                           np.log(np.maximum(moved.predict_proba(1e3 * X - 50.0), tiny)),
+                           slack=_log_joint_tol(est, X))
     np.testing.assert_allclose(moved.cluster_centers_, 1e3 * est.cluster_centers_ - 50.0,
                                rtol=1e-8)
     np.testing.assert_allclose(moved.covariances_, 1e6 * est.covariances_, rtol=1e-8)
@@ -127,7 +211,13 @@ def test_float32_is_fitted_in_float32_and_agrees():
                               callback=lambda info: seen.append(info.heads.dtype)
                               ).fit(X.astype(np.float32))
     assert set(seen) == {torch.float32}
-    np.testing.assert_array_equal(f32.labels_, f64.labels_)
+    # float32 all through: labels agree off rows within the fits' difference of a tie,
+    # plus float32 rounding of f32's own logits (its labels are its float32 pass's)
+    tiny = np.finfo(np.float64).tiny
+    assert_labels_off_ties(f64.labels_, f32.labels_,
+                           np.log(np.maximum(f64.predict_proba(X), tiny)),
+                           np.log(np.maximum(f32.predict_proba(X), tiny)),
+                           slack=_log_joint_tol(f32, X) * eps(np.float32) / eps())
     np.testing.assert_allclose(f32.cluster_centers_, f64.cluster_centers_, atol=1e-3)
 
 
@@ -138,7 +228,9 @@ def test_callback_reports_the_data_units():
                               callback=infos.append).fit(1e3 * X)
     assert infos[-1].loss == pytest.approx(est.loss_curve_[-1])
     assert infos[-1].inverse_temperature == 1.0
-    np.testing.assert_allclose(infos[-1].heads.numpy(), est.cluster_centers_, rtol=1e-12)
+    # the last report's heads are the fit's, mapped to data units by the same elementwise
+    # scale and shift: the same bits
+    np.testing.assert_array_equal(infos[-1].heads.numpy(), est.cluster_centers_)
 
 
 def test_constant_column_warns_through_the_estimator():
@@ -172,9 +264,21 @@ def test_data_parallel_fit_sums_the_ranks():
         warnings.simplefilter("ignore")
         two = AttentionClustering(3, covariance_type="full", init=init).fit(X, comm=double)
         one = AttentionClustering(3, covariance_type="full", init=init).fit(np.concatenate([X, X]))
-    np.testing.assert_allclose(two.cluster_centers_, one.cluster_centers_, rtol=1e-10)
-    np.testing.assert_allclose(two.covariances_, one.covariances_, rtol=1e-9)
+    # twice each sum against sums of the rows repeated (other orders), over the steps
+    heads_tol, cov_tol = _fit_tols(X, one.n_iter_, 2 * len(X))
+    np.testing.assert_allclose(two.cluster_centers_, one.cluster_centers_, rtol=0, atol=heads_tol)
+    np.testing.assert_allclose(two.covariances_, one.covariances_, rtol=0, atol=cov_tol)
+    _stops_apart_from_tol(one, 2 * len(X))
     assert two.n_iter_ == one.n_iter_
+
+
+def _stops_apart_from_tol(fit, n) -> None:
+    """Two fits of other rounding take the same steps when no step's drop of the loss is
+    within their losses' difference of the stopping tolerance (1e-3 at "auto"): each
+    loss a mean of ``n`` rows' log-likelihoods, within ``sum_tol`` of its size per step."""
+    drops = -np.diff(fit.loss_curve_)
+    margin = 2 * fit.n_iter_ * sum_tol(n) * float(np.abs(fit.loss_curve_).max())
+    assert np.abs(drops - 1e-3).min() > margin
 
 
 _PARTIAL_FIT = "shaped heads have no partial_fit yet: it raises a ValueError saying so"
@@ -203,7 +307,13 @@ def test_cuda_fit_matches_the_cpu_fit():
     X, _ = _anisotropic()
     cpu = AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
     gpu = AttentionClustering(3, covariance_type="full", random_state=0, device="cuda").fit(X)
-    np.testing.assert_array_equal(gpu.labels_, cpu.labels_)
+    # other kernels all through the fit: labels agree off rows within the fits'
+    # difference of a tie
+    tiny = np.finfo(np.float64).tiny
+    assert_labels_off_ties(cpu.labels_, gpu.labels_,
+                           np.log(np.maximum(cpu.predict_proba(X), tiny)),
+                           np.log(np.maximum(gpu.predict_proba(X), tiny)),
+                           slack=_log_joint_tol(cpu, X))
     np.testing.assert_allclose(gpu.covariances_, cpu.covariances_, rtol=1e-8)
     np.testing.assert_allclose(gpu.predict_proba(X), cpu.predict_proba(X), atol=1e-10)
 
@@ -218,10 +328,18 @@ def test_sample_weight_counts_rows():
         X, sample_weight=counts)
     repeated = AttentionClustering(3, covariance_type="full", init=init).fit(
         np.repeat(X, counts, axis=0))
-    np.testing.assert_allclose(weighted.cluster_centers_, repeated.cluster_centers_, rtol=1e-9)
-    np.testing.assert_allclose(weighted.covariances_, repeated.covariances_, rtol=1e-8)
-    assert weighted.score(X, sample_weight=counts) == pytest.approx(
-        repeated.score(np.repeat(X, counts, axis=0)), rel=1e-10)
+    # weighted sums against sums of the repeated rows (other orders), over the steps
+    R = np.repeat(X, counts, axis=0)
+    heads_tol, cov_tol = _fit_tols(X, repeated.n_iter_, len(R))
+    np.testing.assert_allclose(weighted.cluster_centers_, repeated.cluster_centers_, rtol=0,
+                               atol=heads_tol)
+    np.testing.assert_allclose(weighted.covariances_, repeated.covariances_, rtol=0,
+                               atol=cov_tol)
+    # one fit's score: the weighted mean of its rows' log-likelihoods is the mean over the
+    # repeated rows (each row's within its rounding in other blocks, the means sum_tol)
+    wscore = weighted.score(X, sample_weight=counts)
+    assert wscore == pytest.approx(weighted.score(R), rel=0, abs=float(np.max(
+        _log_joint_tol(weighted, X))) + sum_tol(len(R)) * abs(wscore))
 
 
 def test_partial_fit_refuses_shaped_heads():

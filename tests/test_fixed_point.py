@@ -7,10 +7,38 @@ import pytest
 import torch
 
 import attnclust as ac
+from _tolerance import eps, sum_tol
 from attnclust.cluster.fixed_point import _fixed_point_step, _risk_pass, fixed_point_fit
 from attnclust.study.geometry import Euclidean, as_geometry
 from attnclust.study.heads import attention_heads
 from attnclust.study.schedules import Stages
+
+
+def _pass_tols(X, heads, lam, row_loss):
+    """Absolute tolerances ``(loss, grad)`` between the pass (chunked sums, closed-form
+    gradient, ``||x||^2 - 2 <x, T> + ||T||^2``) and autograd of ``row_loss(h)`` (each row's
+    loss, ``(n,)``) at ``heads``. Per row the logits (``d``-term products, or squared
+    distances: ``lambda (d + 2) eps (||x|| + max ||mu||)^2``) move each weight by twice
+    that relatively, plus ``(K + d + 2) eps`` for the output's and residual's sums: ``c_i``
+    relative on a row's loss and gradient terms, plus the expansion's absolute ``(d + 2)
+    eps (||x|| + max ||mu||)^2`` on its loss; the mean adds n terms in another order
+    (``sum_tol``, relative to the mean of the terms' sizes: the gradient has small entries)."""
+    K, d = heads.shape
+    scale = (X.norm(dim=1) + heads.norm(dim=1).max()) ** 2
+    c = (K + d + 2) * eps() + 2 * lam * (d + 2) * eps() * scale
+    h = heads.detach().clone()
+    rows = row_loss(h).detach()
+    terms = torch.autograd.functional.jacobian(row_loss, h).abs()        # (n, K, d)
+    loss_tol = float((c * rows + (d + 2) * eps() * scale).mean()) \
+        + sum_tol(len(X)) * float(rows.mean())
+    grad_tol = ((c[:, None, None] + sum_tol(len(X))) * terms).mean(0)
+    return loss_tol, grad_tol
+
+
+def _close(a, b, tol) -> None:
+    """``|a - b| <= tol`` entrywise (``tol`` a tensor of a's shape)."""
+    excess = ((a - b).abs() / tol).max()
+    assert float(excess) <= 1, f"{float(excess):.3g} times the tolerance"
 
 
 def _risk_autograd(heads, X, lam):
@@ -35,12 +63,42 @@ def test_pass_gradient_matches_autograd(penalty):
         N = torch.softmax(lam * X @ h.T, dim=1).mean(0)
         ref = ref + rho * ((N - 0.25) ** 2).sum()
     (g,) = torch.autograd.grad(ref, h)
-    assert float(p.loss) == pytest.approx(float(ref), rel=1e-12)
-    torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
+    loss_tol, grad_tol = _pass_tols(X, heads, lam, lambda m: (
+        (X - torch.softmax(lam * X @ m.T, dim=1) @ m) ** 2).sum(1))
+    if penalty is not None:         # the penalty's own rounding: K^2 eps of its terms' size
+        pen_loss, pen_grad = _penalty_tols(heads, X, lam, rho, penalty)
+        loss_tol, grad_tol = loss_tol + pen_loss, grad_tol + pen_grad
+    assert float(p.loss) == pytest.approx(float(ref), rel=0, abs=loss_tol)
+    _close(p.grad, g, grad_tol)
     torch.testing.assert_close(p.counts, torch.softmax(lam * X @ heads.T, 1).mean(0))
     if penalty is None:
         assert float(p.loss) == pytest.approx(
-            float(ac.empirical_risk(heads, X, inverse_temperature=lam)), rel=1e-12)
+            float(ac.empirical_risk(heads, X, inverse_temperature=lam)), rel=0, abs=loss_tol)
+
+
+def _penalty_tols(heads, X, lam, rho, penalty):
+    """Absolute ``(loss, grad)`` tolerances of ``rho`` times a penalty computed two ways.
+    Repulsion ``sum_{g != h} G_gh^2 / 2``: ``K^2`` terms, each a ``d``-term product, within
+    ``(K^2 + d) eps`` of ``sum G^2``, its gradient ``2 sum_g G_hg mu_g`` within ``(K + d)
+    eps`` of ``2 sum_g |G_hg| |mu_g|``. Balance ``sum_h (N_h - 1/K)^2``, ``N`` a mean over
+    ``n`` rows of softmax weights (``lambda d eps ||x|| ||mu||`` relative each, then
+    ``sum_tol``): each ``N_h`` within ``e = (sum_tol(n) + 2 lambda d eps max ||x|| max ||mu||)
+    N_h``, the penalty within ``2 |N_h - 1/K| e``, its gradient (``2 (N_h - 1/K)`` times
+    the derivative of ``N_h``, at most ``2 lambda max ||x||`` of ``N``) within as much times
+    ``2 lambda max ||x||`` plus its rounding."""
+    K, d = heads.shape
+    if penalty == "repulsion":
+        G = (heads @ heads.T).abs()
+        loss = (K * K + d) * eps() * float((G**2).sum())
+        grad = (K + d) * eps() * 2 * (G @ heads.abs())
+        return rho * loss, rho * grad
+    N = torch.softmax(lam * X @ heads.T, dim=1).mean(0)
+    xmax = float(X.norm(dim=1).max())
+    e = (sum_tol(len(X)) + 2 * lam * d * eps() * xmax * float(heads.norm(dim=1).max())) * N
+    loss = float((2 * (N - 1 / K).abs() * e).sum()) + K * eps() * float(((N - 1 / K) ** 2).sum())
+    grad = (2 * lam * xmax) * float((2 * (N - 1 / K).abs() * e + e ** 2).sum()
+                                    + sum_tol(len(X)) * (N - 1 / K).abs().sum())
+    return rho * loss, rho * grad * torch.ones_like(heads)
 
 
 @pytest.mark.parametrize("geometry, penalty", [("sphere", "repulsion"), ("sphere", "balance"),
@@ -61,9 +119,14 @@ def test_pass_penalty_is_the_one_definition(geometry, penalty):
     ref = ac.repulsion(h) if penalty == "repulsion" else \
         ac.balance(h, X, inverse_temperature=lam, batch_size=100)
     (g,) = torch.autograd.grad(ref, h)
-    assert float(pen.loss - plain.loss) == pytest.approx(rho * float(ref), rel=1e-10)
-    torch.testing.assert_close(pen.grad - plain.grad, rho * g, rtol=1e-10, atol=1e-12)
-    torch.testing.assert_close(pen.counts, plain.counts, rtol=0, atol=0)
+    # the passes' risk parts are the same operations; the difference leaves their rounding
+    # (eps of each loss) and the penalties' (closed form against autograd)
+    loss_tol, grad_tol = _penalty_tols(heads, X, lam, rho, penalty)
+    loss_tol += eps() * (abs(float(pen.loss)) + abs(float(plain.loss)))
+    grad_tol = grad_tol + eps() * (pen.grad.abs() + plain.grad.abs())
+    assert float(pen.loss - plain.loss) == pytest.approx(rho * float(ref), rel=0, abs=loss_tol)
+    _close(pen.grad - plain.grad, rho * g, grad_tol)
+    torch.testing.assert_close(pen.counts, plain.counts, rtol=0, atol=0)   # the same pass
 
 def test_step_is_spherical_lloyd_when_attention_is_hard():
     gen = np.random.default_rng(1)
@@ -75,7 +138,11 @@ def test_step_is_spherical_lloyd_when_attention_is_hard():
     p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=100)
     labels = (X @ heads.T).argmax(1)
     lloyd = ac.normalize(torch.stack([X[labels == h].sum(0) for h in range(3)]))
-    torch.testing.assert_close(_fixed_point_step(heads, p, 1.0), lloyd, rtol=0, atol=1e-12)
+    # sums of n rows in other orders (relative to sum ||x||, normalized: over the sum's
+    # norm), the other cells' weights below exp(-100)
+    sums = torch.stack([X[labels == h].sum(0) for h in range(3)])
+    tol = (sum_tol(len(X)) + np.exp(-100.0)) * float(X.norm(dim=1).sum() / sums.norm(dim=1).min())
+    torch.testing.assert_close(_fixed_point_step(heads, p, 1.0), lloyd, rtol=0, atol=2 * tol)
 
 
 def test_fixed_point_fit_example_converges_from_far():
@@ -99,8 +166,10 @@ def test_euclidean_pass_gradient_matches_autograd():
     A = torch.softmax(-lam * torch.cdist(X, h) ** 2 / 2, dim=1)   # independent of head_logits
     ref = ((X - A @ h) ** 2).sum(1).mean()
     (g,) = torch.autograd.grad(ref, h)
-    assert float(p.loss) == pytest.approx(float(ref), rel=1e-12)
-    torch.testing.assert_close(p.grad, g, rtol=1e-10, atol=1e-12)
+    loss_tol, grad_tol = _pass_tols(X, heads, lam, lambda m: (
+        (X - torch.softmax(-lam * torch.cdist(X, m) ** 2 / 2, dim=1) @ m) ** 2).sum(1))
+    assert float(p.loss) == pytest.approx(float(ref), rel=0, abs=loss_tol)
+    _close(p.grad, g, grad_tol)
     torch.testing.assert_close(p.counts, A.detach().mean(0))
 
 
@@ -115,8 +184,11 @@ def test_euclidean_step_is_lloyd_when_attention_is_hard():
     p = _risk_pass(X, (X * X).sum(1), heads, lam, chunk=100, geometry=Euclidean())
     labels = torch.cdist(X, heads).argmin(1)
     means = torch.stack([X[labels == h].mean(0) for h in range(4)])
+    # means of the same cells, summed in other orders; the other cells' weights below
+    # exp(-100)
+    tol = (sum_tol(len(X)) + np.exp(-100.0)) * float(X.abs().max())
     torch.testing.assert_close(_fixed_point_step(heads, p, 1.0, Euclidean()), means,
-                               rtol=0, atol=1e-12)
+                               rtol=0, atol=2 * tol)
 
 
 @pytest.mark.parametrize("lam", [0.5, 3.0])
@@ -151,7 +223,13 @@ def test_euclidean_fit_equals_lloyd_at_large_lambda():
     km = KMeans(3, init=start, n_init=1, tol=0, max_iter=100).fit(X)
     res = fixed_point_fit(torch.as_tensor(X), torch.as_tensor(start), inverse_temperature=1e4,
                           n_steps=100, tol=1e-12, geometry="euclidean")
-    np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, atol=1e-9)
+    # means of n rows in other orders, and the soft weight exp(-lambda gap / 2) of a row
+    # whose nearest two squared distances are gap apart, times its distance to the head
+    D = ((X[:, None] - km.cluster_centers_[None]) ** 2).sum(-1)
+    two = np.sort(D, 1)
+    soft = np.exp(-1e4 * (two[:, 1] - two[:, 0]) / 2) * np.sqrt(two[:, 1])
+    tol = sum_tol(len(X)) * np.abs(X).max() + soft.sum() / np.bincount(D.argmin(1)).min()
+    np.testing.assert_allclose(res.heads.numpy(), km.cluster_centers_, rtol=0, atol=tol)
 
 
 @pytest.mark.parametrize("geometry", ["sphere", "euclidean"])
@@ -213,7 +291,11 @@ def test_forget_heads_is_the_sums_without_their_rows_under_hard_attention():
     forgot = forget_heads(pass_sums(X, heads, lam, geometry="euclidean"), 4, 3, [1, 3])
     ref = pass_sums(X[kept], heads, lam, geometry="euclidean")
     full = pass_sums(X, heads, lam, geometry="euclidean")
-    torch.testing.assert_close(forgot[1:], ref[1:], rtol=1e-12, atol=1e-12)
+    # the full sums less the forgotten heads' against sums of the kept rows: n terms of
+    # size at most (max ||x|| + max ||mu||)^2 each, in other orders and cancelling
+    size = float((X.norm(dim=1).max() + heads.norm(dim=1).max()) ** 2)
+    torch.testing.assert_close(forgot[1:], ref[1:], rtol=0, atol=2 * len(X) * sum_tol(len(X))
+                               * size)
     assert forgot[0] == full[0]
 
 
@@ -224,7 +306,7 @@ def test_old_stage_lists_warn_and_fit_the_same():
     with pytest.warns(FutureWarning, match="stage_steps are deprecated"):
         old = fixed_point_fit(X, h0, inverse_temperatures=[2.0, 10.0], stage_steps=[3, 50])
     new = fixed_point_fit(X, h0, inverse_temperature=Stages([2.0, 10.0], [3, 50]), n_steps=53)
-    torch.testing.assert_close(new.heads, old.heads, rtol=0, atol=0)
+    torch.testing.assert_close(new.heads, old.heads, rtol=0, atol=0)      # the same schedule
     np.testing.assert_array_equal(new.history.inverse_temperature,
                                   old.history.inverse_temperature)
     with pytest.raises(ValueError, match="not both"):

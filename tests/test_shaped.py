@@ -7,6 +7,7 @@ from scipy.linalg import solve_triangular
 from scipy.stats import multivariate_normal as mvn
 
 import attnclust as ac
+from _tolerance import eps, sq_dist_tol
 from attnclust.cluster.shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
 
 K, D = 3, 3
@@ -54,7 +55,17 @@ def test_weights_are_the_tempered_posterior_of_the_mixture(cov_type, lam):
     log_p = np.stack([np.log(w[h]) + mvn(means[h], dense[h]).logpdf(x) for h in range(K)], -1)
     ref = np.exp(lam * log_p - lam * log_p.max(-1, keepdims=True))
     assert a.shape == (2, 4, K)
-    np.testing.assert_allclose(a, ref / ref.sum(-1, keepdims=True), rtol=1e-11, atol=1e-14)
+    # scipy's log-density (an eigendecomposition) against our factors: each term of log p
+    # (log w, d/2 log 2 pi, log det / 2, the Mahalanobis term / 2) within (2d + 1) cond eps
+    # of its size (Cholesky and a triangular inverse, as test_covariance derives); a
+    # softmax moves a_h by at most 2 a_h lambda max |d log p|: relative to each weight
+    full = np.asarray(dense)
+    maha = np.stack([np.einsum("...i,ij,...j->...", x - means[h], np.linalg.inv(full[h]),
+                               x - means[h]) for h in range(K)], -1)
+    terms = np.abs(np.log(w)) + D / 2 * np.log(2 * np.pi) \
+        + np.abs(np.linalg.slogdet(full)[1]) / 2 + maha / 2
+    rel = 2 * lam * (2 * D + 1) * eps() * np.linalg.cond(full).max() * terms.max()
+    np.testing.assert_allclose(a, ref / ref.sum(-1, keepdims=True), rtol=rel, atol=0)
 
 
 def test_spherical_unit_metric_is_todays_euclidean_layer():
@@ -62,14 +73,19 @@ def test_spherical_unit_metric_is_todays_euclidean_layer():
     means = torch.as_tensor(rng.standard_normal((4, 5)))
     x = torch.as_tensor(rng.standard_normal((7, 5)))
     ones = torch.ones(4, dtype=torch.float64)
+    # the two layers compute the squared distances their own ways: logits -lambda/2 ||x -
+    # mu||^2 apart by lambda/2 sq_dist_tol, so each weight by 2 a_h times that (a softmax),
+    # and the output, a mean of the heads, by as much of max |mu| (plus K eps of the sum)
+    dist_tol = torch.as_tensor(sq_dist_tol(x.numpy(), means.numpy()).max(1))[:, None]
     for lam in (0.3, 5.0):
         new = shaped_weights(x, means, ones, inverse_temperature=lam,
                              covariance_type="spherical")
         old = ac.head_weights(x, means, inverse_temperature=lam, geometry="euclidean")
-        assert torch.allclose(new, old, rtol=1e-12, atol=1e-15)
+        assert bool(((new - old).abs() <= lam * dist_tol * old).all())
         layer = ShapedAttentionHeads(means, inverse_temperature=lam)
         today = ac.AttentionHeads(means, inverse_temperature=lam, geometry="euclidean")
-        assert torch.allclose(layer(x), today(x), rtol=1e-12, atol=1e-14)
+        out_tol = (lam * dist_tol + means.shape[0] * eps()) * means.abs().max()
+        assert bool(((layer(x) - today(x)).abs() <= out_tol).all())
     # a per-head scale changes the cells: no longer today's layer
     other = shaped_weights(x, means, torch.tensor([1.0, 2.0, 1.0, 1.0], dtype=torch.float64),
                            inverse_temperature=1.0, covariance_type="spherical")
@@ -83,8 +99,9 @@ def test_output_is_the_weighted_mean_of_the_heads():
     x = rng.standard_normal((6, D))
     u = _factor(covs, "full")
     a = shaped_weights(x, means, u, np.log(w))
-    np.testing.assert_allclose(shaped_attention(x, means, u, np.log(w)).numpy(),
-                               a.numpy() @ means, rtol=1e-13)
+    # the same weights; torch's product against NumPy's: K eps of sum_h a_h |mu_h|
+    diff = shaped_attention(x, means, u, np.log(w)).numpy() - a.numpy() @ means
+    assert (np.abs(diff) <= K * eps() * (a.numpy() @ np.abs(means))).all()
 
 
 @pytest.mark.parametrize("cov_type", ["full", "diag", "spherical"])
@@ -97,8 +114,17 @@ def test_module_matches_function_and_keeps_the_metric_positive_definite(cov_type
     x = torch.as_tensor(rng.standard_normal((5, D)))
     ref = shaped_attention(x, means, u, np.log(w), inverse_temperature=2.0,
                            covariance_type=cov_type)
-    assert torch.allclose(layer(x), ref, rtol=1e-12)
-    np.testing.assert_allclose(layer.precisions_cholesky.detach().numpy(), u, rtol=1e-12)
+    # the layer keeps log(diag U) and log w (renormalized): exp(log u) is u to (2 +
+    # |log u|) eps of it; the logits lambda (log det U - ||(x - mu) U||^2 / 2 + log w) move
+    # by lambda (d + maha + K |log w|) times that, the output by twice it of max |mu|
+    rel = (2 + np.abs(np.log(np.abs(u[u != 0]))).max()) * eps()
+    np.testing.assert_allclose(layer.precisions_cholesky.detach().numpy(), u, rtol=rel, atol=0)
+    xs, full = x.numpy(), u.reshape(K, -1)
+    maha = max(float(np.sum(((xs - means[h]) @ (u[h] if cov_type == "full"
+                                                else np.diag(np.broadcast_to(full[h], D))))
+                            ** 2, -1).max()) for h in range(K))
+    logit = 2.0 * (D + maha + K * np.abs(np.log(w)).max()) * rel
+    assert bool(((layer(x) - ref).abs() <= 2 * logit * np.abs(means).max()).all())
     # large steps of plain SGD keep P_h positive definite (the parametrization's purpose)
     opt = torch.optim.SGD(layer.parameters(), lr=5.0)
     for _ in range(5):

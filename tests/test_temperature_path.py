@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import attnclust as ac
+from _tolerance import eps, sum_tol
 from attnclust.cluster.annealing import predicted_first_split, temperature_path
 from attnclust.cluster.cluster_choice import FAST_SETTINGS
 
@@ -32,7 +33,11 @@ def test_one_cluster_below_the_critical_value_and_two_above():
     grid = lam_c * np.geomspace(0.7, 1.4, 36)
     path = temperature_path(X, max_clusters=2, inverse_temperatures=grid, max_iter=5000,
                             tol=1e-10)
-    assert path.predicted_first_split == pytest.approx(lam_c, rel=1e-10)
+    # two computations of C (sums of n products, maybe as E[x x^T] - m m^T: n eps of
+    # E||x||^2 per entry) and of its largest eigenvalue (backward stable: d eps ||C||)
+    scale = float((X**2).sum(1).mean()) * lam_c
+    rel = sum_tol(len(X)) * scale + X.shape[1] * eps()
+    assert path.predicted_first_split == pytest.approx(lam_c, rel=rel)
     split = path.split_inverse_temperatures[0]
     assert lam_c <= split <= 1.05 * lam_c           # the derivation, to 5% (the figure's)
     assert np.all(path.n_clusters[path.inverse_temperatures < split] == 1)
@@ -42,10 +47,12 @@ def test_one_cluster_below_the_critical_value_and_two_above():
 def test_the_path_is_deterministic_and_does_not_depend_on_row_order():
     X = _blobs(3, d=3)
     a, b = temperature_path(X, max_clusters=5), temperature_path(X, max_clusters=5)
-    np.testing.assert_array_equal(a.heads, b.heads)
+    np.testing.assert_array_equal(a.heads, b.heads)                   # the same run twice
     np.testing.assert_array_equal(a.n_clusters, b.n_clusters)
     perm = np.random.default_rng(1).permutation(len(X))
     c = temperature_path(X[perm], max_clusters=5)
+    # counts: rounding of the permuted sums moves no count (no merge test within rounding
+    # of its threshold on these blobs, 6 standard deviations apart)
     np.testing.assert_array_equal(a.n_clusters, c.n_clusters)
     np.testing.assert_allclose(a.heads, c.heads, atol=1e-8)
 
@@ -158,7 +165,7 @@ def test_a_strided_path_finds_its_changes_where_single_steps_do(k, d, rng):
     strided = temperature_path(X, 12, **FAST_SETTINGS | {"stride": 4})
     assert len(strided.inverse_temperatures) < len(one.inverse_temperatures)  # it strides
     assert set(strided.inverse_temperatures) <= set(one.inverse_temperatures)
-    np.testing.assert_array_equal(strided.split_inverse_temperatures,
+    np.testing.assert_array_equal(strided.split_inverse_temperatures,    # values of the grid
                                   one.split_inverse_temperatures)
     count = dict(zip(one.inverse_temperatures, one.n_clusters, strict=True))
     assert all(count[lam] == c for lam, c in zip(strided.inverse_temperatures,
@@ -176,7 +183,8 @@ def test_a_callback_that_returns_true_stops_the_path():
     assert path.n_clusters[-1] >= 2 and np.all(path.n_clusters[:-1] < 2)
     assert len(path.inverse_temperatures) < len(full.inverse_temperatures)
     assert [s[1] for s in seen] == path.inverse_temperatures.tolist()
-    np.testing.assert_array_equal(path.n_clusters, full.n_clusters[:len(path.n_clusters)])
+    np.testing.assert_array_equal(path.n_clusters,                       # the same steps
+                                  full.n_clusters[:len(path.n_clusters)])
 
 
 def test_groups_are_scipys_connected_components():
@@ -189,7 +197,10 @@ def test_groups_are_scipys_connected_components():
         K, d = int(gen.integers(1, 30)), int(gen.integers(1, 4))
         heads = 0.01 * gen.integers(0, 4, (K, d)) + 1e-4 * gen.standard_normal((K, d))
         tol = float(gen.choice([0.005, 0.01, 0.015, 0.03]))
-        close = np.linalg.norm(heads[:, None] - heads[None], axis=-1) <= tol
+        dist = np.linalg.norm(heads[:, None] - heads[None], axis=-1)
+        close = dist <= tol
+        # no distance within rounding of tol (the 1e-4 draws set the margin): the same graph
+        assert (np.abs(dist - tol) > 8 * eps() * tol).all()
         np.testing.assert_array_equal(_groups(heads, tol),
                                       connected_components(close, directed=False)[1])
 
@@ -205,13 +216,24 @@ def test_the_fixed_point_on_distinct_heads_is_the_map_on_all_heads():
     weights = gen.uniform(0.5, 1.5, 6)
     weights /= weights.sum()
     lam = 2.0
-    H, p = heads.copy(), weights.copy()
+    H, p, moves = heads.copy(), weights.copy(), []
     for _ in range(25):
         logits = lam * X @ H.T - 0.5 * lam * (H ** 2).sum(1) + np.log(p)
         a = np.exp(logits - logits.max(1, keepdims=True))
         a /= a.sum(1, keepdims=True)
-        H, p = (a.T @ X) / a.sum(0)[:, None], a.mean(0)
+        new, p = (a.T @ X) / a.sum(0)[:, None], a.mean(0)
+        moves.append(np.abs(new - H).max())
+        H = new
     ours, w, converged = _annealing_fixed_point(X, heads, weights, lam, "euclidean", 25, 0.0)
-    np.testing.assert_allclose(ours, H, rtol=0, atol=1e-12)
-    np.testing.assert_allclose(w, p, rtol=1e-12)
+    # a step's rounding: the logits lam <x, mu> - lam ||mu||^2 / 2 within lam (d + 2) eps
+    # (||x|| + ||mu||)^2 / 2, so each a_ih within twice that relatively (a softmax), and
+    # the means and weights sum n terms (sum_tol); a later step carries an error at most
+    # by the map's growth on these iterates, read off the successive moves (G ~ 1.06 as
+    # the heads drift apart; 1 at least), so 25 steps add sum_t G^t steps' rounding
+    d, norms = X.shape[1], np.linalg.norm(X, axis=1).max() + np.linalg.norm(H, axis=1).max()
+    step = sum_tol(len(X)) + lam * (d + 2) * eps() * norms**2
+    growth = max(1.0, max(b / a for a, b in zip(moves[1:], moves[2:], strict=False)))
+    carried = step * sum(growth**t for t in range(25))
+    np.testing.assert_allclose(ours, H, rtol=0, atol=carried * np.abs(X).max())
+    np.testing.assert_allclose(w, p, rtol=carried)
     assert not converged                             # tol = 0: it ran all 25
