@@ -53,18 +53,24 @@ __all__ = ["COVARIANCE_TYPES", "Covariance", "Diag", "Full", "Spherical", "as_co
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
+FLOOR_RANGE = 1e-10   # a feature's variance counts down to this fraction of the mean's
+
+
 def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
-    """The floor ``r_j = reg_covar * max(v_j, v / 1000)``, ``v`` the mean of the data's
-    variances ``v_j`` (1 if 0): relative to the data's scale feature by feature, where
-    scikit-learn's ``reg_covar`` is absolute.
+    """The floor ``r_j = reg_covar * max(v_j, FLOOR_RANGE * v)``, ``v`` the mean of the
+    data's variances ``v_j`` (1 if 0): relative to the data's scale feature by feature,
+    where scikit-learn's ``reg_covar`` is absolute, so that a feature on a scale far below
+    the others keeps a floor on its own scale (with ``v / 1000`` in its place, a feature
+    10^5 times smaller than the others had a floor above its clusters' spread); a
+    constant feature gets a floor from the others.
 
     Examples
     --------
-    >>> covariance_floor(torch.tensor([4.0, 0.0]), 0.5)
-    tensor([2.0000e+00, 1.0000e-03])
+    >>> covariance_floor(torch.tensor([4.0, 1e-6, 0.0], dtype=torch.float64), 0.5)
+    tensor([2.0000e+00, 5.0000e-07, 6.6667e-11], dtype=torch.float64)
     """
     mean = float(variances.mean()) if float(variances.mean()) > 0 else 1.0
-    return float(reg_covar) * variances.clamp_min(mean / 1000.0)
+    return float(reg_covar) * variances.clamp_min(FLOOR_RANGE * mean)
 
 
 class Covariance(ABC):

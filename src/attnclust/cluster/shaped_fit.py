@@ -30,7 +30,7 @@ the annealing of the K-head layer), ``lambda > 1`` sharpens them (classification
 ``lambda -> infinity``). ``lambda`` is dimensionless here: log-densities change by a
 constant under a change of units.
 
-Safeguards: ``r_j = reg_covar * max(v_j, v / 1000)`` with ``v_j`` the data's variance
+Safeguards: ``r_j = reg_covar * max(v_j, 1e-10 v)`` with ``v_j`` the data's variance
 along feature ``j`` and ``v`` their mean (a floor relative to the data's scale, feature by
 feature, where scikit-learn's ``reg_covar`` is absolute: it follows a change of units of
 any feature, and a constant feature gets a floor from the others), so no covariance is
