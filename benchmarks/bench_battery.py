@@ -28,7 +28,18 @@ The sets (n <= 5,000 each; the large ones are in ``bench_clustering.py``):
   (it hurts: it blows up the noise columns);
 - G2-like pairs of Gaussians (SIPU's G2 sets: two clusters of 1,024 points, centres 100
   apart in every coordinate, standard deviation ``sd``) at several overlaps and dimensions;
-- many clusters: K = 30-100 (blobs in 2-D and 10-D, a 7 x 7 grid of touching blobs).
+- many clusters: K = 30-100 (blobs in 2-D and 10-D, a 7 x 7 grid of touching blobs);
+- the families where the heads' shape decides (``covariance_type="auto"``): elongated and
+  line-like clusters (two lines and a blob, lines in 5-D, a cross of two sticks with one
+  mean, two interlocked rings), rings with outliers (a core in a ring with four small
+  corner groups, a ball in a shell, two rings over 5 % uniform outliers), unbalanced and
+  touching clusters, and high-dimensional pairs (two round Gaussians in 8-64 D, two
+  classes each a pair of Gaussians on shared means with unequal spreads, two Gaussians of
+  one mean and unequal spreads).
+
+``covariance_type="auto"`` is scored and timed beside the default (column ``auto``), and
+``GaussianMixture(full)`` is timed too; the last columns give the times over
+``KMeans(n_init=10)``'s.
 
 Quick (``attnclust bench --quick``): 6 sets, 2 seeds, 1 round. Other seeds for the ARI:
 ``python benchmarks/bench_battery.py --seeds 100:120`` (``random_state`` 100-119).
@@ -162,12 +173,119 @@ def _hard():
     yield "7x7 grid of touching blobs", *_grid(7, 10.0, 3.0, 80, 29)
 
 
+def _rotation(t):
+    return np.array([[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]])
+
+
+def _lines_and_blob(seed):
+    rng = np.random.default_rng(seed)
+    a = np.c_[rng.uniform(0, 4, 400), rng.normal(0, 0.12, 400)]
+    b = np.c_[rng.normal(0, 0.12, 400), rng.uniform(0.6, 4, 400)]
+    c = rng.normal([3, 2.5], 0.3, (200, 2))
+    return np.r_[a, b, c], np.repeat([0, 1, 2], [400, 400, 200])
+
+
+def _lines(d, k, seed):
+    rng = np.random.default_rng(seed)
+    X, y = [], []
+    for h in range(k):
+        u = rng.normal(size=d)
+        u /= np.linalg.norm(u)
+        X.append(rng.normal(0, 3, d) + rng.uniform(-6, 6, (300, 1)) * u
+                 + rng.normal(0, 0.25, (300, d)))
+        y.append(np.full(300, h))
+    return np.vstack(X), np.concatenate(y)
+
+
+def _cross(seed):
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(500, 2)) * [4.0, 0.3]
+    b = (rng.normal(size=(500, 2)) * [4.0, 0.3]) @ _rotation(np.pi / 2).T
+    return np.r_[a, b], np.repeat([0, 1], 500)
+
+
+def _chainlink(seed):
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, 2 * np.pi, (2, 500))
+    a = np.c_[np.cos(t[0]), np.sin(t[0]), np.zeros(500)]
+    b = np.c_[1 + np.cos(t[1]), np.zeros(500), np.sin(t[1])]
+    return np.r_[a, b] + rng.normal(0, 0.08, (1000, 3)), np.repeat([0, 1], 500)
+
+
+def _target(seed):
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, 2 * np.pi, 600)
+    ring = np.c_[np.cos(t), np.sin(t)] * rng.normal(4, 0.2, 600)[:, None]
+    corners = [rng.normal(c, 0.25, (12, 2)) for c in ([6, 6], [-6, 6], [6, -6], [-6, -6])]
+    X = np.vstack([rng.normal(0, 0.4, (400, 2)), ring] + corners)
+    return X, np.repeat(np.arange(6), [400, 600, 12, 12, 12, 12])
+
+
+def _atom(seed):
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=(400, 3))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    shell = u * rng.normal(4, 0.3, 400)[:, None]
+    return np.r_[rng.normal(0, 0.5, (400, 3)), shell], np.repeat([0, 1], 400)
+
+
+def _rings_with_outliers(seed):
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, 2 * np.pi, 1000)
+    r = np.where(np.arange(1000) < 500, 1.0, 3.0) + rng.normal(0, 0.1, 1000)
+    X = np.c_[np.cos(t), np.sin(t)] * r[:, None]
+    X[500:] += [8, 0]
+    out = rng.uniform(X.min(0) - 2, X.max(0) + 2, (50, 2))
+    return np.r_[X, out], np.r_[np.repeat([0, 1], 500), -np.ones(50, dtype=int)]
+
+
+def _pair(d, sep, n, seed):
+    """Two round Gaussian clusters in ``d`` dimensions, centres ``sep`` apart."""
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    return np.r_[rng.normal(0, 1, (n, d)), rng.normal(0, 1, (n, d)) + sep * u], \
+        np.repeat([0, 1], n)
+
+
+def _pairs_on_shared_means(d, seed, n=300):
+    """Two classes, each a pair of Gaussians on the same two means, spreads 1 and 2.5."""
+    rng = np.random.default_rng(seed)
+    m = rng.normal(0, 3, (2, d))
+    a = np.r_[rng.normal(m[0], 1, (n // 2, d)), rng.normal(m[1], 1, (n // 2, d))]
+    b = np.r_[rng.normal(m[0], 2.5, (n // 2, d)), rng.normal(m[1], 2.5, (n // 2, d))]
+    return np.r_[a, b], np.repeat([0, 1], n)
+
+
+def _shapes():
+    """The families where the heads' shape decides (see the module docstring)."""
+    yield "two lines and a blob", *_lines_and_blob(101)
+    yield "lines in 5-D K=4", *_lines(5, 4, 102)
+    yield "cross of two sticks (one mean)", *_cross(103)
+    yield "two interlocked rings 3-D", *_chainlink(104)
+    yield "core, ring, corners K=6", *_target(105)
+    yield "ball in a shell 3-D", *_atom(106)
+    yield "two rings + 5% outliers", *_rings_with_outliers(107)
+    yield "unbalanced touching 2000/300/100", *_blobs([2000, 300, 100],
+                                                      [[0, 0], [3.5, 0], [0, 3.5]], [1] * 3, 108)
+    yield "touching unequal K=4", *_blobs([800, 400, 200, 100], [[0, 0], [5, 0], [0, 4], [4, 4]],
+                                          [1.5, 1, 0.7, 0.5], 109)
+    yield "pair d=8 sep 3", *_pair(8, 3.0, 300, 110)
+    yield "pair d=32 sep 3.5", *_pair(32, 3.5, 300, 111)
+    yield "pair d=64 sep 4 (150 each)", *_pair(64, 4.0, 150, 112)
+    yield "pairs on shared means d=8", *_pairs_on_shared_means(8, 113)
+    rng = np.random.default_rng(114)
+    yield "one mean, spreads 1 and 3, d=16", np.r_[rng.normal(0, 1, (400, 16)),
+                                                   rng.normal(0, 3, (400, 16))], \
+        np.repeat([0, 1], 400)
+
+
 def datasets(quick: bool = False):
     """``(name, X, y)`` of the battery (every set has n <= 5,000; ``quick``: 6 of them)."""
     sets = [(name, *loader(return_X_y=True)) for name, loader in (
         ("iris", load_iris), ("wine", load_wine), ("breast cancer", load_breast_cancer),
         ("digits", load_digits))]
-    sets += list(_generated()) + list(_hard())
+    sets += list(_generated()) + list(_hard()) + list(_shapes())
     return [s for s in sets if s[0] in QUICK] if quick else sets
 
 
@@ -188,6 +306,8 @@ def _faiss(K: int, seed: int):
 def _methods(K: int, seed: int):
     methods = {
         "default": lambda X: ac.AttentionClustering(K, random_state=seed).fit(X).labels_,
+        "auto": lambda X: ac.AttentionClustering(K, covariance_type="auto",
+                                                 random_state=seed).fit(X).labels_,
         "KMeans(1)": lambda X: KMeans(K, n_init=1, random_state=seed).fit(X).labels_,
         "KMeans(10)": lambda X: KMeans(K, n_init=10, random_state=seed).fit(X).labels_,
         "GMM sph": lambda X: GaussianMixture(K, covariance_type="spherical",
@@ -200,7 +320,7 @@ def _methods(K: int, seed: int):
     return methods
 
 
-TIMED = ("default", "KMeans(1)", "KMeans(10)", "faiss")
+TIMED = ("default", "auto", "KMeans(1)", "KMeans(10)", "GMM full", "faiss")
 
 
 @contextlib.contextmanager
@@ -256,6 +376,9 @@ def _run(quick: bool, methods, seeds, sets) -> list[dict]:
         row.update({f"ARI {m}": float(np.mean(v)) for m, v in ari.items()})
         row.update({f"time {m} / KMeans(1)": best[m] / best["KMeans(1)"]
                     for m in timed if m != "KMeans(1)"})
+        if "KMeans(10)" in best:
+            row.update({f"time {m} / KMeans(10)": best[m] / best["KMeans(10)"]
+                        for m in ("default", "auto") if m in best})
         rows.append(row)
     return rows + [_summary(rows)]
 

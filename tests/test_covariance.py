@@ -21,6 +21,7 @@ from attnclust.cluster.covariance import (
     Full,
     Spherical,
     as_covariance,
+    covariance_floor,
 )
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
@@ -140,3 +141,15 @@ def test_the_covariance_comparison_check_can_fail():
               'z = cov in ("diag", "full")\n'
               'w = init == "kmeans++"\n')
     assert covariance_comparisons(source, "m") == ["m:1", "m:3", "m:4", "m:5"]
+
+
+def test_floor_follows_each_feature_down_to_its_own_scale():
+    """The floor of a feature is ``reg_covar`` times its own variance however far below the
+    others it is (down to 1e-10 of their mean), and a constant feature's comes from the
+    others': the formula, evaluated independently."""
+    v = torch.tensor([1e10, 1.0, 0.0], dtype=torch.float64)
+    floor = covariance_floor(v, 1e-6)
+    mean = float(v.mean())
+    expected = torch.tensor([1e-6 * 1e10, 1e-6 * 1.0, 1e-6 * 1e-10 * mean], dtype=torch.float64)
+    assert torch.equal(floor, expected)
+    assert float(floor[1]) < 1e-3 * 1.0      # far below the small feature's own spread

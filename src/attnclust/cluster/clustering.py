@@ -76,12 +76,13 @@ from .._validation import as_generator, as_numpy_input, check_sample_weight
 from ..study.heads import softmax_heads
 from .annealing import choose_from_path
 from .communicator import Communicator
-from .covariance import as_covariance
+from .covariance import as_covariance_type
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .estimator_fits import Reporter, fit_shaped, risk_attributes, shaped_log_joint, solve
 from .estimator_params import check_params, param_names, parameters
 from .plan import FitPlan, anneal_stages, resolve
 from .rows import chunk_rows, fit_threads
+from .shape_choice import ShapeChoice, fit_chosen_shape, given_shape
 from .warm_start import auto_inverse_temperature
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -108,10 +109,14 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
         from the origin: for directions, such as embeddings compared by cosine).
-    covariance_type : {"spherical", "diag", "full"}, default="spherical"
+    covariance_type : {"spherical", "diag", "full", "auto"}, default="spherical"
         The heads' query-key metric. ``"spherical"``: one isotropic metric shared by all
-        heads, today's layer fitted on the risk. ``"diag"``, ``"full"``: each head learns
-        its own precision ``P_h`` and weight ``pi_h`` (:mod:`attnclust.cluster.shaped`), fitted by
+        heads, today's layer fitted on the risk. ``"auto"``: the default fit, then shaped
+        heads fitted from its heads, and the shape of lowest ICL kept
+        (:mod:`attnclust.cluster.shape_choice`; ``covariance_type_`` and
+        ``covariance_type_reason_`` say which and why; for the default fit only, else
+        ``"spherical"``). ``"diag"``, ``"full"``: each head learns its own precision
+        ``P_h`` and weight ``pi_h`` (:mod:`attnclust.cluster.shaped`), fitted by
         tempered EM on the likelihood of the Gaussian mixture they describe
         (:mod:`attnclust.cluster.shaped_fit`; Euclidean heads only): ``inverse_temperature`` is then
         the tempering exponent (``"auto"``: 1, the likelihood itself, where the fit is
@@ -235,6 +240,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Shaped heads only (names and shapes as in ``sklearn.mixture.GaussianMixture``).
     covariance_floor_ : ndarray of shape (n_features,)
         Shaped heads only: the floor added to every covariance's diagonal.
+    covariance_type_ : str
+        The heads' shape fitted: ``covariance_type``, or the one ``"auto"`` chose.
+    covariance_type_reason_ : str
+        Why: ``"given"``, or the criteria of ``"auto"``'s candidates.
+    covariance_type_criteria_ : dict
+        With ``"auto"``: each candidate's log-likelihood, entropy, parameters, rows, BIC
+        and ICL (data units; :class:`~attnclust.cluster.shape_choice.ShapeScore`); else empty.
 
     Examples
     --------
@@ -379,7 +391,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         """
         from .streaming import check_streaming, partial_fit
 
-        if as_covariance(self.covariance_type).shaped:
+        if as_covariance_type(self.covariance_type).shaped:
             raise ValueError(f"partial_fit takes the risk's fixed-point steps; "
                              f"covariance_type={self.covariance_type!r} is fitted by fit")
         fitted = hasattr(self, "cluster_centers_")
@@ -404,12 +416,26 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         report = Reporter(plan.callback, plan.verbose)
         S, Sw, start, lam = plan.warm_start(rows, gen)
         if plan.covariance.shaped:
+            self._record_shape(given_shape(plan))
             return self._store(fit_shaped(rows, start.heads, plan, report=report))
         end = solve(S, Sw, rows, start, lam, plan, gen=gen, report=report)
+        fitted, choice = (fit_chosen_shape(rows, end, lam, plan, gen=gen, report=report)
+                          if plan.chooses_shape else (None, given_shape(plan)))
+        self._record_shape(choice)
+        if choice.covariance.shaped:    # "auto" chose shaped heads: their fit is the fit
+            return self._store(fitted)
         self._store(risk_attributes(end, lam, rows))
         warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
                            inverse_temperature=self.inverse_temperature_, stacklevel=3)
         return self
+
+    def _record_shape(self, choice: ShapeChoice) -> None:
+        """The heads' shape of the fit (``covariance_type_``), why (the reason), the
+        criteria of the candidates of ``"auto"``, and the plan of that shape."""
+        self._plan = self._plan.with_covariance(choice.covariance)
+        self.covariance_type_ = choice.covariance.name
+        self.covariance_type_reason_ = choice.reason
+        self.covariance_type_criteria_ = {s.covariance.name: s.as_dict() for s in choice.scores}
 
     def _store(self, fitted):
         """The fitted attributes (a named tuple of :mod:`attnclust.cluster.estimator_fits`), and a

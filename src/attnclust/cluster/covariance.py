@@ -20,7 +20,12 @@ it:
 As with :mod:`attnclust.study.geometry`, the solvers call the object's operations (the
 whitened norms and log-determinants of the logits, the M-step's second moments and
 update, the floor, the Cholesky factors) and never compare names; the user-facing
-parameter stays a string, resolved once by :func:`as_covariance`.
+parameter stays a string, resolved once by :func:`as_covariance`. ``"auto"`` resolves to
+:data:`AUTO`, no covariance type but the choice of one per data set among
+:attr:`ShapeChoiceMarker.candidates` (:mod:`attnclust.cluster.shape_choice`), which
+:func:`as_covariance_type` (the estimator's parameter) knows and :func:`as_covariance` (a
+layer's, which needs a shape) does not; until the choice is made the fit is the unshaped
+layer's (``shaped`` is ``False``).
 
 The M-step of tempered EM (:mod:`attnclust.cluster.shaped_fit`) sets ``Sigma_h = M_h + D`` with
 ``M_h`` the weighted second moments of the head's rows about its new mean and ``D =
@@ -47,24 +52,30 @@ from abc import ABC, abstractmethod
 
 import torch
 
-__all__ = ["COVARIANCE_TYPES", "Covariance", "Diag", "Full", "Spherical", "as_covariance",
-           "covariance_floor"]
+__all__ = ["AUTO", "COVARIANCE_TYPES", "Covariance", "Diag", "Full", "ShapeChoiceMarker",
+           "Spherical", "as_covariance", "as_covariance_type", "covariance_floor"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 
 
+FLOOR_RANGE = 1e-10   # a feature's variance counts down to this fraction of the mean's
+
+
 def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
-    """The floor ``r_j = reg_covar * max(v_j, v / 1000)``, ``v`` the mean of the data's
-    variances ``v_j`` (1 if 0): relative to the data's scale feature by feature, where
-    scikit-learn's ``reg_covar`` is absolute.
+    """The floor ``r_j = reg_covar * max(v_j, FLOOR_RANGE * v)``, ``v`` the mean of the
+    data's variances ``v_j`` (1 if 0): relative to the data's scale feature by feature,
+    where scikit-learn's ``reg_covar`` is absolute, so that a feature on a scale far below
+    the others keeps a floor on its own scale (with ``v / 1000`` in its place, a feature
+    10^5 times smaller than the others had a floor above its clusters' spread); a
+    constant feature gets a floor from the others.
 
     Examples
     --------
-    >>> covariance_floor(torch.tensor([4.0, 0.0]), 0.5)
-    tensor([2.0000e+00, 1.0000e-03])
+    >>> covariance_floor(torch.tensor([4.0, 1e-6, 0.0], dtype=torch.float64), 0.5)
+    tensor([2.0000e+00, 5.0000e-07, 6.6667e-11], dtype=torch.float64)
     """
     mean = float(variances.mean()) if float(variances.mean()) > 0 else 1.0
-    return float(reg_covar) * variances.clamp_min(mean / 1000.0)
+    return float(reg_covar) * variances.clamp_min(FLOOR_RANGE * mean)
 
 
 class Covariance(ABC):
@@ -81,6 +92,7 @@ class Covariance(ABC):
 
     name: str
     shaped: bool
+    automatic = False     # the covariance type is the fit's (see :class:`ShapeChoiceMarker`)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -409,7 +421,30 @@ def _inverse_sqrt(covariances: torch.Tensor) -> torch.Tensor:
 
 
 _REGISTRY: dict[str, Covariance] = {c.name: c for c in (Spherical(), Diag(), Full())}
-COVARIANCE_TYPES = tuple(_REGISTRY)    # the names ``as_covariance`` knows
+COVARIANCE_TYPES = tuple(_REGISTRY)    # the covariance types ``as_covariance`` knows
+
+
+class ShapeChoiceMarker:
+    """``covariance_type="auto"``: the heads' shape is chosen by the fit among
+    ``candidates`` (:mod:`attnclust.cluster.shape_choice`); until then the plan is the unshaped
+    layer's (``shaped`` is ``False``: warm start, ending and defaults of ``"spherical"``).
+
+    Examples
+    --------
+    >>> AUTO.automatic, AUTO.shaped, AUTO.candidates
+    (True, False, (Spherical(), Diag(), Full()))
+    """
+
+    name = "auto"
+    shaped = False
+    automatic = True
+    candidates: tuple[Covariance, ...] = tuple(_REGISTRY.values())
+
+    def __repr__(self) -> str:
+        return "ShapeChoiceMarker()"
+
+
+AUTO = ShapeChoiceMarker()
 
 
 def as_covariance(covariance_type: str | Covariance) -> Covariance:
@@ -432,3 +467,27 @@ def as_covariance(covariance_type: str | Covariance) -> Covariance:
         return _REGISTRY[covariance_type]
     raise ValueError(f"covariance_type must be 'spherical', 'diag' or 'full', got "
                      f"{covariance_type!r}")
+
+
+def as_covariance_type(covariance_type) -> Covariance | ShapeChoiceMarker:
+    """The estimator's ``covariance_type``: a covariance type, or ``"auto"``
+    (:data:`AUTO`, the shape chosen by the fit).
+
+    Examples
+    --------
+    >>> as_covariance_type("auto").automatic, as_covariance_type("diag")
+    (True, Diag())
+    >>> as_covariance_type("tied")
+    Traceback (most recent call last):
+    ...
+    ValueError: covariance_type must be 'spherical', 'diag', 'full' or 'auto', got 'tied'
+    """
+    if isinstance(covariance_type, ShapeChoiceMarker):
+        return covariance_type
+    if isinstance(covariance_type, str) and covariance_type == AUTO.name:
+        return AUTO
+    try:
+        return as_covariance(covariance_type)
+    except ValueError:
+        raise ValueError(f"covariance_type must be 'spherical', 'diag', 'full' or 'auto', "
+                         f"got {covariance_type!r}") from None

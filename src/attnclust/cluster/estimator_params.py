@@ -32,7 +32,7 @@ from .._validation import (
     check_nonnegative,
 )
 from ..study.geometry import as_geometry
-from .covariance import as_covariance
+from .covariance import as_covariance_type
 
 __all__ = ["CONSTRAINTS", "check_params", "param_names", "parameters"]
 
@@ -41,7 +41,7 @@ CONSTRAINTS = {
     "n_clusters": (("auto",), lambda v: check_int(v, "n_clusters", 1)),
     "max_clusters": ((), lambda v: check_int(v, "max_clusters", 1)),
     "geometry": ((), as_geometry),
-    "covariance_type": ((), as_covariance),
+    "covariance_type": ((), as_covariance_type),
     "inverse_temperature": (("auto",), check_inverse_temperature),
     "n_init": (("auto",), lambda v: check_int(v, "n_init", 1)),
     "normalize": (("auto", "rows", "center-scale", None), None),
@@ -115,7 +115,7 @@ def check_params(p: dict, n_samples: int, n_local: int, *, data_parallel: bool =
         raise ValueError("sample_weight sums to zero: no row has a positive weight")
     if not isinstance(p["n_clusters"], str) and n_samples < p["n_clusters"]:
         raise ValueError(f"n_samples={n_samples} should be >= n_clusters={p['n_clusters']}")
-    if as_covariance(p["covariance_type"]).shaped and (unit_heads or solver != "fixed-point"
+    if as_covariance_type(p["covariance_type"]).shaped and (unit_heads or solver != "fixed-point"
                                                 or p["penalty"] is not None):
         raise ValueError(f"covariance_type={p['covariance_type']!r} needs "
                          "geometry='euclidean', solver='fixed-point' and penalty=None")

@@ -21,6 +21,9 @@ parameter                ``"auto"`` resolves to
 ``tol``                  the ending's: ``KMEANS_TOL`` (scikit-learn's ``KMeans`` rule)
                          for a fit that ends in the hard limit, ``SHAPED_TOL`` for shaped
                          heads, the geometry's otherwise
+``covariance_type``      :data:`~attnclust.cluster.covariance.AUTO`: the plan of ``"spherical"``
+                         until the fit has chosen the shape (:mod:`attnclust.cluster.shape_choice`),
+                         then :meth:`FitPlan.with_covariance` of the chosen one
 =======================  ===============================================================
 
 A fit ends in the hard limit (:mod:`attnclust.cluster.kmeans.ending`) when it is the default:
@@ -54,7 +57,7 @@ import numpy as np
 from .._validation import check_inverse_temperature
 from ..study.geometry import Geometry, as_geometry
 from .communicator import Communicator
-from .covariance import Covariance, as_covariance
+from .covariance import Covariance, as_covariance_type
 from .kmeans.batch import KMEANS_TOL
 from .rows import WorkingRows, center_scale, preprocess
 from .warm_start import estimator_warm_start
@@ -94,6 +97,7 @@ class FitPlan:
     anneal: tuple[tuple[float, int | None], ...]   # (fraction of lambda, steps or None)
     max_iter: int
     tol: float                      # the stopping rule of the plan's ending
+    tol_auto: bool                  # tol was "auto": a shape chosen later takes its own
     kmeans_tol: float               # the warm start's k-means (scikit-learn's rule)
     hard: bool                      # the fit ends in the hard limit
     solver: str
@@ -112,6 +116,37 @@ class FitPlan:
     def with_clusters(self, n_clusters: int) -> FitPlan:
         """This plan for ``n_clusters`` heads (``n_clusters="auto"``, once chosen)."""
         return dataclasses.replace(self, n_clusters=int(n_clusters))
+
+    def with_covariance(self, covariance: Covariance) -> FitPlan:
+        """This plan for heads of the (chosen) ``covariance`` type, its ``"auto"`` values
+        resolved as :func:`resolve` resolves them for that type (``covariance_type="auto"``,
+        once the shape is chosen; the warm start is done by then).
+
+        Examples
+        --------
+        >>> from attnclust import AttentionClustering
+        >>> from attnclust.cluster.covariance import Full
+        >>> plan = resolve(AttentionClustering(3, covariance_type="auto").get_params())
+        >>> plan.hard, plan.inverse_temperature, plan.tol, plan.chooses_shape
+        (True, None, 0.0001, True)
+        >>> full = plan.with_covariance(Full())
+        >>> full.covariance, full.hard, full.inverse_temperature, full.tol
+        (Full(), False, 1.0, 0.001)
+        """
+        if not covariance.shaped:
+            return dataclasses.replace(self, covariance=covariance)
+        lam = 1.0 if self.inverse_temperature is None else self.inverse_temperature
+        return dataclasses.replace(self, covariance=covariance, hard=False,
+                                   inverse_temperature=lam,
+                                   tol=SHAPED_TOL if self.tol_auto else self.tol)
+
+    @property
+    def chooses_shape(self) -> bool:
+        """Whether the fit chooses the heads' shape (``covariance_type="auto"``): for the
+        default's fit, ending in the hard limit, where shaped heads can be fitted instead
+        (Euclidean heads, the fixed-point solver, no penalty, ``"auto"`` lambda)."""
+        return bool(getattr(self.covariance, "automatic", False) and self.hard
+                    and self.penalty is None)
 
     def stages_at(self, lam: float) -> tuple[list[float], list[int]]:
         """The annealing stages at ``lam``: their inverse temperatures and steps.
@@ -253,7 +288,7 @@ def resolve(p: dict) -> FitPlan:
     >>> shaped.hard, shaped.n_init, shaped.tol, shaped.inverse_temperature
     (False, 1, 0.001, 1.0)
     """
-    geometry, covariance = as_geometry(p["geometry"]), as_covariance(p["covariance_type"])
+    geometry, covariance = as_geometry(p["geometry"]), as_covariance_type(p["covariance_type"])
     hard = _ends_in_hard_limit(p, geometry, covariance)
     tol = _tol(p, geometry, covariance, hard)
     return FitPlan(
@@ -264,7 +299,8 @@ def resolve(p: dict) -> FitPlan:
         normalize=geometry.normalize if _is(p["normalize"], "auto") else p["normalize"],
         inverse_temperature=_inverse_temperature(p, covariance),
         anneal=tuple(anneal_stages(p["anneal"], geometry)), max_iter=int(p["max_iter"]),
-        tol=tol, kmeans_tol=tol if hard else KMEANS_TOL, hard=hard, solver=p["solver"],
+        tol=tol, tol_auto=_is(p["tol"], "auto"), kmeans_tol=tol if hard else KMEANS_TOL,
+        hard=hard, solver=p["solver"],
         penalty=p["penalty"], rho=float(p["rho"]), step_size=p["step_size"],
         batch_size=p["batch_size"], chunk_size=_rows_per_chunk(p),
         chunk_size_given=p["chunk_size"] is not None, device=p["device"], dtype=p["dtype"],

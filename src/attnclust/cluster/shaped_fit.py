@@ -30,7 +30,7 @@ the annealing of the K-head layer), ``lambda > 1`` sharpens them (classification
 ``lambda -> infinity``). ``lambda`` is dimensionless here: log-densities change by a
 constant under a change of units.
 
-Safeguards: ``r_j = reg_covar * max(v_j, v / 1000)`` with ``v_j`` the data's variance
+Safeguards: ``r_j = reg_covar * max(v_j, 1e-10 v)`` with ``v_j`` the data's variance
 along feature ``j`` and ``v`` their mean (a floor relative to the data's scale, feature by
 feature, where scikit-learn's ``reg_covar`` is absolute: it follows a change of units of
 any feature, and a constant feature gets a floor from the others), so no covariance is
@@ -72,7 +72,7 @@ from .covariance import Covariance, as_covariance, covariance_floor
 from .degenerate import DegenerateFitWarning
 
 __all__ = ["ShapedFitResult", "shaped_fit", "tempered_objective", "tempered_log_joint",
-           "precisions_cholesky_of",
+           "precisions_cholesky_of", "positive_factors", "check_degenerate",
            "data_variance", "covariance_floor"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -274,10 +274,10 @@ def _m_step(stats: _Stats, params: _Params, cov: Covariance, floor: torch.Tensor
     means = torch.where(alive[:, None], params.means + shift, params.means)
     covs = cov.update(stats.second, n, shift, floor, alive, params.covariances)
     log_weights = n.log() - math.log(float(n.sum()))
-    return _Params(means, covs, _factors(covs, cov), log_weights)
+    return _Params(means, covs, positive_factors(covs, cov), log_weights)
 
 
-def _factors(covs: torch.Tensor, cov: Covariance) -> torch.Tensor:
+def positive_factors(covs: torch.Tensor, cov: Covariance) -> torch.Tensor:
     """The covariances' factors, with a jitter when rounding (or no floor) left a
     covariance that is not positive definite."""
     try:
@@ -290,8 +290,8 @@ def _factors(covs: torch.Tensor, cov: Covariance) -> torch.Tensor:
         return cov.factors(cov.jittered(covs, scale))
 
 
-def _check_degenerate(params: _Params, counts: torch.Tensor, cov: Covariance,
-                      floor: torch.Tensor, total: float, n_rows: int) -> None:
+def check_degenerate(covariances: torch.Tensor, counts: torch.Tensor, cov: Covariance,
+                     floor: torch.Tensor, total: float, n_rows: int) -> None:
     """Warn for heads with (almost) no weight, or at the floor in some direction."""
     per_row = total / max(n_rows, 1)
     dead = torch.nonzero(counts < 0.5 * per_row).flatten().tolist()
@@ -301,7 +301,7 @@ def _check_degenerate(params: _Params, counts: torch.Tensor, cov: Covariance,
                       DegenerateFitWarning, stacklevel=3)
     if not bool((floor > 0).all()):
         return
-    ratio = cov.floor_ratio(params.covariances, floor)
+    ratio = cov.floor_ratio(covariances, floor)
     flat = [h for h in torch.nonzero(ratio <= 2.0).flatten().tolist() if h not in dead]
     if flat:
         warnings.warn(f"head(s) {flat} have (nearly) no spread in some direction: their "
@@ -426,7 +426,7 @@ def shaped_fit(
             if drop < tol:
                 converged = last
                 break
-    _check_degenerate(params, stats.counts, cov, floor, total, _rows(X, reduce))
+    check_degenerate(params.covariances, stats.counts, cov, floor, total, _rows(X, reduce))
     dtype = X.dtype
     return ShapedFitResult(params.means.to(dtype), params.covariances.to(dtype),
                            params.factors.to(dtype), params.log_weights.exp().to(dtype), floor,

@@ -1,0 +1,418 @@
+"""The heads' shape chosen from the data: ``covariance_type="auto"``.
+
+Each candidate shape ``c`` (:attr:`attnclust.cluster.covariance.ShapeChoiceMarker.candidates`) is
+a Gaussian mixture fitted to the rows; its integrated completed likelihood (ICL,
+Biernacki, Celeux and Govaert 2000, in its MAP form) is
+
+    L_c   = sum_i log sum_h exp l~_h(x_i)                  (log-likelihood)
+    E_c   = sum_i ( log sum_h exp l~_h(x_i) - max_h l~_h(x_i) )
+          = -sum_i log max_h t_ih                          (entropy of the MAP labels)
+    ICL_c = -2 L_c + p_c log n + 2 E_c,
+
+with ``l~_h`` the heads' log-joint (:mod:`attnclust.cluster.shaped_fit`, the covariance
+floor in it), ``t_ih`` the posterior of head ``h`` (the layer's attention at ``lambda =
+1``), ``p_c`` the mixture's free parameters
+(:meth:`~attnclust.cluster.covariance.Covariance.n_parameters`) and ``n`` the rows.
+``BIC_c = -2 L_c + p_c log n`` is ICL without ``2 E_c``: ICL also charges a shape for
+the overlap of its components, which is what a likelihood gains when a flexible mixture
+covers one non-Gaussian cluster (a ring, a curved band) with several overlapping
+components. The shape of lowest ICL is chosen (ties: the one of fewer parameters).
+
+The candidates:
+
+- ``"spherical"``: the default fit (the layer's hard limit, k-means) read as a mixture:
+  weights ``n_h / n``, means and one variance per head ``s_h^2 = sum_{i in h} ||x_i -
+  mu_h||^2 / (n_h d)`` (plus the floor's mean) of its partition, the model whose
+  classification EM with equal variances is k-means; it is never refitted;
+- ``"diag"``, ``"full"``: shaped heads fitted by EM
+  (:func:`attnclust.cluster.estimator_fits.fit_shaped`) from the default fit's heads, as
+  ``GaussianMixture`` starts from a k-means partition.
+
+On at most ``CHOICE_ROWS`` rows every candidate is fitted on all of them and the chosen
+fit is the estimator's; on more, the choice is made on a seeded sample of
+``CHOICE_ROWS`` rows (every rank draws the same) and only a chosen shaped candidate is
+then fitted on all rows. A candidate whose EM would handle more than ``CHOICE_NUMBERS``
+numbers per pass (rows x heads x covariance entries per head) is not tried (the reason
+says so): a cost guard for wide data, where a full covariance has ``d (d + 1) / 2``
+entries per head.
+
+With sample weights the criteria's sums are the weighted means times ``n``.
+
+Notation
+--------
+============  ======================  ==============================================
+paper         code                    meaning
+============  ======================  ==============================================
+``L_c``       ``log_likelihood``      mixture log-likelihood, data units
+``E_c``       ``entropy``             ``-sum_i log max_h t_ih``
+``p_c``       ``n_parameters``        free parameters of the mixture
+``n``         ``n_rows``              rows the choice is made on
+============  ======================  ==============================================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+import torch
+
+from .communicator import Communicator
+from .covariance import AUTO, Covariance, Spherical, covariance_floor
+from .estimator_fits import Reporter, ShapedFitted, fit_shaped, risk_attributes
+from .rows import WorkingRows
+from .shape_em import lean_em, log_joint, m_step, row_moments
+from .shaped_fit import check_degenerate, data_variance, positive_factors
+
+if TYPE_CHECKING:
+    from .estimator_fits import Ending
+    from .plan import FitPlan
+
+__all__ = ["CHOICE_NUMBERS", "CHOICE_ROWS", "REG_COVAR", "ShapeChoice", "ShapeScore",
+           "choose_shape", "fit_chosen_shape", "given_shape", "icl", "score_log_joint"]
+
+CHOICE_ROWS = 10_000        # rows the choice is made on (a seeded sample beyond)
+CHOICE_NUMBERS = 20_000_000  # a candidate's rows x heads x covariance entries, at most
+AT_FLOOR = 1.01             # a covariance within 1% of the floor: no spread of its own
+REG_COVAR = 1e-6            # the shaped fits' floor (attnclust.cluster.shaped_fit.shaped_fit)
+
+
+class ShapeScore(NamedTuple):
+    """One candidate shape's criteria on the rows of the choice (data units)."""
+
+    covariance: Covariance
+    log_likelihood: float
+    entropy: float
+    n_parameters: int
+    n_rows: int
+    at_floor: bool = False
+
+    @property
+    def bic(self) -> float:
+        """``-2 L + p log n``."""
+        return -2.0 * self.log_likelihood + self.n_parameters * math.log(self.n_rows)
+
+    @property
+    def icl(self) -> float:
+        """``BIC + 2 E``."""
+        return self.bic + 2.0 * self.entropy
+
+    def as_dict(self) -> dict:
+        """The criteria by name (``covariance_type_criteria_`` of the estimator)."""
+        return {"log_likelihood": float(self.log_likelihood), "entropy": float(self.entropy),
+                "n_parameters": int(self.n_parameters), "n_rows": int(self.n_rows),
+                "at_floor": bool(self.at_floor),
+                "bic": float(self.bic),
+                "icl": float(self.icl)}
+
+
+class ShapeChoice(NamedTuple):
+    """The chosen shape, why, and the criteria of every candidate tried."""
+
+    covariance: Covariance
+    reason: str
+    scores: tuple[ShapeScore, ...]
+
+
+def icl(log_likelihood: float, entropy: float, n_parameters: int, n_rows: int) -> float:
+    """``ICL = -2 L + p log n + 2 E``.
+
+    Examples
+    --------
+    >>> round(icl(-100.0, 5.0, 3, 50), 3)
+    221.736
+    """
+    return -2.0 * log_likelihood + n_parameters * math.log(n_rows) + 2.0 * entropy
+
+
+def choose_shape(scores: list[ShapeScore], skipped: tuple[Covariance, ...] = ()
+                 ) -> ShapeChoice:
+    """The candidate of lowest ICL (ties: fewer parameters), with its reason.
+
+    Examples
+    --------
+    >>> from attnclust.cluster.covariance import Full
+    >>> a = ShapeScore(Spherical(), -120.0, 2.0, 5, 100)
+    >>> b = ShapeScore(Full(), -100.0, 9.0, 9, 100)
+    >>> choose_shape([a, b]).covariance
+    Full()
+    """
+    eligible = [s for s in scores if not s.at_floor] or scores
+    best = min(eligible, key=lambda s: (s.icl, s.n_parameters))
+    listed = ", ".join(f"{s.covariance.name} {s.icl:.6g}" for s in scores)
+    reason = (f"{best.covariance.name}: lowest ICL (-2 log-likelihood + parameters x "
+              f"log n + 2 x entropy of the MAP labels) on {best.n_rows} rows: {listed}")
+    floored = [s.covariance.name for s in scores if s.at_floor]
+    if floored:
+        reason += (f"; {' and '.join(floored)} left out: a head at the covariance floor in "
+                   "some direction (a likelihood set by the floor, not by the clusters)")
+    if skipped:
+        reason += (f"; not tried ({' and '.join(c.name for c in skipped)}): more than "
+                   f"{CHOICE_NUMBERS:.0e} numbers per pass")
+    return ShapeChoice(best.covariance, reason, tuple(scores))
+
+
+def given_shape(plan: FitPlan) -> ShapeChoice:
+    """The shape of a fit that does not choose it: the given one, or ``"spherical"`` for
+    ``"auto"`` where shaped heads cannot replace the fit (the reason says why)."""
+    cov = plan.covariance
+    if not getattr(cov, "automatic", False):
+        return ShapeChoice(cov, "given", ())
+    return ShapeChoice(Spherical(), "spherical: shapes are chosen for the default fit only "
+                       "(Euclidean heads, the fixed-point solver, 'auto' inverse_temperature, "
+                       "a k-means++ or 'anneal' init, no penalty)", ())
+
+
+def score_log_joint(rows: WorkingRows, log_joint, covariance: Covariance, n_clusters: int,
+                    *, log_scale: float = 0.0) -> ShapeScore:
+    """The :class:`ShapeScore` of a mixture whose log-joint of working rows ``(n, d) ->
+    (n, K)`` is ``log_joint``; ``log_scale``: ``log s`` of the working space (data = ``s``
+    x working), so that the log-likelihood is the data's."""
+    w = rows.weights
+
+    def sums(start: int, chunk: torch.Tensor) -> np.ndarray:
+        lj = log_joint(chunk).double()                                       # (n_c, K)
+        lse = torch.logsumexp(lj, dim=1)
+        ent = lse - lj.max(1).values
+        if w is not None:
+            wc = w[start:start + chunk.shape[0]].double()
+            return np.array([float(wc.sum()), float(wc @ lse), float(wc @ ent)])
+        return np.array([float(chunk.shape[0]), float(lse.sum()), float(ent.sum())])
+    total, ll, ent = rows.comm.sum_array(np.sum(rows.map_chunks(sums), axis=0))
+    n, d = rows.n_total, rows.rows.shape[1]
+    ll, ent = n * ll / total, n * ent / total   # with weights: the weighted means times n
+    return ShapeScore(covariance, ll - n * d * log_scale, ent,
+                      covariance.n_parameters(n_clusters, d), n)
+
+
+def _floor(rows: WorkingRows, center: torch.Tensor) -> torch.Tensor:
+    """The shaped fits' covariance floor of the working rows (float64, ``(d,)``)."""
+    _, variances = data_variance(rows.rows, center.double(), chunk=rows.chunk,
+                                 reduce=rows.comm.reduce, row_map=rows.row_map,
+                                 sample_weight=rows.weights)
+    return covariance_floor(variances, REG_COVAR)
+
+
+def _partition_mixture(rows: WorkingRows, labels: np.ndarray, n_clusters: int,
+                       floor: torch.Tensor):
+    """``(means, factors, log_weights)`` of the one-variance-per-head mixture of a hard
+    partition (working space, float64)."""
+    K, d = n_clusters, rows.rows.shape[1]
+    w = rows.weights
+
+    def sums(start: int, chunk: torch.Tensor) -> torch.Tensor:
+        x = chunk.double()
+        z = torch.as_tensor(labels[start:start + x.shape[0]], device=x.device)
+        wc = torch.ones(x.shape[0], dtype=torch.float64, device=x.device) if w is None \
+            else w[start:start + x.shape[0]].double()
+        acc = torch.zeros(K, d + 2, dtype=torch.float64, device=x.device)
+        part = torch.cat([wc[:, None], wc[:, None] * x, (wc * (x * x).sum(1))[:, None]], 1)
+        return acc.index_add_(0, z, part).cpu().numpy()
+    acc = torch.as_tensor(rows.comm.sum_array(np.sum(rows.map_chunks(sums), axis=0)),
+                          device=floor.device)
+    counts = acc[:, 0]
+    n = counts.clamp_min(torch.finfo(torch.float64).tiny)
+    means = acc[:, 1:d + 1] / n[:, None]
+    spread = (acc[:, d + 1] / n - (means * means).sum(1)).clamp_min(0.0) / d
+    variances = spread + floor.mean()
+    return means, Spherical().factors(variances), counts.log() - math.log(float(counts.sum()))
+
+
+def _choice_rows(rows: WorkingRows, heads: torch.Tensor, labels: np.ndarray,
+                 gen: np.random.Generator) -> tuple[WorkingRows, np.ndarray]:
+    """The rows of the choice and their labels: all rows, or a sample of ``CHOICE_ROWS``
+    (the same on every rank) labelled by the nearest head."""
+    if rows.n_total <= CHOICE_ROWS:
+        return rows, labels
+    sample, weights = rows.weighted_sample(gen, CHOICE_ROWS)
+    local = WorkingRows(sample, comm=Communicator.local(sample.shape[0]), chunk=rows.chunk,
+                        weights=weights)
+    h = heads.to(sample.dtype)
+    nearest = ((sample * sample).sum(1, keepdim=True) - 2 * sample @ h.T
+               + (h * h).sum(1)).argmin(1)
+    return local, nearest.cpu().numpy()
+
+
+def _entries(covariance: Covariance, d: int) -> int:
+    return math.prod(covariance.shape(1, d))
+
+
+def _too_costly(crows: WorkingRows, covariance: Covariance, n_clusters: int) -> bool:
+    return crows.n_total * n_clusters * _entries(covariance, crows.rows.shape[1]) \
+        > CHOICE_NUMBERS
+
+
+def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, *,
+                     gen: np.random.Generator, report: Reporter):
+    """``covariance_type="auto"``: from the default fit ``end`` (at the ``"auto"``
+    ``lam``), the candidates' criteria and the chosen fit.
+
+    Returns ``(fitted, choice)``: the estimator's fitted attributes
+    (:class:`~attnclust.cluster.estimator_fits.RiskFitted` or
+    :class:`~attnclust.cluster.estimator_fits.ShapedFitted`) and the :class:`ShapeChoice`. Rows
+    held whole by one process on the CPU are fitted by :func:`attnclust.cluster.shape_em.lean_em`
+    (the same EM in a few array operations per step); others by the chunked
+    :func:`~attnclust.cluster.estimator_fits.fit_shaped`.
+
+    Examples
+    --------
+    Three Gaussian sticks on the sides of a triangle: the default's round cells cut
+    across them, full heads follow them.
+
+    >>> import numpy as np, attnclust as ac
+    >>> rng = np.random.default_rng(0)
+    >>> def stick(t, c):
+    ...     turn = np.array([[np.cos(t), np.sin(t)], [-np.sin(t), np.cos(t)]])
+    ...     return rng.normal(size=(300, 2)) * [3.0, 0.3] @ turn + c
+    >>> X = np.concatenate([stick(0.0, [0, 0]), stick(np.pi / 3, [5, 0]),
+    ...                     stick(2 * np.pi / 3, [2.5, 4.3])])
+    >>> y = np.repeat([0, 1, 2], 300)
+    >>> est = ac.AttentionClustering(3, covariance_type="auto", random_state=0).fit(X)
+    >>> est.covariance_type_, est.covariances_.shape
+    ('full', (3, 2, 2))
+    >>> ac.adjusted_rand_index(y, est.labels_) > 0.85
+    True
+    >>> default = ac.AttentionClustering(3, random_state=0).fit(X)
+    >>> ac.adjusted_rand_index(y, default.labels_) < 0.6
+    True
+    """
+    heads = end.result.heads
+    crows, labels = _choice_rows(rows, heads, end.labels, gen)
+    lean = (crows.rows.shape[0] == crows.n_total and crows.rows.device.type == "cpu")
+    run = _choose_lean if lean else _choose_chunked
+    choice, fitted = run(crows, labels, heads, plan, math.log(rows.scale))
+    if not choice.covariance.shaped:
+        return risk_attributes(end, lam, rows), choice
+    if crows is rows and fitted is not None:
+        return fitted, choice
+    return fit_shaped(rows, heads, plan.with_covariance(choice.covariance), report=report), choice
+
+
+def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, plan: FitPlan,
+                 log_scale: float):
+    """The choice on rows read whole (:func:`attnclust.cluster.shape_em.lean_em`); the chosen
+    shaped candidate's fitted attributes (``None`` for ``"spherical"``)."""
+    K = plan.n_clusters
+    X = crows.read(0, crows.rows.shape[0]).double().cpu().numpy()
+    n, d = X.shape
+    w = None if crows.weights is None else crows.weights.double().cpu().numpy()
+    total = float(n if w is None else w.sum())
+    center = X.mean(0) if w is None else (w @ X) / total
+    variances = (X * X).mean(0) - center * center if w is None else \
+        (w @ (X * X)) / total - center * center
+    variances = np.maximum(variances, 0.0)
+    floor_t = covariance_floor(torch.from_numpy(variances), REG_COVAR)
+    floor = floor_t.numpy()
+    sph = Spherical()
+    onehot = np.zeros((n, K))
+    onehot[np.arange(n), labels] = 1.0
+    rw = onehot if w is None else onehot * w[:, None]
+    moments = row_moments(X, 1)
+    means, covs, log_w = m_step(X, rw, 1, floor, np.ones(K), total, moments)
+    scores = [_score_lean(log_joint(X, means, covs, log_w, sph, 1, floor, moments), w, sph,
+                          K, d, log_scale)]
+    fits, skipped = {}, []
+    scale2 = float(variances.mean()) or 1.0
+    for cov in AUTO.candidates:
+        if not cov.shaped:
+            continue
+        if _too_costly(crows, cov, K):
+            skipped.append(cov)
+            continue
+        fit = lean_em(X, labels, K, cov, floor, sample_weight=w,
+                      tol=plan.with_covariance(cov).tol, max_iter=plan.max_iter,
+                      start_scale=scale2)
+        fits[cov] = fit
+        scores.append(_score_lean(fit.log_joint, w, cov, K, d, log_scale,
+                                  _at_floor(cov, fit.covariances, floor_t)))
+    choice = choose_shape(scores, tuple(skipped))
+    if not choice.covariance.shaped:
+        return choice, None
+    return choice, _lean_attributes(crows, fits[choice.covariance], choice.covariance,
+                                    floor_t, total)
+
+
+def _at_floor(cov: Covariance, covariances, floor: torch.Tensor) -> bool:
+    """Whether a head's covariance sits at the floor in some direction (the degeneracy
+    :func:`~attnclust.cluster.shaped_fit.shaped_fit` warns of): its likelihood is then the
+    floor's."""
+    covs = torch.as_tensor(np.asarray(covariances), dtype=torch.float64)
+    return bool((cov.floor_ratio(covs, floor.double().cpu()) <= AT_FLOOR).any())
+
+
+def _score_lean(lj: np.ndarray, w, cov: Covariance, K: int, d: int, log_scale: float,
+                at_floor: bool = False) -> ShapeScore:
+    top = lj.max(1)
+    lse = top + np.log(np.exp(lj - top[:, None]).sum(1))
+    n = lj.shape[0]
+    if w is None:
+        ll, ent = float(lse.sum()), float((lse - top).sum())
+    else:
+        ll, ent = n * float(w @ lse) / float(w.sum()), n * float(w @ (lse - top)) / float(w.sum())
+    return ShapeScore(cov, ll - n * d * log_scale, ent, cov.n_parameters(K, d), n, at_floor)
+
+
+def _lean_attributes(crows: WorkingRows, fit, cov: Covariance, floor: torch.Tensor,
+                     total: float) -> ShapedFitted:
+    """The estimator's attributes of a :class:`~attnclust.cluster.shape_em.LeanFit` of the rows
+    ``crows`` (working space), in the data's units; the degeneracy warnings of
+    :func:`~attnclust.cluster.shaped_fit.shaped_fit`."""
+    s, d = crows.scale, fit.means.shape[1]
+    covs_t = torch.from_numpy(np.ascontiguousarray(fit.covariances))
+    factors_t = positive_factors(covs_t, cov)
+    check_degenerate(covs_t, torch.from_numpy(fit.counts), cov, floor.cpu(), total,
+                     crows.n_total)
+    factors = factors_t.numpy() / s
+    return ShapedFitted(
+        cluster_centers_=crows.heads_out(torch.from_numpy(fit.means)),
+        covariances_=fit.covariances * s * s, precisions_cholesky_=factors,
+        precisions_=cov.precisions(factors), weights_=fit.weights,
+        covariance_floor_=floor.cpu().numpy() * s * s, inverse_temperature_=1.0,
+        loss_curve_=fit.loss_curve + d * math.log(s),
+        inverse_temperature_curve_=np.ones(len(fit.loss_curve)), n_iter_=int(fit.n_iter),
+        converged_=bool(fit.converged), labels_=fit.log_joint.argmax(1).astype(np.int64))
+
+
+def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
+                    plan: FitPlan, log_scale: float):
+    """The choice on rows shared by ranks or on a device (the chunked
+    :func:`~attnclust.cluster.estimator_fits.fit_shaped`, criteria by passes over the rows)."""
+    K = plan.n_clusters
+    floor = _floor(crows, heads.double().mean(0))
+    means, factors, log_w = _partition_mixture(crows, labels, K, floor)
+    sph = Spherical()
+    scores = [score_log_joint(
+        crows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor),
+        sph, K, log_scale=log_scale)]
+    fits, skipped = {}, []
+    for cov in AUTO.candidates:
+        if not cov.shaped:
+            continue
+        if _too_costly(crows, cov, K):
+            skipped.append(cov)
+            continue
+        fitted = fit_shaped(crows, heads, plan.with_covariance(cov), report=Reporter(None, 0))
+        fits[cov] = fitted
+        s = crows.scale
+        scores.append(_score_fitted(crows, fitted, cov, K, log_scale)._replace(
+            at_floor=_at_floor(cov, fitted.covariances_ / (s * s),
+                               torch.as_tensor(fitted.covariance_floor_ / (s * s)))))
+    choice = choose_shape(scores, tuple(skipped))
+    return choice, fits.get(choice.covariance)
+
+
+def _score_fitted(crows: WorkingRows, fitted, cov: Covariance, K: int, log_scale: float
+                  ) -> ShapeScore:
+    """The :class:`ShapeScore` of shaped heads fitted on ``crows`` (their attributes in the
+    units of ``crows``' preprocessed rows), evaluated in the working space."""
+    def tensor(a):
+        return torch.as_tensor(a, dtype=torch.float64, device=crows.rows.device)
+    s = crows.scale
+    means = tensor(crows.heads_in(fitted.cluster_centers_))
+    factors = tensor(fitted.precisions_cholesky_) * s
+    log_w = tensor(fitted.weights_).log()
+    floor = tensor(fitted.covariance_floor_) / (s * s)
+    return score_log_joint(
+        crows, lambda c: cov.log_joint(c.double(), means, factors, log_w, 1.0, floor), cov, K,
+        log_scale=log_scale)

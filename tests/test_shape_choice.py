@@ -1,0 +1,293 @@
+"""``covariance_type="auto"``: the heads' shape chosen by ICL
+(:mod:`attnclust.cluster.shape_choice`) and the lean EM of its candidates
+(:mod:`attnclust.cluster.shape_em`)."""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from scipy.special import logsumexp
+from sklearn.datasets import make_blobs
+from sklearn.metrics import adjusted_rand_score
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+import attnclust.cluster.shape_choice as shape_choice
+from _tolerance import eps, sum_tol
+from attnclust import AttentionClustering
+from attnclust.cluster.covariance import Diag, Full, Spherical, covariance_floor
+from attnclust.cluster.shape_em import lean_em
+from attnclust.cluster.shaped_fit import shaped_fit
+
+SEEDS = range(5)
+
+
+def _rotation(t):
+    return np.array([[np.cos(t), -np.sin(t)], [np.sin(t), np.cos(t)]])
+
+
+def _elongated(seed):
+    """Three Gaussian sticks (axes 3 and 0.3) on the sides of a triangle: elongated,
+    tilted, their ends close to each other's."""
+    rng = np.random.default_rng(seed)
+    parts = [rng.standard_normal((300, 2)) * [3.0, 0.3] @ _rotation(t).T + c
+             for t, c in ((0.0, [0, 0]), (np.pi / 3, [5, 0]), (2 * np.pi / 3, [2.5, 4.3]))]
+    return np.concatenate(parts), np.repeat(np.arange(3), 300)
+
+
+def _fit(X, K, seed, **params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AttentionClustering(K, covariance_type="auto", random_state=seed,
+                                   **params).fit(X)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_auto_picks_full_on_elongated_gaussian_clusters(seed):
+    X, y = _elongated(seed)
+    est = _fit(X, 3, seed)
+    assert est.covariance_type_ == "full", est.covariance_type_reason_
+    assert est.covariances_.shape == (3, 2, 2)
+    assert adjusted_rand_score(y, est.labels_) > 0.85      # the sticks' ends overlap
+    # and the default (spherical heads) cuts across them
+    assert adjusted_rand_score(y, AttentionClustering(3, random_state=seed).fit(X).labels_) < 0.6
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_auto_picks_spherical_on_isotropic_blobs(seed):
+    X, y = make_blobs(900, centers=4, cluster_std=1.0, random_state=seed)
+    est = _fit(X, 4, seed)
+    assert est.covariance_type_ == "spherical", est.covariance_type_reason_
+    default = AttentionClustering(4, random_state=seed).fit(X)
+    # the chosen spherical fit is the default fit itself
+    np.testing.assert_array_equal(est.cluster_centers_, default.cluster_centers_)
+    np.testing.assert_array_equal(est.labels_, default.labels_)
+    assert not hasattr(est, "covariances_")
+
+
+def _working(X):
+    """The working space of the fit: rows centred, scaled to unit root-mean-square norm."""
+    m = X.mean(0)
+    s = math.sqrt(float(np.mean(np.sum((X - m) ** 2, axis=1))))
+    return (X - m) / s, m, s
+
+
+def _criteria(X, log_joint, n_parameters):
+    """Log-likelihood, entropy of the MAP labels, BIC and ICL from a log-joint (n, K)."""
+    lse = logsumexp(log_joint, axis=1)
+    ll = float(lse.sum())
+    ent = float((lse - log_joint.max(1)).sum())
+    bic = -2 * ll + n_parameters * math.log(len(X))
+    return {"log_likelihood": ll, "entropy": ent, "bic": bic, "icl": bic + 2 * ent}
+
+
+def _gaussian_log_joint(X, means, covs, weights, floor):
+    """``log pi_h + log N(x; mu_h, Sigma_h) - tr(Sigma_h^{-1} D) / 2`` by Cholesky solves."""
+    out = np.empty((len(X), len(means)))
+    for h, (m, c, w) in enumerate(zip(means, covs, weights, strict=True)):
+        L = np.linalg.cholesky(c)
+        z = np.linalg.solve(L, (X - m).T)
+        out[:, h] = (math.log(w) - 0.5 * (z * z).sum(0) - np.log(np.diag(L)).sum()
+                     - 0.5 * X.shape[1] * math.log(2 * math.pi)
+                     - 0.5 * np.trace(np.linalg.solve(c, np.diag(floor))))
+    return out
+
+
+def _log_joint_tol(X, means, covs):
+    """Allowed difference (n, ) of the largest log-joint between the library's expanded
+    quadratic forms (``x^T P x - 2 mu^T P x + mu^T P mu`` on the working rows, or whitened
+    rows from one product) and the Cholesky solves above: ``(d + 2) eps kappa (||x|| +
+    ||mu||)^2 lambda_max(P)`` in the working space (the squared-distance bound of
+    ``_tolerance.sq_dist_tol`` in the metric ``P``, times the condition number ``kappa``
+    of ``Sigma`` for its inverse), plus ``d eps kappa`` for the log-determinant."""
+    Xw, m, s = _working(X)
+    d = X.shape[1]
+    bound = np.zeros((len(X), len(means)))
+    for h, (mu, c) in enumerate(zip(means, covs, strict=True)):
+        ev = np.linalg.eigvalsh(c / (s * s))
+        kappa = ev[-1] / ev[0]
+        a = np.linalg.norm(Xw, axis=1) + np.linalg.norm((mu - m) / s)
+        bound[:, h] = (d + 2) * eps() * kappa * (a * a / ev[0] + d)
+    return bound.max(1)
+
+
+def _assert_criteria(recorded, expected, tol_ll, n):
+    for key in ("log_likelihood", "entropy"):
+        assert recorded[key] == pytest.approx(expected[key], abs=2 * tol_ll), key
+    for key in ("bic", "icl"):
+        assert recorded[key] == pytest.approx(expected[key], abs=8 * tol_ll), key
+    assert recorded["n_rows"] == n
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_recorded_criteria_are_the_chosen_mixtures(seed):
+    """The recorded criteria of the chosen full mixture, recomputed from its fitted
+    attributes with Cholesky solves; those of the spherical candidate from the default
+    fit's partition (one variance per head, the documented floor); the choice is their
+    lowest ICL and the reason lists them."""
+    X, _ = _elongated(seed)
+    n, d, K = X.shape[0], X.shape[1], 3
+    est = _fit(X, K, seed)
+    crit = est.covariance_type_criteria_
+    assert set(crit) == {"spherical", "diag", "full"}
+    # full: the estimator's own attributes
+    lj = _gaussian_log_joint(X, est.cluster_centers_, est.covariances_, est.weights_,
+                             est.covariance_floor_)
+    expected = _criteria(X, lj, K * (d + d * (d + 1) // 2) + K - 1)
+    tol = float(_log_joint_tol(X, est.cluster_centers_, est.covariances_).sum()) \
+        + sum_tol(n) * float(np.abs(logsumexp(lj, axis=1)).sum())
+    _assert_criteria(crit["full"], expected, tol, n)
+    # spherical: the default fit's partition, read as a mixture
+    labels = AttentionClustering(K, random_state=seed).fit(X).labels_
+    variances = X.var(0)
+    floor = 1e-6 * np.maximum(variances, 1e-10 * variances.mean())
+    means = np.stack([X[labels == h].mean(0) for h in range(K)])
+    spread = np.array([np.mean(np.sum((X[labels == h] - means[h]) ** 2, 1)) / d
+                       for h in range(K)]) + floor.mean()
+    covs = spread[:, None, None] * np.eye(d)
+    weights = np.bincount(labels, minlength=K) / n
+    lj = _gaussian_log_joint(X, means, covs, weights, np.full(d, floor.mean()))
+    expected = _criteria(X, lj, K * d + K + K - 1)
+    tol = float(_log_joint_tol(X, means, covs).sum()) \
+        + sum_tol(n) * float(np.abs(logsumexp(lj, axis=1)).sum())
+    _assert_criteria(crit["spherical"], expected, tol, n)
+    # the choice and its reason
+    eligible = {k: v for k, v in crit.items() if not v["at_floor"]}
+    assert est.covariance_type_ == min(eligible, key=lambda k: eligible[k]["icl"])
+    assert est.covariance_type_reason_.startswith(f"{est.covariance_type_}: lowest ICL")
+    for name, values in crit.items():
+        assert f"{name} {values['icl']:.6g}" in est.covariance_type_reason_
+
+
+def test_lean_em_is_the_chunked_em_step_for_step():
+    """From the same partition, floor and number of steps (no stopping rule), the lean EM
+    and :func:`attnclust.cluster.shaped_fit.shaped_fit` reach the same mixture: the same sums,
+    formed about the origin in one and about the current means in the other, whose
+    difference relative to the smallest covariance is at most ``n eps max ||x||^2 /
+    lambda_min`` per step."""
+    X, _ = _elongated(1)
+    Xw, _, _ = _working(X)
+    heads = np.stack([Xw[:300].mean(0), Xw[300:600].mean(0), Xw[600:].mean(0)])
+    labels = ((Xw[:, None] - heads[None]) ** 2).sum(-1).argmin(1)
+    floor = covariance_floor(torch.tensor(Xw.var(0)), 1e-6)
+    steps = 5
+    for cov in (Diag(), Full()):
+        lean = lean_em(Xw, labels, 3, cov, floor.numpy(), tol=-np.inf, max_iter=steps)
+        ref = shaped_fit(torch.tensor(Xw), torch.tensor(heads), covariance_type=cov,
+                         n_steps=steps, tol=-np.inf)
+        covs = lean.covariances if cov == Diag() else np.linalg.eigvalsh(lean.covariances)
+        smallest = float(np.min(covs))
+        tol = steps * len(Xw) * eps() * float((Xw * Xw).sum(1).max()) / smallest
+        assert lean.n_iter == ref.n_iter == steps
+        np.testing.assert_allclose(lean.means, ref.means.numpy(), atol=tol)
+        np.testing.assert_allclose(lean.covariances, ref.covariances.numpy(),
+                                   atol=tol * smallest)
+        np.testing.assert_allclose(lean.weights, ref.weights.numpy(), atol=tol)
+        np.testing.assert_allclose(lean.loss_curve[-1], ref.loss_curve[-1],
+                                   atol=tol + sum_tol(len(Xw)) * abs(ref.loss_curve[-1]))
+
+
+def test_choice_on_a_sample_fits_the_chosen_shape_on_all_rows(monkeypatch):
+    monkeypatch.setattr(shape_choice, "CHOICE_ROWS", 400)
+    X, y = _elongated(2)
+    est = _fit(X, 3, 2)
+    assert est.covariance_type_ == "full"
+    assert "on 400 rows" in est.covariance_type_reason_
+    assert est.labels_.shape == (900,) and adjusted_rand_score(y, est.labels_) > 0.85
+    assert all(v["n_rows"] == 400 for v in est.covariance_type_criteria_.values())
+
+
+def test_costly_candidates_are_not_tried(monkeypatch):
+    # full: 900 rows x 3 heads x 4 entries = 10,800 numbers; diag: 5,400
+    monkeypatch.setattr(shape_choice, "CHOICE_NUMBERS", 6_000)
+    est = _fit(_elongated(0)[0], 3, 0)
+    assert set(est.covariance_type_criteria_) == {"spherical", "diag"}
+    assert "not tried (full)" in est.covariance_type_reason_
+
+
+def test_the_chunked_choice_agrees_with_the_lean_one():
+    """Rows on several ranks or a device take the chunked solver: the same choice, the
+    same criteria to the EM's tolerance (both stop where a step gains less than ``tol``
+    per row, so their log-likelihoods differ by less than ``tol`` per row)."""
+    from attnclust.cluster.communicator import Communicator
+    from attnclust.cluster.plan import resolve
+    from attnclust.cluster.rows import WorkingRows
+    from attnclust.study.geometry import as_geometry
+
+    X, _ = _elongated(4)
+    rows = WorkingRows.prepare(X, geometry=as_geometry("euclidean"),
+                               comm=Communicator.local(len(X)))
+    plan = resolve(AttentionClustering(3, covariance_type="auto").get_params()).with_clusters(3)
+    heads = torch.as_tensor(_working(X)[0][[0, 300, 600]])
+    labels = ((rows.read(0, len(X))[:, None] - heads[None]) ** 2).sum(-1).argmin(1).numpy()
+    log_scale = math.log(rows.scale)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lean, _ = shape_choice._choose_lean(rows, labels, heads, plan, log_scale)
+        chunked, _ = shape_choice._choose_chunked(rows, labels, heads, plan, log_scale)
+    assert lean.covariance == chunked.covariance
+    for a, b in zip(lean.scores, chunked.scores, strict=True):
+        assert a.covariance == b.covariance
+        tol = 1e-3 * len(X) if a.covariance.shaped else sum_tol(len(X)) * abs(a.log_likelihood)
+        assert a.log_likelihood == pytest.approx(b.log_likelihood, abs=tol)
+
+
+def test_shapes_are_chosen_for_the_default_fit_only():
+    X, _ = _elongated(0)
+    est = _fit(X, 3, 0, inverse_temperature=2.0)
+    assert est.covariance_type_ == "spherical"
+    assert est.covariance_type_reason_.startswith("spherical: shapes are chosen for the "
+                                                  "default fit only")
+    assert est.covariance_type_criteria_ == {}
+    given = AttentionClustering(3, random_state=0).fit(X)
+    assert (given.covariance_type_, given.covariance_type_reason_) == ("spherical", "given")
+    full = AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
+    assert (full.covariance_type_, full.covariance_type_reason_) == ("full", "given")
+
+
+def test_a_candidate_at_the_floor_is_left_out():
+    """A column constant within each cluster puts a diagonal or full head at the floor,
+    whose likelihood is then the floor's: that candidate is not chosen."""
+    rng = np.random.default_rng(0)
+    X, y = make_blobs(600, centers=3, cluster_std=1.0, random_state=0)
+    X = np.column_stack([X, y.astype(float)])       # constant within each cluster
+    est = _fit(X, 3, 0)
+    crit = est.covariance_type_criteria_
+    assert crit["diag"]["at_floor"] and crit["full"]["at_floor"]
+    assert crit["diag"]["icl"] < crit["spherical"]["icl"]      # it would have won
+    assert est.covariance_type_ == "spherical"
+    assert "left out" in est.covariance_type_reason_
+    del rng
+
+
+def test_predictions_follow_the_chosen_shape():
+    X, _ = _elongated(0)
+    est = _fit(X, 3, 0)
+    assert est.covariance_type_ == "full"
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+    proba = est.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(1), 1.0, atol=10 * eps())
+    assert est.score(X) == pytest.approx(-est.loss_curve_[-1], rel=1e-6)
+
+
+def test_sample_weight_in_the_choice():
+    # integer weights choose as repeated rows do (the same default fit from the same
+    # heads is not guaranteed: compare the choice and the criteria's log-likelihood)
+    X, _ = _elongated(3)
+    counts = np.random.default_rng(0).integers(1, 3, len(X))
+    weighted = _fit(X, 3, 0, init="anneal").fit(X, sample_weight=counts)
+    assert weighted.covariance_type_ == "full"
+    assert Spherical().n_parameters(3, 2) == weighted.covariance_type_criteria_[
+        "spherical"]["n_parameters"]
+
+
+@parametrize_with_checks([AttentionClustering(covariance_type="auto", max_iter=20)],
+                         expected_failed_checks=lambda est: {
+                             "check_sample_weight_equivalence_on_dense_data": (
+                                 "k-means++ draws its seeds among the rows, so repeated "
+                                 "rows change the draws (as in the default fit)")})
+def test_sklearn_compatible(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(estimator)
