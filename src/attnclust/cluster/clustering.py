@@ -100,10 +100,12 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     ----------
     n_clusters : int or "auto", default=8
         Number of heads ``K``; ``"auto"``: the ``K`` in ``2..max_clusters`` of least BIC
-        of the layer with full-covariance heads and a uniform background, built from
-        k-means cells of the standardized rows, or ``K = 1`` when a gap test finds no
-        structure (:mod:`attnclust.cluster.k_choice`; ``docs/guide/temperature-path.md``: the
-        criterion, its measured accuracy and false-positive rate). A weak choice warns
+        of the layer with shaped heads (the least over spherical, diagonal and full
+        covariances) and a uniform background, built from k-means cells of the
+        standardized rows, or ``K = 1`` when a gap test finds no structure
+        (:mod:`attnclust.cluster.k_choice`; ``docs/guide/temperature-path.md``: the criterion,
+        its measured accuracy and false-positive rate, and why it does not read ``K`` off
+        the temperature path, which ``fit`` no longer follows). A weak choice warns
         (:class:`~attnclust.cluster.k_choice.WeakChoiceWarning`). The fit then uses the
         ``covariance_type`` asked for, in the rows' own units.
     geometry : {"euclidean", "sphere"}, default="euclidean"
@@ -201,7 +203,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Called with an :class:`~attnclust.study.results.IterationInfo` after each step (progress
         bars), in the data's units; steps are counted over the whole fit.
     max_clusters : int, default=10
-        With ``n_clusters="auto"``: the largest ``K`` scored. Set it above the largest
+        With ``n_clusters="auto"``: the largest ``K`` scored (the scan stops earlier once
+        the BIC has risen for three ``K`` in a row). Set it above the largest
         ``K`` expected; a choice of ``K = max_clusters`` warns that the rows may hold more.
 
     Attributes
@@ -210,7 +213,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         The number of heads fitted (``n_clusters``, or the one chosen by ``"auto"``).
     k_choice_ : KChoice
         With ``n_clusters="auto"``: the scores ``K`` was chosen by (BIC per ``K``, the
-        weight of the chosen one, the structure test's ``z``); ``n_clusters_reason_``
+        weight and shape of the chosen one, the structure test's ``z``); ``n_clusters_reason_``
         says it in words, with how sure the choice is.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         Heads, in the preprocessed space (unit norm on the sphere).
