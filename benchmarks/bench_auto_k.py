@@ -15,6 +15,8 @@ one-standard-error rule) and ``BayesianGaussianMixture`` (full, ``max`` componen
 K = the components that hold a row); the time of the auto fit over the BIC-full sweep.
 ``one cluster``: how often each method finds K >= 2 in one Gaussian (2-D, 5-D), a
 uniform square and an elongated Gaussian (5:1), 500 rows, ``ONE_SEEDS`` each.
+``--quick``: one seed per family, 3 per one-cluster kind, 6 mixtures per ``d``, and only
+the peers of ``QUICK_PEERS`` (the silhouette, gap and BayesianGMM sweeps take minutes).
 
 ``auto K``: mixtures of 2-10 isotropic blobs of unequal spread (0.6-1.4 times a unit
 sigma; 100-300 rows each), centres drawn in a box and at least 5 sigma apart, in d = 2,
@@ -278,22 +280,28 @@ def _auto(cov):
     return fit
 
 
+QUICK_PEERS = ("auto", "auto, full", "BIC full", "BIC spherical")  # --quick: the fast ones
 PEERS = {"auto": _auto("spherical"), "auto, full": _auto("full"), "path rule": _path_rule,
          "BIC full": lambda X, top: _bic(X, top, "full"),
          "BIC spherical": lambda X, top: _bic(X, top, "spherical"),
          "silhouette": _silhouette, "gap": _gap, "BayesianGMM": _bgmm}
 
 
+def _peers(quick: bool) -> dict:
+    return {m: f for m, f in PEERS.items() if not quick or m in QUICK_PEERS}
+
+
 def real_like_rows(quick: bool) -> list[dict]:
     """Exact-K hits, mean ARI and K = 1 answers per family; the time of each method over
     the BIC-full sweep (sums over the sets)."""
     per: dict[str, dict[str, list]] = {}
-    seconds = dict.fromkeys(PEERS, 0.0)
+    peers = _peers(quick)
+    seconds = dict.fromkeys(peers, 0.0)
     for fam, _, X, y in real_like(quick):
         keep = y >= 0
         K = len(np.unique(y[keep]))
         top = max(10, 2 * K)
-        for method, fit in PEERS.items():
+        for method, fit in peers.items():
             (k, labels), t = _fit(lambda X, fit=fit, top=top: fit(X, top), X)
             seconds[method] += t
             ari = adjusted_rand_score(y[keep], labels[keep])
@@ -302,7 +310,7 @@ def real_like_rows(quick: bool) -> list[dict]:
     for fam in [*per, "all"]:
         cells = [c for f in per for c in per[f]] if fam == "all" else None
         row = {"family": fam}
-        for method in PEERS:
+        for method in peers:
             got = ([r for f in per for r in per[f][method]] if cells is not None
                    else per[fam][method])
             hits, ari, ones = (np.array(v) for v in zip(*got, strict=True))
@@ -319,10 +327,10 @@ def one_cluster_rows(quick: bool) -> list[dict]:
     seeds = range(3) if quick else ONE_SEEDS
     rows = []
     for kind in ONE:
-        found = dict.fromkeys(PEERS, 0)
+        found = dict.fromkeys(_peers(quick), 0)
         for s in seeds:
             X = one_cluster(kind, s)
-            for method, fit in PEERS.items():
+            for method, fit in _peers(quick).items():
                 found[method] += fit(X, 10)[0] >= 2
         rows.append({"one cluster": kind, **{m: f"{c}/{len(seeds)}" for m, c in found.items()}})
     return rows

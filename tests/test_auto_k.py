@@ -384,7 +384,7 @@ def test_auto_lets_the_bic_choose_the_shape_in_many_dimensions():
 def test_structure_test_also_in_the_rows_own_units():
     """Two blobs apart along x only: standardizing scales y's noise up to unit variance,
     and in that space the gap test alone finds no more structure than in uniform rows; in
-    the rows' own units it does, so K = 2 (z is the larger of the two)."""
+    the rows' own units it does, so K = 2 (z is then the larger of the two)."""
     from attnclust.cluster.k_choice import _kmeans, choose_n_clusters, standardized, structure_z
 
     rng = np.random.default_rng(0)

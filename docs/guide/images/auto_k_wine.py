@@ -6,8 +6,9 @@ Run from the repository root: ``python docs/guide/images/auto_k_wine.py`` writes
 
 Panels: (a) the annealing path of the standardized rows (clusters counted against
 ``lambda``): no plateau of ``K >= 2`` spans a factor ``e``, which is why the plateau rule
-answered ``K = 1``; (b) the BIC of :mod:`attnclust.cluster.k_choice` for ``K = 1..10``, the
-chosen ``K`` marked, with the structure test's ``z`` in the title.
+answered ``K = 1``; (b) the BIC of :mod:`attnclust.cluster.k_choice` for the ``K`` it
+scanned (the least over the heads' shapes), the chosen ``K`` marked, with the shape and the
+structure test's ``z`` in the title.
 """
 
 from __future__ import annotations
@@ -39,18 +40,22 @@ def main() -> None:
     a.step(path.inverse_temperatures, path.n_clusters, where="post")
     a.set(xscale="log", xlabel="inverse temperature lambda (standardized rows)",
           ylabel="clusters on the path", title="(a) wine: the annealing path")
-    ks = np.arange(1, len(choice.bic) + 1)
-    b.plot(ks, choice.bic, "o-")
+    scanned = np.isfinite(choice.bic)                  # the scan stops past the least BIC
+    ks = np.arange(1, len(choice.bic) + 1)[scanned]
+    b.plot(ks, choice.bic[scanned], "o-")
     b.plot([choice.n_clusters], [choice.bic[choice.n_clusters - 1]], "r*", ms=14)
-    b.set(xlabel="K", ylabel="BIC (full covariances, uniform background)",
-          title=f"(b) chosen K = {choice.n_clusters}; structure z = {choice.structure_z:.1f}")
+    b.set(xlabel="K", ylabel="BIC (least over shapes, uniform background)",
+          title=f"(b) chosen K = {choice.n_clusters} ({choice.covariance_type}); "
+                f"structure z = {choice.structure_z:.1f}")
     fig.tight_layout()
     fig.savefig(OUT, dpi=110)
     widths = [(p.n_clusters, round(float(np.exp(p.width)), 3)) for p in path.plateaus]
     summary = {"plateaus (K, factor of lambda)": widths,
                "plateau rule on the raw rows": plateau.n_clusters,
                "chosen K": choice.n_clusters, "BIC weight": choice.weight,
-               "structure z": choice.structure_z, "BIC": choice.bic.tolist(),
+               "structure z": choice.structure_z, "shape": choice.covariance_type,
+               "BIC (null: not scanned)": [float(v) if np.isfinite(v) else None
+                                           for v in choice.bic],
                "reason": choice.reason,
                **{f"ARI, covariance_type={cov}": adjusted_rand_score(y, est.labels_)
                   for cov, est in fits.items()}}

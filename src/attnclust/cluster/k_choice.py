@@ -39,8 +39,8 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   uniformly in the rows' principal box (the distribution without clusters that fills
   the same box; one k-means run each). The rows hold structure when ``D`` exceeds the
   references' mean by ``STRUCTURE_Z`` of their standard deviations, ``z = (D - mean
-  D_ref) / (sd D_ref sqrt(1 + 1/B)) > 3``, in the standardized space **or** in the rows'
-  own units (``z`` is the larger of the two): standardizing stretches the noise across a
+  D_ref) / (sd D_ref sqrt(1 + 1/B)) > 3``, in the standardized space **or**, when that
+  finds none, in the rows' own units (``z`` is then the larger of the two): standardizing stretches the noise across a
   separation along one feature (two blobs apart along ``x``, with ``y`` scaled up to unit
   variance), and the test in that space alone missed two-blob mixtures. A Gaussian blob
   gives ``z`` far below 0 in both (its cells remove less scatter than a uniform's), a
@@ -291,7 +291,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     own = rows - rows.mean(0)                           # the test in the rows' own units
     if own.shape[1] > MAX_DIM:
         own = own @ np.linalg.svd(own, full_matrices=False)[2][:MAX_DIM].T
-    if float((own ** 2).sum()) > 0:
+    if z <= STRUCTURE_Z and float((own ** 2).sum()) > 0:
         z = max(z, structure_z(own, _kmeans(own, best, gen)[1], best, gen))
     said = (f"BIC of the mixture ({shape} covariances, uniform background) is least at K = "
             f"{best} among 2..{len(scores)}, BIC weight {weight:.2f}; structure test z = "
