@@ -40,9 +40,10 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   the same box; one k-means run each). The rows hold structure when ``D`` exceeds the
   references' mean by ``STRUCTURE_Z`` of their standard deviations, ``z = (D - mean
   D_ref) / (sd D_ref sqrt(1 + 1/B)) > 3``, in the standardized space **or**, when that
-  finds none, in the rows' own units (``z`` is then the larger of the two): standardizing stretches the noise across a
-  separation along one feature (two blobs apart along ``x``, with ``y`` scaled up to unit
-  variance), and the test in that space alone missed two-blob mixtures. A Gaussian blob
+  finds none, in the rows' own units (``z`` is then the larger of the two):
+  standardizing stretches the noise across a separation along one feature (two blobs
+  apart along ``x``, with ``y`` scaled up to unit variance), and the test in that space
+  alone missed two-blob mixtures. A Gaussian blob
   gives ``z`` far below 0 in both (its cells remove less scatter than a uniform's), a
   uniform square about ``N(0, 1)``.
 
@@ -72,6 +73,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._validation import as_generator
+from .covariance import Covariance, as_covariance
 from .kmeans.batch import best_of_seedings
 
 __all__ = ["COVARIANCE_TYPES", "EM_STEPS", "N_INIT", "N_REFERENCES", "PATIENCE",
@@ -141,34 +143,44 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return P, P.min(0), P.max(0)
 
 
-def _log_gaussians(Z, R, covariance_type: str) -> tuple[np.ndarray, np.ndarray]:
+def _full(D, R, N) -> tuple[np.ndarray, np.ndarray]:
+    """Squared Mahalanobis distances ``(K, n)`` and half log-determinants ``(K,)`` of each
+    head's weighted covariance, all heads at once (batched Cholesky factors)."""
+    d = D.shape[2]
+    covs = np.matmul((D * R[:, :, None]).transpose(0, 2, 1), D) / N[:, None, None]
+    L = np.linalg.cholesky(covs + _REG * np.eye(d))                        # (K, d, d)
+    Y = np.matmul(D, np.linalg.inv(L).transpose(0, 2, 1))                  # (K, n, d)
+    return np.einsum("knd,knd->kn", Y, Y), np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1)
+
+
+def _diag(D, R, N, *, pooled: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """As :func:`_full` for per-feature variances (their mean over features: ``pooled``)."""
+    D2 = D * D
+    var = np.einsum("kn,knd->kd", R, D2) / N[:, None]                      # (K, d)
+    if pooled:
+        var = np.repeat(var.mean(1, keepdims=True), D.shape[2], 1)
+    var += _REG
+    return np.einsum("knd,kd->kn", D2, 1.0 / var), 0.5 * np.log(var).sum(1)
+
+
+def _spherical(D, R, N) -> tuple[np.ndarray, np.ndarray]:
+    return _diag(D, R, N, pooled=True)
+
+
+_MOMENTS = {as_covariance("spherical"): _spherical, as_covariance("diag"): _diag,
+            as_covariance("full"): _full}
+
+
+def _log_gaussians(Z, R, shape: Covariance) -> tuple[np.ndarray, np.ndarray]:
     """The M step and the log-densities: each head's weight ``N_h`` ``(K,)`` from the
     responsibilities ``R`` ``(K, n)`` (heads first), and ``log N(z_i; mu_h, Sigma_h)``
-    ``(K, n)`` of the head's weighted mean and covariance of that shape (floor ``_REG``),
-    all heads at once (batched Cholesky factors for the full shape)."""
-    n, d = Z.shape
+    ``(K, n)`` of the head's weighted mean and covariance of that ``shape`` (floor
+    ``_REG``), all heads at once."""
+    d = Z.shape[1]
     N = R.sum(1) + 1e-12                                                   # (K,)
     D = Z[None] - ((R @ Z) / N[:, None])[:, None]                          # (K, n, d)
-    if covariance_type == "full":
-        covs = np.matmul((D * R[:, :, None]).transpose(0, 2, 1), D) / N[:, None, None]
-        L = np.linalg.cholesky(covs + _REG * np.eye(d))                    # (K, d, d)
-        Y = np.matmul(D, np.linalg.inv(L).transpose(0, 2, 1))              # (K, n, d)
-        mahalanobis = np.einsum("knd,knd->kn", Y, Y)
-        half_logdet = np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1)
-    else:
-        D2 = D * D
-        var = np.einsum("kn,knd->kd", R, D2) / N[:, None]                  # (K, d)
-        if covariance_type == "spherical":
-            var = np.repeat(var.mean(1, keepdims=True), d, 1)
-        var += _REG
-        mahalanobis = np.einsum("knd,kd->kn", D2, 1.0 / var)
-        half_logdet = 0.5 * np.log(var).sum(1)
+    mahalanobis, half_logdet = _MOMENTS[shape](D, R, N)
     return N, -0.5 * mahalanobis - (half_logdet + 0.5 * d * _LOG_2PI)[:, None]
-
-
-def _n_parameters(n_clusters: int, d: int, covariance_type: str) -> int:
-    per_head = {"spherical": d + 1, "diag": 2 * d, "full": d + d * (d + 1) // 2}
-    return n_clusters * per_head[covariance_type] + n_clusters - 1 + 1
 
 
 def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
@@ -188,11 +200,12 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     True
     """
     n, d = Z.shape
+    shape = as_covariance(covariance_type)
     R = np.zeros((n_clusters, n))                                          # heads first
     R[labels, np.arange(n)] = 1.0
     background = 0.05
     for _ in range(steps + 1):
-        N, J = _log_gaussians(Z, R, covariance_type)
+        N, J = _log_gaussians(Z, R, shape)
         J += np.log(N / N.sum() * (1.0 - background))[:, None]
         J = np.r_[J, np.full((1, n), math.log(background) - log_volume)]  # (K + 1, n)
         top = J.max(0)
@@ -202,8 +215,8 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
         P /= total
         background = float(np.clip(P[-1].mean(), 1e-4, 0.5))
         R = P[:-1]
-    return float(-2.0 * lse.sum() + _n_parameters(n_clusters, d, covariance_type)
-                 * math.log(n))
+    # the shape's mixture parameters (means, weights, covariances), and the background's
+    return float(-2.0 * lse.sum() + (shape.n_parameters(n_clusters, d) + 1) * math.log(n))
 
 
 def _least_bic(Z, labels, n_clusters, log_volume) -> tuple[float, str]:
