@@ -1,4 +1,22 @@
-"""Choosing K, and starting without a seed: the temperature path against the usual recipes.
+"""Choosing K, and starting without a seed: ``n_clusters="auto"`` against the usual recipes.
+
+``real-like``: families generated like the public benchmark sets (unequal feature
+scales, elongated clusters, touching clusters, 10-20% uniform noise, unbalanced sizes,
+2-D shape sets of 8-15 clusters, SIPU G2 pairs in d = 2-64, and all of these mixed),
+``SEEDS`` draws each, and scikit-learn's iris, wine, breast cancer and digits (its 10
+leading principal components). With ``max_clusters = max(10, 2K)`` for every method:
+exact-K hits and mean ARI (noise rows not scored) of ``AttentionClustering(
+n_clusters="auto")`` (spherical heads, the default, and ``covariance_type="full"``), the
+path's widest plateau (the rule before this criterion, :mod:`attnclust.cluster.cluster_choice`,
+then the default fit at that K), BIC over ``GaussianMixture`` (full and spherical, K =
+1..max), the best silhouette of ``KMeans(n_init=10)`` (K = 2..max), the gap statistic
+(``KMeans(n_init=3)``, 10 uniform references in the principal box, Tibshirani's
+one-standard-error rule) and ``BayesianGaussianMixture`` (full, ``max`` components,
+K = the components that hold a row); the time of the auto fit over the BIC-full sweep.
+``one cluster``: how often each method finds K >= 2 in one Gaussian (2-D, 5-D), a
+uniform square and an elongated Gaussian (5:1), 500 rows, ``ONE_SEEDS`` each.
+``--quick``: one seed per family, 3 per one-cluster kind, 6 mixtures per ``d``, and only
+the peers of ``QUICK_PEERS`` (the silhouette, gap and BayesianGMM sweeps take minutes).
 
 ``auto K``: mixtures of 2-10 isotropic blobs of unequal spread (0.6-1.4 times a unit
 sigma; 100-300 rows each), centres drawn in a box and at least 5 sigma apart, in d = 2,
@@ -25,15 +43,20 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.cluster import KMeans
+from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score, silhouette_score
-from sklearn.mixture import GaussianMixture
+from sklearn.mixture import BayesianGaussianMixture, GaussianMixture
 from threadpoolctl import threadpool_limits
 
 import attnclust as ac
 from attnclust._threads import torch_threads
+from attnclust.cluster.cluster_choice import choose_from_path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_battery import _fit, datasets  # noqa: E402
+
+SEEDS = range(4)
+ONE_SEEDS = range(25)
 
 
 def mixture(k: int, d: int, rng: np.random.Generator, sep: float = 5.0):
@@ -66,8 +89,8 @@ def auto_k_rows(quick: bool) -> list[dict]:
     per_d = 6 if quick else 30
     rows = []
     for d in (2, 5, 20):
-        right = {"auto": 0, "BIC": 0, "silhouette": 0}
-        t_auto = t_bic = 0.0
+        right = {"auto": 0, "BIC": 0, "BIC full": 0, "silhouette": 0}
+        t_auto = t_bic = t_full = 0.0
         for _ in range(per_d):
             k = int(rng.integers(2, 11))
             X, _ = mixture(k, d, rng)
@@ -78,10 +101,14 @@ def auto_k_rows(quick: bool) -> list[dict]:
             t_bic += t
             right["auto"] += est.n_clusters_ == k
             right["BIC"] += bic == k
+            (full, _), t = _fit(lambda X: _bic(X, 12, "full"), X)
+            t_full += t
+            right["BIC full"] += full == k
             right["silhouette"] += _silhouette_k(X) == k
         rows.append({"d": d, "mixtures": per_d, **{f"{m} right": f"{c}/{per_d}"
                                                    for m, c in right.items()},
-                     "time auto / BIC": round(t_auto / t_bic, 2)})
+                     "time auto / BIC": round(t_auto / t_bic, 2),
+                     "time auto / BIC full": round(t_auto / t_full, 2)})
     return rows
 
 
@@ -107,15 +134,218 @@ def anneal_rows(quick: bool) -> list[dict]:
     return rows
 
 
+# -- the real-like battery --------------------------------------------------------------
+def _rotation(d, rng):
+    return np.linalg.qr(rng.standard_normal((d, d)))[0]
+
+
+def _gaussians(k, d, rng, sizes, sep, longest=1.0):
+    """``k`` Gaussian clusters whose axes' standard deviations lie in ``[1/longest, 1]``
+    (randomly rotated), centres at least ``sep`` apart in a box that holds them."""
+    side, centres, tries = sep * max(2.0, 2.0 * k ** (1.0 / d)), [], 0
+    while len(centres) < k:
+        c, tries = rng.uniform(0, side, d), tries + 1
+        if all(np.linalg.norm(c - o) >= sep for o in centres):
+            centres.append(c)
+        if tries > 20_000:
+            side, tries = side * 1.2, 0
+    parts = []
+    for c, m in zip(centres, sizes, strict=True):
+        axes = np.exp(rng.uniform(-np.log(longest), 0, d)) if longest > 1 else np.ones(d)
+        axes[0] = 1.0
+        R = _rotation(d, rng)
+        parts.append(c + (rng.standard_normal((m, d)) * axes) @ R.T)
+    return np.concatenate(parts), np.repeat(np.arange(k), sizes)
+
+
+def _noise(X, y, fraction, rng):
+    m = int(round(fraction * len(X)))
+    lo, hi = X.min(0), X.max(0)
+    N = rng.uniform(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo), (m, X.shape[1]))
+    return np.r_[X, N], np.r_[y, -np.ones(m, dtype=int)]
+
+
+FAMILIES = ("scales", "elongated", "touching", "noise", "unbalanced", "shapes 2-D", "G2",
+            "mixed")
+
+
+def family(name: str, seed: int):
+    """One set ``(X, y)`` of a family (``y = -1``: background noise)."""
+    rng = np.random.default_rng([seed, sum(map(ord, name))])
+    k, d = int(rng.integers(3, 7)), int(rng.integers(2, 6))
+    if name == "scales":
+        d = int(rng.integers(4, 9))
+        X, y = _gaussians(k, d, rng, rng.integers(80, 250, k), rng.uniform(4, 7), 2.0)
+        return X * 10 ** rng.uniform(-1, 3, d), y
+    if name == "elongated":
+        return _gaussians(k, d, rng, rng.integers(100, 300, k), rng.uniform(4, 7), 8.0)
+    if name == "touching":
+        k = int(rng.integers(3, 8))
+        return _gaussians(k, d, rng, rng.integers(100, 300, k), rng.uniform(3, 4), 1.5)
+    if name == "noise":
+        X, y = _gaussians(k, d, rng, rng.integers(100, 300, k), rng.uniform(4.5, 7), 2.0)
+        return _noise(X, y, rng.uniform(0.1, 0.2), rng)
+    if name == "unbalanced":
+        sizes = np.r_[rng.integers(600, 1000), rng.integers(40, 150, k - 1)]
+        return _gaussians(k, d, rng, sizes, rng.uniform(4, 7), 2.0)
+    if name == "shapes 2-D":
+        k = int(rng.integers(8, 16))
+        return _gaussians(k, 2, rng, rng.integers(100, 250, k), rng.uniform(3.5, 5), 3.0)
+    if name == "G2":
+        d, sd = int(rng.choice([2, 8, 16, 32, 64])), rng.uniform(15, 45)
+        return (np.r_[rng.normal(500, sd, (1024, d)), rng.normal(600, sd, (1024, d))],
+                np.repeat([0, 1], 1024))
+    k, d = int(rng.integers(3, 6)), int(rng.integers(3, 7))            # "mixed"
+    sizes = np.r_[rng.integers(300, 600), rng.integers(60, 300, k - 1)]
+    X, y = _gaussians(k, d, rng, sizes, rng.uniform(5, 7), 3.0)
+    X, y = _noise(X, y, 0.1, rng)
+    return X * 10 ** rng.uniform(0, 2, d), y
+
+
+def real_like(quick: bool = False):
+    """``(family, name, X, y)`` of the battery."""
+    from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
+
+    seeds = range(1) if quick else SEEDS
+    out = [(f, f"{f} {s}", *family(f, s)) for f in FAMILIES for s in seeds]
+    digits, labels = load_digits(return_X_y=True)
+    out += [("real", n, *loader(return_X_y=True)) for n, loader in (
+        ("iris", load_iris), ("wine", load_wine), ("breast cancer", load_breast_cancer))]
+    return out + [("real", "digits (10 PCs)", PCA(10, random_state=0).fit_transform(digits),
+                   labels)]
+
+
+def one_cluster(kind: str, seed: int, n: int = 500) -> np.ndarray:
+    rng = np.random.default_rng([seed, 77, len(kind)])
+    if kind == "Gaussian 2-D":
+        return rng.standard_normal((n, 2))
+    if kind == "Gaussian 5-D":
+        return rng.standard_normal((n, 5))
+    if kind == "uniform square":
+        return rng.uniform(0, 1, (n, 2))
+    return rng.standard_normal((n, 2)) * [5.0, 1.0] @ _rotation(2, rng)      # elongated
+
+
+ONE = ("Gaussian 2-D", "Gaussian 5-D", "uniform square", "elongated Gaussian")
+
+
+def _bic(X, top, cov):
+    fits = [GaussianMixture(k, covariance_type=cov, random_state=0).fit(X)
+            for k in range(1, top + 1)]
+    best = fits[int(np.argmin([g.bic(X) for g in fits]))]
+    return best.n_components, best.predict(X)
+
+
+def _silhouette(X, top):
+    runs = [KMeans(k, n_init=10, random_state=0).fit_predict(X) for k in range(2, top + 1)]
+    scores = [silhouette_score(X, r, sample_size=min(len(X), 3000), random_state=0)
+              for r in runs]
+    return 2 + int(np.argmax(scores)), runs[int(np.argmax(scores))]
+
+
+def _gap(X, top, B=10):
+    rng = np.random.default_rng(0)
+    Xc = X - X.mean(0)
+    P = Xc @ np.linalg.svd(Xc, full_matrices=False)[2].T
+    refs = [rng.uniform(P.min(0), P.max(0), P.shape) for _ in range(B)]
+    gaps, sds, labels = [], [], {}
+    for k in range(1, top + 1):
+        km = KMeans(k, n_init=3, random_state=0).fit(P)
+        labels[k] = km.labels_
+        ref = np.log([KMeans(k, n_init=3, random_state=0).fit(R).inertia_ for R in refs])
+        gaps.append(ref.mean() - np.log(km.inertia_))
+        sds.append(ref.std() * np.sqrt(1 + 1 / B))
+        if k >= 2 and gaps[-2] >= gaps[-1] - sds[-1]:
+            return k - 1, labels[k - 1]
+    return top, labels[top]
+
+
+def _bgmm(X, top):
+    labels = BayesianGaussianMixture(n_components=top, covariance_type="full", max_iter=500,
+                                     random_state=0).fit(X).predict(X)
+    return len(np.unique(labels)), labels
+
+
+def _path_rule(X, top):
+    K = choose_from_path(X, top, geometry="euclidean", random_state=0)[0].n_clusters
+    return K, (np.zeros(len(X), int) if K == 1 else
+               ac.AttentionClustering(K, random_state=0).fit(X).labels_)
+
+
+def _auto(cov):
+    def fit(X, top):
+        est = ac.AttentionClustering("auto", covariance_type=cov, max_clusters=top,
+                                     random_state=0).fit(X)
+        return est.n_clusters_, est.labels_
+    return fit
+
+
+QUICK_PEERS = ("auto", "auto, full", "BIC full", "BIC spherical")  # --quick: the fast ones
+PEERS = {"auto": _auto("spherical"), "auto, full": _auto("full"), "path rule": _path_rule,
+         "BIC full": lambda X, top: _bic(X, top, "full"),
+         "BIC spherical": lambda X, top: _bic(X, top, "spherical"),
+         "silhouette": _silhouette, "gap": _gap, "BayesianGMM": _bgmm}
+
+
+def _peers(quick: bool) -> dict:
+    return {m: f for m, f in PEERS.items() if not quick or m in QUICK_PEERS}
+
+
+def real_like_rows(quick: bool) -> list[dict]:
+    """Exact-K hits, mean ARI and K = 1 answers per family; the time of each method over
+    the BIC-full sweep (sums over the sets)."""
+    per: dict[str, dict[str, list]] = {}
+    peers = _peers(quick)
+    seconds = dict.fromkeys(peers, 0.0)
+    for fam, _, X, y in real_like(quick):
+        keep = y >= 0
+        K = len(np.unique(y[keep]))
+        top = max(10, 2 * K)
+        for method, fit in peers.items():
+            (k, labels), t = _fit(lambda X, fit=fit, top=top: fit(X, top), X)
+            seconds[method] += t
+            ari = adjusted_rand_score(y[keep], labels[keep])
+            per.setdefault(fam, {}).setdefault(method, []).append((k == K, ari, k == 1))
+    rows = []
+    for fam in [*per, "all"]:
+        cells = [c for f in per for c in per[f]] if fam == "all" else None
+        row = {"family": fam}
+        for method in peers:
+            got = ([r for f in per for r in per[f][method]] if cells is not None
+                   else per[fam][method])
+            hits, ari, ones = (np.array(v) for v in zip(*got, strict=True))
+            row[method] = f"{int(hits.sum())}/{len(hits)} {ari.mean():.2f}" + (
+                f" K=1:{int(ones.sum())}" if ones.any() else "")
+        rows.append(row)
+    rows.append({"family": "time / BIC full", **{m: f"{t / seconds['BIC full']:.2f}"
+                                                 for m, t in seconds.items()}})
+    return rows
+
+
+def one_cluster_rows(quick: bool) -> list[dict]:
+    """Share of one-cluster sets where each method answers K >= 2 (false positives)."""
+    seeds = range(3) if quick else ONE_SEEDS
+    rows = []
+    for kind in ONE:
+        found = dict.fromkeys(_peers(quick), 0)
+        for s in seeds:
+            X = one_cluster(kind, s)
+            for method, fit in _peers(quick).items():
+                found[method] += fit(X, 10)[0] >= 2
+        rows.append({"one cluster": kind, **{m: f"{c}/{len(seeds)}" for m, c in found.items()}})
+    return rows
+
+
 def run(quick: bool = False) -> list[dict]:
     with threadpool_limits(1), torch_threads(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return auto_k_rows(quick) + anneal_rows(quick)
+        return (auto_k_rows(quick) + real_like_rows(quick) + one_cluster_rows(quick)
+                + anneal_rows(quick))
 
 
 if __name__ == "__main__":
     from attnclust._bench import format_table
 
-    rows = run()
-    print(format_table([r for r in rows if "d" in r]))
-    print(format_table([r for r in rows if "data" in r]))
+    rows = run(quick="--quick" in sys.argv)
+    for key in ("d", "family", "one cluster", "data"):
+        print(format_table([r for r in rows if key in r]))

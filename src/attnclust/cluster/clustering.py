@@ -74,12 +74,12 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from .._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from .._validation import as_generator, as_numpy_input, check_sample_weight
 from ..study.heads import softmax_heads
-from .annealing import choose_from_path
 from .communicator import Communicator
 from .covariance import as_covariance_type
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .estimator_fits import Reporter, fit_shaped, risk_attributes, shaped_log_joint, solve
 from .estimator_params import check_params, param_names, parameters
+from .k_choice import choose_n_clusters, warn_if_weak
 from .plan import FitPlan, anneal_stages, resolve
 from .rows import chunk_rows, fit_threads
 from .shape_choice import ShapeChoice, fit_chosen_shape, given_shape
@@ -100,11 +100,15 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     Parameters
     ----------
     n_clusters : int or "auto", default=8
-        Number of heads ``K``; ``"auto"``: read off the temperature path of the rows
-        (:func:`attnclust.temperature_path`, at most ``max_clusters`` heads): the widest
-        plateau in ``log lambda`` among ``K >= 2``, or ``K = 1`` when no plateau spans a
-        factor ``e`` (``docs/guide/temperature-path.md``: the rule and its measured
-        accuracy).
+        Number of heads ``K``; ``"auto"``: the ``K`` in ``2..max_clusters`` of least BIC
+        of the layer with shaped heads (the least over spherical, diagonal and full
+        covariances) and a uniform background, built from k-means cells of the
+        standardized rows, or ``K = 1`` when a gap test finds no structure
+        (:mod:`attnclust.cluster.k_choice`; ``docs/guide/temperature-path.md``: the criterion,
+        its measured accuracy and false-positive rate, and why it does not read ``K`` off
+        the temperature path, which ``fit`` no longer follows). A weak choice warns
+        (:class:`~attnclust.cluster.k_choice.WeakChoiceWarning`). The fit then uses the
+        ``covariance_type`` asked for, in the rows' own units.
     geometry : {"euclidean", "sphere"}, default="euclidean"
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
@@ -204,18 +208,18 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Called with an :class:`~attnclust.study.results.IterationInfo` after each step (progress
         bars), in the data's units; steps are counted over the whole fit.
     max_clusters : int, default=10
-        With ``n_clusters="auto"``: the heads the temperature path follows, the largest
-        ``K`` it can choose. Set it above the largest ``K`` expected: with as many
-        clusters as heads or more, the heads come apart in a cascade and the choice falls
-        short of the truth (often ``K = 1``, whose ``n_clusters_reason_`` then says so).
+        With ``n_clusters="auto"``: the largest ``K`` scored (the scan stops earlier once
+        the BIC has risen for three ``K`` in a row). Set it above the largest
+        ``K`` expected; a choice of ``K = max_clusters`` warns that the rows may hold more.
 
     Attributes
     ----------
     n_clusters_ : int
         The number of heads fitted (``n_clusters``, or the one chosen by ``"auto"``).
-    path_ : TemperaturePath
-        With ``n_clusters="auto"``: the path ``K`` was read off; ``n_clusters_reason_``
-        says which plateau decided it.
+    k_choice_ : KChoice
+        With ``n_clusters="auto"``: the scores ``K`` was chosen by (BIC per ``K``, the
+        weight and shape of the chosen one, the structure test's ``z``); ``n_clusters_reason_``
+        says it in words, with how sure the choice is.
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
         Heads, in the preprocessed space (unit norm on the sphere).
     labels_ : ndarray of shape (n_samples,)
@@ -366,17 +370,16 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         return self
 
     def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan) -> int:
-        """``n_clusters="auto"``: ``K`` from the temperature path of the (unweighted) rows,
-        :func:`~attnclust.cluster.annealing.choose_from_path` (at most 5,000 of them, drawn
-        with ``random_state`` when there are more); sets ``path_`` and
-        ``n_clusters_reason_``."""
+        """``n_clusters="auto"``: ``K`` of the (unweighted) preprocessed rows,
+        :func:`~attnclust.cluster.k_choice.choose_n_clusters` (at most 5,000 of them, drawn with
+        ``random_state`` when there are more); sets ``k_choice_`` and
+        ``n_clusters_reason_``, and warns when the choice is weak."""
         local = Communicator.local(X.shape[0])
         self.mean_, self.scale_ = plan.learn_center(X, local)
         rows = plan.preprocess(X, (self.mean_, self.scale_), comm=local)
-        choice, self.path_ = choose_from_path(rows, plan.max_clusters,
-                                              geometry=plan.geometry.name,
-                                              random_state=plan.random_state)
-        self.n_clusters_reason_ = choice.reason
+        choice = choose_n_clusters(rows, plan.max_clusters, random_state=plan.random_state)
+        self.k_choice_, self.n_clusters_reason_ = choice, choice.reason
+        warn_if_weak(choice, stacklevel=4)
         return choice.n_clusters
 
     def partial_fit(self, X, y=None, sample_weight=None):

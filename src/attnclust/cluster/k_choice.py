@@ -1,0 +1,330 @@
+"""The number of clusters (``n_clusters="auto"``): partitions scored by the likelihood of
+the layer with shaped heads, and a test for no structure.
+
+At ``lambda = 1`` the attention of shaped heads (:mod:`attnclust.cluster.shaped`) is the posterior
+of a Gaussian mixture, ``a_h(x) = softmax_h(log pi_h + log N(x; mu_h, Sigma_h))``, so the
+layer has a likelihood, and a likelihood with a complexity penalty scores each ``K``
+(Schwarz's BIC; Fraley and Raftery's mclust, which also lets the BIC choose the shape):
+
+    BIC(K) = min over shapes of  -2 log L_K + p_K log n,
+    p_K = K q + (K - 1) + 1,   q = d + 1 (spherical), 2 d (diag), d + d (d + 1) / 2 (full),
+
+computed in the **standardized working space** ``z_j = (x_j - m_j) / s_j`` (each feature
+centred and scaled to unit variance: the partitions below are k-means cells, which
+depend on the units; the likelihoods themselves do not, up to a constant).
+
+- **Partitions.** For each ``K = 1, 2, ...``: the best of ``N_INIT`` k-means runs in that
+  space (:func:`attnclust.cluster.kmeans.batch.best_of_seedings`).
+- **The mixture of each partition.** Each cell gives a head (its mean, covariance of the
+  shape and weight), beside a **uniform background** of density ``1 / V`` (``V`` the
+  volume of the rows' box along their principal axes) with its own weight ``pi_0`` (its
+  one parameter, the last ``+ 1`` of ``p_K``): scattered rows then need no Gaussian of
+  their own. ``EM_STEPS`` steps of EM (the shaped layer's fixed point at ``lambda = 1``),
+  all heads at once, move the heads from the cells to the likelihood's nearby maximum;
+  ``log L_K`` is that of the last step. Each shape gets its own EM; ``BIC(K)`` is the least
+  of the three (full covariances for elongated clusters; spherical ones where ``d^2``
+  parameters per head are more than the rows support, e.g. 20 features and 100-300 rows
+  per cluster, where the full shape alone undercounts). The chosen ``K*`` is the
+  ``K >= 2`` of least BIC.
+- **The scan stops** once ``BIC(K)`` has stayed above the least so far for ``PATIENCE``
+  values of ``K`` in a row (or at ``max_clusters``); the ``K`` not scanned have
+  ``BIC = inf``.
+- **How sure.** ``exp(-BIC(K) / 2)`` normalized over ``K >= 2`` is the BIC's
+  approximation of the posterior probability of each ``K`` (equal priors); ``weight`` is
+  that of ``K*``.
+- **No structure.** ``K = 1`` only when the rows hold no structure by this test (a gap
+  statistic at ``K*``, after Tibshirani, Walther and Hastie 2001): the k-means cells of
+  ``K*`` remove a share of the scatter, ``D = log(W_1 / W_K*)`` (``W_K`` the within-cell
+  sum of squares); the same is computed on ``N_REFERENCES`` reference sets drawn
+  uniformly in the rows' principal box (the distribution without clusters that fills
+  the same box; one k-means run each). The rows hold structure when ``D`` exceeds the
+  references' mean by ``STRUCTURE_Z`` of their standard deviations, ``z = (D - mean
+  D_ref) / (sd D_ref sqrt(1 + 1/B)) > 3``, in the standardized space **or**, when that
+  finds none, in the rows' own units (``z`` is then the larger of the two):
+  standardizing stretches the noise across a separation along one feature (two blobs
+  apart along ``x``, with ``y`` scaled up to unit variance), and the test in that space
+  alone missed two-blob mixtures. A Gaussian blob
+  gives ``z`` far below 0 in both (its cells remove less scatter than a uniform's), a
+  uniform square about ``N(0, 1)``.
+
+The choice is **weak** (a :class:`WeakChoiceWarning` at ``fit``) when ``weight < 0.9``,
+when ``K* = max_clusters`` (the rows may hold more), or when the structure is only
+marginal (``z < 5``).
+
+Notation
+--------
+==========  ===================  ================================================
+paper       code                 meaning
+==========  ===================  ================================================
+``K*``      ``best``             the ``K >= 2`` of least BIC
+``BIC(K)``  ``bic``              ``(max_clusters,)``, ``K = 1..max_clusters``
+``pi_0``    (background weight)  weight of the uniform background
+``D``       (gap)                ``log(W_1 / W_K*)`` of the rows' k-means cells
+``z``       ``structure_z``      ``D`` against the uniform references
+==========  ===================  ================================================
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from .._validation import as_generator
+from .covariance import Covariance, as_covariance
+from .kmeans.batch import best_of_seedings
+
+__all__ = ["COVARIANCE_TYPES", "EM_STEPS", "N_INIT", "N_REFERENCES", "PATIENCE",
+           "STRUCTURE_Z", "KChoice", "WeakChoiceWarning", "choose_n_clusters", "mixture_bic",
+           "standardized", "structure_z"]
+
+COVARIANCE_TYPES = ("spherical", "diag", "full")   # shapes the BIC chooses among
+EM_STEPS = 5           # EM steps from each partition's cells
+N_INIT = 3             # k-means runs per K, the best kept
+PATIENCE = 3           # K scanned past the least BIC so far before the scan stops
+N_REFERENCES = 20      # uniform reference sets of the structure test (one k-means run each)
+STRUCTURE_Z = 3.0      # z above which the rows hold structure
+CONFIDENT = 0.9        # weight of K* below which the choice is weak
+MARGINAL_Z = 5.0       # structure z below which it is weak
+MAX_DIM = 50           # wider rows: their leading principal components
+_REG = 1e-6            # covariance floor in the standardized space (unit variances)
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+class WeakChoiceWarning(UserWarning):
+    """``n_clusters="auto"`` chose ``K`` on weak evidence (``n_clusters_reason_`` says why)."""
+
+
+class KChoice(NamedTuple):
+    """The choice of :func:`choose_n_clusters`, its scores and why."""
+
+    n_clusters: int
+    """``K*``, or 1 when the rows hold no structure by the test."""
+    best: int
+    """The ``K >= 2`` of least BIC."""
+    bic: np.ndarray
+    """BIC of ``K = 1..max_clusters``, ``(max_clusters,)``."""
+    weight: float
+    """BIC weight of ``best`` among ``K >= 2`` (module docstring)."""
+    structure_z: float
+    """The structure test's ``z`` at ``best``."""
+    weak: bool
+    reason: str
+    covariance_type: str = "full"
+    """The heads' shape of least BIC at ``best``."""
+
+
+def standardized(rows: np.ndarray) -> np.ndarray:
+    """Rows with each feature centred and scaled to unit variance (a constant feature is
+    only centred); wider than ``MAX_DIM`` features: their leading ``MAX_DIM`` principal
+    components.
+
+    Examples
+    --------
+    >>> Z = standardized(np.array([[0.0, 10.0], [2.0, 30.0], [4.0, 50.0]]))
+    >>> Z.std(0).round(12).tolist(), Z.mean(0).round(12).tolist()
+    ([1.0, 1.0], [0.0, 0.0])
+    """
+    X = np.asarray(rows, dtype=np.float64)
+    scale = X.std(0)
+    Z = (X - X.mean(0)) / np.where(scale > 0, scale, 1.0)
+    if Z.shape[1] > MAX_DIM:
+        _, _, Vt = np.linalg.svd(Z, full_matrices=False)
+        Z = Z @ Vt[:MAX_DIM].T
+    return Z
+
+
+def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows in their principal axes ``(n, d)``, and that box's lower and upper ends."""
+    _, _, Vt = np.linalg.svd(Z - Z.mean(0), full_matrices=False)
+    P = (Z - Z.mean(0)) @ Vt.T
+    return P, P.min(0), P.max(0)
+
+
+def _full(D, R, N) -> tuple[np.ndarray, np.ndarray]:
+    """Squared Mahalanobis distances ``(K, n)`` and half log-determinants ``(K,)`` of each
+    head's weighted covariance, all heads at once (batched Cholesky factors)."""
+    d = D.shape[2]
+    covs = np.matmul((D * R[:, :, None]).transpose(0, 2, 1), D) / N[:, None, None]
+    L = np.linalg.cholesky(covs + _REG * np.eye(d))                        # (K, d, d)
+    Y = np.matmul(D, np.linalg.inv(L).transpose(0, 2, 1))                  # (K, n, d)
+    return np.einsum("knd,knd->kn", Y, Y), np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1)
+
+
+def _diag(D, R, N, *, pooled: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """As :func:`_full` for per-feature variances (their mean over features: ``pooled``)."""
+    D2 = D * D
+    var = np.einsum("kn,knd->kd", R, D2) / N[:, None]                      # (K, d)
+    if pooled:
+        var = np.repeat(var.mean(1, keepdims=True), D.shape[2], 1)
+    var += _REG
+    return np.einsum("knd,kd->kn", D2, 1.0 / var), 0.5 * np.log(var).sum(1)
+
+
+def _spherical(D, R, N) -> tuple[np.ndarray, np.ndarray]:
+    return _diag(D, R, N, pooled=True)
+
+
+_MOMENTS = {as_covariance("spherical"): _spherical, as_covariance("diag"): _diag,
+            as_covariance("full"): _full}
+
+
+def _log_gaussians(Z, R, shape: Covariance) -> tuple[np.ndarray, np.ndarray]:
+    """The M step and the log-densities: each head's weight ``N_h`` ``(K,)`` from the
+    responsibilities ``R`` ``(K, n)`` (heads first), and ``log N(z_i; mu_h, Sigma_h)``
+    ``(K, n)`` of the head's weighted mean and covariance of that ``shape`` (floor
+    ``_REG``), all heads at once."""
+    d = Z.shape[1]
+    N = R.sum(1) + 1e-12                                                   # (K,)
+    D = Z[None] - ((R @ Z) / N[:, None])[:, None]                          # (K, n, d)
+    mahalanobis, half_logdet = _MOMENTS[shape](D, R, N)
+    return N, -0.5 * mahalanobis - (half_logdet + 0.5 * d * _LOG_2PI)[:, None]
+
+
+def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
+                log_volume: float, steps: int = EM_STEPS,
+                covariance_type: str = "full") -> float:
+    """BIC of the mixture of ``covariance_type`` heads with a uniform background
+    (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
+    EM steps (module docstring).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> Z = np.r_[rng.normal(-3, 1, (200, 2)), rng.normal(3, 1, (200, 2))]
+    >>> one, two = (mixture_bic(Z, lab, k, log_volume=np.log(np.ptp(Z, 0)).sum())
+    ...             for lab, k in ((np.zeros(400, int), 1), (np.repeat([0, 1], 200), 2)))
+    >>> bool(two < one)
+    True
+    """
+    n, d = Z.shape
+    shape = as_covariance(covariance_type)
+    R = np.zeros((n_clusters, n))                                          # heads first
+    R[labels, np.arange(n)] = 1.0
+    background = 0.05
+    for _ in range(steps + 1):
+        N, J = _log_gaussians(Z, R, shape)
+        J += np.log(N / N.sum() * (1.0 - background))[:, None]
+        J = np.r_[J, np.full((1, n), math.log(background) - log_volume)]  # (K + 1, n)
+        top = J.max(0)
+        P = np.exp(J - top)
+        total = P.sum(0)
+        lse = top + np.log(total)
+        P /= total
+        background = float(np.clip(P[-1].mean(), 1e-4, 0.5))
+        R = P[:-1]
+    # the shape's mixture parameters (means, weights, covariances), and the background's
+    return float(-2.0 * lse.sum() + (shape.n_parameters(n_clusters, d) + 1) * math.log(n))
+
+
+def _least_bic(Z, labels, n_clusters, log_volume) -> tuple[float, str]:
+    """The least BIC over the shapes of :data:`COVARIANCE_TYPES`, and that shape."""
+    return min((mixture_bic(Z, labels, n_clusters, log_volume=log_volume, covariance_type=c),
+                c) for c in COVARIANCE_TYPES)
+
+
+def _kmeans(Z, k, rng, n_init=N_INIT):
+    if k == 1:
+        return np.zeros(Z.shape[0], dtype=np.int64), float(((Z - Z.mean(0)) ** 2).sum())
+    run = best_of_seedings(Z, k, n_init, rng)
+    return np.asarray(run.labels), float(run.objective) * Z.shape[0]
+
+
+def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
+                n_references: int = N_REFERENCES) -> float:
+    """The test for no structure (module docstring): ``z`` of ``D = log(W_1 / W_K)`` of
+    the rows (``within``: their ``W_K``) against uniform references in their principal box.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> Z = np.r_[rng.normal(-3, 1, (200, 2)), rng.normal(3, 1, (200, 2))]
+    >>> W2 = ((Z - np.where(np.arange(400)[:, None] < 200, -3, 3)) ** 2).sum()
+    >>> bool(structure_z(Z, W2, 2, np.random.default_rng(1)) > 3)
+    True
+    """
+    P, lo, hi = _principal_box(Z)
+    total = float(((Z - Z.mean(0)) ** 2).sum())
+    gap = math.log(total / max(within, 1e-300))
+    refs = []
+    for _ in range(n_references):
+        U = rng.uniform(lo, hi, P.shape)
+        w1 = float(((U - U.mean(0)) ** 2).sum())
+        refs.append(math.log(w1 / max(_kmeans(U, n_clusters, rng, 1)[1], 1e-300)))
+    refs = np.asarray(refs)
+    spread = float(refs.std(ddof=1)) * math.sqrt(1.0 + 1.0 / n_references)
+    return (gap - float(refs.mean())) / max(spread, 1e-12)
+
+
+def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
+                      max_rows: int = 5_000) -> KChoice:
+    """``n_clusters="auto"``: the ``K`` of least BIC among ``2..max_clusters``, or 1 when
+    the structure test fails (module docstring), on a sample of ``max_rows`` rows drawn
+    with ``random_state`` when there are more.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.concatenate([rng.normal(c, 1.0, (150, 2)) for c in ((0, 0), (8, 0), (0, 8))])
+    >>> choice = choose_n_clusters(X * [1.0, 1000.0], 6, random_state=0)
+    >>> choice.n_clusters, choice.weak
+    (3, False)
+    >>> choose_n_clusters(rng.normal(size=(400, 2)), 6, random_state=0).n_clusters
+    1
+    """
+    gen = as_generator(random_state, "random_state")
+    rows = np.asarray(rows, dtype=np.float64)
+    if rows.shape[0] > max_rows:
+        rows = rows[np.sort(gen.choice(rows.shape[0], max_rows, replace=False))]
+    Z = standardized(rows)
+    n = Z.shape[0]
+    top = int(min(max_clusters, n - 1))
+    if top < 2:
+        return KChoice(1, 1, np.zeros(1), 1.0, 0.0, True,
+                       f"too few rows ({n}) to compare K = 1 with K >= 2")
+    _, lo, hi = _principal_box(Z)
+    log_volume = float(np.log(np.maximum(hi - lo, 1e-12)).sum())
+    cells = [_kmeans(Z, 1, gen)]
+    scores = [_least_bic(Z, cells[0][0], 1, log_volume)]
+    for k in range(2, top + 1):
+        cells.append(_kmeans(Z, k, gen))
+        scores.append(_least_bic(Z, cells[-1][0], k, log_volume))
+        least = 2 + int(np.argmin([b for b, _ in scores[1:]]))
+        if k - least >= PATIENCE:                       # risen PATIENCE times in a row
+            break
+    bic = np.full(top, np.inf)
+    bic[:len(scores)] = [b for b, _ in scores]
+    best = 2 + int(np.argmin(bic[1:]))
+    shape = scores[best - 1][1]
+    rel = -(bic[1:] - bic[best - 1]) / 2.0
+    weight = float(1.0 / np.exp(rel).sum())
+    z = structure_z(Z, cells[best - 1][1], best, gen)
+    own = rows - rows.mean(0)                           # the test in the rows' own units
+    if own.shape[1] > MAX_DIM:
+        own = own @ np.linalg.svd(own, full_matrices=False)[2][:MAX_DIM].T
+    if z <= STRUCTURE_Z and float((own ** 2).sum()) > 0:
+        z = max(z, structure_z(own, _kmeans(own, best, gen)[1], best, gen))
+    said = (f"BIC of the mixture ({shape} covariances, uniform background) is least at K = "
+            f"{best} among 2..{len(scores)}, BIC weight {weight:.2f}; structure test z = "
+            f"{z:.1f}")
+    if z <= STRUCTURE_Z:
+        return KChoice(1, best, bic, weight, z, False,
+                       f"no structure: the {best} k-means cells remove no more scatter than "
+                       f"in uniform rows (z = {z:.1f} <= {STRUCTURE_Z:g}); {said}", shape)
+    doubts = ([f"other K are close (BIC weight {weight:.2f} < {CONFIDENT:g})"]
+              if weight < CONFIDENT else [])
+    if best == top and top < n - 1:        # (the scan reached top: it had not stopped)
+        doubts.append(f"K = max_clusters = {top}: the rows may hold more, raise max_clusters")
+    if z < MARGINAL_Z:
+        doubts.append(f"the structure is marginal (z = {z:.1f} < {MARGINAL_Z:g})")
+    reason = said + ("; weak: " + "; ".join(doubts) if doubts else "; confident")
+    return KChoice(best, best, bic, weight, z, bool(doubts), reason, shape)
+
+
+def warn_if_weak(choice: KChoice, *, stacklevel: int = 2) -> None:
+    """A :class:`WeakChoiceWarning` with the reason when ``choice`` is weak."""
+    if choice.weak:
+        warnings.warn(f"n_clusters='auto' chose K = {choice.n_clusters} on weak evidence: "
+                      f"{choice.reason}", WeakChoiceWarning, stacklevel=stacklevel + 1)
