@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("fit", help="cluster the rows of a .npy/.csv file with AttentionClustering")
     p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
     p.add_argument("--n-clusters", "-k", type=_n_clusters_arg, required=True, metavar="K",
-                   help="number of clusters (heads), or 'auto' (read off the temperature path)")
+                   help="number of clusters (heads), or 'auto' (chosen by the BIC of the layer)")
     p.add_argument("--out", default=None, metavar="PREFIX",
                    help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
                         "(default: DATA without its suffix; a folder, written DIR/, gets "

@@ -1,4 +1,6 @@
-"""The number of clusters read off the temperature path (``n_clusters="auto"``).
+"""The number of clusters read off the temperature path (the path's plateau rule,
+:meth:`TemperaturePath.choose_n_clusters`; ``n_clusters="auto"`` is
+:mod:`attnclust.cluster.k_choice`'s likelihood choice).
 
 The path (:func:`attnclust.temperature_path`, module :mod:`attnclust.cluster.annealing`) counts
 the clusters at each inverse temperature of its grid. A *plateau* is a run of grid values

@@ -87,7 +87,7 @@ class FitPlan:
 
     geometry: Geometry
     covariance: Covariance
-    n_clusters: int | None          # None: "auto", read off the temperature path
+    n_clusters: int | None          # None: "auto" (attnclust.cluster.k_choice)
     max_clusters: int
     init: Any                       # "kmeans++", "sphere", "anneal" or an array (K, d)
     n_init: int
