@@ -317,9 +317,14 @@ def test_the_estimator_fits_through_its_rows():
     # mapped out by s (and the map's own rounding)
     step = 2 * sum_tol(len(X)) * float(_all(rows).abs().max()) * rows.scale
     heads = rows.heads_out(res.heads)
+    # both stop once a full step would move no head by more than tol; rounding can flip
+    # that test only for a step within rounding of tol, which moves the heads by at most
+    # tol (times s out of the working space): the counts agree to one step, the heads to
+    # one such step more
+    assert est.converged_ and res.converged and abs(est.n_iter_ - res.n_iter) <= 1
+    extra = 0.0 if est.n_iter_ == res.n_iter else 1e-10 * rows.scale
     assert np.all(np.abs(est.cluster_centers_ - heads)
-                  <= res.n_iter * step + _round_trip_tol(heads, rows.shift))
-    assert est.n_iter_ == res.n_iter
+                  <= res.n_iter * step + extra + _round_trip_tol(heads, rows.shift))
 
 
 def test_float32_rows_far_from_the_origin_keep_their_nearest_heads():
