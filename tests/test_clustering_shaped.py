@@ -314,9 +314,11 @@ def test_cuda_fit_matches_the_cpu_fit():
                            np.log(np.maximum(cpu.predict_proba(X), tiny)),
                            np.log(np.maximum(gpu.predict_proba(X), tiny)),
                            slack=_log_joint_tol(cpu, X))
-    # the EM steps' sums in other orders: the heads and covariances within the steps'
-    # rounding (a stop flipped by rounding adds a step that moves them by less than tol)
-    heads_tol, cov_tol = _fit_tols(X, max(cpu.n_iter_, gpu.n_iter_) + 1)
+    # the EM steps' sums in other orders: the same steps (no drop of the loss near the
+    # stopping tolerance), the heads and covariances within the steps' rounding
+    _stops_apart_from_tol(cpu, len(X))
+    assert gpu.n_iter_ == cpu.n_iter_
+    heads_tol, cov_tol = _fit_tols(X, cpu.n_iter_)
     np.testing.assert_allclose(gpu.cluster_centers_, cpu.cluster_centers_, rtol=0,
                                atol=heads_tol)
     np.testing.assert_allclose(gpu.covariances_, cpu.covariances_, rtol=0, atol=cov_tol)
