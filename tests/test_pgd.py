@@ -1,16 +1,27 @@
 """PGD on the sphere: invariants, convergence, inverse temperature bias, schedules, inputs."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 
 import attnclust as ac
-from _tolerance import eps, sum_tol
+from _tolerance import attention_risk_tol, balance_tol, eps, sum_tol
+from attnclust.study import _population, _quadrature
+from attnclust.study.objectives import EmpiricalRisk
 from attnclust.study.schedules import Anneal, Decay, Stages
 
 SIGMA = 0.3
 RUNNING = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=SIGMA)
 OFF_SPAN = slice(1, 9)  # coordinates orthogonal to e_1 and e_10
+# Off the centroids' span the heads stay exactly 0, not within rounding: the centroids and
+# the initial heads (combinations of them) are exactly 0 there, and every coordinate j of
+# the gradient is a sum of products each with a factor x_j or mu_gj (the chain rule through
+# <x, mu_h>, ||mu_0 - mu_1|| and G = mu mu^T; all else lives on the K heads or the k
+# components), so a sum of signed zeros; so are mu_hj - eta xi_hj and its quotient by the
+# norm. A matrix product forms each entry from its own row and column (every BLAS's gemm),
+# so no kernel, order or thread count puts a nonzero there: one is a coordinate leaking.
 
 
 def _angle(heads):
@@ -41,7 +52,7 @@ def test_iterates_stay_on_the_sphere_and_on_the_manifold(penalty):
     path = np.stack(seen)  # (T, K, d)
     assert len(path) == n_steps
     assert np.abs(np.linalg.norm(path, axis=-1) - 1.0).max() <= _unit_tol(path.shape[-1])
-    assert np.abs(path[..., OFF_SPAN]).max() < 1e-10
+    assert np.abs(path[..., OFF_SPAN]).max() == 0.0  # exactly (see OFF_SPAN)
 
 
 def test_manifold_invariance_three_heads():
@@ -51,7 +62,7 @@ def test_manifold_invariance_three_heads():
            n_steps=300, callback=_collect(seen))
     path = np.stack(seen)
     assert np.abs(np.linalg.norm(path, axis=-1) - 1.0).max() <= _unit_tol(path.shape[-1])
-    assert np.abs(path[..., 2:9]).max() < 1e-10  # span is e_1, e_2, e_10
+    assert np.abs(path[..., 2:9]).max() == 0.0  # span e_1, e_2, e_10 (OFF_SPAN)
 
 
 def test_init_on_manifold_and_sphere():
@@ -223,28 +234,125 @@ def test_bad_inputs():
 
 
 # -- batched runs -------------------------------------------------------------------------
-def _separate(objectives, heads0, per_run: dict, **common):
-    """The same descents one call at a time (``per_run``: name -> list of values)."""
-    return [ac.pgd(objectives[r], heads0[r], **{k: v[r] for k, v in per_run.items()}, **common)
-            for r in range(len(heads0))]
+# Are R runs in one call the iterates of R calls bit for bit? Not provably: pgd hands the
+# whole (R, K, d) iterate to each kernel (torch's matmul, bmm, reductions and autograd on
+# data; numpy's einsum, matmul and sums on mixtures; torch's batched Cholesky for QMC), and
+# how those libraries order a run's sums is theirs to choose from the whole shape (torch
+# splits a sum across threads by its total size, so a row of 40000 summed alone or among
+# eight rows rounds differently with two threads). So each step is compared instead: from
+# each iterate of the batched call (recorded at every step), one step of the other
+# computation lands within one step's rounding, the risk and the gradient's norm at that
+# iterate within their rounding, and the stopping test takes the same side of ``tol``.
+def _value(spec, t: int) -> float:
+    """A run's lambda_t or rho_t: the number, or its schedule at step ``t`` (pgd calls the
+    same schedule at the same ``t``: compared exactly)."""
+    return float(spec(t)) if callable(spec) else float(spec)
 
 
-def _assert_same(batched, separate, atol=1e-12):
-    for r, one in enumerate(separate):
-        torch.testing.assert_close(batched.heads[r], one.heads, rtol=0, atol=atol)
-        assert batched.n_iter[r] == one.n_iter and batched.converged[r] == one.converged
-        # the records up to this run's stop step are the same iterates
-        T = len(one.history.step)
-        np.testing.assert_array_equal(batched.history.step[:T - 1], one.history.step[:T - 1])
-        np.testing.assert_allclose(batched.history.heads[:T - 1, r], one.history.heads[:T - 1],
-                                   rtol=0, atol=atol)
-        np.testing.assert_allclose(batched.history.risk[:T - 1, r], one.history.risk[:T - 1],
-                                   rtol=1e-12)
+def _population_run(mix, lam, rho, penalty, eta, *, K, n_samples=None):
+    """What :func:`_assert_each_step` needs of a run on a mixture: ``n`` the terms of the
+    rule's sums (the exact rule's nodes at the run's first heads, as many at any heads;
+    ``n_samples`` points per component for QMC), ``scale`` ``r + H`` of
+    :func:`attention_risk_tol` (``r`` the root mean square row, ``E||X||^2``; unit heads)."""
+    if n_samples is None:
+        h = ac.init_on_sphere(K, mix.d, rng=0)
+        n = _population.exact_samples(h, mix, _value(lam, 0), _quadrature.rule())[2].numel()
+    else:
+        n = n_samples * mix.k
+    return dict(lam=lam, rho=rho, penalty=penalty, eta=eta, n_grad=n, n_value=n,
+                scale=_quadrature.second_moment(mix) ** 0.5 + 1.0)
+
+
+def _restart_steps(d: int, lam: float, scale: float) -> float:
+    """Rounding steps (in :func:`attention_risk_tol`'s count, units of eps) that restarting
+    from a recorded iterate adds: pgd normalizes heads0 again, a relative change of up to
+    ``(d + 2) eps`` of each head (:func:`_unit_tol`), which moves each product ``<x, mu_h>``
+    by ``(d + 2) eps s^2`` and each logit by ``lambda`` times that (``s = r + H``); the
+    tangent projection rounds by ``(d + 2) eps`` of the gradient's size."""
+    return (d + 2) * (2 + lam * scale**2)
+
+
+def _step_tols(run: dict, h: torch.Tensor, lam: float, rho: float, gnorm: float):
+    """(step, risk, gradient norm) differences allowed between two computations of one
+    step from the heads ``h`` (K, d) of a run at lambda_t, rho_t:
+
+    * the Euclidean gradient within :func:`attention_risk_tol`'s per entry (the same
+      ``n`` terms summed in another order, plus the restart's steps), the balance
+      penalty's :func:`balance_tol` or the repulsion's ``(K + d) eps 2 sum_g |G_hg|
+      |mu_g|`` (with the restart's ``3 (d + 2)``: ``G`` twice, ``mu`` once) times rho;
+    * a head moves by ``eta`` times its gradient's difference (``sqrt(d)`` entries; the
+      tangent projection and the retraction of a tangent step do not expand it), plus the
+      restart's and the retraction's rounding (:func:`_unit_tol` each);
+    * the norm of the Riemannian gradient, over ``K d`` entries, by ``sqrt(K d)`` times
+      the entries' bound plus the rounding of its sum of squares (:func:`sum_tol`)."""
+    K, d = h.shape
+    s, extra = run["scale"], _restart_steps(d, lam, run["scale"])
+    vtol = attention_risk_tol(run["n_value"] + extra, s, lam, K, d)[0]
+    gtol = attention_risk_tol(run["n_grad"] + extra, s, lam, K, d)[1]
+    if run["penalty"] == "balance":
+        gtol += rho * balance_tol(run["n_grad"] + extra, s, lam, K, d)[1]
+    elif run["penalty"] == "repulsion":
+        rep = (K + d + 3 * (d + 2)) * eps() * 2 * ((h @ h.T).abs() @ h.abs())
+        gtol += rho * float(rep.max())
+    step = run["eta"] * np.sqrt(d) * gtol + 2 * _unit_tol(d)
+    return step, vtol, np.sqrt(K * d) * gtol + sum_tol(K * d) * gnorm
+
+
+def _assert_each_step(res, runs: dict, one_step, *, tol: float = 0.0):
+    """``res``: a batched call recorded at every step; ``runs``: run index -> its spec
+    (:func:`_population_run`); ``one_step(t, rs)``: the other computation's step from
+    ``res.history.heads[t, rs]`` at the runs' lambda_t and rho_t, a list of SolverResults
+    of one step recorded at every step (heads (K, d), risk and gradient norm at both ends).
+
+    Exact: the step numbers, the schedules (the same calls), the frozen runs' records and
+    final heads (copies). Within :func:`_step_tols`: each step, risk and gradient norm. The
+    stopping test (``tol``, from a run's ``finished_at``): at every step where the batched
+    call tested it, its gradient norm is further from ``tol`` than the two computations'
+    difference (asserted: which side it takes is then no machine's rounding), and the
+    other computation's norm is on the same side."""
+    hist = res.history
+    T = len(hist.step)
+    np.testing.assert_array_equal(hist.step, np.arange(T))
+    for r, run in runs.items():
+        stop = int(res.n_iter[r])
+        assert hist.inverse_temperature[:, r].tolist() == [_value(run["lam"], t) for t in range(T)]
+        assert hist.rho[:, r].tolist() == [_value(run["rho"], t) for t in range(T)]
+        np.testing.assert_array_equal(res.heads[r].numpy(), hist.heads[stop, r])
+        np.testing.assert_array_equal(hist.heads[stop:, r], hist.heads[[stop] * (T - stop), r])
+        assert res.converged[r] == (stop < T - 1 or (tol > 0 and hist.grad_norm[stop, r] < tol))
+    for t in range(T):
+        rs = [r for r in runs if t <= res.n_iter[r]]
+        for r, one in zip(rs, one_step(t, rs), strict=True):
+            run, h = runs[r], torch.as_tensor(hist.heads[t, r])
+            lam, rho, gnorm = hist.inverse_temperature[t, r], hist.rho[t, r], hist.grad_norm[t, r]
+            step_tol, vtol, gtol = _step_tols(run, h, lam, rho, gnorm)
+            assert abs(one.history.risk[0] - hist.risk[t, r]) <= vtol, (t, r)
+            assert abs(one.history.grad_norm[0] - gnorm) <= gtol, (t, r)
+            if t < res.n_iter[r]:
+                moved = (one.heads - torch.as_tensor(hist.heads[t + 1, r])).norm(dim=1)
+                assert bool((moved <= step_tol).all()), (t, r, moved.max().item(), step_tol)
+            if tol > 0 and t >= getattr(run["lam"], "finished_at", 0) \
+                    and t >= getattr(run["rho"], "finished_at", 0):
+                assert abs(gnorm - tol) > gtol, (t, r, gnorm)        # the margin
+                stopped = bool(res.converged[r]) and t == res.n_iter[r]
+                assert (one.history.grad_norm[0] < tol) == stopped, (t, r)
+
+
+def _separate_steps(objective_at, runs: dict, res, **common):
+    """``one_step`` of :func:`_assert_each_step` by separate calls: run ``r``'s objective
+    at step ``t`` (``objective_at(r, t)``), its lambda_t, rho_t, penalty and step size."""
+    def one_step(t, rs):
+        hist = res.history
+        return [ac.pgd(objective_at(r, t), hist.heads[t, r],
+                       inverse_temperature=hist.inverse_temperature[t, r], rho=hist.rho[t, r],
+                       penalty=runs[r]["penalty"], step_size=runs[r]["eta"], n_steps=1,
+                       record_every=1, **common) for r in rs]
+    return one_step
 
 
 def test_batched_runs_equal_separate_runs_population_k2():
-    """R runs in one call give the iterates of R calls (float64, to 1e-12): own inits,
-    inverse temperatures, penalties, weights, schedules and stopping steps."""
+    """R runs in one call take the steps of R calls (each step within its rounding): own
+    inits, inverse temperatures, penalties, weights, schedules and stopping steps."""
     R = 6
     heads0 = torch.stack([ac.init_on_sphere(2, 10, rng=r) for r in range(R)])
     per_run = dict(inverse_temperature=[10.0, 30.0, Anneal(100.0, steps=80),
@@ -254,16 +362,30 @@ def test_batched_runs_equal_separate_runs_population_k2():
                         Decay(0.3, steps=80)],
                    step_size=[0.5, 0.05, 0.5, 0.5, 0.5, 0.05])
     mixes = [RUNNING.with_sigma(s) for s in (0.1, 0.3, 0.1, 0.0, 0.2, 0.3)]
-    common = dict(n_steps=160, record_every=20, tol=1e-12)
-    batched = ac.pgd(mixes, heads0, **per_run, **common)
-    separate = _separate(mixes, heads0, per_run, **common)
+    # tol well above the gradient's rounding (~1e-8 at lambda = 100), so that which step
+    # stops a run is set by the descent, not by rounding (asserted step by step below)
+    tol = 1e-6
+    batched = ac.pgd(mixes, heads0, **per_run, n_steps=160, record_every=1, tol=tol)
     assert batched.heads.shape == (R, 2, 10) and batched.history.risk.shape[1] == R
     # some runs froze early (at different steps), some did not
     assert 1 < batched.converged.sum() < R and len(set(batched.n_iter)) > 2
-    _assert_same(batched, separate)
+    runs = {r: _population_run(mixes[r], *(per_run[k][r] for k in
+                                          ("inverse_temperature", "rho", "penalty", "step_size")),
+                               K=2) for r in range(R)}
+    _assert_each_step(batched, runs,
+                      _separate_steps(lambda r, t: mixes[r], runs, batched), tol=tol)
     # per-run histories: the schedules of each run
     assert batched.history.inverse_temperature[0, 2] == pytest.approx(100.0 / 100)
     assert batched.history.inverse_temperature[0, 0] == 10.0
+
+
+def _batches_at(X, t: int, **kwargs) -> EmpiricalRisk:
+    """The mini-batches of a call given ``X`` and ``kwargs``, from the one of step ``t``:
+    pgd draws one batch per step (the last step's evaluation included) with its rng."""
+    risk = EmpiricalRisk(X, **kwargs)
+    for _ in range(t):
+        risk.next_batch()
+    return risk
 
 
 def test_batched_runs_equal_separate_runs_qmc_and_data():
@@ -272,27 +394,44 @@ def test_batched_runs_equal_separate_runs_qmc_and_data():
     heads0 = torch.stack([ac.init_on_sphere(K, d, rng=r) for r in range(R)])
     per_run = dict(inverse_temperature=[5.0, 20.0, 10.0], penalty=["balance", None, "repulsion"],
                    rho=[1.0, 0.0, 0.5])
-    common = dict(step_size=0.5, n_steps=40, record_every=10, n_samples=256, rng=3)
-    batched = ac.pgd(mixes, heads0, **per_run, **common)
-    _assert_same(batched, _separate(mixes, heads0, per_run, **common))
+    common = dict(step_size=0.5, n_samples=256, rng=3)  # the same QMC points (seed 3)
+    batched = ac.pgd(mixes, heads0, **per_run, **common, n_steps=40, record_every=1)
+    runs = {r: _population_run(mixes[r], per_run["inverse_temperature"][r], per_run["rho"][r],
+                               per_run["penalty"][r], 0.5, K=K, n_samples=256) for r in range(R)}
+    _assert_each_step(batched, runs, _separate_steps(lambda r, t: mixes[r], runs, batched,
+                                                     n_samples=256, rng=3))
     assert np.all(batched.history.risk[-1] < batched.history.risk[0])
     # empirical risk: shared data, mini-batches (the same rows for every run)
     X = RUNNING.sample(3000, rng=0)
     heads0 = torch.stack([ac.init_on_sphere(2, 10, rng=r) for r in range(R)])
     per_run = dict(inverse_temperature=[3.0, 10.0, 30.0], penalty=[None, "balance", "repulsion"],
                    rho=[0.0, 0.5, 0.5])
-    common = dict(step_size=0.3, n_steps=30, record_every=10, batch_size=500, rng=7)
-    batched = ac.pgd(X, heads0, **per_run, **common)
-    _assert_same(batched, _separate([X] * R, heads0, per_run, **common))
+    batched = ac.pgd(X, heads0, **per_run, step_size=0.3, n_steps=30, record_every=1,
+                     batch_size=500, rng=7)
+    # the gradient sums a batch's 500 rows, the recorded risk all 3000 (r the largest row)
+    scale = float(np.linalg.norm(X, axis=1).max()) + 1.0
+    runs = {r: dict(lam=per_run["inverse_temperature"][r], rho=per_run["rho"][r],
+                    penalty=per_run["penalty"][r], eta=0.3, n_grad=500, n_value=len(X),
+                    scale=scale) for r in range(R)}
+    _assert_each_step(batched, runs, _separate_steps(
+        lambda r, t: _batches_at(X, t, batch_size=500, rng=7), runs, batched))
 
 
 def test_batched_runs_share_nothing_but_the_call():
-    """A run's iterates do not depend on which other runs share its batch."""
+    """A run's steps do not depend on which other runs share its batch: from each iterate
+    of four runs, two of them in a call of their own take the same step (within its
+    rounding: the kernels see other shapes)."""
     heads0 = torch.stack([ac.init_on_manifold(RUNNING, rng=r) for r in range(4)])
-    kwargs = dict(inverse_temperature=10.0, step_size=0.5, n_steps=50, record_every=50)
-    whole = ac.pgd(RUNNING, heads0, **kwargs).heads
-    part = ac.pgd(RUNNING, heads0[[2, 0]], **kwargs).heads
-    torch.testing.assert_close(part, whole[[2, 0]], rtol=0, atol=1e-14)
+    kwargs = dict(inverse_temperature=10.0, step_size=0.5)
+    whole = ac.pgd(RUNNING, heads0, **kwargs, n_steps=50, record_every=1)
+    runs = {r: _population_run(RUNNING, 10.0, 0.0, None, 0.5, K=2) for r in (2, 0)}
+
+    def part(t, rs):                      # runs 2 and 0 (those not yet stopped), one call
+        res = ac.pgd(RUNNING, whole.history.heads[t][rs], **kwargs, n_steps=1, record_every=1)
+        return [SimpleNamespace(heads=res.heads[i], history=SimpleNamespace(
+            risk=res.history.risk[:, i], grad_norm=res.history.grad_norm[:, i]))
+            for i in range(len(rs))]
+    _assert_each_step(whole, runs, part)
     with pytest.raises(ValueError, match="3 entries for 4 runs"):
         ac.pgd(RUNNING, heads0, inverse_temperature=1.0, penalty=[None] * 3)
     with pytest.raises(ValueError, match="inverse_temperature"):
