@@ -20,7 +20,9 @@ and penalty weight, step size and stopping test; one run is ``R = 1`` of the sam
 Each step evaluates the objective of every active run in one call (see
 :mod:`attnclust.study.objectives`); a run whose Riemannian gradient norm falls below ``tol``
 (once its schedules have finished) is frozen and leaves the batch, so the batched
-iterates are those of ``R`` separate calls (tested to 1e-12 in float64).
+iterates are those of ``R`` separate calls (tested step by step: each batched step is a
+separate call's up to the rounding of the gradient, whose sums the kernels may order
+otherwise for another batch shape).
 
 ``R`` is the population risk of a :class:`~attnclust.GaussianMixture` (full batch;
 exact rule for ``K <= 3``, QMC with common random numbers otherwise) or the empirical
