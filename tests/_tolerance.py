@@ -246,3 +246,8 @@ def assert_labels_off_ties(a, b, log_a, log_b, slack=0.0) -> None:
     bad = np.flatnonzero((np.asarray(a) != np.asarray(b)) & (gap > 2 * (moved + slack)))
     assert bad.size == 0, f"labels differ off ties at rows {bad[:10].tolist()} " \
         f"(gaps {gap[bad[:10]].tolist()})"
+    # fits that drifted far apart excuse every row above: two computations of one fit
+    # disagree on a few rows near a tie at most
+    differ = np.asarray(a) != np.asarray(b)
+    assert differ.sum() <= max(1, 0.01 * differ.size), \
+        f"labels differ on {differ.mean():.1%} of the rows"
