@@ -15,11 +15,16 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 
 
-def _api_module():
-    spec = importlib.util.spec_from_file_location("_api", DOCS / "_api.py")
+def _docs_module(name: str):
+    """The script ``docs/<name>.py``, imported (docs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, DOCS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _api_module():
+    return _docs_module("_api")
 
 
 def test_readme_is_a_front_page_of_at_most_300_lines():
@@ -76,10 +81,7 @@ def test_the_source_tree_of_the_development_page_names_every_module():
 
 
 def _architecture():
-    spec = importlib.util.spec_from_file_location("architecture", DOCS / "architecture.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _docs_module("architecture")
 
 
 def test_the_architecture_picture_places_every_module_of_the_package():

@@ -243,6 +243,13 @@ def _too_costly(crows: WorkingRows, covariance: Covariance, n_clusters: int) -> 
         > CHOICE_NUMBERS
 
 
+def _shaped_candidates(crows: WorkingRows, n_clusters: int):
+    """The shaped candidates to fit, and those left out as too costly."""
+    shaped = [cov for cov in AUTO.candidates if cov.shaped]
+    skipped = tuple(cov for cov in shaped if _too_costly(crows, cov, n_clusters))
+    return [cov for cov in shaped if cov not in skipped], skipped
+
+
 def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, *,
                      gen: np.random.Generator, report: Reporter):
     """``covariance_type="auto"``: from the default fit ``end`` (at the ``"auto"``
@@ -312,21 +319,17 @@ def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, pl
     means, covs, log_w = m_step(X, rw, 1, floor, np.ones(K), total, moments)
     scores = [_score_lean(log_joint(X, means, covs, log_w, sph, 1, floor, moments), w, sph,
                           K, d, log_scale)]
-    fits, skipped = {}, []
+    fits = {}
+    tried, skipped = _shaped_candidates(crows, K)
     scale2 = float(variances.mean()) or 1.0
-    for cov in AUTO.candidates:
-        if not cov.shaped:
-            continue
-        if _too_costly(crows, cov, K):
-            skipped.append(cov)
-            continue
+    for cov in tried:
         fit = lean_em(X, labels, K, cov, floor, sample_weight=w,
                       tol=plan.with_covariance(cov).tol, max_iter=plan.max_iter,
                       start_scale=scale2)
         fits[cov] = fit
         scores.append(_score_lean(fit.log_joint, w, cov, K, d, log_scale,
                                   _at_floor(cov, fit.covariances, floor_t)))
-    choice = choose_shape(scores, tuple(skipped))
+    choice = choose_shape(scores, skipped)
     if not choice.covariance.shaped:
         return choice, None
     return choice, _lean_attributes(crows, fits[choice.covariance], choice.covariance,
@@ -385,20 +388,16 @@ def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
     scores = [score_log_joint(
         crows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor),
         sph, K, log_scale=log_scale)]
-    fits, skipped = {}, []
-    for cov in AUTO.candidates:
-        if not cov.shaped:
-            continue
-        if _too_costly(crows, cov, K):
-            skipped.append(cov)
-            continue
+    fits = {}
+    tried, skipped = _shaped_candidates(crows, K)
+    for cov in tried:
         fitted = fit_shaped(crows, heads, plan.with_covariance(cov), report=Reporter(None, 0))
         fits[cov] = fitted
         s = crows.scale
         scores.append(_score_fitted(crows, fitted, cov, K, log_scale)._replace(
             at_floor=_at_floor(cov, fitted.covariances_ / (s * s),
                                torch.as_tensor(fitted.covariance_floor_ / (s * s)))))
-    choice = choose_shape(scores, tuple(skipped))
+    choice = choose_shape(scores, skipped)
     return choice, fits.get(choice.covariance)
 
 
