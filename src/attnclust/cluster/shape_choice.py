@@ -246,8 +246,9 @@ def _too_costly(crows: WorkingRows, covariance: Covariance, n_clusters: int) -> 
 def _shaped_candidates(crows: WorkingRows, n_clusters: int):
     """The shaped candidates to fit, and those left out as too costly."""
     shaped = [cov for cov in AUTO.candidates if cov.shaped]
-    skipped = tuple(cov for cov in shaped if _too_costly(crows, cov, n_clusters))
-    return [cov for cov in shaped if cov not in skipped], skipped
+    costly = [_too_costly(crows, cov, n_clusters) for cov in shaped]
+    return ([cov for cov, out in zip(shaped, costly) if not out],
+            tuple(cov for cov, out in zip(shaped, costly) if out))
 
 
 def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, *,
