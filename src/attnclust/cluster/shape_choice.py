@@ -247,8 +247,8 @@ def _shaped_candidates(crows: WorkingRows, n_clusters: int):
     """The shaped candidates to fit, and those left out as too costly."""
     shaped = [cov for cov in AUTO.candidates if cov.shaped]
     costly = [_too_costly(crows, cov, n_clusters) for cov in shaped]
-    return ([cov for cov, out in zip(shaped, costly) if not out],
-            tuple(cov for cov, out in zip(shaped, costly) if out))
+    return ([cov for cov, out in zip(shaped, costly, strict=True) if not out],
+            tuple(cov for cov, out in zip(shaped, costly, strict=True) if out))
 
 
 def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, *,
