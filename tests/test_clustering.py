@@ -61,8 +61,9 @@ def _lambda_rel(X, heads) -> float:
     X, heads = np.asarray(X, dtype=np.float64), np.asarray(heads, dtype=np.float64)
     p = X @ heads.T
     labels = p.argmax(1)
-    kappa = max(np.max(np.mean(p[labels == h] ** 2, 0) / np.var(p[labels == h], 0))
-                for h in range(len(heads)) if np.sum(labels == h) > 1)
+    cells = [p[labels == h] for h in range(len(heads)) if np.sum(labels == h) > 1]
+    assert all(np.var(c, 0).min() > 0 for c in cells)   # else kappa, and the bound, is inf
+    kappa = max(np.max(np.mean(c ** 2, 0) / np.var(c, 0)) for c in cells)
     return 4 * float(kappa) * sum_tol(len(X))
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import attnclust as ac
-from _tolerance import assert_same_labels, eps, sum_tol
+from _tolerance import assert_labels_off_ties, assert_same_labels, eps, sum_tol
 from attnclust.cluster import warm_start
 from attnclust.cluster.clustering import AttentionClustering
 from attnclust.cluster.communicator import Communicator
@@ -42,19 +42,12 @@ def _fit(X, weights=None, **params):
 
 def _labels_agree_off_ties(a, b, labels_b, rows) -> None:
     """``a.labels_`` and ``labels_b`` (``b``'s labels of the same ``rows``) agree except
-    on rows whose two most-attended heads are, in ``a``, within how far the two fits'
-    logits are apart on that row: the gap between two heads' logits moves by at most
-    twice the largest move of a log-probability (the log-sum-exp cancels in a gap),
-    measured from both fits, plus the rounding of the log-probabilities."""
+    within the two fits' difference of a tie (:func:`assert_labels_off_ties` on their
+    log-probabilities, whose rounding is ``4 d eps`` of their size)."""
     tiny = np.finfo(np.float64).tiny
-    la = np.log(np.maximum(a.predict_proba(rows), tiny))
-    lb = np.log(np.maximum(b.predict_proba(rows), tiny))
-    moved = np.abs(la - lb).max(1)
-    top = np.sort(la, 1)
-    gap = top[:, -1] - top[:, -2]
-    slack = 4 * len(rows[0]) * eps() * (1 + np.abs(la).max(1))
-    bad = np.flatnonzero((a.labels_ != labels_b) & (gap > 2 * moved + slack))
-    assert bad.size == 0, f"labels differ off ties at rows {bad[:10].tolist()}"
+    la, lb = (np.log(np.maximum(e.predict_proba(rows), tiny)) for e in (a, b))
+    assert_labels_off_ties(a.labels_, labels_b, la, lb,
+                           slack=4 * len(rows[0]) * eps() * (1 + np.abs(la).max(1)))
 
 
 def _same_fit(a, b, *, labels_b=None, rows=None, at=X) -> None:

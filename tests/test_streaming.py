@@ -97,6 +97,7 @@ def test_the_step_from_sums_is_minus_the_gradient_over_twice_the_soft_counts():
     f = ((Xt - A @ h) ** 2).sum(1).mean()
     f.backward()
     N = A.detach().mean(0)
+    assert float(N.min()) > 1e-3                    # the step divides by N_h
     # the gradient to gtol, divided by 2 N_h; the risk to vtol (attention_risk_tol)
     torch.testing.assert_close(new, heads - h.grad / (2 * N[:, None]), rtol=0,
                                atol=gtol / (2 * float(N.min())))
@@ -118,6 +119,7 @@ def test_sphere_step_from_sums_keeps_the_radial_part_of_the_value_gradient():
     tangent = grad - (grad * heads).sum(1, keepdim=True) * heads
     radial = (values.grad * heads).sum(1, keepdim=True) * heads
     N = A.detach().mean(0)[:, None]
+    assert float(N.min()) > 1e-3                    # the step divides by N_h
     ref = torch.nn.functional.normalize(heads - (tangent + radial) / (2 * N), dim=1)
     # the gradient to gtol (attention_risk_tol), over 2 N_h, then a normalization that
     # divides by the step's norm (>= 1 - its size)

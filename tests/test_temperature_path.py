@@ -232,7 +232,9 @@ def test_the_fixed_point_on_distinct_heads_is_the_map_on_all_heads():
     # the heads drift apart; 1 at least), so 25 steps add sum_t G^t steps' rounding
     d, norms = X.shape[1], np.linalg.norm(X, axis=1).max() + np.linalg.norm(H, axis=1).max()
     step = sum_tol(len(X)) + lam * (d + 2) * eps() * norms**2
+    assert min(moves[1:]) > 0                       # the growth below is a ratio of moves
     growth = max(1.0, max(b / a for a, b in zip(moves[1:], moves[2:], strict=False)))
+    assert growth < 1.5                              # else the bound below says little
     carried = step * sum(growth**t for t in range(25))
     np.testing.assert_allclose(ours, H, rtol=0, atol=carried * np.abs(X).max())
     np.testing.assert_allclose(w, p, rtol=carried)
