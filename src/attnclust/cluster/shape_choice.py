@@ -313,9 +313,9 @@ def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, pl
     floor_t = covariance_floor(torch.from_numpy(variances), REG_COVAR)
     floor = floor_t.numpy()
     sph = Spherical()
-    onehot = np.zeros((n, K))
-    onehot[np.arange(n), labels] = 1.0
-    rw = onehot if w is None else onehot * w[:, None]
+    onehot = np.zeros((K, n))
+    onehot[labels, np.arange(n)] = 1.0
+    rw = onehot if w is None else onehot * w
     moments = row_moments(X, 1)
     means, covs, log_w = m_step(X, rw, 1, floor, np.ones(K), total, moments)
     scores = [_score_lean(log_joint(X, means, covs, log_w, sph, 1, floor, moments), w, sph,
@@ -347,9 +347,10 @@ def _at_floor(cov: Covariance, covariances, floor: torch.Tensor) -> bool:
 
 def _score_lean(lj: np.ndarray, w, cov: Covariance, K: int, d: int, log_scale: float,
                 at_floor: bool = False) -> ShapeScore:
-    top = lj.max(1)
-    lse = top + np.log(np.exp(lj - top[:, None]).sum(1))
-    n = lj.shape[0]
+    """The criteria of a log-joint laid out heads by rows, ``(K, n)``."""
+    top = lj.max(0)
+    lse = top + np.log(np.exp(lj - top).sum(0))
+    n = lj.shape[1]
     if w is None:
         ll, ent = float(lse.sum()), float((lse - top).sum())
     else:
@@ -375,7 +376,7 @@ def _lean_attributes(crows: WorkingRows, fit, cov: Covariance, floor: torch.Tens
         covariance_floor_=floor.cpu().numpy() * s * s, inverse_temperature_=1.0,
         loss_curve_=fit.loss_curve + d * math.log(s),
         inverse_temperature_curve_=np.ones(len(fit.loss_curve)), n_iter_=int(fit.n_iter),
-        converged_=bool(fit.converged), labels_=fit.log_joint.argmax(1).astype(np.int64))
+        converged_=bool(fit.converged), labels_=fit.log_joint.argmax(0).astype(np.int64))
 
 
 def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
