@@ -49,6 +49,7 @@ from .shaped_fit import positive_factors
 __all__ = ["LeanEM", "LeanFit", "lean_em", "log_joint", "m_step", "row_moments"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+MOMENT_NUMBERS = 2_000_000   # full covariances: rows x d (d + 1) / 2 moments kept, at most
 
 
 class LeanFit(NamedTuple):
@@ -65,9 +66,17 @@ class LeanFit(NamedTuple):
 
 
 def row_moments(X: np.ndarray, cov_layout: int) -> np.ndarray | None:
-    """Per-row second moments in the layout of diagonal (``x * x``, ``(n, d)``) or
-    spherical (``||x||^2``, ``(n, 1)``) covariances; full covariances take theirs head by
-    head."""
+    """Per-row second moments in the layout of the covariances: ``x_j x_k`` for ``j <= k``
+    (full, ``(n, d (d + 1) / 2)``, when that has at most ``MOMENT_NUMBERS`` entries;
+    ``None`` beyond, the M-step then forms them head by head), ``x * x`` (diag,
+    ``(n, d)``) or ``||x||^2`` (spherical, ``(n, 1)``). The M-step's second moments are
+    then one matrix product with the responsibilities."""
+    if cov_layout == 3:
+        n, d = X.shape
+        if n * d * (d + 1) // 2 > MOMENT_NUMBERS:
+            return None
+        j, k = np.triu_indices(d)
+        return X[:, j] * X[:, k]
     if cov_layout == 2:
         return X * X
     if cov_layout == 1:
@@ -85,9 +94,16 @@ def m_step(X, rw, cov_layout: int, floor, previous, total, moments):
     n = np.maximum(counts, 10 * eps * total)
     means = (rw @ X) / n[:, None]                                           # (K, d)
     if cov_layout == 3:
-        second = (rw[:, None, :] * X.T[None]) @ X / n[:, None, None]        # (K, d, d)
-        covs = second - means[:, :, None] * means[:, None, :]
-        covs = 0.5 * (covs + covs.transpose(0, 2, 1)) + np.diag(floor)
+        if moments is None:
+            second = (rw[:, None, :] * X.T[None]) @ X / n[:, None, None]    # (K, d, d)
+            second = 0.5 * (second + second.transpose(0, 2, 1))
+        else:
+            j, k = np.triu_indices(d)
+            upper = (rw @ moments) / n[:, None]                             # (K, d(d+1)/2)
+            second = np.empty((len(n), d, d))
+            second[:, j, k] = upper
+            second[:, k, j] = upper
+        covs = second - means[:, :, None] * means[:, None, :] + np.diag(floor)
         covs = np.where(alive[:, None, None], covs, previous)
     elif cov_layout == 2:
         second = (rw @ moments) / n[:, None]                                # (K, d)
