@@ -163,15 +163,14 @@ class LeanEM:
     it to its stopping rule; :mod:`attnclust.cluster.shape_choice` steps its candidates).
 
     Starts from a hard partition ``labels`` (as
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit` from the partition of its start means)
-    or from a mixture ``start = (means, covariances, log_weights)``. ``log_likelihood``
+    :func:`~attnclust.cluster.shaped_fit.shaped_fit` from the partition of its start means).
+    ``log_likelihood``
     is ``sum_i w_i log sum_h exp l~_h(x_i)`` times ``n / sum_i w_i`` at the current
     parameters.
     """
 
     def __init__(self, X: np.ndarray, n_clusters: int, cov: Covariance, floor: np.ndarray,
-                 *, labels: np.ndarray | None = None, start=None,
-                 sample_weight: np.ndarray | None = None, tol: float = 1e-3,
+                 labels: np.ndarray, *, sample_weight: np.ndarray | None = None, tol: float = 1e-3,
                  start_scale: float = 1.0):
         self.X = X = np.asarray(X, dtype=np.float64)
         n, d = X.shape
@@ -182,12 +181,11 @@ class LeanEM:
         self.total = float(n if self.w is None else self.w.sum())
         self.XT = np.ascontiguousarray(X.T)
         self.moments = row_moments(X, self.layout)
-        if start is None:
-            resp = np.zeros((K, n))
-            resp[labels, np.arange(n)] = 1.0
-            previous = {3: np.broadcast_to(np.eye(d), (K, d, d)), 2: np.ones((K, d)),
-                        1: np.ones(K)}[self.layout] * start_scale
-            start = self._m_step(resp, previous)
+        resp = np.zeros((K, n))
+        resp[labels, np.arange(n)] = 1.0
+        previous = {3: np.broadcast_to(np.eye(d), (K, d, d)), 2: np.ones((K, d)),
+                    1: np.ones(K)}[self.layout] * start_scale
+        start = self._m_step(resp, previous)
         self.params = start
         self.lj, self.resp, self.loss = self._e_step(start)
         self.losses, self.n_iter, self.converged = [self.loss], 0, False
@@ -237,19 +235,18 @@ class LeanEM:
                        counts, self.n_iter, self.converged)
 
 
-def lean_em(X: np.ndarray, labels: np.ndarray | None, n_clusters: int, cov: Covariance,
+def lean_em(X: np.ndarray, labels: np.ndarray, n_clusters: int, cov: Covariance,
             floor: np.ndarray, *, sample_weight: np.ndarray | None = None, tol: float = 1e-3,
-            max_iter: int = 300, start_scale: float = 1.0, start=None) -> LeanFit:
+            max_iter: int = 300, start_scale: float = 1.0) -> LeanFit:
     """EM at ``lambda = 1`` from the hard partition ``labels`` (as
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit` from the partition of its start means),
-    or from the mixture ``start``.
+    :func:`~attnclust.cluster.shaped_fit.shaped_fit` from the partition of its start means).
 
     Parameters
     ----------
     X : ndarray of shape (n, d)
         Rows, float64.
-    labels : ndarray of shape (n,) or None
-        The starting partition (heads ``0..n_clusters-1``); ``None`` with ``start``.
+    labels : ndarray of shape (n,)
+        The starting partition (heads ``0..n_clusters-1``).
     cov : Covariance
         The covariance type.
     floor : ndarray of shape (d,)
@@ -260,8 +257,6 @@ def lean_em(X: np.ndarray, labels: np.ndarray | None, n_clusters: int, cov: Cova
     max_iter : int, default=300
     start_scale : float, default=1.0
         The covariance a head without rows starts from (times the identity).
-    start : tuple, optional
-        ``(means, covariances, log_weights)`` to start from instead of ``labels``.
 
     Examples
     --------
@@ -273,8 +268,8 @@ def lean_em(X: np.ndarray, labels: np.ndarray | None, n_clusters: int, cov: Cova
     >>> fit.converged, fit.covariances.shape, bool(abs(fit.covariances[0, 0, 0] - 9) < 2)
     (True, (2, 2, 2), True)
     """
-    em = LeanEM(X, n_clusters, cov, floor, labels=labels, start=start,
-                sample_weight=sample_weight, tol=tol, start_scale=start_scale)
+    em = LeanEM(X, n_clusters, cov, floor, labels, sample_weight=sample_weight, tol=tol,
+                start_scale=start_scale)
     for _ in range(int(max_iter)):
         if not em.step():
             break
