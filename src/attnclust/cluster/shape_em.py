@@ -67,7 +67,8 @@ class LeanFit(NamedTuple):
 
 def row_moments(X: np.ndarray, cov_layout: int) -> np.ndarray | None:
     """Per-row second moments in the layout of the covariances: ``x_j x_k`` for ``j <= k``
-    (full, ``(n, d (d + 1) / 2)``, when that has at most ``MOMENT_NUMBERS`` entries;
+    (full, ``(n, d (d + 1) / 2)`` in the order of ``np.triu_indices(d)``, a transposed
+    view, when that has at most ``MOMENT_NUMBERS`` entries;
     ``None`` beyond, the M-step then forms them head by head), ``x * x`` (diag,
     ``(n, d)``) or ``||x||^2`` (spherical, ``(n, 1)``). The M-step's second moments are
     then one matrix product with the responsibilities."""
@@ -75,8 +76,8 @@ def row_moments(X: np.ndarray, cov_layout: int) -> np.ndarray | None:
         n, d = X.shape
         if n * d * (d + 1) // 2 > MOMENT_NUMBERS:
             return None
-        j, k = np.triu_indices(d)
-        return X[:, j] * X[:, k]
+        XT = np.ascontiguousarray(X.T)       # rows of XT are contiguous: x_j x_k by rows
+        return np.concatenate([XT[j:] * XT[j] for j in range(d)]).T
     if cov_layout == 2:
         return X * X
     if cov_layout == 1:
