@@ -65,16 +65,21 @@ class LeanFit(NamedTuple):
     converged: bool
 
 
-def row_moments(X: np.ndarray, cov_layout: int) -> np.ndarray | None:
+def row_moments(X: np.ndarray, cov_layout: int, n_clusters: int = 1) -> np.ndarray | None:
     """Per-row second moments in the layout of the covariances: ``x_j x_k`` for ``j <= k``
     (full, ``(n, d (d + 1) / 2)`` in the order of ``np.triu_indices(d)``, a transposed
-    view, when that has at most ``MOMENT_NUMBERS`` entries;
-    ``None`` beyond, the M-step then forms them head by head), ``x * x`` (diag,
-    ``(n, d)``) or ``||x||^2`` (spherical, ``(n, 1)``). The M-step's second moments are
-    then one matrix product with the responsibilities."""
+    view), ``x * x`` (diag, ``(n, d)``) or ``||x||^2`` (spherical, ``(n, 1)``). The
+    M-step's second moments are then one matrix product with the responsibilities. Full
+    covariances keep them only where ``d (d + 1) / 2 <= 4 K`` and there are at most
+    ``MOMENT_NUMBERS`` of them (``None`` otherwise: the M-step forms the second moments
+    head by head, ``K`` products ``(d, n) x (n, d)``): forming ``n d (d + 1) / 2`` new
+    numbers costs more than a few steps of the products head by head where the heads
+    are few (2,048 x 16, K = 2: 2.8 ms against 0.26 ms for three steps; 5,000 x 10, K =
+    100: 7 ms against 15 ms)."""
     if cov_layout == 3:
         n, d = X.shape
-        if n * d * (d + 1) // 2 > MOMENT_NUMBERS:
+        m = d * (d + 1) // 2
+        if m > 4 * n_clusters or n * m > MOMENT_NUMBERS:
             return None
         XT = np.ascontiguousarray(X.T)       # rows of XT are contiguous: x_j x_k by rows
         return np.concatenate([XT[j:] * XT[j] for j in range(d)]).T
@@ -96,7 +101,8 @@ def m_step(X, rw, cov_layout: int, floor, previous, total, moments):
     means = (rw @ X) / n[:, None]                                           # (K, d)
     if cov_layout == 3:
         if moments is None:
-            second = (rw[:, None, :] * X.T[None]) @ X / n[:, None, None]    # (K, d, d)
+            XT = np.ascontiguousarray(X.T)
+            second = np.stack([(XT * r) @ X for r in rw]) / n[:, None, None]   # (K, d, d)
             second = 0.5 * (second + second.transpose(0, 2, 1))
         else:
             j, k = np.triu_indices(d)
@@ -181,7 +187,7 @@ class LeanEM:
         self.w = None if sample_weight is None else np.asarray(sample_weight, np.float64)
         self.total = float(n if self.w is None else self.w.sum())
         self.XT = np.ascontiguousarray(X.T)
-        self.moments = row_moments(X, self.layout)
+        self.moments = row_moments(X, self.layout, K)
         resp = np.zeros((K, n))
         resp[labels, np.arange(n)] = 1.0
         previous = {3: np.broadcast_to(np.eye(d), (K, d, d)), 2: np.ones((K, d)),
