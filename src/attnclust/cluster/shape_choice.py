@@ -32,7 +32,8 @@ On at most ``CHOICE_ROWS`` (2,000) rows every candidate is fitted on all of them
 chosen fit is the estimator's; on more, the choice is made on a seeded sample of
 ``CHOICE_ROWS`` rows (every rank draws the same, labelled by the default fit's nearest
 head) and only a chosen shaped candidate is then fitted on all rows, from the default
-fit's partition (the fit ``covariance_type`` = that shape would make from those heads).
+fit's partition: the EM its candidate would have run on all rows (the lean EM on at most
+``LEAN_ROWS`` rows held whole, the chunked one from the default fit's heads otherwise).
 Why 2,000: the criteria's differences between shapes grow with the rows (``n`` times a
 difference per row) faster than their sampling noise (``sqrt(n)`` times a spread per
 row), so a clear choice is the same on a sample; on the development and held-out
@@ -50,10 +51,11 @@ al. 1994 and McNicholas et al. 2010), ``L_inf = L_t + g_t a_t / (1 - a_t)`` with
 L_t - L_{t-1}`` and ``a_t = g_t / g_{t-1}`` in ``(0, 1)``, leaves even ``-2 L_inf + p_c
 log n`` (the ICL without its entropy, which is ``>= 0``) above the least ICL of the
 candidates scored so far (spherical, then a converged diag not at the floor). Such a
-candidate is recorded as ``stopped`` and is not chosen. EM can speed up again after a
+candidate is recorded as ``stopped`` and is not chosen. (Rows on several ranks or a
+device run every candidate to its stopping rule.) EM can speed up again after a
 slow stretch, so the projection is not a bound; two steps in a row are asked for
-because one step stopped "full" wrongly on one set (core, ring, corners) of the 355
-fits, two stopped none wrongly (and cut the candidates' EM steps by a fifth).
+because one step stopped "full" wrongly on one set of the 59 (core, ring, corners, 4 of
+its 5 seeds), two stopped none wrongly (and cut the candidates' EM steps by a fifth).
 
 With sample weights the criteria's sums are the weighted means times ``n``.
 
