@@ -198,6 +198,63 @@ def test_choice_on_a_sample_fits_the_chosen_shape_on_all_rows(monkeypatch):
     assert all(v["n_rows"] == 400 for v in est.covariance_type_criteria_.values())
 
 
+def _sticks(seed, per):
+    """Three Gaussian sticks as :func:`_elongated`, ``per`` rows each."""
+    rng = np.random.default_rng(seed)
+    parts = [rng.standard_normal((per, 2)) * [3.0, 0.3] @ _rotation(t).T + c
+             for t, c in ((0.0, [0, 0]), (np.pi / 3, [5, 0]), (2 * np.pi / 3, [2.5, 4.3]))]
+    return np.concatenate(parts), np.repeat(np.arange(3), per)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_choice_on_a_sample_is_the_choice_on_all_rows(monkeypatch, seed):
+    """Clear cases (sticks: full; round blobs: spherical) with more than ``CHOICE_ROWS``
+    rows choose on the sample what they choose on all rows, and the chosen shaped fit is
+    then the all-rows candidate itself: the same EM from the same partition, bit for bit."""
+    assert shape_choice.CHOICE_ROWS == 2_000
+    X, _ = _sticks(seed, 800)
+    blobs, _ = make_blobs(2400, centers=4, cluster_std=1.0, random_state=seed)
+    sampled = [_fit(X, 3, seed), _fit(blobs, 4, seed)]
+    monkeypatch.setattr(shape_choice, "CHOICE_ROWS", 10**6)
+    whole = [_fit(X, 3, seed), _fit(blobs, 4, seed)]
+    assert [e.covariance_type_ for e in sampled] == [e.covariance_type_ for e in whole] \
+        == ["full", "spherical"]
+    assert "on 2000 rows" in sampled[0].covariance_type_reason_
+    assert "on 2400 rows" in whole[0].covariance_type_reason_
+    for a, b in zip(sampled, whole, strict=True):
+        np.testing.assert_array_equal(a.labels_, b.labels_)
+        np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(sampled[0].covariances_, whole[0].covariances_)
+
+
+@pytest.mark.parametrize("seed", [0, 2])
+def test_a_stopped_candidate_run_to_convergence_is_not_chosen_either(seed):
+    """A cross of two sticks with one mean: diag follows the sticks, full's EM is stopped
+    early (its projected ICL bound above diag's). Run on independently to convergence
+    from the same partition and floor, full's ICL is still above the chosen diag's, and
+    the recorded criteria of the stopped iterate are above it too."""
+    rng = np.random.default_rng(103 + seed)
+    X = np.r_[rng.normal(size=(500, 2)) * [4.0, 0.3],
+              (rng.normal(size=(500, 2)) * [4.0, 0.3]) @ _rotation(np.pi / 2).T]
+    est = _fit(X, 2, seed)
+    crit = est.covariance_type_criteria_
+    assert est.covariance_type_ == "diag", est.covariance_type_reason_
+    assert crit["full"]["stopped"] and not crit["diag"]["stopped"]
+    assert "full stopped before convergence" in est.covariance_type_reason_
+    assert crit["full"]["icl"] > crit["diag"]["icl"]
+    Xw, _, s = _working(X)
+    labels = AttentionClustering(2, random_state=seed).fit(X).labels_
+    floor = covariance_floor(torch.tensor(Xw.var(0)), 1e-6).numpy()
+    full = lean_em(Xw, labels, 2, Full(), floor, max_iter=1000)
+    assert full.converged
+    n, d = X.shape
+    lj = full.log_joint.T - d * math.log(s)              # (n, K), data units
+    icl_full = _criteria(X, lj, Full().n_parameters(2, d))["icl"]
+    # rounding of the sums: far below the gap (thousands)
+    tol = 8 * sum_tol(n) * float(np.abs(logsumexp(lj, axis=1)).sum())
+    assert icl_full > crit["diag"]["icl"] + tol
+
+
 def test_costly_candidates_are_not_tried(monkeypatch):
     # full: 900 rows x 3 heads x 4 entries = 10,800 numbers; diag: 5,400
     monkeypatch.setattr(shape_choice, "CHOICE_NUMBERS", 6_000)
