@@ -50,6 +50,42 @@ def test_proba_rows_are_predict_proba_and_sum_to_one(blobs, capsys):
     assert "r.proba.csv" in capsys.readouterr().out and _no_temporaries(tmp)
 
 
+def _sticks(rng, n=300):
+    """Three elongated Gaussian clusters: full heads win (:mod:`test_shape_choice`)."""
+    def stick(t, c):
+        turn = np.array([[np.cos(t), np.sin(t)], [-np.sin(t), np.cos(t)]])
+        return rng.normal(size=(n, 2)) * [3.0, 0.3] @ turn + c
+    return np.concatenate([stick(0.0, [0, 0]), stick(np.pi / 3, [5, 0]),
+                           stick(2 * np.pi / 3, [2.5, 4.3])])
+
+
+def test_the_chosen_shape_is_the_estimators_and_its_covariances_are_written(tmp_path, capsys):
+    X = _sticks(np.random.default_rng(0))
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--out", str(tmp_path / "r"),
+                 "--quiet"]) == 0
+    est = ac.AttentionClustering(3, random_state=0).fit(X)
+    assert est.covariance_type_ == "full"
+    out = capsys.readouterr().out
+    assert f"chose covariance_type={est.covariance_type_reason_}" in out
+    # the same estimator on the same doubles: the same operations
+    np.testing.assert_array_equal(np.load(tmp_path / "r.covariances.npy"), est.covariances_)
+    np.testing.assert_array_equal(np.load(tmp_path / "r.labels.npy"), est.labels_)
+    # a spherical fit writes no covariances
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--covariance-type", "spherical",
+                 "--out", str(tmp_path / "s"), "--quiet"]) == 0
+    assert not (tmp_path / "s.covariances.npy").exists()
+
+
+def test_shaped_heads_are_not_streamed(blobs, capsys):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    err = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--covariance-type", "full",
+                          "--batch-rows", "100", "--out", str(tmp / "r")])
+    assert "--covariance-type full is fitted on all the rows at once" in err
+    assert sorted(p.name for p in tmp.iterdir()) == ["x.npy"]
+
+
 def test_no_proba_no_plot_without_the_flags(blobs):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)

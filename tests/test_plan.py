@@ -90,7 +90,8 @@ def _overlapping(n_per: int, seed: int = 0) -> np.ndarray:
 def _fit(X, tol, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AttentionClustering(3, random_state=0, n_init=1, tol=tol, **kw).fit(X)
+        return AttentionClustering(3, covariance_type="spherical", random_state=0, n_init=1,
+                                   tol=tol, **kw).fit(X)
 
 
 @pytest.mark.parametrize("n_per", [1_000, 20_000])   # the sample is every row / 768 of them

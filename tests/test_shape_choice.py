@@ -50,8 +50,9 @@ def test_auto_picks_full_on_elongated_gaussian_clusters(seed):
     assert est.covariance_type_ == "full", est.covariance_type_reason_
     assert est.covariances_.shape == (3, 2, 2)
     assert adjusted_rand_score(y, est.labels_) > 0.85      # the sticks' ends overlap
-    # and the default (spherical heads) cuts across them
-    assert adjusted_rand_score(y, AttentionClustering(3, random_state=seed).fit(X).labels_) < 0.6
+    # and spherical heads cut across them
+    spherical = AttentionClustering(3, covariance_type="spherical", random_state=seed).fit(X)
+    assert adjusted_rand_score(y, spherical.labels_) < 0.6
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -59,7 +60,7 @@ def test_auto_picks_spherical_on_isotropic_blobs(seed):
     X, y = make_blobs(900, centers=4, cluster_std=1.0, random_state=seed)
     est = _fit(X, 4, seed)
     assert est.covariance_type_ == "spherical", est.covariance_type_reason_
-    default = AttentionClustering(4, random_state=seed).fit(X)
+    default = AttentionClustering(4, covariance_type="spherical", random_state=seed).fit(X)
     # the chosen spherical fit is the default fit itself
     np.testing.assert_array_equal(est.cluster_centers_, default.cluster_centers_)
     np.testing.assert_array_equal(est.labels_, default.labels_)
@@ -139,7 +140,7 @@ def test_recorded_criteria_are_the_chosen_mixtures(seed):
         + sum_tol(n) * float(np.abs(logsumexp(lj, axis=1)).sum())
     _assert_criteria(crit["full"], expected, tol, n)
     # spherical: the default fit's partition, read as a mixture
-    labels = AttentionClustering(K, random_state=seed).fit(X).labels_
+    labels = AttentionClustering(K, covariance_type="spherical", random_state=seed).fit(X).labels_
     variances = X.var(0)
     floor = 1e-6 * np.maximum(variances, 1e-10 * variances.mean())
     means = np.stack([X[labels == h].mean(0) for h in range(K)])
@@ -243,7 +244,7 @@ def test_a_stopped_candidate_run_to_convergence_is_not_chosen_either(seed):
     assert "full stopped before convergence" in est.covariance_type_reason_
     assert crit["full"]["icl"] > crit["diag"]["icl"]
     Xw, _, s = _working(X)
-    labels = AttentionClustering(2, random_state=seed).fit(X).labels_
+    labels = AttentionClustering(2, covariance_type="spherical", random_state=seed).fit(X).labels_
     floor = covariance_floor(torch.tensor(Xw.var(0)), 1e-6).numpy()
     full = lean_em(Xw, labels, 2, Full(), floor, max_iter=1000)
     assert full.converged
@@ -297,8 +298,14 @@ def test_shapes_are_chosen_for_the_default_fit_only():
     assert est.covariance_type_reason_.startswith("spherical: shapes are chosen for the "
                                                   "default fit only")
     assert est.covariance_type_criteria_ == {}
-    given = AttentionClustering(3, random_state=0).fit(X)
+    given = AttentionClustering(3, covariance_type="spherical", random_state=0).fit(X)
     assert (given.covariance_type_, given.covariance_type_reason_) == ("spherical", "given")
+    # the default is "auto": with a given lambda it is the spherical fit, exactly
+    default = AttentionClustering(3, inverse_temperature=2.0, random_state=0).fit(X)
+    spherical = AttentionClustering(3, covariance_type="spherical", inverse_temperature=2.0,
+                                    random_state=0).fit(X)
+    np.testing.assert_array_equal(default.cluster_centers_, spherical.cluster_centers_)
+    assert default.covariance_type_reason_.startswith("spherical: shapes are chosen")
     full = AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
     assert (full.covariance_type_, full.covariance_type_reason_) == ("full", "given")
 

@@ -34,8 +34,14 @@ def fit_params(args) -> dict:
     if args.n_clusters != "auto" and args.n_clusters < 1:
         raise CommandError(f"--n-clusters must be a positive integer, got {args.n_clusters}")
     if args.n_clusters == "auto" and (args.distributed or args.batch_rows is not None):
-        raise CommandError("-k auto reads K off the temperature path of all the rows on one "
-                           "process: give K with --distributed or --batch-rows")
+        raise CommandError("-k auto chooses K on all the rows in one process: give K with "
+                           "--distributed or --batch-rows")
+    from ..cluster.covariance import as_covariance_type
+
+    if as_covariance_type(args.covariance_type).shaped and args.batch_rows is not None:
+        raise CommandError(f"--covariance-type {args.covariance_type} is fitted on all the "
+                           "rows at once: leave out --batch-rows (streamed fits are "
+                           "spherical)")
     if args.max_iter < 1:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
     check_seed(args.seed)
@@ -51,7 +57,8 @@ def fit_params(args) -> dict:
         except ValueError:
             raise CommandError(f"--inverse-temperature must be a positive number or 'auto', "
                                f"got {given!r}") from None
-    return dict(geometry=args.geometry, inverse_temperature=inverse_temperature,
+    return dict(geometry=args.geometry, covariance_type=args.covariance_type,
+                inverse_temperature=inverse_temperature,
                 normalize=None if args.normalize == "none" else args.normalize,
                 anneal=False if args.no_anneal else "auto", max_iter=args.max_iter,
                 random_state=args.seed, device=args.device)
@@ -72,15 +79,22 @@ def output_prefix(args) -> str:
 
 
 def output_files(args, prefix: str, centers=None, labels=None, proba=None,
-                 picture=None) -> dict:
+                 picture=None, covariances=None) -> dict:
     """``path -> array or writer`` of the fit's files: PREFIX.centers and PREFIX.labels,
-    with ``--proba`` PREFIX.proba, with ``--plot`` PREFIX.png (``proba`` and ``picture``:
-    functions giving them, called only when asked for). Without values, the paths alone
-    (for the check that no output is the input)."""
+    PREFIX.covariances.npy when the heads are shaped (``covariances``), with ``--proba``
+    PREFIX.proba, with ``--plot`` PREFIX.png (``proba`` and ``picture``: functions giving
+    them, called only when asked for). Without values, the paths alone (for the check
+    that no output is the input; the covariances' path is checked whenever the fit may
+    shape its heads)."""
     from pathlib import Path
+
+    from ..cluster.covariance import as_covariance_type
 
     outputs = {Path(f"{prefix}.centers.npy"): centers, Path(f"{prefix}.centers.csv"): centers,
                Path(f"{prefix}.labels.npy"): labels, Path(f"{prefix}.labels.csv"): labels}
+    shape = as_covariance_type(getattr(args, "covariance_type", "spherical"))
+    if covariances is not None or (centers is None and (shape.shaped or shape.automatic)):
+        outputs[Path(f"{prefix}.covariances.npy")] = covariances
     if args.proba:
         values = None if proba is None else proba()
         outputs.update({Path(f"{prefix}.proba.npy"): values,

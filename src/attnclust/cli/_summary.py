@@ -34,6 +34,19 @@ def head_line(n: int, d: int, n_clusters: int, *, weights, inverse_temperature: 
             f"time={seconds:.2f}s")
 
 
+def choice_lines(est) -> str:
+    """What the fit chose, a line each: ``K`` with ``-k auto``, the heads' shape with
+    ``--covariance-type auto``, and why."""
+    from ..cluster.covariance import as_covariance_type
+
+    lines = ""
+    if est.n_clusters == "auto" and getattr(est, "n_clusters_reason_", None) is not None:
+        lines += f"chose K={est.n_clusters_}: {est.n_clusters_reason_}\n"
+    if as_covariance_type(est.covariance_type).automatic:
+        lines += f"chose covariance_type={est.covariance_type_reason_}\n"
+    return lines
+
+
 def steps_note(est) -> str:
     """``steps=N  converged=yes|no`` of a fit."""
     return f"steps={est.n_iter_}  converged={'yes' if est.converged_ else 'no'}"

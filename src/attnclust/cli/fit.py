@@ -22,7 +22,7 @@ from ._fit_common import (
     progress_total,
     run_fit,
 )
-from ._summary import head_line, steps_note, summary_sums, write_fit
+from ._summary import choice_lines, head_line, steps_note, summary_sums, write_fit
 
 
 def add_parser(sub) -> None:
@@ -40,6 +40,12 @@ def add_parser(sub) -> None:
     p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
                    help="euclidean: free heads, soft k-means cells (default); sphere: unit "
                         "heads, cones from the origin (directions, e.g. embeddings)")
+    p.add_argument("--covariance-type", default="auto",
+                   choices=["auto", "spherical", "diag", "full"],
+                   help="the heads' shape (default auto: the spherical fit, then diagonal "
+                        "and full heads fitted from it, the shape of least ICL kept; "
+                        "spherical with --geometry sphere, a given --inverse-temperature "
+                        "or --batch-rows)")
     p.add_argument("--normalize", default="auto", choices=["auto", "rows", "center-scale", "none"],
                    help="preprocessing of the rows (default auto: onto the unit sphere with "
                         "--geometry sphere, as given otherwise)")
@@ -131,21 +137,16 @@ def run(args) -> int:
         model.set_params(callback=callback)
         est, seconds = run_fit(lambda: model.fit(X, sample_weight=weights), bar)
         outputs = output_files(args, prefix, est.cluster_centers_, est.labels_,
+                               covariances=getattr(est, "covariances_", None),
                                proba=lambda: predict_proba(est, X),
                                picture=lambda: plot_writer(args, est, X, est.labels_))
         sizes = np.bincount(est.labels_, minlength=est.n_clusters_)
         conf_sum, sq_err = summary_sums(est, X, est.n_clusters_, weights=weights)
         total = X.shape[0] if weights is None else float(weights.sum())
-        head = _auto_k_line(est) + head_line(
+        head = choice_lines(est) + head_line(
             X.shape[0], X.shape[1], est.n_clusters_, weights=weights,
             inverse_temperature=est.inverse_temperature_, progress=steps_note(est),
             risk=sq_err / total, seconds=seconds)
         write_fit(outputs, [head], sizes, conf_sum)
     return 0
 
-
-def _auto_k_line(est) -> str:
-    """With ``-k auto``: the chosen K and why, on a line of its own."""
-    if getattr(est, "n_clusters_reason_", None) is None or est.n_clusters != "auto":
-        return ""
-    return f"chose K={est.n_clusters_}: {est.n_clusters_reason_}\n"

@@ -20,7 +20,7 @@ from ._fit_common import (
     progress_total,
     run_fit,
 )
-from ._summary import head_line, steps_note, summary_sums, write_fit
+from ._summary import choice_lines, head_line, steps_note, summary_sums, write_fit
 
 
 def run(args) -> int:
@@ -140,7 +140,7 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
         return
     sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-2] / total[-1]
     per_pass = ddp.pass_bytes(K, X.shape[1], dtype=torch.float64)
-    head = [head_line(est.n_samples_total_, X.shape[1], K,
+    head = [choice_lines(est) + head_line(est.n_samples_total_, X.shape[1], K,
                       weights=None if weights is None else total[-1:],
                       inverse_temperature=est.inverse_temperature_, progress=steps_note(est),
                       risk=risk, seconds=seconds, ranks=f"ranks={world} ({dist.get_backend()})  "),

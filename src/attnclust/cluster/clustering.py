@@ -39,8 +39,10 @@ Shaped heads
 ``covariance_type="diag"`` or ``"full"`` gives each (Euclidean) head its own metric and
 weight (:mod:`attnclust.cluster.shaped`), fitted after the same warm start by tempered EM on the
 likelihood of the Gaussian mixture the heads describe (:mod:`attnclust.cluster.shaped_fit`; the
-layer's risk does not reward shaped cells, see ``docs/guide/shaped-heads.md``). The
-default, ``"spherical"``, is the fit above.
+layer's risk does not reward shaped cells, see ``docs/guide/shaped-heads.md``).
+``"spherical"`` is the fit above. The default, ``"auto"``, fits it, then the shaped
+candidates from its heads, and keeps the shape of least ICL
+(:mod:`attnclust.cluster.shape_choice`): no single shape wins on every kind of data.
 
 Data-parallel fitting
 ---------------------
@@ -113,15 +115,17 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
         from the origin: for directions, such as embeddings compared by cosine).
-    covariance_type : {"spherical", "diag", "full", "auto"}, default="spherical"
+    covariance_type : {"auto", "spherical", "diag", "full"}, default="auto"
         The heads' query-key metric. ``"spherical"``: one isotropic metric shared by all
-        heads, today's layer fitted on the risk. ``"auto"``: the default fit, then shaped
-        heads fitted from its heads, and the shape of lowest ICL kept
+        heads, the paper's layer fitted on the risk. ``"auto"``: the spherical fit, then
+        shaped heads fitted from its heads, and the shape of lowest ICL kept
         (:mod:`attnclust.cluster.shape_choice`; ``covariance_type_`` and
-        ``covariance_type_reason_`` say which and why; for the default fit only, else
-        ``"spherical"``). ``"diag"``, ``"full"``: each head learns its own precision
-        ``P_h`` and weight ``pi_h`` (:mod:`attnclust.cluster.shaped`), fitted by
-        tempered EM on the likelihood of the Gaussian mixture they describe
+        ``covariance_type_reason_`` say which and why). Shapes are chosen for the fit with
+        Euclidean heads, ``"auto"`` lambda, the fixed-point solver and no penalty; any
+        other fit, and ``partial_fit``, is ``"spherical"``. ``"diag"``, ``"full"``: each
+        head learns its own precision ``P_h`` and weight ``pi_h``
+        (:mod:`attnclust.cluster.shaped`), fitted by tempered EM on the likelihood of the
+        Gaussian mixture they describe
         (:mod:`attnclust.cluster.shaped_fit`; Euclidean heads only): ``inverse_temperature`` is then
         the tempering exponent (``"auto"``: 1, the likelihood itself, where the fit is
         ``GaussianMixture``'s EM), ``tol`` the change of the mean log-likelihood per step
@@ -275,7 +279,7 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     temperature_curve_ = RenamedAttribute("temperature_curve_", "inverse_temperature_curve_")
 
     @renamed_keywords(temperature="inverse_temperature")
-    def __init__(self, n_clusters=8, *, geometry="euclidean", covariance_type="spherical",
+    def __init__(self, n_clusters=8, *, geometry="euclidean", covariance_type="auto",
                  inverse_temperature="auto", init="kmeans++", n_init="auto", normalize="auto",
                  penalty=None, rho=0.0,
                  anneal="auto", solver="fixed-point", max_iter=300, tol="auto",

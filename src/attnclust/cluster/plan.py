@@ -79,8 +79,8 @@ class FitPlan:
     --------
     >>> from attnclust import AttentionClustering
     >>> plan = resolve(AttentionClustering(3, geometry="sphere").get_params())
-    >>> plan.geometry, plan.covariance, plan.normalize, plan.tol, plan.hard
-    (Sphere(), Spherical(), 'rows', 1e-06, False)
+    >>> plan.geometry, plan.normalize, plan.tol, plan.hard, plan.chooses_shape
+    (Sphere(), 'rows', 1e-06, False, False)
     >>> plan.anneal
     ((0.125, 5), (0.25, 5), (0.5, 5), (1.0, None))
     """
