@@ -355,3 +355,26 @@ def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check(estimator)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])    # seeds whose 2,000-row sample misses the far row
+def test_a_shape_the_sample_chose_that_fails_on_all_rows_is_not_kept(seed):
+    """12 blobs in 5-D and one row at 1e6: on a sample without that row full heads win,
+    but fitted on all rows one head holds the far row alone, at the covariance floor (the
+    blobs merge into the others). The fit checks the choice on all rows and keeps the
+    spherical fit, the reason saying why."""
+    gen = np.random.default_rng(1)
+    centres = gen.uniform(-20, 20, (12, 5))
+    X = np.concatenate([centres[gen.integers(0, 12, 6000)] + gen.normal(size=(6000, 5)),
+                        [[1e6] * 5]])
+    est = _fit(X, 12, seed)
+    assert est.covariance_type_ == "spherical"
+    assert est.covariance_type_reason_.startswith(
+        "spherical: full was chosen on a sample of 2000 rows, but its fit on all 6001 rows")
+    assert est.covariance_type_criteria_["full"]["n_rows"] == 2000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spherical = AttentionClustering(12, covariance_type="spherical",
+                                        random_state=seed).fit(X)
+    np.testing.assert_array_equal(est.cluster_centers_, spherical.cluster_centers_)
+    np.testing.assert_array_equal(est.labels_, spherical.labels_)
