@@ -34,17 +34,18 @@ chosen fit is the estimator's; on more, the choice is made on a seeded sample of
 head) and only a chosen shaped candidate is then fitted on all rows, from the default
 fit's partition: the EM its candidate would have run on all rows (the lean EM on at most
 ``LEAN_ROWS`` rows held whole, the chunked one from the default fit's heads otherwise).
-That fit is kept only if its ICL on all rows is below the spherical partition's there and
-no head is at the floor; else the spherical fit is (the reason says why): a sample can
-miss the few rows that sink a shaped fit (one row at 1e6 beside blobs gets a head of its
-own at the floor, the blobs merging into the other heads). Why 2,000: the criteria's differences between shapes grow with the rows (``n`` times a
-difference per row) faster than their sampling noise (``sqrt(n)`` times a spread per
-row), so a clear choice is the same on a sample; on the development and held-out
-batteries (59 sets, 355 fits) the choice on 2,000 rows was that on all rows in 117 of
-the 120 fits with more than 2,000 rows (on 1,000 rows: 248 of 260), the three others
-near-ties. A candidate whose EM would handle more than ``CHOICE_NUMBERS`` numbers per
-pass (rows x heads x covariance entries per head) is not tried (the reason says so): a
-cost guard for wide data, where a full covariance has ``d (d + 1) / 2`` entries per head.
+That fit is kept only if its ICL on all rows is below the spherical partition's there
+and no head is at the floor; else the spherical fit is (the reason says why): a sample
+can miss the few rows that sink a shaped fit (one row at 1e6 beside blobs gets a head of
+its own at the floor, the blobs merging into the other heads). Why 2,000: the criteria's
+differences between shapes grow with the rows (``n`` times a difference per row) faster
+than their sampling noise (``sqrt(n)`` times a spread per row), so a clear choice is the
+same on a sample; on the development and held-out batteries (59 sets, 355 fits) the
+choice on 2,000 rows was that on all rows in 117 of the 120 fits with more than 2,000
+rows (on 1,000 rows: 248 of 260), the three others near-ties. A candidate whose EM would
+handle more than ``CHOICE_NUMBERS`` numbers per pass (rows x heads x covariance entries
+per head) is not tried (the reason says so): a cost guard for wide data, where a full
+covariance has ``d (d + 1) / 2`` entries per head.
 
 On rows read whole (one process, the CPU) the shaped candidates' EM
 (:class:`~attnclust.cluster.shape_em.LeanEM`) runs diag, then full, each to its stopping
