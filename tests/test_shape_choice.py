@@ -282,8 +282,9 @@ def test_the_chunked_choice_agrees_with_the_lean_one():
     log_scale = math.log(rows.scale)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lean, _ = shape_choice._choose_lean(rows, labels, heads, plan, log_scale)
-        chunked, _ = shape_choice._choose_chunked(rows, labels, heads, plan, log_scale)
+        lean, _ = shape_choice._choose_lean(rows, labels, heads, plan, log_scale, len(X))
+        chunked, _ = shape_choice._choose_chunked(rows, labels, heads, plan, log_scale,
+                                                  len(X))
     assert lean.covariance == chunked.covariance
     for a, b in zip(lean.scores, chunked.scores, strict=True):
         assert a.covariance == b.covariance
@@ -378,3 +379,20 @@ def test_a_shape_the_sample_chose_that_fails_on_all_rows_is_not_kept(seed):
                                         random_state=seed).fit(X)
     np.testing.assert_array_equal(est.cluster_centers_, spherical.cluster_centers_)
     np.testing.assert_array_equal(est.labels_, spherical.labels_)
+
+
+def test_a_shape_too_costly_to_fit_on_all_rows_is_not_tried(monkeypatch):
+    """The rows of the choice are a sample of 2,000, but the chosen shape is fitted on all
+    rows: a shape whose fit there would pass more than ``FIT_NUMBERS`` numbers is left
+    out. Sticks, 3 x 1,000 rows: full (3 heads x 4 entries) handles 36,000 numbers per pass
+    on all rows, diag 18,000."""
+    monkeypatch.setattr(shape_choice, "FIT_NUMBERS", 20_000)
+    rng = np.random.default_rng(0)
+    turns = [np.array([[np.cos(t), np.sin(t)], [-np.sin(t), np.cos(t)]])
+             for t in (0.0, np.pi / 3, 2 * np.pi / 3)]
+    X = np.concatenate([rng.normal(size=(1000, 2)) * [3.0, 0.3] @ u + c
+                        for u, c in zip(turns, ([0, 0], [5, 0], [2.5, 4.3]), strict=True)])
+    est = _fit(X, 3, 0)
+    assert set(est.covariance_type_criteria_) == {"spherical", "diag"}
+    assert "not tried (full)" in est.covariance_type_reason_
+    assert est.covariance_type_criteria_["diag"]["n_rows"] == 2000    # chosen on the sample

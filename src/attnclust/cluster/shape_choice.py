@@ -44,8 +44,12 @@ same on a sample; on the development and held-out batteries (59 sets, 355 fits) 
 choice on 2,000 rows was that on all rows in 117 of the 120 fits with more than 2,000
 rows (on 1,000 rows: 248 of 260), the three others near-ties. A candidate whose EM would
 handle more than ``CHOICE_NUMBERS`` numbers per pass (rows x heads x covariance entries
-per head) is not tried (the reason says so): a cost guard for wide data, where a full
-covariance has ``d (d + 1) / 2`` entries per head.
+per head), or whose fit on all rows would handle more than ``FIT_NUMBERS``, is not tried
+(the reason says so): a cost guard for wide and for large data, where a full covariance
+has ``d (d + 1) / 2`` entries per head and the chunked EM on all rows costs far more
+than the spherical fit (70,000 x 784 image-like rows, 10 heads: 0.7 s per diagonal pass,
+13 s in all, against 0.4 s for the whole spherical fit); pass ``covariance_type`` to fit
+a shape there.
 
 On rows read whole (one process, the CPU) the shaped candidates' EM
 (:class:`~attnclust.cluster.shape_em.LeanEM`) runs diag, then full, each to its stopping
@@ -100,6 +104,7 @@ __all__ = ["CHOICE_NUMBERS", "CHOICE_ROWS", "REG_COVAR", "ShapeChoice", "ShapeSc
 CHOICE_ROWS = 2_000         # rows the choice is made on (a seeded sample beyond)
 LEAN_ROWS = 10_000          # rows the chosen shape's lean EM reads whole, at most
 CHOICE_NUMBERS = 20_000_000  # a candidate's rows x heads x covariance entries, at most
+FIT_NUMBERS = 100_000_000    # the same of a chosen shape's fit on all rows, at most
 STOP_STEPS = 2              # steps in a row whose projected ICL bound stops a candidate
 AT_FLOOR = 1.01             # a covariance within 1% of the floor: no spread of its own
 REG_COVAR = 1e-6            # the shaped fits' floor (attnclust.cluster.shaped_fit.shaped_fit)
@@ -182,7 +187,8 @@ def choose_shape(scores: list[ShapeScore], skipped: tuple[Covariance, ...] = ()
                    "above the least one")
     if skipped:
         reason += (f"; not tried ({' and '.join(c.name for c in skipped)}): more than "
-                   f"{CHOICE_NUMBERS:.0e} numbers per pass")
+                   f"{CHOICE_NUMBERS:.0e} numbers per pass on the rows of the choice or "
+                   f"{FIT_NUMBERS:.0e} on all rows")
     return ShapeChoice(best.covariance, reason, tuple(scores))
 
 
@@ -271,15 +277,17 @@ def _entries(covariance: Covariance, d: int) -> int:
     return math.prod(covariance.shape(1, d))
 
 
-def _too_costly(crows: WorkingRows, covariance: Covariance, n_clusters: int) -> bool:
-    return crows.n_total * n_clusters * _entries(covariance, crows.rows.shape[1]) \
-        > CHOICE_NUMBERS
+def _too_costly(crows: WorkingRows, covariance: Covariance, n_clusters: int,
+                n_total: int) -> bool:
+    per_row = n_clusters * _entries(covariance, crows.rows.shape[1])
+    return crows.n_total * per_row > CHOICE_NUMBERS or n_total * per_row > FIT_NUMBERS
 
 
-def _shaped_candidates(crows: WorkingRows, n_clusters: int):
-    """The shaped candidates to fit, and those left out as too costly."""
+def _shaped_candidates(crows: WorkingRows, n_clusters: int, n_total: int):
+    """The shaped candidates to fit, and those left out as too costly (on the rows of the
+    choice ``crows``, or fitted on all ``n_total`` rows)."""
     shaped = [cov for cov in AUTO.candidates if cov.shaped]
-    costly = [_too_costly(crows, cov, n_clusters) for cov in shaped]
+    costly = [_too_costly(crows, cov, n_clusters, n_total) for cov in shaped]
     return ([cov for cov, out in zip(shaped, costly, strict=True) if not out],
             tuple(cov for cov, out in zip(shaped, costly, strict=True) if out))
 
@@ -322,7 +330,7 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, 
     crows, labels = _choice_rows(rows, heads, end.labels, gen)
     lean = _held_whole(crows)
     run = _choose_lean if lean else _choose_chunked
-    choice, fitted = run(crows, labels, heads, plan, math.log(rows.scale))
+    choice, fitted = run(crows, labels, heads, plan, math.log(rows.scale), rows.n_total)
     if not choice.covariance.shaped:
         return None, choice
     if crows is rows:
@@ -410,7 +418,7 @@ class _Chosen(NamedTuple):
 
 
 def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, plan: FitPlan,
-                 log_scale: float):
+                 log_scale: float, n_total: int):
     """The choice on rows read whole (:class:`attnclust.cluster.shape_em.LeanEM`); the
     chosen shaped candidate's EM (``None`` for ``"spherical"``).
 
@@ -433,7 +441,7 @@ def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, pl
                           sph, K, d, log_scale)]
     least = scores[0].icl
     ems = {}
-    tried, skipped = _shaped_candidates(crows, K)
+    tried, skipped = _shaped_candidates(crows, K, n_total)
     for cov in tried:
         em = ems[cov] = lr.em(cov, plan, labels)
         penalty = cov.n_parameters(K, d) * math.log(n) + 2.0 * n * d * log_scale
@@ -519,7 +527,7 @@ def _lean_attributes(crows: WorkingRows, fit, cov: Covariance, floor: torch.Tens
 
 
 def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
-                    plan: FitPlan, log_scale: float):
+                    plan: FitPlan, log_scale: float, n_total: int):
     """The choice on rows shared by ranks or on a device (the chunked
     :func:`~attnclust.cluster.estimator_fits.fit_shaped`, criteria by passes over the rows)."""
     K = plan.n_clusters
@@ -530,7 +538,7 @@ def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
         crows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor),
         sph, K, log_scale=log_scale)]
     fits = {}
-    tried, skipped = _shaped_candidates(crows, K)
+    tried, skipped = _shaped_candidates(crows, K, n_total)
     for cov in tried:
         fitted = fit_shaped(crows, heads, plan.with_covariance(cov), report=Reporter(None, 0))
         fits[cov] = fitted
