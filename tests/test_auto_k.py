@@ -406,3 +406,39 @@ def test_the_scan_stops_once_the_bic_has_risen():
     scanned = int(np.isfinite(choice.bic).sum())
     assert choice.n_clusters == 3 and scanned == 3 + PATIENCE
     assert np.all(np.isinf(choice.bic[scanned:])) and len(choice.bic) == 12
+
+
+def test_merged_cells_join_a_blob_cut_in_two():
+    """The scan's other candidate partition: the cells of K + 1 merged where Ward's cost is
+    least, then Lloyd's steps. Four blobs, one cut in two by its median along x: the two
+    halves are merged (the cheapest pair by far) and the four cells are the blobs, with
+    the blobs' within sum of squares (within rounding of n + d products)."""
+    from attnclust.cluster.k_choice import _kmeans, _merged
+
+    X, z = _blobs(4, d=2, n_each=150, sep=10.0, rng=4)
+    cut = z.copy()
+    half = (z == 2) & (X[:, 0] > np.median(X[z == 2, 0]))
+    cut[half] = 4
+    heads = np.array([X[cut == h].mean(0) for h in range(5)])
+    labels, within, fewer = _merged(X, (cut, None, heads), np.random.default_rng(0))
+    assert ac.adjusted_rand_index(z, labels) == 1.0 and fewer.shape == (4, 2)
+    truth = sum(((X[z == h] - X[z == h].mean(0)) ** 2).sum() for h in range(4))
+    assert abs(within - truth) <= sum(X.shape) * np.finfo(float).eps * truth
+    assert _kmeans(X, 1, None)[1] > within
+
+
+def test_the_scan_keeps_the_merged_cells_where_they_are_better():
+    """Every K scored by the scan has cells no worse (W_K) than those of K + 1 merged:
+    the merge is tried at each K + 1 and kept when it lowers W_K."""
+    import attnclust.cluster.k_choice as kc
+
+    X, _ = _separated(10, 5, seed=2)
+    Z = kc.standardized(X)
+    _, lo, hi = kc._principal_box(Z)
+    cells, scores = kc._scan(Z, 12, np.random.default_rng(0),
+                             float(np.log(hi - lo).sum()))
+    tie = sum(Z.shape) * np.finfo(float).eps
+    for k in range(2, min(len(scores) + 1, len(cells))):
+        merged = kc._merged(Z, cells[k], np.random.default_rng(0))
+        assert cells[k - 1][1] <= merged[1] * (1 + tie), k
+

@@ -14,7 +14,15 @@ centred and scaled to unit variance: the partitions below are k-means cells, whi
 depend on the units; the likelihoods themselves do not, up to a constant).
 
 - **Partitions.** For each ``K = 1, 2, ...``: the best of ``N_INIT`` k-means runs in that
-  space (:func:`attnclust.cluster.kmeans.batch.best_of_seedings`).
+  space (:func:`attnclust.cluster.kmeans.batch.best_of_seedings`), or, when its ``W_K``
+  (the within-cell sum of squares) is lower, **the cells of ``K + 1`` merged**: the two
+  cells whose merge raises ``W`` least (Ward's cost) become one head, then Lloyd's steps
+  from those ``K`` heads; tried as each ``K + 1`` is scanned, and down ``K - 1, ...``
+  while it lowers ``W``. Three seedings can all end in a local minimum that joins two
+  separated clusters and cuts a third (a 10-blob mixture in 5-D: BIC(10) above BIC(9)
+  and BIC(11), so K = 11); the cells of 11, one blob cut in two, merged, give the 10
+  blobs. ``BIC(K)`` is computed once ``K + 1``'s merge has been tried (again when a
+  merge cascading down replaces cells already scored).
 - **The mixture of each partition.** Each cell gives a head (its mean, covariance of the
   shape and weight), beside a **uniform background** of density ``1 / V`` (``V`` the
   volume of the rows' box along their principal axes) with its own weight ``pi_0`` (its
@@ -225,11 +233,28 @@ def _least_bic(Z, labels, n_clusters, log_volume) -> tuple[float, str]:
                 c) for c in COVARIANCE_TYPES)
 
 
-def _kmeans(Z, k, rng, n_init=N_INIT):
+def _kmeans(Z, k, rng, n_init=N_INIT, init=None):
+    """K-means cells ``(labels, W_K, heads)``: the best of ``n_init`` runs, or one from
+    the heads ``init``."""
     if k == 1:
-        return np.zeros(Z.shape[0], dtype=np.int64), float(((Z - Z.mean(0)) ** 2).sum())
-    run = best_of_seedings(Z, k, n_init, rng)
-    return np.asarray(run.labels), float(run.objective) * Z.shape[0]
+        return (np.zeros(Z.shape[0], dtype=np.int64), float(((Z - Z.mean(0)) ** 2).sum()),
+                Z.mean(0, keepdims=True))
+    run = best_of_seedings(Z, k, n_init, rng, init=init)
+    return np.asarray(run.labels), float(run.objective) * Z.shape[0], np.asarray(run.heads)
+
+
+def _merged(Z, cells, rng):
+    """``K - 1`` cells from the ``K`` of ``cells``: the two whose merge raises ``W`` least
+    (Ward's cost ``n_a n_b / (n_a + n_b) |c_a - c_b|^2``) become one head, then Lloyd's
+    steps from those ``K - 1`` heads."""
+    labels, _, heads = cells
+    n = np.bincount(labels, minlength=len(heads)).astype(np.float64)
+    cost = (np.outer(n, n) / np.maximum(n[:, None] + n[None], 1.0)
+            * ((heads[:, None] - heads[None]) ** 2).sum(-1))
+    np.fill_diagonal(cost, np.inf)
+    a, b = np.unravel_index(int(np.argmin(cost)), cost.shape)
+    joined = (n[a] * heads[a] + n[b] * heads[b]) / max(n[a] + n[b], 1.0)
+    return _kmeans(Z, len(heads) - 1, rng, init=np.r_[np.delete(heads, [a, b], 0), joined[None]])
 
 
 def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
@@ -256,6 +281,32 @@ def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
     refs = np.asarray(refs)
     spread = float(refs.std(ddof=1)) * math.sqrt(1.0 + 1.0 / n_references)
     return (gap - float(refs.mean())) / max(spread, 1e-12)
+
+
+def _scan(Z, top, gen, log_volume) -> tuple[list, list]:
+    """The cells (:func:`_kmeans`) and the least BIC with its shape (:func:`_least_bic`) of
+    ``K = 1, 2, ...`` until the BIC has risen ``PATIENCE`` times in a row or ``K = top``
+    (module docstring); the cells may hold one ``K`` more than the scores."""
+    cells = [_kmeans(Z, 1, gen)]
+    tie = sum(Z.shape) * np.finfo(np.float64).eps  # W_K rounding: n terms of d products
+    scores = [_least_bic(Z, cells[0][0], 1, log_volume)]
+    for k in range(2, top + 2):        # K = k - 1 is scored once K = k's cells are known
+        if k <= top:
+            cells.append(_kmeans(Z, k, gen))
+            j = k - 1          # K - 1 from K's cells merged, down while that lowers W_{K-1}
+            while j >= 2:
+                fewer = _merged(Z, cells[j], gen)
+                if fewer[1] >= cells[j - 1][1] * (1.0 - tie):
+                    break
+                cells[j - 1] = fewer
+                if j - 1 < len(scores):                 # K = j was scored: again
+                    scores[j - 1] = _least_bic(Z, fewer[0], j, log_volume)
+                j -= 1
+        if k >= 3:
+            scores.append(_least_bic(Z, cells[k - 2][0], k - 1, log_volume))
+            if k - 1 - (2 + int(np.argmin([b for b, _ in scores[1:]]))) >= PATIENCE:
+                break                                   # risen PATIENCE times in a row
+    return cells, scores
 
 
 def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
@@ -286,14 +337,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                        f"too few rows ({n}) to compare K = 1 with K >= 2")
     _, lo, hi = _principal_box(Z)
     log_volume = float(np.log(np.maximum(hi - lo, 1e-12)).sum())
-    cells = [_kmeans(Z, 1, gen)]
-    scores = [_least_bic(Z, cells[0][0], 1, log_volume)]
-    for k in range(2, top + 1):
-        cells.append(_kmeans(Z, k, gen))
-        scores.append(_least_bic(Z, cells[-1][0], k, log_volume))
-        least = 2 + int(np.argmin([b for b, _ in scores[1:]]))
-        if k - least >= PATIENCE:                       # risen PATIENCE times in a row
-            break
+    cells, scores = _scan(Z, top, gen, log_volume)
     bic = np.full(top, np.inf)
     bic[:len(scores)] = [b for b, _ in scores]
     best = 2 + int(np.argmin(bic[1:]))
