@@ -442,3 +442,59 @@ def test_the_scan_keeps_the_merged_cells_where_they_are_better():
         merged = kc._merged(Z, cells[k], np.random.default_rng(0))
         assert cells[k - 1][1] <= merged[1] * (1 + tie), k
 
+
+def test_early_bounds_are_the_t_quantiles_and_hold_their_level():
+    """c_b is the 1 - EARLY_LEVEL quantile of t with b - 1 degrees of freedom; with D and
+    the references i.i.d. normal (the null), z_b passes it with probability EARLY_LEVEL:
+    counted over 400,000 simulated tests, within 5 binomial standard deviations."""
+    from scipy.stats import t
+
+    from attnclust.cluster.k_choice import EARLY_LEVEL, LOOKS, early_bound
+
+    rng = np.random.default_rng(0)
+    m = 400_000
+    for b in LOOKS:
+        assert abs(early_bound(b) - t.ppf(1 - EARLY_LEVEL, b - 1)) <= 1e-9 * early_bound(b)
+        draws = rng.standard_normal((m, b + 1))
+        refs = draws[:, 1:]
+        z = (draws[:, 0] - refs.mean(1)) / (refs.std(1, ddof=1) * np.sqrt(1 + 1 / b))
+        passed = int((z > early_bound(b)).sum())
+        expect = m * EARLY_LEVEL
+        assert abs(passed - expect) <= 5 * np.sqrt(expect), (b, passed, expect)
+
+
+def _full_and_sequential(Z, k, seed):
+    """The structure test with all references and the sequential one, same draws."""
+    from attnclust.cluster.k_choice import _kmeans, structure_z
+
+    within = _kmeans(Z, k, np.random.default_rng(seed))[1]
+    return (structure_z(Z, within, k, np.random.default_rng(seed), looks=()),
+            structure_z(Z, within, k, np.random.default_rng(seed)))
+
+
+def test_sequential_structure_test_stops_early_on_clear_cases():
+    """Separated blobs: z passes c_4 after 4 references, so the sequential z is the full
+    test's computed on the first 4 draws (bit for bit: the same draws, the same sums), and
+    both say structure."""
+    from attnclust.cluster.k_choice import STRUCTURE_Z, _kmeans, early_bound, structure_z
+
+    for k, d in ((2, 2), (4, 5), (7, 20)):
+        X, _ = _separated(k, d, seed=k)
+        within = _kmeans(X, k, np.random.default_rng(0))[1]
+        full, seq = _full_and_sequential(X, k, 0)
+        first4 = structure_z(X, within, k, np.random.default_rng(0), n_references=4, looks=())
+        assert seq == first4 > early_bound(4) and full > STRUCTURE_Z, (k, d, full, seq)
+
+
+@pytest.mark.parametrize("kind", ["gaussian", "uniform", "elongated"])
+def test_sequential_structure_test_decides_as_the_full_one_on_one_cluster_data(kind):
+    """One-cluster data (the null, a uniform square, and Gaussian blobs): on 10 seeds the
+    sequential test says no structure, as the full one does; on the uniform square no
+    early look stops (|z_b| stays far below c_b), so z is the full test's exactly."""
+    from attnclust.cluster.k_choice import STRUCTURE_Z
+
+    for s in range(10):
+        full, seq = _full_and_sequential(_one_cluster(kind, s, n=300), 3, s)
+        assert full <= STRUCTURE_Z and seq <= STRUCTURE_Z, (s, full, seq)
+        if kind == "uniform":
+            assert seq == full, (s, full, seq)
