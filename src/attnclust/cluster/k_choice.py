@@ -94,7 +94,7 @@ import numpy as np
 from scipy.special import stdtrit
 
 from .._validation import as_generator
-from .covariance import Covariance, as_covariance
+from .covariance import as_covariance
 from .kmeans.batch import best_of_seedings
 
 __all__ = ["COVARIANCE_TYPES", "EARLY_LEVEL", "EM_STEPS", "LOOKS", "N_INIT", "N_REFERENCES",
@@ -166,44 +166,60 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return P, P.min(0), P.max(0)
 
 
-def _full(D, R, N) -> tuple[np.ndarray, np.ndarray]:
-    """Squared Mahalanobis distances ``(K, n)`` and half log-determinants ``(K,)`` of each
-    head's weighted covariance, all heads at once (batched Cholesky factors)."""
-    d = D.shape[2]
-    covs = np.matmul((D * R[:, :, None]).transpose(0, 2, 1), D) / N[:, None, None]
-    L = np.linalg.cholesky(covs + _REG * np.eye(d))                        # (K, d, d)
-    Y = np.matmul(D, np.linalg.inv(L).transpose(0, 2, 1))                  # (K, n, d)
-    return np.einsum("knd,knd->kn", Y, Y), np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1)
+def _full(Z, n_heads):
+    """The moments of full covariances on the rows ``Z`` ``(n, d)``: a function of the
+    responsibilities ``R`` ``(K, n)``, weights ``N`` ``(K,)`` and means ``M`` ``(K, d)``
+    giving the squared Mahalanobis distances ``(K, n)`` and half log-determinants
+    ``(K,)`` of each head's weighted covariance (floor ``_REG``), all heads at once
+    (batched Cholesky factors; the deviations ``(K, d, n)``, rows last, in two buffers
+    reused at every step)."""
+    Zt = np.ascontiguousarray(Z.T)
+    D, Y = np.empty((2, n_heads) + Zt.shape)
+
+    def moments(R, N, M):
+        np.subtract(Zt[None], M[:, :, None], out=D)
+        np.multiply(D, R[:, None, :], out=Y)
+        covs = np.matmul(Y, D.transpose(0, 2, 1)) / N[:, None, None]
+        L = np.linalg.cholesky(covs + _REG * np.eye(len(Zt)))               # (K, d, d)
+        np.matmul(np.linalg.inv(L), D, out=Y)
+        np.multiply(Y, Y, out=Y)
+        return Y.sum(1), np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1)
+    return moments
 
 
-def _diag(D, R, N, *, pooled: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """As :func:`_full` for per-feature variances (their mean over features: ``pooled``)."""
-    D2 = D * D
-    var = np.einsum("kn,knd->kd", R, D2) / N[:, None]                      # (K, d)
-    if pooled:
-        var = np.repeat(var.mean(1, keepdims=True), D.shape[2], 1)
-    var += _REG
-    return np.einsum("knd,kd->kn", D2, 1.0 / var), 0.5 * np.log(var).sum(1)
+def _diag(Z, n_heads):
+    """As :func:`_full` for per-feature variances, from the rows' squares: ``var =
+    R Z^2 / N - M^2``, the distances ``Z^2 / var - 2 Z M / var + M^2 / var`` (three matrix
+    products, no ``(K, n, d)`` array; ``Z`` centred, so the cancellation is bounded by the
+    spread, not the offset)."""
+    Z2 = Z * Z
+
+    def moments(R, N, M):
+        var = np.maximum(R @ Z2 / N[:, None] - M * M, 0.0) + _REG           # (K, d)
+        inv = 1.0 / var
+        mahalanobis = inv @ Z2.T - (2.0 * M * inv) @ Z.T
+        mahalanobis += (M * M * inv).sum(1)[:, None]
+        return mahalanobis, 0.5 * np.log(var).sum(1)
+    return moments
 
 
-def _spherical(D, R, N) -> tuple[np.ndarray, np.ndarray]:
-    return _diag(D, R, N, pooled=True)
+def _spherical(Z, n_heads):
+    """As :func:`_diag` with one variance per head, the mean of its features' variances."""
+    d = Z.shape[1]
+    sq = np.einsum("nd,nd->n", Z, Z)
+
+    def moments(R, N, M):
+        mm = np.einsum("kd,kd->k", M, M)
+        var = np.maximum((R @ sq / N - mm) / d, 0.0) + _REG                  # (K,)
+        inv = 1.0 / var
+        mahalanobis = np.multiply.outer(inv, sq) - (2.0 * inv[:, None] * M) @ Z.T
+        mahalanobis += (mm * inv)[:, None]
+        return mahalanobis, 0.5 * d * np.log(var)
+    return moments
 
 
 _MOMENTS = {as_covariance("spherical"): _spherical, as_covariance("diag"): _diag,
             as_covariance("full"): _full}
-
-
-def _log_gaussians(Z, R, shape: Covariance) -> tuple[np.ndarray, np.ndarray]:
-    """The M step and the log-densities: each head's weight ``N_h`` ``(K,)`` from the
-    responsibilities ``R`` ``(K, n)`` (heads first), and ``log N(z_i; mu_h, Sigma_h)``
-    ``(K, n)`` of the head's weighted mean and covariance of that ``shape`` (floor
-    ``_REG``), all heads at once."""
-    d = Z.shape[1]
-    N = R.sum(1) + 1e-12                                                   # (K,)
-    D = Z[None] - ((R @ Z) / N[:, None])[:, None]                          # (K, n, d)
-    mahalanobis, half_logdet = _MOMENTS[shape](D, R, N)
-    return N, -0.5 * mahalanobis - (half_logdet + 0.5 * d * _LOG_2PI)[:, None]
 
 
 def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
@@ -211,7 +227,9 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                 covariance_type: str = "full") -> float:
     """BIC of the mixture of ``covariance_type`` heads with a uniform background
     (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
-    EM steps (module docstring).
+    EM steps (module docstring). Each step: the M step (each head's weight ``N_h``, mean
+    and covariance of the shape from the responsibilities), then the E step (the
+    log-densities, heads first ``(K + 1, n)``, the background last).
 
     Examples
     --------
@@ -223,23 +241,30 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     True
     """
     n, d = Z.shape
+    K = n_clusters
     shape = as_covariance(covariance_type)
-    R = np.zeros((n_clusters, n))                                          # heads first
-    R[labels, np.arange(n)] = 1.0
+    Z = Z - Z.mean(0)                  # the likelihood is the same; the sums' scale smaller
+    moments = _MOMENTS[shape](Z, K)
+    J = np.zeros((K + 1, n))
+    J[labels, np.arange(n)] = 1.0
     background = 0.05
     for _ in range(steps + 1):
-        N, J = _log_gaussians(Z, R, shape)
-        J += np.log(N / N.sum() * (1.0 - background))[:, None]
-        J = np.r_[J, np.full((1, n), math.log(background) - log_volume)]  # (K + 1, n)
+        R = J[:K]                                                          # heads first
+        N = R.sum(1) + 1e-12                                               # (K,)
+        mahalanobis, half_logdet = moments(R, N, (R @ Z) / N[:, None])
+        np.multiply(mahalanobis, -0.5, out=R)          # R is read: J becomes the log-densities
+        R += (np.log(N / N.sum() * (1.0 - background)) - half_logdet
+              - 0.5 * d * _LOG_2PI)[:, None]
+        J[K] = math.log(background) - log_volume
         top = J.max(0)
-        P = np.exp(J - top)
-        total = P.sum(0)
+        J -= top
+        np.exp(J, out=J)
+        total = J.sum(0)
         lse = top + np.log(total)
-        P /= total
-        background = float(np.clip(P[-1].mean(), 1e-4, 0.5))
-        R = P[:-1]
+        J /= total
+        background = float(np.clip(J[K].mean(), 1e-4, 0.5))
     # the shape's mixture parameters (means, weights, covariances), and the background's
-    return float(-2.0 * lse.sum() + (shape.n_parameters(n_clusters, d) + 1) * math.log(n))
+    return float(-2.0 * lse.sum() + (shape.n_parameters(K, d) + 1) * math.log(n))
 
 
 def _least_bic(Z, labels, n_clusters, log_volume) -> tuple[float, str]:
