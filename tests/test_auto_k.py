@@ -498,3 +498,17 @@ def test_sequential_structure_test_decides_as_the_full_one_on_one_cluster_data(k
         assert full <= STRUCTURE_Z and seq <= STRUCTURE_Z, (s, full, seq)
         if kind == "uniform":
             assert seq == full, (s, full, seq)
+
+
+def test_a_near_tie_takes_the_fewer_clusters():
+    """Four blobs in 13% uniform noise where one or two more Gaussians take noise rows for a
+    BIC lower by less than BARE_MENTION (0.7 and 1.1): evidence not worth more than a bare
+    mention adds no cluster, so K = 4, and the reason says so; the choice is weak."""
+    from attnclust.cluster.k_choice import BARE_MENTION, choose_n_clusters
+
+    for seed in (23, 29):
+        choice = choose_n_clusters(_noisy_blobs(seed), 10, random_state=0)
+        least = 2 + int(np.argmin(choice.bic[1:]))
+        assert choice.n_clusters == choice.best == 4 < least, choice.reason
+        assert choice.bic[3] <= choice.bic[least - 1] + BARE_MENTION < choice.bic[2]
+        assert "bare mention" in choice.reason and choice.weak

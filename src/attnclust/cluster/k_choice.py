@@ -33,7 +33,10 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   of the three (full covariances for elongated clusters; spherical ones where ``d^2``
   parameters per head are more than the rows support, e.g. 20 features and 100-300 rows
   per cluster, where the full shape alone undercounts). The chosen ``K*`` is the
-  ``K >= 2`` of least BIC.
+  fewest clusters ``K >= 2`` whose BIC is within ``BARE_MENTION = 2`` of the least:
+  Kass and Raftery's scale (1995) calls a BIC difference of 0 to 2 evidence "not worth
+  more than a bare mention", and such evidence adds no cluster (near ties: uniform noise
+  taken by one or two more Gaussians, BIC 1.4 above at the true 6 and 0 at 8).
 - **The scan stops** once ``BIC(K)`` has stayed above the least so far for ``PATIENCE``
   values of ``K`` in a row (or at ``max_clusters``); the ``K`` not scanned have
   ``BIC = inf``.
@@ -76,7 +79,7 @@ Notation
 ==========  ===================  ================================================
 paper       code                 meaning
 ==========  ===================  ================================================
-``K*``      ``best``             the ``K >= 2`` of least BIC
+``K*``      ``best``             the fewest ``K >= 2`` within 2 of the least BIC
 ``BIC(K)``  ``bic``              ``(max_clusters,)``, ``K = 1..max_clusters``
 ``pi_0``    (background weight)  weight of the uniform background
 ``D``       (gap)                ``log(W_1 / W_K*)`` of the rows' k-means cells
@@ -97,9 +100,9 @@ from .._validation import as_generator
 from .covariance import as_covariance
 from .kmeans.batch import best_of_seedings
 
-__all__ = ["COVARIANCE_TYPES", "EARLY_LEVEL", "EM_STEPS", "LOOKS", "N_INIT", "N_REFERENCES",
-           "PATIENCE", "STRUCTURE_Z", "KChoice", "WeakChoiceWarning", "choose_n_clusters",
-           "early_bound", "mixture_bic", "standardized", "structure_z"]
+__all__ = ["BARE_MENTION", "COVARIANCE_TYPES", "EARLY_LEVEL", "EM_STEPS", "LOOKS", "N_INIT",
+           "N_REFERENCES", "PATIENCE", "STRUCTURE_Z", "KChoice", "WeakChoiceWarning",
+           "choose_n_clusters", "early_bound", "mixture_bic", "standardized", "structure_z"]
 
 COVARIANCE_TYPES = ("spherical", "diag", "full")   # shapes the BIC chooses among
 EM_STEPS = 5           # EM steps from each partition's cells
@@ -109,6 +112,7 @@ N_REFERENCES = 20      # uniform reference sets of the structure test (one k-mea
 LOOKS = (4, 10)        # references after which the test may stop early
 EARLY_LEVEL = 1e-4     # the null's probability of |z| past the bound at an early look
 STRUCTURE_Z = 3.0      # z above which the rows hold structure
+BARE_MENTION = 2.0     # BIC above the least "not worth more than a bare mention" (Kass-Raftery)
 CONFIDENT = 0.9        # weight of K* below which the choice is weak
 MARGINAL_Z = 5.0       # structure z below which it is weak
 MAX_DIM = 50           # wider rows: their leading principal components
@@ -126,7 +130,7 @@ class KChoice(NamedTuple):
     n_clusters: int
     """``K*``, or 1 when the rows hold no structure by the test."""
     best: int
-    """The ``K >= 2`` of least BIC."""
+    """The fewest ``K >= 2`` whose BIC is within ``BARE_MENTION`` of the least."""
     bic: np.ndarray
     """BIC of ``K = 1..max_clusters``, ``(max_clusters,)``."""
     weight: float
@@ -363,9 +367,9 @@ def _scan(Z, top, gen, log_volume) -> tuple[list, list]:
 
 def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                       max_rows: int = 5_000) -> KChoice:
-    """``n_clusters="auto"``: the ``K`` of least BIC among ``2..max_clusters``, or 1 when
-    the structure test fails (module docstring), on a sample of ``max_rows`` rows drawn
-    with ``random_state`` when there are more.
+    """``n_clusters="auto"``: the fewest ``K`` in ``2..max_clusters`` whose BIC is within
+    ``BARE_MENTION`` of the least, or 1 when the structure test fails (module docstring),
+    on a sample of ``max_rows`` rows drawn with ``random_state`` when there are more.
 
     Examples
     --------
@@ -392,7 +396,8 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     cells, scores = _scan(Z, top, gen, log_volume)
     bic = np.full(top, np.inf)
     bic[:len(scores)] = [b for b, _ in scores]
-    best = 2 + int(np.argmin(bic[1:]))
+    least = 2 + int(np.argmin(bic[1:]))
+    best = 2 + int(np.flatnonzero(bic[1:] <= bic[least - 1] + BARE_MENTION)[0])
     shape = scores[best - 1][1]
     rel = -(bic[1:] - bic[best - 1]) / 2.0
     weight = float(1.0 / np.exp(rel).sum())
@@ -402,9 +407,11 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
         own = own @ np.linalg.svd(own, full_matrices=False)[2][:MAX_DIM].T
     if z <= STRUCTURE_Z and float((own ** 2).sum()) > 0:
         z = max(z, structure_z(own, _kmeans(own, best, gen)[1], best, gen))
+    fewer = (f", within {BARE_MENTION:g} of it (not worth more than a bare mention) at K = "
+             f"{best}, the fewest" if best < least else "")
     said = (f"BIC of the mixture ({shape} covariances, uniform background) is least at K = "
-            f"{best} among 2..{len(scores)}, BIC weight {weight:.2f}; structure test z = "
-            f"{z:.1f}")
+            f"{least} among 2..{len(scores)}{fewer}, BIC weight {weight:.2f}; structure "
+            f"test z = {z:.1f}")
     if z <= STRUCTURE_Z:
         return KChoice(1, best, bic, weight, z, False,
                        f"no structure: the {best} k-means cells remove no more scatter than "
