@@ -102,15 +102,15 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     Parameters
     ----------
     n_clusters : int or "auto", default=8
-        Number of heads ``K``; ``"auto"``: the ``K`` in ``2..max_clusters`` of least BIC
-        of the layer with shaped heads (the least over spherical, diagonal and full
-        covariances) and a uniform background, built from k-means cells of the
-        standardized rows, or ``K = 1`` when a gap test finds no structure
-        (:mod:`attnclust.cluster.k_choice`; ``docs/guide/temperature-path.md``: the criterion,
-        its measured accuracy and false-positive rate, and why it does not read ``K`` off
-        the temperature path, which ``fit`` no longer follows). A weak choice warns
-        (:class:`~attnclust.cluster.k_choice.WeakChoiceWarning`). The fit then uses the
-        ``covariance_type`` asked for, in the rows' own units.
+        Number of heads ``K``; ``"auto"``: the fewest ``K`` in ``2..max_clusters`` whose
+        BIC is within 2 of the least (the BIC of the layer with shaped heads, the least
+        over spherical, diagonal and full covariances, and a uniform background, built
+        from k-means cells of the standardized rows), or ``K = 1`` when a gap test finds
+        no structure (:mod:`attnclust.cluster.k_choice`; ``docs/guide/temperature-path.md``:
+        the criterion, its measured accuracy and false-positive rate, and why it does not
+        read ``K`` off the temperature path, which ``fit`` no longer follows). A weak
+        choice warns (:class:`~attnclust.cluster.k_choice.WeakChoiceWarning`). The fit then
+        uses the ``covariance_type`` asked for, in the rows' own units.
     geometry : {"euclidean", "sphere"}, default="euclidean"
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones

@@ -14,7 +14,15 @@ centred and scaled to unit variance: the partitions below are k-means cells, whi
 depend on the units; the likelihoods themselves do not, up to a constant).
 
 - **Partitions.** For each ``K = 1, 2, ...``: the best of ``N_INIT`` k-means runs in that
-  space (:func:`attnclust.cluster.kmeans.batch.best_of_seedings`).
+  space (:func:`attnclust.cluster.kmeans.batch.best_of_seedings`), or, when its ``W_K``
+  (the within-cell sum of squares) is lower, **the cells of ``K + 1`` merged**: the two
+  cells whose merge raises ``W`` least (Ward's cost) become one head, then Lloyd's steps
+  from those ``K`` heads; tried as each ``K + 1`` is scanned, and down ``K - 1, ...``
+  while it lowers ``W``. Three seedings can all end in a local minimum that joins two
+  separated clusters and cuts a third (a 10-blob mixture in 5-D: BIC(10) above BIC(9)
+  and BIC(11), so K = 11); the cells of 11, one blob cut in two, merged, give the 10
+  blobs. ``BIC(K)`` is computed once ``K + 1``'s merge has been tried (again when a
+  merge cascading down replaces cells already scored).
 - **The mixture of each partition.** Each cell gives a head (its mean, covariance of the
   shape and weight), beside a **uniform background** of density ``1 / V`` (``V`` the
   volume of the rows' box along their principal axes) with its own weight ``pi_0`` (its
@@ -25,7 +33,10 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   of the three (full covariances for elongated clusters; spherical ones where ``d^2``
   parameters per head are more than the rows support, e.g. 20 features and 100-300 rows
   per cluster, where the full shape alone undercounts). The chosen ``K*`` is the
-  ``K >= 2`` of least BIC.
+  fewest clusters ``K >= 2`` whose BIC is within ``BARE_MENTION = 2`` of the least:
+  Kass and Raftery's scale (1995) calls a BIC difference of 0 to 2 evidence "not worth
+  more than a bare mention", and such evidence adds no cluster (near ties: uniform noise
+  taken by one or two more Gaussians, BIC 1.4 above at the true 6 and 0 at 8).
 - **The scan stops** once ``BIC(K)`` has stayed above the least so far for ``PATIENCE``
   values of ``K`` in a row (or at ``max_clusters``); the ``K`` not scanned have
   ``BIC = inf``.
@@ -44,8 +55,22 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   standardizing stretches the noise across a separation along one feature (two blobs
   apart along ``x``, with ``y`` scaled up to unit variance), and the test in that space
   alone missed two-blob mixtures. A Gaussian blob
-  gives ``z`` far below 0 in both (its cells remove less scatter than a uniform's), a
-  uniform square about ``N(0, 1)``.
+  gives ``z`` far below 0 in both (its cells remove less scatter than a uniform's). A
+  uniform square is the null, but its ``z`` is not ``t_19``: over 300 squares (500
+  rows) its mean was 0.55 and its standard deviation 1.0 (``K*`` is the ``K`` whose cells
+  fit the rows best), and with the second space 6 of the 300 passed 3.
+- **The test stops early** when the references drawn so far already decide it: after
+  ``b`` of them (``b`` in ``LOOKS`` = 4, 10), ``z_b`` (the same ``z`` of those ``b``) is
+  returned when ``|z_b| > c_b``, ``c_b`` the ``1 - EARLY_LEVEL`` (``1 - 1e-4``) quantile
+  of Student's ``t`` with ``b - 1`` degrees of freedom (22.2 at ``b = 4``, 6.01 at 10);
+  else all ``N_REFERENCES`` are drawn. Were the rows one more draw of the references
+  (the null, ``D`` and ``D_ref`` normal), ``z_b`` would be ``t_{b-1}``, so each early
+  look says "structure" with probability ``EARLY_LEVEL``: the level of the test,
+  ``P(t_19 > 3) = 0.0037`` with all 20, rises by at most ``2e-4`` (Bonferroni over the
+  looks). On the separated mixtures of ``benchmarks/bench_auto_k.py`` ``z_4 > 22.2`` on
+  84 of 90 (4 references, not 20; the full test's ``z`` there: 3.4 to 400); on 100
+  one-cluster sets no early look said structure (``|z_4| < 13``), and Gaussian blobs
+  often stop at 10 with ``z_10 < -6.01``.
 
 The choice is **weak** (a :class:`WeakChoiceWarning` at ``fit``) when ``weight < 0.9``,
 when ``K* = max_clusters`` (the rows may hold more), or when the structure is only
@@ -56,7 +81,7 @@ Notation
 ==========  ===================  ================================================
 paper       code                 meaning
 ==========  ===================  ================================================
-``K*``      ``best``             the ``K >= 2`` of least BIC
+``K*``      ``best``             the fewest ``K >= 2`` within 2 of the least BIC
 ``BIC(K)``  ``bic``              ``(max_clusters,)``, ``K = 1..max_clusters``
 ``pi_0``    (background weight)  weight of the uniform background
 ``D``       (gap)                ``log(W_1 / W_K*)`` of the rows' k-means cells
@@ -71,21 +96,25 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
+from scipy.special import stdtrit
 
 from .._validation import as_generator
-from .covariance import Covariance, as_covariance
+from .covariance import as_covariance
 from .kmeans.batch import best_of_seedings
 
-__all__ = ["COVARIANCE_TYPES", "EM_STEPS", "N_INIT", "N_REFERENCES", "PATIENCE",
-           "STRUCTURE_Z", "KChoice", "WeakChoiceWarning", "choose_n_clusters", "mixture_bic",
-           "standardized", "structure_z"]
+__all__ = ["BARE_MENTION", "COVARIANCE_TYPES", "EARLY_LEVEL", "EM_STEPS", "LOOKS", "N_INIT",
+           "N_REFERENCES", "PATIENCE", "STRUCTURE_Z", "KChoice", "WeakChoiceWarning",
+           "choose_n_clusters", "early_bound", "mixture_bic", "standardized", "structure_z"]
 
 COVARIANCE_TYPES = ("spherical", "diag", "full")   # shapes the BIC chooses among
 EM_STEPS = 5           # EM steps from each partition's cells
 N_INIT = 3             # k-means runs per K, the best kept
 PATIENCE = 3           # K scanned past the least BIC so far before the scan stops
 N_REFERENCES = 20      # uniform reference sets of the structure test (one k-means run each)
+LOOKS = (4, 10)        # references after which the test may stop early
+EARLY_LEVEL = 1e-4     # the null's probability of |z| past the bound at an early look
 STRUCTURE_Z = 3.0      # z above which the rows hold structure
+BARE_MENTION = 2.0     # BIC above the least "not worth more than a bare mention" (Kass-Raftery)
 CONFIDENT = 0.9        # weight of K* below which the choice is weak
 MARGINAL_Z = 5.0       # structure z below which it is weak
 MAX_DIM = 50           # wider rows: their leading principal components
@@ -103,13 +132,13 @@ class KChoice(NamedTuple):
     n_clusters: int
     """``K*``, or 1 when the rows hold no structure by the test."""
     best: int
-    """The ``K >= 2`` of least BIC."""
+    """The fewest ``K >= 2`` whose BIC is within ``BARE_MENTION`` of the least."""
     bic: np.ndarray
     """BIC of ``K = 1..max_clusters``, ``(max_clusters,)``."""
     weight: float
     """BIC weight of ``best`` among ``K >= 2`` (module docstring)."""
     structure_z: float
-    """The structure test's ``z`` at ``best``."""
+    """The structure test's ``z`` at ``best`` (of the references drawn when it stopped)."""
     weak: bool
     reason: str
     covariance_type: str = "full"
@@ -143,44 +172,60 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return P, P.min(0), P.max(0)
 
 
-def _full(D, R, N) -> tuple[np.ndarray, np.ndarray]:
-    """Squared Mahalanobis distances ``(K, n)`` and half log-determinants ``(K,)`` of each
-    head's weighted covariance, all heads at once (batched Cholesky factors)."""
-    d = D.shape[2]
-    covs = np.matmul((D * R[:, :, None]).transpose(0, 2, 1), D) / N[:, None, None]
-    L = np.linalg.cholesky(covs + _REG * np.eye(d))                        # (K, d, d)
-    Y = np.matmul(D, np.linalg.inv(L).transpose(0, 2, 1))                  # (K, n, d)
-    return np.einsum("knd,knd->kn", Y, Y), np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1)
+def _full(Z, n_heads):
+    """The moments of full covariances on the rows ``Z`` ``(n, d)``: a function of the
+    responsibilities ``R`` ``(K, n)``, weights ``N`` ``(K,)`` and means ``M`` ``(K, d)``
+    giving the squared Mahalanobis distances ``(K, n)`` and half log-determinants
+    ``(K,)`` of each head's weighted covariance (floor ``_REG``), all heads at once
+    (batched Cholesky factors; the deviations ``(K, d, n)``, rows last, in two buffers
+    reused at every step)."""
+    Zt = np.ascontiguousarray(Z.T)
+    D, Y = np.empty((2, n_heads) + Zt.shape)
+
+    def moments(R, N, M):
+        np.subtract(Zt[None], M[:, :, None], out=D)
+        np.multiply(D, R[:, None, :], out=Y)
+        covs = np.matmul(Y, D.transpose(0, 2, 1)) / N[:, None, None]
+        L = np.linalg.cholesky(covs + _REG * np.eye(len(Zt)))               # (K, d, d)
+        np.matmul(np.linalg.inv(L), D, out=Y)
+        np.multiply(Y, Y, out=Y)
+        return Y.sum(1), np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1)
+    return moments
 
 
-def _diag(D, R, N, *, pooled: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """As :func:`_full` for per-feature variances (their mean over features: ``pooled``)."""
-    D2 = D * D
-    var = np.einsum("kn,knd->kd", R, D2) / N[:, None]                      # (K, d)
-    if pooled:
-        var = np.repeat(var.mean(1, keepdims=True), D.shape[2], 1)
-    var += _REG
-    return np.einsum("knd,kd->kn", D2, 1.0 / var), 0.5 * np.log(var).sum(1)
+def _diag(Z, n_heads):
+    """As :func:`_full` for per-feature variances, from the rows' squares: ``var =
+    R Z^2 / N - M^2``, the distances ``Z^2 / var - 2 Z M / var + M^2 / var`` (three matrix
+    products, no ``(K, n, d)`` array; ``Z`` centred, so the cancellation is bounded by the
+    spread, not the offset)."""
+    Z2 = Z * Z
+
+    def moments(R, N, M):
+        var = np.maximum(R @ Z2 / N[:, None] - M * M, 0.0) + _REG           # (K, d)
+        inv = 1.0 / var
+        mahalanobis = inv @ Z2.T - (2.0 * M * inv) @ Z.T
+        mahalanobis += (M * M * inv).sum(1)[:, None]
+        return mahalanobis, 0.5 * np.log(var).sum(1)
+    return moments
 
 
-def _spherical(D, R, N) -> tuple[np.ndarray, np.ndarray]:
-    return _diag(D, R, N, pooled=True)
+def _spherical(Z, n_heads):
+    """As :func:`_diag` with one variance per head, the mean of its features' variances."""
+    d = Z.shape[1]
+    sq = np.einsum("nd,nd->n", Z, Z)
+
+    def moments(R, N, M):
+        mm = np.einsum("kd,kd->k", M, M)
+        var = np.maximum((R @ sq / N - mm) / d, 0.0) + _REG                  # (K,)
+        inv = 1.0 / var
+        mahalanobis = np.multiply.outer(inv, sq) - (2.0 * inv[:, None] * M) @ Z.T
+        mahalanobis += (mm * inv)[:, None]
+        return mahalanobis, 0.5 * d * np.log(var)
+    return moments
 
 
 _MOMENTS = {as_covariance("spherical"): _spherical, as_covariance("diag"): _diag,
             as_covariance("full"): _full}
-
-
-def _log_gaussians(Z, R, shape: Covariance) -> tuple[np.ndarray, np.ndarray]:
-    """The M step and the log-densities: each head's weight ``N_h`` ``(K,)`` from the
-    responsibilities ``R`` ``(K, n)`` (heads first), and ``log N(z_i; mu_h, Sigma_h)``
-    ``(K, n)`` of the head's weighted mean and covariance of that ``shape`` (floor
-    ``_REG``), all heads at once."""
-    d = Z.shape[1]
-    N = R.sum(1) + 1e-12                                                   # (K,)
-    D = Z[None] - ((R @ Z) / N[:, None])[:, None]                          # (K, n, d)
-    mahalanobis, half_logdet = _MOMENTS[shape](D, R, N)
-    return N, -0.5 * mahalanobis - (half_logdet + 0.5 * d * _LOG_2PI)[:, None]
 
 
 def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
@@ -188,7 +233,9 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                 covariance_type: str = "full") -> float:
     """BIC of the mixture of ``covariance_type`` heads with a uniform background
     (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
-    EM steps (module docstring).
+    EM steps (module docstring). Each step: the M step (each head's weight ``N_h``, mean
+    and covariance of the shape from the responsibilities), then the E step (the
+    log-densities, heads first ``(K + 1, n)``, the background last).
 
     Examples
     --------
@@ -200,23 +247,30 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     True
     """
     n, d = Z.shape
+    K = n_clusters
     shape = as_covariance(covariance_type)
-    R = np.zeros((n_clusters, n))                                          # heads first
-    R[labels, np.arange(n)] = 1.0
+    Z = Z - Z.mean(0)                  # the likelihood is the same; the sums' scale smaller
+    moments = _MOMENTS[shape](Z, K)
+    J = np.zeros((K + 1, n))
+    J[labels, np.arange(n)] = 1.0
     background = 0.05
     for _ in range(steps + 1):
-        N, J = _log_gaussians(Z, R, shape)
-        J += np.log(N / N.sum() * (1.0 - background))[:, None]
-        J = np.r_[J, np.full((1, n), math.log(background) - log_volume)]  # (K + 1, n)
+        R = J[:K]                                                          # heads first
+        N = R.sum(1) + 1e-12                                               # (K,)
+        mahalanobis, half_logdet = moments(R, N, (R @ Z) / N[:, None])
+        np.multiply(mahalanobis, -0.5, out=R)          # R is read: J becomes the log-densities
+        R += (np.log(N / N.sum() * (1.0 - background)) - half_logdet
+              - 0.5 * d * _LOG_2PI)[:, None]
+        J[K] = math.log(background) - log_volume
         top = J.max(0)
-        P = np.exp(J - top)
-        total = P.sum(0)
+        J -= top
+        np.exp(J, out=J)
+        total = J.sum(0)
         lse = top + np.log(total)
-        P /= total
-        background = float(np.clip(P[-1].mean(), 1e-4, 0.5))
-        R = P[:-1]
+        J /= total
+        background = float(np.clip(J[K].mean(), 1e-4, 0.5))
     # the shape's mixture parameters (means, weights, covariances), and the background's
-    return float(-2.0 * lse.sum() + (shape.n_parameters(n_clusters, d) + 1) * math.log(n))
+    return float(-2.0 * lse.sum() + (shape.n_parameters(K, d) + 1) * math.log(n))
 
 
 def _least_bic(Z, labels, n_clusters, log_volume) -> tuple[float, str]:
@@ -225,17 +279,43 @@ def _least_bic(Z, labels, n_clusters, log_volume) -> tuple[float, str]:
                 c) for c in COVARIANCE_TYPES)
 
 
-def _kmeans(Z, k, rng, n_init=N_INIT):
+def _kmeans(Z, k, rng, n_init=N_INIT, init=None):
+    """K-means cells ``(labels, W_K, heads)``: the best of ``n_init`` runs, or one from
+    the heads ``init``."""
     if k == 1:
-        return np.zeros(Z.shape[0], dtype=np.int64), float(((Z - Z.mean(0)) ** 2).sum())
-    run = best_of_seedings(Z, k, n_init, rng)
-    return np.asarray(run.labels), float(run.objective) * Z.shape[0]
+        return (np.zeros(Z.shape[0], dtype=np.int64), float(((Z - Z.mean(0)) ** 2).sum()),
+                Z.mean(0, keepdims=True))
+    run = best_of_seedings(Z, k, n_init, rng, init=init)
+    return np.asarray(run.labels), float(run.objective) * Z.shape[0], np.asarray(run.heads)
+
+
+def _merged(Z, cells, rng):
+    """``K - 1`` cells from the ``K`` of ``cells``: the two whose merge raises ``W`` least
+    (Ward's cost ``n_a n_b / (n_a + n_b) |c_a - c_b|^2``) become one head, then Lloyd's
+    steps from those ``K - 1`` heads."""
+    labels, _, heads = cells
+    n = np.bincount(labels, minlength=len(heads)).astype(np.float64)
+    cost = (np.outer(n, n) / np.maximum(n[:, None] + n[None], 1.0)
+            * ((heads[:, None] - heads[None]) ** 2).sum(-1))
+    np.fill_diagonal(cost, np.inf)
+    a, b = np.unravel_index(int(np.argmin(cost)), cost.shape)
+    joined = (n[a] * heads[a] + n[b] * heads[b]) / max(n[a] + n[b], 1.0)
+    return _kmeans(Z, len(heads) - 1, rng, init=np.r_[np.delete(heads, [a, b], 0), joined[None]])
+
+
+def early_bound(b: int) -> float:
+    """``c_b``: the bound on ``|z|`` that stops the test after ``b`` references, the
+    ``1 - EARLY_LEVEL`` quantile of Student's ``t`` with ``b - 1`` degrees of freedom
+    (``z``'s law after ``b`` references when the rows are one more draw of them)."""
+    return float(stdtrit(b - 1, 1.0 - EARLY_LEVEL))
 
 
 def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
-                n_references: int = N_REFERENCES) -> float:
+                n_references: int = N_REFERENCES, looks: tuple[int, ...] = LOOKS) -> float:
     """The test for no structure (module docstring): ``z`` of ``D = log(W_1 / W_K)`` of
-    the rows (``within``: their ``W_K``) against uniform references in their principal box.
+    the rows (``within``: their ``W_K``) against uniform references in their principal box,
+    drawn until ``|z|`` passes :func:`early_bound` at a look of ``looks`` or
+    ``n_references`` are drawn (``looks=()``: all of them).
 
     Examples
     --------
@@ -249,20 +329,49 @@ def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
     total = float(((Z - Z.mean(0)) ** 2).sum())
     gap = math.log(total / max(within, 1e-300))
     refs = []
-    for _ in range(n_references):
+    for b in range(1, n_references + 1):
         U = rng.uniform(lo, hi, P.shape)
         w1 = float(((U - U.mean(0)) ** 2).sum())
         refs.append(math.log(w1 / max(_kmeans(U, n_clusters, rng, 1)[1], 1e-300)))
-    refs = np.asarray(refs)
-    spread = float(refs.std(ddof=1)) * math.sqrt(1.0 + 1.0 / n_references)
-    return (gap - float(refs.mean())) / max(spread, 1e-12)
+        if b in looks or b == n_references:
+            spread = float(np.std(refs, ddof=1)) * math.sqrt(1.0 + 1.0 / b)
+            z = (gap - float(np.mean(refs))) / max(spread, 1e-12)
+            if b == n_references or abs(z) > early_bound(b):
+                return z
+    raise ValueError(f"n_references={n_references}: the test needs at least 2")
+
+
+def _scan(Z, top, gen, log_volume) -> tuple[list, list]:
+    """The cells (:func:`_kmeans`) and the least BIC with its shape (:func:`_least_bic`) of
+    ``K = 1, 2, ...`` until the BIC has risen ``PATIENCE`` times in a row or ``K = top``
+    (module docstring); the cells may hold one ``K`` more than the scores."""
+    cells = [_kmeans(Z, 1, gen)]
+    tie = sum(Z.shape) * np.finfo(np.float64).eps  # W_K rounding: n terms of d products
+    scores = [_least_bic(Z, cells[0][0], 1, log_volume)]
+    for k in range(2, top + 2):        # K = k - 1 is scored once K = k's cells are known
+        if k <= top:
+            cells.append(_kmeans(Z, k, gen))
+            j = k - 1          # K - 1 from K's cells merged, down while that lowers W_{K-1}
+            while j >= 2:
+                fewer = _merged(Z, cells[j], gen)
+                if fewer[1] >= cells[j - 1][1] * (1.0 - tie):
+                    break
+                cells[j - 1] = fewer
+                if j - 1 < len(scores):                 # K = j was scored: again
+                    scores[j - 1] = _least_bic(Z, fewer[0], j, log_volume)
+                j -= 1
+        if k >= 3:
+            scores.append(_least_bic(Z, cells[k - 2][0], k - 1, log_volume))
+            if k - 1 - (2 + int(np.argmin([b for b, _ in scores[1:]]))) >= PATIENCE:
+                break                                   # risen PATIENCE times in a row
+    return cells, scores
 
 
 def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                       max_rows: int = 5_000) -> KChoice:
-    """``n_clusters="auto"``: the ``K`` of least BIC among ``2..max_clusters``, or 1 when
-    the structure test fails (module docstring), on a sample of ``max_rows`` rows drawn
-    with ``random_state`` when there are more.
+    """``n_clusters="auto"``: the fewest ``K`` in ``2..max_clusters`` whose BIC is within
+    ``BARE_MENTION`` of the least, or 1 when the structure test fails (module docstring),
+    on a sample of ``max_rows`` rows drawn with ``random_state`` when there are more.
 
     Examples
     --------
@@ -286,17 +395,11 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                        f"too few rows ({n}) to compare K = 1 with K >= 2")
     _, lo, hi = _principal_box(Z)
     log_volume = float(np.log(np.maximum(hi - lo, 1e-12)).sum())
-    cells = [_kmeans(Z, 1, gen)]
-    scores = [_least_bic(Z, cells[0][0], 1, log_volume)]
-    for k in range(2, top + 1):
-        cells.append(_kmeans(Z, k, gen))
-        scores.append(_least_bic(Z, cells[-1][0], k, log_volume))
-        least = 2 + int(np.argmin([b for b, _ in scores[1:]]))
-        if k - least >= PATIENCE:                       # risen PATIENCE times in a row
-            break
+    cells, scores = _scan(Z, top, gen, log_volume)
     bic = np.full(top, np.inf)
     bic[:len(scores)] = [b for b, _ in scores]
-    best = 2 + int(np.argmin(bic[1:]))
+    least = 2 + int(np.argmin(bic[1:]))
+    best = 2 + int(np.flatnonzero(bic[1:] <= bic[least - 1] + BARE_MENTION)[0])
     shape = scores[best - 1][1]
     rel = -(bic[1:] - bic[best - 1]) / 2.0
     weight = float(1.0 / np.exp(rel).sum())
@@ -306,9 +409,11 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
         own = own @ np.linalg.svd(own, full_matrices=False)[2][:MAX_DIM].T
     if z <= STRUCTURE_Z and float((own ** 2).sum()) > 0:
         z = max(z, structure_z(own, _kmeans(own, best, gen)[1], best, gen))
+    fewer = (f", within {BARE_MENTION:g} of it (not worth more than a bare mention) at K = "
+             f"{best}, the fewest" if best < least else "")
     said = (f"BIC of the mixture ({shape} covariances, uniform background) is least at K = "
-            f"{best} among 2..{len(scores)}, BIC weight {weight:.2f}; structure test z = "
-            f"{z:.1f}")
+            f"{least} among 2..{len(scores)}{fewer}, BIC weight {weight:.2f}; structure "
+            f"test z = {z:.1f}")
     if z <= STRUCTURE_Z:
         return KChoice(1, best, bic, weight, z, False,
                        f"no structure: the {best} k-means cells remove no more scatter than "
