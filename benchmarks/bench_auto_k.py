@@ -6,7 +6,7 @@ scales, elongated clusters, touching clusters, 10-20% uniform noise, unbalanced 
 ``SEEDS`` draws each, and scikit-learn's iris, wine, breast cancer and digits (its 10
 leading principal components). With ``max_clusters = max(10, 2K)`` for every method:
 exact-K hits and mean ARI (noise rows not scored) of ``AttentionClustering(
-n_clusters="auto")`` (spherical heads, the default, and ``covariance_type="full"``), the
+n_clusters="auto")`` (``covariance_type="spherical"`` and ``"full"``), the
 path's widest plateau (the rule before this criterion, :mod:`attnclust.cluster.cluster_choice`,
 then the default fit at that K), BIC over ``GaussianMixture`` (full and spherical, K =
 1..max), the best silhouette of ``KMeans(n_init=10)`` (K = 2..max), the gap statistic
