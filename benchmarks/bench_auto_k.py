@@ -6,7 +6,8 @@ scales, elongated clusters, touching clusters, 10-20% uniform noise, unbalanced 
 ``SEEDS`` draws each, and scikit-learn's iris, wine, breast cancer and digits (its 10
 leading principal components). With ``max_clusters = max(10, 2K)`` for every method:
 exact-K hits and mean ARI (noise rows not scored) of ``AttentionClustering(
-n_clusters="auto")`` (``covariance_type="spherical"`` and ``"full"``), the
+n_clusters="auto")`` (the default, which also chooses the shape; and with
+``covariance_type="spherical"`` and ``"full"``), the
 path's widest plateau (the rule before this criterion, :mod:`attnclust.cluster.cluster_choice`,
 then the default fit at that K), BIC over ``GaussianMixture`` (full and spherical, K =
 1..max), the best silhouette of ``KMeans(n_init=10)`` (K = 2..max), the gap statistic
@@ -280,8 +281,10 @@ def _auto(cov):
     return fit
 
 
-QUICK_PEERS = ("auto", "auto, full", "BIC full", "BIC spherical")  # --quick: the fast ones
-PEERS = {"auto": _auto("spherical"), "auto, full": _auto("full"), "path rule": _path_rule,
+QUICK_PEERS = ("auto", "auto, spherical", "auto, full", "BIC full",  # --quick: the fast ones
+               "BIC spherical")
+PEERS = {"auto": _auto("auto"), "auto, spherical": _auto("spherical"),
+         "auto, full": _auto("full"), "path rule": _path_rule,
          "BIC full": lambda X, top: _bic(X, top, "full"),
          "BIC spherical": lambda X, top: _bic(X, top, "spherical"),
          "silhouette": _silhouette, "gap": _gap, "BayesianGMM": _bgmm}
