@@ -358,12 +358,15 @@ def test_sklearn_compatible(estimator, check):
         check(estimator)
 
 
+@pytest.mark.parametrize("lean_rows", [10_000, 1_000])    # the lean EM, the chunked one
 @pytest.mark.parametrize("seed", [0, 1, 2])    # seeds whose 2,000-row sample misses the far row
-def test_a_shape_the_sample_chose_that_fails_on_all_rows_is_not_kept(seed):
+def test_a_shape_the_sample_chose_that_fails_on_all_rows_is_not_kept(seed, lean_rows,
+                                                                     monkeypatch):
     """12 blobs in 5-D and one row at 1e6: on a sample without that row full heads win,
     but fitted on all rows one head holds the far row alone, at the covariance floor (the
     blobs merge into the others). The fit checks the choice on all rows and keeps the
     spherical fit, the reason saying why."""
+    monkeypatch.setattr(shape_choice, "LEAN_ROWS", lean_rows)
     gen = np.random.default_rng(1)
     centres = gen.uniform(-20, 20, (12, 5))
     X = np.concatenate([centres[gen.integers(0, 12, 6000)] + gen.normal(size=(6000, 5)),

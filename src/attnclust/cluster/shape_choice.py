@@ -335,39 +335,47 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, 
         return None, choice
     if crows is rows:
         return (fitted.attributes(crows) if lean else fitted), choice
+    K, log_scale = plan.n_clusters, math.log(rows.scale)
     if lean and _held_whole(rows) and rows.n_total <= LEAN_ROWS:
-        fitted = _LeanRows(rows).fit(choice.covariance, plan, end.labels)
+        lr = _LeanRows(rows)
+        fitted, shaped = lr.fit(choice.covariance, plan, end.labels, log_scale)
+        spherical = lr.spherical_score(end.labels, K, log_scale)
     else:
         fitted = fit_shaped(rows, heads, plan.with_covariance(choice.covariance), report=report)
-    return _confirmed(rows, end.labels, heads, fitted, choice, plan.n_clusters)
+        shaped, spherical = _chunked_scores(rows, end.labels, heads, fitted, choice.covariance,
+                                            K)
+    return _confirmed(fitted, choice, shaped, spherical)
 
 
-def _confirmed(rows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, fitted,
-               choice: ShapeChoice, n_clusters: int):
-    """``(fitted, choice)`` if the shape chosen on the sample, fitted on all ``rows``, has
-    a lower ICL there than the spherical fit's partition (``labels``) and no head at the
-    floor; else ``(None, "spherical")`` with the reason. A sample can miss the few rows
-    (a far outlier) that sink a shaped fit on all of them."""
-    K, log_scale = n_clusters, math.log(rows.scale)
+def _confirmed(fitted, choice: ShapeChoice, shaped: ShapeScore, spherical: ShapeScore):
+    """``(fitted, choice)`` if the shape chosen on the sample, fitted on all rows (its
+    criteria ``shaped``), has a lower ICL there than the spherical fit's partition
+    (``spherical``) and no head at the floor; else ``(None, "spherical")`` with the reason.
+    A sample can miss the few rows (a far outlier) that sink a shaped fit on all of them."""
+    if shaped.icl < spherical.icl and not shaped.at_floor:
+        return fitted, choice
+    why = "a head at the covariance floor" if shaped.at_floor else \
+        f"ICL {shaped.icl:.6g} against spherical {spherical.icl:.6g}"
+    return None, ShapeChoice(Spherical(), f"spherical: {choice.covariance.name} was chosen on "
+                             f"a sample of {choice.scores[0].n_rows} rows, but its fit on all "
+                             f"{shaped.n_rows} rows has {why} there; on the sample: "
+                             f"{choice.reason}", choice.scores)
+
+
+def _chunked_scores(rows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, fitted,
+                    cov: Covariance, n_clusters: int) -> tuple[ShapeScore, ShapeScore]:
+    """The criteria on all ``rows`` of the shaped ``fitted`` heads and of the spherical
+    partition ``labels``, by passes over the rows."""
+    K, log_scale, s = n_clusters, math.log(rows.scale), rows.scale
     floor = _floor(rows, heads.double().mean(0))
     means, factors, log_w = _partition_mixture(rows, labels, K, floor)
     sph = Spherical()
     spherical = score_log_joint(
         rows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor), sph, K,
         log_scale=log_scale)
-    s = rows.scale
-    shaped = _score_fitted(rows, fitted, choice.covariance, K, log_scale)
-    at_floor = _at_floor(choice.covariance, fitted.covariances_ / (s * s),
+    at_floor = _at_floor(cov, fitted.covariances_ / (s * s),
                          torch.as_tensor(fitted.covariance_floor_ / (s * s)))
-    if shaped.icl < spherical.icl and not at_floor:
-        return fitted, choice
-    name = choice.covariance.name
-    why = "a head at the covariance floor" if at_floor else \
-        f"ICL {shaped.icl:.6g} against spherical {spherical.icl:.6g}"
-    return None, ShapeChoice(sph, f"spherical: {name} was chosen on a sample of "
-                             f"{choice.scores[0].n_rows} rows, but its fit on all "
-                             f"{rows.n_total} rows has {why} there; on the sample: "
-                             f"{choice.reason}", choice.scores)
+    return _score_fitted(rows, fitted, cov, K, log_scale)._replace(at_floor=at_floor), spherical
 
 
 def _held_whole(rows: WorkingRows) -> bool:
@@ -396,14 +404,32 @@ class _LeanRows:
                       sample_weight=self.w, tol=plan.with_covariance(cov).tol,
                       start_scale=float(self.variances.mean()) or 1.0)
 
-    def fit(self, cov: Covariance, plan: FitPlan, labels: np.ndarray) -> ShapedFitted:
+    def fit(self, cov: Covariance, plan: FitPlan, labels: np.ndarray, log_scale: float
+            ) -> tuple[ShapedFitted, ShapeScore]:
         """The estimator's attributes of EM from the partition ``labels``, run to its
-        stopping rule."""
+        stopping rule, and its criteria."""
         em = self.em(cov, plan, labels)
         for _ in range(plan.max_iter):
             if not em.step():
                 break
-        return _lean_attributes(self.rows, em.result(), cov, self.floor_t, self.total)
+        fit = em.result()
+        score = _score_lean(fit.log_joint, self.w, cov, plan.n_clusters, self.X.shape[1],
+                            log_scale, _at_floor(cov, fit.covariances, self.floor_t))
+        return _lean_attributes(self.rows, fit, cov, self.floor_t, self.total), score
+
+    def spherical_score(self, labels: np.ndarray, n_clusters: int, log_scale: float
+                        ) -> ShapeScore:
+        """The criteria of the one-variance-per-head mixture of the partition ``labels``."""
+        X, w, K = self.X, self.w, n_clusters
+        n, d = X.shape
+        sph = Spherical()
+        onehot = np.zeros((K, n))
+        onehot[labels, np.arange(n)] = 1.0
+        moments = row_moments(X, 1)
+        means, covs, log_w = m_step(X, onehot if w is None else onehot * w, 1, self.floor,
+                                    np.ones(K), self.total, moments)
+        return _score_lean(log_joint(X, means, covs, log_w, sph, 1, self.floor, moments), w,
+                           sph, K, d, log_scale)
 
 
 class _Chosen(NamedTuple):
@@ -429,16 +455,9 @@ def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, pl
     ICL of the candidates scored so far: it then stops and cannot be chosen."""
     K = plan.n_clusters
     lr = _LeanRows(crows)
-    X, w, total = lr.X, lr.w, lr.total
-    n, d = X.shape
-    sph = Spherical()
-    onehot = np.zeros((K, n))
-    onehot[labels, np.arange(n)] = 1.0
-    rw = onehot if w is None else onehot * w
-    moments = row_moments(X, 1)
-    means, covs, log_w = m_step(X, rw, 1, lr.floor, np.ones(K), total, moments)
-    scores = [_score_lean(log_joint(X, means, covs, log_w, sph, 1, lr.floor, moments), w,
-                          sph, K, d, log_scale)]
+    w = lr.w
+    n, d = lr.X.shape
+    scores = [lr.spherical_score(labels, K, log_scale)]
     least = scores[0].icl
     ems = {}
     tried, skipped = _shaped_candidates(crows, K, n_total)
