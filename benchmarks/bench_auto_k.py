@@ -29,8 +29,9 @@ sweep (sums over all mixtures, one run each, one thread each; the machine's load
 both).
 
 ``anneal init``: on the development battery (``bench_battery.py``'s sets, true K),
-``AttentionClustering(init="anneal")`` and the default ``init="kmeans++"``
-(``random_state=0``) against ``KMeans(n_init=10)``: the k-means objective (sum of
+``AttentionClustering(init="anneal")`` and the default ``init="kmeans++"`` (spherical
+heads, whose fit is k-means's; ``random_state=0``) against ``KMeans(n_init=10)``: the
+k-means objective (sum of
 squared distances to the nearest centre, of our centres over KMeans's), the adjusted
 Rand index of each, and the time of the anneal fit over the default's (one fit each, one
 thread; the path is the cost).
@@ -123,8 +124,8 @@ def anneal_rows(quick: bool) -> list[dict]:
         row, seconds = {"data": name, "K": k}, {}
         for label, init in (("anneal", "anneal"), ("k-means++", "kmeans++")):
             ours, seconds[label] = _fit(
-                lambda X, k=k, init=init: ac.AttentionClustering(k, init=init,
-                                                                 random_state=0).fit(X),
+                lambda X, k=k, init=init: ac.AttentionClustering(
+                    k, init=init, covariance_type="spherical", random_state=0).fit(X),
                 X)
             inertia = ((X[:, None, :] - ours.cluster_centers_[None]) ** 2).sum(-1).min(1).sum()
             row[f"objective {label} / KMeans(10)"] = round(float(inertia / km.inertia_), 4)
