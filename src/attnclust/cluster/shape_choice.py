@@ -330,12 +330,12 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, 
     crows, labels = _choice_rows(rows, heads, end.labels, gen)
     lean = _held_whole(crows)
     run = _choose_lean if lean else _choose_chunked
-    choice, fitted = run(crows, labels, heads, plan, math.log(rows.scale), rows.n_total)
+    K, log_scale = plan.n_clusters, math.log(rows.scale)
+    choice, fitted = run(crows, labels, heads, plan, log_scale, rows.n_total)
     if not choice.covariance.shaped:
         return None, choice
     if crows is rows:
         return (fitted.attributes(crows) if lean else fitted), choice
-    K, log_scale = plan.n_clusters, math.log(rows.scale)
     if lean and _held_whole(rows) and rows.n_total <= LEAN_ROWS:
         lr = _LeanRows(rows)
         fitted, shaped = lr.fit(choice.covariance, plan, end.labels, log_scale)
