@@ -14,7 +14,7 @@ from sklearn.metrics import adjusted_rand_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust.cluster.shape_choice as shape_choice
-from _tolerance import eps, sum_tol
+from _tolerance import assert_labels_off_ties, eps, sum_tol
 from attnclust import AttentionClustering
 from attnclust.cluster.covariance import Diag, Full, Spherical, covariance_floor
 from attnclust.cluster.shape_em import lean_em
@@ -210,8 +210,12 @@ def _sticks(seed, per):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_choice_on_a_sample_is_the_choice_on_all_rows(monkeypatch, seed):
     """Clear cases (sticks: full; round blobs: spherical) with more than ``CHOICE_ROWS``
-    rows choose on the sample what they choose on all rows, and the chosen shaped fit is
-    then the all-rows candidate itself: the same EM from the same partition, bit for bit."""
+    rows choose on the sample what they choose on all rows. The spherical fit is the
+    default fit, bit for bit; the shaped one, EM on all rows from the sample's fit, reaches
+    the optimum the all-rows candidate reached from the default partition: the same
+    labels off ties, the same mean log-likelihood within the stopping rule's reach (each
+    stops at a step that gains less than ``tol`` = 1e-3 per row; at EM's rate here, below
+    0.5 a step, what is left to gain is below another ``tol``)."""
     assert shape_choice.CHOICE_ROWS == 2_000
     X, _ = _sticks(seed, 800)
     blobs, _ = make_blobs(2400, centers=4, cluster_std=1.0, random_state=seed)
@@ -222,10 +226,12 @@ def test_the_choice_on_a_sample_is_the_choice_on_all_rows(monkeypatch, seed):
         == ["full", "spherical"]
     assert "on 2000 rows" in sampled[0].covariance_type_reason_
     assert "on 2400 rows" in whole[0].covariance_type_reason_
-    for a, b in zip(sampled, whole, strict=True):
-        np.testing.assert_array_equal(a.labels_, b.labels_)
-        np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
-    np.testing.assert_array_equal(sampled[0].covariances_, whole[0].covariances_)
+    np.testing.assert_array_equal(sampled[1].labels_, whole[1].labels_)
+    np.testing.assert_array_equal(sampled[1].cluster_centers_, whole[1].cluster_centers_)
+    a, b = sampled[0], whole[0]
+    assert abs(a.score(X) - b.score(X)) < 2 * 1e-3
+    assert_labels_off_ties(a.labels_, b.labels_, np.log(a.predict_proba(X)),
+                           np.log(b.predict_proba(X)))
 
 
 @pytest.mark.parametrize("seed", [0, 2])

@@ -286,17 +286,23 @@ class ShapedFitted(NamedTuple):
     labels_: np.ndarray
 
 
-def fit_shaped(rows: WorkingRows, heads0, plan: FitPlan, *, report: Reporter) -> ShapedFitted:
+def fit_shaped(rows: WorkingRows, heads0, plan: FitPlan, *, report: Reporter,
+               start: tuple | None = None) -> ShapedFitted:
     """Tempered EM of shaped heads (:func:`~attnclust.cluster.shaped_fit.shaped_fit`) from the
     Lloyd heads ``heads0``, for the resolved settings ``plan``: through the stages of the
     annealing plan at ``lambda`` (``"auto"``: 1), to ``tol`` (``"auto"``: 1e-3,
     ``GaussianMixture``'s); a pass holds ``(K, rows, d)`` blocks, so its chunks are ``K``
-    times fewer rows than the risk's unless ``chunk_size`` is given."""
+    times fewer rows than the risk's unless ``chunk_size`` is given. ``start``: ``(means,
+    covariances, weights)`` of the working space to start from instead of ``heads0``'s
+    partition."""
     lam, n_clusters, covariance = plan.inverse_temperature, plan.n_clusters, plan.covariance
     temps, steps = plan.stages_at(lam)
     scale, d = rows.scale, rows.rows.shape[1]
     chunk = rows.chunk if plan.chunk_size_given else max(256, rows.chunk // n_clusters)
-    res = shaped_fit(rows.rows, heads0, covariance_type=covariance,
+    means0, covariances0, weights0 = (heads0, None, None) if start is None else \
+        (torch.as_tensor(a) for a in start)
+    res = shaped_fit(rows.rows, means0, covariance_type=covariance, covariances0=covariances0,
+                     weights0=weights0,
                      inverse_temperature=Stages(temps, steps), n_steps=sum(steps), tol=plan.tol,
                      chunk_size=chunk,
                      reduce=rows.comm.reduce, row_map=rows.row_map, sample_weight=rows.weights,

@@ -336,12 +336,17 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, 
         return None, choice
     if crows is rows:
         return (fitted.attributes(crows) if lean else fitted), choice
-    if lean and _held_whole(rows) and rows.n_total <= LEAN_ROWS:
+    # all rows: EM from the sample's fit (a few steps from its optimum) where the choice
+    # was lean, else from the default fit's heads
+    start = fitted.em.params if lean else None
+    if start is not None and _held_whole(rows) and rows.n_total <= LEAN_ROWS:
         lr = _LeanRows(rows)
-        fitted, shaped = lr.fit(choice.covariance, plan, end.labels, log_scale)
+        fitted, shaped = lr.fit(choice.covariance, plan, start, log_scale)
         spherical = lr.spherical_score(end.labels, K, log_scale)
     else:
-        fitted = fit_shaped(rows, heads, plan.with_covariance(choice.covariance), report=report)
+        fitted = fit_shaped(rows, heads, plan.with_covariance(choice.covariance), report=report,
+                            start=None if start is None else
+                            (start[0], start[1], np.exp(start[2])))
         shaped, spherical = _chunked_scores(rows, end.labels, heads, fitted, choice.covariance,
                                             K)
     return _confirmed(fitted, choice, shaped, spherical)
@@ -399,16 +404,17 @@ class _LeanRows:
         self.floor_t = covariance_floor(torch.from_numpy(self.variances), REG_COVAR)
         self.floor = self.floor_t.numpy()
 
-    def em(self, cov: Covariance, plan: FitPlan, labels: np.ndarray) -> LeanEM:
+    def em(self, cov: Covariance, plan: FitPlan, labels: np.ndarray | None,
+           start: tuple | None = None) -> LeanEM:
         return LeanEM(self.X, plan.n_clusters, cov, self.floor, labels,
                       sample_weight=self.w, tol=plan.with_covariance(cov).tol,
-                      start_scale=float(self.variances.mean()) or 1.0)
+                      start_scale=float(self.variances.mean()) or 1.0, start=start)
 
-    def fit(self, cov: Covariance, plan: FitPlan, labels: np.ndarray, log_scale: float
+    def fit(self, cov: Covariance, plan: FitPlan, start: tuple, log_scale: float
             ) -> tuple[ShapedFitted, ShapeScore]:
-        """The estimator's attributes of EM from the partition ``labels``, run to its
-        stopping rule, and its criteria."""
-        em = self.em(cov, plan, labels)
+        """The estimator's attributes of EM from the parameters ``start`` (``(means,
+        covariances, log_weights)``), run to its stopping rule, and its criteria."""
+        em = self.em(cov, plan, None, start)
         for _ in range(plan.max_iter):
             if not em.step():
                 break

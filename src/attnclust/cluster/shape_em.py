@@ -37,6 +37,7 @@ paper         code                meaning
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -90,6 +91,15 @@ def row_moments(X: np.ndarray, cov_layout: int, n_clusters: int = 1) -> np.ndarr
     return None
 
 
+@functools.lru_cache(maxsize=64)
+def _upper_indices(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(d)``, made once per ``d`` (it costs a third of a small full
+    M-step: 12 us of 34 on 150 rows, 3 heads, 4 features)."""
+    j, k = np.triu_indices(d)
+    j.flags.writeable = k.flags.writeable = False
+    return j, k
+
+
 def m_step(X, rw, cov_layout: int, floor, previous, total, moments):
     """The exact M-step of responsibilities times weights ``rw`` ``(K, n)``: moments
     about the origin of the (centred) rows, ``Sigma_h = E_h[x x^T] - mu_h mu_h^T + D``."""
@@ -105,7 +115,7 @@ def m_step(X, rw, cov_layout: int, floor, previous, total, moments):
             second = np.stack([(XT * r) @ X for r in rw]) / n[:, None, None]   # (K, d, d)
             second = 0.5 * (second + second.transpose(0, 2, 1))
         else:
-            j, k = np.triu_indices(d)
+            j, k = _upper_indices(d)
             upper = (rw @ moments) / n[:, None]                             # (K, d(d+1)/2)
             second = np.empty((len(n), d, d))
             second[:, j, k] = upper
@@ -170,15 +180,16 @@ class LeanEM:
     it to its stopping rule; :mod:`attnclust.cluster.shape_choice` steps its candidates).
 
     Starts from a hard partition ``labels`` (as
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit` from the partition of its start means).
-    ``log_likelihood``
+    :func:`~attnclust.cluster.shaped_fit.shaped_fit` from the partition of its start means),
+    or from the parameters ``start``, ``(means, covariances, log_weights)`` (of a fit on
+    other rows: the E-step comes first). ``log_likelihood``
     is ``sum_i w_i log sum_h exp l~_h(x_i)`` times ``n / sum_i w_i`` at the current
     parameters.
     """
 
     def __init__(self, X: np.ndarray, n_clusters: int, cov: Covariance, floor: np.ndarray,
-                 labels: np.ndarray, *, sample_weight: np.ndarray | None = None, tol: float = 1e-3,
-                 start_scale: float = 1.0):
+                 labels: np.ndarray | None, *, sample_weight: np.ndarray | None = None,
+                 tol: float = 1e-3, start_scale: float = 1.0, start: tuple | None = None):
         self.X = X = np.asarray(X, dtype=np.float64)
         n, d = X.shape
         K = self.K = int(n_clusters)
@@ -188,11 +199,12 @@ class LeanEM:
         self.total = float(n if self.w is None else self.w.sum())
         self.XT = np.ascontiguousarray(X.T)
         self.moments = row_moments(X, self.layout, K)
-        resp = np.zeros((K, n))
-        resp[labels, np.arange(n)] = 1.0
-        previous = {3: np.broadcast_to(np.eye(d), (K, d, d)), 2: np.ones((K, d)),
-                    1: np.ones(K)}[self.layout] * start_scale
-        start = self._m_step(resp, previous)
+        if start is None:
+            resp = np.zeros((K, n))
+            resp[labels, np.arange(n)] = 1.0
+            previous = {3: np.broadcast_to(np.eye(d), (K, d, d)), 2: np.ones((K, d)),
+                        1: np.ones(K)}[self.layout] * start_scale
+            start = self._m_step(resp, previous)
         self.params = start
         self.lj, self.resp, self.loss = self._e_step(start)
         self.losses, self.n_iter, self.converged = [self.loss], 0, False
