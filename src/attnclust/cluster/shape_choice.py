@@ -52,18 +52,14 @@ than the spherical fit (70,000 x 784 image-like rows, 10 heads: 0.7 s per diagon
 a shape there.
 
 On rows read whole (one process, the CPU) the shaped candidates' EM
-(:class:`~attnclust.cluster.shape_em.LeanEM`) runs diag, then full, each to its stopping
-rule unless it cannot win: at ``STOP_STEPS`` (2) steps in a row, the limit of its
-log-likelihood projected by Aitken's acceleration (the EM stopping rule of Boehning et
-al. 1994 and McNicholas et al. 2010), ``L_inf = L_t + g_t a_t / (1 - a_t)`` with ``g_t =
-L_t - L_{t-1}`` and ``a_t = g_t / g_{t-1}`` in ``(0, 1)``, leaves even ``-2 L_inf + p_c
-log n`` (the ICL without its entropy, which is ``>= 0``) above the least ICL of the
-candidates scored so far (spherical, then a converged diag not at the floor). Such a
-candidate is recorded as ``stopped`` and is not chosen. (Rows on several ranks or a
-device run every candidate to its stopping rule.) EM can speed up again after a
-slow stretch, so the projection is not a bound; two steps in a row are asked for
-because one step stopped "full" wrongly on one set of the 59 (core, ring, corners, 4 of
-its 5 seeds), two stopped none wrongly (and cut the candidates' EM steps by a fifth).
+(:class:`~attnclust.cluster.shape_em.LeanEM`) runs diag, then full, each from the default
+partition and, where it has enough rows per parameter, from a second start with one head
+on the densest region (which finds a cluster nested in another), each run to its
+stopping rule unless it cannot win (:mod:`attnclust.cluster.candidate_em`: the starts, the
+early stop, and why a run from the second start that merges two of the default
+partition's cells is not kept). A stopped run is recorded as ``stopped`` and is not
+chosen; a candidate keeps its run of lower ICL. (Rows on several ranks or a device run
+every candidate from the default partition to its stopping rule.)
 
 With sample weights the criteria's sums are the weighted means times ``n``.
 
@@ -87,6 +83,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
+from .candidate_em import ROWS_PER_PARAMETER, core_start, merges_cells, run_or_stop
 from .communicator import Communicator
 from .covariance import AUTO, Covariance, Spherical, covariance_floor
 from .estimator_fits import Reporter, ShapedFitted, fit_shaped
@@ -105,7 +102,6 @@ CHOICE_ROWS = 2_000         # rows the choice is made on (a seeded sample beyond
 LEAN_ROWS = 10_000          # rows the chosen shape's lean EM reads whole, at most
 CHOICE_NUMBERS = 20_000_000  # a candidate's rows x heads x covariance entries, at most
 FIT_NUMBERS = 100_000_000    # the same of a chosen shape's fit on all rows, at most
-STOP_STEPS = 2              # steps in a row whose projected ICL bound stops a candidate
 AT_FLOOR = 1.01             # a covariance within 1% of the floor: no spread of its own
 REG_COVAR = 1e-6            # the shaped fits' floor (attnclust.cluster.shaped_fit.shaped_fit)
 
@@ -329,9 +325,9 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, 
     heads = end.result.heads
     crows, labels = _choice_rows(rows, heads, end.labels, gen)
     lean = _held_whole(crows)
-    run = _choose_lean if lean else _choose_chunked
     K, log_scale = plan.n_clusters, math.log(rows.scale)
-    choice, fitted = run(crows, labels, heads, plan, log_scale, rows.n_total)
+    choice, fitted = _choose_lean(crows, labels, heads, plan, log_scale, rows.n_total, gen) \
+        if lean else _choose_chunked(crows, labels, heads, plan, log_scale, rows.n_total)
     if not choice.covariance.shaped:
         return None, choice
     if crows is rows:
@@ -439,10 +435,12 @@ class _LeanRows:
 
 
 class _Chosen(NamedTuple):
-    """A lean candidate's EM and the rows it ran on."""
+    """A lean candidate's EM, the rows it ran on, and whether it ran from the density
+    core's start (:func:`~attnclust.cluster.candidate_em.core_start`)."""
 
     em: LeanEM
     rows: _LeanRows
+    from_core: bool = False
 
     def attributes(self, crows: WorkingRows) -> ShapedFitted:
         r = self.rows
@@ -450,63 +448,65 @@ class _Chosen(NamedTuple):
 
 
 def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, plan: FitPlan,
-                 log_scale: float, n_total: int):
+                 log_scale: float, n_total: int, gen: np.random.Generator | None = None):
     """The choice on rows read whole (:class:`attnclust.cluster.shape_em.LeanEM`); the
     chosen shaped candidate's EM (``None`` for ``"spherical"``).
 
-    The shaped candidates run in turn, each to its stopping rule unless, at ``STOP_STEPS``
-    steps in a row, even the limit of its log-likelihood projected by Aitken's
-    acceleration, ``L + g a / (1 - a)`` (``g`` the last step's gain, ``a`` its ratio to
-    the one before, when ``0 < a < 1``), with no entropy, leaves its ICL above the least
-    ICL of the candidates scored so far: it then stops and cannot be chosen."""
+    The shaped candidates run in turn from the partition ``labels``, each to its stopping
+    rule unless, at ``STOP_STEPS`` steps in a row, even the limit of its log-likelihood
+    projected by Aitken's acceleration, with no entropy, leaves its ICL above the least
+    ICL scored so far: it then stops and cannot be chosen. Given ``gen``, the shaped
+    candidate of least ICL then runs again from the density core's start where it has
+    ``ROWS_PER_PARAMETER`` rows per parameter, and keeps that run if it is eligible, of a
+    lower ICL and merges no two cells of ``labels``
+    (:mod:`attnclust.cluster.candidate_em`)."""
     K = plan.n_clusters
     lr = _LeanRows(crows)
-    w = lr.w
     n, d = lr.X.shape
-    scores = [lr.spherical_score(labels, K, log_scale)]
-    least = scores[0].icl
+    scores = {Spherical(): lr.spherical_score(labels, K, log_scale)}
+    least = scores[Spherical()].icl
     ems = {}
     tried, skipped = _shaped_candidates(crows, K, n_total)
     for cov in tried:
-        em = ems[cov] = lr.em(cov, plan, labels)
-        penalty = cov.n_parameters(K, d) * math.log(n) + 2.0 * n * d * log_scale
-        stopped = _run_or_stop(em, plan.max_iter, penalty, least)
-        fit = em.result()
-        score = _score_lean(fit.log_joint, w, cov, K, d, log_scale,
-                            _at_floor(cov, fit.covariances, lr.floor_t))._replace(
-                                stopped=stopped)
-        scores.append(score)
-        if not (score.at_floor or stopped):
-            least = min(least, score.icl)
-    choice = choose_shape(scores, skipped)
+        ems[cov], scores[cov] = _lean_run(lr, cov, plan, labels, log_scale, least)
+        if _eligible(scores[cov]):
+            least = min(least, scores[cov].icl)
+    best = min(tried, key=lambda cov: scores[cov].icl, default=None)
+    if gen is not None and best is not None and \
+            n >= ROWS_PER_PARAMETER * best.n_parameters(K, d):
+        core = core_start(lr.X, labels, K, gen, lr.w)
+        if core is not None:
+            run, score = _lean_run(lr, best, plan, core, log_scale, least)
+            if _eligible(score) and score.icl < scores[best].icl and \
+                    not merges_cells(labels, run.em.lj.argmax(0), K, lr.w):
+                ems[best], scores[best] = run._replace(from_core=True), score
+    choice = choose_shape(list(scores.values()), skipped)
     if not choice.covariance.shaped:
         return choice, None
-    return choice, _Chosen(ems[choice.covariance], lr)
+    if ems[choice.covariance].from_core:
+        choice = choice._replace(reason=choice.reason + (
+            f"; {choice.covariance.name} from the density core's start (one head on the "
+            "densest rows): a lower ICL than from the default partition"))
+    return choice, ems[choice.covariance]
 
 
-def _run_or_stop(em: LeanEM, max_iter: int, penalty: float, least: float) -> bool:
-    """Step ``em`` to its stopping rule; ``True`` if it stopped early instead, at
-    ``STOP_STEPS`` steps in a row where ``-2 (L + g a / (1 - a)) + penalty > least``
-    (``L`` in the working space; ``penalty``: ``p log n`` plus ``2 n d log s``, which
-    brings ``-2 L`` to the data's units)."""
-    history = [em.log_likelihood]
-    hits = 0
-    for _ in range(max_iter):
-        if not em.step():
-            return False
-        history.append(em.log_likelihood)
-        if len(history) < 3:
-            continue
-        gain, before = history[-1] - history[-2], history[-2] - history[-3]
-        if 0.0 < gain < before:
-            a = gain / before
-            bound = -2.0 * (history[-1] + gain * a / (1.0 - a)) + penalty
-            hits = hits + 1 if bound > least else 0
-        else:
-            hits = 0
-        if hits >= STOP_STEPS:
-            return True
-    return False
+def _lean_run(lr: _LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray,
+              log_scale: float, least: float) -> tuple[_Chosen, ShapeScore]:
+    """EM of ``cov`` from the partition ``start`` to its stopping rule or its early stop
+    (:func:`~attnclust.cluster.candidate_em.run_or_stop` against the ICL ``least``), and its
+    criteria."""
+    K, (n, d) = plan.n_clusters, lr.X.shape
+    em = lr.em(cov, plan, start)
+    penalty = cov.n_parameters(K, d) * math.log(n) + 2.0 * n * d * log_scale
+    stopped = run_or_stop(em, plan.max_iter, penalty, least)
+    fit = em.result()
+    score = _score_lean(fit.log_joint, lr.w, cov, K, d, log_scale,
+                        _at_floor(cov, fit.covariances, lr.floor_t))
+    return _Chosen(em, lr), score._replace(stopped=stopped)
+
+
+def _eligible(score: ShapeScore) -> bool:
+    return not (score.at_floor or score.stopped)
 
 
 def _at_floor(cov: Covariance, covariances, floor: torch.Tensor) -> bool:
