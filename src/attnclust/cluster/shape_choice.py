@@ -31,9 +31,11 @@ The candidates:
 On at most ``CHOICE_ROWS`` (2,000) rows every candidate is fitted on all of them and the
 chosen fit is the estimator's; on more, the choice is made on a seeded sample of
 ``CHOICE_ROWS`` rows (every rank draws the same, labelled by the default fit's nearest
-head) and only a chosen shaped candidate is then fitted on all rows, from the default
-fit's partition: the EM its candidate would have run on all rows (the lean EM on at most
-``LEAN_ROWS`` rows held whole, the chunked one from the default fit's heads otherwise).
+head) and only a chosen shaped candidate is then fitted on all rows, by EM from the
+sample's fit where the choice's EM was the lean one (the lean EM on at most
+``LEAN_ROWS`` rows held whole, the chunked one otherwise; about one step from the
+sample's optimum, and a nested optimum of the second start carries over), else from the
+default fit's heads.
 That fit is kept only if its ICL on all rows is below the spherical partition's there
 and no head is at the floor; else the spherical fit is (the reason says why): a sample
 can miss the few rows that sink a shaped fit (one row at 1e6 beside blobs gets a head of
