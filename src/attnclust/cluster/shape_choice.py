@@ -120,6 +120,11 @@ class ShapeScore(NamedTuple):
     stopped: bool = False       # EM stopped early: its ICL cannot reach the least one
 
     @property
+    def eligible(self) -> bool:
+        """Neither at the floor nor stopped early: a fit that may be chosen."""
+        return not (self.at_floor or self.stopped)
+
+    @property
     def bic(self) -> float:
         """``-2 L + p log n``."""
         return -2.0 * self.log_likelihood + self.n_parameters * math.log(self.n_rows)
@@ -169,7 +174,7 @@ def choose_shape(scores: list[ShapeScore], skipped: tuple[Covariance, ...] = ()
     >>> choose_shape([a, b]).covariance
     Full()
     """
-    eligible = [s for s in scores if not (s.at_floor or s.stopped)] or scores
+    eligible = [s for s in scores if s.eligible] or scores
     best = min(eligible, key=lambda s: (s.icl, s.n_parameters))
     listed = ", ".join(f"{s.covariance.name} {s.icl:.6g}" for s in scores)
     reason = (f"{best.covariance.name}: lowest ICL (-2 log-likelihood + parameters x "
@@ -471,7 +476,7 @@ def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, pl
     tried, skipped = _shaped_candidates(crows, K, n_total)
     for cov in tried:
         ems[cov], scores[cov] = _lean_run(lr, cov, plan, labels, log_scale, least)
-        if _eligible(scores[cov]):
+        if scores[cov].eligible:
             least = min(least, scores[cov].icl)
     best = min(tried, key=lambda cov: scores[cov].icl, default=None)
     if gen is not None and best is not None and \
@@ -479,7 +484,7 @@ def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, pl
         core = core_start(lr.X, labels, K, gen, lr.w)
         if core is not None:
             run, score = _lean_run(lr, best, plan, core, log_scale, least)
-            if _eligible(score) and score.icl < scores[best].icl and \
+            if score.eligible and score.icl < scores[best].icl and \
                     not merges_cells(labels, run.em.lj.argmax(0), K, lr.w):
                 ems[best], scores[best] = run._replace(from_core=True), score
     choice = choose_shape(list(scores.values()), skipped)
@@ -505,10 +510,6 @@ def _lean_run(lr: _LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray,
     score = _score_lean(fit.log_joint, lr.w, cov, K, d, log_scale,
                         _at_floor(cov, fit.covariances, lr.floor_t))
     return _Chosen(em, lr), score._replace(stopped=stopped)
-
-
-def _eligible(score: ShapeScore) -> bool:
-    return not (score.at_floor or score.stopped)
 
 
 def _at_floor(cov: Covariance, covariances, floor: torch.Tensor) -> bool:
