@@ -66,6 +66,12 @@ def test_the_core_is_the_rows_nearest_a_row_holding_a_Kth_of_the_weight(K, weigh
     mapped = [np.unique(start[rest & (labels == h)]) for h in range(K)]
     assert sum(m.size == 1 for m in mapped) >= K - 1
     assert all(np.all(m >= 1) for m in mapped)
+    # it moves at least MIN_MOVED of the weight out of the default cells, each named as
+    # in the start: the cell holding most of the core's weight 0, the others their head
+    dissolved = np.bincount(labels[core], weights=w[core], minlength=K).argmax()
+    names = np.array([0 if h == dissolved else int(np.bincount(start[rest & (labels == h)])
+                                                   .argmax()) for h in range(K)])
+    assert w[start != names[labels]].sum() / w.sum() >= candidate_em.MIN_MOVED
 
 
 def test_no_second_start_when_it_is_the_default_partition():

@@ -147,6 +147,12 @@ def core_start(X: np.ndarray, labels: np.ndarray, n_clusters: int, gen: np.rando
     in_core[core] = True
     core_weight = np.bincount(labels[core], weights=w[core], minlength=K)
     dissolved = int(core_weight.argmax())
+    # the weight that changes cell: the core's rows from other cells, the dissolved cell's
+    # rows outside the core
+    moved = float(core_weight.sum() - core_weight[dissolved]
+                  + w[labels == dissolved].sum() - core_weight[dissolved]) / total
+    if moved < MIN_MOVED:
+        return None
     kept = np.array([h for h in range(K) if h != dissolved])
     out = np.zeros(n, dtype=np.int64)
     rest = ~in_core
@@ -161,10 +167,7 @@ def core_start(X: np.ndarray, labels: np.ndarray, n_clusters: int, gen: np.rando
                          else X[rest].mean(0))
         means = np.asarray(means)
         out[orphans] = 1 + (((X[orphans, None, :] - means[None]) ** 2).sum(2)).argmin(1)
-    before = np.zeros(K, dtype=np.int64)          # the default cells' names in the start
-    before[kept] = np.arange(1, K)
-    moved = float(w[out != before[labels]].sum()) / total
-    return out if moved >= MIN_MOVED else None
+    return out
 
 
 def merges_cells(default: np.ndarray, labels: np.ndarray, n_clusters: int,
