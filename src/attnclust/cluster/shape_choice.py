@@ -350,8 +350,8 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, 
         fitted = fit_shaped(rows, heads, plan.with_covariance(choice.covariance), report=report,
                             start=None if start is None else
                             (start[0], start[1], np.exp(start[2])))
-        shaped, spherical = _chunked_scores(rows, end.labels, heads, fitted, choice.covariance,
-                                            K)
+        shaped = _score_fitted(rows, fitted, choice.covariance, K, log_scale)
+        spherical = _partition_score(rows, end.labels, heads, K, log_scale)
     return _confirmed(fitted, choice, shaped, spherical)
 
 
@@ -368,22 +368,6 @@ def _confirmed(fitted, choice: ShapeChoice, shaped: ShapeScore, spherical: Shape
                              f"a sample of {choice.scores[0].n_rows} rows, but its fit on all "
                              f"{shaped.n_rows} rows has {why} there; on the sample: "
                              f"{choice.reason}", choice.scores)
-
-
-def _chunked_scores(rows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, fitted,
-                    cov: Covariance, n_clusters: int) -> tuple[ShapeScore, ShapeScore]:
-    """The criteria on all ``rows`` of the shaped ``fitted`` heads and of the spherical
-    partition ``labels``, by passes over the rows."""
-    K, log_scale, s = n_clusters, math.log(rows.scale), rows.scale
-    floor = _floor(rows, heads.double().mean(0))
-    means, factors, log_w = _partition_mixture(rows, labels, K, floor)
-    sph = Spherical()
-    spherical = score_log_joint(
-        rows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor), sph, K,
-        log_scale=log_scale)
-    at_floor = _at_floor(cov, fitted.covariances_ / (s * s),
-                         torch.as_tensor(fitted.covariance_floor_ / (s * s)))
-    return _score_fitted(rows, fitted, cov, K, log_scale)._replace(at_floor=at_floor), spherical
 
 
 def _held_whole(rows: WorkingRows) -> bool:
@@ -417,14 +401,8 @@ class _LeanRows:
             ) -> tuple[ShapedFitted, ShapeScore]:
         """The estimator's attributes of EM from the parameters ``start`` (``(means,
         covariances, log_weights)``), run to its stopping rule, and its criteria."""
-        em = self.em(cov, plan, None, start)
-        for _ in range(plan.max_iter):
-            if not em.step():
-                break
-        fit = em.result()
-        score = _score_lean(fit.log_joint, self.w, cov, plan.n_clusters, self.X.shape[1],
-                            log_scale, _at_floor(cov, fit.covariances, self.floor_t))
-        return _lean_attributes(self.rows, fit, cov, self.floor_t, self.total), score
+        run, score = _lean_run(self, cov, plan, None, log_scale, math.inf, params=start)
+        return run.attributes(self.rows), score
 
     def spherical_score(self, labels: np.ndarray, n_clusters: int, log_scale: float
                         ) -> ShapeScore:
@@ -497,13 +475,14 @@ def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, pl
     return choice, ems[choice.covariance]
 
 
-def _lean_run(lr: _LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray,
-              log_scale: float, least: float) -> tuple[_Chosen, ShapeScore]:
-    """EM of ``cov`` from the partition ``start`` to its stopping rule or its early stop
-    (:func:`~attnclust.cluster.candidate_em.run_or_stop` against the ICL ``least``), and its
-    criteria."""
+def _lean_run(lr: _LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | None,
+              log_scale: float, least: float, params: tuple | None = None
+              ) -> tuple[_Chosen, ShapeScore]:
+    """EM of ``cov`` from the partition ``start`` (or the parameters ``params``) to its
+    stopping rule or its early stop (:func:`~attnclust.cluster.candidate_em.run_or_stop`
+    against the ICL ``least``; ``inf``: none), and its criteria."""
     K, (n, d) = plan.n_clusters, lr.X.shape
-    em = lr.em(cov, plan, start)
+    em = lr.em(cov, plan, start, params)
     penalty = cov.n_parameters(K, d) * math.log(n) + 2.0 * n * d * log_scale
     stopped = run_or_stop(em, plan.max_iter, penalty, least)
     fit = em.result()
@@ -559,21 +538,13 @@ def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
     """The choice on rows shared by ranks or on a device (the chunked
     :func:`~attnclust.cluster.estimator_fits.fit_shaped`, criteria by passes over the rows)."""
     K = plan.n_clusters
-    floor = _floor(crows, heads.double().mean(0))
-    means, factors, log_w = _partition_mixture(crows, labels, K, floor)
-    sph = Spherical()
-    scores = [score_log_joint(
-        crows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor),
-        sph, K, log_scale=log_scale)]
+    scores = [_partition_score(crows, labels, heads, K, log_scale)]
     fits = {}
     tried, skipped = _shaped_candidates(crows, K, n_total)
     for cov in tried:
         fitted = fit_shaped(crows, heads, plan.with_covariance(cov), report=Reporter(None, 0))
         fits[cov] = fitted
-        s = crows.scale
-        scores.append(_score_fitted(crows, fitted, cov, K, log_scale)._replace(
-            at_floor=_at_floor(cov, fitted.covariances_ / (s * s),
-                               torch.as_tensor(fitted.covariance_floor_ / (s * s)))))
+        scores.append(_score_fitted(crows, fitted, cov, K, log_scale))
     choice = choose_shape(scores, skipped)
     return choice, fits.get(choice.covariance)
 
@@ -581,7 +552,8 @@ def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
 def _score_fitted(crows: WorkingRows, fitted, cov: Covariance, K: int, log_scale: float
                   ) -> ShapeScore:
     """The :class:`ShapeScore` of shaped heads fitted on ``crows`` (their attributes in the
-    units of ``crows``' preprocessed rows), evaluated in the working space."""
+    units of ``crows``' preprocessed rows), evaluated in the working space, and whether a
+    head is at the floor."""
     def tensor(a):
         return torch.as_tensor(a, dtype=torch.float64, device=crows.rows.device)
     s = crows.scale
@@ -589,6 +561,20 @@ def _score_fitted(crows: WorkingRows, fitted, cov: Covariance, K: int, log_scale
     factors = tensor(fitted.precisions_cholesky_) * s
     log_w = tensor(fitted.weights_).log()
     floor = tensor(fitted.covariance_floor_) / (s * s)
+    at_floor = _at_floor(cov, fitted.covariances_ / (s * s),
+                         torch.as_tensor(fitted.covariance_floor_ / (s * s)))
     return score_log_joint(
         crows, lambda c: cov.log_joint(c.double(), means, factors, log_w, 1.0, floor), cov, K,
+        log_scale=log_scale)._replace(at_floor=at_floor)
+
+
+def _partition_score(rows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, K: int,
+                     log_scale: float) -> ShapeScore:
+    """The criteria of the one-variance-per-head mixture of the partition ``labels``, by
+    passes over the rows (:meth:`_LeanRows.spherical_score` on rows read whole)."""
+    floor = _floor(rows, heads.double().mean(0))
+    means, factors, log_w = _partition_mixture(rows, labels, K, floor)
+    sph = Spherical()
+    return score_log_joint(
+        rows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor), sph, K,
         log_scale=log_scale)
