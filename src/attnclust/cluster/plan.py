@@ -137,8 +137,13 @@ class FitPlan:
             return dataclasses.replace(self, covariance=covariance)
         lam = 1.0 if self.inverse_temperature is None else self.inverse_temperature
         return dataclasses.replace(self, covariance=covariance, hard=False,
-                                   inverse_temperature=lam,
-                                   tol=SHAPED_TOL if self.tol_auto else self.tol)
+                                   inverse_temperature=lam, tol=self.shaped_tol)
+
+    @property
+    def shaped_tol(self) -> float:
+        """The stopping rule of this plan's fit with shaped heads: ``tol``, or
+        ``SHAPED_TOL`` where it was ``"auto"``."""
+        return SHAPED_TOL if self.tol_auto else self.tol
 
     @property
     def chooses_shape(self) -> bool:

@@ -90,7 +90,7 @@ from .communicator import Communicator
 from .covariance import AUTO, Covariance, Spherical, covariance_floor
 from .estimator_fits import Reporter, ShapedFitted, fit_shaped
 from .rows import WorkingRows
-from .shape_em import LeanEM, log_joint, m_step, row_moments
+from .shape_em import LeanEM, RowProducts, log_joint, log_sum_heads, m_step
 from .shaped_fit import check_degenerate, data_variance, positive_factors
 
 if TYPE_CHECKING:
@@ -343,7 +343,7 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, 
     # was lean, else from the default fit's heads
     start = fitted.em.params if lean else None
     if start is not None and _held_whole(rows) and rows.n_total <= LEAN_ROWS:
-        lr = _LeanRows(rows)
+        lr = _LeanRows(rows, K)
         fitted, shaped = lr.fit(choice.covariance, plan, start, log_scale)
         spherical = lr.spherical_score(end.labels, K, log_scale)
     else:
@@ -376,12 +376,15 @@ def _held_whole(rows: WorkingRows) -> bool:
 
 
 class _LeanRows:
-    """Working rows read whole as float64 NumPy, their weights, total weight and the
+    """Working rows read whole as float64 NumPy, their products for ``n_clusters`` heads
+    (:class:`~attnclust.cluster.shape_em.RowProducts`), weights, total weight and the
     shaped fits' covariance floor."""
 
-    def __init__(self, rows: WorkingRows):
+    def __init__(self, rows: WorkingRows, n_clusters: int):
         self.rows = rows
-        self.X = X = rows.read(0, rows.rows.shape[0]).double().cpu().numpy()
+        self.products = RowProducts(rows.read(0, rows.rows.shape[0]).double().cpu().numpy(),
+                                    n_clusters)
+        self.X = X = self.products.X
         w = self.w = None if rows.weights is None else rows.weights.double().cpu().numpy()
         self.total = total = float(X.shape[0] if w is None else w.sum())
         center = X.mean(0) if w is None else (w @ X) / total
@@ -394,8 +397,9 @@ class _LeanRows:
     def em(self, cov: Covariance, plan: FitPlan, labels: np.ndarray | None,
            start: tuple | None = None) -> LeanEM:
         return LeanEM(self.X, plan.n_clusters, cov, self.floor, labels,
-                      sample_weight=self.w, tol=plan.with_covariance(cov).tol,
-                      start_scale=float(self.variances.mean()) or 1.0, start=start)
+                      sample_weight=self.w, tol=plan.shaped_tol,
+                      start_scale=float(self.variances.mean()) or 1.0, start=start,
+                      products=self.products)
 
     def fit(self, cov: Covariance, plan: FitPlan, start: tuple, log_scale: float
             ) -> tuple[ShapedFitted, ShapeScore]:
@@ -412,11 +416,12 @@ class _LeanRows:
         sph = Spherical()
         onehot = np.zeros((K, n))
         onehot[labels, np.arange(n)] = 1.0
-        moments = row_moments(X, 1)
+        moments = self.products.moments(1)
         means, covs, log_w = m_step(X, onehot if w is None else onehot * w, 1, self.floor,
                                     np.ones(K), self.total, moments)
-        return _score_lean(log_joint(X, means, covs, log_w, sph, 1, self.floor, moments), w,
-                           sph, K, d, log_scale)
+        top, lse, _, _ = log_sum_heads(log_joint(X, means, covs, log_w, sph, 1, self.floor,
+                                                 moments, self.products.XT))
+        return _score_lean(lse, top, w, sph, K, d, log_scale)
 
 
 class _Chosen(NamedTuple):
@@ -446,7 +451,7 @@ def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, pl
     lower ICL and merges no two cells of ``labels``
     (:mod:`attnclust.cluster.candidate_em`)."""
     K = plan.n_clusters
-    lr = _LeanRows(crows)
+    lr = _LeanRows(crows, K)
     n, d = lr.X.shape
     scores = {Spherical(): lr.spherical_score(labels, K, log_scale)}
     least = scores[Spherical()].icl
@@ -486,7 +491,7 @@ def _lean_run(lr: _LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray |
     penalty = cov.n_parameters(K, d) * math.log(n) + 2.0 * n * d * log_scale
     stopped = run_or_stop(em, plan.max_iter, penalty, least)
     fit = em.result()
-    score = _score_lean(fit.log_joint, lr.w, cov, K, d, log_scale,
+    score = _score_lean(fit.log_sum, fit.top, lr.w, cov, K, d, log_scale,
                         _at_floor(cov, fit.covariances, lr.floor_t))
     return _Chosen(em, lr), score._replace(stopped=stopped)
 
@@ -499,12 +504,11 @@ def _at_floor(cov: Covariance, covariances, floor: torch.Tensor) -> bool:
     return bool((cov.floor_ratio(covs, floor.double().cpu()) <= AT_FLOOR).any())
 
 
-def _score_lean(lj: np.ndarray, w, cov: Covariance, K: int, d: int, log_scale: float,
-                at_floor: bool = False) -> ShapeScore:
-    """The criteria of a log-joint laid out heads by rows, ``(K, n)``."""
-    top = lj.max(0)
-    lse = top + np.log(np.exp(lj - top).sum(0))
-    n = lj.shape[1]
+def _score_lean(lse: np.ndarray, top: np.ndarray, w, cov: Covariance, K: int, d: int,
+                log_scale: float, at_floor: bool = False) -> ShapeScore:
+    """The criteria of a mixture from its rows' ``log sum_h exp l~_h`` and ``max_h l~_h``
+    (:func:`~attnclust.cluster.shape_em.log_sum_heads`)."""
+    n = lse.shape[0]
     if w is None:
         ll, ent = float(lse.sum()), float((lse - top).sum())
     else:

@@ -47,7 +47,8 @@ import torch
 from .covariance import Covariance
 from .shaped_fit import positive_factors
 
-__all__ = ["LeanEM", "LeanFit", "lean_em", "log_joint", "m_step", "row_moments"]
+__all__ = ["LeanEM", "LeanFit", "RowProducts", "lean_em", "log_joint", "log_sum_heads",
+           "m_step", "row_moments"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 MOMENT_NUMBERS = 2_000_000   # full covariances: rows x d (d + 1) / 2 moments kept, at most
@@ -60,6 +61,8 @@ class LeanFit(NamedTuple):
     covariances: np.ndarray      # shape of the covariance type, floor included
     weights: np.ndarray          # (K,)
     log_joint: np.ndarray        # (K, n) at the final parameters, heads by rows
+    log_sum: np.ndarray          # (n,) log sum_h exp l~_h(x_i) there
+    top: np.ndarray              # (n,) max_h l~_h(x_i) there
     loss_curve: np.ndarray       # f at every accepted iterate
     counts: np.ndarray           # (K,) N_h of the final E-step
     n_iter: int
@@ -98,6 +101,32 @@ def _upper_indices(d: int) -> tuple[np.ndarray, np.ndarray]:
     j, k = np.triu_indices(d)
     j.flags.writeable = k.flags.writeable = False
     return j, k
+
+
+class RowProducts:
+    """Rows read whole, ``(n, d)`` float64, with what every EM on them reuses for
+    ``n_clusters`` heads: ``X.T`` in C order and the per-row second moments of each
+    covariance layout (:func:`row_moments`), each made once (the shape choice runs up to
+    four EMs and a score on the same rows).
+
+    Examples
+    --------
+    >>> P = RowProducts(np.array([[1.0, 2.0], [3.0, 4.0]]), 2)
+    >>> P.moments(2).tolist(), P.moments(2) is P.moments(2)
+    ([[1.0, 4.0], [9.0, 16.0]], True)
+    """
+
+    def __init__(self, X: np.ndarray, n_clusters: int):
+        self.X = X = np.asarray(X, dtype=np.float64)
+        self.XT = np.ascontiguousarray(X.T)
+        self.n_clusters = int(n_clusters)
+        self._moments: dict[int, np.ndarray | None] = {}
+
+    def moments(self, cov_layout: int) -> np.ndarray | None:
+        """:func:`row_moments` of the rows in ``cov_layout``."""
+        if cov_layout not in self._moments:
+            self._moments[cov_layout] = row_moments(self.X, cov_layout, self.n_clusters)
+        return self._moments[cov_layout]
 
 
 def m_step(X, rw, cov_layout: int, floor, previous, total, moments):
@@ -175,6 +204,16 @@ def log_joint(X, means, covs, log_w, cov: Covariance, cov_layout: int, floor, mo
     return maha
 
 
+def log_sum_heads(lj: np.ndarray):
+    """Of a log-joint heads by rows ``(K, n)``: per row the largest ``top``, ``lse = log
+    sum_h exp l~_h``, and the exponentials ``e = exp(l~ - top)`` ``(K, n)`` with their
+    sums ``s`` (``e / s``: the responsibilities)."""
+    top = lj.max(0)
+    e = np.exp(lj - top)
+    s = e.sum(0)
+    return top, top + np.log(s), e, s
+
+
 class LeanEM:
     """EM at ``lambda = 1`` on rows read whole, one step at a time (:func:`lean_em` runs
     it to its stopping rule; :mod:`attnclust.cluster.shape_choice` steps its candidates).
@@ -182,31 +221,36 @@ class LeanEM:
     Starts from a hard partition ``labels`` (as
     :func:`~attnclust.cluster.shaped_fit.shaped_fit` from the partition of its start means),
     or from the parameters ``start``, ``(means, covariances, log_weights)`` (of a fit on
-    other rows: the E-step comes first). ``log_likelihood``
+    other rows: the E-step comes first). ``products``: the rows'
+    :class:`RowProducts` (for ``n_clusters`` heads), when several EMs share them; ``X`` is
+    then ``products.X``. ``log_likelihood``
     is ``sum_i w_i log sum_h exp l~_h(x_i)`` times ``n / sum_i w_i`` at the current
     parameters.
     """
 
     def __init__(self, X: np.ndarray, n_clusters: int, cov: Covariance, floor: np.ndarray,
                  labels: np.ndarray | None, *, sample_weight: np.ndarray | None = None,
-                 tol: float = 1e-3, start_scale: float = 1.0, start: tuple | None = None):
-        self.X = X = np.asarray(X, dtype=np.float64)
+                 tol: float = 1e-3, start_scale: float = 1.0, start: tuple | None = None,
+                 products: RowProducts | None = None):
+        products = RowProducts(X, n_clusters) if products is None else products
+        self.X = X = products.X
         n, d = X.shape
         K = self.K = int(n_clusters)
         self.cov, self.floor, self.tol = cov, floor, tol
         self.layout = len(cov.shape(K, d))
         self.w = None if sample_weight is None else np.asarray(sample_weight, np.float64)
         self.total = float(n if self.w is None else self.w.sum())
-        self.XT = np.ascontiguousarray(X.T)
-        self.moments = row_moments(X, self.layout, K)
+        self.XT = products.XT
+        self.moments = products.moments(self.layout)
         if start is None:
             resp = np.zeros((K, n))
             resp[labels, np.arange(n)] = 1.0
-            previous = {3: np.broadcast_to(np.eye(d), (K, d, d)), 2: np.ones((K, d)),
-                        1: np.ones(K)}[self.layout] * start_scale
+            previous = np.full(cov.shape(K, d)[:2], start_scale)   # a dead head's start
+            if self.layout == 3:
+                previous = previous[:, :, None] * np.eye(d)
             start = self._m_step(resp, previous)
         self.params = start
-        self.lj, self.resp, self.loss = self._e_step(start)
+        self.lj, self.resp, self.loss, self.sums = self._e_step(start)
         self.losses, self.n_iter, self.converged = [self.loss], 0, False
 
     def _m_step(self, resp, previous):
@@ -217,13 +261,10 @@ class LeanEM:
     def _e_step(self, params):
         lj = log_joint(self.X, *params, self.cov, self.layout, self.floor, self.moments,
                        self.XT)
-        top = lj.max(0)
-        e = np.exp(lj - top)
-        s = e.sum(0)
-        lse = top + np.log(s)
+        top, lse, e, s = log_sum_heads(lj)
         loss = -float(lse.sum() if self.w is None else self.w @ lse) / self.total
         e /= s
-        return lj, e, loss
+        return lj, e, loss, (lse, top)
 
     @property
     def log_likelihood(self) -> float:
@@ -235,13 +276,13 @@ class LeanEM:
         if self.converged:
             return False
         new = self._m_step(self.resp, self.params[1])
-        lj, resp, loss = self._e_step(new)
+        lj, resp, loss, sums = self._e_step(new)
         self.n_iter += 1
         drop = self.loss - loss
         if drop < -1e-12 * (1.0 + abs(self.loss)):  # rounding, or a dead head: stop here
             self.converged = True
             return False
-        self.params, self.lj, self.resp, self.loss = new, lj, resp, loss
+        self.params, self.lj, self.resp, self.loss, self.sums = new, lj, resp, loss, sums
         self.losses.append(loss)
         if drop < self.tol:
             self.converged = True
@@ -250,8 +291,8 @@ class LeanEM:
     def result(self) -> LeanFit:
         means, covs, log_w = self.params
         counts = (self.resp if self.w is None else self.resp * self.w).sum(1)
-        return LeanFit(means, covs, np.exp(log_w), self.lj, np.asarray(self.losses),
-                       counts, self.n_iter, self.converged)
+        return LeanFit(means, covs, np.exp(log_w), self.lj, *self.sums,
+                       np.asarray(self.losses), counts, self.n_iter, self.converged)
 
 
 def lean_em(X: np.ndarray, labels: np.ndarray, n_clusters: int, cov: Covariance,
