@@ -65,6 +65,9 @@ def test_auto_picks_spherical_on_isotropic_blobs(seed):
     np.testing.assert_array_equal(est.cluster_centers_, default.cluster_centers_)
     np.testing.assert_array_equal(est.labels_, default.labels_)
     assert not hasattr(est, "covariances_")
+    # its lambda, read once the spherical heads are chosen, is the spherical fit's
+    assert est.inverse_temperature_ == default.inverse_temperature_
+    np.testing.assert_array_equal(est.predict_proba(X), default.predict_proba(X))
 
 
 def _working(X):

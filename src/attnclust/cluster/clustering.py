@@ -42,7 +42,9 @@ likelihood of the Gaussian mixture the heads describe (:mod:`attnclust.cluster.s
 layer's risk does not reward shaped cells, see ``docs/guide/shaped-heads.md``).
 ``"spherical"`` is the fit above. The default, ``"auto"``, fits it, then the shaped
 candidates from its heads, and keeps the shape of least ICL
-(:mod:`attnclust.cluster.shape_choice`): no single shape wins on every kind of data.
+(:mod:`attnclust.cluster.shape_choice`): no single shape wins on every kind of data. It
+reads the spherical heads' ``"auto"`` lambda only once they are chosen
+(:func:`~attnclust.cluster.warm_start.deferred_lambda`, the same lambda).
 
 Data-parallel fitting
 ---------------------
@@ -79,7 +81,14 @@ from ..study.heads import softmax_heads
 from .communicator import Communicator
 from .covariance import as_covariance_type
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
-from .estimator_fits import Reporter, fit_shaped, risk_attributes, shaped_log_joint, solve
+from .estimator_fits import (
+    Reporter,
+    fit_shaped,
+    risk_attributes,
+    shaped_log_joint,
+    solve,
+    with_deferred_lambda,
+)
 from .estimator_params import check_params, param_names, parameters
 from .k_choice import choose_n_clusters, warn_if_weak
 from .plan import FitPlan, anneal_stages, resolve
@@ -426,11 +435,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             self._record_shape(given_shape(plan))
             return self._store(fit_shaped(rows, start.heads, plan, report=report))
         end = solve(S, Sw, rows, start, lam, plan, gen=gen, report=report)
-        fitted, choice = (fit_chosen_shape(rows, end, lam, plan, gen=gen, report=report)
+        fitted, choice = (fit_chosen_shape(rows, end, plan, gen=gen, report=report)
                           if plan.chooses_shape else (None, given_shape(plan)))
         self._record_shape(choice)
         if choice.covariance.shaped:    # "auto" chose shaped heads: their fit is the fit
             return self._store(fitted)
+        if lam is None:                 # "auto" chose the spherical heads: their lambda now
+            start, lam, end = with_deferred_lambda(S, Sw, start, end, plan.geometry)
         self._store(risk_attributes(end, lam, rows))
         warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
                            inverse_temperature=self.inverse_temperature_, stacklevel=3)

@@ -71,12 +71,14 @@ from .fixed_point import fixed_point_fit
 from .kmeans.ending import fit_to_hard_limit
 from .rows import WorkingRows
 from .shaped_fit import shaped_fit
+from .warm_start import WarmStart, deferred_lambda
 
 if TYPE_CHECKING:
     from .plan import FitPlan
 
 __all__ = ["Reporter", "Ending", "RiskFitted", "ShapedFitted", "solve", "risk_attributes",
-           "fit_fixed_point", "fit_pgd", "fit_hard_limit", "fit_shaped", "shaped_log_joint"]
+           "fit_fixed_point", "fit_pgd", "fit_hard_limit", "fit_shaped", "shaped_log_joint",
+           "with_deferred_lambda"]
 
 _logger = logging.getLogger("attnclust")
 
@@ -212,21 +214,22 @@ class Ending(NamedTuple):
     """A fit of the risk's heads: the solver's result (ended in the hard limit: ``n_iter``
     counting Lloyd's steps and passes), this rank's labels, the (weighted)
     cluster sizes over all ranks and the attention's sharpness (mean largest weight times
-    the total size), which the degeneracy checks read."""
+    the total size), which the degeneracy checks read (``None`` in a fit that chooses its
+    shape, until it chooses the spherical heads: :func:`with_deferred_lambda`)."""
 
     result: SolverResult
     labels: np.ndarray
     sizes: np.ndarray
-    sharpness: float
+    sharpness: float | None
 
 
 def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geometry,
                    max_iter: int, tol: float, report: Reporter) -> Ending:
     """:func:`~attnclust.cluster.kmeans.ending.fit_to_hard_limit` from the warm ``start``: its
     curve is the risk at ``lambda = infinity`` (the k-means objective over all rows), the
-    attention's sharpness is read at ``lam`` on the sample; sizes and sharpness weighted by
-    the sample weights, when given; ``tol``: scikit-learn's ``KMeans`` tolerance of the
-    steps over all rows."""
+    attention's sharpness is read at ``lam`` on the sample (:func:`_sharpness`; not with
+    ``lam=None``); sizes weighted by the sample weights, when given; ``tol``:
+    scikit-learn's ``KMeans`` tolerance of the steps over all rows."""
     end = fit_to_hard_limit(S, rows, start.kmeans, geometry=geometry, max_iter=max_iter,
                             callback=report.for_rows(rows), weights=Sw, tol=tol)
     steps = end.history
@@ -238,10 +241,27 @@ def fit_hard_limit(S, Sw, rows: WorkingRows, start, lam, *, n_clusters: int, geo
     w = None if rows.weights is None else rows.weights.cpu().double().numpy()
     sizes = rows.comm.sum_array(np.bincount(end.labels, minlength=n_clusters, weights=w)
                                 .astype(np.float64))
-    best = softmax_heads(geometry.logits(S, end.heads, lam)).max(1).values.double()
+    return Ending(res, end.labels, sizes,
+                  None if lam is None else _sharpness(S, Sw, end.heads, lam, geometry, sizes))
+
+
+def _sharpness(S, Sw, heads, lam: float, geometry, sizes: np.ndarray) -> float:
+    """The attention's mean largest weight at ``lam`` on the sample ``S`` (weighted by
+    ``Sw``), times the total size ``sizes.sum()``."""
+    best = softmax_heads(geometry.logits(S, heads, lam)).max(1).values.double()
     mean_best = float(best.mean()) if Sw is None else \
         float((best * Sw.double()).sum() / Sw.double().sum())
-    return Ending(res, end.labels, sizes, mean_best * float(sizes.sum()))
+    return mean_best * float(sizes.sum())
+
+
+def with_deferred_lambda(S, Sw, start: WarmStart, end: Ending, geometry):
+    """``(start, lam, end)`` of a hard-limit fit that chose the spherical heads, its
+    ``"auto"`` lambda read now (:func:`~attnclust.cluster.warm_start.deferred_lambda`) and
+    the attention's sharpness at it."""
+    start = deferred_lambda(S, Sw, start, geometry)
+    lam = start.inverse_temperature
+    return start, lam, end._replace(
+        sharpness=_sharpness(S, Sw, end.result.heads, lam, geometry, end.sizes))
 
 
 class RiskFitted(NamedTuple):

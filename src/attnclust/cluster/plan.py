@@ -196,7 +196,9 @@ class FitPlan:
                    hard: bool | None = None):
         """:func:`~attnclust.cluster.warm_start.estimator_warm_start`: the sample, its weights, the
         warm start and ``lambda`` (``hard``: whether the warm start serves the hard-limit
-        ending; default: the plan's).
+        ending; default: the plan's). A hard-limit fit that chooses its shape gets
+        ``lambda=None``: it reads it once it chooses the spherical heads
+        (:func:`~attnclust.cluster.warm_start.deferred_lambda`).
 
         Examples
         --------
@@ -209,8 +211,12 @@ class FitPlan:
         >>> center = plan.learn_center(X, local)
         >>> rows = plan.working_rows(plan.preprocess(X, center, comm=local), local)
         >>> S, Sw, start, lam = plan.warm_start(rows, np.random.default_rng(0))
-        >>> tuple(start.heads.shape), lam > 0
-        ((2, 3), True)
+        >>> tuple(start.heads.shape), lam
+        ((2, 3), None)
+        >>> spherical = resolve(AttentionClustering(2, covariance_type="spherical").get_params())
+        >>> S, Sw, start, lam = spherical.warm_start(rows, np.random.default_rng(0))
+        >>> lam > 0
+        True
         """
         return estimator_warm_start(rows, gen, self, hard=self.hard if hard is None else hard)
 

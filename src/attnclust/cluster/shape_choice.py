@@ -295,10 +295,10 @@ def _shaped_candidates(crows: WorkingRows, n_clusters: int, n_total: int):
             tuple(cov for cov, out in zip(shaped, costly, strict=True) if out))
 
 
-def fit_chosen_shape(rows: WorkingRows, end: Ending, lam: float, plan: FitPlan, *,
+def fit_chosen_shape(rows: WorkingRows, end: Ending, plan: FitPlan, *,
                      gen: np.random.Generator, report: Reporter):
-    """``covariance_type="auto"``: from the default fit ``end`` (at the ``"auto"``
-    ``lam``), the candidates' criteria and the chosen fit.
+    """``covariance_type="auto"``: from the default fit ``end``, the candidates' criteria
+    and the chosen fit.
 
     Returns ``(fitted, choice)``: the chosen shaped fit's attributes
     (:class:`~attnclust.cluster.estimator_fits.ShapedFitted`; ``None`` when ``"spherical"``

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PER_HEAD", "SEEDING_ROWS", "WARM_SAMPLE", "estimator_warm_start",
            "BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
-           "boundary_variance", "hard_labels", "hard_lloyd", "warm_start"]
+           "boundary_variance", "deferred_lambda", "hard_labels", "hard_lloyd", "warm_start"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
@@ -348,10 +348,28 @@ def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = 
     n_init = plan.n_init
     if hard and plan.n_init_auto and S.shape[0] < rows.n_total and K >= SWAP_HEADS:
         n_init = max(1, min(n_init, rows.n_total // (SEEDING_ROWS * S.shape[0])))
-    auto = plan.inverse_temperature is None
+    # a fit that chooses its shape reads its "auto" lambda only where the spherical heads
+    # are chosen (deferred_lambda): lambda is None until then (a stream has no choice)
+    deferred = hard and plan.chooses_shape
+    auto = plan.inverse_temperature is None and not deferred
     start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=n_init,
                        geometry=geometry, auto=auto, weights=Sw, max_iter=plan.max_iter,
                        tol=plan.kmeans_tol)
+    if deferred:
+        return S, Sw, start, None
     lam = start.inverse_temperature if start.inverse_temperature is not None else \
         rows.inverse_temperature_in(plan.inverse_temperature)
     return S, Sw, start, lam
+
+
+def deferred_lambda(S: torch.Tensor, Sw: torch.Tensor | None, start: WarmStart,
+                    geometry: Geometry) -> WarmStart:
+    """The warm ``start`` of the sample ``S`` (weights ``Sw``) of a fit that chose its
+    shape (:func:`estimator_warm_start` left its lambda to this), with the ``"auto"``
+    inverse temperature of its k-means partition, as :func:`warm_start` reads it: the
+    lambda of the spherical heads, once chosen (a fit of shaped heads has no use for it,
+    and it costs about a tenth of a small fit)."""
+    km = start.kmeans
+    lam, capped = _auto_lambda(S, km.heads, geometry, Sw,
+                               torch.as_tensor(km.labels, device=S.device))
+    return start._replace(inverse_temperature=lam, capped=capped)
