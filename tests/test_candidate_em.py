@@ -74,6 +74,18 @@ def test_the_core_is_the_rows_nearest_a_row_holding_a_Kth_of_the_weight(K, weigh
     assert w[start != names[labels]].sum() / w.sum() >= candidate_em.MIN_MOVED
 
 
+@pytest.mark.parametrize("K", [2, 3, 7])
+def test_unit_weights_give_the_unweighted_start(K):
+    """The unweighted core (a partial sort: the ceil(n / K) rows nearest the peak) is the
+    weighted one (a sort and a running sum of the weights) at unit weights."""
+    X, _ = _ball_in_shell(0, n=301)
+    labels = np.random.default_rng(K).integers(0, K, X.shape[0])
+    plain = core_start(X, labels, K, np.random.default_rng(1))
+    unit = core_start(X, labels, K, np.random.default_rng(1), np.ones(X.shape[0]))
+    assert plain is not None
+    np.testing.assert_array_equal(plain, unit)
+
+
 def test_no_second_start_when_it_is_the_default_partition():
     """Equal separated blobs: the core is one blob, the start the default cells renamed."""
     rng = np.random.default_rng(0)

@@ -130,19 +130,23 @@ def core_start(X: np.ndarray, labels: np.ndarray, n_clusters: int, gen: np.rando
     ref = gen.choice(n, min(n, PEAK_ROWS), replace=False)
     picks = ref[:PEAK_CANDIDATES]
     m, wr = ref.size, w[ref]
-    sq = (X * X).sum(1)
+    sq = np.einsum("ij,ij->i", X, X)
     dist = np.maximum(sq[picks, None] + sq[ref] - 2.0 * X[picks] @ X[ref].T, 0.0)
     k = math.ceil(math.sqrt(m))
     if weights is None:     # the k-th nearest row's distance
         radius = np.partition(dist, k, axis=1)[:, k]
-    else:                   # the distance at which the rows nearest hold k / m of the weight
+    else:                   # the nearest row past k / m of the weight (at unit weights: the k-th)
         order = np.argsort(dist, axis=1)
-        reach = (np.cumsum(wr[order], axis=1) < wr.sum() * k / m).sum(1, keepdims=True)
+        reach = (np.cumsum(wr[order], axis=1) <= wr.sum() * k / m).sum(1, keepdims=True)
         radius = np.take_along_axis(dist, np.take_along_axis(order, reach.clip(max=m - 1), 1),
                                     1)[:, 0]
     peak = picks[int(radius.argmin())]
-    nearest = np.argsort(np.maximum(sq + sq[peak] - 2.0 * X @ X[peak], 0.0))
-    core = nearest[:int((np.cumsum(w[nearest]) < total / K).sum()) + 1]
+    to_peak = np.maximum(sq + sq[peak] - 2.0 * X @ X[peak], 0.0)
+    if weights is None:     # the ceil(n / K) rows nearest the peak
+        core = np.argpartition(to_peak, -(-n // K) - 1)[:-(-n // K)]
+    else:                   # the rows nearest the peak up to 1 / K of the weight
+        nearest = np.argsort(to_peak)
+        core = nearest[:int((np.cumsum(w[nearest]) < total / K).sum()) + 1]
     in_core = np.zeros(n, dtype=bool)
     in_core[core] = True
     core_weight = np.bincount(labels[core], weights=w[core], minlength=K)
