@@ -51,6 +51,7 @@ __all__ = ["LeanEM", "LeanFit", "RowProducts", "lean_em", "log_joint", "log_sum_
            "m_step", "row_moments"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+BACKGROUND_START = 0.05      # the background head's weight at the start from a partition
 MOMENT_NUMBERS = 2_000_000   # full covariances: rows x d (d + 1) / 2 moments kept, at most
 
 
@@ -226,12 +227,18 @@ class LeanEM:
     then ``products.X``. ``log_likelihood``
     is ``sum_i w_i log sum_h exp l~_h(x_i)`` times ``n / sum_i w_i`` at the current
     parameters.
+
+    ``log_background``: the log-density of a uniform background head beside the Gaussian
+    ones (:mod:`attnclust.cluster.noise_head`): its log-joint, ``log pi_0 +
+    log_background``, is the last row of ``lj`` and of the responsibilities, its weight
+    the last of the log-weights (started at ``BACKGROUND_START`` from a partition, the
+    Gaussian heads' scaled by ``1 - BACKGROUND_START``), fitted as theirs are.
     """
 
     def __init__(self, X: np.ndarray, n_clusters: int, cov: Covariance, floor: np.ndarray,
                  labels: np.ndarray | None, *, sample_weight: np.ndarray | None = None,
                  tol: float = 1e-3, start_scale: float = 1.0, start: tuple | None = None,
-                 products: RowProducts | None = None):
+                 products: RowProducts | None = None, log_background: float | None = None):
         products = RowProducts(X, n_clusters) if products is None else products
         self.X = X = products.X
         n, d = X.shape
@@ -242,6 +249,7 @@ class LeanEM:
         self.total = float(n if self.w is None else self.w.sum())
         self.XT = products.XT
         self.moments = products.moments(self.layout)
+        self.log_background = log_background
         if start is None:
             resp = np.zeros((K, n))
             resp[labels, np.arange(n)] = 1.0
@@ -249,18 +257,30 @@ class LeanEM:
             if self.layout == 3:
                 previous = previous[:, :, None] * np.eye(d)
             start = self._m_step(resp, previous)
+            if log_background is not None:
+                means, covs, log_w = start
+                start = (means, covs, np.r_[log_w + math.log1p(-BACKGROUND_START),
+                                            math.log(BACKGROUND_START)])
         self.params = start
         self.lj, self.resp, self.loss, self.sums = self._e_step(start)
         self.losses, self.n_iter, self.converged = [self.loss], 0, False
 
     def _m_step(self, resp, previous):
         rw = resp if self.w is None else resp * self.w
-        return m_step(self.X, rw, self.layout, self.floor, previous, self.total,
-                      self.moments)
+        means, covs, log_w = m_step(self.X, rw[:self.K], self.layout, self.floor, previous,
+                                    self.total, self.moments)
+        if rw.shape[0] > self.K:    # the background's weight too
+            n = np.maximum(rw.sum(1), 10 * np.finfo(np.float64).eps * self.total)
+            log_w = np.log(n) - math.log(float(n.sum()))
+        return means, covs, log_w
 
     def _e_step(self, params):
-        lj = log_joint(self.X, *params, self.cov, self.layout, self.floor, self.moments,
-                       self.XT)
+        means, covs, log_w = params
+        K = self.K
+        lj = log_joint(self.X, means, covs, log_w[:K], self.cov, self.layout, self.floor,
+                       self.moments, self.XT)
+        if self.log_background is not None:
+            lj = np.vstack([lj, np.full((1, lj.shape[1]), log_w[K] + self.log_background)])
         top, lse, e, s = log_sum_heads(lj)
         loss = -float(lse.sum() if self.w is None else self.w @ lse) / self.total
         e /= s
