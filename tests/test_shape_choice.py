@@ -293,7 +293,7 @@ def test_the_chunked_choice_agrees_with_the_lean_one():
     log_scale = math.log(rows.scale)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lean, _ = shape_choice._choose_lean(rows, labels, heads, plan, log_scale, len(X))
+        lean, _ = shape_choice.choose_lean(rows, labels, plan, log_scale, len(X))
         chunked, _ = shape_choice._choose_chunked(rows, labels, heads, plan, log_scale,
                                                   len(X))
     assert lean.covariance == chunked.covariance

@@ -85,62 +85,34 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from .candidate_em import ROWS_PER_PARAMETER, core_start, merges_cells, run_or_stop
+from .candidate_em import ROWS_PER_PARAMETER, core_start, merges_cells
 from .communicator import Communicator
 from .covariance import AUTO, Covariance, Spherical, covariance_floor
-from .estimator_fits import Reporter, ShapedFitted, fit_shaped
+from .estimator_fits import Reporter, fit_shaped
+from .lean_fits import (
+    REG_COVAR,
+    LeanRows,
+    ShapeScore,
+    head_at_floor,
+    held_whole,
+    icl,
+    lean_run,
+)
 from .rows import WorkingRows
-from .shape_em import LeanEM, RowProducts, log_joint, log_sum_heads, m_step
-from .shaped_fit import check_degenerate, data_variance, positive_factors
+from .shaped_fit import data_variance
 
 if TYPE_CHECKING:
     from .estimator_fits import Ending
     from .plan import FitPlan
 
 __all__ = ["CHOICE_NUMBERS", "CHOICE_ROWS", "REG_COVAR", "ShapeChoice", "ShapeScore",
-           "choose_shape", "fit_chosen_shape", "given_shape", "icl", "score_log_joint"]
+           "choice_rows", "choose_lean", "choose_shape", "fit_chosen_shape", "given_shape", "icl",
+           "score_log_joint", "shaped_candidates"]
 
 CHOICE_ROWS = 2_000         # rows the choice is made on (a seeded sample beyond)
 LEAN_ROWS = 10_000          # rows the chosen shape's lean EM reads whole, at most
 CHOICE_NUMBERS = 20_000_000  # a candidate's rows x heads x covariance entries, at most
 FIT_NUMBERS = 100_000_000    # the same of a chosen shape's fit on all rows, at most
-AT_FLOOR = 1.01             # a covariance within 1% of the floor: no spread of its own
-REG_COVAR = 1e-6            # the shaped fits' floor (attnclust.cluster.shaped_fit.shaped_fit)
-
-
-class ShapeScore(NamedTuple):
-    """One candidate shape's criteria on the rows of the choice (data units)."""
-
-    covariance: Covariance
-    log_likelihood: float
-    entropy: float
-    n_parameters: int
-    n_rows: int
-    at_floor: bool = False
-    stopped: bool = False       # EM stopped early: its ICL cannot reach the least one
-
-    @property
-    def eligible(self) -> bool:
-        """Neither at the floor nor stopped early: a fit that may be chosen."""
-        return not (self.at_floor or self.stopped)
-
-    @property
-    def bic(self) -> float:
-        """``-2 L + p log n``."""
-        return -2.0 * self.log_likelihood + self.n_parameters * math.log(self.n_rows)
-
-    @property
-    def icl(self) -> float:
-        """``BIC + 2 E``."""
-        return self.bic + 2.0 * self.entropy
-
-    def as_dict(self) -> dict:
-        """The criteria by name (``covariance_type_criteria_`` of the estimator)."""
-        return {"log_likelihood": float(self.log_likelihood), "entropy": float(self.entropy),
-                "n_parameters": int(self.n_parameters), "n_rows": int(self.n_rows),
-                "at_floor": bool(self.at_floor), "stopped": bool(self.stopped),
-                "bic": float(self.bic),
-                "icl": float(self.icl)}
 
 
 class ShapeChoice(NamedTuple):
@@ -149,17 +121,6 @@ class ShapeChoice(NamedTuple):
     covariance: Covariance
     reason: str
     scores: tuple[ShapeScore, ...]
-
-
-def icl(log_likelihood: float, entropy: float, n_parameters: int, n_rows: int) -> float:
-    """``ICL = -2 L + p log n + 2 E``.
-
-    Examples
-    --------
-    >>> round(icl(-100.0, 5.0, 3, 50), 3)
-    221.736
-    """
-    return -2.0 * log_likelihood + n_parameters * math.log(n_rows) + 2.0 * entropy
 
 
 def choose_shape(scores: list[ShapeScore], skipped: tuple[Covariance, ...] = ()
@@ -261,7 +222,7 @@ def _partition_mixture(rows: WorkingRows, labels: np.ndarray, n_clusters: int,
     return means, Spherical().factors(variances), counts.log() - math.log(float(counts.sum()))
 
 
-def _choice_rows(rows: WorkingRows, heads: torch.Tensor, labels: np.ndarray,
+def choice_rows(rows: WorkingRows, heads: torch.Tensor, labels: np.ndarray,
                  gen: np.random.Generator) -> tuple[WorkingRows, np.ndarray]:
     """The rows of the choice and their labels: all rows, or a sample of ``CHOICE_ROWS``
     (the same on every rank) labelled by the nearest head."""
@@ -286,7 +247,7 @@ def _too_costly(crows: WorkingRows, covariance: Covariance, n_clusters: int,
     return crows.n_total * per_row > CHOICE_NUMBERS or n_total * per_row > FIT_NUMBERS
 
 
-def _shaped_candidates(crows: WorkingRows, n_clusters: int, n_total: int):
+def shaped_candidates(crows: WorkingRows, n_clusters: int, n_total: int):
     """The shaped candidates to fit, and those left out as too costly (on the rows of the
     choice ``crows``, or fitted on all ``n_total`` rows)."""
     shaped = [cov for cov in AUTO.candidates if cov.shaped]
@@ -330,10 +291,10 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, plan: FitPlan, *,
     True
     """
     heads = end.result.heads
-    crows, labels = _choice_rows(rows, heads, end.labels, gen)
-    lean = _held_whole(crows)
+    crows, labels = choice_rows(rows, heads, end.labels, gen)
+    lean = held_whole(crows)
     K, log_scale = plan.n_clusters, math.log(rows.scale)
-    choice, fitted = _choose_lean(crows, labels, heads, plan, log_scale, rows.n_total, gen) \
+    choice, fitted = choose_lean(crows, labels, plan, log_scale, rows.n_total, gen) \
         if lean else _choose_chunked(crows, labels, heads, plan, log_scale, rows.n_total)
     if not choice.covariance.shaped:
         return None, choice
@@ -342,8 +303,8 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, plan: FitPlan, *,
     # all rows: EM from the sample's fit (a few steps from its optimum) where the choice
     # was lean, else from the default fit's heads
     start = fitted.em.params if lean else None
-    if start is not None and _held_whole(rows) and rows.n_total <= LEAN_ROWS:
-        lr = _LeanRows(rows, K)
+    if start is not None and held_whole(rows) and rows.n_total <= LEAN_ROWS:
+        lr = LeanRows(rows, K)
         fitted, shaped = lr.fit(choice.covariance, plan, start, log_scale)
         spherical = lr.spherical_score(end.labels, K, log_scale)
     else:
@@ -370,77 +331,10 @@ def _confirmed(fitted, choice: ShapeChoice, shaped: ShapeScore, spherical: Shape
                              f"{choice.reason}", choice.scores)
 
 
-def _held_whole(rows: WorkingRows) -> bool:
-    """Rows held whole by one process on the CPU (the lean EM's)."""
-    return rows.rows.shape[0] == rows.n_total and rows.rows.device.type == "cpu"
-
-
-class _LeanRows:
-    """Working rows read whole as float64 NumPy, their products for ``n_clusters`` heads
-    (:class:`~attnclust.cluster.shape_em.RowProducts`), weights, total weight and the
-    shaped fits' covariance floor."""
-
-    def __init__(self, rows: WorkingRows, n_clusters: int):
-        self.rows = rows
-        self.products = RowProducts(rows.read(0, rows.rows.shape[0]).double().cpu().numpy(),
-                                    n_clusters)
-        self.X = X = self.products.X
-        w = self.w = None if rows.weights is None else rows.weights.double().cpu().numpy()
-        self.total = total = float(X.shape[0] if w is None else w.sum())
-        center = X.mean(0) if w is None else (w @ X) / total
-        variances = (X * X).mean(0) - center * center if w is None else \
-            (w @ (X * X)) / total - center * center
-        self.variances = np.maximum(variances, 0.0)
-        self.floor_t = covariance_floor(torch.from_numpy(self.variances), REG_COVAR)
-        self.floor = self.floor_t.numpy()
-
-    def em(self, cov: Covariance, plan: FitPlan, labels: np.ndarray | None,
-           start: tuple | None = None) -> LeanEM:
-        return LeanEM(self.X, plan.n_clusters, cov, self.floor, labels,
-                      sample_weight=self.w, tol=plan.shaped_tol,
-                      start_scale=float(self.variances.mean()) or 1.0, start=start,
-                      products=self.products)
-
-    def fit(self, cov: Covariance, plan: FitPlan, start: tuple, log_scale: float
-            ) -> tuple[ShapedFitted, ShapeScore]:
-        """The estimator's attributes of EM from the parameters ``start`` (``(means,
-        covariances, log_weights)``), run to its stopping rule, and its criteria."""
-        run, score = _lean_run(self, cov, plan, None, log_scale, math.inf, params=start)
-        return run.attributes(self.rows), score
-
-    def spherical_score(self, labels: np.ndarray, n_clusters: int, log_scale: float
-                        ) -> ShapeScore:
-        """The criteria of the one-variance-per-head mixture of the partition ``labels``."""
-        X, w, K = self.X, self.w, n_clusters
-        n, d = X.shape
-        sph = Spherical()
-        onehot = np.zeros((K, n))
-        onehot[labels, np.arange(n)] = 1.0
-        moments = self.products.moments(1)
-        means, covs, log_w = m_step(X, onehot if w is None else onehot * w, 1, self.floor,
-                                    np.ones(K), self.total, moments)
-        top, lse, _, _ = log_sum_heads(log_joint(X, means, covs, log_w, sph, 1, self.floor,
-                                                 moments, self.products.XT))
-        return _score_lean(lse, top, w, sph, K, d, log_scale)
-
-
-class _Chosen(NamedTuple):
-    """A lean candidate's EM, the rows it ran on, and whether it ran from the density
-    core's start (:func:`~attnclust.cluster.candidate_em.core_start`)."""
-
-    em: LeanEM
-    rows: _LeanRows
-    from_core: bool = False
-
-    def attributes(self, crows: WorkingRows) -> ShapedFitted:
-        r = self.rows
-        return _lean_attributes(crows, self.em.result(), self.em.cov, r.floor_t, r.total)
-
-
-def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, plan: FitPlan,
-                 log_scale: float, n_total: int, gen: np.random.Generator | None = None):
+def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale: float,
+                n_total: int, gen: np.random.Generator | None = None, *, noise: bool = False):
     """The choice on rows read whole (:class:`attnclust.cluster.shape_em.LeanEM`); the
-    chosen shaped candidate's EM (``None`` for ``"spherical"``).
+    chosen shaped candidate's run (``None`` for ``"spherical"``).
 
     The shaped candidates run in turn from the partition ``labels``, each to its stopping
     rule unless, at ``STOP_STEPS`` steps in a row, even the limit of its log-likelihood
@@ -449,92 +343,39 @@ def _choose_lean(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, pl
     candidate of least ICL then runs again from the density core's start where it has
     ``ROWS_PER_PARAMETER`` rows per parameter, and keeps that run if it is eligible, of a
     lower ICL and merges no two cells of ``labels``
-    (:mod:`attnclust.cluster.candidate_em`)."""
+    (:mod:`attnclust.cluster.candidate_em`). ``noise``: every candidate beside a uniform
+    background head (:mod:`attnclust.cluster.noise_head`), and no spherical one."""
     K = plan.n_clusters
-    lr = _LeanRows(crows, K)
+    lr = LeanRows(crows, K)
     n, d = lr.X.shape
-    scores = {Spherical(): lr.spherical_score(labels, K, log_scale)}
-    least = scores[Spherical()].icl
-    ems = {}
-    tried, skipped = _shaped_candidates(crows, K, n_total)
+    log_background = lr.background_log_density() if noise else None
+    scores = {} if noise else {Spherical(): lr.spherical_score(labels, K, log_scale)}
+    least = min((score.icl for score in scores.values()), default=math.inf)
+    runs = {}
+    tried, skipped = shaped_candidates(crows, K, n_total)
     for cov in tried:
-        ems[cov], scores[cov] = _lean_run(lr, cov, plan, labels, log_scale, least)
+        runs[cov], scores[cov] = lean_run(lr, cov, plan, labels, log_scale, least,
+                                          log_background=log_background)
         if scores[cov].eligible:
             least = min(least, scores[cov].icl)
     best = min(tried, key=lambda cov: scores[cov].icl, default=None)
     if gen is not None and best is not None and \
-            n >= ROWS_PER_PARAMETER * best.n_parameters(K, d):
+            n >= ROWS_PER_PARAMETER * (best.n_parameters(K, d) + noise):
         core = core_start(lr.X, labels, K, gen, lr.w)
         if core is not None:
-            run, score = _lean_run(lr, best, plan, core, log_scale, least)
+            run, score = lean_run(lr, best, plan, core, log_scale, least,
+                                  log_background=log_background)
             if score.eligible and score.icl < scores[best].icl and \
-                    not merges_cells(labels, run.em.lj.argmax(0), K, lr.w):
-                ems[best], scores[best] = run._replace(from_core=True), score
+                    not merges_cells(labels, run.em.lj[:K].argmax(0), K, lr.w):
+                runs[best], scores[best] = run._replace(from_core=True), score
     choice = choose_shape(list(scores.values()), skipped)
     if not choice.covariance.shaped:
         return choice, None
-    if ems[choice.covariance].from_core:
+    if runs[choice.covariance].from_core:
         choice = choice._replace(reason=choice.reason + (
             f"; {choice.covariance.name} from the density core's start (one head on the "
             "densest rows): a lower ICL than from the default partition"))
-    return choice, ems[choice.covariance]
-
-
-def _lean_run(lr: _LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | None,
-              log_scale: float, least: float, params: tuple | None = None
-              ) -> tuple[_Chosen, ShapeScore]:
-    """EM of ``cov`` from the partition ``start`` (or the parameters ``params``) to its
-    stopping rule or its early stop (:func:`~attnclust.cluster.candidate_em.run_or_stop`
-    against the ICL ``least``; ``inf``: none), and its criteria."""
-    K, (n, d) = plan.n_clusters, lr.X.shape
-    em = lr.em(cov, plan, start, params)
-    penalty = cov.n_parameters(K, d) * math.log(n) + 2.0 * n * d * log_scale
-    stopped = run_or_stop(em, plan.max_iter, penalty, least)
-    fit = em.result()
-    score = _score_lean(fit.log_sum, fit.top, lr.w, cov, K, d, log_scale,
-                        _at_floor(cov, fit.covariances, lr.floor_t))
-    return _Chosen(em, lr), score._replace(stopped=stopped)
-
-
-def _at_floor(cov: Covariance, covariances, floor: torch.Tensor) -> bool:
-    """Whether a head's covariance sits at the floor in some direction (the degeneracy
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit` warns of): its likelihood is then the
-    floor's."""
-    covs = torch.as_tensor(np.asarray(covariances), dtype=torch.float64)
-    return bool((cov.floor_ratio(covs, floor.double().cpu()) <= AT_FLOOR).any())
-
-
-def _score_lean(lse: np.ndarray, top: np.ndarray, w, cov: Covariance, K: int, d: int,
-                log_scale: float, at_floor: bool = False) -> ShapeScore:
-    """The criteria of a mixture from its rows' ``log sum_h exp l~_h`` and ``max_h l~_h``
-    (:func:`~attnclust.cluster.shape_em.log_sum_heads`)."""
-    n = lse.shape[0]
-    if w is None:
-        ll, ent = float(lse.sum()), float((lse - top).sum())
-    else:
-        ll, ent = n * float(w @ lse) / float(w.sum()), n * float(w @ (lse - top)) / float(w.sum())
-    return ShapeScore(cov, ll - n * d * log_scale, ent, cov.n_parameters(K, d), n, at_floor)
-
-
-def _lean_attributes(crows: WorkingRows, fit, cov: Covariance, floor: torch.Tensor,
-                     total: float) -> ShapedFitted:
-    """The estimator's attributes of a :class:`~attnclust.cluster.shape_em.LeanFit` of the rows
-    ``crows`` (working space), in the data's units; the degeneracy warnings of
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit`."""
-    s, d = crows.scale, fit.means.shape[1]
-    covs_t = torch.from_numpy(np.ascontiguousarray(fit.covariances))
-    factors_t = positive_factors(covs_t, cov)
-    check_degenerate(covs_t, torch.from_numpy(fit.counts), cov, floor.cpu(), total,
-                     crows.n_total)
-    factors = factors_t.numpy() / s
-    return ShapedFitted(
-        cluster_centers_=crows.heads_out(torch.from_numpy(fit.means)),
-        covariances_=fit.covariances * s * s, precisions_cholesky_=factors,
-        precisions_=cov.precisions(factors), weights_=fit.weights,
-        covariance_floor_=floor.cpu().numpy() * s * s, inverse_temperature_=1.0,
-        loss_curve_=fit.loss_curve + d * math.log(s),
-        inverse_temperature_curve_=np.ones(len(fit.loss_curve)), n_iter_=int(fit.n_iter),
-        converged_=bool(fit.converged), labels_=fit.log_joint.argmax(0).astype(np.int64))
+    return choice, runs[choice.covariance]
 
 
 def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
@@ -544,7 +385,7 @@ def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
     K = plan.n_clusters
     scores = [_partition_score(crows, labels, heads, K, log_scale)]
     fits = {}
-    tried, skipped = _shaped_candidates(crows, K, n_total)
+    tried, skipped = shaped_candidates(crows, K, n_total)
     for cov in tried:
         fitted = fit_shaped(crows, heads, plan.with_covariance(cov), report=Reporter(None, 0))
         fits[cov] = fitted
@@ -565,7 +406,7 @@ def _score_fitted(crows: WorkingRows, fitted, cov: Covariance, K: int, log_scale
     factors = tensor(fitted.precisions_cholesky_) * s
     log_w = tensor(fitted.weights_).log()
     floor = tensor(fitted.covariance_floor_) / (s * s)
-    at_floor = _at_floor(cov, fitted.covariances_ / (s * s),
+    at_floor = head_at_floor(cov, fitted.covariances_ / (s * s),
                          torch.as_tensor(fitted.covariance_floor_ / (s * s)))
     return score_log_joint(
         crows, lambda c: cov.log_joint(c.double(), means, factors, log_w, 1.0, floor), cov, K,
@@ -575,7 +416,7 @@ def _score_fitted(crows: WorkingRows, fitted, cov: Covariance, K: int, log_scale
 def _partition_score(rows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, K: int,
                      log_scale: float) -> ShapeScore:
     """The criteria of the one-variance-per-head mixture of the partition ``labels``, by
-    passes over the rows (:meth:`_LeanRows.spherical_score` on rows read whole)."""
+    passes over the rows (:meth:`LeanRows.spherical_score` on rows read whole)."""
     floor = _floor(rows, heads.double().mean(0))
     means, factors, log_w = _partition_mixture(rows, labels, K, floor)
     sph = Spherical()
