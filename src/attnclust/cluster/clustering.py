@@ -67,6 +67,7 @@ paper          code                      meaning
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -91,6 +92,7 @@ from .estimator_fits import (
 )
 from .estimator_params import check_params, param_names, parameters
 from .k_choice import choose_n_clusters, warn_if_weak
+from .noise_head import NOISE_LABEL, fit_noise_head
 from .plan import FitPlan, anneal_stages, resolve
 from .rows import chunk_rows, fit_threads
 from .shape_choice import ShapeChoice, fit_chosen_shape, given_shape
@@ -224,6 +226,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         With ``n_clusters="auto"``: the largest ``K`` scored (the scan stops earlier once
         the BIC has risen for three ``K`` in a row). Set it above the largest
         ``K`` expected; a choice of ``K = max_clusters`` warns that the rows may hold more.
+    noise_head : bool, default=False
+        With ``covariance_type="auto"``: a head more, a uniform background over the rows'
+        box beside the shaped heads, takes the rows no cluster explains (noise,
+        outliers); they get the label ``-1``, as scikit-learn's noise. The heads' shape
+        is then chosen between ``"diag"`` and ``"full"``, each with the background
+        (:mod:`attnclust.cluster.noise_head`; ``docs/guide/shaped-heads.md``: what it
+        gains and loses, measured). Rows held by one process on the CPU.
 
     Attributes
     ----------
@@ -263,7 +272,10 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         Why: ``"given"``, or the criteria of ``"auto"``'s candidates.
     covariance_type_criteria_ : dict
         With ``"auto"``: each candidate's log-likelihood, entropy, parameters, rows, BIC
-        and ICL (data units; :class:`~attnclust.cluster.shape_choice.ShapeScore`); else empty.
+        and ICL (data units; :class:`~attnclust.cluster.lean_fits.ShapeScore`); else empty.
+    noise_weight_, noise_log_density_ : float
+        With ``noise_head=True``: the background head's weight (``weights_`` then sums to
+        one minus it) and the log of its density in the preprocessed space.
 
     Examples
     --------
@@ -293,11 +305,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                  penalty=None, rho=0.0,
                  anneal="auto", solver="fixed-point", max_iter=300, tol="auto",
                  batch_size=None, chunk_size=None, step_size=0.5, device="cpu", dtype="auto",
-                 random_state=None, verbose=0, callback=None, max_clusters=10):
+                 random_state=None, verbose=0, callback=None, max_clusters=10,
+                 noise_head=False):
         self.n_clusters = n_clusters
         self.max_clusters = max_clusters
         self.geometry = geometry
         self.covariance_type = covariance_type
+        self.noise_head = noise_head
         self.inverse_temperature = inverse_temperature
         self.init = init
         self.n_init = n_init
@@ -346,7 +360,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         params = parameters(self)
         check_params(params, n_samples, n_local, data_parallel=data_parallel,
                      weight_total=weight_total)
-        return resolve(params)
+        plan = resolve(params)
+        if plan.noise_head and not plan.chooses_shape:
+            raise ValueError("noise_head=True is fitted from the default fit: it needs "
+                             "geometry='euclidean', inverse_temperature='auto', "
+                             "solver='fixed-point', init='kmeans++' or 'anneal' and "
+                             "penalty=None")
+        return plan
 
     # -- fitting ----------------------------------------------------------------------------
     def fit(self, X, y=None, sample_weight=None, *, comm: Communicator | None = None):
@@ -410,6 +430,9 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         if as_covariance_type(self.covariance_type).shaped:
             raise ValueError(f"partial_fit takes the risk's fixed-point steps; "
                              f"covariance_type={self.covariance_type!r} is fitted by fit")
+        if self.noise_head:
+            raise ValueError("partial_fit takes the risk's fixed-point steps; "
+                             "noise_head=True is fitted by fit")
         fitted = hasattr(self, "cluster_centers_")
         check_streaming(self)          # also after a fit, whose solver may not stream
         X = self._validate(X, reset=not fitted)
@@ -424,7 +447,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         """The algorithm on validated rows, for the resolved ``plan`` (its warnings point
         at the caller of ``fit``): prepare the rows, warm start, solve, check."""
         gen = as_generator(plan.random_state, "random_state")
-        self.__dict__.pop("stream_state_", None)    # a fit starts no stream
+        for name in ("stream_state_", "noise_weight_", "noise_log_density_"):
+            self.__dict__.pop(name, None)           # a fit starts no stream, maybe no noise
         self._plan = plan
         self.mean_, self.scale_ = plan.learn_center(X, comm, weights)
         rows = plan.working_rows(plan.preprocess(X, (self.mean_, self.scale_), comm=comm),
@@ -435,6 +459,12 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             self._record_shape(given_shape(plan))
             return self._store(fit_shaped(rows, start.heads, plan, report=report))
         end = solve(S, Sw, rows, start, lam, plan, gen=gen, report=report)
+        if plan.noise_head:
+            noise = fit_noise_head(rows, end, plan, gen=gen)
+            self._record_shape(noise.choice)
+            self.noise_weight_, self.noise_log_density_ = noise.noise_weight, \
+                noise.noise_log_density
+            return self._store(noise.fitted)
         fitted, choice = (fit_chosen_shape(rows, end, plan, gen=gen, report=report)
                           if plan.chooses_shape else (None, given_shape(plan)))
         self._record_shape(choice)
@@ -488,15 +518,26 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                                for s in range(0, X.shape[0], step)])
 
     def predict_proba(self, X) -> np.ndarray:
-        """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one."""
+        """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one
+        (with ``noise_head=True``: over the ``K`` heads, given that the row is not noise)."""
         return self._by_chunks(X, lambda Xp: softmax_heads(self._logits(Xp)).cpu().numpy())
 
     def predict(self, X) -> np.ndarray:
         """Index of the most-attended head, ``argmax_h a_h(x)``: of the highest logit (at a
         small ``lambda`` the weights of near heads are equal to rounding, their logits
-        not)."""
-        return self._by_chunks(X, lambda Xp: self._logits(Xp).argmax(1).cpu().numpy()
-                               .astype(np.int64))
+        not). With ``noise_head=True``: ``-1`` where the background head's log-joint is
+        the highest."""
+        def labels(Xp):
+            logits = self._logits(Xp)
+            best = logits.argmax(1)
+            if self._plan.noise_head:
+                best[logits.max(1).values < self._noise_log_joint()] = NOISE_LABEL
+            return best.cpu().numpy().astype(np.int64)
+        return self._by_chunks(X, labels)
+
+    def _noise_log_joint(self) -> float:
+        """``log pi_0 + log(1 / V)`` of the background head (preprocessed units)."""
+        return math.log(self.noise_weight_) + self.noise_log_density_
 
     def fit_predict(self, X, y=None, sample_weight=None) -> np.ndarray:
         """Fit and return ``labels_``."""
@@ -518,7 +559,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
 
         Shaped heads (``covariance_type`` "diag" or "full"): the objective they fit, the
         mean tempered log-likelihood ``mean (1/lambda) log sum_h exp(lambda l~_h(x))``
-        (at ``lambda = 1``, ``GaussianMixture.score``'s; see :mod:`attnclust.cluster.shaped_fit`).
+        (at ``lambda = 1``, ``GaussianMixture.score``'s; see :mod:`attnclust.cluster.shaped_fit`),
+        with ``noise_head=True`` the background head among the ``h``.
         """
         def squared_errors(Xp):
             return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
@@ -527,7 +569,11 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             plan = self._plan
             X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=plan.device)
             with fit_threads(plan.device):
-                lse = torch.logsumexp(shaped_log_joint(X64, self, plan.covariance), dim=1)
+                joint = shaped_log_joint(X64, self, plan.covariance)
+                if plan.noise_head:
+                    joint = torch.cat([joint, joint.new_full((len(joint), 1),
+                                                             self._noise_log_joint())], 1)
+                lse = torch.logsumexp(joint, dim=1)
             return -(lse / self.inverse_temperature_).cpu().numpy()
         check_is_fitted(self)
         shaped = self._plan.covariance.shaped

@@ -56,6 +56,7 @@ CONSTRAINTS = {
     "device": ((), check_device),
     "dtype": (("auto",), as_torch_dtype),
     "callback": ((None,), lambda v: _check_callable(v, "callback")),
+    "noise_head": ((True, False), None),
 }
 
 
@@ -119,6 +120,13 @@ def check_params(p: dict, n_samples: int, n_local: int, *, data_parallel: bool =
                                                 or p["penalty"] is not None):
         raise ValueError(f"covariance_type={p['covariance_type']!r} needs "
                          "geometry='euclidean', solver='fixed-point' and penalty=None")
+    if p["noise_head"] and not as_covariance_type(p["covariance_type"]).automatic:
+        raise ValueError(f"noise_head=True chooses diagonal or full heads beside the "
+                         f"background: it takes covariance_type='auto', got "
+                         f"{p['covariance_type']!r}")
+    if p["noise_head"] and (data_parallel or str(p["device"]).split(":")[0] != "cpu"):
+        raise ValueError("noise_head=True fits rows held whole by one process on the CPU: "
+                         "fit without comm, on device='cpu'")
     if p["penalty"] is not None and not unit_heads:
         raise ValueError(f"penalty={p['penalty']!r} is defined for unit heads; use "
                          "geometry='sphere' or penalty=None")

@@ -112,6 +112,7 @@ class FitPlan:
     random_state: Any
     callback: Callable | None
     verbose: int
+    noise_head: bool = False         # a uniform background head beside the shaped ones
 
     def with_clusters(self, n_clusters: int) -> FitPlan:
         """This plan for ``n_clusters`` heads (``n_clusters="auto"``, once chosen)."""
@@ -315,4 +316,5 @@ def resolve(p: dict) -> FitPlan:
         penalty=p["penalty"], rho=float(p["rho"]), step_size=p["step_size"],
         batch_size=p["batch_size"], chunk_size=_rows_per_chunk(p),
         chunk_size_given=p["chunk_size"] is not None, device=p["device"], dtype=p["dtype"],
-        random_state=p["random_state"], callback=p["callback"], verbose=p["verbose"])
+        random_state=p["random_state"], callback=p["callback"], verbose=p["verbose"],
+        noise_head=bool(p["noise_head"]))

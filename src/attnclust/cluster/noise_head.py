@@ -1,0 +1,119 @@
+"""Noise rows: the shaped heads beside a uniform background head (``noise_head=True``).
+
+Rows scattered over the data's range (measurement noise, outliers) have no cluster of
+their own; a Gaussian mixture still has to explain them, and either widens a head over
+them or spends a head on them. Here, beside the ``K`` Gaussian heads, a **background
+head** of constant density ``1 / V`` (``V`` the volume of the working rows' box, each side
+the range of one feature, at least the square root of that feature's covariance floor)
+takes them, with its own weight ``pi_0`` (one free parameter more), as in mclust's noise
+component (Fraley and Raftery 1998; Banfield and Raftery 1993):
+
+    p(x) = pi_0 / V + sum_h pi_h N(x; mu_h, Sigma_h).
+
+It is fitted by EM (:class:`~attnclust.cluster.shape_em.LeanEM` with a background: its
+responsibilities are a row more, its weight the sum of them), from the default fit's
+partition with ``pi_0 = 0.05`` (the Gaussian heads' weights scaled by 0.95). The heads'
+shape is chosen as ``covariance_type="auto"`` chooses it, by ICL (with the background's
+parameter), between diagonal and full heads, the second start from the density core
+included (:func:`attnclust.cluster.shape_choice.choose_lean`); not spherical heads: the
+spherical fit is the layer's hard limit, which has no background. Rows whose most
+probable head is the background get the label ``-1`` (scikit-learn's label of noise, as
+in ``DBSCAN``); ``predict`` does the same, and ``score`` is the mean log-likelihood of the
+mixture with the background. ``predict_proba`` and ``transform`` stay over the ``K``
+heads (the attention given that a row is not noise).
+
+On more than ``CHOICE_ROWS`` rows the shape is chosen on a seeded sample, with the
+sample's box, and the chosen shape is fitted on all rows, with theirs, by EM from the
+sample's fit. Every row is read whole by one process on the CPU (the lean EM): a fit on
+a device or over several ranks raises.
+
+Notation
+--------
+============  =======================  ===========================================
+paper         code                     meaning
+============  =======================  ===========================================
+``pi_0``      ``noise_weight_``        the background head's weight
+``1 / V``     ``noise_log_density_``   its density (log, preprocessed units)
+============  =======================  ===========================================
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, NamedTuple
+
+from .estimator_fits import ShapedFitted
+from .lean_fits import LeanRows, LeanRun, held_whole, lean_attributes, lean_run
+from .rows import WorkingRows
+from .shape_choice import ShapeChoice, choice_rows, choose_lean, shaped_candidates
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from .estimator_fits import Ending
+    from .plan import FitPlan
+
+__all__ = ["NOISE_LABEL", "NoiseFit", "fit_noise_head"]
+
+NOISE_LABEL = -1    # the label of rows the background head takes
+
+
+class NoiseFit(NamedTuple):
+    """A fit with a noise head: the shaped heads' attributes, the background's weight
+    and log-density (preprocessed units), and the shape's choice."""
+
+    fitted: ShapedFitted
+    noise_weight: float
+    noise_log_density: float
+    choice: ShapeChoice
+
+
+def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
+                   gen: np.random.Generator) -> NoiseFit:
+    """The shaped heads and the background head fitted from the default fit ``end`` on the
+    working ``rows`` (module docstring), the shape of least ICL.
+
+    Examples
+    --------
+    Three blobs over 15% uniform noise: the background takes most of the noise rows, and
+    the blobs keep their heads.
+
+    >>> import numpy as np, attnclust as ac
+    >>> rng = np.random.default_rng(0)
+    >>> blobs = np.concatenate([rng.normal(c, 0.5, (200, 2)) for c in ((0, 0), (4, 0), (0, 4))])
+    >>> X = np.concatenate([blobs, rng.uniform(-6, 10, (100, 2))])
+    >>> est = ac.AttentionClustering(3, noise_head=True, random_state=0).fit(X)
+    >>> round(float(est.noise_weight_), 1), bool((est.labels_[600:] == -1).mean() > 0.7)
+    (0.1, True)
+    >>> ac.adjusted_rand_index(np.repeat([0, 1, 2], 200), est.labels_[:600]) > 0.95
+    True
+    """
+    if not held_whole(rows):
+        raise ValueError("noise_head=True fits rows held whole by one process on the CPU: "
+                         "fit without comm, on device='cpu'")
+    K, log_scale = plan.n_clusters, math.log(rows.scale)
+    crows, labels = choice_rows(rows, end.result.heads, end.labels, gen)
+    if not shaped_candidates(crows, K, rows.n_total)[0]:
+        raise ValueError(f"noise_head=True fits diagonal or full heads, and both are too "
+                         f"costly here ({rows.n_total:,} rows, {K} heads, "
+                         f"{crows.rows.shape[1]} features): fit without it")
+    choice, run = choose_lean(crows, labels, plan, log_scale, rows.n_total, gen, noise=True)
+    choice = choice._replace(reason=choice.reason + "; each beside a uniform background "
+                             "head (noise_head=True)")
+    if crows is not rows:       # all rows, with their box, from the sample's fit
+        lr = LeanRows(rows, K)
+        run, _ = lean_run(lr, choice.covariance, plan, None, log_scale, math.inf,
+                          params=run.em.params, log_background=lr.background_log_density())
+    return _noise_fit(rows, run, K, choice)
+
+
+def _noise_fit(rows: WorkingRows, run: LeanRun, K: int, choice: ShapeChoice) -> NoiseFit:
+    """The :class:`NoiseFit` of a lean run with a background (its last head)."""
+    fit = run.em.result()
+    heads = fit._replace(weights=fit.weights[:K], counts=fit.counts[:K])
+    fitted = lean_attributes(rows, heads, run.em.cov, run.rows.floor_t, run.rows.total)
+    labels = fitted.labels_
+    labels[labels == K] = NOISE_LABEL
+    d = fit.means.shape[1]
+    return NoiseFit(fitted, float(fit.weights[K]),
+                    run.em.log_background - d * math.log(rows.scale), choice)
