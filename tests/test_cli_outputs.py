@@ -86,6 +86,37 @@ def test_shaped_heads_are_not_streamed(blobs, capsys):
     assert sorted(p.name for p in tmp.iterdir()) == ["x.npy"]
 
 
+def test_the_noise_head_labels_noise_rows_minus_one_and_counts_them_apart(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 0.5, (200, 2)) for c in ((0, 0), (4, 0), (0, 4))]
+                       + [rng.uniform(-6, 10, (100, 2))])
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--noise-head", "--plot",
+                 "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    est = ac.AttentionClustering(3, noise_head=True, random_state=0).fit(X)
+    labels = np.load(tmp_path / "r.labels.npy")
+    np.testing.assert_array_equal(labels, est.labels_)     # the same fit, the same doubles
+    n_noise = int((labels == -1).sum())
+    out = capsys.readouterr().out
+    assert n_noise > 50 and f"{n_noise:,} rows labelled -1" in out
+    sizes = [int(m.group(1)) for m in re.finditer(r"^\s+\d+\s+(\d+)\s+0\.\d+", out, re.M)]
+    assert sizes == np.bincount(labels[labels >= 0], minlength=3).tolist()
+    assert (tmp_path / "r.png").exists()
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--batch-rows", "100"], "--noise-head fits all the rows in one process"),
+    (["--covariance-type", "full"], "leave --covariance-type at auto"),
+])
+def test_the_noise_head_refuses_what_it_cannot_fit(blobs, capsys, extra, message):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    err = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--noise-head", *extra,
+                          "--out", str(tmp / "r")])
+    assert message in err
+    assert sorted(p.name for p in tmp.iterdir()) == ["x.npy"]
+
+
 def test_no_proba_no_plot_without_the_flags(blobs):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)

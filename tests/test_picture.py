@@ -111,3 +111,22 @@ def test_one_cluster_is_drawn_without_a_boundary():
     ax = plot_clusters(est, X, labels=est.labels_).axes[0]
     assert not [c for c in ax.collections if isinstance(c, ContourSet)]
     assert sorted(s for s in _scatter_sizes(ax) if s) == [1, 300]
+
+
+def test_noise_rows_are_grey_and_counted_apart():
+    """A fit with a noise head: the rows it labels -1 are drawn grey and the legend counts
+    them beside the clusters (the sizes of all rows add up)."""
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 0.5, (100, 2)) for c in ((0, 0), (4, 0), (0, 4))]
+                       + [rng.uniform(-6, 10, (60, 2))])
+    est = ac.AttentionClustering(3, noise_head=True, random_state=0).fit(X)
+    fig = plot_clusters(est, X)
+    texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    noise = int((est.labels_ == -1).sum())
+    assert noise > 0 and f"noise (-1): {noise:,} drawn" in texts
+    counts = [int(t.split(": ")[1].split()[0].replace(",", "")) for t in texts
+              if t.startswith("cluster")]
+    assert sum(counts) + noise == len(X)
+    rows = next(c for c in fig.axes[0].collections if len(c.get_offsets()) == len(X))
+    grey = np.all(rows.get_facecolors()[:, :3] == 0.6, axis=1)
+    np.testing.assert_array_equal(grey, est.labels_ == -1)

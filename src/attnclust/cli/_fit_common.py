@@ -42,6 +42,13 @@ def fit_params(args) -> dict:
         raise CommandError(f"--covariance-type {args.covariance_type} is fitted on all the "
                            "rows at once: leave out --batch-rows (streamed fits are "
                            "spherical)")
+    if args.noise_head and (args.distributed or args.batch_rows is not None):
+        raise CommandError("--noise-head fits all the rows in one process: leave out "
+                           "--distributed and --batch-rows")
+    if args.noise_head and not as_covariance_type(args.covariance_type).automatic:
+        raise CommandError(f"--noise-head chooses diagonal or full heads beside the "
+                           f"background: leave --covariance-type at auto, got "
+                           f"{args.covariance_type}")
     if args.max_iter < 1:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
     check_seed(args.seed)
@@ -61,7 +68,7 @@ def fit_params(args) -> dict:
                 inverse_temperature=inverse_temperature,
                 normalize=None if args.normalize == "none" else args.normalize,
                 anneal=False if args.no_anneal else "auto", max_iter=args.max_iter,
-                random_state=args.seed, device=args.device)
+                random_state=args.seed, device=args.device, noise_head=args.noise_head)
 
 
 def output_prefix(args) -> str:

@@ -44,6 +44,10 @@ def choice_lines(est) -> str:
         lines += f"chose K={est.n_clusters_}: {est.n_clusters_reason_}\n"
     if as_covariance_type(est.covariance_type).automatic:
         lines += f"chose covariance_type={est.covariance_type_reason_}\n"
+    if getattr(est, "noise_head", False):
+        lines += (f"noise head: weight {est.noise_weight_:.4g}, "
+                  f"{int((est.labels_ < 0).sum()):,} rows labelled -1 (not in the clusters "
+                  "below)\n")
     return lines
 
 
@@ -81,7 +85,8 @@ def block_sums(est, block, labels, proba, n_clusters: int, weights=None):
     summed max attention; and the summed squared error, weighted by ``weights`` if any."""
     import numpy as np
 
-    conf = np.bincount(labels, weights=proba.max(1), minlength=n_clusters)
+    clustered = labels >= 0         # noise rows (-1) are in no cluster
+    conf = np.bincount(labels[clustered], weights=proba.max(1)[clustered], minlength=n_clusters)
     if weights is None:
         return conf, -est.score(block) * block.shape[0]
     if weights.sum() > 0:

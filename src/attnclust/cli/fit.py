@@ -46,6 +46,10 @@ def add_parser(sub) -> None:
                         "and full heads fitted from it, the shape of least ICL kept; "
                         "spherical with --geometry sphere, a given --inverse-temperature "
                         "or --batch-rows)")
+    p.add_argument("--noise-head", action="store_true",
+                   help="a uniform background head beside diagonal or full heads takes the "
+                        "rows no cluster explains (noise, outliers): they get the label -1 "
+                        "(with --covariance-type auto, in one process)")
     p.add_argument("--normalize", default="auto", choices=["auto", "rows", "center-scale", "none"],
                    help="preprocessing of the rows (default auto: onto the unit sphere with "
                         "--geometry sphere, as given otherwise)")
@@ -140,7 +144,7 @@ def run(args) -> int:
                                covariances=getattr(est, "covariances_", None),
                                proba=lambda: predict_proba(est, X),
                                picture=lambda: plot_writer(args, est, X, est.labels_))
-        sizes = np.bincount(est.labels_, minlength=est.n_clusters_)
+        sizes = np.bincount(est.labels_[est.labels_ >= 0], minlength=est.n_clusters_)
         conf_sum, sq_err = summary_sums(est, X, est.n_clusters_, weights=weights)
         total = X.shape[0] if weights is None else float(weights.sum())
         head = choice_lines(est) + head_line(

@@ -10,6 +10,8 @@ What is drawn
   figures 3 and 4; the covariance is summed in blocks of rows, so a memory-mapped file is
   never copied whole); a row's opacity is its largest attention (pale rows lie between
   clusters).
+- Rows labelled ``-1`` (the noise head's, ``noise_head=True``) are grey, counted apart in
+  the legend.
 - At most ``max_points`` rows are drawn (a uniform sample without replacement, drawn from
   ``random_state``); the title says so when it samples. The PCA and the cluster sizes in
   the legend count every row.
@@ -38,6 +40,7 @@ __all__ = ["plot_clusters", "principal_axes"]
 _BLOCK = 1 << 16          # rows per block of the PCA's sums
 _GRID = 160               # grid points per side of the d = 2 boundary
 _LEGEND_MAX = 20          # clusters named in the legend, at most
+_NOISE_COLOR = (0.6, 0.6, 0.6, 1.0)  # rows of the noise head (label -1): grey
 
 
 def principal_axes(X, *, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,7 +168,10 @@ def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
     sample = X[idx]                                                  # one read of the rows
     rows = _plotted_rows(est, sample)                                # (m, d)
     proba = est.predict_proba(sample)                                # (m, K)
-    z = proba.argmax(1) if labels is None else np.asarray(labels)[idx]
+    if labels is not None:
+        z = np.asarray(labels)[idx]
+    else:       # the fit's labels: with a noise head, -1 where the background wins
+        z = est.predict(sample) if getattr(est, "noise_head", False) else proba.argmax(1)
     heads = _plotted_heads(est)
     K = heads.shape[0]
     fig = Figure(figsize=(6.4, 5.2), layout="constrained")
@@ -185,15 +191,19 @@ def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
         alpha = 0.15 + 0.85 * (proba.max(1) - 1.0 / K) / max(1.0 - 1.0 / K, 1e-12)
     colors = _colors(K)
     size = float(np.clip(2e4 / max(len(idx), 1), 2, 20))
-    rgba = np.array([colors[k] for k in z])
+    rgba = np.array([colors[k] if k >= 0 else _NOISE_COLOR for k in z])
     rgba[:, 3] = np.clip(alpha, 0.05, 1.0)
     ax.scatter(pts[:, 0], pts[:, 1], c=rgba, s=size, lw=0, rasterized=True, zorder=2)
     # sizes over all rows when known, else over the rows drawn
     what = "rows" if sizes is not None or labels is not None else "drawn"
+    counted = z if labels is None else np.asarray(labels)
     counts = np.asarray(sizes, dtype=np.int64) if sizes is not None else \
-        np.bincount(z if labels is None else np.asarray(labels), minlength=K)
+        np.bincount(counted[counted >= 0], minlength=K)
     for k in range(min(K, _LEGEND_MAX)):     # legend entries (the points carry their alpha)
         ax.scatter([], [], color=colors[k], s=20, label=f"cluster {k}: {counts[k]:,} {what}")
+    if (counted < 0).any():
+        ax.scatter([], [], color=_NOISE_COLOR, s=20,
+                   label=f"noise (-1): {int((counted < 0).sum()):,} {what}")
     ax.scatter(hpts[:, 0], hpts[:, 1], marker="X", s=140, c=colors, edgecolors="black",
                linewidths=1.2, zorder=3)
     ax.scatter([], [], marker="X", s=140, color="white", edgecolors="black", linewidths=1.2,
