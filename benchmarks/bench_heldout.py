@@ -105,6 +105,8 @@ def _methods(K: int, seed: int) -> dict:
     return {"default": lambda X: ac.AttentionClustering(K, random_state=seed).fit(X).labels_,
             "spherical": lambda X: ac.AttentionClustering(K, covariance_type="spherical",
                                                           random_state=seed).fit(X).labels_,
+            "noise head": lambda X: ac.AttentionClustering(K, noise_head=True,
+                                                           random_state=seed).fit(X).labels_,
             "KMeans(1)": lambda X: KMeans(K, n_init=1, random_state=seed).fit(X).labels_,
             "KMeans(10)": lambda X: KMeans(K, n_init=10, random_state=seed).fit(X).labels_,
             "GMM full": lambda X: GaussianMixture(K, covariance_type="full", reg_covar=1e-6,
