@@ -87,13 +87,13 @@ def _assert_labels(a, b, log_a, log_b):
 def test_score_is_the_log_likelihood_of_the_fitted_mixture(seed):
     """``score`` is the mean of ``log sum`` over the heads and the background of
     :func:`_log_joint`; the background's density is ``1 / V`` of the rows' box (sides at
-    least the root of the covariance floor)."""
+    least ``sqrt(2 pi e)`` times the root of the covariance floor)."""
     X, _ = _blobs_over_noise(seed)
     est = _fit(X, 3, seed)
     reference = float(np.mean(logsumexp(_log_joint(est, X), axis=1)))
     # the score adds n terms of a few units each: the rounding of the sum, relative
     assert est.score(X) == pytest.approx(reference, rel=64 * sum_tol(len(X)))
-    side = np.maximum(np.ptp(X, axis=0), np.sqrt(est.covariance_floor_))
+    side = np.maximum(np.ptp(X, axis=0), np.sqrt(2 * np.pi * np.e * est.covariance_floor_))
     assert est.noise_log_density_ == pytest.approx(-np.log(side).sum(), rel=64 * eps())
     assert est.weights_.sum() + est.noise_weight_ == pytest.approx(1.0, abs=64 * eps())
 
@@ -123,6 +123,23 @@ def test_without_noise_the_background_takes_almost_nothing():
     assert est.noise_weight_ < 0.01
     assert np.mean(est.labels_ == NOISE_LABEL) < 0.01
     assert ac.adjusted_rand_index(np.repeat([0, 1, 2], 300), est.labels_) > 0.98
+
+
+@pytest.mark.parametrize("n_constant", [1, 3])
+def test_constant_features_change_nothing(n_constant):
+    """A constant feature adds the same to every head's log-joint and to the
+    background's (the box's side on it is the width of the uniform of a Gaussian's
+    entropy at the floor): the labels and the noise weight are those without it."""
+    X, _ = _blobs_over_noise(0)
+    plain = _fit(X, 3, 0)
+    padded = _fit(np.c_[X, np.full((len(X), n_constant), 3.0)], 3, 0)
+    np.testing.assert_array_equal(padded.labels_, plain.labels_)
+    assert padded.noise_weight_ == pytest.approx(plain.noise_weight_, rel=1e-9)
+
+
+def test_identical_rows_are_not_noise():
+    est = _fit(np.ones((20, 2)), 2, 0)
+    assert est.labels_.min() >= 0
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -179,8 +196,9 @@ def test_integer_weights_are_repeated_rows():
 def test_a_refit_without_it_leaves_no_noise_attributes():
     X, _ = _blobs_over_noise(0)
     est = _fit(X, 3, 0)
-    est.set_params(noise_head=False).fit(X)
-    assert not hasattr(est, "noise_weight_") and not hasattr(est, "noise_log_density_")
+    est.set_params(noise_head=False, covariance_type="spherical").fit(X)
+    for name in ("noise_weight_", "noise_log_density_", "covariances_", "weights_"):
+        assert not hasattr(est, name), name
     assert est.labels_.min() >= 0
 
 
@@ -198,11 +216,15 @@ def test_settings_it_cannot_serve_raise(params, match):
         AttentionClustering(3, random_state=0, **kwargs).fit(X)
 
 
-def test_when_both_shapes_are_too_costly_it_says_so(monkeypatch):
-    monkeypatch.setattr(shape_choice, "CHOICE_NUMBERS", 10)
+def test_when_both_shapes_are_too_costly_it_says_so_before_any_work(monkeypatch):
+    """The refusal comes before the fit touches the estimator: an earlier fit stays whole."""
     X, _ = _blobs_over_noise(0)
+    est = AttentionClustering(3, random_state=0).fit(X)
+    labels = est.predict(X)
+    monkeypatch.setattr(shape_choice, "CHOICE_NUMBERS", 10)
     with pytest.raises(ValueError, match="both are too costly here"):
-        _fit(X, 3, 0)
+        est.set_params(noise_head=True).fit(X)
+    np.testing.assert_array_equal(est.predict(X), labels)
 
 
 def test_a_data_parallel_fit_raises():

@@ -120,6 +120,7 @@ def test_noise_rows_are_grey_and_counted_apart():
     X = np.concatenate([rng.normal(c, 0.5, (100, 2)) for c in ((0, 0), (4, 0), (0, 4))]
                        + [rng.uniform(-6, 10, (60, 2))])
     est = ac.AttentionClustering(3, noise_head=True, random_state=0).fit(X)
+    est.set_params(noise_head=False)       # changes the next fit, not this one's picture
     fig = plot_clusters(est, X)
     texts = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     noise = int((est.labels_ == -1).sum())

@@ -19,7 +19,8 @@ def summary(head: list[str], sizes, conf_sum, outputs) -> str:
     lines = [*head, f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}"]
     for k, (size, conf) in enumerate(zip(sizes, conf_sum, strict=True)):
         mean = f"{conf / size:19.3f}" if size else f"{'- (no row)':>19s}"
-        lines.append(f"{k:7d} {int(size):8d} {size / n:7.3f} {mean}")
+        share = f"{size / n:7.3f}" if n else f"{'-':>7s}"      # n = 0: every row noise
+        lines.append(f"{k:7d} {int(size):8d} {share} {mean}")
     lines.append("wrote " + ", ".join(str(p) for p in outputs))
     return "\n".join(lines)
 
@@ -44,7 +45,7 @@ def choice_lines(est) -> str:
         lines += f"chose K={est.n_clusters_}: {est.n_clusters_reason_}\n"
     if as_covariance_type(est.covariance_type).automatic:
         lines += f"chose covariance_type={est.covariance_type_reason_}\n"
-    if getattr(est, "noise_head", False):
+    if hasattr(est, "noise_weight_"):
         lines += (f"noise head: weight {est.noise_weight_:.4g}, "
                   f"{int((est.labels_ < 0).sum()):,} rows labelled -1 (not in the clusters "
                   "below)\n")

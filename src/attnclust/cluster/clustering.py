@@ -92,13 +92,19 @@ from .estimator_fits import (
 )
 from .estimator_params import check_params, param_names, parameters
 from .k_choice import choose_n_clusters, warn_if_weak
-from .noise_head import NOISE_LABEL, fit_noise_head
+from .noise_head import NOISE_LABEL, check_noise_head, fit_noise_head
 from .plan import FitPlan, anneal_stages, resolve
 from .rows import chunk_rows, fit_threads
 from .shape_choice import ShapeChoice, fit_chosen_shape, given_shape
 from .warm_start import auto_inverse_temperature
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
+
+
+# the attributes some fits set and others not: a stream's state, the shaped heads', the
+# noise head's
+_FIT_ONLY_SOME = ("stream_state_", "covariances_", "precisions_", "precisions_cholesky_",
+                  "weights_", "covariance_floor_", "noise_weight_", "noise_log_density_")
 
 
 class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin,
@@ -446,9 +452,11 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, plan: FitPlan):
         """The algorithm on validated rows, for the resolved ``plan`` (its warnings point
         at the caller of ``fit``): prepare the rows, warm start, solve, check."""
+        if plan.noise_head:             # before any work, and before this fit's state
+            check_noise_head(comm.n_total, X.shape[1], plan.n_clusters)
         gen = as_generator(plan.random_state, "random_state")
-        for name in ("stream_state_", "noise_weight_", "noise_log_density_"):
-            self.__dict__.pop(name, None)           # a fit starts no stream, maybe no noise
+        for name in _FIT_ONLY_SOME:
+            self.__dict__.pop(name, None)           # none left from an earlier fit
         self._plan = plan
         self.mean_, self.scale_ = plan.learn_center(X, comm, weights)
         rows = plan.working_rows(plan.preprocess(X, (self.mean_, self.scale_), comm=comm),

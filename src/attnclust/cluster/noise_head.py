@@ -4,7 +4,8 @@ Rows scattered over the data's range (measurement noise, outliers) have no clust
 their own; a Gaussian mixture still has to explain them, and either widens a head over
 them or spends a head on them. Here, beside the ``K`` Gaussian heads, a **background
 head** of constant density ``1 / V`` (``V`` the volume of the working rows' box, each side
-the range of one feature, at least the square root of that feature's covariance floor)
+the range of one feature, at least ``sqrt(2 pi e)`` times the root of its covariance
+floor: :func:`~attnclust.cluster.lean_fits.box_log_volume`)
 takes them, with its own weight ``pi_0`` (one free parameter more), as in mclust's noise
 component (Fraley and Raftery 1998; Banfield and Raftery 1993):
 
@@ -24,8 +25,12 @@ heads (the attention given that a row is not noise).
 
 On more than ``CHOICE_ROWS`` rows the shape is chosen on a seeded sample, with the
 sample's box, and the chosen shape is fitted on all rows, with theirs, by EM from the
-sample's fit. Every row is read whole by one process on the CPU (the lean EM): a fit on
-a device or over several ranks raises.
+sample's fit. Every row is read whole by one process on the CPU (the lean EM: about
+``50 (K + 1)`` bytes a row beyond the rows, 0.6 GB for a million rows and ten heads): a
+fit on a device or over several ranks raises, and so does one where both shapes are too
+costly (:func:`check_noise_head`), before any work. With ``n_clusters="auto"``, ``K`` is
+chosen first (:mod:`attnclust.cluster.k_choice`, whose BIC has a background of its own);
+over much noise and few clusters it may find no structure (``K = 1``).
 
 Notation
 --------
@@ -53,7 +58,7 @@ if TYPE_CHECKING:
     from .estimator_fits import Ending
     from .plan import FitPlan
 
-__all__ = ["NOISE_LABEL", "NoiseFit", "fit_noise_head"]
+__all__ = ["NOISE_LABEL", "NoiseFit", "check_noise_head", "fit_noise_head"]
 
 NOISE_LABEL = -1    # the label of rows the background head takes
 
@@ -92,11 +97,8 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
         raise ValueError("noise_head=True fits rows held whole by one process on the CPU: "
                          "fit without comm, on device='cpu'")
     K, log_scale = plan.n_clusters, math.log(rows.scale)
+    check_noise_head(rows.n_total, rows.rows.shape[1], K)
     crows, labels = choice_rows(rows, end.result.heads, end.labels, gen)
-    if not shaped_candidates(crows, K, rows.n_total)[0]:
-        raise ValueError(f"noise_head=True fits diagonal or full heads, and both are too "
-                         f"costly here ({rows.n_total:,} rows, {K} heads, "
-                         f"{crows.rows.shape[1]} features): fit without it")
     choice, run = choose_lean(crows, labels, plan, log_scale, rows.n_total, gen, noise=True)
     choice = choice._replace(reason=choice.reason + "; each beside a uniform background "
                              "head (noise_head=True)")
@@ -105,6 +107,25 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
         run, _ = lean_run(lr, choice.covariance, plan, None, log_scale, math.inf,
                           params=run.em.params, log_background=lr.background_log_density())
     return _noise_fit(rows, run, K, choice)
+
+
+def check_noise_head(n_total: int, n_features: int, n_clusters: int) -> None:
+    """``ValueError`` where both diagonal and full heads are too costly to fit on these
+    rows (:func:`~attnclust.cluster.shape_choice.shaped_candidates`): checked before the
+    fit starts.
+
+    Examples
+    --------
+    >>> check_noise_head(10**7, 784, 10)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: noise_head=True fits diagonal or full heads, and both are too costly here ...
+    >>> check_noise_head(5000, 8, 4)      # fits
+    """
+    if not shaped_candidates(n_total, n_features, n_clusters)[0]:
+        raise ValueError(f"noise_head=True fits diagonal or full heads, and both are too "
+                         f"costly here ({n_total:,} rows, {n_clusters} heads, "
+                         f"{n_features} features): fit without it")
 
 
 def _noise_fit(rows: WorkingRows, run: LeanRun, K: int, choice: ShapeChoice) -> NoiseFit:

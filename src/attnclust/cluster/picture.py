@@ -171,7 +171,7 @@ def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
     if labels is not None:
         z = np.asarray(labels)[idx]
     else:       # the fit's labels: with a noise head, -1 where the background wins
-        z = est.predict(sample) if getattr(est, "noise_head", False) else proba.argmax(1)
+        z = est.predict(sample) if hasattr(est, "noise_weight_") else proba.argmax(1)
     heads = _plotted_heads(est)
     K = heads.shape[0]
     fig = Figure(figsize=(6.4, 5.2), layout="constrained")

@@ -140,6 +140,9 @@ def choose_shape(scores: list[ShapeScore], skipped: tuple[Covariance, ...] = ()
     listed = ", ".join(f"{s.covariance.name} {s.icl:.6g}" for s in scores)
     reason = (f"{best.covariance.name}: lowest ICL (-2 log-likelihood + parameters x "
               f"log n + 2 x entropy of the MAP labels) on {best.n_rows} rows: {listed}")
+    if not any(s.eligible for s in scores):
+        reason += ("; every candidate is at the covariance floor or stopped early, so the "
+                   "least ICL of all is kept")
     floored = [s.covariance.name for s in scores if s.at_floor]
     if floored:
         reason += (f"; {' and '.join(floored)} left out: a head at the covariance floor in "
@@ -241,17 +244,19 @@ def _entries(covariance: Covariance, d: int) -> int:
     return math.prod(covariance.shape(1, d))
 
 
-def _too_costly(crows: WorkingRows, covariance: Covariance, n_clusters: int,
+def _too_costly(n_choice: int, n_features: int, covariance: Covariance, n_clusters: int,
                 n_total: int) -> bool:
-    per_row = n_clusters * _entries(covariance, crows.rows.shape[1])
-    return crows.n_total * per_row > CHOICE_NUMBERS or n_total * per_row > FIT_NUMBERS
+    per_row = n_clusters * _entries(covariance, n_features)
+    return n_choice * per_row > CHOICE_NUMBERS or n_total * per_row > FIT_NUMBERS
 
 
-def shaped_candidates(crows: WorkingRows, n_clusters: int, n_total: int):
-    """The shaped candidates to fit, and those left out as too costly (on the rows of the
-    choice ``crows``, or fitted on all ``n_total`` rows)."""
+def shaped_candidates(n_total: int, n_features: int, n_clusters: int):
+    """The shaped candidates to fit on ``n_total`` rows of ``n_features``, and those left
+    out as too costly (on the rows of the choice, at most ``CHOICE_ROWS``, or fitted on
+    all rows)."""
     shaped = [cov for cov in AUTO.candidates if cov.shaped]
-    costly = [_too_costly(crows, cov, n_clusters, n_total) for cov in shaped]
+    n_choice = min(n_total, CHOICE_ROWS)
+    costly = [_too_costly(n_choice, n_features, cov, n_clusters, n_total) for cov in shaped]
     return ([cov for cov, out in zip(shaped, costly, strict=True) if not out],
             tuple(cov for cov, out in zip(shaped, costly, strict=True) if out))
 
@@ -352,7 +357,7 @@ def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale
     scores = {} if noise else {Spherical(): lr.spherical_score(labels, K, log_scale)}
     least = min((score.icl for score in scores.values()), default=math.inf)
     runs = {}
-    tried, skipped = shaped_candidates(crows, K, n_total)
+    tried, skipped = shaped_candidates(n_total, crows.rows.shape[1], K)
     for cov in tried:
         runs[cov], scores[cov] = lean_run(lr, cov, plan, labels, log_scale, least,
                                           log_background=log_background)
@@ -385,7 +390,7 @@ def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
     K = plan.n_clusters
     scores = [_partition_score(crows, labels, heads, K, log_scale)]
     fits = {}
-    tried, skipped = shaped_candidates(crows, K, n_total)
+    tried, skipped = shaped_candidates(n_total, crows.rows.shape[1], K)
     for cov in tried:
         fitted = fit_shaped(crows, heads, plan.with_covariance(cov), report=Reporter(None, 0))
         fits[cov] = fitted
