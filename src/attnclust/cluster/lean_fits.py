@@ -22,7 +22,7 @@ from .candidate_em import run_or_stop
 from .covariance import Covariance, Spherical, covariance_floor
 from .estimator_fits import ShapedFitted
 from .rows import WorkingRows
-from .shape_em import LeanEM, RowProducts, log_joint, log_sum_heads, m_step
+from .shape_em import LeanEM, RowProducts, floor_ratio, log_joint, log_sum_heads, m_step
 from .shaped_fit import check_degenerate, positive_factors
 
 if TYPE_CHECKING:
@@ -187,16 +187,17 @@ def lean_run(lr: LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | N
     stopped = run_or_stop(em, plan.max_iter, penalty, least)
     fit = em.result()
     score = score_lean(fit.log_sum, fit.top, lr.w, cov, n_parameters, d, log_scale,
-                       head_at_floor(cov, fit.covariances, lr.floor_t))
+                       head_at_floor(cov, fit.covariances, lr.floor))
     return LeanRun(em, lr), score._replace(stopped=stopped)
 
 
-def head_at_floor(cov: Covariance, covariances, floor: torch.Tensor) -> bool:
+def head_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray) -> bool:
     """Whether a head's covariance sits at the floor in some direction (the degeneracy
     :func:`~attnclust.cluster.shaped_fit.shaped_fit` warns of): its likelihood is then the
     floor's."""
-    covs = torch.as_tensor(np.asarray(covariances), dtype=torch.float64)
-    return bool((cov.floor_ratio(covs, floor.double().cpu()) <= AT_FLOOR).any())
+    d = floor.shape[0]
+    layout = len(cov.shape(1, d))
+    return bool((floor_ratio(np.asarray(covariances), layout, floor) <= AT_FLOOR).any())
 
 
 def score_lean(lse: np.ndarray, top: np.ndarray, w, cov: Covariance, n_parameters: int,

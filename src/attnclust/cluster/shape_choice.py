@@ -412,7 +412,7 @@ def _score_fitted(crows: WorkingRows, fitted, cov: Covariance, K: int, log_scale
     log_w = tensor(fitted.weights_).log()
     floor = tensor(fitted.covariance_floor_) / (s * s)
     at_floor = head_at_floor(cov, fitted.covariances_ / (s * s),
-                         torch.as_tensor(fitted.covariance_floor_ / (s * s)))
+                             fitted.covariance_floor_ / (s * s))
     return score_log_joint(
         crows, lambda c: cov.log_joint(c.double(), means, factors, log_w, 1.0, floor), cov, K,
         log_scale=log_scale)._replace(at_floor=at_floor)
