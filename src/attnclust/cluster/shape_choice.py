@@ -226,7 +226,7 @@ def _partition_mixture(rows: WorkingRows, labels: np.ndarray, n_clusters: int,
 
 
 def choice_rows(rows: WorkingRows, heads: torch.Tensor, labels: np.ndarray,
-                 gen: np.random.Generator) -> tuple[WorkingRows, np.ndarray]:
+                gen: np.random.Generator) -> tuple[WorkingRows, np.ndarray]:
     """The rows of the choice and their labels: all rows, or a sample of ``CHOICE_ROWS``
     (the same on every rank) labelled by the nearest head."""
     if rows.n_total <= CHOICE_ROWS:
