@@ -144,7 +144,9 @@ def run(args) -> int:
                                covariances=getattr(est, "covariances_", None),
                                proba=lambda: predict_proba(est, X),
                                picture=lambda: plot_writer(args, est, X, est.labels_))
-        sizes = np.bincount(est.labels_[est.labels_ >= 0], minlength=est.n_clusters_)
+        labels = est.labels_        # noise rows (-1) in no cluster; no copy without them
+        sizes = np.bincount(labels if labels.min(initial=0) >= 0 else labels[labels >= 0],
+                            minlength=est.n_clusters_)
         conf_sum, sq_err = summary_sums(est, X, est.n_clusters_, weights=weights)
         total = X.shape[0] if weights is None else float(weights.sum())
         head = choice_lines(est) + head_line(
