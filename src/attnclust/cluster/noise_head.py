@@ -76,7 +76,8 @@ class NoiseFit(NamedTuple):
 def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
                    gen: np.random.Generator) -> NoiseFit:
     """The shaped heads and the background head fitted from the default fit ``end`` on the
-    working ``rows`` (module docstring), the shape of least ICL.
+    working ``rows`` (module docstring), the shape of least ICL. The estimator checks the
+    cost before its fit starts (:func:`check_noise_head`).
 
     Examples
     --------
@@ -97,7 +98,6 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
         raise ValueError("noise_head=True fits rows held whole by one process on the CPU: "
                          "fit without comm, on device='cpu'")
     K, log_scale = plan.n_clusters, math.log(rows.scale)
-    check_noise_head(rows.n_total, rows.rows.shape[1], K)
     crows, labels = choice_rows(rows, end.result.heads, end.labels, gen)
     choice, run = choose_lean(crows, labels, plan, log_scale, rows.n_total, gen, noise=True)
     choice = choice._replace(reason=choice.reason + "; each beside a uniform background "
