@@ -44,7 +44,7 @@ layer's risk does not reward shaped cells, see ``docs/guide/shaped-heads.md``).
 candidates from its heads, and keeps the shape of least ICL
 (:mod:`attnclust.cluster.shape_choice`): no single shape wins on every kind of data. It
 reads the spherical heads' ``"auto"`` lambda only once they are chosen
-(:func:`~attnclust.cluster.warm_start.deferred_lambda`, the same lambda).
+(:func:`~attnclust.cluster.warm_start.kmeans_lambda`, the same lambda).
 
 Data-parallel fitting
 ---------------------

@@ -71,7 +71,7 @@ from .fixed_point import fixed_point_fit
 from .kmeans.ending import fit_to_hard_limit
 from .rows import WorkingRows
 from .shaped_fit import shaped_fit
-from .warm_start import WarmStart, deferred_lambda
+from .warm_start import WarmStart, kmeans_lambda
 
 if TYPE_CHECKING:
     from .plan import FitPlan
@@ -256,9 +256,9 @@ def _sharpness(S, Sw, heads, lam: float, geometry, sizes: np.ndarray) -> float:
 
 def with_deferred_lambda(S, Sw, start: WarmStart, end: Ending, geometry):
     """``(start, lam, end)`` of a hard-limit fit that chose the spherical heads, its
-    ``"auto"`` lambda read now (:func:`~attnclust.cluster.warm_start.deferred_lambda`) and
+    ``"auto"`` lambda read now (:func:`~attnclust.cluster.warm_start.kmeans_lambda`) and
     the attention's sharpness at it."""
-    start = deferred_lambda(S, Sw, start, geometry)
+    start = kmeans_lambda(S, Sw, start, geometry)
     lam = start.inverse_temperature
     return start, lam, end._replace(
         sharpness=_sharpness(S, Sw, end.result.heads, lam, geometry, end.sizes))

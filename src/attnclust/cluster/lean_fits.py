@@ -6,7 +6,7 @@ process on the CPU with :class:`~attnclust.cluster.shape_em.LeanEM`. This module
 what both read: the rows as float64 NumPy with their covariance floor
 (:class:`LeanRows`), a candidate's run to its stopping rule or early stop and its
 criteria (:func:`lean_run`, :class:`ShapeScore`: the log-likelihood, the entropy of the
-MAP labels, the parameters; ICL and BIC of them), the floor test (:func:`at_floor`) and
+MAP labels, the parameters; ICL and BIC of them), the floor test (:func:`head_at_floor`) and
 the estimator's attributes of a lean fit (:func:`lean_attributes`).
 """
 
@@ -99,8 +99,9 @@ class LeanRows:
         w = self.w = None if rows.weights is None else rows.weights.double().cpu().numpy()
         self.total = total = float(X.shape[0] if w is None else w.sum())
         center = X.mean(0) if w is None else (w @ X) / total
-        variances = (X * X).mean(0) - center * center if w is None else \
-            (w @ (X * X)) / total - center * center
+        squares = self.products.moments(2)        # x * x, which diagonal heads read too
+        variances = squares.mean(0) - center * center if w is None else \
+            (w @ squares) / total - center * center
         self.variances = np.maximum(variances, 0.0)
         self.floor_t = covariance_floor(torch.from_numpy(self.variances), REG_COVAR)
         self.floor = self.floor_t.numpy()

@@ -48,7 +48,7 @@ import math
 from typing import TYPE_CHECKING, NamedTuple
 
 from .estimator_fits import ShapedFitted
-from .lean_fits import LeanRows, LeanRun, held_whole, lean_attributes, lean_run
+from .lean_fits import LeanRows, LeanRun, lean_attributes, lean_run
 from .rows import WorkingRows
 from .shape_choice import ShapeChoice, choice_rows, choose_lean, shaped_candidates
 
@@ -76,8 +76,10 @@ class NoiseFit(NamedTuple):
 def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
                    gen: np.random.Generator) -> NoiseFit:
     """The shaped heads and the background head fitted from the default fit ``end`` on the
-    working ``rows`` (module docstring), the shape of least ICL. The estimator checks the
-    cost before its fit starts (:func:`check_noise_head`).
+    working ``rows`` (module docstring), the shape of least ICL. The estimator checks,
+    before its fit starts, that the rows are held whole by one process on the CPU
+    (:func:`~attnclust.cluster.estimator_params.check_params`) and the cost
+    (:func:`check_noise_head`).
 
     Examples
     --------
@@ -94,9 +96,6 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
     >>> ac.adjusted_rand_index(np.repeat([0, 1, 2], 200), est.labels_[:600]) > 0.95
     True
     """
-    if not held_whole(rows):
-        raise ValueError("noise_head=True fits rows held whole by one process on the CPU: "
-                         "fit without comm, on device='cpu'")
     K, log_scale = plan.n_clusters, math.log(rows.scale)
     crows, labels = choice_rows(rows, end.result.heads, end.labels, gen)
     choice, run = choose_lean(crows, labels, plan, log_scale, rows.n_total, gen, noise=True)

@@ -199,7 +199,7 @@ class FitPlan:
         warm start and ``lambda`` (``hard``: whether the warm start serves the hard-limit
         ending; default: the plan's). A hard-limit fit that chooses its shape gets
         ``lambda=None``: it reads it once it chooses the spherical heads
-        (:func:`~attnclust.cluster.warm_start.deferred_lambda`).
+        (:func:`~attnclust.cluster.warm_start.kmeans_lambda`).
 
         Examples
         --------

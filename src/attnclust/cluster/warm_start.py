@@ -61,7 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PER_HEAD", "SEEDING_ROWS", "WARM_SAMPLE", "estimator_warm_start",
            "BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
-           "boundary_variance", "deferred_lambda", "hard_labels", "hard_lloyd", "warm_start"]
+           "boundary_variance", "kmeans_lambda", "hard_labels", "hard_lloyd", "warm_start"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
@@ -314,9 +314,8 @@ def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights, hea
     km = sample_kmeans(S, n_clusters, n_init=n_init, seed=int(gen.integers(2**31 - 1)),
                        weights=weights, init=heads, max_iter=max_iter, tol=tol)
     km = km._replace(heads=rows.comm.broadcast(km.heads))
-    labels = torch.as_tensor(km.labels, device=S.device)
-    lam, capped = _auto_lambda(S, km.heads, geometry, weights, labels) if auto else (None, False)
-    return WarmStart(km.heads, lam, capped, km)
+    start = WarmStart(km.heads, None, False, km)
+    return kmeans_lambda(S, weights, start, geometry) if auto else start
 
 
 def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = False):
@@ -349,7 +348,7 @@ def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = 
     if hard and plan.n_init_auto and S.shape[0] < rows.n_total and K >= SWAP_HEADS:
         n_init = max(1, min(n_init, rows.n_total // (SEEDING_ROWS * S.shape[0])))
     # a fit that chooses its shape reads its "auto" lambda only where the spherical heads
-    # are chosen (deferred_lambda): lambda is None until then (a stream has no choice)
+    # are chosen (kmeans_lambda then): lambda is None until then (a stream has no choice)
     deferred = hard and plan.chooses_shape
     auto = plan.inverse_temperature is None and not deferred
     start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=n_init,
@@ -362,13 +361,13 @@ def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = 
     return S, Sw, start, lam
 
 
-def deferred_lambda(S: torch.Tensor, Sw: torch.Tensor | None, start: WarmStart,
-                    geometry: Geometry) -> WarmStart:
-    """The warm ``start`` of the sample ``S`` (weights ``Sw``) of a fit that chose its
-    shape (:func:`estimator_warm_start` left its lambda to this), with the ``"auto"``
-    inverse temperature of its k-means partition, as :func:`warm_start` reads it: the
-    lambda of the spherical heads, once chosen (a fit of shaped heads has no use for it,
-    and it costs about a tenth of a small fit)."""
+def kmeans_lambda(S: torch.Tensor, Sw: torch.Tensor | None, start: WarmStart,
+                  geometry: Geometry) -> WarmStart:
+    """The warm ``start`` of the sample ``S`` (weights ``Sw``) with the ``"auto"`` inverse
+    temperature of its k-means partition (:func:`_auto_lambda` of its heads and cells):
+    read by the warm start, or, in a fit that chooses its shape, only once the spherical
+    heads are chosen (:func:`estimator_warm_start` leaves it to then: a fit of shaped
+    heads has no use for it, and it costs about a tenth of a small fit)."""
     km = start.kmeans
     lam, capped = _auto_lambda(S, km.heads, geometry, Sw,
                                torch.as_tensor(km.labels, device=S.device))
