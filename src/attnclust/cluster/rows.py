@@ -62,6 +62,8 @@ __all__ = ["WorkingRows", "center_scale", "chunk_rows", "computation_dtype", "fi
 
 _CHUNK = 16_384           # rows per chunk of a pass by default, at most ...
 _CHUNK_NUMBERS = 1 << 19  # ... and at most this many numbers per (rows, d or K) block
+_PROVISIONAL_ROWS = 4096  # rows of center_scale's provisional centre (per rank)
+_RECENTRE = 1e-2          # squares about it lost to ||m - p||^2 beyond which it sums again
 
 
 def computation_dtype(dtype, data_dtype) -> torch.dtype:
@@ -175,10 +177,30 @@ def _centred_sums(c, w, mean, unit):
                      w @ np.einsum("ij,ij->i", q, q))
 
 
+def _provisional_centre(X: np.ndarray, weights, comm: Communicator) -> np.ndarray:
+    """The (weighted) mean of evenly spaced rows, ``_PROVISIONAL_ROWS`` to twice as many of
+    each rank's (all of them when it has fewer), over all ranks; the origin where none of
+    them has weight."""
+    every = max(1, X.shape[0] // _PROVISIONAL_ROWS)
+    rows, w = _counted(np.asarray(X[::every], dtype=np.float64),
+                       None if weights is None else np.asarray(weights[::every], np.float64))
+    sums = comm.sum_array(np.append(_total(rows, w), rows.shape[0] if w is None else w.sum()))
+    return sums[:-1] / sums[-1] if sums[-1] > 0 else np.zeros(X.shape[1])
+
+
 def center_scale(X: np.ndarray, comm: Communicator, what: str,
                  weights: np.ndarray | None = None, workers: int = 1
                  ) -> tuple[np.ndarray, float]:
     """Column means ``m`` and root-mean-square norm ``s`` of the centred rows, overflow-safe.
+
+    One pass over the rows, most of the time: it sums the rows centred on a provisional
+    centre ``p``, the mean of a few thousand rows spread evenly over each rank's (the
+    same ``p`` on every rank), and their squares; then ``m = p + sum (x_i -
+    p) / n`` and ``n s^2 = sum ||x_i - p||^2 - n ||m - p||^2``. Where ``p`` is so far from
+    ``m`` that the subtraction would cost more than a hundredth of the squares (rows
+    sorted so that the sample misses a far cluster; a column's offset dwarfs its spread:
+    a constant column of 1e50, whose rounded ``p`` counts as spread) the squares are
+    summed again about ``m``.
 
     The squares are summed as they are (in float32 for float32 data: half the reads, for
     an ``s`` good to about ``1e-6``), and again on rows divided by their largest centred
@@ -187,12 +209,8 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
     are read in blocks of about 2 MB (a memory-mapped ``X`` is never copied whole, and no
     block's float64 temporaries grow with the width); every sum is taken
     over the ranks' rows (``what``: the message's subject), the blocks shared by
-    ``workers`` threads (the sums in block order, so the same with any number). The pass
-    of the squares also sums the centred entries, whose mean is the rounding error of
-    ``m``; where that error is not negligible beside the spread (a column's offset
-    dwarfs its spread: a constant column of 1e50) ``m`` is corrected by it and the
-    squares summed again. With ``weights`` (n,) both are weighted means (rows of weight
-    zero take no part).
+    ``workers`` threads (the sums in block order, so the same with any number). With
+    ``weights`` (n,) both are weighted means (rows of weight zero take no part).
 
     Examples
     --------
@@ -234,23 +252,23 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
                 off, dev = np.zeros_like(off), 0.0
         return off, dev, unit
     with np.errstate(over="ignore", invalid="ignore"):       # checked just below
-        mean = comm.sum_array(sum(each(_total), np.zeros(X.shape[1]))) / n
+        mean = _provisional_centre(X, weights, comm)
         if not np.all(np.isfinite(mean)):
             raise ValueError(f"{what}: the column sums overflow (entries near the largest "
                              "float); rescale the data")
         off, dev, unit = spread(mean)
 
-        def offset(off):           # n ||off / n||^2: the squares' part due to the mean's error
+        def offset(off):           # n ||off / n||^2: the squares' part due to p - m
             return float(np.sum(np.square(off / np.sqrt(n))))
-        # the centred rows' own mean, off / n, is the rounding of sum / n: about eps |m|,
-        # which squared would count as spread where a column's offset dwarfs its spread
-        # (a constant column of 1e50 gave s ~ 1e34); one more pass from the corrected mean
-        if offset(off) > 1e-6 * dev:
-            # off is about the mean the pass subtracted: float32 data's rounded to float32
+
+        def centre(mean, off, unit):    # m from the centre the pass subtracted (float32
             subtracted = mean.astype(X.dtype).astype(np.float64) if unit == 1.0 else mean
-            mean = subtracted + off * (unit / n)
+            return subtracted + off * (unit / n)          # data's: rounded to float32)
+        if offset(off) > _RECENTRE * dev:
+            mean = centre(mean, off, unit)
             off, dev, unit = spread(mean)
-        # about the rows' own mean, not the one subtracted (float32's is rounded)
+        mean = centre(mean, off, unit)
+        # about the rows' own mean, not the one subtracted
         dev = max(dev - offset(off), 0.0)
     scale = unit * float(np.sqrt(dev / n))
     return mean, (scale if scale > 0 else 1.0)
