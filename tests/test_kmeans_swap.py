@@ -8,9 +8,9 @@ import pytest
 import torch
 from sklearn.datasets import make_blobs
 
-from _tolerance import assert_nearest, sum_tol
+from _tolerance import assert_nearest, sq_dist_tol, sum_tol
 from attnclust.cluster.kmeans.lloyd import sample_kmeans
-from attnclust.cluster.kmeans.swap import SWAP_HEADS, single_swap, swap_polish
+from attnclust.cluster.kmeans.swap import SWAP_HEADS, nearest_two, single_swap, swap_polish
 from attnclust.study.geometry import as_geometry
 
 EUCLID = as_geometry("euclidean")
@@ -123,3 +123,44 @@ def test_few_heads_take_no_swap():
     assert 3 < SWAP_HEADS
     kept, steps = swap_polish(S, two_in_one, EUCLID, max_iter=100)
     assert kept is two_in_one and steps == 0
+
+
+@pytest.mark.parametrize("K", [1, 2, 5, 7, 32, 33])     # both layouts of the scores
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nearest_two_against_direct_distances(K, dtype):
+    """Labels, nearest and second-nearest squared distances and those to given labels,
+    against distances computed directly in float64, to the rounding of
+    ``||x||^2 - 2 <x, mu> + ||mu||^2`` (:func:`sq_dist_tol`)."""
+    rng = np.random.default_rng(K)
+    X, heads = rng.normal(size=(3000, 6)), rng.normal(size=(K, 6))
+    old = rng.integers(0, K, X.shape[0])
+    np_dtype = np.float32 if dtype == torch.float32 else np.float64
+    z, d1, d2, dold = nearest_two(_t(X).to(dtype), _t(heads).to(dtype),
+                                  (0.5 * (_t(heads) ** 2).sum(1)).to(dtype), torch.as_tensor(old))
+    D = ((X[:, None, :] - heads[None]) ** 2).sum(-1)
+    tol = sq_dist_tol(X, heads, np_dtype)
+    rows = np.arange(X.shape[0])
+    assert_nearest(z.numpy(), X, heads, np_dtype)
+    assert np.all(np.abs(dold.double().numpy() - D[rows, old]) <= tol[rows, old])
+    D.sort(1)
+    assert np.all(np.abs(d1.double().numpy() - D[:, 0]) <= tol.max(1))
+    if K == 1:
+        assert torch.isinf(d2).all()
+    else:
+        assert np.all(np.abs(d2.double().numpy() - D[:, 1]) <= tol.max(1))
+
+
+@pytest.mark.parametrize("K", [3, 7, 32, 33])
+def test_nearest_two_takes_the_first_of_equal_heads(K):
+    """Small integers, whose products and sums are exact in any order: heads 1 and K - 1
+    are equal, so rows nearest to them get label 1, and their second distance is the
+    first."""
+    rng = np.random.default_rng(K)
+    X = rng.integers(-4, 5, size=(2000, 3)).astype(float)
+    heads = rng.integers(-4, 5, size=(K, 3)).astype(float)
+    heads[K - 1] = heads[1]
+    z, d1, d2, _ = nearest_two(_t(X), _t(heads), 0.5 * (_t(heads) ** 2).sum(1))
+    D = ((X[:, None, :] - heads[None]) ** 2).sum(-1)
+    np.testing.assert_array_equal(z.numpy(), D.argmin(1))     # argmin: the first minimum
+    at_tie = z.numpy() == 1
+    assert at_tie.any() and torch.equal(d1[at_tie], d2[at_tie])
