@@ -111,16 +111,23 @@ def test_rtol_does_not_stop_on_the_way_to_a_far_row():
     assert res.objective == pytest.approx(exact.objective, rel=1e-6)
 
 
+@pytest.mark.parametrize("bounds", [False, True])
 @pytest.mark.parametrize("max_passes", [1, 3, 300])
-def test_labels_are_the_nearest_returned_heads_and_the_objective_theirs(max_passes):
+def test_labels_are_the_nearest_returned_heads_and_the_objective_theirs(max_passes, bounds):
+    """The objective is the steps' sums: fresh after a whole pass, moved with the heads
+    and the rows that change cell after a step with bounds (at most one update per step
+    since the last whole pass: ``steps``)."""
     X, heads0 = _data(7)
     labels = np.full(X.shape[0], -1)
     res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=max_passes,
-                       tol=1e-6, chunk=128, workers=2, labels=labels)
+                       tol=1e-6, chunk=128, workers=2, labels=labels,
+                       take=_take(X) if bounds else None)
+    if bounds and max_passes == 300:             # steps with bounds were taken
+        assert res.history.full_passes < res.n_iter
     dist = torch.cdist(X, res.heads) ** 2                      # dense reference
     assert_nearest(labels, X, res.heads)            # its argmin, but for rounding near ties
-    assert res.objective == pytest.approx(float(dist.min(1).values.mean()), rel=0,
-                                              abs=objective_tol(X, res.heads, labels))
+    assert res.objective == pytest.approx(float(dist.min(1).values.mean()), rel=0, abs=(
+        objective_tol(X, res.heads, labels, steps=res.n_iter - res.history.full_passes + 1)))
 
 
 def test_callback_reports_every_pass():
@@ -129,10 +136,10 @@ def test_callback_reports_every_pass():
     res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
                        chunk=128, callback=infos.append)
     assert [i.iteration for i in infos] == list(range(1, res.n_iter + 1))
-    # the steps' own sums, but the last entry: recomputed from the final heads and labels
+    # the steps' own sums, the last one the objective
     losses = [i.loss for i in infos]
-    np.testing.assert_array_equal(losses[:-1], res.history.objective[:-1])
-    assert losses[-1] == pytest.approx(res.objective, rel=0, abs=objective_tol(X, res.heads))
+    np.testing.assert_array_equal(losses, res.history.objective)
+    assert losses[-1] == res.objective
     assert infos[-1].shift == 0.0 and all(i.inverse_temperature == np.inf for i in infos)
 
 

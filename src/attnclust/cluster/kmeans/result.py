@@ -2,18 +2,21 @@
 
 Every k-means of the engine (a batch of runs on the warm-start sample, Lloyd steps of one
 geometry, steps over all rows, a swap's rerun, the fit's end) returns a
-:class:`KMeansResult`. Its ``objective`` is *recomputed* once the run has ended, from
-its final heads ``mu`` and labels ``z`` in one pass over the rows:
+:class:`KMeansResult`. Its ``objective`` is
 
-    R_inf(mu, z) = sum_i w_i ||x_i - mu_{z_i}||^2 / sum_i w_i ,
+    R_inf(mu, z) = sum_i w_i ||x_i - mu_{z_i}||^2 / sum_i w_i
 
-not carried along the steps. Sums that a run keeps up to date (per-cell sums of squared
-distances moved with the heads, scores ``<x, mu> - ||mu||^2 / 2``) agree with it only up
-to their rounding, which grows with the steps. The recomputed value is within ``(d + 2)
-eps`` (relative) of the exact ``R_inf`` of the rows as stored, ``eps`` their dtype's
-machine epsilon: each term ``||x_i - mu_{z_i}||^2`` is (``d`` subtractions, ``d``
+of its final heads ``mu`` and labels ``z``. The runs on rows in memory *recompute* it
+once they have ended, in one pass over the rows (:func:`objective`, :func:`objective_sums`),
+rather than carry it along the steps: sums that a run keeps up to date (per-cell sums of
+squared distances moved with the heads, scores ``<x, mu> - ||mu||^2 / 2``) agree with it
+only up to their rounding, which grows with the steps. The recomputed value is within
+``(d + 2) eps`` (relative) of the exact ``R_inf`` of the rows as stored, ``eps`` their
+dtype's machine epsilon: each term ``||x_i - mu_{z_i}||^2`` is (``d`` subtractions, ``d``
 products, a sum of ``d``), and the float64 sum of the ``n`` terms adds ``n eps_64``.
-scikit-learn recomputes its ``inertia_`` after its loop for the same reason.
+scikit-learn recomputes its ``inertia_`` after its loop for the same reason. The steps
+over all rows (:func:`attnclust.cluster.kmeans.passes.lloyd_passes`) are the exception:
+one more read of every row would cost as much as a step, so they report their sums.
 
 Notation
 --------
@@ -44,7 +47,7 @@ class KMeansHistory(NamedTuple):
 
     objective: np.ndarray
     """``R_inf`` of the heads each step started from, ``(T,)``; the last entry is the
-    recomputed :attr:`KMeansResult.objective` of the final heads."""
+    :attr:`KMeansResult.objective` of the final heads."""
     heads: torch.Tensor
     """The heads of each entry of ``objective``, ``(T, K, d)``."""
     step: np.ndarray
@@ -71,8 +74,8 @@ class KMeansResult(NamedTuple):
     """Each row's head among the final heads, ``(n,)``."""
     objective: float
     """``R_inf`` of the final heads and labels, recomputed in one pass when the run ended
-    (for a geometry other than Euclidean, the geometry's own objective: see
-    :func:`attnclust.cluster.kmeans.lloyd.hard_lloyd`)."""
+    (the steps over all rows: their sums; for a geometry other than Euclidean, the
+    geometry's own objective: see :func:`attnclust.cluster.kmeans.lloyd.hard_lloyd`)."""
     n_iter: int
     """Lloyd steps."""
     converged: bool
@@ -133,6 +136,8 @@ def chunk_objective(Xc: torch.Tensor, heads: torch.Tensor, labels: np.ndarray,
     5.0
     """
     z = torch.from_numpy(np.asarray(labels)).to(heads.device)
-    diff = Xc - heads[z]
-    dist = (diff * diff).sum(1).double()
-    return float(dist.sum() if weights is None else dist @ weights.double())
+    diff = torch.index_select(heads, 0, z).sub_(Xc)          # squares summed in float64
+    if weights is None:
+        return float(torch.linalg.vector_norm(diff, dtype=torch.float64) ** 2)
+    return float(torch.linalg.vector_norm(diff, dim=1, dtype=torch.float64).square_()
+                 @ weights.double())
