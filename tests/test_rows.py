@@ -136,6 +136,28 @@ def test_the_corrected_mean_of_float32_rows_is_their_mean():
     assert s32 == pytest.approx(s64, rel=1e-6)      # about that mean, not the rounded one
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("sorted_rows", [False, True])
+def test_centre_and_scale_from_a_provisional_centre(sorted_rows, dtype):
+    """The centre of the pass is the mean of evenly spaced rows: near the rows' mean when
+    they are shuffled, far from it when a far cluster lies between the rows it reads
+    (every 10th row is at the origin, the others at 1e6): then the squares are summed
+    again about the corrected mean. Both give the float64 mean and root-mean-square
+    norm computed directly, to the rounding of sums over the rows."""
+    gen = np.random.default_rng(0)
+    n = 50_000                                       # 12 rows apart in the provisional sample
+    X = gen.normal(size=(n, 3)) + 1e6 * (gen.uniform(size=(n, 1)) < 0.5)
+    if sorted_rows:
+        X[::12] = gen.normal(size=X[::12].shape)     # every row it reads near the origin
+    X = X.astype(dtype)
+    m, s = center_scale(X, Communicator.local(n), "X", workers=2)
+    X64 = X.astype(np.float64)
+    mean = X64.mean(0)
+    np.testing.assert_allclose(m, mean, rtol=0, atol=_mean_atol(X, dtype))
+    assert s == pytest.approx(np.sqrt(((X64 - mean) ** 2).sum(1).mean()),
+                              rel=sum_tol(n, dtype))
+
+
 def test_a_fit_ignores_a_constant_column_of_any_value():
     gen = np.random.default_rng(0)
     X = gen.normal(size=(300, 3)) + np.repeat(np.eye(3) * 5, 100, 0)
