@@ -7,7 +7,7 @@ from sklearn.datasets import make_blobs
 
 from _tolerance import assert_same_labels, near_ties, objective_tol, sum_tol
 from attnclust.cluster.kmeans import batch as multistart
-from attnclust.cluster.kmeans.batch import best_of_seedings, lloyd_batch
+from attnclust.cluster.kmeans.batch import _augmented, _nearest, best_of_seedings, lloyd_batch
 from attnclust.cluster.kmeans.seeding import kmeanspp_batch
 
 
@@ -140,3 +140,21 @@ def test_the_ways_of_computing_a_step_agree(monkeypatch, weighted):
         assert_same_labels(a, b, X, heads)
     assert not any(near_ties(X, heads).any() for heads in ref.heads)
     np.testing.assert_array_equal(other.n_iter, ref.n_iter)
+
+
+@pytest.mark.parametrize("K", [2, 5, 16, 17, 40])       # both layouts of the scores
+def test_nearest_is_the_first_best_score_of_every_run(K):
+    """Small integers, whose scores are exact in any order, with heads given twice: each
+    run's labels are numpy's argmax of its scores (the first of equal ones), and the best
+    scores theirs."""
+    rng = np.random.default_rng(K)
+    X = rng.integers(-4, 5, size=(700, 3)).astype(float)
+    heads = rng.integers(-4, 5, size=(3, K, 3)).astype(float)
+    heads[:, K - 1] = heads[:, K // 2]
+    flat = np.concatenate([heads.reshape(-1, 3), 0.5 * (heads.reshape(-1, 3) ** 2).sum(1,
+                                                                            keepdims=True)], 1)
+    first, best = _nearest(_augmented(X), flat, 3, K)
+    scores = np.einsum("nd,akd->akn", X, heads) - 0.5 * (heads ** 2).sum(2)[..., None]
+    np.testing.assert_array_equal(first, scores.argmax(1))
+    np.testing.assert_array_equal(best, scores.max(1))
+    assert (first == K // 2).any()

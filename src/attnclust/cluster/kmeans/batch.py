@@ -71,7 +71,9 @@ def _nearest(Xa, flat, A, K):
     heads with their ``||mu||^2 / 2`` as a last column, ``(A K, d + 1)``).
 
     A few heads: scores laid out ``(A, K, m)`` (one product with the bias row), the best
-    head kept by a pass per head (the first of equal scores, as an argmax); more than
+    head kept by a pass per head (the first of equal scores, as an argmax: the last head
+    that beat the running best, so the largest such ``k``, a maximum rather than a
+    masked write, 3x faster); more than
     ``_FEW_HEADS``: laid out ``(m, A, K)``, numpy's argmax along the contiguous heads
     (1.3-4x faster than along the middle axis there)."""
     if K <= _FEW_HEADS:
@@ -79,10 +81,12 @@ def _nearest(Xa, flat, A, K):
         best = scores[:, 0].copy()
         first = np.zeros(best.shape, np.int8)
         better = np.empty(best.shape, bool)
+        beaten_by = np.empty(best.shape, np.int8)
         for k in range(1, K):
             np.greater(scores[:, k], best, out=better)
             np.maximum(best, scores[:, k], out=best)
-            np.putmask(first, better, k)
+            np.multiply(better.view(np.int8), np.int8(k), out=beaten_by)
+            np.maximum(first, beaten_by, out=first)
         return first, best
     scores = (Xa @ flat.T).reshape(-1, A, K)
     first = scores.argmax(2)
@@ -102,7 +106,7 @@ def _assign(X, Xa, heads, Xw, w) -> _Pass:
     A, K, d = heads.shape
     flat = np.empty((A * K, d + 1), X.dtype)     # [mu, ||mu||^2 / 2] of every run's heads
     flat[:, :d] = heads.reshape(A * K, d)
-    flat[:, d] = 0.5 * np.einsum("hd,hd->h", flat[:, :d], flat[:, :d])
+    flat[:, d] = 0.5 * (flat[:, :d] * flat[:, :d]).sum(1)
     n, block = X.shape[0], _rows_per_block(A, K)
     labels = np.empty((A, n), dtype=np.int64)
     top = np.empty((A, n), dtype=X.dtype)
