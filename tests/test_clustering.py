@@ -694,9 +694,10 @@ def test_sample_and_passes_give_the_fit_on_every_row(monkeypatch):
 
 def test_the_default_is_never_worse_than_its_kmeans_warm_start():
     """The end is never above the warm start's k-means objective of the working rows (the
-    best of ten runs, recomputed here from the same seed), and with many heads the swaps
-    lower it where the ten runs left two heads in one blob (seed 1 here)."""
+    best of the plan's seedings, recomputed here from the same seed), and with many heads
+    the swaps lower it where the seedings left two heads in one blob."""
     from attnclust.cluster.kmeans import best_of_seedings
+    from attnclust.cluster.plan import resolve
 
     centres = [[4.0 * (i % 6), 4.0 * (i // 6)] for i in range(36)]   # touching blobs
     X, _ = _blobs(centres, n=20, seed=9)
@@ -706,8 +707,9 @@ def test_the_default_is_never_worse_than_its_kmeans_warm_start():
     for seed in range(3):
         est = AttentionClustering(36, random_state=seed).fit(X)
         inertia = float(np.sum((X - est.cluster_centers_[est.labels_]) ** 2))
-        start = best_of_seedings(working, 36, 10, np.random.default_rng(
-            np.random.default_rng(seed).integers(2**31 - 1)))
+        start = best_of_seedings(working, 36, resolve(est.get_params()).n_init,
+                                 np.random.default_rng(np.random.default_rng(seed)
+                                                       .integers(2**31 - 1)))
         ratios.append(inertia / (start.objective * len(X) * spread**2))
     assert max(ratios) <= 1 + 1e-9
     assert min(ratios) < 0.99

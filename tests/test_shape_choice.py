@@ -17,6 +17,7 @@ import attnclust.cluster.shape_choice as shape_choice
 from _tolerance import assert_labels_off_ties, eps, sum_tol
 from attnclust import AttentionClustering
 from attnclust.cluster.covariance import Diag, Full, Spherical, covariance_floor
+from attnclust.cluster.plan import SHAPE_CHOICE_SEEDINGS
 from attnclust.cluster.shape_em import lean_em
 from attnclust.cluster.shaped_fit import shaped_fit
 
@@ -34,6 +35,12 @@ def _elongated(seed):
     parts = [rng.standard_normal((300, 2)) * [3.0, 0.3] @ _rotation(t).T + c
              for t, c in ((0.0, [0, 0]), (np.pi / 3, [5, 0]), (2 * np.pi / 3, [2.5, 4.3]))]
     return np.concatenate(parts), np.repeat(np.arange(3), 300)
+
+
+def _spherical(K, seed, **params):
+    """The spherical fit that ``covariance_type="auto"`` starts from: its seedings."""
+    return AttentionClustering(K, covariance_type="spherical", n_init=SHAPE_CHOICE_SEEDINGS,
+                               random_state=seed, **params)
 
 
 def _fit(X, K, seed, **params):
@@ -60,8 +67,8 @@ def test_auto_picks_spherical_on_isotropic_blobs(seed):
     X, y = make_blobs(900, centers=4, cluster_std=1.0, random_state=seed)
     est = _fit(X, 4, seed)
     assert est.covariance_type_ == "spherical", est.covariance_type_reason_
-    default = AttentionClustering(4, covariance_type="spherical", random_state=seed).fit(X)
-    # the chosen spherical fit is the default fit itself
+    default = _spherical(4, seed).fit(X)
+    # the chosen spherical fit is the spherical fit itself (with the same seedings)
     np.testing.assert_array_equal(est.cluster_centers_, default.cluster_centers_)
     np.testing.assert_array_equal(est.labels_, default.labels_)
     assert not hasattr(est, "covariances_")
@@ -143,7 +150,7 @@ def test_recorded_criteria_are_the_chosen_mixtures(seed):
         + sum_tol(n) * float(np.abs(logsumexp(lj, axis=1)).sum())
     _assert_criteria(crit["full"], expected, tol, n)
     # spherical: the default fit's partition, read as a mixture
-    labels = AttentionClustering(K, covariance_type="spherical", random_state=seed).fit(X).labels_
+    labels = _spherical(K, seed).fit(X).labels_
     variances = X.var(0)
     floor = 1e-6 * np.maximum(variances, 1e-10 * variances.mean())
     means = np.stack([X[labels == h].mean(0) for h in range(K)])
@@ -255,7 +262,7 @@ def test_a_stopped_candidate_run_to_convergence_is_not_chosen_either(seed, monke
     assert "full stopped before convergence" in est.covariance_type_reason_
     assert crit["full"]["icl"] > crit["diag"]["icl"]
     Xw, _, s = _working(X)
-    labels = AttentionClustering(2, covariance_type="spherical", random_state=seed).fit(X).labels_
+    labels = _spherical(2, seed).fit(X).labels_
     floor = covariance_floor(torch.tensor(Xw.var(0)), 1e-6).numpy()
     full = lean_em(Xw, labels, 2, Full(), floor, max_iter=1000)
     assert full.converged
@@ -389,8 +396,7 @@ def test_a_shape_the_sample_chose_that_fails_on_all_rows_is_not_kept(seed, lean_
     assert est.covariance_type_criteria_["full"]["n_rows"] == 2000
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        spherical = AttentionClustering(12, covariance_type="spherical",
-                                        random_state=seed).fit(X)
+        spherical = _spherical(12, seed).fit(X)
     np.testing.assert_array_equal(est.cluster_centers_, spherical.cluster_centers_)
     np.testing.assert_array_equal(est.labels_, spherical.labels_)
 

@@ -168,9 +168,11 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     n_init : int or "auto", default="auto"
         Seedings tried (each on the sample of at most 20,000 rows, followed by hard Lloyd
         steps); the one of lowest k-means objective starts the fit. ``"auto"``: 10 for
-        Euclidean heads seeded by ``init`` (as ``KMeans(n_init=10)``; above 20,000 rows
-        and with 10 heads or more, one per five times the sample's rows, at most 10), 1
-        otherwise and for shaped heads.
+        Euclidean heads seeded by ``init`` (as ``KMeans(n_init=10)``), 7 where the fit
+        chooses its heads' shape (``covariance_type="auto"``, the default: its shaped
+        candidates refine the partition); above 20,000 rows and with 10 heads or more,
+        one per five times the sample's rows, at most those; 1 otherwise and for shaped
+        heads.
     normalize : {"auto", "rows", "center-scale"} or None, default="auto"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
         each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
