@@ -20,6 +20,7 @@ from attnclust.cluster import fixed_point, warm_start
 from attnclust.cluster.clustering import AttentionClustering
 from attnclust.cluster.communicator import Communicator
 from attnclust.cluster.distributed import pass_bytes, pgd_distributed, shard_bounds, shard_rows
+from attnclust.cluster.plan import SHAPE_CHOICE_SEEDINGS
 from attnclust.study import _quadrature
 from attnclust.study import risk as risk_module
 
@@ -225,12 +226,14 @@ def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
     AttentionClustering(4, random_state=0, max_iter=5).fit(X[:400])
     AttentionClustering(4, random_state=0, max_iter=5).fit(X)
     AttentionClustering(12, random_state=0, max_iter=5).fit(X)
-    # the default's warm start: KMeans of the sample, n_init="auto" = 10 seedings; above
-    # the threshold the sample is 256 rows per head, at most the threshold, and with ten
-    # heads or more (the swaps) the seedings one per five sample sizes of rows
-    assert seen == [((400, 6), 10), ((500, 6), 10),
-                    ((500, 6), max(1, min(10, len(X) // 2500)))]
-    assert seen[-1][1] < 10
+    # the default's warm start: KMeans of the sample, n_init="auto" = 7 seedings (it
+    # chooses its shape); above the threshold the sample is 256 rows per head, at most the
+    # threshold, and with ten heads or more (the swaps) the seedings one per five sample
+    # sizes of rows
+    n_init = SHAPE_CHOICE_SEEDINGS
+    assert seen == [((400, 6), n_init), ((500, 6), n_init),
+                    ((500, 6), max(1, min(n_init, len(X) // 2500)))]
+    assert seen[-1][1] < n_init
 
 
 def test_pass_bytes_match_the_reduced_buffer():

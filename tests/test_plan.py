@@ -15,7 +15,7 @@ import attnclust as ac
 from _tolerance import assert_same_labels, near_ties, sum_tol
 from attnclust import AttentionClustering
 from attnclust.cluster.kmeans import KMEANS_TOL
-from attnclust.cluster.plan import SHAPED_TOL, FitPlan, resolve
+from attnclust.cluster.plan import SHAPE_CHOICE_SEEDINGS, SHAPED_TOL, FitPlan, resolve
 from attnclust.study.geometry import Euclidean, Sphere
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
@@ -28,7 +28,12 @@ def _plan(**params) -> FitPlan:
 def test_auto_values_resolve_by_ending_geometry_and_covariance():
     default = _plan()
     assert default.hard and default.tol == KMEANS_TOL == default.kmeans_tol
-    assert (default.n_init, default.inverse_temperature, default.normalize) == (10, None, None)
+    # seven seedings where the fit chooses its shape (the default), ten for spherical heads
+    assert (default.n_init, default.inverse_temperature, default.normalize) == \
+        (SHAPE_CHOICE_SEEDINGS, None, None)
+    assert _plan(covariance_type="spherical").n_init == 10
+    assert _plan(covariance_type="spherical", n_init=7).n_init == 7
+    assert _plan(penalty="balance").n_init == 10          # no shape to choose
     soft = _plan(inverse_temperature=2.0)
     assert not soft.hard and soft.tol == Euclidean.tol and soft.inverse_temperature == 2.0
     assert soft.kmeans_tol == KMEANS_TOL                 # the warm start keeps KMeans's rule
