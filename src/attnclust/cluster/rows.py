@@ -195,8 +195,8 @@ def center_scale(X: np.ndarray, comm: Communicator, what: str,
 
     One pass over the rows, most of the time: it sums the rows centred on a provisional
     centre ``p``, the mean of a few thousand rows spread evenly over each rank's (the
-    same ``p`` on every rank), and their squares; then ``m = p + sum (x_i -
-    p) / n`` and ``n s^2 = sum ||x_i - p||^2 - n ||m - p||^2``. Where ``p`` is so far from
+    same ``p`` on every rank), and their squares; then ``m = p + sum (x_i - p) / n``
+    and ``n s^2 = sum ||x_i - p||^2 - n ||m - p||^2``. Where ``p`` is so far from
     ``m`` that the subtraction would cost more than a hundredth of the squares (rows
     sorted so that the sample misses a far cluster; a column's offset dwarfs its spread:
     a constant column of 1e50, whose rounded ``p`` counts as spread) the squares are

@@ -136,7 +136,7 @@ def chunk_objective(Xc: torch.Tensor, heads: torch.Tensor, labels: np.ndarray,
     5.0
     """
     z = torch.from_numpy(np.asarray(labels)).to(heads.device)
-    diff = torch.index_select(heads, 0, z).sub_(Xc)          # squares summed in float64
+    diff = Xc - torch.index_select(heads, 0, z)             # squares summed in float64
     if weights is None:
         return float(torch.linalg.vector_norm(diff, dtype=torch.float64) ** 2)
     return float(torch.linalg.vector_norm(diff, dim=1, dtype=torch.float64).square_()
