@@ -150,11 +150,11 @@ def test_nearest_is_the_first_best_score_of_every_run(K):
     rng = np.random.default_rng(K)
     X = rng.integers(-4, 5, size=(700, 3)).astype(float)
     heads = rng.integers(-4, 5, size=(3, K, 3)).astype(float)
-    heads[:, K - 1] = heads[:, K // 2]
+    heads[:, K - 1] = heads[:, (K - 1) // 2]              # K = 2: heads 0 and 1
     flat = np.concatenate([heads.reshape(-1, 3), 0.5 * (heads.reshape(-1, 3) ** 2).sum(1,
                                                                             keepdims=True)], 1)
     first, best = _nearest(_augmented(X), flat, 3, K)
     scores = np.einsum("nd,akd->akn", X, heads) - 0.5 * (heads ** 2).sum(2)[..., None]
     np.testing.assert_array_equal(first, scores.argmax(1))
     np.testing.assert_array_equal(best, scores.max(1))
-    assert (first == K // 2).any()
+    assert (first == (K - 1) // 2).any()

@@ -164,3 +164,15 @@ def test_nearest_two_takes_the_first_of_equal_heads(K):
     np.testing.assert_array_equal(z.numpy(), D.argmin(1))     # argmin: the first minimum
     at_tie = z.numpy() == 1
     assert at_tie.any() and torch.equal(d1[at_tie], d2[at_tie])
+
+
+@pytest.mark.parametrize("K", [2, 7, 33])
+def test_nearest_two_labels_stay_in_range_on_nan(K):
+    """A NaN head or row gives NaN scores: the labels still index a head (the callers sum
+    rows into cells by label), whatever the layout."""
+    rng = np.random.default_rng(K)
+    X, heads = _t(rng.normal(size=(50, 4))), _t(rng.normal(size=(K, 4)))
+    heads[K - 1, 0] = float("nan")
+    X[3, 1] = float("nan")
+    z, *_ = nearest_two(X, heads, 0.5 * (heads ** 2).sum(1))
+    assert ((z >= 0) & (z < K)).all()

@@ -15,6 +15,7 @@ from _tolerance import (
     eps,
     sum_tol,
 )
+from attnclust.cluster import rows as rows_module
 from attnclust.cluster.communicator import Communicator
 from attnclust.cluster.rows import (
     WorkingRows,
@@ -116,8 +117,8 @@ def test_a_constant_column_adds_no_spread_whatever_its_value(value, weighted):
     assert abs(mc[2] - value) <= np.spacing(abs(value))          # to a unit in the last place
     # the other columns' means, summed beside another column: maybe in another order
     np.testing.assert_allclose(np.delete(mc, 2), m, rtol=0, atol=_mean_atol(X))
-    # an error of the mean below 1e-6 of the spread (in squares) is left as it is
-    assert sc == pytest.approx(s, rel=1e-6)
+    # the squares are taken about the corrected mean: the column adds nothing
+    assert sc == pytest.approx(s, rel=sum_tol(len(X)))
 
 
 def test_the_corrected_mean_of_float32_rows_is_their_mean():
@@ -138,19 +139,26 @@ def test_the_corrected_mean_of_float32_rows_is_their_mean():
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("sorted_rows", [False, True])
-def test_centre_and_scale_from_a_provisional_centre(sorted_rows, dtype):
-    """The centre of the pass is the mean of evenly spaced rows: near the rows' mean when
-    they are shuffled, far from it when a far cluster lies between the rows it reads
-    (every 10th row is at the origin, the others at 1e6): then the squares are summed
-    again about the corrected mean. Both give the float64 mean and root-mean-square
-    norm computed directly, to the rounding of sums over the rows."""
+def test_centre_and_scale_from_a_provisional_centre(sorted_rows, dtype, monkeypatch):
+    """The centre of the pass is the mean of evenly spaced rows (every 12th of these
+    50,000): near the rows' mean when they are shuffled, one read of the rows; far from
+    it when a far cluster lies between the rows it reads (every row it reads is near the
+    origin, half of the others at 1e6), and the squares are summed again about the
+    corrected mean, a second read. Both give the float64 mean and root-mean-square norm
+    computed directly, to the rounding of sums over the rows."""
     gen = np.random.default_rng(0)
-    n = 50_000                                       # 12 rows apart in the provisional sample
+    n = 50_000
     X = gen.normal(size=(n, 3)) + 1e6 * (gen.uniform(size=(n, 1)) < 0.5)
     if sorted_rows:
-        X[::12] = gen.normal(size=X[::12].shape)     # every row it reads near the origin
+        X[::12] = gen.normal(size=X[::12].shape)
     X = X.astype(dtype)
+    reads = []
+    sums = rows_module._centred_sums
+    monkeypatch.setattr(rows_module, "_centred_sums",
+                        lambda c, w, mean, unit: reads.append(mean.tobytes()) or
+                        sums(c, w, mean, unit))
     m, s = center_scale(X, Communicator.local(n), "X", workers=2)
+    assert len(set(reads)) == (2 if sorted_rows else 1)        # centres the rows were read about
     X64 = X.astype(np.float64)
     mean = X64.mean(0)
     np.testing.assert_allclose(m, mean, rtol=0, atol=_mean_atol(X, dtype))

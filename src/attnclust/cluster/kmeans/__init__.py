@@ -13,7 +13,7 @@ module             what
 =================  ==============================================================
 ``result``         :class:`KMeansResult`, the record of a run; its objective
                    recomputed from the final heads and labels in one pass (the
-                   steps over all rows: their sums)
+                   steps over all rows: their sums where accurate enough)
 ``seeding``        greedy k-means++ (:func:`kmeanspp_batch`), several runs at once
 ``batch``          Lloyd's steps of several runs at once on a sample (NumPy), the
                    best of ``n_init`` seedings (:func:`best_of_seedings`)

@@ -84,11 +84,12 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: KMeansResult, *
     the steps over all rows.
 
     Returns a :class:`~attnclust.cluster.kmeans.result.KMeansResult`: this rank's labels,
-    ``objective`` the final ``R_inf`` over all rows (as the steps' sums give it), ``n_iter``
-    the Lloyd steps on the sample (the run kept and the swaps' runs) plus those over all
-    rows, and ``history``: ``R_inf`` of the sample's partition when the sample is every
-    row, else of the heads each step over all rows started from (its last entry the
-    objective), with those heads and the steps before each.
+    ``objective`` the final ``R_inf`` over all rows (as
+    :func:`~attnclust.cluster.kmeans.passes.lloyd_passes` gives it), ``n_iter`` the Lloyd
+    steps on the sample (the run kept and the swaps' runs) plus those over all rows, and
+    ``history``: ``R_inf`` of the sample's partition when the sample is every row, else
+    of the heads each step over all rows started from (its last entry the objective),
+    with those heads and the steps before each.
 
     Examples
     --------

@@ -15,8 +15,9 @@ only up to their rounding, which grows with the steps. The recomputed value is w
 dtype's machine epsilon: each term ``||x_i - mu_{z_i}||^2`` is (``d`` subtractions, ``d``
 products, a sum of ``d``), and the float64 sum of the ``n`` terms adds ``n eps_64``.
 scikit-learn recomputes its ``inertia_`` after its loop for the same reason. The steps
-over all rows (:func:`attnclust.cluster.kmeans.passes.lloyd_passes`) are the exception:
-one more read of every row would cost as much as a step, so they report their sums.
+over all rows (:func:`attnclust.cluster.kmeans.passes.lloyd_passes`) are the exception
+where their sums' rounding is bounded within 1% of the objective: one more read of every
+row would cost as much as a step, so they report their sums there.
 
 Notation
 --------
@@ -74,8 +75,9 @@ class KMeansResult(NamedTuple):
     """Each row's head among the final heads, ``(n,)``."""
     objective: float
     """``R_inf`` of the final heads and labels, recomputed in one pass when the run ended
-    (the steps over all rows: their sums; for a geometry other than Euclidean, the
-    geometry's own objective: see :func:`attnclust.cluster.kmeans.lloyd.hard_lloyd`)."""
+    (the steps over all rows: their sums where accurate enough; for a geometry other
+    than Euclidean, the geometry's own objective: see
+    :func:`attnclust.cluster.kmeans.lloyd.hard_lloyd`)."""
     n_iter: int
     """Lloyd steps."""
     converged: bool

@@ -101,9 +101,10 @@ def nearest_two(x: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor,
         # <x, mu> - ||mu||^2 / 2 = (||x||^2 - D) / 2, laid out (K, m)
         scores = torch.addmm(half_sq[:, None], heads, x.T, beta=-1)
         s1, s2 = _two_largest(scores)
-        # the first head at the largest: the largest K - h over those heads h
+        # the first head at the largest: the largest K - h over those heads h (a NaN
+        # largest, of a NaN row or head, is "not below" every score: head 0, in range)
         rank = torch.arange(K, 0, -1, dtype=torch.uint8, device=x.device)[:, None]
-        z = (K - (scores >= s1).to(torch.uint8).mul_(rank).amax(0)).long()
+        z = (K - (scores < s1).logical_not_().to(torch.uint8).mul_(rank).amax(0)).long()
         scores = scores.T                                    # (m, K), a view
     else:
         scores = x @ heads.T - half_sq                       # (m, K)
