@@ -58,8 +58,8 @@ class ShapeScore(NamedTuple):
 
     @property
     def icl(self) -> float:
-        """``BIC + 2 E``."""
-        return self.bic + 2.0 * self.entropy
+        """``BIC + 2 E`` (:func:`icl`)."""
+        return icl(self.log_likelihood, self.entropy, self.n_parameters, self.n_rows)
 
     def as_dict(self) -> dict:
         """The criteria by name (``covariance_type_criteria_`` of the estimator)."""
