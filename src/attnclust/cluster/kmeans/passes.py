@@ -23,13 +23,11 @@ are the objective reported where they are accurate enough. A whole pass's distan
 ``||x||^2 - 2 <x, mu> + ||mu||^2``, within ``(d + 2) eps (||x|| + ||mu||)^2`` of the exact
 ones per row, and each step with bounds adds at most as much again: an error on the
 scale of the rows' norms, not of the objective. Where that bound is within
-``CARRIED_RTOL`` (1%) of the objective the sums' value is reported (measured error on
-the benchmarks' large sets: 1e-9 to 1e-6 of it), which saves a read of every row (about
-15% of a fit's time on 2,000,000 x 8 and on 70,000 x 784 rows); where it is not (tight
-clusters far apart in float32: with clusters 1,000 times narrower than the rows' spread,
-the sums were 2e-3 off) the objective is recomputed from the final heads and labels in
-one more read of the rows (:mod:`attnclust.cluster.kmeans.result`), to ``(d + 2) eps``
-of it.
+``CARRIED_RTOL`` (1%) of the objective the sums' value is reported, which saves a read
+of every row (a large share of a fit on many rows: the passes are few); where it is not
+(tight clusters far apart, in float32) the objective is recomputed from the final heads
+and labels in one more read of the rows (:mod:`attnclust.cluster.kmeans.result`), to
+``(d + 2) eps`` of it.
 
 Notation
 --------

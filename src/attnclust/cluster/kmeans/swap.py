@@ -82,9 +82,7 @@ def nearest_two(x: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor,
     With at most ``_FEW_HEADS`` heads the scores are laid out ``(K, m)``, the two largest
     found by a knock-out over halves of the heads (:func:`_two_largest`) and the first
     head at the largest by one more maximum: torch's reductions over ``K`` numbers side
-    by side are slow, and so is its ``(m, d) x (d, K)`` product. On one thread this
-    takes half the time of the ``(m, K)`` layout's maximum and scatter with up to 32
-    features, as much with 784.
+    by side are slow, and so is its ``(m, d) x (d, K)`` product.
 
     Examples
     --------
