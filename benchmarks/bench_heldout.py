@@ -31,6 +31,7 @@ from sklearn.mixture import GaussianMixture
 import attnclust as ac
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_battery import datasets as battery_sets  # noqa: E402
 from bench_battery import run as battery_run  # noqa: E402  (the same scoring and timing)
 
 
@@ -111,6 +112,20 @@ def _methods(K: int, seed: int) -> dict:
             "KMeans(10)": lambda X: KMeans(K, n_init=10, random_state=seed).fit(X).labels_,
             "GMM full": lambda X: GaussianMixture(K, covariance_type="full", reg_covar=1e-6,
                                                   random_state=seed).fit(X).predict(X)}
+
+
+def rows_of_both(row, keep, quick: bool, heldout_seeds: int = 10) -> list[dict]:
+    """``row(name, X, y, seeds)`` of every set of both batteries that ``keep(name, y)``
+    selects: seeds 0-4 on the battery's sets, ``heldout_seeds`` from 200 on the held-out
+    ones (quick: two seeds, the first set of each)."""
+    def picked(sets):
+        sets = [(name, np.asarray(X), np.asarray(y)) for name, X, y in sets
+                if keep(name, np.asarray(y))]
+        return sets[:1] if quick else sets
+    battery_seeds = range(2) if quick else range(5)
+    seeds = range(200, 202 if quick else 200 + heldout_seeds)
+    return ([row(*s, battery_seeds) for s in picked(battery_sets())]
+            + [row(*s, seeds) for s in picked(datasets())])
 
 
 def run(quick: bool) -> list[dict]:

@@ -22,14 +22,7 @@ from sklearn.metrics import adjusted_rand_score
 import attnclust as ac
 
 sys.path.insert(0, str(Path(__file__).parent))
-import bench_battery  # noqa: E402  (the same sets)
-import bench_heldout  # noqa: E402
-
-
-def _noisy(sets, quick: bool):
-    noisy = [(name, np.asarray(X), np.asarray(y)) for name, X, y in sets
-             if (np.asarray(y) < 0).any()]
-    return noisy[:1] if quick else noisy
+from bench_heldout import rows_of_both  # noqa: E402  (the same sets)
 
 
 def _row(name: str, X: np.ndarray, y: np.ndarray, seeds) -> dict:
@@ -54,10 +47,7 @@ def _row(name: str, X: np.ndarray, y: np.ndarray, seeds) -> dict:
 
 
 def run(quick: bool) -> list[dict]:
-    battery_seeds = range(2) if quick else range(5)
-    heldout_seeds = range(200, 202) if quick else range(200, 210)
-    return ([_row(*s, battery_seeds) for s in _noisy(bench_battery.datasets(), quick)]
-            + [_row(*s, heldout_seeds) for s in _noisy(bench_heldout.datasets(), quick)])
+    return rows_of_both(_row, lambda name, y: (y < 0).any(), quick)
 
 
 if __name__ == "__main__":

@@ -26,8 +26,7 @@ from sklearn.preprocessing import StandardScaler
 import attnclust as ac
 
 sys.path.insert(0, str(Path(__file__).parent))
-import bench_battery  # noqa: E402  (the same sets)
-import bench_heldout  # noqa: E402
+from bench_heldout import rows_of_both  # noqa: E402  (the same sets)
 
 SCALED = ("wine", "breast cancer", "scales 1e5 apart, informative small",
           "scales 1e5 apart, informative large", "mixed-scale table K=5", "digits x16")
@@ -66,17 +65,9 @@ def _row(name: str, X: np.ndarray, y: np.ndarray, seeds) -> dict:
     return {"data": name, **{f"ARI {m}": float(np.mean(v)) for m, v in ari.items()}}
 
 
-def _sets(sets, quick: bool):
-    picked = [(name, np.asarray(X), np.asarray(y)) for name, X, y in sets
-              if name in SCALED or (np.asarray(y) < 0).any()]
-    return picked[:1] if quick else picked
-
-
 def run(quick: bool) -> list[dict]:
-    battery_seeds = range(2) if quick else range(5)
-    heldout_seeds = range(200, 202) if quick else range(200, 205)
-    return ([_row(*s, battery_seeds) for s in _sets(bench_battery.datasets(), quick)]
-            + [_row(*s, heldout_seeds) for s in _sets(bench_heldout.datasets(), quick)])
+    return rows_of_both(_row, lambda name, y: name in SCALED or (y < 0).any(), quick,
+                        heldout_seeds=5)
 
 
 if __name__ == "__main__":
