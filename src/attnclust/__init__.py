@@ -5,44 +5,49 @@ gradient descent, in-context quantization, the figures' experiments) and
 :mod:`attnclust.cluster` (the clusterer built on it: the estimator, the k-means engine,
 the temperature path, shaped heads, streaming, data-parallel fits). The public names
 below are the library's contract; everything else is private.
+
+The names are imported when first read (PEP 562): ``import attnclust`` alone does not
+import torch, so the command line's ``--help`` and ``--version`` answer at once. The
+first public name read imports them all, as an eager ``import`` would.
 """
 
 import importlib
 import sys
 
 from ._deprecation import MovedModules, moved_module, warn_deprecated
-from .cluster.annealing import TemperaturePath, temperature_path
-from .cluster.cluster_choice import ClusterChoice, Plateau
-from .cluster.clustering import AttentionClustering, DegenerateFitWarning
-from .cluster.communicator import Communicator
-from .cluster.shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
-from .study import descent
-from .study.descent import PGDHistory, PGDResult, pgd
-from .study.heads import AttentionHeads, attention_heads, head_weights
-from .study.in_context import identity_attention, infinite_prompt_limit
-from .study.inits import init_on_manifold, init_on_sphere
-from .study.metrics import (
-    AssignmentError,
-    CentroidDistance,
-    ClusterCount,
-    LimitDistance,
-    SpreadRatio,
-    adjusted_rand_index,
-    assignment_error,
-    centroid_distance,
-    count_clusters,
-    distortion,
-    limit_distance,
-    spread_ratio,
-)
-from .study.mixture import GaussianMixture
-from .study.objectives import Balance, EmpiricalRisk, PopulationRisk, Repulsion, ValueAndGrad
-from .study.quantizer import AttentionQuantizer, estimate_sigma
-from .study.results import History, IterationInfo, SolverResult
-from .study.risk import RiskEstimate, balance, empirical_risk, population_risk, qmc_risk, repulsion
-from .study.sphere import normalize, random_sphere, riemannian_gradient, tangent
 
 __version__ = "0.2.0"
+
+# public name -> the module that defines it (imported on first read)
+_NAMES = {
+    "TemperaturePath": "cluster.annealing", "temperature_path": "cluster.annealing",
+    "ClusterChoice": "cluster.cluster_choice", "Plateau": "cluster.cluster_choice",
+    "AttentionClustering": "cluster.clustering", "DegenerateFitWarning": "cluster.clustering",
+    "Communicator": "cluster.communicator",
+    "ShapedAttentionHeads": "cluster.shaped", "shaped_attention": "cluster.shaped",
+    "shaped_weights": "cluster.shaped",
+    "PGDHistory": "study.descent", "PGDResult": "study.descent", "pgd": "study.descent",
+    "AttentionHeads": "study.heads", "attention_heads": "study.heads",
+    "head_weights": "study.heads",
+    "identity_attention": "study.in_context", "infinite_prompt_limit": "study.in_context",
+    "init_on_manifold": "study.inits", "init_on_sphere": "study.inits",
+    **dict.fromkeys(["AssignmentError", "CentroidDistance", "ClusterCount", "LimitDistance",
+                     "SpreadRatio", "adjusted_rand_index", "assignment_error",
+                     "centroid_distance", "count_clusters", "distortion", "limit_distance",
+                     "spread_ratio"], "study.metrics"),
+    "GaussianMixture": "study.mixture",
+    **dict.fromkeys(["Balance", "EmpiricalRisk", "PopulationRisk", "Repulsion",
+                     "ValueAndGrad"], "study.objectives"),
+    "AttentionQuantizer": "study.quantizer", "estimate_sigma": "study.quantizer",
+    "History": "study.results", "IterationInfo": "study.results",
+    "SolverResult": "study.results",
+    **dict.fromkeys(["RiskEstimate", "balance", "empirical_risk", "population_risk",
+                     "qmc_risk", "repulsion"], "study.risk"),
+    **dict.fromkeys(["normalize", "random_sphere", "riemannian_gradient", "tangent"],
+                    "study.sphere"),
+}
+# modules that the package exposed as attributes (``attnclust.descent``)
+_MODULES = {"descent": "study.descent", "study": "study", "cluster": "cluster"}
 
 # the modules of 0.2, by their old paths: importing one warns until 0.4
 _MOVED = {f"{__name__}.{old}": f"{__name__}.{half}.{old}" for half, olds in {
@@ -53,8 +58,20 @@ _MOVED = {f"{__name__}.{old}": f"{__name__}.{half}.{old}" for half, olds in {
 sys.meta_path.insert(0, MovedModules(_MOVED))
 
 
+def _load_all() -> None:
+    """Bind every public name (and the modules above), as an eager import did: once one
+    is read, ``attnclust.study.<module>`` and the rest are there as before."""
+    for name, where in {**_NAMES, **_MODULES}.items():
+        module = importlib.import_module(f"{__name__}.{where}")
+        globals()[name] = module if name in _MODULES else getattr(module, name)
+
+
 def __getattr__(name: str):
-    """``attnclust.<old module>`` read as an attribute, as the modules of 0.2 were."""
+    """A public name, imported on first read; ``attnclust.<old module>`` read as an
+    attribute, as the modules of 0.2 were (with a warning)."""
+    if name in _NAMES or name in _MODULES:
+        _load_all()
+        return globals()[name]
     new = _MOVED.get(f"{__name__}.{name}")
     if new is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -63,9 +80,24 @@ def __getattr__(name: str):
     return importlib.import_module(new)
 
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__) | set(_MODULES))
+
+
+class _LazyModule:
+    """Stands for a module not imported yet: its names are read from it on first use."""
+
+    def __init__(self, name: str):
+        self.__name__ = name
+
+    def __getattr__(self, name: str):
+        return getattr(importlib.import_module(self.__name__), name)
+
+
 # the module of 0.2 named attnclust.pgd is attnclust.study.descent: `from attnclust.pgd import X`
 # warns until 0.4, and importing it leaves attnclust.pgd the function
-sys.modules[__name__ + ".pgd"] = moved_module(__name__ + ".pgd", descent)
+sys.modules[__name__ + ".pgd"] = moved_module(__name__ + ".pgd",
+                                              _LazyModule(__name__ + ".study.descent"))
 
 __all__ = [
     "AssignmentError",
