@@ -513,3 +513,48 @@ def test_a_near_tie_takes_the_fewer_clusters():
         assert choice.n_clusters == choice.best == 4 < least, choice.reason
         assert choice.bic[3] <= choice.bic[least - 1] + BARE_MENTION < choice.bic[2]
         assert "bare mention" in choice.reason and choice.weak
+
+
+# -- hostile inputs ---------------------------------------------------------------------
+def _three_blobs(seed=0, n=150):
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.normal(c, 0.5, (n, 2)) for c in ((0, 0), (6, 0), (0, 6))])
+
+
+@pytest.mark.parametrize("value", [0.0, 3.5])
+def test_auto_says_one_cluster_for_rows_with_no_spread(value):
+    est = ac.AttentionClustering(n_clusters="auto", random_state=0)
+    with pytest.warns(ac.DegenerateFitWarning):     # one head: nothing to spread it over
+        est.fit(np.full((50, 3), value))
+    assert est.n_clusters_ == 1
+    assert est.n_clusters_reason_.startswith("no spread")
+
+
+@pytest.mark.parametrize("scale", [1e170, 1e-170])
+def test_auto_k_does_not_depend_on_the_rows_magnitude(scale):
+    # D = log(W_1 / W_K) and the standardized rows do not depend on the scale: the choice
+    # at 1e170 (squares overflow) or 1e-170 (squares underflow) is the choice at 1
+    from attnclust.cluster.k_choice import choose_n_clusters
+
+    X = _three_blobs()
+    at_one = choose_n_clusters(X, 6, random_state=0)
+    scaled = choose_n_clusters(X * scale, 6, random_state=0)
+    assert (scaled.n_clusters, at_one.n_clusters) == (3, 3)
+    est = ac.AttentionClustering(n_clusters="auto", normalize="center-scale", random_state=0)
+    assert ac.adjusted_rand_index(est.fit(X * scale).labels_, np.repeat([0, 1, 2], 150)) == 1.0
+
+
+def test_fit_out_of_range_names_the_fix():
+    with pytest.raises(ValueError, match="normalize='center-scale'"):
+        ac.AttentionClustering(3, random_state=0).fit(_three_blobs() * 1e-170)
+
+
+@pytest.mark.parametrize("extra", ["constant", "near-constant"])
+def test_a_constant_column_changes_no_choice(extra):
+    X = _three_blobs()
+    rng = np.random.default_rng(1)
+    column = np.full(len(X), 7.0) + (1e-9 * rng.normal(size=len(X)) if extra != "constant"
+                                     else 0.0)
+    est = ac.AttentionClustering(n_clusters="auto", random_state=0).fit(np.c_[X, column])
+    assert est.n_clusters_ == 3
+    assert ac.adjusted_rand_index(est.labels_, np.repeat([0, 1, 2], 150)) == 1.0

@@ -146,19 +146,25 @@ class KChoice(NamedTuple):
 
 
 def standardized(rows: np.ndarray) -> np.ndarray:
-    """Rows with each feature centred and scaled to unit variance (a constant feature is
-    only centred); wider than ``MAX_DIM`` features: their leading ``MAX_DIM`` principal
-    components.
+    """Rows with each feature centred and scaled to unit variance, the constant features
+    left out (they separate no clusters, and a zero-width side of the background's box
+    would give it an infinite density); wider than ``MAX_DIM`` features: their leading
+    ``MAX_DIM`` principal components. Each feature is first divided by its largest
+    magnitude, so that its squares neither overflow nor underflow (rows of ``1e170`` or
+    ``1e-170``); the result does not depend on that scale.
 
     Examples
     --------
-    >>> Z = standardized(np.array([[0.0, 10.0], [2.0, 30.0], [4.0, 50.0]]))
-    >>> Z.std(0).round(12).tolist(), Z.mean(0).round(12).tolist()
-    ([1.0, 1.0], [0.0, 0.0])
+    >>> Z = standardized(np.array([[0.0, 10.0, 5.0], [2.0, 30.0, 5.0], [4.0, 50.0, 5.0]]))
+    >>> Z.shape, Z.std(0).round(12).tolist(), Z.mean(0).round(12).tolist()
+    ((3, 2), [1.0, 1.0], [0.0, 0.0])
     """
     X = np.asarray(rows, dtype=np.float64)
-    scale = X.std(0)
-    Z = (X - X.mean(0)) / np.where(scale > 0, scale, 1.0)
+    varies = X.min(0) < X.max(0)
+    X = X[:, varies]
+    X = X / np.abs(X).max(0)
+    X = X - X.mean(0)
+    Z = X / X.std(0)
     if Z.shape[1] > MAX_DIM:
         _, _, Vt = np.linalg.svd(Z, full_matrices=False)
         Z = Z @ Vt[:MAX_DIM].T
@@ -393,6 +399,9 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     if top < 2:
         return KChoice(1, 1, np.zeros(1), 1.0, 0.0, True,
                        f"too few rows ({n}) to compare K = 1 with K >= 2")
+    if Z.shape[1] == 0:
+        return KChoice(1, 1, np.zeros(1), 1.0, 0.0, False,
+                       "no spread: every row is the same, one cluster")
     _, lo, hi = _principal_box(Z)
     log_volume = float(np.log(np.maximum(hi - lo, 1e-12)).sum())
     cells, scores = _scan(Z, top, gen, log_volume)
@@ -404,7 +413,9 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     rel = -(bic[1:] - bic[best - 1]) / 2.0
     weight = float(1.0 / np.exp(rel).sum())
     z = structure_z(Z, cells[best - 1][1], best, gen)
-    own = rows - rows.mean(0)                           # the test in the rows' own units
+    own = rows[:, rows.min(0) < rows.max(0)]             # the test in the rows' own units,
+    own = own / np.abs(own).max()                        # brought to a magnitude of one
+    own = own - own.mean(0)                              # (D does not depend on it)
     if own.shape[1] > MAX_DIM:
         own = own @ np.linalg.svd(own, full_matrices=False)[2][:MAX_DIM].T
     if z <= STRUCTURE_Z and float((own ** 2).sum()) > 0:

@@ -315,7 +315,9 @@ def _spread_error(scale: float, lam: float | None, weights) -> ValueError:
     return ValueError(f"the data's spread{' under its sample_weight' if unequal else ''} "
                       f"({scale:.3g}) puts the inverse temperature{shown} out of float64's "
                       "range; rescale the data"
-                      + (" or make the weights less unequal" if unequal else ""))
+                      + (" or make the weights less unequal" if unequal else
+                         " or pass normalize='center-scale' (which fits it in units of its "
+                         "spread)"))
 
 
 class WorkingRows:
