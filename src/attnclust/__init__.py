@@ -16,7 +16,7 @@ import sys
 
 from ._deprecation import MovedModules, moved_module, warn_deprecated
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # public name -> the module that defines it (imported on first read)
 _NAMES = {
