@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))              # _api.py, architecture.py
+sys.path.insert(0, str(HERE))              # _api.py, _gallery.py, architecture.py
 sys.path.insert(0, str(HERE.parent / "src"))  # the checkout's package, installed or not
 
 import _api  # noqa: E402
@@ -49,10 +49,11 @@ source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
 root_doc = "index"
 exclude_patterns = ["_build", "Thumbs.db", ".DS_Store"]
 templates_path = ["_templates"]
-html_static_path = []
+html_static_path = ["_static"]
+html_css_files = ["attnclust.css"]      # wide code blocks scroll inside the page
 
 # --- MyST: the guide pages are Markdown -------------------------------------------
-myst_enable_extensions = ["dollarmath", "colon_fence", "deflist"]
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3
 
 
@@ -78,7 +79,8 @@ sphinx_gallery_conf = {
     "filename_pattern": r"/plot_",
     "download_all_examples": False,
     "remove_config_comments": True,
-    "within_subsection_order": "FileNameSortKey",
+    # simple to advanced, not by file name (tests/test_docs.py checks every script is here)
+    "within_subsection_order": "_gallery.GalleryOrder",
     "matplotlib_animations": False,
     "reset_modules": ("matplotlib",),
     "abort_on_example_error": True,
@@ -97,6 +99,8 @@ html_theme_options = {
     "footer_start": ["copyright"],
     "footer_end": ["sphinx-version"],
 }
+# The left column shows the pages of the current section (the guide's pages, the
+# study's, the reference's): each section is an index page with its own toctree.
 html_sidebars = {"index": [], "changelog": []}
 
 # --- the API pages, generated from __all__ ------------------------------------------

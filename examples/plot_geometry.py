@@ -1,15 +1,16 @@
-"""
+r"""
 Geometry: cones on the sphere, cells in the plane
 =================================================
 
-The paper's layer has unit heads and attention ``softmax_h(lambda <x, mu_h>)``: it
-partitions space into *cones from the origin* and clusters directions
-(``geometry="sphere"``). The default Euclidean heads add a key bias
-``lambda ||mu_h||^2 / 2``, so that the attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)``,
-a soft Voronoi partition: k-means cells (``geometry="euclidean"``). The same five blobs
-in the positive quadrant, one of them behind another on the same ray from the origin,
-fitted with each. (``python docs/geometry.py`` runs this script and writes the picture
-of the README and of the estimator's page, ``docs/geometry.png``.)
+The paper's layer has unit heads and attention :math:`\operatorname{softmax}_h(\lambda
+\langle x, \mu_h\rangle)`: it partitions space into *cones from the origin* and clusters
+directions (``geometry="sphere"``). The default Euclidean heads add a key bias
+:math:`\lambda \|\mu_h\|^2 / 2`, so that the attention is
+:math:`\operatorname{softmax}_h(-\lambda \|x - \mu_h\|^2 / 2)`, a soft Voronoi
+partition: k-means cells (``geometry="euclidean"``). The same five blobs in the positive
+quadrant, one of them behind another on the same ray from the origin, fitted with each.
+(``python docs/geometry.py`` runs this script and writes the picture of the README and
+of the estimator's page, ``docs/geometry.png``.)
 """
 
 import matplotlib.pyplot as plt

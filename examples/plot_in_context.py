@@ -1,13 +1,13 @@
-"""
+r"""
 In-context quantization by identity attention
 =============================================
 
-An attention layer whose query, key and value matrices are the identity has no
-trained parameter: ``Q_lambda(X)_i = sum_j softmax_j(lambda <X_i, X_j>) X_j``. Applied
-to a prompt of tokens from a mixture, it pulls each token towards the tokens of its own
-cluster: it quantizes the prompt in context. One step at ``lambda = 1/(1 + 2 sigma^2)``
-shrinks the within-cluster spread of the study's running example to a few percent;
-repeated steps collapse each cluster to a point.
+An attention layer whose query, key and value matrices are the identity has no trained
+parameter: :math:`Q_\lambda(X)_i = \sum_j \operatorname{softmax}_j(\lambda \langle X_i,
+X_j\rangle)\, X_j`. Applied to a prompt of tokens from a mixture, it pulls each token
+towards the tokens of its own cluster: it quantizes the prompt in context. One step at
+:math:`\lambda = 1/(1 + 2\sigma^2)` shrinks the within-cluster spread of the study's
+running example to a few percent; repeated steps collapse each cluster to a point.
 """
 
 import matplotlib.pyplot as plt

@@ -1,49 +1,64 @@
 """
-Quickstart: two heads find two clusters
-=======================================
+Quickstart: cluster an array
+============================
 
-The running example of the study: a mixture of two Gaussian clusters around unit
-centroids ``mu*_0 = e_10`` and ``mu*_1 = -e_1`` in ``d = 10``, noise ``sigma = 0.3``.
-Projected gradient descent on the population risk ``R(mu) = E||X - T_mu(X)||^2`` moves
-two unit heads from a random start on the manifold ``M = span(mu*_0, mu*_1)`` towards
-the centroids; at a finite inverse temperature ``lambda`` they stop a little short of
-them (the temperature bias of the study).
+``AttentionClustering`` is a scikit-learn clustering estimator. Give it the number of
+clusters, or ``n_clusters="auto"`` and it chooses one. Here: four clusters in the plane,
+two of them elongated and tilted, over a few uniform noise rows. The default fit chooses
+the heads' shape (round, axis-aligned or full ellipses) by itself, so the tilted
+clusters are not cut across as k-means cuts them.
 """
 
 import matplotlib.pyplot as plt
 import numpy as np
+from sklearn.cluster import KMeans
 
 import attnclust as ac
 
-mix = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=0.3)
-heads0 = ac.init_on_manifold(mix, rng=0)
-res = ac.pgd(mix, heads0, inverse_temperature=30.0, step_size=0.5, n_steps=400,
-             record_every=4)
-print("distance to the centroids:", ac.centroid_distance(res.heads, mix.centroids).max)
-print("population risk:", float(ac.population_risk(res.heads, mix, inverse_temperature=30.0)))
+gen = np.random.default_rng(0)
+tilt = np.array([[2.5, 0.5], [0.0, 0.3]])          # a linear map: long, tilted clusters
+X = np.concatenate([
+    gen.standard_normal((300, 2)) @ tilt + [-3, 0],
+    gen.standard_normal((300, 2)) @ tilt + [-3, 4],
+    0.6 * gen.standard_normal((200, 2)) + [5, 0],
+    0.6 * gen.standard_normal((200, 2)) + [5, 4],
+    gen.uniform([-10, -3], [8, 7], (40, 2)),        # noise rows
+])
+y = np.repeat([0, 1, 2, 3, -1], [300, 300, 200, 200, 40])
+clustered = y >= 0
 
 # %%
-# The descent, step by step: the distance of the heads to the centroids (matched by
-# the Hungarian algorithm) and the norm of the Riemannian gradient, from the solver's
-# history.
-hist = res.history
-dist = [ac.centroid_distance(h, mix.centroids).max for h in hist.heads]
+# A given number of clusters: the scikit-learn way.
+est = ac.AttentionClustering(n_clusters=4, random_state=0).fit(X)
+print("chosen shape:", est.covariance_type_)
+print("ARI:", round(ac.adjusted_rand_index(y[clustered], est.labels_[clustered]), 3))
+km = KMeans(4, n_init=10, random_state=0).fit(X)
+print("ARI of KMeans(n_init=10):",
+      round(ac.adjusted_rand_index(y[clustered], km.labels_[clustered]), 3))
 
 # %%
-# The heads live on the unit circle of the plane of the centroids: draw their path in
-# the coordinates ``(<mu, e_10>, <mu, e_1>)`` next to the curves.
-fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), constrained_layout=True)
-axes[0].semilogy(hist.step, dist, label="distance to centroids")
-axes[0].semilogy(hist.step, hist.grad_norm, label="gradient norm")
-axes[0].set(xlabel="PGD step", title="PGD on the population risk, lambda = 30")
-axes[0].legend()
-t = np.linspace(0, 2 * np.pi, 200)
-axes[1].plot(np.cos(t), np.sin(t), color="0.8")
-path = np.asarray(hist.heads)[:, :, [9, 0]]          # (T, K, 2)
-for h in range(2):
-    axes[1].plot(path[:, h, 0], path[:, h, 1], lw=1.5, label=f"head {h}")
-    axes[1].plot(*path[0, h], "o", color="0.4")
-axes[1].plot(mix.centroids[:, 9], mix.centroids[:, 0], "k*", ms=12, label="centroids")
-axes[1].set(aspect="equal", xlabel="<mu, e_10>", ylabel="<mu, e_1>", title="heads on M")
-axes[1].legend(loc="lower left", fontsize=8)
+# The number of clusters chosen from the data (the likelihood of the layer with shaped
+# heads, with a penalty for every parameter; ``n_clusters_reason_`` says why).
+auto = ac.AttentionClustering(n_clusters="auto", random_state=0).fit(X)
+print("K chosen:", auto.n_clusters_)
+print(auto.n_clusters_reason_)
+
+# %%
+# Rows that belong to no cluster: ``noise_head=True`` adds a uniform background head,
+# and the rows it takes get the label -1, as scikit-learn's noise.
+noisy = ac.AttentionClustering(n_clusters=4, noise_head=True, random_state=0).fit(X)
+print("rows labelled noise:", int((noisy.labels_ == -1).sum()), "of", len(X))
+
+# %%
+# The three fits side by side: k-means' round cells cut the tilted clusters; the
+# default's heads take their shape.
+fig, axes = plt.subplots(1, 3, figsize=(12, 3.9), constrained_layout=True)
+palette = np.asarray(plt.get_cmap("tab10").colors)
+for ax, labels, title in zip(
+        axes, (km.labels_, est.labels_, noisy.labels_),
+        ("KMeans(4, n_init=10)", f"AttentionClustering(4): {est.covariance_type_} heads",
+         "AttentionClustering(4, noise_head=True)"), strict=True):
+    colors = np.where(labels[:, None] >= 0, palette[labels % 10], 0.75)
+    ax.scatter(*X.T, c=colors, s=6)
+    ax.set(title=title, xticks=[], yticks=[])
 plt.show()
