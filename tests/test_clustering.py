@@ -53,6 +53,13 @@ def _risk_tol(X, heads, lam) -> float:
     return float(np.mean(2 * r * out + d * eps() * r * r)) + sum_tol(len(X)) * float(np.mean(r * r))
 
 
+def _risk(est, X) -> float:
+    """The fitted layer's empirical risk ``mean ||x - T(x)||^2`` (``layer_output``) of rows
+    ``X`` its preprocessing leaves as they are (``normalize=None``, or rows on the sphere)."""
+    X = np.asarray(X, dtype=np.float64)
+    return float(np.mean(np.sum((X - est.layer_output(X)) ** 2, axis=1)))
+
+
 def _lambda_rel(X, heads) -> float:
     """Relative difference allowed between two computations of the "auto" ``lambda = 1 /
     s^2`` at the same heads: ``s^2`` comes from ``E[p^2] - E[p]^2`` of the rows'
@@ -148,8 +155,8 @@ def test_loss_curve_non_increasing_at_fixed_inverse_temperature(anneal):
     if anneal:
         np.testing.assert_allclose(temps[0], est.inverse_temperature_ / 8)
     assert temps[-1] == est.inverse_temperature_
-    # the curve's last value is the fitted objective: minus the score (another pass)
-    assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=0, abs=_risk_tol(
+    # the curve's last value is the fitted objective: the layer's risk (another pass)
+    assert est.loss_curve_[-1] == pytest.approx(_risk(est, X), rel=0, abs=_risk_tol(
         X, est.cluster_centers_, est.inverse_temperature_))
 
 
@@ -335,11 +342,9 @@ def test_real_data_properties(loader):
     # K weights e_h / S: S within (K - 1) u, each quotient u, their sum (K - 1) u
     np.testing.assert_allclose(proba.sum(1), 1.0, rtol=0, atol=(K + 1) * eps())
     assert_same_labels(proba.argmax(1), est.labels_, X, heads)
-    assert np.all(np.abs(est.transform(X) - proba @ heads) <= _out_tol(proba, heads))
-    out = est.transform(X)
-    assert est.score(X) == pytest.approx(-np.mean(np.sum((X - out) ** 2, axis=1)))
-    assert est.score(X) == pytest.approx(
-        -float(ac.empirical_risk(heads, X, inverse_temperature=est.inverse_temperature_)),
+    assert np.all(np.abs(est.layer_output(X) - proba @ heads) <= _out_tol(proba, heads))
+    assert _risk(est, X) == pytest.approx(
+        float(ac.empirical_risk(heads, X, inverse_temperature=est.inverse_temperature_)),
         rel=0, abs=_risk_tol(X, heads, est.inverse_temperature_))
     # predict on raw (unnormalized) rows equals predict on normalized rows (normalized by
     # the library's own norms: off ties)
@@ -353,7 +358,7 @@ def test_center_scale_preprocessing():
     Xn = (X - X.mean(0)) / est.scale_
     assert np.mean(np.sum(Xn**2, axis=1)) == pytest.approx(1.0)
     proba = est.predict_proba(X)
-    assert np.all(np.abs(est.transform(X) - proba @ est.cluster_centers_)
+    assert np.all(np.abs(est.layer_output(X) - proba @ est.cluster_centers_)
                   <= _out_tol(proba, est.cluster_centers_))
 
 
@@ -615,15 +620,15 @@ def test_euclidean_estimator_outputs_are_the_layer(given):
     assert np.all(np.abs(proba - ref) <= rel * ref)
     # the outputs, means of the heads: the weights' moves times max |mu|, K eps of the sum
     out_tol = (rel * ref).sum(1) * np.abs(heads).max() + _out_tol(proba, heads).max(1)
-    assert np.all(np.abs(est.transform(X) - out).max(1) <= out_tol)
+    assert np.all(np.abs(est.layer_output(X) - out).max(1) <= out_tol)
     assert_same_labels(proba.argmax(1), est.labels_, X, heads)    # the fit's pass: off ties
     assert_same_labels(est.predict(X), est.labels_, X, heads)
     # squared errors: 2 |x - T| times T's move, the mean sum_tol of them
     err = np.sum((X - out) ** 2, 1)
-    assert est.score(X) == pytest.approx(-np.mean(err), rel=0, abs=float(np.mean(
+    assert _risk(est, X) == pytest.approx(np.mean(err), rel=0, abs=float(np.mean(
         2 * np.sqrt(err) * out_tol + X.shape[1] * eps() * err)) + sum_tol(len(X)) * err.mean())
     if given:   # the soft fit's curve ends at the fitted layer's risk
-        assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-8)
+        assert est.loss_curve_[-1] == pytest.approx(_risk(est, X), rel=1e-8)
     assert est.converged_
 
 
@@ -852,7 +857,7 @@ def test_more_rows_than_the_sample_fit_all_rows(monkeypatch):
     est = AttentionClustering(3, inverse_temperature=lam, random_state=0, tol=1e-10,
                               max_iter=2000).fit(X)
     assert np.all(np.diff(est.loss_curve_) <= 1e-12 * est.loss_curve_[0])
-    assert est.loss_curve_[-1] == pytest.approx(-est.score(X), rel=1e-8)
+    assert est.loss_curve_[-1] == pytest.approx(_risk(est, X), rel=1e-8)
     h = torch.as_tensor(est.cluster_centers_).requires_grad_(True)
     Xt = torch.as_tensor(X)
     out = ac.attention_heads(Xt, h, inverse_temperature=est.inverse_temperature_,
@@ -948,6 +953,8 @@ def test_every_method_takes_rows_in_any_memory_layout(shaped):
         np.testing.assert_array_equal(fit.predict(Y), fit.predict(copy), err_msg=name)
         np.testing.assert_array_equal(fit.predict_proba(Y), fit.predict_proba(copy))
         np.testing.assert_array_equal(fit.transform(Y), fit.transform(copy))
+        np.testing.assert_array_equal(fit.layer_output(Y), fit.layer_output(copy))
+        np.testing.assert_array_equal(fit.score_samples(Y), fit.score_samples(copy))
         assert fit.score(Y) == fit.score(copy)
 
 

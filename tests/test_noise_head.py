@@ -60,15 +60,16 @@ def test_em_with_the_background_never_raises_its_objective():
     assert 0.05 < weights[3] < 0.3       # 100 of 700 rows are noise
 
 
-def _log_joint(est, X):
+def _log_joint(est, X, *, floor: bool = True):
     """The fitted mixture's log-joint of the rows, ``(n, K + 1)``, the background last, by
     SciPy from the attributes (data units): ``log w_h + log N(x; mu_h, Sigma_h) - tr(P_h
     D) / 2`` (``D`` the covariance floor, whose term the shaped heads' log-joint carries:
-    attnclust.cluster.shape_em) and ``log w_0 + noise_log_density_``."""
+    attnclust.cluster.shape_em; ``floor=False``: without it, the mixture's density) and
+    ``log w_0 + noise_log_density_``."""
     K = len(est.weights_)
     covs = est.covariances_ if est.covariance_type_ == "full" else \
         np.stack([np.diag(c) for c in est.covariances_])
-    parts = [np.log(est.weights_[h]) - 0.5 * np.diag(np.linalg.inv(covs[h])) @
+    parts = [np.log(est.weights_[h]) - floor * 0.5 * np.diag(np.linalg.inv(covs[h])) @
              est.covariance_floor_ + multivariate_normal(est.cluster_centers_[h], covs[h])
              .logpdf(X) for h in range(K)]
     parts.append(np.full(len(X), np.log(est.noise_weight_) + est.noise_log_density_))
@@ -86,11 +87,12 @@ def _assert_labels(a, b, log_a, log_b):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_score_is_the_log_likelihood_of_the_fitted_mixture(seed):
     """``score`` is the mean of ``log sum`` over the heads and the background of
-    :func:`_log_joint`; the background's density is ``1 / V`` of the rows' box (sides at
-    least ``sqrt(2 pi e)`` times the root of the covariance floor)."""
+    :func:`_log_joint` (the mixture's density: no floor term); the background's density is
+    ``1 / V`` of the rows' box (sides at least ``sqrt(2 pi e)`` times the root of the
+    covariance floor)."""
     X, _ = _blobs_over_noise(seed)
     est = _fit(X, 3, seed)
-    reference = float(np.mean(logsumexp(_log_joint(est, X), axis=1)))
+    reference = float(np.mean(logsumexp(_log_joint(est, X, floor=False), axis=1)))
     # the score adds n terms of a few units each: the rounding of the sum, relative
     assert est.score(X) == pytest.approx(reference, rel=64 * sum_tol(len(X)))
     side = np.maximum(np.ptp(X, axis=0), np.sqrt(2 * np.pi * np.e * est.covariance_floor_))

@@ -60,25 +60,36 @@ paper          code                      meaning
 ``mu_h``       ``cluster_centers_``      heads, shape ``(K, d)``
 ``lambda``     ``inverse_temperature_``  inverse temperature
 ``a_h(x)``     ``predict_proba``         attention of ``x`` on head ``h``
-``T_mu(x)``    ``transform``             output of the layer
-``R(mu)``      ``-score``                empirical risk
+``T_mu(x)``    ``layer_output``          output of the layer
+``R(mu)``      ``loss_curve_[-1]``       empirical risk of the fit (spherical heads)
+``log p(x)``   ``score_samples``         log-likelihood of the heads' mixture
+``||x-mu_h||`` ``transform``             distance to head ``h`` (as ``KMeans``)
 =============  ========================  =============================================
+
+Scores
+------
+The attention is the posterior of a mixture (equal-weight Gaussians ``N(mu_h, I /
+lambda)`` for spherical Euclidean heads, the shaped heads' Gaussian mixture, von
+Mises-Fisher densities on the sphere): ``score_samples``, ``score``, ``bic`` and ``aic``
+are that mixture's, with one meaning for every shape (:mod:`attnclust.cluster.likelihood`).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
-import torch
-from sklearn.base import BaseEstimator, ClusterMixin, OneToOneFeatureMixin, TransformerMixin
+from sklearn.base import (
+    BaseEstimator,
+    ClassNamePrefixFeaturesOutMixin,
+    ClusterMixin,
+    TransformerMixin,
+)
 from sklearn.exceptions import ConvergenceWarning
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import validate_data
 
 from .._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from .._validation import as_generator, as_numpy_input, check_sample_weight
-from ..study.heads import softmax_heads
 from .communicator import Communicator
 from .covariance import as_covariance_type
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
@@ -86,15 +97,16 @@ from .estimator_fits import (
     Reporter,
     fit_shaped,
     risk_attributes,
-    shaped_log_joint,
     solve,
     with_deferred_lambda,
 )
 from .estimator_params import check_params, param_names, parameters
 from .k_choice import choose_n_clusters, warn_if_weak
-from .noise_head import NOISE_LABEL, check_noise_head, fit_noise_head
+from .likelihood import LikelihoodMixin, inertia
+from .noise_head import check_noise_head, fit_noise_head
 from .plan import FitPlan, anneal_stages, resolve
-from .rows import chunk_rows, fit_threads
+from .predictions import LayerPredictionsMixin
+from .rows import fit_threads
 from .shape_choice import ShapeChoice, fit_chosen_shape, given_shape
 from .warm_start import auto_inverse_temperature
 
@@ -105,10 +117,14 @@ __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperat
 # noise head's
 _FIT_ONLY_SOME = ("stream_state_", "covariances_", "precisions_", "precisions_cholesky_",
                   "weights_", "covariance_floor_", "noise_weight_", "noise_log_density_")
+# the fitted arrays kept in the dtype of the rows given to fit
+_FITTED_ARRAYS = ("cluster_centers_", "covariances_", "precisions_", "precisions_cholesky_",
+                  "weights_", "covariance_floor_", "mean_")
 
 
-class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin,
-                          TransformerMixin, BaseEstimator):
+class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodMixin,
+                          ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
+                          BaseEstimator):
     """Clustering by a trained K-head attention layer.
 
     Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h> - b_h) mu_h``
@@ -146,8 +162,8 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         (:mod:`attnclust.cluster.shaped_fit`; Euclidean heads only): ``inverse_temperature`` is then
         the tempering exponent (``"auto"``: 1, the likelihood itself, where the fit is
         ``GaussianMixture``'s EM), ``tol`` the change of the mean log-likelihood per step
-        (``"auto"``: 1e-3), ``score`` the mean tempered log-likelihood and ``loss_curve_``
-        its negative after each step.
+        (``"auto"``: 1e-3) and ``loss_curve_`` minus the mean tempered log-likelihood
+        after each step (``score`` is the untempered one).
     inverse_temperature : float or "auto", default="auto"
         Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
@@ -262,16 +278,25 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
     loss_curve_ : ndarray
         Empirical risk (without the penalty) after each step over all rows, at the
         inverse temperature in ``inverse_temperature_curve_`` (non-increasing while that
-        is constant and there is no penalty); its last entry is ``-score`` of the data.
+        is constant and there is no penalty); its last entry is the risk of the data.
         For a fit that ends in the hard limit: its risk there (``lambda = infinity``, the
         k-means objective per row) of the sample's partition when the sample holds every
         row, else after each step over all rows.
     inverse_temperature_curve_ : ndarray
     converged_ : bool
+    inertia_ : float
+        Sum of the squared Euclidean distances of the training rows to their cluster's
+        centre (``cluster_centers_[labels_]``, in the preprocessed space), weighted by
+        ``sample_weight``, as ``KMeans.inertia_``; rows labelled ``-1`` (noise) are left
+        out. After ``partial_fit``: of the last batch.
     n_features_in_ : int
     mean_, scale_ : preprocessing of ``normalize="center-scale"`` (None otherwise)
     covariances_, precisions_, precisions_cholesky_, weights_ : ndarray
         Shaped heads only (names and shapes as in ``sklearn.mixture.GaussianMixture``).
+
+    The fitted arrays (``cluster_centers_``, the shaped heads' arrays, ``mean_``) have the
+    dtype of the rows given to ``fit`` (float32 or float64; ``partial_fit`` keeps
+    float64), as do ``predict_proba``, ``transform`` and ``layer_output``.
     covariance_floor_ : ndarray of shape (n_features,)
         Shaped heads only: the floor added to every covariance's diagonal.
     covariance_type_ : str
@@ -406,8 +431,13 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
                                  weights.sum())))
         K = self._choose_n_clusters(X, plan) if plan.n_clusters is None else plan.n_clusters
         with fit_threads(plan.device) as workers:
-            self._fit(X, comm, workers, weights, plan.with_clusters(K))
+            rows = self._fit(X, comm, workers, weights, plan.with_clusters(K))
+            self.inertia_ = inertia(rows, self.cluster_centers_, self.labels_)
         self.n_clusters_ = K
+        for name in _FITTED_ARRAYS:     # in the data's dtype, as KMeans and GaussianMixture
+            value = getattr(self, name, None)
+            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+                setattr(self, name, value.astype(X.dtype, copy=False))
         return self
 
     def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan) -> int:
@@ -449,11 +479,18 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             self._plan = self._resolve(X.shape[0], X.shape[0], weight_total=None
                                        if weights is None else float(weights.sum()))
         with fit_threads(self._plan.device):
-            return partial_fit(self, self._plan, X, weights)
+            partial_fit(self, self._plan, X, weights)
+            # the last batch's (float64: the running state compares cluster_centers_)
+            Xp = self._plan.preprocess(X, (self.mean_, self.scale_))
+            self.inertia_ = inertia(self._plan.working_rows(Xp, Communicator.local(len(X)),
+                                                            weights=weights),
+                                    self.cluster_centers_, self.labels_)
+        return self
 
     def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, plan: FitPlan):
         """The algorithm on validated rows, for the resolved ``plan`` (its warnings point
-        at the caller of ``fit``): prepare the rows, warm start, solve, check."""
+        at the caller of ``fit``): prepare the rows, warm start, solve, check; returns the
+        working rows."""
         if plan.noise_head:             # before any work, and before this fit's state
             check_noise_head(comm.n_total, X.shape[1], plan.n_clusters)
         gen = as_generator(plan.random_state, "random_state")
@@ -467,25 +504,28 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
         S, Sw, start, lam = plan.warm_start(rows, gen)
         if plan.covariance.shaped:
             self._record_shape(given_shape(plan))
-            return self._store(fit_shaped(rows, start.heads, plan, report=report))
+            self._store(fit_shaped(rows, start.heads, plan, report=report))
+            return rows
         end = solve(S, Sw, rows, start, lam, plan, gen=gen, report=report)
         if plan.noise_head:
             noise = fit_noise_head(rows, end, plan, gen=gen)
             self._record_shape(noise.choice)
             self.noise_weight_, self.noise_log_density_ = noise.noise_weight, \
                 noise.noise_log_density
-            return self._store(noise.fitted)
+            self._store(noise.fitted)
+            return rows
         fitted, choice = (fit_chosen_shape(rows, end, plan, gen=gen, report=report)
                           if plan.chooses_shape else (None, given_shape(plan)))
         self._record_shape(choice)
         if choice.covariance.shaped:    # "auto" chose shaped heads: their fit is the fit
-            return self._store(fitted)
+            self._store(fitted)
+            return rows
         if lam is None:                 # "auto" chose the spherical heads: their lambda now
             start, lam, end = with_deferred_lambda(S, Sw, start, end, plan.geometry)
         self._store(risk_attributes(end, lam, rows))
         warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
                            inverse_temperature=self.inverse_temperature_, stacklevel=3)
-        return self
+        return rows
 
     def _record_shape(self, choice: ShapeChoice) -> None:
         """The heads' shape of the fit (``covariance_type_``), why (the reason), the
@@ -504,94 +544,6 @@ class AttentionClustering(RenamedParamsMixin, ClusterMixin, OneToOneFeatureMixin
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
                           "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
         return self
-
-    # -- prediction -------------------------------------------------------------------------
-    def _logits(self, Xp: np.ndarray) -> torch.Tensor:
-        """Attention logits ``(n, K)`` of preprocessed rows, in float64 (the geometry's
-        precise ones: for Euclidean heads, from the differences ``x - mu_h``)."""
-        plan = self._plan
-        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64, device=plan.device)
-        X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=plan.device)
-        with fit_threads(plan.device):
-            if plan.covariance.shaped:
-                return shaped_log_joint(X, self, plan.covariance)
-            return plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
-
-    def _by_chunks(self, X, fn) -> np.ndarray:
-        """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
-        and ``(rows, K)`` weights stay small however wide the data), concatenated."""
-        check_is_fitted(self)
-        X = self._validate(X, reset=False)
-        step = chunk_rows(None, X.shape[1], len(self.cluster_centers_))
-        center = (self.mean_, self.scale_)
-        return np.concatenate([fn(self._plan.preprocess(X[s:s + step], center, offset=s))
-                               for s in range(0, X.shape[0], step)])
-
-    def predict_proba(self, X) -> np.ndarray:
-        """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one
-        (with ``noise_head=True``: over the ``K`` heads, given that the row is not noise)."""
-        return self._by_chunks(X, lambda Xp: softmax_heads(self._logits(Xp)).cpu().numpy())
-
-    def predict(self, X) -> np.ndarray:
-        """Index of the most-attended head, ``argmax_h a_h(x)``: of the highest logit (at a
-        small ``lambda`` the weights of near heads are equal to rounding, their logits
-        not). With ``noise_head=True``: ``-1`` where the background head's log-joint is
-        the highest."""
-        def labels(Xp):
-            logits = self._logits(Xp)
-            best = logits.argmax(1)
-            if self._plan.noise_head:
-                best[logits.max(1).values < self._noise_log_joint()] = NOISE_LABEL
-            return best.cpu().numpy().astype(np.int64)
-        return self._by_chunks(X, labels)
-
-    def _noise_log_joint(self) -> float:
-        """``log pi_0 + log(1 / V)`` of the background head (preprocessed units)."""
-        return math.log(self.noise_weight_) + self.noise_log_density_
-
-    def fit_predict(self, X, y=None, sample_weight=None) -> np.ndarray:
-        """Fit and return ``labels_``."""
-        return self.fit(X, sample_weight=sample_weight).labels_
-
-    def _outputs(self, Xp: np.ndarray) -> np.ndarray:
-        """``T_mu(x)`` of preprocessed rows, ``(n, d)``: what ``transform`` and ``score`` use."""
-        heads = torch.as_tensor(self.cluster_centers_, dtype=torch.float64,
-                                device=self._plan.device)
-        return (softmax_heads(self._logits(Xp)) @ heads).cpu().numpy()
-
-    def transform(self, X) -> np.ndarray:
-        """Layer outputs ``T_mu(x)`` of the preprocessed rows, shape (n_samples, n_features)."""
-        return self._by_chunks(X, self._outputs)
-
-    def score(self, X, y=None, sample_weight=None) -> float:
-        """Minus the empirical risk, ``-mean ||x - T_mu(x)||^2`` (higher is better); with
-        ``sample_weight``, the weighted mean.
-
-        Shaped heads (``covariance_type`` "diag" or "full"): the objective they fit, the
-        mean tempered log-likelihood ``mean (1/lambda) log sum_h exp(lambda l~_h(x))``
-        (at ``lambda = 1``, ``GaussianMixture.score``'s; see :mod:`attnclust.cluster.shaped_fit`),
-        with ``noise_head=True`` the background head among the ``h``.
-        """
-        def squared_errors(Xp):
-            return np.sum((np.asarray(Xp, dtype=np.float64) - self._outputs(Xp)) ** 2, axis=1)
-
-        def minus_loglik(Xp):
-            plan = self._plan
-            X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=plan.device)
-            with fit_threads(plan.device):
-                joint = shaped_log_joint(X64, self, plan.covariance)
-                if plan.noise_head:
-                    joint = torch.cat([joint, joint.new_full((len(joint), 1),
-                                                             self._noise_log_joint())], 1)
-                lse = torch.logsumexp(joint, dim=1)
-            return -(lse / self.inverse_temperature_).cpu().numpy()
-        check_is_fitted(self)
-        shaped = self._plan.covariance.shaped
-        errors = self._by_chunks(X, minus_loglik if shaped else squared_errors)
-        weights = check_sample_weight(sample_weight, errors.shape[0])
-        if weights is not None and not weights.sum() > 0:
-            raise ValueError("sample_weight sums to zero: no row has a positive weight")
-        return -float(np.average(errors, weights=weights))
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -105,7 +105,8 @@ class Reporter(NamedTuple):
         def call(info) -> None:
             info = out(info)
             if self.verbose:
-                _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", *info[:4])
+                _logger.info("iter %d  lambda %.4g  loss %.8g  shift %.2e", info.iteration,
+                             info.inverse_temperature, info.loss, info.shift)
             if self.callback is not None:
                 self.callback(info)
         return call

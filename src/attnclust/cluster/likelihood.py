@@ -1,0 +1,341 @@
+"""The mixture a fitted layer describes: its log-density, parameter count and inertia.
+
+The attention of a fitted layer is the posterior of a mixture, so every fit, whatever its
+heads' shape, scores rows by one quantity, the log-likelihood ``log p(x)`` of that
+mixture (``AttentionClustering.score_samples``; ``score``, ``bic`` and ``aic`` follow as in
+``sklearn.mixture.GaussianMixture``):
+
+- Euclidean heads of one isotropic metric (``covariance_type="spherical"``):
+  ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` is the posterior of the equal-weight mixture
+  of ``N(mu_h, I / lambda)``,
+
+      p(x) = (1/K) sum_h N(x; mu_h, I / lambda);
+
+- shaped heads (``"diag"``, ``"full"``): ``p(x) = sum_h pi_h N(x; mu_h, Sigma_h)``, the
+  mixture itself (untempered, whatever the fit's tempering; the covariance floor is
+  already in ``Sigma_h``), and with a noise head the uniform background ``pi_0 / V``
+  among the components;
+- unit heads (``geometry="sphere"``): ``softmax_h(lambda <x, mu_h>)`` is the posterior of
+  the equal-weight mixture of von Mises-Fisher densities on the unit sphere
+  ``S^{d-1}`` with concentration ``kappa = lambda``,
+
+      p(x) = (1/K) sum_h C_d(kappa) exp(kappa <x, mu_h>),
+      C_d(kappa) = kappa^{d/2 - 1} / ((2 pi)^{d/2} I_{d/2 - 1}(kappa)),
+
+  a density with respect to the surface measure of the sphere (``I_v`` the modified
+  Bessel function of the first kind, read as ``scipy.special.ive`` for stability).
+
+The free parameters (for BIC and AIC) are those of each mixture: ``K d`` means and
+``lambda`` (spherical heads), ``K (d - 1)`` unit heads and ``kappa`` (the sphere), or
+the means, covariances and ``K - 1`` weights of ``sklearn.mixture.GaussianMixture``
+(shaped heads; one more weight with the noise head).
+
+Notation
+--------
+=============  ========================  =============================================
+paper          code                      meaning
+=============  ========================  =============================================
+``mu_h``       ``centers``               heads, ``(K, d)``
+``lambda``     ``inverse_temperature``   inverse temperature (``kappa`` on the sphere)
+``U_h``        ``precisions_cholesky``   Cholesky factor of the precision of head ``h``
+``pi_h``       ``weights``               mixing weight of head ``h``
+``C_d``        ``log_vmf_normalizer``    (its log) vMF normaliser on ``S^{d-1}``
+=============  ========================  =============================================
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy.special import ive
+from sklearn.utils.validation import check_is_fitted
+
+from .._validation import check_sample_weight
+from ..study.geometry import Geometry
+from .covariance import Covariance
+from .rows import WorkingRows
+
+__all__ = ["LikelihoodMixin", "inertia", "log_vmf_normalizer", "mixture_log_density",
+           "n_parameters", "spherical_log_density", "squared_distances",
+           "vmf_log_density"]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def squared_distances(X: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
+    """``||x_i - mu_h||^2`` of rows ``(n, d)`` and centres ``(K, d)``: ``(n, K)``, from the
+    differences (no ``||x||^2 - 2 <x, mu> + ||mu||^2`` cancellation far from the origin).
+
+    Examples
+    --------
+    >>> squared_distances(torch.tensor([[1e8 + 1.0, 0.0]], dtype=torch.float64),
+    ...                   torch.tensor([[1e8, 0.0], [1e8, 2.0]], dtype=torch.float64))
+    tensor([[1., 5.]], dtype=torch.float64)
+    """
+    dist = torch.cdist(X, centers, compute_mode="donot_use_mm_for_euclid_dist")
+    return dist * dist
+
+
+def spherical_log_density(X: torch.Tensor, centers: torch.Tensor,
+                          inverse_temperature: float) -> torch.Tensor:
+    """``log (1/K) sum_h N(x; mu_h, I / lambda)`` of rows ``(n, d)``: ``(n,)``.
+
+    Examples
+    --------
+    >>> x = torch.zeros(1, 2, dtype=torch.float64)
+    >>> float(spherical_log_density(x, x, 1.0)) == -math.log(2 * math.pi)
+    True
+    """
+    lam, (K, d) = float(inverse_temperature), centers.shape
+    logits = -0.5 * lam * squared_distances(X, centers)                   # (n, K)
+    return torch.logsumexp(logits, dim=1) - math.log(K) + 0.5 * d * (math.log(lam) - _LOG_2PI)
+
+
+def _log_bessel_iv(v: float, kappa: float) -> float:
+    """``log I_v(kappa)`` for ``v >= -1/2``, ``kappa > 0``: ``log ive + kappa``, and where
+    ``ive`` underflows (only at a large order ``v`` and a small ``kappa``) the uniform
+    asymptotic expansion of ``I_v(v z)`` in ``1/v`` to its second term (relative error
+    ``O(v^-3)``, DLMF 10.41.3)."""
+    scaled = float(ive(v, kappa))
+    if 0.0 < scaled < math.inf:
+        return math.log(scaled) + kappa
+    z = kappa / v
+    root = math.sqrt(1.0 + z * z)
+    t = 1.0 / root
+    eta = root + math.log(z / (1.0 + root))
+    u1 = (3.0 * t - 5.0 * t**3) / 24.0
+    u2 = (81.0 * t**2 - 462.0 * t**4 + 385.0 * t**6) / 1152.0
+    return (-0.5 * math.log(2.0 * math.pi * v) + v * eta + 0.5 * math.log(t)
+            + math.log1p(u1 / v + u2 / (v * v)))
+
+
+def log_vmf_normalizer(kappa: float, n_features: int) -> float:
+    """``log C_d(kappa)`` of the von Mises-Fisher density ``C_d(kappa) exp(kappa <x, mu>)``
+    on the unit sphere of ``R^d`` (``d = n_features``), with respect to its surface
+    measure.
+
+    Examples
+    --------
+    >>> # d = 3: C_3(kappa) = kappa / (4 pi sinh kappa)
+    >>> abs(log_vmf_normalizer(2.0, 3) - math.log(2.0 / (4 * math.pi * math.sinh(2.0)))) < 1e-12
+    True
+    """
+    kappa, v = float(kappa), 0.5 * n_features - 1.0
+    if not kappa > 0:
+        raise ValueError(f"kappa={kappa!r}: the concentration of a von Mises-Fisher density "
+                         "must be positive")
+    log_iv = _log_bessel_iv(v, kappa)      # d = 1: v = -1/2, I_{-1/2}(k) ~ cosh k
+    return v * math.log(kappa) - 0.5 * n_features * _LOG_2PI - log_iv
+
+
+def vmf_log_density(X: torch.Tensor, centers: torch.Tensor, kappa: float) -> torch.Tensor:
+    """``log (1/K) sum_h C_d(kappa) exp(kappa <x, mu_h>)`` of rows ``(n, d)`` on the unit
+    sphere and unit heads ``(K, d)``: ``(n,)``.
+
+    Examples
+    --------
+    >>> x = torch.tensor([[1.0, 0.0], [-1.0, 0.0]], dtype=torch.float64)
+    >>> vmf_log_density(x, x, 3.0).tolist() == 2 * [float(vmf_log_density(x[:1], x, 3.0))]
+    True
+    """
+    kappa = float(kappa)
+    logits = kappa * (X @ centers.T)                                       # (n, K)
+    return torch.logsumexp(logits, dim=1) - math.log(centers.shape[0]) + \
+        log_vmf_normalizer(kappa, centers.shape[1])
+
+
+def mixture_log_density(X: torch.Tensor, means: torch.Tensor, precisions_cholesky: torch.Tensor,
+                        weights: torch.Tensor, covariance: Covariance, *,
+                        noise_log_joint: float | None = None) -> torch.Tensor:
+    """``log (sum_h pi_h N(x; mu_h, Sigma_h) + pi_0 / V)`` of rows ``(n, d)``: ``(n,)``, the
+    precisions given by their Cholesky factors (``covariance``'s layout, as
+    ``GaussianMixture.precisions_cholesky_``); ``noise_log_joint``: ``log(pi_0 / V)`` of a
+    uniform background, when there is one. Rows and means are centred on the means' mean
+    (precision far from the origin).
+
+    Examples
+    --------
+    >>> from attnclust.cluster.covariance import Diag
+    >>> x = torch.zeros(1, 2, dtype=torch.float64)
+    >>> float(mixture_log_density(x, x, torch.ones(1, 2, dtype=torch.float64),
+    ...                           torch.ones(1, dtype=torch.float64), Diag())) == \\
+    ...     -math.log(2 * math.pi)
+    True
+    """
+    center = means.mean(0)
+    joint = covariance.log_joint(X - center, means - center, precisions_cholesky,
+                                 weights.log(), 1.0)                        # (n, K)
+    if noise_log_joint is not None:
+        joint = torch.cat([joint, joint.new_full((len(joint), 1), noise_log_joint)], 1)
+    return torch.logsumexp(joint, dim=1)
+
+
+def n_parameters(n_clusters: int, n_features: int, *, geometry: Geometry,
+                 covariance: Covariance, noise_head: bool = False) -> int:
+    """Free parameters of the mixture of ``n_clusters`` heads in ``R^d``: unit heads
+    ``K (d - 1) + 1`` (``kappa``), spherical Euclidean heads ``K d + 1`` (``lambda``),
+    shaped heads ``GaussianMixture``'s count (means, covariances, ``K - 1`` weights), plus
+    one for the noise head's weight.
+
+    Examples
+    --------
+    >>> from attnclust.study.geometry import as_geometry
+    >>> from attnclust.cluster.covariance import Full, Spherical
+    >>> n_parameters(3, 2, geometry=as_geometry("euclidean"), covariance=Full())
+    17
+    >>> n_parameters(3, 2, geometry=as_geometry("sphere"), covariance=Spherical())
+    4
+    """
+    K, d = int(n_clusters), int(n_features)
+    if geometry.unit_heads:
+        return K * (d - 1) + 1
+    if not covariance.shaped:
+        return K * d + 1
+    return covariance.n_parameters(K, d) + int(bool(noise_head))
+
+
+def inertia(rows: WorkingRows, centers: np.ndarray, labels: np.ndarray) -> float:
+    """``sum_i w_i ||x_i - mu_{z_i}||^2`` over all ranks' rows (``KMeans.inertia_``), in the
+    space of the preprocessed rows (the working rows are those over ``rows.scale``):
+    ``centers`` ``(K, d)`` there, ``labels`` ``(n,)`` this rank's, ``-1`` (noise) left
+    out.
+
+    Examples
+    --------
+    >>> from attnclust.study.geometry import as_geometry
+    >>> X = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0]])
+    >>> rows = WorkingRows.prepare(X, geometry=as_geometry("euclidean"), comm=None)
+    >>> inertia(rows, np.array([[1.0, 0.0], [10.0, 0.0]]), np.array([0, 0, 1]))
+    2.0
+    """
+    heads = torch.as_tensor(rows.heads_in(np.asarray(centers, dtype=np.float64)),
+                            dtype=torch.float64, device=rows.rows.device)
+    labels_t = torch.as_tensor(labels, device=rows.rows.device)
+    w = rows.weights
+
+    def part(start: int, chunk: torch.Tensor) -> float:
+        z = labels_t[start:start + chunk.shape[0]]
+        kept = z >= 0
+        diff = chunk.double()[kept] - heads[z[kept]]                      # (m, d)
+        sq = (diff * diff).sum(1)
+        if w is not None:
+            sq = sq * w[start:start + chunk.shape[0]][kept].double()
+        return float(sq.sum())
+    return float(rows.comm.sum_array(sum(rows.map_chunks(part)))) * rows.scale * rows.scale
+
+
+class LikelihoodMixin:
+    """``score_samples``, ``score``, ``bic`` and ``aic`` of an estimator whose fitted heads
+    describe a mixture (see the module docstring); it reads the estimator's ``_by_chunks``
+    (preprocessed rows in blocks) and ``_plan``."""
+
+    def score_samples(self, X) -> np.ndarray:
+        """Log-likelihood ``log p(x)`` of each row under the mixture the fitted heads
+        describe, shape (n_samples,), float64 (:mod:`attnclust.cluster.likelihood`).
+
+        One meaning for every fit: spherical Euclidean heads, ``(1/K) sum_h N(mu_h, I /
+        lambda)``; shaped heads, ``sum_h pi_h N(mu_h, Sigma_h)`` (untempered; with
+        ``noise_head=True`` the uniform background among the components); unit heads
+        (``geometry="sphere"``), the equal-weight von Mises-Fisher mixture with ``kappa =
+        lambda``, a density on the unit sphere (of the rows projected there by
+        ``normalize="rows"``; rows off the sphere are read as they are). The density is
+        in the units of the rows given: ``normalize="center-scale"`` counts its Jacobian,
+        ``-d log(scale_)``; after ``normalize="rows"`` it is a density of the projected
+        rows, on the sphere.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from attnclust import AttentionClustering
+        >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+        >>> est = AttentionClustering(2, covariance_type="spherical", random_state=0).fit(X)
+        >>> est.score_samples(X).shape
+        (4,)
+        """
+        check_is_fitted(self)
+        plan = self._plan
+        out = self._by_chunks(X, lambda Xp: self._log_density(
+            torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64),
+                            device=plan.device)).cpu().numpy())
+        scale = getattr(self, "scale_", None)
+        return out if scale is None else out - self.n_features_in_ * math.log(float(scale))
+
+    def _log_density(self, X: torch.Tensor) -> torch.Tensor:
+        """``log p(x)`` of preprocessed rows (float64 tensor) ``(n,)``."""
+        plan = self._plan
+
+        def tensor(a):
+            return torch.as_tensor(np.asarray(a, dtype=np.float64), device=X.device)
+        centers = tensor(self.cluster_centers_)
+        if plan.covariance.shaped:
+            noise = self._noise_log_joint() if plan.noise_head else None
+            return mixture_log_density(X, centers, tensor(self.precisions_cholesky_),
+                                       tensor(self.weights_), plan.covariance,
+                                       noise_log_joint=noise)
+        if plan.geometry.unit_heads:
+            return vmf_log_density(X, centers, self.inverse_temperature_)
+        return spherical_log_density(X, centers, self.inverse_temperature_)
+
+    def score(self, X, y=None, sample_weight=None) -> float:
+        """Mean log-likelihood of the rows, ``mean score_samples(X)`` (higher is better; as
+        ``GaussianMixture.score``), with ``sample_weight`` the weighted mean; ``y`` is
+        ignored. Comparable across fits of any heads' shape on the same rows (and
+        preprocessing).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from attnclust import AttentionClustering
+        >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+        >>> est = AttentionClustering(2, covariance_type="spherical", random_state=0).fit(X)
+        >>> bool(est.score(X) == est.score_samples(X).mean())
+        True
+        """
+        logp = self.score_samples(X)
+        weights = check_sample_weight(sample_weight, logp.shape[0])
+        if weights is not None and not weights.sum() > 0:
+            raise ValueError("sample_weight sums to zero: no row has a positive weight")
+        return float(np.average(logp, weights=weights))
+
+    def _n_parameters(self) -> int:
+        """Free parameters of the fitted mixture (:func:`n_parameters`)."""
+        check_is_fitted(self)
+        plan = self._plan
+        return n_parameters(len(self.cluster_centers_), self.n_features_in_,
+                            geometry=plan.geometry, covariance=plan.covariance,
+                            noise_head=plan.noise_head)
+
+    def bic(self, X) -> float:
+        """Bayesian information criterion of the fitted mixture on ``X``, ``-2 n score(X) +
+        p log n`` (``p`` free parameters, :func:`n_parameters`; lower is better), as
+        ``GaussianMixture.bic``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from attnclust import AttentionClustering
+        >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+        >>> est = AttentionClustering(2, covariance_type="spherical", random_state=0).fit(X)
+        >>> bool(abs(est.bic(X) - est.aic(X) - 5 * (np.log(4) - 2)) < 1e-9)   # p = K d + 1
+        True
+        """
+        n = self._validate(X, reset=False).shape[0]
+        return -2.0 * self.score(X) * n + self._n_parameters() * math.log(n)
+
+    def aic(self, X) -> float:
+        """Akaike information criterion of the fitted mixture on ``X``, ``-2 n score(X) +
+        2 p`` (lower is better), as ``GaussianMixture.aic``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from attnclust import AttentionClustering
+        >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+        >>> est = AttentionClustering(2, covariance_type="spherical", random_state=0).fit(X)
+        >>> bool(abs(est.aic(X) - (-2 * 4 * est.score(X) + 2 * 5)) < 1e-9)   # p = K d + 1
+        True
+        """
+        n = self._validate(X, reset=False).shape[0]
+        return -2.0 * self.score(X) * n + 2.0 * self._n_parameters()

@@ -1,0 +1,146 @@
+"""The predictions of a fitted K-head layer: attention, labels, outputs, distances.
+
+What :class:`~attnclust.AttentionClustering` answers once fitted, read off its fitted
+attributes (``cluster_centers_``, ``inverse_temperature_``, the shaped heads' arrays) and
+its resolved :class:`~attnclust.cluster.plan.FitPlan` (the geometry, the heads' shape,
+the preprocessing), on rows preprocessed as in ``fit`` and read in blocks of about 2 MB:
+
+    a_h(x)  = softmax_h( logits_h(x) )          predict_proba
+    z(x)    = argmax_h logits_h(x)              predict (-1: the noise head's row)
+    T_mu(x) = sum_h a_h(x) mu_h                 layer_output
+    D_h(x)  = ||x - mu_h||                      transform (KMeans.transform's)
+
+The logits are computed in float64 whatever the data's dtype; the outputs come back in
+the dtype of the rows given.
+
+Notation
+--------
+=============  ========================  =============================================
+paper          code                      meaning
+=============  ========================  =============================================
+``mu_h``       ``cluster_centers_``      heads, shape ``(K, d)``
+``a_h(x)``     ``predict_proba``         attention of ``x`` on head ``h``
+``T_mu(x)``    ``layer_output``          output of the layer
+``D_h(x)``     ``transform``             Euclidean distance to head ``h``
+=============  ========================  =============================================
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from sklearn.utils.validation import check_is_fitted
+
+from ..study.heads import softmax_heads
+from .estimator_fits import shaped_log_joint
+from .likelihood import squared_distances
+from .noise_head import NOISE_LABEL
+from .rows import chunk_rows, fit_threads
+
+__all__ = ["LayerPredictionsMixin"]
+
+
+class LayerPredictionsMixin:
+    """``predict_proba``, ``predict``, ``layer_output`` and ``transform`` of a fitted
+    estimator (see the module docstring); it reads the estimator's ``_validate``,
+    ``_plan`` and fitted attributes."""
+
+    def _logits(self, Xp: np.ndarray) -> torch.Tensor:
+        """Attention logits ``(n, K)`` of preprocessed rows, in float64 (the geometry's
+        precise ones: for Euclidean heads, from the differences ``x - mu_h``)."""
+        plan, heads = self._plan, self._heads64()
+        X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=plan.device)
+        with fit_threads(plan.device):
+            if plan.covariance.shaped:
+                return shaped_log_joint(X, self, plan.covariance)
+            return plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+
+    def _by_chunks(self, X, fn, *, keep_dtype: bool = False) -> np.ndarray:
+        """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
+        and ``(rows, K)`` weights stay small however wide the data), concatenated
+        (``keep_dtype``: in the dtype of ``X``)."""
+        check_is_fitted(self)
+        X = self._validate(X, reset=False)
+        step = chunk_rows(None, X.shape[1], len(self.cluster_centers_))
+        center = (self.mean_, self.scale_)
+        out = np.concatenate([fn(self._plan.preprocess(X[s:s + step], center, offset=s))
+                              for s in range(0, X.shape[0], step)])
+        return out.astype(X.dtype, copy=False) if keep_dtype else out
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one
+        (with ``noise_head=True``: over the ``K`` heads, given that the row is not noise);
+        in the dtype of ``X``."""
+        return self._by_chunks(X, lambda Xp: softmax_heads(self._logits(Xp)).cpu().numpy(),
+                               keep_dtype=True)
+
+    def predict(self, X) -> np.ndarray:
+        """Index of the most-attended head, ``argmax_h a_h(x)``: of the highest logit (at a
+        small ``lambda`` the weights of near heads are equal to rounding, their logits
+        not). With ``noise_head=True``: ``-1`` where the background head's log-joint is
+        the highest."""
+        def labels(Xp):
+            logits = self._logits(Xp)
+            best = logits.argmax(1)
+            if self._plan.noise_head:
+                best[logits.max(1).values < self._noise_log_joint()] = NOISE_LABEL
+            return best.cpu().numpy().astype(np.int64)
+        return self._by_chunks(X, labels)
+
+    def _noise_log_joint(self) -> float:
+        """``log pi_0 + log(1 / V)`` of the background head (preprocessed units)."""
+        return math.log(self.noise_weight_) + self.noise_log_density_
+
+    def fit_predict(self, X, y=None, sample_weight=None) -> np.ndarray:
+        """Fit and return ``labels_``."""
+        return self.fit(X, sample_weight=sample_weight).labels_
+
+    def _heads64(self) -> torch.Tensor:
+        return torch.as_tensor(self.cluster_centers_, dtype=torch.float64,
+                               device=self._plan.device)
+
+    def layer_output(self, X) -> np.ndarray:
+        """Layer outputs ``T_mu(x) = sum_h a_h(x) mu_h`` of the preprocessed rows, shape
+        (n_samples, n_features), in the dtype of ``X`` (what ``transform`` returned before
+        0.3).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from attnclust import AttentionClustering
+        >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+        >>> est = AttentionClustering(2, covariance_type="spherical", random_state=0).fit(X)
+        >>> bool(np.allclose(est.layer_output(X), est.predict_proba(X) @ est.cluster_centers_))
+        True
+        """
+        return self._by_chunks(X, lambda Xp: (softmax_heads(self._logits(Xp))
+                                              @ self._heads64()).cpu().numpy(),
+                               keep_dtype=True)
+
+    def transform(self, X) -> np.ndarray:
+        """Euclidean distances ``||x - mu_h||`` of the preprocessed rows to the cluster
+        centres, shape (n_samples, n_clusters), in the dtype of ``X`` (``KMeans.transform``'s
+        space; the layer's output is :meth:`layer_output`).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from attnclust import AttentionClustering
+        >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+        >>> est = AttentionClustering(2, covariance_type="spherical", random_state=0).fit(X)
+        >>> D = est.transform(X)
+        >>> D.shape, bool(np.all(D.argmin(1) == est.predict(X)))
+        ((4, 2), True)
+        """
+        def distances(Xp):
+            X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64),
+                                  device=self._plan.device)
+            return squared_distances(X64, self._heads64()).sqrt().cpu().numpy()
+        return self._by_chunks(X, distances, keep_dtype=True)
+
+    @property
+    def _n_features_out(self) -> int:
+        """``K`` columns of ``transform`` (``get_feature_names_out``)."""
+        return len(self.cluster_centers_)
