@@ -17,16 +17,51 @@ takes effect when it ends.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["atomic_path", "deferred_interrupts", "interrupt", "remove_temporaries",
-           "save_matrices", "save_matrix", "writable_folder"]
+__all__ = ["WithHeader", "atomic_path", "deferred_interrupts", "interrupt",
+           "remove_temporaries", "save_matrices", "save_matrix", "writable_folder"]
+
+# errors of a file system that is full (or a quota reached): named as such, with the path
+_FULL = (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC))
+
+
+class WithHeader(NamedTuple):
+    """An array and the names of its columns: the header line of its ``.csv`` (its
+    ``.npy`` holds the array alone)."""
+
+    array: object
+    columns: Sequence[str]
+
+
+def _disk_full(exc: OSError, path: Path) -> bool:
+    """Whether ``exc``, raised while writing ``path``, means that its file system is full
+    (NumPy's own writes report a short write without an errno: then the free space
+    tells)."""
+    if exc.errno in _FULL:
+        return True
+    if exc.errno is None:
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(path.parent).free == 0
+    return False
+
+
+def _write_error(exc: OSError, path: Path) -> Exception:
+    """One line for a failed write of ``path``: a full disk said so, with the path."""
+    if _disk_full(exc, path):
+        return ValueError(f"{path}: no space left on the device (the disk or quota is "
+                          "full); free some space or write elsewhere (--out); nothing was "
+                          "written")
+    return ValueError(f"{path}: cannot write ({exc.strerror or exc}); nothing was written")
 
 # temporary files created and not yet renamed or removed (see remove_temporaries)
 _LIVE_TEMPS: set[Path] = set()
@@ -224,10 +259,13 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
         for path, array in targets:
             tmp = _temp_next_to(path)
             staged.append((tmp, path))
-            if callable(array):     # a writer of its own format (a figure)
-                array(tmp)
-            else:
-                save_matrix(array, tmp)
+            try:
+                if callable(array):     # a writer of its own format (a figure)
+                    array(tmp)
+                else:
+                    save_matrix(array, tmp)
+            except OSError as exc:
+                raise _write_error(exc, path) from None
             os.chmod(tmp, _file_mode(path))
         if before_rename is not None:
             before_rename()
@@ -258,19 +296,55 @@ def _rename_all(staged: list[tuple[Path, Path]]) -> None:
 def save_matrix(X, path: str | os.PathLike) -> None:
     """Write ``X`` to ``path`` as ``.npy`` or ``.csv`` (by suffix, any case); not atomic.
 
-    The file is written through an open handle, so the name is used exactly as given
-    (``numpy.save`` given a name would append ``.npy`` to ``q.NPY``).
+    ``X`` may be a :class:`WithHeader`: its column names are then the first line of the
+    ``.csv`` (the ``.npy`` holds the array alone). The file is written through an open
+    handle, so the name is used exactly as given (``numpy.save`` given a name would
+    append ``.npy`` to ``q.NPY``), and its bytes by Python's writes, so a full disk is an
+    ``OSError`` with its errno.
     """
     path = Path(path)
+    columns = None
+    if isinstance(X, WithHeader):
+        X, columns = X
     X = np.asarray(X)
     suffix = path.suffix.lower()
     if suffix == ".npy":
         with open(path, "wb") as f:
-            np.save(f, X)
+            _write_npy(f, X)
     elif suffix == ".csv":
-        fmt = "%d" if np.issubdtype(X.dtype, np.integer) else "%.17g"
         with open(path, "w", encoding="utf-8", newline="") as f:
-            np.savetxt(f, X if X.ndim == 2 else X[:, None], delimiter=",", fmt=fmt)
+            if columns is not None:
+                f.write(",".join(_csv_name(c) for c in columns) + "\n")
+            write_csv_rows(f, X)
     else:
         raise ValueError(f"{path}: unsupported output type {path.suffix or '(none)'!r}; "
                          "use .npy or .csv")
+
+
+def _write_npy(f, X: np.ndarray, *, block_bytes: int = 1 << 24) -> None:
+    """``np.save`` to the open file ``f``, the data in blocks of Python writes."""
+    np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(X))
+    flat = np.ravel(X, order="F" if np.isfortran(X) and X.ndim > 1 else "C")
+    step = max(1, block_bytes // max(X.itemsize, 1))
+    for start in range(0, flat.size, step):
+        f.write(np.ascontiguousarray(flat[start:start + step]).tobytes())
+
+
+def write_csv_rows(f, X: np.ndarray) -> None:
+    """The rows of ``X`` (a vector: one value a line) as CSV lines: integers as such,
+    floats with 17 significant digits (they read back exactly)."""
+    X = X if X.ndim == 2 else X[:, None]
+    if np.issubdtype(X.dtype, np.integer) or X.dtype == bool:
+        for start in range(0, X.shape[0], 1 << 16):     # far faster than savetxt's "%d"
+            block = X[start:start + (1 << 16)].astype(np.int64).tolist()
+            f.write("".join(",".join(map(str, row)) + "\n" for row in block))
+        return
+    np.savetxt(f, X, delimiter=",", fmt="%.17g")
+
+
+def _csv_name(name) -> str:
+    """A column name as a CSV cell (quoted when it holds a comma or a quote)."""
+    name = str(name)
+    if any(c in name for c in ',"\n'):
+        return '"' + name.replace('"', '""') + '"'
+    return name

@@ -16,6 +16,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -29,10 +30,10 @@ from ._atomic import (  # the writes: importable from here, where the command li
     writable_folder,
 )
 
-__all__ = ["NpyRows", "atomic_path", "check_finite_rows", "check_matrix_shape",
-           "check_nonzero_rows", "deferred_interrupts", "interrupt",
-           "load_matrix", "open_npy", "read_npy_header", "remove_temporaries", "save_matrix",
-           "save_matrices", "writable_folder"]
+__all__ = ["SUFFIXES", "NpyRows", "Table", "atomic_path", "check_finite_rows",
+           "check_matrix_shape", "check_nonzero_rows", "deferred_interrupts", "interrupt",
+           "load_matrix", "load_table", "open_npy", "read_npy_header", "remove_temporaries",
+           "save_matrix", "save_matrices", "writable_folder"]
 
 
 def _human(n_bytes: float) -> str:
@@ -87,43 +88,142 @@ def _numeric_header(path: Path, first: list[str], rows: list[tuple[int, list[str
                      "or --header no (header=True or False)")
 
 
-def _parse_csv(path: Path, header: bool | None = None) -> np.ndarray:
+class Table(NamedTuple):
+    """A data matrix as read: the rows, the names of its columns, and what the reader did
+    that the user should hear about (a pandas index left out, say)."""
+
+    X: np.ndarray
+    columns: list[str]
+    notes: list[str]
+
+
+# suffixes read, by kind: text tables (their delimiter, and whether gzip-compressed), .npy,
+# parquet
+_TEXT = {".csv": (None, False), ".tsv": ("\t", False), ".csv.gz": (None, True),
+         ".tsv.gz": ("\t", True)}
+_PARQUET = (".parquet", ".pq")
+SUFFIXES = (".npy", *_TEXT, *_PARQUET)
+
+
+def _suffix(path: Path) -> str:
+    """The suffix that names the file's kind (``.csv.gz`` counts as one), lower case."""
+    name = path.name.lower()
+    for suffix in sorted(SUFFIXES, key=len, reverse=True):
+        if name.endswith(suffix):
+            return suffix
+    return path.suffix.lower()
+
+
+def _read_text(path: Path, gz: bool) -> str:
+    import gzip
+
     # utf-8-sig drops the byte-order mark that spreadsheet programs write ("CSV UTF-8")
-    text = path.read_text(encoding="utf-8-sig", errors="strict")
+    try:
+        if gz:
+            with gzip.open(path, "rt", encoding="utf-8-sig", errors="strict") as f:
+                return f.read()
+        return path.read_text(encoding="utf-8-sig", errors="strict")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a text CSV file (not UTF-8)") from None
+    except (OSError, EOFError) as exc:     # gzip's BadGzipFile is an OSError
+        raise ValueError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") \
+            from None
+
+
+def _is_index(cells_of_rows: list[list[str]]) -> bool:
+    """Whether a first column holds a pandas index: the integers 0..n-1, in any order."""
+    if not all(cells and _is_integer(cells[0]) for cells in cells_of_rows):
+        return False
+    values = sorted(int(cells[0]) for cells in cells_of_rows)
+    return values == list(range(len(values)))
+
+
+def _parse_text(path: Path, header: bool | None, delimiter: str | None, gz: bool,
+                selection) -> Table:
+    """A text table: header detected (or as given), a pandas index left out, the columns
+    selected (``selection``: a function of the names, before any value is converted), the
+    values converted with errors naming the line and column."""
+    text = _read_text(path, gz)
     # (line number in the file, stripped text) of the lines that hold data or a header
     lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), start=1)]
     lines = [(n, ln) for n, ln in lines if ln and not ln.startswith("#")]
     if not lines:
         raise ValueError(f"{path}: empty file (no rows)")
     first = lines[0][1]
-    delimiter = "," if "," in first else (";" if ";" in first else None)
+    if delimiter is None:
+        delimiter = "," if "," in first else (";" if ";" in first else None)
 
     def split(line: str) -> list[str]:
         return [c.strip() for c in (line.split(delimiter) if delimiter else line.split())]
 
-    if header is None:
-        # a header when none of its cells is a number: a line of numbers with one bad cell
-        # is data with a bad value, reported below like any other
-        cells = split(first)
-        header = not any(_is_number(c) for c in cells)
-        if not header and all(_is_number(c) for c in cells):
-            header = _numeric_header(path, cells, [(n, split(ln)) for n, ln in lines[1:]])
+    cells = split(first)
+    detected = header is None
+    if detected:
+        header = _detect_header(path, cells, [(n, split(ln)) for n, ln in lines[1:]])
     rows = [(n, split(ln)) for n, ln in lines[1 if header else 0:]]
     if not rows:
         raise ValueError(f"{path}: no data rows after the header")
     width = len(rows[0][1])
-    out = np.empty((len(rows), width))
-    for i, (line_no, cells) in enumerate(rows):
-        if len(cells) != width:
-            raise ValueError(f"{path}: line {line_no} has {len(cells)} fields, "
-                             f"expected {width}")
-        for j, c in enumerate(cells):
+    for line_no, row in rows:
+        if len(row) != width:
+            hint = (" (if line 1 is a header, pass --header yes)"
+                    if detected and not header and line_no == rows[0][0] else "")
+            raise ValueError(f"{path}: line {line_no} has {len(row)} fields, "
+                             f"expected {width}{hint}")
+    names = cells if header and len(cells) == width else [f"x{j}" for j in range(width)]
+    notes = []
+    if header and names[0] == "" and width > 1 and _is_index([r for _, r in rows]):
+        notes.append(f"{path}: left out the first column, a pandas index (no name, the "
+                     f"values 0 to {len(rows) - 1}); write the file with to_csv(index=False) "
+                     "to skip this note")
+        names, rows = names[1:], [(n, r[1:]) for n, r in rows]
+    names = [name or f"x{j}" for j, name in enumerate(names)]
+    keep = selection(names)
+    return Table(_numbers(path, rows, keep, names, detected and not header),
+                 [names[j] for j in keep], notes)
+
+
+def _detect_header(path: Path, cells: list[str], rest: list[tuple[int, list[str]]]) -> bool:
+    """Whether the first line (its ``cells``; ``rest``: the numbered cells of the lines
+    below) is a header: none of its cells a number (a line of numbers with one bad cell
+    is data with a bad value, reported like any other), or pandas' column numbers."""
+    # pandas' to_csv() with its index: the first header cell is empty
+    index = len(cells) > 1 and cells[0] == ""
+    named = cells[1:] if index else cells
+    if not any(_is_number(c) for c in named):
+        return True
+    if all(_is_number(c) for c in named):
+        return _numeric_header(path, named, [(n, r[1:] if index else r) for n, r in rest])
+    return False
+
+
+def _numbers(path: Path, rows, keep: list[int], names: list[str], guessed_data: bool):
+    """The ``keep`` columns of the numbered ``rows`` as floats; a cell that is no number
+    is one line naming it (``guessed_data``: the first line was taken for data)."""
+    out = np.empty((len(rows), len(keep)))
+    for i, (line_no, row) in enumerate(rows):
+        for jj, j in enumerate(keep):
             try:
-                out[i, j] = float(c)
+                out[i, jj] = float(row[j])
             except ValueError:
-                raise ValueError(f"{path}: non-numeric value {c!r} at line {line_no}, "
-                                 f"column {j + 1}") from None
+                raise ValueError(_non_numeric(path, row[j], line_no, j, names, guessed_data
+                                              and line_no == rows[0][0])) from None
     return out
+
+
+def _non_numeric(path: Path, cell: str, line_no: int, j: int, names: list[str],
+                 first_line: bool) -> str:
+    name = names[j]
+    hint = ("if line 1 is a header, pass --header yes" if first_line else
+            f"select the numeric columns with --columns, or leave this one out with "
+            f"--drop-columns {name if ',' not in name else j}")
+    return (f"{path}: non-numeric value {cell!r} at line {line_no}, column {j + 1} "
+            f"({name!r}); {hint}")
+
+
+def _parse_csv(path: Path, header: bool | None = None) -> np.ndarray:
+    """The matrix of a ``.csv``: :func:`load_table`'s, every column kept."""
+    return _parse_text(path, header, None, False, lambda names: list(range(len(names)))).X
 
 
 def read_npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, int]:
@@ -323,37 +423,142 @@ def _check_file(path: Path) -> None:
         raise ValueError(f"{path}: not a regular file")
 
 
-def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
-                mmap: bool = False, header: bool | None = None) -> np.ndarray:
-    r"""Read a data matrix, one point per row, from ``.npy`` or ``.csv`` (header optional).
+def _selection(path: Path, columns, drop_columns):
+    """The function that picks the kept columns' indices from the names: ``columns``
+    (names or 0-based indices; all when None), less ``drop_columns``."""
+    def pick(names: list[str]) -> list[int]:
+        def index(item, option: str) -> int:
+            item = str(item).strip()
+            if item in names:
+                return names.index(item)
+            if _is_integer(item) and 0 <= int(item) < len(names):
+                return int(item)
+            shown = ", ".join(repr(n) for n in names[:12]) + (", ..." if len(names) > 12 else "")
+            raise ValueError(f"{path}: {option} {item!r} is neither a column name nor a "
+                             f"0-based index below {len(names)} (columns: {shown})")
+        keep = (list(range(len(names))) if columns is None
+                else [index(c, "--columns") for c in columns])
+        if len(set(keep)) != len(keep):
+            raise ValueError(f"{path}: --columns names a column twice")
+        drop = {index(c, "--drop-columns") for c in drop_columns or ()}
+        keep = [j for j in keep if j not in drop]
+        if not keep:
+            raise ValueError(f"{path}: no column left to cluster (--columns, --drop-columns)")
+        return keep
+    return pick
 
-    A CSV header is recognized as a first line none of whose cells is a number (a first
+
+def _parquet(path: Path, selection) -> Table:
+    """A parquet file's numeric columns, through pyarrow (the extra ``attnclust[parquet]``);
+    pandas' stored index (``__index_level_N__``) left out."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ValueError(f"{path}: reading parquet needs pyarrow: pip install "
+                         "attnclust[parquet] (or pip install pyarrow)") from None
+    try:
+        table = pq.read_table(path)
+    except Exception as exc:        # pyarrow's errors have no common base but Exception
+        raise ValueError(f"{path}: not a readable parquet file ({_first_line(exc)})") from None
+    names = list(table.column_names)
+    index = [n for n in names if n.startswith("__index_level_")]
+    notes = [f"{path}: left out {', '.join(index)}, a pandas index"] if index else []
+    names = [n for n in names if n not in index]
+    keep = selection(names)
+    out = np.empty((table.num_rows, len(keep)))
+    for jj, j in enumerate(keep):
+        column = table.column(names[j])
+        try:
+            out[:, jj] = column.to_numpy(zero_copy_only=False).astype(np.float64)
+        except (TypeError, ValueError):
+            raise ValueError(f"{path}: column {names[j]!r} is not numeric ({column.type}); "
+                             "select the numeric columns with --columns, or leave this one "
+                             f"out with --drop-columns {names[j]}") from None
+    return Table(out, [names[j] for j in keep], notes)
+
+
+def load_table(path: str | os.PathLike, *, min_columns: int = 1, mmap: bool = False,
+               header: bool | None = None, columns=None, drop_columns=None) -> Table:
+    r"""Read a data matrix, one point per row, with its column names: ``.npy``, ``.csv``,
+    ``.tsv`` (either gzip-compressed, ``.csv.gz``, ``.tsv.gz``) or parquet.
+
+    A text header is recognized as a first line none of whose cells is a number (a first
     line of numbers with one bad cell is data with a bad value, reported as such), or as
     pandas' header of column numbers ``0,1,...,d-1`` above rows that are not all integers;
-    a first line of integers that could be either is refused (see ``header``). Fields
-    are separated by commas (or semicolons, or whitespace when the first line has neither);
-    a UTF-8 byte-order mark is skipped. A ``.npy`` header is checked against the file size
-    before anything is allocated.
+    a first line of integers that could be either is refused (see ``header``). A first
+    column without a name whose values are ``0..n-1`` (pandas' ``to_csv()`` with its index)
+    is left out, with a note. Fields are separated by commas (or semicolons, or
+    whitespace when the first line has neither; tabs in a ``.tsv``); a UTF-8 byte-order
+    mark is skipped. A ``.npy`` header is checked against the file size before anything
+    is allocated; its columns are named ``x0, x1, ...``, as those of a text file without
+    a header.
 
     Parameters
     ----------
-    path : path of a ``.npy`` or ``.csv`` file
+    path : path of the file
     min_columns : int, default=1
     mmap : bool, default=False
         Return a float32 or float64 ``.npy`` as a read-only memory map instead of a
         float64 copy in memory (other dtypes are still converted to float64).
     header : bool or None, default=None
-        Whether a CSV's first line is a header (``True``: skipped whatever it holds;
-        ``False``: data); ``None`` detects it as above. Ignored for ``.npy``.
+        Whether a text file's first line is a header (``True``: skipped whatever it holds;
+        ``False``: data); ``None`` detects it as above. Ignored for ``.npy`` and parquet.
+    columns, drop_columns : sequence of str or int, optional
+        The columns kept (names, or 0-based indices counted without a left-out index),
+        and those left out of them (a label column, say); before any value is read as a
+        number, so a column of text can be left out.
 
     Raises
     ------
     ValueError
         Missing or unreadable file, unknown suffix, truncated ``.npy`` (fewer bytes than
-        its header declares), complex or other non-real ``.npy`` dtype, non-numeric value,
-        ragged rows, NaN or inf, no rows, not 2-D, or fewer than ``min_columns`` columns;
-        one line, naming the file and, where it applies, the line (counted in the file,
-        blank and comment lines included) or row.
+        its header declares), complex or other non-real ``.npy`` dtype, non-numeric value
+        (naming its column), ragged rows, NaN or inf, no rows, not 2-D, fewer than
+        ``min_columns`` columns, or an unknown column; one line, naming the file and,
+        where it applies, the line (counted in the file, blank and comment lines
+        included) or row.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "iris.csv"
+    >>> _ = path.write_text("a,b,species\n1,2,setosa\n3,4,virginica\n")
+    >>> table = load_table(path, drop_columns=["species"])
+    >>> table.X, table.columns
+    (array([[1., 2.],
+           [3., 4.]]), ['a', 'b'])
+    """
+    path = Path(path)
+    _check_file(path)
+    suffix = _suffix(path)
+    pick = _selection(path, columns, drop_columns)
+    notes: list[str] = []
+    if suffix == ".npy":
+        X = open_npy(path)
+        names = [f"x{j}" for j in range(X.shape[1])] if X.ndim == 2 else []
+        if X.ndim == 2 and (columns is not None or drop_columns):
+            keep = pick(names)
+            X, names = np.asarray(X[:, keep]), [names[j] for j in keep]
+    elif suffix in _TEXT:
+        delimiter, gz = _TEXT[suffix]
+        X, names, notes = _parse_text(path, header, delimiter, gz, pick)
+    elif suffix in _PARQUET:
+        X, names, notes = _parquet(path, pick)
+    else:
+        raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; use "
+                         ".npy, .csv, .tsv, .csv.gz, .tsv.gz or .parquet")
+    check_matrix_shape(X, path, min_columns=min_columns)
+    check_finite_rows(X, path)
+    if not (mmap and X.dtype in (np.float32, np.float64)):
+        X = (np.array(X, dtype=np.float64) if isinstance(X, np.memmap)  # the file let go
+             else X.astype(np.float64, copy=False))
+    return Table(X, names, notes)
+
+
+def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
+                mmap: bool = False, header: bool | None = None) -> np.ndarray:
+    r"""Read a data matrix, one point per row (:func:`load_table`'s matrix, every column
+    kept).
 
     Examples
     --------
@@ -364,27 +569,4 @@ def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
     array([[1., 2.],
            [3., 4.]])
     """
-    path = Path(path)
-    _check_file(path)
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
-        X = open_npy(path)
-    elif suffix == ".csv":
-        try:
-            X = _parse_csv(path, header)
-        except UnicodeDecodeError:
-            raise ValueError(f"{path}: not a text CSV file (not UTF-8)") from None
-        except OSError as exc:
-            raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    else:
-        raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; "
-                         "use .npy or .csv")
-    check_matrix_shape(X, path, min_columns=min_columns)
-    check_finite_rows(X, path)
-    if mmap and X.dtype in (np.float32, np.float64):
-        return X
-    if isinstance(X, np.memmap):  # a copy in memory: writable, and the file is let go
-        return np.array(X, dtype=np.float64)
-    return X.astype(np.float64, copy=False)
-
-
+    return load_table(path, min_columns=min_columns, mmap=mmap, header=header).X

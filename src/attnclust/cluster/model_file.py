@@ -1,0 +1,265 @@
+"""A fitted :class:`~attnclust.AttentionClustering` saved to a file and loaded back, without
+pickle: :func:`save_model` and :func:`load_model`.
+
+The file is a NumPy ``.npz`` archive (read with ``allow_pickle=False``, so loading it
+runs no code from the file). It holds
+
+==================  ===================================================================
+entry               content
+==================  ===================================================================
+``meta.json``       a JSON text: the format and its version, the attnclust version that
+                    wrote it, the parameters (``get_params()``), the fitted attributes
+                    that are numbers, strings or JSON records, the names of the others
+                    and a SHA-256 digest of every entry
+``attr.NAME``       each fitted attribute that is an array (``cluster_centers_``,
+                    ``labels_``, ``covariances_``, ``weights_``, ...), in its own dtype
+``param.NAME``      a parameter that is an array (given initial heads, ``init``)
+==================  ===================================================================
+
+The private plan of the predictions (:class:`~attnclust.cluster.plan.FitPlan`) is not
+stored: it is resolved again from the parameters, as ``fit`` resolves it, for the
+number of clusters and the heads' shape the fit chose
+(:meth:`~attnclust.cluster.plan.FitPlan.with_clusters`,
+:meth:`~attnclust.cluster.plan.FitPlan.with_covariance`). A loaded estimator therefore
+predicts, gives attention weights and scores exactly as the one saved.
+
+What is not kept: a ``callback`` and a ``random_state`` that is a generator (saved as
+``None``; they act only in ``fit``), a torch ``dtype`` (saved by its name), and fitted
+attributes that are neither arrays nor JSON values (the record of ``n_clusters="auto"``,
+``k_choice_``, and a stream's state, ``stream_state_``: a loaded model predicts but does
+not continue ``partial_fit``); their names are in the file's ``meta.json``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "load_model", "save_model"]
+
+FORMAT = "attnclust-model"
+FORMAT_VERSION = 1
+_META = "meta.json"
+
+
+def _json_value(value):
+    """``value`` as JSON (numbers, strings, booleans, None, lists and string-keyed dicts
+    of them; NumPy scalars as Python's), or ``TypeError``."""
+    def plain(v):
+        if isinstance(v, np.generic):
+            return v.item()
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        raise TypeError(type(v).__name__)
+    json.dumps(value, default=plain)            # raises TypeError for anything else
+    return json.loads(json.dumps(value, default=plain))
+
+
+def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 of the metadata (without its digest) and of every array's dtype, shape and
+    bytes, in the order of their names."""
+    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"},
+                                  sort_keys=True).encode())
+    for name in sorted(arrays):
+        a = arrays[name]
+        h.update(f"{name}|{a.dtype.str}|{a.shape}|".encode())
+        h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
+
+
+def _split(values: dict, prefix: str, meta_key: str, meta: dict, arrays: dict) -> None:
+    """Put each of ``values`` in ``arrays`` (``prefix.NAME``) or in ``meta[meta_key]``;
+    names of values that fit neither go to ``meta["not_saved"]``."""
+    meta[meta_key] = {}
+    for name, value in values.items():
+        if isinstance(value, np.ndarray) and value.dtype.kind in "biufcUSM?":
+            arrays[f"{prefix}.{name}"] = value
+        elif isinstance(value, np.ndarray) and value.dtype == object and all(
+                isinstance(v, str) for v in value.ravel()):
+            arrays[f"{prefix}.{name}"] = value.astype(str)     # feature names: str, not object
+            meta.setdefault("object_arrays", []).append(f"{prefix}.{name}")
+        elif isinstance(value, np.generic):          # a NumPy scalar keeps its dtype
+            arrays[f"{prefix}.{name}"] = np.asarray(value)
+            meta.setdefault("scalars", []).append(f"{prefix}.{name}")
+        else:
+            try:
+                meta[meta_key][name] = _json_value(value)
+            except (TypeError, ValueError):
+                meta["not_saved"].append(name)
+
+
+def _saved_params(est) -> dict:
+    """The parameters as saved: a callback and a generator seed as ``None``, a torch dtype
+    by its name (they act in ``fit`` only)."""
+    params = est.get_params(deep=False)
+    params["callback"] = None
+    if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
+        params["random_state"] = None
+    if not isinstance(params["dtype"], str):
+        params["dtype"] = str(params["dtype"]).removeprefix("torch.")
+    return params
+
+
+def save_model(estimator, path: str | os.PathLike) -> None:
+    """Save a fitted :class:`~attnclust.AttentionClustering` to ``path`` (a ``.npz``
+    archive, no pickle), atomically: an interrupted save leaves no partial file.
+
+    Parameters
+    ----------
+    estimator : AttentionClustering
+        A fitted estimator (``fit`` or ``partial_fit``).
+    path : path of the file to write (``.npz`` is the usual suffix)
+
+    Raises
+    ------
+    ValueError
+        ``estimator`` is not fitted.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnclust import AttentionClustering
+    >>> X = np.random.default_rng(0).standard_normal((60, 2))
+    >>> est = AttentionClustering(2, random_state=0).fit(X)
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "model.npz"
+    >>> save_model(est, path)
+    >>> (load_model(path).predict(X) == est.predict(X)).all()
+    np.True_
+    """
+    from .. import __version__
+    from .._atomic import atomic_path
+
+    if not hasattr(estimator, "cluster_centers_") or not hasattr(estimator, "_plan"):
+        raise ValueError(f"{type(estimator).__name__} is not fitted: call fit before "
+                         "save_model")
+    fitted = {name: value for name, value in vars(estimator).items()
+              if name.endswith("_") and not name.startswith("_")}
+    meta: dict = {"format": FORMAT, "format_version": FORMAT_VERSION,
+                  "attnclust_version": __version__, "class": type(estimator).__name__,
+                  "not_saved": []}
+    arrays: dict[str, np.ndarray] = {}
+    _split(_saved_params(estimator), "param", "params", meta, arrays)
+    _split(fitted, "attr", "attributes", meta, arrays)
+    meta["sha256"] = _digest(meta, arrays)
+    # through an open handle: np.savez given a name would append .npz to another suffix
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **{_META: np.array(json.dumps(meta))}, **arrays)
+
+
+def _refuse(path, why: str) -> ValueError:
+    return ValueError(f"{path}: not an attnclust model file ({why}); write one with "
+                      "attnclust fit or attnclust.cluster.model_file.save_model")
+
+
+def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """The metadata and the arrays of the file, checked against its digest."""
+    if path.is_dir():
+        raise ValueError(f"{path}: is a folder, not a model file")
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            entries = {name: archive[name] for name in archive.files}
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise _refuse(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) \
+            from None
+    if _META not in entries:
+        raise _refuse(path, f"no {_META}")
+    try:
+        meta = json.loads(str(entries.pop(_META)))
+    except ValueError:
+        raise _refuse(path, f"{_META} is not JSON") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise _refuse(path, "unknown format")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: model file format version {meta.get('format_version')!r}, "
+                         f"this attnclust reads version {FORMAT_VERSION}; refit the model "
+                         "with this version (attnclust fit)")
+    if meta.get("sha256") != _digest(meta, entries):
+        raise ValueError(f"{path}: the model file was changed after it was written (its "
+                         "SHA-256 digest does not match); refit or restore the file")
+    return meta, entries
+
+
+def _values(meta: dict, arrays: dict, prefix: str, meta_key: str) -> dict:
+    """The values of one kind (``param`` or ``attr``) read back from the file."""
+    values = dict(meta[meta_key])
+    for key, array in arrays.items():
+        kind, _, name = key.partition(".")
+        if kind != prefix:
+            continue
+        if key in meta.get("scalars", []):
+            array = array[()]
+        elif key in meta.get("object_arrays", []):
+            array = array.astype(object)
+        values[name] = array
+    return values
+
+
+def load_model(path: str | os.PathLike):
+    """The :class:`~attnclust.AttentionClustering` saved by :func:`save_model` at ``path``.
+
+    Its parameters, fitted attributes and plan of prediction are those of the estimator
+    saved: ``predict``, ``predict_proba``, ``transform`` and ``score`` give the same values.
+
+    Raises
+    ------
+    ValueError
+        One line: no such file, not a model file, a file of another format version, or a
+        file changed since it was written (its digest does not match).
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from attnclust import AttentionClustering
+    >>> X = np.random.default_rng(1).standard_normal((80, 3))
+    >>> est = AttentionClustering(3, covariance_type="diag", random_state=0).fit(X)
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "m.npz"
+    >>> save_model(est, path)
+    >>> loaded = load_model(path)
+    >>> loaded.covariance_type_, np.array_equal(loaded.predict_proba(X), est.predict_proba(X))
+    ('diag', True)
+    """
+    from .clustering import AttentionClustering
+
+    path = Path(path)
+    meta, arrays = _read(path)
+    if meta.get("class") != AttentionClustering.__name__:
+        raise _refuse(path, f"a {meta.get('class')!r}, not an AttentionClustering")
+    try:
+        est = AttentionClustering(**_values(meta, arrays, "param", "params"))
+        for name, value in _values(meta, arrays, "attr", "attributes").items():
+            setattr(est, name, value)
+        est._plan = _plan(est)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise _refuse(path, f"its parameters do not make an estimator: {exc}") from None
+    return est
+
+
+def _plan(est):
+    """The plan of the fit's predictions, resolved again as ``fit`` resolves it: the
+    parameters' plan, for the fitted number of heads and the chosen shape."""
+    from .covariance import as_covariance_type
+    from .estimator_params import parameters
+    from .plan import resolve
+
+    with warnings.catch_warnings():     # a deprecated parameter warned when it was fitted
+        warnings.simplefilter("ignore", FutureWarning)
+        plan = resolve(parameters(est))
+    if hasattr(est, "n_clusters_"):
+        plan = plan.with_clusters(est.n_clusters_)
+    if hasattr(est, "covariance_type_"):
+        plan = plan.with_covariance(as_covariance_type(est.covariance_type_))
+    return plan
+
+
+def model_summary(path: str | os.PathLike) -> dict:
+    """The metadata of a model file (checked as :func:`load_model` checks it)."""
+    return _read(Path(path))[0]
+
