@@ -141,13 +141,11 @@ def test_weights_move_the_heads():
 def test_weighted_score_is_the_weighted_mean_of_the_errors():
     est = _fit(X, COUNTS)
     errors = np.array([-est.score(X[i:i + 1]) for i in range(len(X))])
-    # a row's error ||x - T(x)||^2 alone and in a block of rows (other kernels): T(x), a
-    # mean of K heads from logits of d-term products, within (K + d + 2) eps (||x|| +
-    # max ||mu||) of itself, the squared error within twice that times ||x - T(x)||
-    # (absolute: rows near their output cancel); the means add n terms in other orders
-    out = est.transform(X)
-    row = 2 * (3 + X.shape[1] + 2) * eps() * np.linalg.norm(X - out, axis=1) * (
-        np.linalg.norm(X, axis=1) + np.linalg.norm(est.cluster_centers_, axis=1).max())
+    # a row's -log p(x) alone and in a block of rows: -lambda ||x - mu_h||^2 / 2 (sums of
+    # d squares of differences) within (d + 2) eps of itself, their log-sum-exp and its
+    # constant within (K + 2) eps of the terms' sizes; the means add n terms in other orders
+    sq = est.transform(X) ** 2
+    row = 2 * (3 + X.shape[1] + 4) * eps() * (np.abs(errors) + est.inverse_temperature_ * sq.max(1))
     n = int(COUNTS.sum())
     tol = float(np.sum(COUNTS * row) / n) + sum_tol(n) * float(errors.max())
     assert est.score(X, sample_weight=COUNTS) == pytest.approx(
