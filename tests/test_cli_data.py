@@ -34,8 +34,14 @@ def test_fit_writes_centers_and_labels(blobs, suffix, header, capsys):
                  "--quiet"]) == 0
     centers = np.load(tmp / "res.centers.npy")
     labels = np.load(tmp / "res.labels.npy")
-    np.testing.assert_allclose(np.loadtxt(tmp / "res.centers.csv", delimiter=","), centers)
-    np.testing.assert_array_equal(np.loadtxt(tmp / "res.labels.csv", dtype=int), labels)
+    # the CSVs carry a header: the feature names (DATA's, else x0, x1, ...), then label
+    names = "a,b,c,d,e,f" if header else ",".join(f"x{j}" for j in range(6))
+    assert (tmp / "res.centers.csv").read_text().splitlines()[0] == names
+    assert (tmp / "res.labels.csv").read_text().splitlines()[0] == "label"
+    np.testing.assert_allclose(np.loadtxt(tmp / "res.centers.csv", delimiter=",",
+                                          skiprows=1), centers)
+    np.testing.assert_array_equal(np.loadtxt(tmp / "res.labels.csv", dtype=int, skiprows=1),
+                                  labels)
     assert centers.shape == (3, 6) and labels.shape == (300,)
     assert ac.adjusted_rand_index(z, labels) == 1.0
     est = ac.AttentionClustering(3, random_state=0).fit(X)
@@ -177,7 +183,8 @@ def test_outputs_have_ordinary_permissions(blobs):
     finally:
         os.umask(old)
     modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in tmp.iterdir() if p.name != "x.npy"}
-    assert len(modes) == 5 and set(modes.values()) == {0o644}
+    # centers and labels (.npy, .csv), the model file, the summary; q.csv
+    assert len(modes) == 7 and set(modes.values()) == {0o644}
 
 
 def test_fit_rejects_complex_npy(tmp_path, capsys):

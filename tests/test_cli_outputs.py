@@ -41,7 +41,8 @@ def test_proba_rows_are_predict_proba_and_sum_to_one(blobs, capsys):
     assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--proba", "--out", str(tmp / "r"),
                  "--quiet"]) == 0
     P = np.load(tmp / "r.proba.npy")
-    np.testing.assert_array_equal(np.loadtxt(tmp / "r.proba.csv", delimiter=","), P)
+    assert (tmp / "r.proba.csv").read_text().splitlines()[0] == "cluster_0,cluster_1,cluster_2"
+    np.testing.assert_array_equal(np.loadtxt(tmp / "r.proba.csv", delimiter=",", skiprows=1), P)
     est = ac.AttentionClustering(3, random_state=0).fit(X)
     # the command line fits the same estimator on the same doubles: the same operations
     np.testing.assert_array_equal(P, est.predict_proba(X))
@@ -400,3 +401,51 @@ def test_bench_tables_show_every_rows_columns():
     header, _, first, second = text.splitlines()
     assert header.split() == ["d", "right", "data", "ARI"]
     assert first.split() == ["2", "30/30"] and second.split() == ["iris", "0.7302"]
+
+
+def test_a_folder_as_data_is_one_clear_line(tmp_path, capsys):
+    for argv in (["fit", str(tmp_path), "-k", "3"],
+                 ["predict", str(tmp_path / "m.model.npz"), str(tmp_path)]):
+        assert "is a folder: give a data file" in _error(capsys, argv)
+
+
+def test_a_weak_choice_of_k_is_said_on_the_terminal(tmp_path, capsys):
+    # five separated blobs and at most three clusters scored: K = max_clusters is weak
+    mix = ac.GaussianMixture.random(d=2, k=5, sigma=0.05, rng=3)
+    np.save(tmp_path / "x.npy", mix.sample(500, rng=0))
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "auto", "--max-clusters", "3",
+                 "--out", str(tmp_path / "r")]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if "weak evidence" in line]
+    assert len(lines) == 1 and lines[0].startswith("attnclust fit: warning: n_clusters='auto'")
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "auto", "--max-clusters", "3",
+                 "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_a_figure_is_its_png_and_pdf_or_neither(tmp_path, monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from attnclust.study.experiments._style import save
+
+    fig = Figure()
+    fig.add_subplot().plot([0, 1], [1, 0])
+    save(fig, tmp_path / "f")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]
+    # the pdf fails after the png was rendered: neither file is left, nor a temporary
+    calls = []
+    real = Figure.savefig
+
+    def failing(self, path, format=None, **kw):
+        calls.append(format)
+        if format == "pdf":
+            raise KeyboardInterrupt
+        return real(self, path, format=format, **kw)
+
+    monkeypatch.setattr(Figure, "savefig", failing)
+    with pytest.raises(KeyboardInterrupt):
+        save(fig, tmp_path / "g")
+    assert calls == ["png", "pdf"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]

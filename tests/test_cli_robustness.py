@@ -208,7 +208,8 @@ def test_empty_out_is_refused_and_a_folder_out_gets_named_files(blobs, capsys):
     assert main(["fit", str(blobs), "-k", "3", "--quiet", "--out", f"{folder}/res/"]) == 0
     (folder / "old").mkdir()
     assert main(["fit", str(blobs), "-k", "3", "--quiet", "--out", str(folder / "old")]) == 0
-    names = ["x.centers.csv", "x.centers.npy", "x.labels.csv", "x.labels.npy"]
+    names = ["x.centers.csv", "x.centers.npy", "x.labels.csv", "x.labels.npy", "x.model.npz",
+             "x.summary.json"]
     assert _files(folder) == sorted(["x.npy", "res", "old"] + [f"res/{n}" for n in names]
                                     + [f"old/{n}" for n in names])
 

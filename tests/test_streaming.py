@@ -290,13 +290,15 @@ def test_cli_batch_rows_writes_what_partial_fit_gives(tmp_path, capsys):
                                rtol=0, atol=tol)
     labels = np.load(tmp_path / "r.labels.npy")
     np.testing.assert_array_equal(labels, est.predict(X32))  # well separated clusters
-    np.testing.assert_array_equal(np.loadtxt(tmp_path / "r.labels.csv", dtype=int), labels)
+    np.testing.assert_array_equal(np.loadtxt(tmp_path / "r.labels.csv", dtype=int, skiprows=1),
+                                  labels)
     P = np.load(tmp_path / "r.proba.npy")
     # logits lambda <x, mu> - lambda ||mu||^2 / 2 moved by lambda 2 s tol, plus rounding
     s = float(np.linalg.norm(X, axis=1).max() + np.linalg.norm(est.cluster_centers_, axis=1).max())
     np.testing.assert_allclose(P, est.predict_proba(X32), rtol=0,
                                atol=2 * lam * s * tol + (4 + 3 + lam * s * s) * eps())
-    np.testing.assert_allclose(np.loadtxt(tmp_path / "r.proba.csv", delimiter=","), P)
+    assert (tmp_path / "r.proba.csv").read_text().startswith("cluster_0,cluster_1,cluster_2\n")
+    np.testing.assert_allclose(np.loadtxt(tmp_path / "r.proba.csv", delimiter=",", skiprows=1), P)
     out = capsys.readouterr().out
     assert "batches=5 of at most 700 rows" in out
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]

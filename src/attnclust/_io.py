@@ -30,7 +30,7 @@ from ._atomic import (  # the writes: importable from here, where the command li
     writable_folder,
 )
 
-__all__ = ["SUFFIXES", "NpyRows", "Table", "atomic_path", "check_finite_rows",
+__all__ = ["SUFFIXES", "ColumnError", "NpyRows", "Table", "atomic_path", "check_finite_rows",
            "check_matrix_shape", "check_nonzero_rows", "deferred_interrupts", "interrupt",
            "load_matrix", "load_table", "open_npy", "read_npy_header", "remove_temporaries",
            "save_matrix", "save_matrices", "writable_folder"]
@@ -423,6 +423,10 @@ def _check_file(path: Path) -> None:
         raise ValueError(f"{path}: not a regular file")
 
 
+class ColumnError(ValueError):
+    """A column named in ``columns`` or ``drop_columns`` that the file does not have."""
+
+
 def _selection(path: Path, columns, drop_columns):
     """The function that picks the kept columns' indices from the names: ``columns``
     (names or 0-based indices; all when None), less ``drop_columns``."""
@@ -434,7 +438,7 @@ def _selection(path: Path, columns, drop_columns):
             if _is_integer(item) and 0 <= int(item) < len(names):
                 return int(item)
             shown = ", ".join(repr(n) for n in names[:12]) + (", ..." if len(names) > 12 else "")
-            raise ValueError(f"{path}: {option} {item!r} is neither a column name nor a "
+            raise ColumnError(f"{path}: {option} {item!r} is neither a column name nor a "
                              f"0-based index below {len(names)} (columns: {shown})")
         keep = (list(range(len(names))) if columns is None
                 else [index(c, "--columns") for c in columns])

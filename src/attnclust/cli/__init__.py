@@ -10,7 +10,7 @@ during a command are shown as one line each, ``attnclust CMD: warning: ...`` (no
 
 This module assembles the parser and runs a command; each command is a module of this
 package (``list`` and ``reproduce`` in :mod:`~attnclust.cli.reproduce`, ``fit`` in
-:mod:`~attnclust.cli.fit` with its streamed and distributed flows, ``path``,
+:mod:`~attnclust.cli.fit` with its streamed and distributed flows, ``predict``, ``path``,
 ``quantize``, ``bench``), and :mod:`~attnclust.cli._common` holds what they share.
 """
 
@@ -21,7 +21,7 @@ import contextlib
 import os
 import signal
 
-from . import bench, fit, path, quantize, reproduce
+from . import bench, fit, path, predict, quantize, reproduce
 from ._common import EXIT_USAGE, CommandError, StdoutError, say
 from ._runtime import (
     EXIT_SIGNAL,
@@ -34,7 +34,7 @@ from ._runtime import (
 __all__ = ["main"]
 
 # the subcommands, in the order of the help
-_COMMANDS = (reproduce, fit, path, quantize, bench)
+_COMMANDS = (reproduce, fit, predict, path, quantize, bench)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -65,6 +65,31 @@ def header(args) -> bool | None:
     return {"auto": None, "yes": True, "no": False}[args.header]
 
 
+def reading_options(parser) -> None:
+    """How DATA is read: ``--header``, ``--columns``, ``--drop-columns``."""
+    header_option(parser)
+    parser.add_argument("--columns", default=None, metavar="LIST",
+                        help="the columns to cluster, by name or 0-based index, separated "
+                             "by commas (e.g. sepal_length,petal_length or 0,2); default: "
+                             "all")
+    parser.add_argument("--drop-columns", default=None, metavar="LIST",
+                        help="columns to leave out, by name or 0-based index (e.g. a label "
+                             "column: --drop-columns species)")
+
+
+def column_lists(args) -> tuple[list[str] | None, list[str] | None]:
+    """``(--columns, --drop-columns)`` as lists of names or indices (None when not given)."""
+    def items(value):
+        if value is None:
+            return None
+        listed = [item.strip() for item in value.split(",") if item.strip()]
+        if not listed:
+            raise CommandError(f"--columns/--drop-columns must list columns, got {value!r}")
+        return listed
+    return (items(getattr(args, "columns", None)),
+            items(getattr(args, "drop_columns", None)))
+
+
 def inverse_temperature_option(parser, *, required: bool, help: str) -> None:
     """``--inverse-temperature``, and ``--temperature``, its old name hidden from the help.
 

@@ -17,20 +17,37 @@ def min_columns(args) -> int:
     return 1 + (args.weight_column is not None)
 
 
+def read_table(args, *, min_columns: int = 1, mmap: bool = False):
+    """DATA as a :class:`attnclust._io.Table` (rows, column names), read with ``--header``,
+    ``--columns`` and ``--drop-columns``; what the reader noted (a pandas index left
+    out) is said on stderr."""
+    from .._io import load_table
+    from ._common import column_lists, say
+
+    columns, drop = column_lists(args)
+    table = load_table(args.data, min_columns=min_columns, mmap=mmap, header=header(args),
+                       columns=columns, drop_columns=drop)
+    if not getattr(args, "quiet", False):
+        for note in table.notes:
+            say(f"attnclust {args.command}: note: {note}")
+    return table
+
+
 def open_rows(args, open_npy):
     """DATA, its rows read when indexed: a .npy opened by ``open_npy`` (a memory map, or
     :class:`attnclust._io.NpyRows`) with its shape checked, anything else read whole by
     :func:`attnclust._io.load_matrix`."""
     from pathlib import Path
 
-    from .._io import check_matrix_shape, load_matrix
+    from .._io import check_matrix_shape
 
     path = Path(args.data)
-    if path.suffix.lower() == ".npy" and path.is_file():
+    selected = getattr(args, "columns", None) or getattr(args, "drop_columns", None)
+    if path.suffix.lower() == ".npy" and path.is_file() and not selected:
         X = open_npy(path)
         check_matrix_shape(X, path, min_columns=min_columns(args))
         return X
-    return load_matrix(path, min_columns=min_columns(args), header=header(args))
+    return read_table(args, min_columns=min_columns(args)).X
 
 
 def checked_block(args, block, where, start: int, n_rows: int, weights=None):

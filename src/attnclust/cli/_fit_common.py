@@ -51,6 +51,10 @@ def fit_params(args) -> dict:
                            f"{args.covariance_type}")
     if args.max_iter < 1:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
+    max_clusters = getattr(args, "max_clusters", 10)
+    if max_clusters < 2:
+        raise CommandError(f"--max-clusters must be an integer of at least 2, got "
+                           f"{max_clusters}")
     check_seed(args.seed)
     check_device(args.device)
     if not 0 < args.timeout <= MAX_TIMEOUT:       # also false for nan
@@ -68,13 +72,17 @@ def fit_params(args) -> dict:
                 inverse_temperature=inverse_temperature,
                 normalize=None if args.normalize == "none" else args.normalize,
                 anneal=False if args.no_anneal else "auto", max_iter=args.max_iter,
-                random_state=args.seed, device=args.device, noise_head=args.noise_head)
+                random_state=args.seed, device=args.device, noise_head=args.noise_head,
+                max_clusters=max_clusters)
 
 
 def output_prefix(args) -> str:
     """The ``fit`` output prefix: ``--out`` (a folder when it ends in /), else DATA's stem."""
     from pathlib import Path
 
+    if Path(args.data).is_dir():
+        raise CommandError(f"{args.data} is a folder: give a data file (.npy, .csv, .tsv, "
+                           ".parquet)")
     if args.out is None:
         return str(Path(args.data).with_suffix(""))
     if not args.out.strip():
@@ -86,37 +94,80 @@ def output_prefix(args) -> str:
 
 
 def output_files(args, prefix: str, centers=None, labels=None, proba=None,
-                 picture=None, covariances=None) -> dict:
-    """``path -> array or writer`` of the fit's files: PREFIX.centers and PREFIX.labels,
-    PREFIX.covariances.npy when the heads are shaped (``covariances``), with ``--proba``
-    PREFIX.proba, with ``--plot`` PREFIX.png (``proba`` and ``picture``: functions giving
-    them, called only when asked for). Without values, the paths alone (for the check
-    that no output is the input; the covariances' path is checked whenever the fit may
-    shape its heads)."""
+                 picture=None, covariances=None, *, features=None, weights=None,
+                 noise: bool = False) -> dict:
+    """``path -> array or writer`` of the fit's files: PREFIX.centers and PREFIX.labels
+    (their CSVs with a header: the feature names, ``label``), PREFIX.covariances.npy when
+    the heads are shaped (``covariances``), PREFIX.weights when the fit has mixing
+    weights (``weights``), with ``--proba`` PREFIX.proba (``cluster_0, ...``, and a
+    ``noise`` column with a ``noise`` head), with ``--plot`` PREFIX.png (``proba`` and
+    ``picture``: functions giving them, called only when asked for); PREFIX.model.npz and
+    PREFIX.summary.json are added by :func:`attnclust.cli._summary.write_fit`. Without
+    values, every path the fit may write (for the check that no output is the input)."""
     from pathlib import Path
 
-    from ..cluster.covariance import as_covariance_type
+    from .._atomic import WithHeader
 
-    outputs = {Path(f"{prefix}.centers.npy"): centers, Path(f"{prefix}.centers.csv"): centers,
-               Path(f"{prefix}.labels.npy"): labels, Path(f"{prefix}.labels.csv"): labels}
-    shape = as_covariance_type(getattr(args, "covariance_type", "spherical"))
-    if covariances is not None or (centers is None and (shape.shaped or shape.automatic)):
+    paths_only = centers is None
+    if features is None and centers is not None:
+        features = [f"x{j}" for j in range(centers.shape[1])]
+    outputs = {Path(f"{prefix}.centers.npy"): centers,
+               Path(f"{prefix}.centers.csv"): None if paths_only else WithHeader(centers,
+                                                                                 features),
+               Path(f"{prefix}.labels.npy"): labels,
+               Path(f"{prefix}.labels.csv"): _csv(labels, ["label"])}
+    if covariances is not None or paths_only:
         outputs[Path(f"{prefix}.covariances.npy")] = covariances
+    if weights is not None or paths_only:
+        outputs.update({Path(f"{prefix}.weights.npy"): weights,
+                        Path(f"{prefix}.weights.csv"): _csv(weights, ["weight"])})
     if args.proba:
         values = None if proba is None else proba()
+        K = None if paths_only else centers.shape[0]
+        names = None if paths_only else [f"cluster_{k}" for k in range(K)] + ["noise"] * noise
         outputs.update({Path(f"{prefix}.proba.npy"): values,
-                        Path(f"{prefix}.proba.csv"): values})
+                        Path(f"{prefix}.proba.csv"): _csv(values, names)})
     if args.plot:
         outputs[Path(f"{prefix}.png")] = None if picture is None else picture()
+    if paths_only:
+        outputs.update({Path(f"{prefix}.model.npz"): None, Path(f"{prefix}.summary.json"): None})
     return outputs
 
 
+def _csv(values, columns):
+    """A CSV output: the array with its header; a writer (a function) or None as given."""
+    from .._atomic import WithHeader
+
+    if values is None or callable(values):
+        return values
+    return WithHeader(values, columns)
+
+
 def predict_proba(est, X, *, chunk: int = 1 << 16):
-    """``est.predict_proba`` of every row, in blocks (a memory map is read, not copied)."""
+    """``est.predict_proba`` of every row, in blocks (a memory map is read, not copied);
+    with a noise head, a last column for the background, so that each row's argmax is its
+    label (see :func:`noise_proba`)."""
     import numpy as np
 
-    return np.concatenate([est.predict_proba(X[s:s + chunk])
-                           for s in range(0, X.shape[0], chunk)])
+    def fn(rows):
+        return noise_proba(est, rows) if hasattr(est, "noise_weight_") else \
+            est.predict_proba(rows)
+    return np.concatenate([fn(X[s:s + chunk]) for s in range(0, X.shape[0], chunk)])
+
+
+def noise_proba(est, X):
+    """The posterior of each row over the ``K`` heads and the noise head (the last
+    column): ``softmax`` of the heads' log-joints and the background's, the quantities
+    ``predict`` compares; rows sum to one and their argmax is ``predict``'s label (the
+    noise column for ``-1``). The first ``K`` columns are ``predict_proba`` (the heads given
+    that the row is not noise) times one less the noise column."""
+    import numpy as np
+
+    logits = est._by_chunks(X, lambda Xp: est._logits(Xp).cpu().numpy())
+    joint = np.concatenate([logits, np.full((len(logits), 1), est._noise_log_joint())], 1)
+    joint -= joint.max(1, keepdims=True)
+    np.exp(joint, out=joint)
+    return joint / joint.sum(1, keepdims=True)
 
 
 def plot_writer(args, est, X, labels, sizes=None):

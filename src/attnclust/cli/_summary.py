@@ -4,25 +4,142 @@ share, the mean attention of its rows on their head), then the files written."""
 
 from __future__ import annotations
 
+import json
+import math
+import os
+
 from ._common import write_all
 
+# rows read for the table's attention and risk: all of them up to this many, else this
+# many drawn at random (the sizes are always of every row): a pass of predict_proba and
+# score over millions of rows cost the summary 30 times the fit's time
+SUMMARY_ROWS = 100_000
 
-def write_fit(outputs: dict, head: list[str], sizes, conf_sum) -> None:
-    """Stage ``outputs``, print the summary (``head`` lines, the clusters, the files), then
-    rename the outputs into place (see :func:`attnclust.cli._common.write_all`)."""
-    write_all(outputs, summary(head, sizes, conf_sum, outputs))
+
+def write_fit(args, prefix: str, outputs: dict, head: list[str], sizes, conf_mean, *,
+              est, record: dict) -> None:
+    """Stage ``outputs``, PREFIX.model.npz (``est``) and PREFIX.summary.json (``record``
+    and the files written), print the summary (``head`` lines, the clusters, the files),
+    then rename them all into place (see :func:`attnclust.cli._common.write_all`); last,
+    remove the files of an earlier fit into the same PREFIX that this one did not write."""
+    from pathlib import Path
+
+    from .._atomic import deferred_interrupts
+    from ..cluster.model_file import write_model
+
+    model, summary_path = Path(f"{prefix}.model.npz"), Path(f"{prefix}.summary.json")
+    info = {"data": str(args.data), "columns": record["input"]["columns"]}
+    outputs = {**outputs, model: lambda p: write_model(est, p, info=info)}
+    record = {**record, "files": sorted(p.name for p in [*outputs, summary_path])}
+    outputs[summary_path] = lambda p: Path(p).write_text(
+        json.dumps(_finite(record), indent=2) + "\n", encoding="utf-8")
+    stale = [p for p in previous_outputs(prefix) if p not in outputs]
+    write_all(outputs, summary(head, sizes, conf_mean, outputs))
+    with deferred_interrupts():
+        for path in stale:
+            path.unlink(missing_ok=True)
 
 
-def summary(head: list[str], sizes, conf_sum, outputs) -> str:
-    """The printed summary of a fit: ``head`` lines, one row per cluster, the files."""
+def previous_outputs(prefix: str) -> list:
+    """The files that an earlier ``attnclust fit`` into ``prefix`` wrote, as its
+    PREFIX.summary.json lists them (nothing else is ever removed)."""
+    from pathlib import Path
+
+    path = Path(f"{prefix}.summary.json")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    if not isinstance(record, dict) or record.get("written_by") != "attnclust fit":
+        return []
+    stem = Path(prefix).name
+    return [path.parent / name for name in record.get("files", [])
+            if isinstance(name, str) and name.startswith(f"{stem}.") and "/" not in name
+            and os.sep not in name and name != ".."]
+
+
+def _finite(value):
+    """``value`` with NaN and infinities as None (JSON has no such numbers)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def summary(head: list[str], sizes, conf_mean, outputs) -> str:
+    """The printed summary of a fit: ``head`` lines, one row per cluster (its size, its
+    share of the clustered rows, the mean max attention of its rows: NaN for none), the
+    files."""
     n = sum(sizes)
     lines = [*head, f"{'cluster':>7s} {'size':>8s} {'share':>7s} {'mean max attention':>19s}"]
-    for k, (size, conf) in enumerate(zip(sizes, conf_sum, strict=True)):
-        mean = f"{conf / size:19.3f}" if size else f"{'- (no row)':>19s}"
+    for k, (size, conf) in enumerate(zip(sizes, conf_mean, strict=True)):
+        mean = f"{conf:19.3f}" if size and math.isfinite(conf) else f"{'- (no row)':>19s}"
         share = f"{size / n:7.3f}" if n else f"{'-':>7s}"      # n = 0: every row noise
         lines.append(f"{k:7d} {int(size):8d} {share} {mean}")
     lines.append("wrote " + ", ".join(str(p) for p in outputs))
     return "\n".join(lines)
+
+
+def fit_record(args, est, *, n: int, d: int, features: list[str], notes: list[str],
+               sizes, conf_mean, risk: float, seconds: float, rows_read: int, X=None,
+               weights=None) -> dict:
+    """The JSON summary of a fit (PREFIX.summary.json): the data, what the fit chose and
+    why, its figures, the clusters' sizes and weights; ``bic``, ``aic`` and ``inertia``
+    where the estimator has them (the criteria on every row of ``X``, when given)."""
+    import numpy as np
+
+    from .. import __version__
+
+    def attr(name, kind=float):
+        value = getattr(est, name, None)
+        return None if value is None else kind(value)
+
+    noise_rows = int((np.asarray(est.labels_) < 0).sum()) if hasattr(est, "labels_") else 0
+    total = float(sum(sizes))
+    record = {
+        "written_by": "attnclust fit", "attnclust_version": __version__,
+        "input": {"data": str(args.data), "columns": list(features), "notes": list(notes),
+                  "sample_weight": args.sample_weight, "weight_column": args.weight_column},
+        "n_rows": int(n), "n_features": int(d), "n_clusters": int(len(est.cluster_centers_)),
+        "n_clusters_asked": args.n_clusters,
+        "n_clusters_reason": getattr(est, "n_clusters_reason_", None),
+        "covariance_type": getattr(est, "covariance_type_", "spherical"),
+        "covariance_type_reason": getattr(est, "covariance_type_reason_", None),
+        "inverse_temperature": float(est.inverse_temperature_),
+        "converged": bool(est.converged_), "n_iter": int(est.n_iter_),
+        "noise_rows": noise_rows, "noise_weight": attr("noise_weight_"),
+        "clusters": [{"cluster": k, "size": int(size),
+                      "share": float(size / total) if total else None,
+                      "weight": (float(est.weights_[k]) if hasattr(est, "weights_")
+                                 else None),
+                      "mean_max_attention": float(conf)}
+                     for k, (size, conf) in enumerate(zip(sizes, conf_mean, strict=True))],
+        "weights": (np.asarray(est.weights_, dtype=float).tolist()
+                    if hasattr(est, "weights_") else None),
+        "risk": float(risk), "summary_rows": int(rows_read),
+        "inertia": attr("inertia_"), "fit_seconds": float(seconds),
+        "parameters": {k: v for k, v in est.get_params(deep=False).items()
+                       if v is None or isinstance(v, str | int | float | bool)},
+    }
+    for name in ("score", "bic", "aic"):
+        record[name] = _criterion(est, name, X, weights)
+    return record
+
+
+def _criterion(est, name: str, X, weights):
+    """``est.score(X)``, ``est.bic(X)`` or ``est.aic(X)`` where the estimator has it and
+    ``X`` is given (None otherwise, or where it fails)."""
+    if X is None or not hasattr(est, name):
+        return None
+    try:
+        if name == "score" and weights is not None:
+            return float(est.score(X, sample_weight=weights))
+        return float(getattr(est, name)(X))
+    except (ValueError, TypeError, RuntimeError):
+        return None
 
 
 def head_line(n: int, d: int, n_clusters: int, *, weights, inverse_temperature: float,
@@ -59,6 +176,28 @@ def steps_note(est) -> str:
 
 def _weights_note(weights) -> str:
     return "" if weights is None else f"weights={float(weights.sum()):.6g}  "
+
+
+def sampled_sums(est, X, n_clusters: int, *, weights=None, seed: int = 0):
+    """``(mean max attention per cluster, risk, rows read)``: on every row of ``X`` up to
+    :data:`SUMMARY_ROWS`, else on that many drawn at random with ``seed`` (rows labelled
+    ``-1``, noise, count in the risk and in no cluster)."""
+    import numpy as np
+
+    n = X.shape[0]
+    labels = np.asarray(est.labels_)
+    if n > SUMMARY_ROWS:
+        rows = np.sort(np.random.default_rng(seed).choice(n, SUMMARY_ROWS, replace=False))
+        X, labels = np.asarray(X[rows]), labels[rows]
+        weights = None if weights is None else weights[rows]
+    proba = est.predict_proba(X)
+    ww = np.ones(X.shape[0]) if weights is None else weights
+    conf, err = block_sums(est, X, labels, proba, n_clusters, ww)
+    counts = np.bincount(labels[labels >= 0], minlength=n_clusters)     # rows, unweighted
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(counts > 0, conf / np.where(counts > 0, counts, 1), np.nan)
+    total = float(ww.sum())
+    return mean, (err / total if total > 0 else float("nan")), X.shape[0]
 
 
 def summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16, weights=None):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 from . import fit_distributed, fit_streamed
-from ._common import CommandError, header, header_option, inverse_temperature_option
-from ._data import min_columns, split_weights
+from ._common import CommandError, inverse_temperature_option, reading_options
+from ._data import min_columns, read_table, split_weights
 from ._fit_common import (
     output_files,
     plot_writer,
@@ -22,16 +22,21 @@ from ._fit_common import (
     progress_total,
     run_fit,
 )
-from ._summary import choice_lines, head_line, steps_note, summary_sums, write_fit
+from ._summary import choice_lines, fit_record, head_line, sampled_sums, steps_note, write_fit
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("fit", help="cluster the rows of a .npy/.csv file with AttentionClustering")
-    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    p = sub.add_parser("fit", help="cluster the rows of a data file with AttentionClustering")
+    p.add_argument("data", metavar="DATA",
+                   help="data file: .npy, .csv or .tsv (with or without header; also "
+                        ".csv.gz, .tsv.gz), or .parquet (pip install attnclust[parquet])")
     p.add_argument("--n-clusters", "-k", type=_n_clusters_arg, required=True, metavar="K",
                    help="number of clusters (heads), or 'auto' (chosen by the BIC of the layer)")
+    p.add_argument("--max-clusters", type=int, default=10, metavar="N",
+                   help="with -k auto: the largest K scored (default: 10)")
     p.add_argument("--out", default=None, metavar="PREFIX",
-                   help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv} "
+                   help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv}, "
+                        "PREFIX.model.npz (for attnclust predict), PREFIX.summary.json, ... "
                         "(default: DATA without its suffix; a folder, written DIR/, gets "
                         "the files named after DATA)")
     inverse_temperature_option(p, required=False,
@@ -79,7 +84,7 @@ def add_parser(sub) -> None:
                         "the chunk, not the file; the rows should come in random order "
                         "(a file sorted by cluster seeds every head from its first "
                         "chunk: shuffle it first)")
-    header_option(p)
+    reading_options(p)
     p.set_defaults(handler=run)
 
 
@@ -97,7 +102,9 @@ def _n_clusters_arg(value: str):
 def _output_options(parser) -> None:
     parser.add_argument("--proba", action="store_true",
                         help="also write PREFIX.proba.{npy,csv}: each row's attention on "
-                             "every head (soft memberships; rows sum to 1)")
+                             "every head (soft memberships; rows sum to 1; with "
+                             "--noise-head a last column, noise: the argmax of a row is "
+                             "its label)")
     parser.add_argument("--plot", action="store_true",
                         help="also write PREFIX.png: the rows in 2-D (the data for d = 2, "
                              "else a PCA) coloured by cluster, the heads marked, at most "
@@ -125,13 +132,14 @@ def run(args) -> int:
 
     import numpy as np
 
-    from .._io import load_matrix, writable_folder
+    from .._io import writable_folder
     from ..cluster.clustering import AttentionClustering
 
     params, prefix = prepare(args)
     # a float32/float64 .npy stays memory-mapped: no float64 copy made here
-    X = load_matrix(args.data, min_columns=min_columns(args), mmap=True, header=header(args))
-    X, weights = split_weights(args, X)
+    table = read_table(args, min_columns=min_columns(args), mmap=True)
+    X, weights = split_weights(args, table.X)
+    features = _features(args, table.columns)
     if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
@@ -140,19 +148,40 @@ def run(args) -> int:
         bar, callback = progress_callback(progress_total(model), args.quiet)
         model.set_params(callback=callback)
         est, seconds = run_fit(lambda: model.fit(X, sample_weight=weights), bar)
+        est.set_params(callback=None)       # a progress bar is no part of the model
         outputs = output_files(args, prefix, est.cluster_centers_, est.labels_,
                                covariances=getattr(est, "covariances_", None),
+                               weights=getattr(est, "weights_", None), features=features,
+                               noise=hasattr(est, "noise_weight_"),
                                proba=lambda: predict_proba(est, X),
                                picture=lambda: plot_writer(args, est, X, est.labels_))
         labels = est.labels_        # noise rows (-1) in no cluster; no copy without them
         sizes = np.bincount(labels if labels.min(initial=0) >= 0 else labels[labels >= 0],
                             minlength=est.n_clusters_)
-        conf_sum, sq_err = summary_sums(est, X, est.n_clusters_, weights=weights)
-        total = X.shape[0] if weights is None else float(weights.sum())
+        conf_mean, risk, rows_read = sampled_sums(est, X, est.n_clusters_, weights=weights,
+                                                  seed=args.seed)
         head = choice_lines(est) + head_line(
             X.shape[0], X.shape[1], est.n_clusters_, weights=weights,
             inverse_temperature=est.inverse_temperature_, progress=steps_note(est),
-            risk=sq_err / total, seconds=seconds)
-        write_fit(outputs, [head], sizes, conf_sum)
+            risk=risk, seconds=seconds)
+        if rows_read < X.shape[0]:
+            head += (f"\n(risk and mean max attention of {rows_read:,} rows drawn at random "
+                     f"of the {X.shape[0]:,})")
+        record = fit_record(args, est, n=X.shape[0], d=X.shape[1], features=features,
+                            notes=table.notes, sizes=sizes, conf_mean=conf_mean, risk=risk,
+                            seconds=seconds, rows_read=rows_read,
+                            X=X if X.shape[0] <= CRITERIA_ROWS else None, weights=weights)
+        write_fit(args, prefix, outputs, [head], sizes, conf_mean, est=est, record=record)
     return 0
 
+
+# score, bic and aic of PREFIX.summary.json are computed on every row up to this many (a
+# pass over the rows each; above, they are left out)
+CRITERIA_ROWS = 200_000
+
+
+def _features(args, columns: list[str]) -> list[str]:
+    """The names of the clustered columns: DATA's selected columns less the weight column."""
+    if args.weight_column is None:
+        return list(columns)
+    return [c for j, c in enumerate(columns) if j != args.weight_column - 1]

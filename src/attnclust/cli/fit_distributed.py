@@ -20,7 +20,7 @@ from ._fit_common import (
     progress_total,
     run_fit,
 )
-from ._summary import choice_lines, head_line, steps_note, summary_sums, write_fit
+from ._summary import choice_lines, fit_record, head_line, steps_note, summary_sums, write_fit
 
 
 def run(args) -> int:
@@ -139,6 +139,7 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
     if rank != 0:
         return
     sizes, conf_sum, risk = total[:K], total[K:2 * K], total[-2] / total[-1]
+    est.labels_ = labels        # every row's, for the model file
     per_pass = ddp.pass_bytes(K, X.shape[1], dtype=torch.float64)
     head = [choice_lines(est) + head_line(est.n_samples_total_, X.shape[1], K,
                       weights=None if weights is None else total[-1:],
@@ -147,4 +148,10 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
             f"communicated per rank: {stats.bytes} bytes in {stats.calls} all-reduces, of "
             f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes"]
     outputs = output_files(args, prefix, est.cluster_centers_, labels, proba=lambda: proba)
-    write_fit(outputs, head, sizes, conf_sum)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf_mean = conf_sum / sizes
+    record = fit_record(args, est, n=est.n_samples_total_, d=X.shape[1],
+                        features=[f"x{j}" for j in range(X.shape[1])], notes=[], sizes=sizes,
+                        conf_mean=conf_mean, risk=risk, seconds=seconds,
+                        rows_read=est.n_samples_total_)
+    write_fit(args, prefix, outputs, head, sizes, conf_mean, est=est, record=record)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ._common import CommandError, progress_bar
 from ._data import checked_block, file_weights, open_rows
 from ._fit_common import output_files, plot_writer, prepare, run_fit
-from ._summary import block_sums, head_line, write_fit
+from ._summary import block_sums, fit_record, head_line, write_fit
 
 
 def run(args) -> int:
@@ -72,23 +72,34 @@ def _write_outputs(args, prefix, est, X, weights, seconds) -> None:
         sq_err += err
         total += float(ww.sum())
     n = X.shape[0]
+    names = [f"cluster_{k}" for k in range(K)]
     outputs = output_files(
         args, prefix, est.cluster_centers_,
-        _chunked_writer(args, X, weights, lambda b: est.predict(b), (n,), np.int64),
-        proba=lambda: _chunked_writer(args, X, weights, est.predict_proba, (n, K), np.float64),
+        _chunked_writer(args, X, weights, lambda b: est.predict(b), (n,), np.int64, ["label"]),
+        proba=lambda: _chunked_writer(args, X, weights, est.predict_proba, (n, K), np.float64,
+                                      names),
         picture=lambda: plot_writer(args, est, _Features(args, X), None, sizes))
     weighted = args.sample_weight is not None or args.weight_column is not None
     head = head_line(n, est.n_features_in_, K, weights=np.array([total]) if weighted else None,
                      inverse_temperature=est.inverse_temperature_,
                      progress=f"batches={est.n_steps_} of at most {args.batch_rows} rows",
                      risk=sq_err / total, seconds=seconds)
-    write_fit(outputs, [head], sizes, conf_sum)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        conf_mean = conf_sum / sizes
+    features = [f"x{j}" for j in range(est.n_features_in_)]
+    record = fit_record(args, est, n=n, d=est.n_features_in_, features=features, notes=[],
+                        sizes=sizes, conf_mean=conf_mean, risk=sq_err / total,
+                        seconds=seconds, rows_read=n)
+    write_fit(args, prefix, outputs, [head], sizes, conf_mean, est=est, record=record)
 
 
-def _chunked_writer(args, X, weights, fn, shape, dtype):
+def _chunked_writer(args, X, weights, fn, shape, dtype, columns):
     """A writer (see :func:`attnclust._io.save_matrices`) that fills its file chunk by chunk
-    with ``fn(rows)``: a ``.npy`` header then the rows' bytes, or ``.csv`` lines."""
+    with ``fn(rows)``: a ``.npy`` header then the rows' bytes, or ``.csv`` lines under the
+    header ``columns``."""
     import numpy as np
+
+    from .._atomic import write_csv_rows
 
     def write(path) -> None:
         if str(path).lower().endswith(".npy"):
@@ -99,12 +110,10 @@ def _chunked_writer(args, X, weights, fn, shape, dtype):
                 for block, _ in _chunks(args, X, weights):
                     f.write(np.ascontiguousarray(fn(block), dtype=dtype).tobytes())
             return
-        fmt = "%d" if np.issubdtype(dtype, np.integer) else "%.17g"
         with open(path, "w", encoding="utf-8", newline="") as f:
+            f.write(",".join(columns) + "\n")
             for block, _ in _chunks(args, X, weights):
-                values = fn(block)
-                np.savetxt(f, values if values.ndim == 2 else values[:, None], delimiter=",",
-                           fmt=fmt)
+                write_csv_rows(f, np.asarray(fn(block), dtype=dtype))
     return write
 
 

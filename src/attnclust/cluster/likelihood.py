@@ -62,6 +62,7 @@ __all__ = ["LikelihoodMixin", "inertia", "log_vmf_normalizer", "mixture_log_dens
            "vmf_log_density"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+_TINY = float(np.finfo(np.float64).tiny)
 
 
 def squared_distances(X: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
@@ -94,13 +95,24 @@ def spherical_log_density(X: torch.Tensor, centers: torch.Tensor,
 
 
 def _log_bessel_iv(v: float, kappa: float) -> float:
-    """``log I_v(kappa)`` for ``v >= -1/2``, ``kappa > 0``: ``log ive + kappa``, and where
-    ``ive`` underflows (only at a large order ``v`` and a small ``kappa``) the uniform
-    asymptotic expansion of ``I_v(v z)`` in ``1/v`` to its second term (relative error
-    ``O(v^-3)``, DLMF 10.41.3)."""
+    """``log I_v(kappa)`` for ``v >= -1/2``, ``kappa > 0``: ``log ive + kappa``, or
+    where ``ive`` underflows (a large order ``v`` at a small ``kappa``, or a tiny
+    ``kappa``): the power series ``sum_m (kappa/2)^{v+2m} / (m! Gamma(v+m+1))`` where
+    ``kappa^2 / 4 <= 1e-3 (v + 1)``, else :func:`_log_bessel_iv_uniform` (then ``v`` is
+    large: ``(kappa/2)^v / Gamma(v + 1)`` underflows)."""
     scaled = float(ive(v, kappa))
-    if 0.0 < scaled < math.inf:
+    if _TINY <= scaled < math.inf:       # not subnormal: all its digits
         return math.log(scaled) + kappa
+    y = 0.25 * kappa * kappa
+    if y <= 1e-3 * (v + 1.0):            # the series' first three terms, to 2e-10
+        return v * math.log(0.5 * kappa) - math.lgamma(v + 1.0) + math.log1p(
+            y / (v + 1.0) * (1.0 + y / (2.0 * (v + 2.0))))
+    return _log_bessel_iv_uniform(v, kappa)
+
+
+def _log_bessel_iv_uniform(v: float, kappa: float) -> float:
+    """``log I_v(kappa)`` for ``v > 0`` by the uniform asymptotic expansion of ``I_v(v z)``
+    in ``1/v`` to its second term (DLMF 10.41.3; relative error ``O(v^-3)`` in ``I_v``)."""
     z = kappa / v
     root = math.sqrt(1.0 + z * z)
     t = 1.0 / root

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "load_model", "save_model"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "load_model", "model_info", "save_model", "write_model"]
 
 FORMAT = "attnclust-model"
 FORMAT_VERSION = 1
@@ -106,7 +106,7 @@ def _saved_params(est) -> dict:
     return params
 
 
-def save_model(estimator, path: str | os.PathLike) -> None:
+def save_model(estimator, path: str | os.PathLike, *, info: dict | None = None) -> None:
     """Save a fitted :class:`~attnclust.AttentionClustering` to ``path`` (a ``.npz``
     archive, no pickle), atomically: an interrupted save leaves no partial file.
 
@@ -115,6 +115,9 @@ def save_model(estimator, path: str | os.PathLike) -> None:
     estimator : AttentionClustering
         A fitted estimator (``fit`` or ``partial_fit``).
     path : path of the file to write (``.npz`` is the usual suffix)
+    info : dict, optional
+        JSON values kept beside the model (the command line records the data file and
+        the columns it was fitted on); :func:`model_info` reads them back.
 
     Raises
     ------
@@ -132,8 +135,15 @@ def save_model(estimator, path: str | os.PathLike) -> None:
     >>> (load_model(path).predict(X) == est.predict(X)).all()
     np.True_
     """
-    from .. import __version__
     from .._atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        write_model(estimator, tmp, info=info)
+
+
+def write_model(estimator, path: str | os.PathLike, *, info: dict | None = None) -> None:
+    """:func:`save_model`, not atomic (for a caller that stages its files itself)."""
+    from .. import __version__
 
     if not hasattr(estimator, "cluster_centers_") or not hasattr(estimator, "_plan"):
         raise ValueError(f"{type(estimator).__name__} is not fitted: call fit before "
@@ -142,13 +152,13 @@ def save_model(estimator, path: str | os.PathLike) -> None:
               if name.endswith("_") and not name.startswith("_")}
     meta: dict = {"format": FORMAT, "format_version": FORMAT_VERSION,
                   "attnclust_version": __version__, "class": type(estimator).__name__,
-                  "not_saved": []}
+                  "info": _json_value(info or {}), "not_saved": []}
     arrays: dict[str, np.ndarray] = {}
     _split(_saved_params(estimator), "param", "params", meta, arrays)
     _split(fitted, "attr", "attributes", meta, arrays)
     meta["sha256"] = _digest(meta, arrays)
     # through an open handle: np.savez given a name would append .npz to another suffix
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+    with open(path, "wb") as f:
         np.savez(f, **{_META: np.array(json.dumps(meta))}, **arrays)
 
 
@@ -162,7 +172,10 @@ def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     if path.is_dir():
         raise ValueError(f"{path}: is a folder, not a model file")
     try:
-        with np.load(path, allow_pickle=False) as archive:
+        archive = np.load(path, allow_pickle=False)
+        if not isinstance(archive, np.lib.npyio.NpzFile):      # a .npy: one array
+            raise _refuse(path, "one array, not an archive")
+        with archive:
             entries = {name: archive[name] for name in archive.files}
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
@@ -259,7 +272,8 @@ def _plan(est):
     return plan
 
 
-def model_summary(path: str | os.PathLike) -> dict:
-    """The metadata of a model file (checked as :func:`load_model` checks it)."""
-    return _read(Path(path))[0]
+def model_info(path: str | os.PathLike) -> dict:
+    """The ``info`` saved with the model at ``path`` (checked as :func:`load_model` checks
+    the file)."""
+    return _read(Path(path))[0].get("info", {})
 

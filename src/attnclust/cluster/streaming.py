@@ -227,7 +227,8 @@ def _step(est, state: StreamState, rows: torch.Tensor, weights, geometry) -> Non
     scale2 = state.scale * state.scale
     est.stream_state_ = state
     est.cluster_centers_ = _centers(est, state)
-    est.inverse_temperature_ = state.lam / scale2
+    # fit's operations (WorkingRows.inverse_temperature_out): the first batch's lambda is fit's
+    est.inverse_temperature_ = state.lam / state.scale / state.scale
     est.labels_ = labels.cpu().numpy().astype(np.int64)
     est.n_steps_ = est.n_iter_ = state.n_batches
     est.loss_curve_ = np.append(est.loss_curve_, risk * scale2)

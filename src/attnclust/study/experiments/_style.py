@@ -14,7 +14,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..._atomic import atomic_path
+from ..._atomic import save_matrices
 
 __all__ = ["band", "new_figure", "rate_band", "save", "styled", "COLORS", "RC"]
 
@@ -65,10 +65,15 @@ def rate_band(ax, x, rate, lo, hi, *, label: str, color, **kwargs) -> None:
 
 
 def save(fig, out: str | Path) -> None:
-    """Write ``out.png`` and ``out.pdf`` atomically."""
+    """Write ``out.png`` and ``out.pdf``, both or neither: an interrupt or a failure
+    leaves no png without its pdf (:func:`attnclust._atomic.save_matrices`)."""
     out = Path(out)
-    for suffix in (".png", ".pdf"):
-        with atomic_path(out.with_suffix(suffix)) as tmp:
-            fig.savefig(tmp, format=suffix[1:])
-        # the layout solved for the first file holds for the second: solve it once
-        fig.set_layout_engine("none")
+
+    def writer(suffix):
+        def write(tmp):
+            fig.savefig(tmp, format=suffix)
+            # the layout solved for the first file holds for the second: solve it once
+            fig.set_layout_engine("none")
+        return write
+
+    save_matrices({out.with_suffix(".png"): writer("png"), out.with_suffix(".pdf"): writer("pdf")})

@@ -1,0 +1,84 @@
+"""``attnclust predict MODEL DATA``: the labels (and attention) of new rows by a model that
+``attnclust fit`` saved (PREFIX.model.npz), DATA read as ``fit`` reads it."""
+
+from __future__ import annotations
+
+from ._common import CommandError, reading_options, refuse_overwriting_input, write_all
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("predict", help="label new rows with a model saved by attnclust fit")
+    p.add_argument("model", metavar="MODEL", help="a model file written by attnclust fit "
+                                                  "(PREFIX.model.npz)")
+    p.add_argument("data", metavar="DATA", help="data file, read as attnclust fit reads it")
+    p.add_argument("--out", default=None, metavar="PREFIX",
+                   help="output prefix: PREFIX.labels.{npy,csv} (default: DATA without its "
+                        "suffix; a folder, written DIR/, gets the files named after DATA)")
+    p.add_argument("--proba", action="store_true",
+                   help="also write PREFIX.proba.{npy,csv}: each row's attention on every "
+                        "head (with a noise head, a last column, noise)")
+    p.add_argument("--quiet", action="store_true", help="no notes, no warnings")
+    reading_options(p)
+    p.set_defaults(handler=run)
+
+
+def run(args) -> int:
+    from pathlib import Path
+
+    import numpy as np
+
+    from .._atomic import WithHeader
+    from .._io import writable_folder
+    from ..cluster.model_file import load_model, model_info
+    from ._fit_common import output_prefix, predict_proba
+
+    prefix = output_prefix(args)
+    outputs = [Path(f"{prefix}.labels.{s}") for s in ("npy", "csv")]
+    if args.proba:
+        outputs += [Path(f"{prefix}.proba.{s}") for s in ("npy", "csv")]
+    refuse_overwriting_input(args.data, outputs)
+    refuse_overwriting_input(args.model, outputs)
+    est = load_model(args.model)
+    fitted_on = model_info(args.model).get("columns")
+    table = _read(args, fitted_on)
+    X = table.X
+    d = est.n_features_in_
+    if X.shape[1] != d:
+        named = f" ({', '.join(fitted_on)})" if fitted_on else ""
+        raise CommandError(f"{args.data} has {X.shape[1]} columns, the model was fitted on "
+                           f"{d}{named}; choose them with --columns or --drop-columns")
+    with writable_folder(Path(prefix).parent):
+        labels = est.predict(X)
+        values = {outputs[0]: labels, outputs[1]: WithHeader(labels, ["label"])}
+        if args.proba:
+            proba = predict_proba(est, X)
+            K = len(est.cluster_centers_)
+            names = [f"cluster_{k}" for k in range(K)] + ["noise"] * (proba.shape[1] > K)
+            values.update({outputs[2]: proba, outputs[3]: WithHeader(proba, names)})
+        sizes = np.bincount(labels[labels >= 0], minlength=len(est.cluster_centers_))
+        noise = int((labels < 0).sum())
+        lines = [f"n={X.shape[0]}  d={d}  K={len(sizes)}  model={args.model}"
+                 + (f"  noise={noise}" if noise else ""),
+                 f"{'cluster':>7s} {'size':>8s}",
+                 *(f"{k:7d} {int(size):8d}" for k, size in enumerate(sizes)),
+                 "wrote " + ", ".join(str(p) for p in values)]
+        write_all(values, "\n".join(lines))
+    return 0
+
+
+def _read(args, fitted_on):
+    """DATA, its columns those the model was fitted on where neither column option is
+    given and DATA has them all by name (a label column beside them is left out), else as
+    the options say."""
+    from .._io import ColumnError
+    from ._data import read_table
+
+    named = fitted_on and not all(n.startswith("x") and n[1:].isdigit() for n in fitted_on)
+    if args.columns is None and args.drop_columns is None and named and not any(
+            "," in n for n in fitted_on):
+        args.columns = ",".join(fitted_on)
+        try:
+            return read_table(args)
+        except ColumnError:
+            args.columns = None
+    return read_table(args)

@@ -1,0 +1,139 @@
+"""``attnclust fit`` writes a model file and a JSON summary; ``attnclust predict MODEL
+DATA`` labels rows with it as the estimator would; a rerun into the same prefix leaves
+nothing of the earlier run that it did not write again."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import attnclust as ac
+from attnclust.cli import main
+
+
+@pytest.fixture()
+def blobs(tmp_path):
+    mix = ac.GaussianMixture.random(d=3, k=3, sigma=0.1, rng=2)
+    X, z = mix.sample(300, rng=0, return_labels=True)
+    return X, z, tmp_path
+
+
+def _error(capsys, argv) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    return err[0]
+
+
+def _iris_like(X, z, path) -> None:
+    """A CSV with a header, the features named and a label column last (as iris)."""
+    with open(path, "w") as f:
+        f.write("a,b,c,species\n")
+        for row, label in zip(X, z, strict=True):
+            f.write(",".join(repr(float(v)) for v in row) + f",{label}\n")
+
+
+def test_predict_labels_new_rows_as_the_fitted_estimator(blobs, capsys):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "r"),
+                 "--quiet"]) == 0
+    new = X[::4] + 0.01
+    np.save(tmp / "new.npy", new)
+    assert main(["predict", str(tmp / "r.model.npz"), str(tmp / "new.npy"), "--proba",
+                 "--out", str(tmp / "p")]) == 0
+    est = ac.AttentionClustering(3, random_state=0).fit(X)
+    # the model file holds the fit's arrays: the same operations as the estimator's
+    np.testing.assert_array_equal(np.load(tmp / "p.labels.npy"), est.predict(new))
+    np.testing.assert_array_equal(np.load(tmp / "p.proba.npy"), est.predict_proba(new))
+    assert (tmp / "p.labels.csv").read_text().splitlines()[0] == "label"
+    out = capsys.readouterr().out
+    assert "K=3" in out and "p.labels.csv" in out
+
+
+def test_predict_reads_the_columns_the_model_was_fitted_on(blobs, capsys):
+    X, z, tmp = blobs
+    _iris_like(X, z, tmp / "train.csv")
+    assert main(["fit", str(tmp / "train.csv"), "-k", "3", "--drop-columns", "species",
+                 "--out", str(tmp / "r"), "--quiet"]) == 0
+    fitted = np.load(tmp / "r.labels.npy")
+    # the CSV holds each double's shortest repr: the features read back exactly
+    est = ac.AttentionClustering(3, random_state=0).fit(X)
+    np.testing.assert_array_equal(fitted, est.labels_)
+    # the same table, label column included: predict picks a, b, c by name
+    assert main(["predict", str(tmp / "r.model.npz"), str(tmp / "train.csv"), "--out",
+                 str(tmp / "p"), "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp / "p.labels.npy"), fitted)
+    # rows with other columns than the model's: one line naming both counts
+    np.save(tmp / "wide.npy", np.hstack([X, X]))
+    err = _error(capsys, ["predict", str(tmp / "r.model.npz"), str(tmp / "wide.npy")])
+    assert "6 columns" in err and "fitted on 3 (a, b, c)" in err
+
+
+def test_predict_refuses_a_file_that_is_not_a_model(blobs, capsys):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    err = _error(capsys, ["predict", str(tmp / "x.npy"), str(tmp / "x.npy")])
+    assert "not an attnclust model file" in err
+
+
+def test_summary_json_says_what_the_fit_chose(blobs):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert main(["fit", str(tmp / "x.npy"), "-k", "auto", "--max-clusters", "6",
+                 "--out", str(tmp / "r"), "--quiet"]) == 0
+    record = json.loads((tmp / "r.summary.json").read_text())
+    labels = np.load(tmp / "r.labels.npy")
+    assert record["n_clusters"] == len(np.load(tmp / "r.centers.npy")) == 3
+    assert record["n_clusters_asked"] == "auto" and record["n_clusters_reason"]
+    assert record["parameters"]["max_clusters"] == 6
+    assert [c["size"] for c in record["clusters"]] == np.bincount(labels).tolist()
+    assert record["n_rows"] == 300 and record["covariance_type"] in {"spherical", "diag",
+                                                                      "full"}
+    assert set(record["files"]) == {p.name for p in tmp.iterdir() if p.name.startswith("r.")}
+    # the criteria on every row, as the estimator computes them
+    est = ac.AttentionClustering("auto", max_clusters=6, random_state=0).fit(X)
+    assert record["bic"] == pytest.approx(est.bic(X), rel=1e-12)
+
+
+def test_max_clusters_below_two_is_refused(blobs, capsys):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    err = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "auto", "--max-clusters", "1"])
+    assert "--max-clusters must be an integer of at least 2" in err
+
+
+def test_a_rerun_leaves_nothing_stale(blobs):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--proba", "--plot",
+                 "--covariance-type", "full", "--out", str(tmp / "r"), "--quiet"]) == 0
+    first = {p.name for p in tmp.iterdir()}
+    assert {"r.proba.npy", "r.png", "r.covariances.npy"} <= first
+    (tmp / "r.mine.txt").write_text("not written by attnclust")
+    assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--covariance-type", "spherical",
+                 "--out", str(tmp / "r"), "--quiet"]) == 0
+    left = {p.name for p in tmp.iterdir()}
+    record = json.loads((tmp / "r.summary.json").read_text())
+    # the second run's files and what attnclust never wrote: no proba, picture or
+    # covariances of the first run beside the new centres
+    assert left == set(record["files"]) | {"x.npy", "r.mine.txt"}
+    assert not {"r.proba.npy", "r.proba.csv", "r.png", "r.covariances.npy"} & left
+
+
+def test_noise_column_makes_the_argmax_the_label(tmp_path):
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(200, 2)) * 0.2 + c for c in ([0, 0], [4, 0])]
+                       + [rng.uniform(-6, 10, size=(80, 2))])
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "--noise-head", "--proba",
+                 "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    P = np.load(tmp_path / "r.proba.npy")
+    labels = np.load(tmp_path / "r.labels.npy")
+    header = (tmp_path / "r.proba.csv").read_text().splitlines()[0]
+    assert header == "cluster_0,cluster_1,noise" and P.shape == (len(X), 3)
+    assert (labels == -1).sum() > 20
+    np.testing.assert_allclose(P.sum(1), 1.0, rtol=0, atol=8 * np.finfo(float).eps)
+    np.testing.assert_array_equal(np.where(P.argmax(1) == 2, -1, P.argmax(1)), labels)

@@ -1,0 +1,129 @@
+"""``save_model`` / ``load_model``: a fitted estimator kept without pickle, that predicts,
+weighs and scores as the one saved, and a file that is not one is refused in one line."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+import attnclust as ac
+
+
+@pytest.fixture(scope="module")
+def rows():
+    mix = ac.GaussianMixture.random(d=3, k=3, sigma=0.15, rng=4)
+    X, _ = mix.sample(240, rng=1, return_labels=True)
+    return X
+
+
+@pytest.mark.parametrize("params", [
+    {"covariance_type": "spherical"},
+    {"covariance_type": "diag"},
+    {"covariance_type": "full"},
+    {},                                     # the default: the shape chosen
+    {"noise_head": True},
+])
+def test_loaded_model_predicts_and_scores_as_the_saved_one(rows, tmp_path, params):
+    est = ac.AttentionClustering(3, random_state=0, **params).fit(rows)
+    path = tmp_path / "m.npz"
+    ac.save_model(est, path)
+    loaded = ac.load_model(path)
+    assert loaded.get_params() == est.get_params()
+    new = rows[::3] + 0.05
+    # the same arrays and the same plan: the same operations, bit for bit
+    np.testing.assert_array_equal(loaded.predict(new), est.predict(new))
+    np.testing.assert_array_equal(loaded.predict_proba(new), est.predict_proba(new))
+    np.testing.assert_array_equal(loaded.transform(new), est.transform(new))
+    np.testing.assert_array_equal(loaded.score_samples(new), est.score_samples(new))
+    np.testing.assert_array_equal(loaded.labels_, est.labels_)
+    assert getattr(loaded, "covariance_type_", None) == getattr(est, "covariance_type_", None)
+
+
+def test_the_file_holds_no_pickle(rows, tmp_path):
+    path = tmp_path / "m.npz"
+    ac.save_model(ac.AttentionClustering(2, random_state=0).fit(rows), path)
+    with np.load(path, allow_pickle=False) as archive:     # raises on any object array
+        for name in archive.files:
+            assert archive[name].dtype != object, name
+
+
+def test_info_is_kept_beside_the_model(rows, tmp_path):
+    from attnclust.cluster.model_file import model_info
+
+    path = tmp_path / "m.npz"
+    info = {"data": "x.csv", "columns": ["a", "b", "c"]}
+    ac.save_model(ac.AttentionClustering(2, random_state=0).fit(rows), path, info=info)
+    assert model_info(path) == info
+
+
+def _one_line(exc: pytest.ExceptionInfo) -> str:
+    message = str(exc.value)
+    assert "\n" not in message
+    return message
+
+
+def test_a_file_that_is_not_a_model_is_refused(rows, tmp_path):
+    with pytest.raises(ValueError) as exc:
+        ac.load_model(tmp_path / "absent.npz")
+    assert "no such file" in _one_line(exc)
+    text = tmp_path / "x.npz"
+    text.write_text("1,2,3\n")
+    with pytest.raises(ValueError) as exc:
+        ac.load_model(text)
+    assert "not an attnclust model file" in _one_line(exc)
+    arrays = tmp_path / "a.npz"
+    np.savez(arrays, X=rows)
+    with pytest.raises(ValueError) as exc:
+        ac.load_model(arrays)
+    assert "not an attnclust model file" in _one_line(exc)
+    with pytest.raises(ValueError) as exc:
+        ac.load_model(tmp_path)
+    assert "is a folder" in _one_line(exc)
+
+
+def test_an_unfitted_estimator_is_not_saved(tmp_path):
+    with pytest.raises(ValueError, match="not fitted"):
+        ac.save_model(ac.AttentionClustering(2), tmp_path / "m.npz")
+    assert not list(tmp_path.iterdir())          # nothing half-written
+
+
+def _rewrite(path, change) -> None:
+    """Rewrite the archive at ``path`` with ``change(entries)`` applied to its arrays."""
+    with np.load(path, allow_pickle=False) as archive:
+        entries = {name: archive[name] for name in archive.files}
+    change(entries)
+    with open(path, "wb") as f:
+        np.savez(f, **entries)
+
+
+def test_a_changed_file_is_refused(rows, tmp_path):
+    path = tmp_path / "m.npz"
+    ac.save_model(ac.AttentionClustering(3, random_state=0).fit(rows), path)
+
+    def move_a_center(entries):
+        entries["attr.cluster_centers_"] = entries["attr.cluster_centers_"] + 1.0
+
+    _rewrite(path, move_a_center)
+    with pytest.raises(ValueError) as exc:
+        ac.load_model(path)
+    assert "digest does not match" in _one_line(exc)
+
+
+def test_another_format_version_is_refused(rows, tmp_path):
+    path = tmp_path / "m.npz"
+    ac.save_model(ac.AttentionClustering(3, random_state=0).fit(rows), path)
+    meta_name = next(n for n in zipfile.ZipFile(path).namelist() if n.startswith("meta"))
+    key = meta_name.removesuffix(".npy")
+
+    def next_version(entries):
+        meta = json.loads(str(entries[key]))
+        meta["format_version"] += 1
+        entries[key] = np.array(json.dumps(meta))
+
+    _rewrite(path, next_version)
+    with pytest.raises(ValueError) as exc:
+        ac.load_model(path)
+    assert "format version" in _one_line(exc) and "refit" in str(exc.value)
