@@ -63,7 +63,7 @@ paper          code                      meaning
 ``T_mu(x)``    ``layer_output``          output of the layer
 ``R(mu)``      ``loss_curve_[-1]``       empirical risk of the fit (spherical heads)
 ``log p(x)``   ``score_samples``         log-likelihood of the heads' mixture
-``||x-mu_h||`` ``transform``             distance to head ``h`` (as ``KMeans``)
+``d_h(x)``     ``transform``             distance ``||x - mu_h||`` to head ``h`` (as ``KMeans``)
 =============  ========================  =============================================
 
 Scores
@@ -79,6 +79,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+import torch
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -91,10 +92,11 @@ from sklearn.utils.validation import validate_data
 from .._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from .._validation import as_generator, as_numpy_input, check_sample_weight
 from .communicator import Communicator
-from .covariance import as_covariance_type
+from .covariance import Spherical, as_covariance_type
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .estimator_fits import (
     Reporter,
+    fit_merge,
     fit_shaped,
     risk_attributes,
     solve,
@@ -102,7 +104,7 @@ from .estimator_fits import (
 )
 from .estimator_params import check_params, param_names, parameters
 from .k_choice import choose_n_clusters, warn_if_weak
-from .likelihood import LikelihoodMixin, inertia
+from .likelihood import LikelihoodMixin, inertia, spherical_log_density
 from .noise_head import check_noise_head, fit_noise_head
 from .plan import FitPlan, anneal_stages, resolve
 from .predictions import LayerPredictionsMixin
@@ -116,10 +118,14 @@ __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperat
 # the attributes some fits set and others not: a stream's state, the shaped heads', the
 # noise head's
 _FIT_ONLY_SOME = ("stream_state_", "covariances_", "precisions_", "precisions_cholesky_",
-                  "weights_", "covariance_floor_", "noise_weight_", "noise_log_density_")
+                  "weights_", "covariance_floor_", "noise_weight_", "noise_log_density_",
+                  "heads_", "head_labels_", "merge_heads_", "merge_heads_reason_")
+# the shaped heads' arrays, which a merge of spherical heads replaces
+_SHAPED_ARRAYS = ("covariances_", "precisions_", "precisions_cholesky_", "weights_",
+                  "covariance_floor_")
 # the fitted arrays kept in the dtype of the rows given to fit
 _FITTED_ARRAYS = ("cluster_centers_", "covariances_", "precisions_", "precisions_cholesky_",
-                  "weights_", "covariance_floor_", "mean_")
+                  "weights_", "covariance_floor_", "mean_", "heads_")
 
 
 class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodMixin,
@@ -257,6 +263,17 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
         is then chosen between ``"diag"`` and ``"full"``, each with the background
         (:mod:`attnclust.cluster.noise_head`; ``docs/guide/shaped-heads.md``: what it
         gains and loses, measured). Rows held by one process on the CPU.
+    merge_heads : "auto", bool or MergeSettings, default="auto"
+        Clusters of any shape (rings, crescents, spirals): the default fit with a given
+        ``K`` also fits more spherical heads than clusters (on at most 3,000 of the
+        rows, drawn with ``random_state``) and joins them into ``K`` clusters by the
+        overlap of their attention (:mod:`attnclust.cluster.merge`). ``"auto"``: the
+        merged clusters replace the ``K``-head fit when the normalized cut of the heads'
+        overlap graph is below 0.05 times the ``K``-head fit's (on Gaussian clusters it
+        is not, and the fit is unchanged); ``True``: always; ``False``: never; a
+        :class:`~attnclust.cluster.merge.MergeSettings`: ``"auto"`` with those settings.
+        ``merge_heads_reason_`` says why (``docs/guide/clusters-of-any-shape.md``). Only
+        the default fit merges (``True`` elsewhere is an error); ``partial_fit`` never.
 
     Attributes
     ----------
@@ -299,6 +316,19 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
     float64), as do ``predict_proba``, ``transform`` and ``layer_output``.
     covariance_floor_ : ndarray of shape (n_features,)
         Shaped heads only: the floor added to every covariance's diagonal.
+    heads_ : ndarray of shape (n_heads, n_features)
+        The heads of the fit: the merged heads when ``merge_heads_``, else
+        ``cluster_centers_``. Merged, ``cluster_centers_`` are the means of each cluster's
+        rows, ``inverse_temperature_`` the heads' (one spherical metric,
+        ``covariance_type_`` ``"spherical"``), ``predict_proba`` sums each cluster's heads'
+        attention (``predict`` and ``labels_`` its argmax), and ``score_samples`` is the
+        equal-weight mixture of ``N(mu_h, I / lambda)`` over the heads.
+    head_labels_ : ndarray of shape (n_heads,)
+        The cluster of each head.
+    merge_heads_ : bool
+        Whether the heads were merged.
+    merge_heads_reason_ : str
+        Why: the two normalized cuts compared, or why no merge was tried.
     covariance_type_ : str
         The heads' shape fitted: ``covariance_type``, or the one ``"auto"`` chose.
     covariance_type_reason_ : str
@@ -339,8 +369,9 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
                  anneal="auto", solver="fixed-point", max_iter=300, tol="auto",
                  batch_size=None, chunk_size=None, step_size=0.5, device="cpu", dtype="auto",
                  random_state=None, verbose=0, callback=None, max_clusters=10,
-                 noise_head=False):
+                 noise_head=False, merge_heads="auto"):
         self.n_clusters = n_clusters
+        self.merge_heads = merge_heads
         self.max_clusters = max_clusters
         self.geometry = geometry
         self.covariance_type = covariance_type
@@ -399,6 +430,13 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
                              "geometry='euclidean', inverse_temperature='auto', "
                              "solver='fixed-point', init='kmeans++' or 'anneal' and "
                              "penalty=None")
+        if self.merge_heads is True and (not plan.chooses_shape or plan.noise_head
+                                         or plan.n_clusters is None or data_parallel):
+            raise ValueError("merge_heads=True merges the heads of the default fit: it needs "
+                             "an integer n_clusters, geometry='euclidean', "
+                             "covariance_type='auto', inverse_temperature='auto', "
+                             "init='kmeans++' or 'anneal', penalty=None, noise_head=False "
+                             "and rows held by one process (no comm)")
         return plan
 
     # -- fitting ----------------------------------------------------------------------------
@@ -502,9 +540,13 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
                                  comm, workers=workers, weights=weights)
         report = Reporter(plan.callback, plan.verbose)
         S, Sw, start, lam = plan.warm_start(rows, gen)
+        self.merge_heads_, self.merge_heads_reason_ = False, "not merged: " + (
+            "merge_heads=False" if self.merge_heads is False else
+            "only the default fit (covariance_type='auto', given K, one process) merges")
         if plan.covariance.shaped:
             self._record_shape(given_shape(plan))
             self._store(fit_shaped(rows, start.heads, plan, report=report))
+            self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(plan.n_clusters)
             return rows
         end = solve(S, Sw, rows, start, lam, plan, gen=gen, report=report)
         if plan.noise_head:
@@ -513,19 +555,64 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
             self.noise_weight_, self.noise_log_density_ = noise.noise_weight, \
                 noise.noise_log_density
             self._store(noise.fitted)
+            self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(plan.n_clusters)
             return rows
         fitted, choice = (fit_chosen_shape(rows, end, plan, gen=gen, report=report)
                           if plan.chooses_shape else (None, given_shape(plan)))
         self._record_shape(choice)
         if choice.covariance.shaped:    # "auto" chose shaped heads: their fit is the fit
             self._store(fitted)
-            return rows
-        if lam is None:                 # "auto" chose the spherical heads: their lambda now
-            start, lam, end = with_deferred_lambda(S, Sw, start, end, plan.geometry)
-        self._store(risk_attributes(end, lam, rows))
-        warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
-                           inverse_temperature=self.inverse_temperature_, stacklevel=3)
+        else:
+            if lam is None:             # "auto" chose the spherical heads: their lambda now
+                start, lam, end = with_deferred_lambda(S, Sw, start, end, plan.geometry)
+            self._store(risk_attributes(end, lam, rows))
+            warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
+                               inverse_temperature=self.inverse_temperature_, stacklevel=3)
+        if self.merge_heads is not False and plan.chooses_shape and rows.comm.world == 1:
+            self._merge_heads(rows, gen)
+        else:
+            self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(plan.n_clusters)
         return rows
+
+    def _merge_heads(self, rows, gen: np.random.Generator) -> None:
+        """More heads than clusters, merged into ``K`` clusters when their overlap graph
+        says so (:func:`~attnclust.cluster.estimator_fits.fit_merge`); merged, the fitted
+        attributes become the clusters' and the heads' (one spherical metric)."""
+        merge, fitted = fit_merge(rows, self.labels_, len(self.cluster_centers_),
+                                  self.merge_heads, gen=gen)
+        self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
+        if fitted is None:
+            self.heads_ = self.cluster_centers_
+            self.head_labels_ = np.arange(len(self.cluster_centers_))
+            return
+        for name, value in fitted._asdict().items():
+            setattr(self, name, value)
+        for name in _SHAPED_ARRAYS:             # the heads are spherical
+            self.__dict__.pop(name, None)
+        self._plan = self._plan.with_covariance(Spherical())
+        self.covariance_type_reason_ = (f"heads merged ({merge.reason}); the "
+                                        f"{len(self.cluster_centers_)}-head fit chose "
+                                        f"{self.covariance_type_}: "
+                                        f"{self.covariance_type_reason_}")
+        self.covariance_type_ = "spherical"
+
+    def _merged(self) -> bool:
+        return bool(self.__dict__.get("merge_heads_", False))
+
+    def _log_density(self, X: torch.Tensor) -> torch.Tensor:
+        """``log p(x)`` of preprocessed rows; merged heads: the equal-weight mixture of
+        ``N(mu_h, I / lambda)`` over every head (:mod:`attnclust.cluster.likelihood`)."""
+        if not self._merged():
+            return super()._log_density(X)
+        heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64), device=X.device)
+        return spherical_log_density(X, heads, self.inverse_temperature_)
+
+    def _n_parameters(self) -> int:
+        """Free parameters of the fitted mixture; merged heads: ``m d`` means and
+        ``lambda``."""
+        if not self._merged():
+            return super()._n_parameters()
+        return int(self.heads_.size) + 1
 
     def _record_shape(self, choice: ShapeChoice) -> None:
         """The heads' shape of the fit (``covariance_type_``), why (the reason), the

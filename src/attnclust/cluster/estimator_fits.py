@@ -41,6 +41,8 @@ The endings here
                    and the attention's sharpness that the degeneracy checks read
     shaped         tempered EM of shaped heads (:mod:`attnclust.cluster.shaped_fit`), its fitted
                    attributes in the data's units
+    merge          more heads than clusters, joined by their overlap
+                   (:mod:`attnclust.cluster.merge`), after the default's fit
 
 Notation
 --------
@@ -69,6 +71,7 @@ from ..study.schedules import Stages
 from .covariance import Covariance
 from .fixed_point import fixed_point_fit
 from .kmeans.ending import fit_to_hard_limit
+from .merge import HeadMerge, MergeSettings, cluster_membership, merge_heads
 from .rows import WorkingRows
 from .shaped_fit import shaped_fit
 from .warm_start import WarmStart, kmeans_lambda
@@ -78,7 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Reporter", "Ending", "RiskFitted", "ShapedFitted", "solve", "risk_attributes",
            "fit_fixed_point", "fit_pgd", "fit_hard_limit", "fit_shaped", "shaped_log_joint",
-           "with_deferred_lambda"]
+           "with_deferred_lambda", "MergedFitted", "fit_merge"]
 
 _logger = logging.getLogger("attnclust")
 
@@ -358,3 +361,56 @@ def shaped_log_joint(X: torch.Tensor, fitted, covariance: Covariance) -> torch.T
                                 tensor(fitted.precisions_cholesky_),
                                 tensor(fitted.weights_).log(), fitted.inverse_temperature_,
                                 tensor(fitted.covariance_floor_))
+
+
+class MergedFitted(NamedTuple):
+    """The fitted attributes of merged heads, in the preprocessed space (named as on the
+    estimator)."""
+
+    labels_: np.ndarray
+    cluster_centers_: np.ndarray
+    heads_: np.ndarray
+    head_labels_: np.ndarray
+    inverse_temperature_: float
+
+
+def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *,
+              gen: np.random.Generator) -> tuple[HeadMerge, MergedFitted | None]:
+    """:func:`~attnclust.cluster.merge.merge_heads` on at most ``max_rows`` working rows
+    drawn with ``gen`` (rows held by one process), against the fit's ``labels``;
+    ``setting``: the estimator's ``merge_heads`` (``True`` forces the merge). When merged,
+    every row's label is its cluster of largest summed attention and each cluster's
+    centre the (weighted) mean of its rows (of its heads, for a cluster that wins none),
+    in one pass over the rows; else ``None``."""
+    settings = setting if isinstance(setting, MergeSettings) else MergeSettings()
+    K, n = int(n_clusters), rows.rows.shape[0]
+    take = np.sort(gen.choice(n, settings.max_rows, replace=False)) \
+        if n > settings.max_rows else np.arange(n)
+    sample = rows.take(torch.as_tensor(take)).cpu().double().numpy()
+    weights = None if rows.weights is None else rows.weights.cpu().double().numpy()
+    merge = merge_heads(sample, labels[take], K, rng=gen,
+                        weights=None if weights is None else weights[take],
+                        settings=settings, force=setting is True)
+    if not merge.merged:
+        return merge, None
+
+    def chunk_sums(start: int, chunk: torch.Tensor):
+        x = chunk.cpu().double().numpy()
+        z = cluster_membership(x, merge).argmax(1)
+        member = np.eye(K)[z]                                    # (rows, K)
+        if weights is not None:
+            member *= weights[start:start + len(x), None]
+        return z, member.T @ x, member.sum(0)
+    parts = rows.map_chunks(chunk_sums)
+    counts = sum(p[2] for p in parts)
+    head_means = np.stack([merge.heads[merge.head_labels == c].mean(0) for c in range(K)])
+    means = np.where(counts[:, None] > 0,
+                     sum(p[1] for p in parts) / np.maximum(counts, 1e-300)[:, None],
+                     head_means)
+    return merge, MergedFitted(
+        labels_=np.concatenate([p[0] for p in parts]).astype(np.int64),
+        cluster_centers_=rows.heads_out(torch.from_numpy(means)),
+        heads_=rows.heads_out(torch.from_numpy(merge.heads)),
+        head_labels_=merge.head_labels,
+        inverse_temperature_=rows.inverse_temperature_out(1.0 / merge.variance))
+

@@ -33,6 +33,7 @@ from .._validation import (
 )
 from ..study.geometry import as_geometry
 from .covariance import as_covariance_type
+from .merge import MergeSettings
 
 __all__ = ["CONSTRAINTS", "check_params", "param_names", "parameters"]
 
@@ -57,7 +58,14 @@ CONSTRAINTS = {
     "dtype": (("auto",), as_torch_dtype),
     "callback": ((None,), lambda v: _check_callable(v, "callback")),
     "noise_head": ((True, False), None),
+    "merge_heads": (("auto", True, False), lambda v: _check_merge_settings(v)),
 }
+
+
+def _check_merge_settings(value):
+    if not isinstance(value, MergeSettings):
+        raise ValueError(f"merge_heads must be a MergeSettings, got {value!r}")
+    return value
 
 
 def _check_callable(value, name: str):

@@ -5,7 +5,7 @@ attributes (``cluster_centers_``, ``inverse_temperature_``, the shaped heads' ar
 its resolved :class:`~attnclust.cluster.plan.FitPlan` (the geometry, the heads' shape,
 the preprocessing), on rows preprocessed as in ``fit`` and read in blocks of about 2 MB:
 
-    a_h(x)  = softmax_h( logits_h(x) )          predict_proba
+    a_h(x)  = softmax_h( logits_h(x) )          predict_proba (merged heads: summed per cluster)
     z(x)    = argmax_h logits_h(x)              predict (-1: the noise head's row)
     T_mu(x) = sum_h a_h(x) mu_h                 layer_output
     D_h(x)  = ||x - mu_h||                      transform (KMeans.transform's)
@@ -55,7 +55,18 @@ class LayerPredictionsMixin:
         with fit_threads(plan.device):
             if plan.covariance.shaped:
                 return shaped_log_joint(X, self, plan.covariance)
+            if self.__dict__.get("merge_heads_", False):
+                return self._merged_logits(X)
             return plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+
+    def _merged_logits(self, X: torch.Tensor) -> torch.Tensor:
+        """Merged heads (:mod:`attnclust.cluster.merge`): a cluster's logit is the
+        log-sum-exp of its heads' logits, so that its attention is the sum of theirs."""
+        heads = torch.as_tensor(self.heads_, dtype=torch.float64, device=X.device)
+        logits = self._plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+        labels = torch.as_tensor(self.head_labels_, device=X.device)
+        return torch.stack([torch.logsumexp(logits[:, labels == c], 1)
+                            for c in range(len(self.cluster_centers_))], 1)
 
     def _by_chunks(self, X, fn, *, keep_dtype: bool = False) -> np.ndarray:
         """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies

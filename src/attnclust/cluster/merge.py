@@ -1,0 +1,358 @@
+"""Clusters made of several heads: more heads than clusters, merged where the data say so.
+
+A mixture of ``K`` Gaussian heads draws ``K`` convex cells; a ring, a crescent or a
+spiral is no such cell. Here ``m > K`` small spherical heads tile the data, and the
+heads whose attention overlaps are joined into ``K`` clusters, each a union of heads:
+
+    a_h(x)   = softmax_h( -||x - mu_h||^2 / (2 v) ),   v = t * mean_i min_h ||x_i - mu_h||^2
+    O_hg     = sum_i w_i a_h(x_i) a_g(x_i)                       (head overlap, m x m)
+    S_hg     = O_hg / sqrt(O_hh O_gg)                            (cosine-normalized)
+
+Heads are agglomerated on ``S`` (single linkage by default: the similarity of two
+groups is that of their most similar pair of heads) down to ``K`` groups, under Genie's
+constraint (Gagolewski, Bartoszuk and Cena, 2016): while the Gini index of the groups'
+sizes (rows of their heads) exceeds ``gini_threshold``, a merge must involve a smallest
+group, so that outlying heads do not make clusters of their own.
+
+**When to merge.** The merged partition of the heads is kept only if its normalized cut
+on the overlap graph ``O``,
+
+    Ncut(P) = sum_c cut(c, not c) / vol(c),   cut(c, not c) = sum_{h in c, g not in c} O_hg,
+
+is below ``cut_ratio`` (default 0.05) times that of the ``K``-head fit's partition read
+on the same heads (each head takes the fit's majority label over its rows): the margin
+keeps Gaussian clusters, overlapping or touching at their ends, from being merged (their
+two cuts are within a factor of 2 to 15 of each other; a ring's or a crescent's merge
+cuts the graph where it is empty). On Gaussian clusters the ``K``-head fit
+already cuts the overlap graph where it is thin, and the merge is not taken; on shapes
+the fit's convex cells cut through dense chains of heads, and the merge is.
+
+A cluster's membership is the sum of its heads' attention, ``p_c(x) = sum_{h in c}
+a_h(x)``, and a row's label is the cluster of largest membership.
+
+Notation
+--------
+==============  ==================  ===============================================
+symbol          code                meaning
+==============  ==================  ===============================================
+``mu_h``        ``heads``           the ``m`` heads, ``(m, d)``
+``v``           ``variance``        the attention's variance (``1 / lambda``)
+``t``           ``temperature``     ``v`` over the heads' mean squared distance
+``O``           ``overlap``         head overlap, ``(m, m)``
+``c(h)``        ``head_labels``     cluster of head ``h``, ``(m,)``
+==============  ==================  ===============================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+from .kmeans.batch import best_of_seedings
+
+__all__ = ["MergeSettings", "HeadMerge", "n_heads", "head_attention", "head_overlap",
+           "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "merge_heads",
+           "cluster_membership"]
+
+_LINKAGES = ("single", "average")
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeSettings:
+    """The settings of a merge of heads into clusters (:func:`merge_heads`).
+
+    Parameters
+    ----------
+    heads_per_cluster, min_heads, rows_per_head : int
+        ``m = min(max(heads_per_cluster * K, min_heads), n // rows_per_head)`` heads
+        (defaults 6, 30 and 5); no merge when that is not more than ``K``.
+    max_rows : int
+        The heads and their overlap are fitted on at most this many rows (a seeded
+        sample), so that the merge costs little beside the fit (default 3,000).
+    max_iter : int
+        Lloyd steps of the heads' k-means (default 10: the heads tile the data, they need
+        not converge).
+    temperature : float
+        ``t``: the attention's variance over the heads' mean squared distance (default
+        0.5).
+    gini_threshold : float
+        Genie's constraint on the groups' sizes (default 0.3; 1 turns it off).
+    linkage : {"single", "average"}
+        Similarity of two groups: of their most similar heads, or the mean over their
+        pairs of heads.
+    cut_ratio : float
+        The merge is kept when its normalized cut is below ``cut_ratio`` times the
+        ``K``-head fit's (default 0.05).
+
+    Examples
+    --------
+    >>> MergeSettings(temperature=1.0).linkage
+    'single'
+    >>> MergeSettings(linkage="complete")
+    Traceback (most recent call last):
+    ...
+    ValueError: linkage must be one of ('single', 'average'), got 'complete'
+    """
+
+    heads_per_cluster: int = 6
+    min_heads: int = 30
+    rows_per_head: int = 5
+    max_rows: int = 3000
+    max_iter: int = 10
+    temperature: float = 0.5
+    gini_threshold: float = 0.3
+    linkage: str = "single"
+    cut_ratio: float = 0.05
+
+    def __post_init__(self):
+        for name in ("heads_per_cluster", "min_heads", "rows_per_head", "max_rows", "max_iter"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
+            raise ValueError(f"temperature must be a positive number, got {self.temperature!r}")
+        if not (isinstance(self.gini_threshold, (int, float)) and 0 <= self.gini_threshold <= 1):
+            raise ValueError(f"gini_threshold must be in [0, 1], got {self.gini_threshold!r}")
+        if not (isinstance(self.cut_ratio, (int, float)) and self.cut_ratio > 0):
+            raise ValueError(f"cut_ratio must be a positive number, got {self.cut_ratio!r}")
+        if self.linkage not in _LINKAGES:
+            raise ValueError(f"linkage must be one of {_LINKAGES}, got {self.linkage!r}")
+
+
+class HeadMerge(NamedTuple):
+    """A merge of heads (:func:`merge_heads`): the heads ``(m, d)``, the cluster of each
+    ``(m,)``, the attention's variance, whether the merged partition was kept, the two
+    normalized cuts compared and the reason in words. When ``merged`` is false the heads
+    still carry the merged partition that was turned down (``head_labels``)."""
+
+    heads: np.ndarray
+    head_labels: np.ndarray
+    variance: float
+    merged: bool
+    ncut_merged: float
+    ncut_kept: float
+    reason: str
+
+
+def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSettings()) -> int:
+    """Heads fitted for ``n_clusters`` clusters on ``n_rows`` rows.
+
+    Examples
+    --------
+    >>> n_heads(3, 1000), n_heads(10, 1000), n_heads(3, 100)
+    (30, 60, 20)
+    """
+    m = max(settings.heads_per_cluster * n_clusters, settings.min_heads)
+    return int(min(m, n_rows // settings.rows_per_head))
+
+
+def _squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    d2 = np.einsum("nd,nd->n", X, X)[:, None] - 2.0 * X @ heads.T \
+        + np.einsum("md,md->m", heads, heads)[None]
+    return np.maximum(d2, 0.0)                               # (n, m)
+
+
+def head_attention(X: np.ndarray, heads: np.ndarray, variance: float) -> np.ndarray:
+    """``a_h(x) = softmax_h(-||x - mu_h||^2 / (2 v))`` of rows ``(n, d)``: ``(n, m)``.
+
+    Examples
+    --------
+    >>> A = head_attention(np.array([[0.0], [1.0]]), np.array([[0.0], [1.0]]), 0.1)
+    >>> A.round(3).tolist(), A.sum(1).tolist()
+    ([[0.993, 0.007], [0.007, 0.993]], [1.0, 1.0])
+    """
+    logits = -_squared_distances(X, heads) / (2.0 * variance)
+    logits -= logits.max(1, keepdims=True)
+    A = np.exp(logits)
+    return A / A.sum(1, keepdims=True)
+
+
+def head_overlap(A: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """``O = A^T W A`` ``(m, m)``: how much the heads share the rows' attention.
+
+    Examples
+    --------
+    >>> head_overlap(np.array([[1.0, 0.0], [0.5, 0.5]])).tolist()
+    [[1.25, 0.25], [0.25, 0.25]]
+    """
+    return A.T @ (A if weights is None else A * weights[:, None])
+
+
+def gini_index(sizes) -> float:
+    """Gini index of group sizes, ``sum_{i<j} |s_i - s_j| / ((k - 1) sum s)``: 0 when equal,
+    1 when one group holds everything (Genie's normalization).
+
+    Examples
+    --------
+    >>> gini_index([5, 5, 5]), gini_index([0, 0, 9]), gini_index([7])
+    (0.0, 1.0, 0.0)
+    """
+    s = np.sort(np.asarray(sizes, dtype=np.float64))
+    k, total = len(s), float(s.sum())
+    if k < 2 or total <= 0:
+        return 0.0
+    i = np.arange(1, k + 1)
+    return float(((2 * i - k - 1) * s).sum() / ((k - 1) * total))
+
+
+def gini_linkage(similarity: np.ndarray, sizes, n_clusters: int, *,
+                 gini_threshold: float = 0.3, linkage: str = "single") -> np.ndarray:
+    """Agglomerate ``m`` items of similarity ``(m, m)`` and ``sizes`` into ``n_clusters``
+    groups, most similar pair first, under Genie's constraint: while the Gini index of the
+    groups' sizes exceeds ``gini_threshold``, the pair must include a smallest group (its
+    most similar partner is taken). Ties: the first pair in row-major order of the
+    current groups. Returns each item's group ``(m,)``, numbered in order of first item.
+
+    Examples
+    --------
+    >>> S = np.array([[1, .9, .1, .0], [.9, 1, .2, .1], [.1, .2, 1, .8], [.0, .1, .8, 1]])
+    >>> gini_linkage(S, [1, 1, 1, 1], 2).tolist()
+    [0, 0, 1, 1]
+    >>> gini_linkage(S, [50, 50, 50, 1], 2, gini_threshold=0.2).tolist()
+    [0, 0, 1, 1]
+    """
+    C = np.array(similarity, dtype=np.float64, copy=True)
+    m = len(C)
+    np.fill_diagonal(C, -np.inf)
+    size = np.asarray(sizes, dtype=np.float64).copy()
+    count = np.ones(m)                      # items per group (average linkage)
+    group = np.arange(m)                    # each item's group: the index of its leader
+    alive = np.ones(m, dtype=bool)
+    for _ in range(m - int(n_clusters)):
+        live = np.flatnonzero(alive)
+        sub = C[np.ix_(live, live)]
+        if gini_index(size[live]) > gini_threshold:
+            small = size[live] == size[live].min()
+            sub = np.where(small[:, None] | small[None, :], sub, -np.inf)
+        i, j = np.unravel_index(int(np.argmax(sub)), sub.shape)
+        a, b = sorted((int(live[i]), int(live[j])))
+        if linkage == "single":
+            new = np.maximum(C[a], C[b])
+        else:
+            new = (count[a] * C[a] + count[b] * C[b]) / (count[a] + count[b])
+        C[a], C[:, a] = new, new
+        C[a, a] = -np.inf
+        C[b], C[:, b] = -np.inf, -np.inf
+        alive[b] = False
+        size[a] += size[b]
+        count[a] += count[b]
+        group[group == b] = a
+    _, labels = np.unique(group, return_inverse=True)
+    return labels.astype(np.int64)
+
+
+def normalized_cut(overlap: np.ndarray, labels: np.ndarray) -> float:
+    """``sum_c cut(c, not c) / vol(c)`` of a partition ``labels`` ``(m,)`` of the graph
+    ``overlap`` ``(m, m)`` (empty groups count 0).
+
+    Examples
+    --------
+    >>> O = np.array([[2.0, 1.0, 0.0], [1.0, 2.0, 0.1], [0.0, 0.1, 2.0]])
+    >>> round(normalized_cut(O, np.array([0, 0, 1])), 3)     # 0.1 / 6.1 + 0.1 / 2.1
+    0.064
+    >>> round(normalized_cut(O, np.array([0, 1, 1])), 3)
+    0.526
+    """
+    degree = overlap.sum(1)
+    total = 0.0
+    for c in np.unique(labels):
+        inside = labels == c
+        volume = float(degree[inside].sum())
+        if volume > 0:
+            total += (volume - float(overlap[np.ix_(inside, inside)].sum())) / volume
+    return total
+
+
+def majority_labels(nearest: np.ndarray, labels: np.ndarray, n_heads: int, n_clusters: int,
+                    weights: np.ndarray | None = None) -> np.ndarray:
+    """Each head's majority label over its rows (``nearest``: each row's head); a head
+    without rows takes label 0.
+
+    Examples
+    --------
+    >>> majority_labels(np.array([0, 0, 0, 1]), np.array([1, 1, 0, 0]), 3, 2).tolist()
+    [1, 0, 0]
+    """
+    votes = np.bincount(nearest * n_clusters + labels, weights=weights,
+                        minlength=n_heads * n_clusters).reshape(n_heads, n_clusters)
+    return votes.argmax(1).astype(np.int64)
+
+
+def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
+                rng: np.random.Generator, weights: np.ndarray | None = None,
+                settings: MergeSettings = MergeSettings(), force: bool = False) -> HeadMerge:
+    """Fit ``m`` heads to the rows ``X`` ``(n, d)``, merge them into ``n_clusters`` groups
+    and decide whether the merge beats the ``K``-cluster partition ``labels`` ``(n,)``.
+
+    The heads are the k-means of at most ``settings.max_rows`` rows (a sample drawn with
+    ``rng``; one k-means++ seeding, ``settings.max_iter`` Lloyd steps); the overlap, the
+    linkage and the cuts are computed on the same rows (module docstring). ``force``:
+    keep the merge whatever the cuts say.
+
+    Returns
+    -------
+    HeadMerge
+        With ``merged`` false and no heads beyond ``K`` when ``n_heads`` is not above ``K``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> t = rng.uniform(0, 2 * np.pi, 600)
+    >>> r = np.repeat([1.0, 4.0], 300)                     # two rings
+    >>> X = np.c_[r * np.cos(t), r * np.sin(t)] + rng.normal(0, 0.1, (600, 2))
+    >>> kmeans = (X[:, 0] > 0).astype(int)                 # a convex cut across both
+    >>> res = merge_heads(X, kmeans, 2, rng=np.random.default_rng(0))
+    >>> res.merged, len(res.heads) > 2
+    (True, True)
+    >>> z = cluster_membership(X, res).argmax(1)
+    >>> bool(np.all(z[:300] == z[0]) and np.all(z[300:] != z[0]))
+    True
+    """
+    n, K = X.shape[0], int(n_clusters)
+    m = n_heads(K, n, settings)
+    if m <= K:
+        return HeadMerge(np.empty((0, X.shape[1])), np.empty(0, np.int64), np.nan, False,
+                         np.nan, np.nan, f"not merged: {n} rows give no more heads than "
+                         f"clusters ({m} <= {K})")
+    take = np.sort(rng.choice(n, settings.max_rows, replace=False)) \
+        if n > settings.max_rows else np.arange(n)
+    S, z = np.asarray(X[take], dtype=np.float64), np.asarray(labels)[take]
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)[take]
+    fit = best_of_seedings(S, m, 1, rng, max_iter=settings.max_iter, weights=w)
+    heads = np.asarray(fit.heads, dtype=np.float64)
+    d2 = _squared_distances(S, heads)
+    nearest = d2.argmin(1)
+    spread = float(np.average(d2[np.arange(len(S)), nearest], weights=w))
+    variance = settings.temperature * max(spread, np.finfo(np.float64).tiny)
+    overlap = head_overlap(head_attention(S, heads, variance), w)
+    root = np.sqrt(np.maximum(np.diag(overlap), np.finfo(np.float64).tiny))
+    sizes = np.bincount(nearest, weights=w, minlength=m)
+    head_labels = gini_linkage(overlap / root[:, None] / root[None], sizes, K,
+                               gini_threshold=settings.gini_threshold, linkage=settings.linkage)
+    kept = majority_labels(nearest, z, m, K, w)
+    cut_merged, cut_kept = normalized_cut(overlap, head_labels), normalized_cut(overlap, kept)
+    lower = cut_merged < settings.cut_ratio * cut_kept
+    merged = bool(force or lower)
+    verdict = "merged" if merged else "not merged"
+    why = "merge_heads=True" if force else ("below" if lower else "not below")
+    reason = (f"{verdict}: {m} heads into {K} clusters, normalized cut of the heads' "
+              f"overlap {cut_merged:.4g} ({why} {settings.cut_ratio:g} times the {K}-head "
+              f"fit's {cut_kept:.4g})")
+    return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason)
+
+
+def cluster_membership(X: np.ndarray, merge: HeadMerge) -> np.ndarray:
+    """``p_c(x) = sum_{h in c} a_h(x)`` of rows ``(n, d)``: ``(n, K)``, rows summing to one.
+
+    Examples
+    --------
+    >>> merge = HeadMerge(np.array([[0.0], [1.0], [5.0]]), np.array([0, 0, 1]), 0.5,
+    ...                   True, 0.0, 1.0, "")
+    >>> cluster_membership(np.array([[0.5], [5.0]]), merge).round(3).tolist()
+    [[1.0, 0.0], [0.0, 1.0]]
+    """
+    A = head_attention(np.asarray(X, dtype=np.float64), merge.heads, merge.variance)
+    K = int(merge.head_labels.max()) + 1
+    return A @ np.eye(K)[merge.head_labels]

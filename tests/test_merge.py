@@ -1,0 +1,264 @@
+"""Heads merged into clusters (attnclust.cluster.merge) and the estimator's merge_heads."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.metrics import adjusted_rand_score
+
+from attnclust import AttentionClustering
+from attnclust.cluster.merge import (
+    MergeSettings,
+    cluster_membership,
+    gini_index,
+    gini_linkage,
+    head_attention,
+    majority_labels,
+    merge_heads,
+    n_heads,
+    normalized_cut,
+)
+
+
+# -- data built with their labels (an independent construction of the truth) --------------
+def _rings(seed, n=400):
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, 2 * np.pi, 2 * n)
+    r = np.repeat([1.0, 3.0], n)
+    X = np.c_[r * np.cos(t), r * np.sin(t)] + rng.normal(0, 0.08, (2 * n, 2))
+    return X, np.repeat([0, 1], n)
+
+
+def _crescents(seed, n=400):
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, np.pi, 2 * n)
+    upper = np.c_[np.cos(t[:n]), np.sin(t[:n])]
+    lower = np.c_[1 - np.cos(t[n:]), 0.5 - np.sin(t[n:])]
+    return np.r_[upper, lower] + rng.normal(0, 0.06, (2 * n, 2)), np.repeat([0, 1], n)
+
+
+def _spirals(seed, n=500):
+    rng = np.random.default_rng(seed)
+    t = np.sqrt(rng.uniform(0.05, 1, 2 * n)) * 3 * np.pi
+    arm = np.repeat([0, 1], n)
+    angle = t + np.pi * arm
+    X = np.c_[t * np.cos(angle), t * np.sin(angle)] + rng.normal(0, 0.15, (2 * n, 2))
+    return X, arm
+
+
+def _blobs(seed, centers=((0, 0), (6, 0), (0, 6), (6, 6)), n=250):
+    rng = np.random.default_rng(seed)
+    X = np.concatenate([np.asarray(c) + rng.standard_normal((n, 2)) for c in centers])
+    return X, np.repeat(np.arange(len(centers)), n)
+
+
+def _fit(X, K, seed, **params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AttentionClustering(K, random_state=seed, **params).fit(X)
+
+
+# -- the estimator -------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [_rings, _crescents, _spirals])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shapes_are_merged(make, seed):
+    X, y = make(seed)
+    est = _fit(X, 2, seed)
+    assert est.merge_heads_, est.merge_heads_reason_
+    assert adjusted_rand_score(y, est.labels_) > 0.98
+    assert len(est.heads_) > 2 and est.covariance_type_ == "spherical"
+    # the K-head fit alone cuts the shapes across
+    plain = _fit(X, 2, seed, merge_heads=False)
+    assert adjusted_rand_score(y, plain.labels_) < 0.6
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_gaussian_blobs_are_not_merged(seed):
+    X, y = _blobs(seed)
+    est = _fit(X, 4, seed)
+    plain = _fit(X, 4, seed, merge_heads=False)
+    assert not est.merge_heads_, est.merge_heads_reason_
+    assert est.merge_heads_reason_.startswith("not merged: ")
+    np.testing.assert_array_equal(est.labels_, plain.labels_)
+    np.testing.assert_array_equal(est.cluster_centers_, plain.cluster_centers_)
+    np.testing.assert_array_equal(est.heads_, est.cluster_centers_)
+    assert est.head_labels_.tolist() == [0, 1, 2, 3]
+    assert adjusted_rand_score(y, est.labels_) > 0.95
+
+
+def test_merged_fit_invariants():
+    X, _ = _crescents(0)
+    est = _fit(X, 2, 0)
+    assert est.merge_heads_
+    K = 2
+    assert set(np.unique(est.labels_)) <= set(range(K))
+    assert set(est.head_labels_.tolist()) == set(range(K))        # every cluster has heads
+    assert est.heads_.shape == (len(est.head_labels_), 2)
+    P = est.predict_proba(X)
+    np.testing.assert_allclose(P.sum(1), 1.0, atol=1e-12)
+    # predict, the argmax of the clusters' summed attention, is labels_ on the training rows
+    np.testing.assert_array_equal(P.argmax(1), est.predict(X))
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+    # a cluster's membership is the sum of its heads' attention (independent reference)
+    d2 = ((X[:, None] - est.heads_[None]) ** 2).sum(-1)
+    logits = -est.inverse_temperature_ / 2 * d2
+    A = np.exp(logits - logits.max(1, keepdims=True))
+    A /= A.sum(1, keepdims=True)
+    ref = np.stack([A[:, est.head_labels_ == c].sum(1) for c in range(K)], 1)
+    np.testing.assert_allclose(P, ref, atol=1e-10)
+    # centres are the means of the clusters' rows
+    for c in range(K):
+        np.testing.assert_allclose(est.cluster_centers_[c], X[est.labels_ == c].mean(0),
+                                   atol=1e-10)
+    assert est.transform(X).shape == (len(X), K)
+    # the likelihood: the equal-weight mixture of the heads, N(mu_h, I / lambda)
+    lam, d = est.inverse_temperature_, X.shape[1]
+    log_p = np.log(np.exp(-lam / 2 * d2).mean(1)) + d / 2 * np.log(lam / (2 * np.pi))
+    np.testing.assert_allclose(est.score_samples(X), log_p, rtol=1e-10)
+    n_params = est.heads_.size + 1
+    assert est.bic(X) == pytest.approx(-2 * log_p.sum() + n_params * np.log(len(X)))
+    for name in ("covariances_", "weights_", "precisions_"):
+        assert not hasattr(est, name)
+
+
+def test_predict_on_new_rows_follows_the_heads():
+    X, y = _rings(0)
+    est = _fit(X, 2, 0)
+    X_new, y_new = _rings(7)
+    assert adjusted_rand_score(y_new, est.predict(X_new)) > 0.98
+
+
+def test_merge_heads_false_true_and_settings():
+    X, y = _blobs(0)
+    forced = _fit(X, 4, 0, merge_heads=True)
+    assert forced.merge_heads_ and "merge_heads=True" in forced.merge_heads_reason_
+    off = _fit(X, 4, 0, merge_heads=False)
+    assert not off.merge_heads_ and off.merge_heads_reason_ == "not merged: merge_heads=False"
+    X, y = _crescents(0)
+    strict = _fit(X, 2, 0, merge_heads=MergeSettings(cut_ratio=1e-30))   # never below
+    assert not strict.merge_heads_
+    more = _fit(X, 2, 0, merge_heads=MergeSettings(min_heads=40))
+    assert len(more.heads_) == 40
+
+
+@pytest.mark.parametrize("value, message", [
+    ("yes", "merge_heads must be 'auto' or True or False or a MergeSettings, got 'yes'"),
+    (1.5, "merge_heads must be 'auto' or True or False or a MergeSettings, got 1.5"),
+])
+def test_bad_merge_heads(value, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        AttentionClustering(2, merge_heads=value).fit(np.random.default_rng(0).random((50, 2)))
+
+
+@pytest.mark.parametrize("params", [dict(n_clusters="auto"), dict(covariance_type="full"),
+                                    dict(geometry="sphere"), dict(inverse_temperature=2.0),
+                                    dict(init="sphere")])
+def test_merge_heads_true_needs_the_default_fit(params):
+    X = np.random.default_rng(0).random((60, 2))
+    with pytest.raises(ValueError, match="merge_heads=True merges the heads of the default fit"):
+        AttentionClustering(**{"n_clusters": 2, **params}, merge_heads=True).fit(X)
+
+
+def test_other_fits_do_not_merge():
+    X, _ = _crescents(0)
+    est = _fit(X, 2, 0, covariance_type="spherical")
+    assert not est.merge_heads_ and est.merge_heads_reason_.startswith("not merged: only")
+    np.testing.assert_array_equal(est.heads_, est.cluster_centers_)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(temperature=0.0), "temperature must be a positive number, got 0.0"),
+    (dict(gini_threshold=1.5), "gini_threshold must be in [0, 1], got 1.5"),
+    (dict(min_heads=0), "min_heads must be an integer >= 1, got 0"),
+    (dict(max_rows=2.5), "max_rows must be an integer >= 1, got 2.5"),
+    (dict(cut_ratio=-1), "cut_ratio must be a positive number, got -1"),
+    (dict(linkage="ward"), "linkage must be one of ('single', 'average'), got 'ward'"),
+])
+def test_bad_settings(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        MergeSettings(**kwargs)
+    assert str(err.value) == message
+
+
+# -- the module's functions ----------------------------------------------------------------
+def _brute_force_genie(S, sizes, K, threshold):
+    """Genie's rule by enumeration: at each step, every allowed pair of groups is scored by
+    single linkage (the largest similarity between their items) and the best kept."""
+    groups = [[i] for i in range(len(S))]
+    while len(groups) > K:
+        gsize = [sum(sizes[i] for i in g) for g in groups]
+        allowed = list(itertools.combinations(range(len(groups)), 2))
+        if gini_index(gsize) > threshold:
+            small = min(gsize)
+            allowed = [(a, b) for a, b in allowed if small in (gsize[a], gsize[b])]
+        a, b = max(allowed, key=lambda p: max(S[i][j] for i in groups[p[0]]
+                                              for j in groups[p[1]]))
+        groups[a] = groups[a] + groups[b]
+        del groups[b]
+    out = np.empty(len(S), int)
+    for c, g in enumerate(sorted(groups, key=min)):
+        out[g] = c
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("threshold", [0.0, 0.3, 1.0])
+def test_gini_linkage_against_brute_force(seed, threshold):
+    rng = np.random.default_rng(seed)
+    m = 7
+    S = rng.random((m, m))
+    S = (S + S.T) / 2                         # distinct values: no ties
+    sizes = rng.integers(1, 20, m).tolist()
+    for K in (1, 2, 3):
+        got = gini_linkage(S, sizes, K, gini_threshold=threshold)
+        ref = _brute_force_genie(S, sizes, K, threshold)
+        assert adjusted_rand_score(ref, got) == 1.0
+        np.testing.assert_array_equal(got, ref)
+
+
+def test_gini_index_reference():
+    rng = np.random.default_rng(0)
+    s = rng.random(9)
+    ref = np.abs(s[:, None] - s[None]).sum() / 2 / ((len(s) - 1) * s.sum())
+    assert gini_index(s) == pytest.approx(ref, rel=1e-12)
+
+
+def test_normalized_cut_reference():
+    rng = np.random.default_rng(1)
+    W = rng.random((6, 6))
+    W = W + W.T
+    labels = np.array([0, 0, 1, 1, 2, 2])
+    ref = sum(W[labels == c][:, labels != c].sum() / W[labels == c].sum() for c in range(3))
+    assert normalized_cut(W, labels) == pytest.approx(ref, rel=1e-12)
+    assert normalized_cut(W, np.zeros(6, int)) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_majority_labels_weighted():
+    nearest, labels = np.array([0, 0, 0, 1]), np.array([1, 1, 0, 0])
+    weights = np.array([1.0, 1.0, 5.0, 1.0])
+    assert majority_labels(nearest, labels, 2, 2, weights).tolist() == [0, 0]
+
+
+def test_merge_heads_function_and_membership():
+    X, y = _spirals(0)
+    settings = MergeSettings(max_rows=500)
+    res = merge_heads(X, (X[:, 0] > 0).astype(int), 2, rng=np.random.default_rng(0),
+                      settings=settings)
+    assert res.merged and res.ncut_merged < 0.05 * res.ncut_kept
+    assert len(res.heads) == n_heads(2, 500, settings) == 30
+    P = cluster_membership(X, res)
+    np.testing.assert_allclose(P.sum(1), 1.0)
+    assert adjusted_rand_score(y, P.argmax(1)) > 0.98
+    A = head_attention(X, res.heads, res.variance)
+    np.testing.assert_allclose(P[:, 0], A[:, res.head_labels == 0].sum(1))
+
+
+def test_too_few_rows_for_more_heads():
+    X = np.random.default_rng(0).random((12, 2))
+    res = merge_heads(X, np.repeat([0, 1], 6), 2, rng=np.random.default_rng(0))
+    assert not res.merged and res.reason.startswith("not merged: 12 rows")
+    est = _fit(X, 2, 0)
+    assert not est.merge_heads_ and len(est.heads_) == 2
