@@ -259,6 +259,7 @@ def _one_cluster(kind, seed, n=500):
     return rng.standard_normal((n, 2)) * [5.0, 1.0] @ rot
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gaussian", "uniform", "elongated"])
 def test_no_structure_test_on_one_cluster_data(kind):
     """The false-positive rate of the structure test on one-cluster data, 10 fixed seeds
@@ -321,6 +322,7 @@ def _noisy_blobs(seed):
     return np.r_[X, rng.uniform(X.min(0), X.max(0), (120, 2))]
 
 
+@pytest.mark.slow
 def test_auto_sees_clusters_through_uniform_noise():
     """13% uniform background over 4 blobs: the mixture's background term takes most
     scattered rows, so the criterion spends fewer Gaussians on them than BIC over

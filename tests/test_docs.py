@@ -100,6 +100,7 @@ def test_the_study_imports_the_clusterer_only_in_its_experiments():
     assert ("attnclust.study.experiments", "attnclust.cluster") in edges
 
 
+@pytest.mark.slow
 def test_the_architecture_picture_is_drawn(tmp_path):
     pytest.importorskip("matplotlib")
     _architecture().draw(tmp_path / "architecture.png")

@@ -267,6 +267,7 @@ def test_list_and_unknown_figure(capsys):
     assert "unknown figure 'fig42'" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_descent_in_the_span_of_heads_and_centroids_is_the_descent_in_r_d():
     """Figures 2 and 6 solve each run in span(heads0, centroids): same iterates as in R^d."""
     import torch

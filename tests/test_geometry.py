@@ -350,6 +350,7 @@ def geometry_comparisons(source: str, where: str) -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_no_module_but_geometry_compares_geometry_names():
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) if path.name != "geometry.py"
              for hit in geometry_comparisons(path.read_text(), str(path.relative_to(PACKAGE)))]

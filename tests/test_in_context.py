@@ -176,6 +176,7 @@ def _largest_allocation(fn) -> int:
     return max(e.cpu_memory_usage for e in prof.events())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("backend", "exclude_self"), [("fused", False), ("chunked", False),
                                                       ("chunked", True)])
 def test_fused_and_chunked_memory_grows_linearly_not_quadratically(backend, exclude_self):

@@ -111,6 +111,7 @@ def test_objective_and_labels_are_those_of_the_heads():
     assert res.converged
 
 
+@pytest.mark.slow
 def test_ten_seedings_are_as_good_as_scikit_learns_ten():
     """Mean k-means objective over 20 seeds, on data with many local minima (25 blobs in
     2-D; one seed's objective varies by 2%): the batched restarts against

@@ -117,6 +117,7 @@ def test_dirac_mixture_converges():
         assert ac.centroid_distance(res.heads, mix.centroids).max < 1e-3
 
 
+@pytest.mark.slow
 def test_empirical_risk_lands_near_the_population_solution():
     lam = 10.0
     pop = ac.pgd(RUNNING, ac.init_on_manifold(RUNNING, rng=0), inverse_temperature=lam,
@@ -350,6 +351,7 @@ def _separate_steps(objective_at, runs: dict, res, **common):
     return one_step
 
 
+@pytest.mark.slow
 def test_batched_runs_equal_separate_runs_population_k2():
     """R runs in one call take the steps of R calls (each step within its rounding): own
     inits, inverse temperatures, penalties, weights, schedules and stopping steps."""
@@ -388,6 +390,7 @@ def _batches_at(X, t: int, **kwargs) -> EmpiricalRisk:
     return risk
 
 
+@pytest.mark.slow
 def test_batched_runs_equal_separate_runs_qmc_and_data():
     K, d, R = 4, 6, 3
     mixes = [ac.GaussianMixture.random(d, K, 0.1, min_angle=1.0, rng=10 + r) for r in range(R)]
@@ -482,6 +485,7 @@ def test_any_objective_object_works():
                                atol=eps() / (1 - 0.8), rtol=0)
 
 
+@pytest.mark.slow
 def test_euclidean_pgd_on_the_population_risk_and_on_data():
     """PGD for Euclidean heads: plain gradient steps on the population risk with the key
     bias. The end point is a stationary point of that risk (its gradient, by the exact

@@ -124,6 +124,7 @@ def _case_heads(K, sigma, kind, seed=0):
     return mix, heads
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K,sigma,lam,kind", CASES)
 def test_exact_matches_monte_carlo(K, sigma, lam, kind):
     mix, heads = _case_heads(K, sigma, kind)
@@ -155,6 +156,7 @@ def test_exact_gradient_matches_finite_differences(K, sigma, lam, kind):
         assert abs(exact - fd) < 1e-6 * max(abs(fd), float(grad.norm() * e.norm())), (exact, fd)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K,sigma,lam,kind", [CASES[1], CASES[4], CASES[6], CASES[8]])
 def test_fused_gradient_matches_plain_autograd(K, sigma, lam, kind):
     mix, heads = _case_heads(K, sigma, kind, seed=2)
@@ -183,6 +185,7 @@ def test_fast_k2_value_and_gradient_match_autograd(sigma, lam, kind):
     _close(fast_grad, ref_grad, gtol)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K", [2, 3])
 def test_accuracy_against_a_much_finer_rule(K):
     """The accuracy table of docs/risk.md, re-measured (margin: 1e-9 < 1e-8), plus the
@@ -480,6 +483,7 @@ def _free_heads(K, d, seed):
 EUCLIDEAN = [(2, 0.3, 5.0), (2, 0.5, 30.0), (2, 0.0, 5.0), (3, 0.3, 3.0), (3, 0.4, 20.0)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K,sigma,lam", EUCLIDEAN)
 def test_euclidean_exact_matches_monte_carlo(K, sigma, lam):
     mix = ac.GaussianMixture.orthogonal(d=D, k=K, sigma=sigma)
@@ -540,6 +544,7 @@ def test_euclidean_unit_heads_equal_the_sphere():
                float(ac.population_risk(heads, mix, **kw)), _risk_tol(n, heads, mix, 6.0)[0])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K,lam", [(2, 5.0), (3, 3.0), (4, 4.0)])
 def test_euclidean_qmc(K, lam):
     """QMC for Euclidean heads: against the exact rule (K <= 3) or Monte Carlo (K = 4),
@@ -562,6 +567,7 @@ def test_euclidean_qmc(K, lam):
     _close(got[1], ref[1], gtol)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("K,method", [(2, "exact"), (3, "exact"), (2, "qmc"), (4, "qmc")])
 def test_euclidean_objectives(K, method):
     """The batched objects for Euclidean heads: risk against the op-by-op references,

@@ -268,6 +268,7 @@ def test_two_gloo_processes_with_weights_are_repeated_rows(tmp_path):
                            np.repeat(X, COUNTS, axis=0))
 
 
+@pytest.mark.slow
 def test_weights_on_the_device_of_the_fit():
     """The weights follow the rows to the fit's dtype (float32 data: float32 sums)."""
     X32 = X.astype(np.float32)

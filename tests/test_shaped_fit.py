@@ -251,6 +251,7 @@ def test_a_head_without_rows_warns_and_keeps_its_place():
     assert bool(torch.isfinite(res.precisions_cholesky).all())
 
 
+@pytest.mark.slow
 def test_sums_over_rows_chunks_ranks_and_weights():
     # chunks, a sum over "ranks" and integer sample weights all give the fit of the
     # corresponding repeated rows
