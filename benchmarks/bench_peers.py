@@ -9,7 +9,9 @@ gives one row saying so. Sets with fewer than two clusters are skipped.
 The methods, each given the true ``K`` (except HDBSCAN, which finds its own) and the rows
 as given:
 
-- ``attnclust``: ``AttentionClustering(K)``, its defaults (the heads' shape chosen);
+- ``attnclust``: ``AttentionClustering(K)``, its defaults (the heads' shape chosen, heads
+  merged into clusters of any shape where their overlap says so);
+- ``attnclust no merge``: the same with ``merge_heads=False`` (the ``K``-head fit alone);
 - ``KMeans(10)``: scikit-learn ``KMeans(K, n_init=10)``, the baseline of the times;
 - ``GMM full``: ``GaussianMixture(K, covariance_type="full")``, on sets with ``d <= 64``;
 - ``HDBSCAN``: scikit-learn ``HDBSCAN()``, its defaults; the rows it calls noise (-1) are
@@ -119,6 +121,8 @@ def _methods(K: int, d: int, seed: int) -> dict:
     methods = {   # the baseline first: every other time is over its time just before
         "KMeans(10)": lambda X: KMeans(K, n_init=10, random_state=seed).fit(X).labels_,
         "attnclust": lambda X: ac.AttentionClustering(K, random_state=seed).fit(X).labels_,
+        "attnclust no merge": lambda X: ac.AttentionClustering(
+            K, random_state=seed, merge_heads=False).fit(X).labels_,
     }
     if d <= GMM_MAX_D:
         methods["GMM full"] = lambda X: GaussianMixture(

@@ -165,7 +165,8 @@ def test_merge_heads_true_needs_the_default_fit(params):
 def test_other_fits_do_not_merge():
     X, _ = _crescents(0)
     est = _fit(X, 2, 0, covariance_type="spherical")
-    assert not est.merge_heads_ and est.merge_heads_reason_.startswith("not merged: only")
+    assert not est.merge_heads_
+    assert est.merge_heads_reason_.startswith("not merged: only the default")
     np.testing.assert_array_equal(est.heads_, est.cluster_centers_)
 
 

@@ -79,7 +79,6 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-import torch
 from sklearn.base import (
     BaseEstimator,
     ClassNamePrefixFeaturesOutMixin,
@@ -104,10 +103,10 @@ from .estimator_fits import (
 )
 from .estimator_params import check_params, param_names, parameters
 from .k_choice import choose_n_clusters, warn_if_weak
-from .likelihood import LikelihoodMixin, inertia, spherical_log_density
+from .likelihood import LikelihoodMixin, inertia
 from .noise_head import check_noise_head, fit_noise_head
 from .plan import FitPlan, anneal_stages, resolve
-from .predictions import LayerPredictionsMixin
+from .predictions import LayerPredictionsMixin, MergedHeadsMixin
 from .rows import fit_threads
 from .shape_choice import ShapeChoice, fit_chosen_shape, given_shape
 from .warm_start import auto_inverse_temperature
@@ -120,15 +119,13 @@ __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperat
 _FIT_ONLY_SOME = ("stream_state_", "covariances_", "precisions_", "precisions_cholesky_",
                   "weights_", "covariance_floor_", "noise_weight_", "noise_log_density_",
                   "heads_", "head_labels_", "merge_heads_", "merge_heads_reason_")
-# the shaped heads' arrays, which a merge of spherical heads replaces
-_SHAPED_ARRAYS = ("covariances_", "precisions_", "precisions_cholesky_", "weights_",
-                  "covariance_floor_")
 # the fitted arrays kept in the dtype of the rows given to fit
 _FITTED_ARRAYS = ("cluster_centers_", "covariances_", "precisions_", "precisions_cholesky_",
                   "weights_", "covariance_floor_", "mean_", "heads_")
 
 
-class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodMixin,
+class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictionsMixin,
+                          LikelihoodMixin,
                           ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
                           BaseEstimator):
     """Clustering by a trained K-head attention layer.
@@ -264,16 +261,12 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
         (:mod:`attnclust.cluster.noise_head`; ``docs/guide/shaped-heads.md``: what it
         gains and loses, measured). Rows held by one process on the CPU.
     merge_heads : "auto", bool or MergeSettings, default="auto"
-        Clusters of any shape (rings, crescents, spirals): the default fit with a given
-        ``K`` also fits more spherical heads than clusters (on at most 3,000 of the
-        rows, drawn with ``random_state``) and joins them into ``K`` clusters by the
-        overlap of their attention (:mod:`attnclust.cluster.merge`). ``"auto"``: the
-        merged clusters replace the ``K``-head fit when the normalized cut of the heads'
-        overlap graph is below 0.05 times the ``K``-head fit's (on Gaussian clusters it
-        is not, and the fit is unchanged); ``True``: always; ``False``: never; a
-        :class:`~attnclust.cluster.merge.MergeSettings`: ``"auto"`` with those settings.
-        ``merge_heads_reason_`` says why (``docs/guide/clusters-of-any-shape.md``). Only
-        the default fit merges (``True`` elsewhere is an error); ``partial_fit`` never.
+        Clusters of any shape (the default fit, given ``K``): more spherical heads than
+        clusters, fitted on at most 3,000 rows, are joined into ``K`` clusters by the
+        overlap of their attention (:mod:`attnclust.cluster.merge`), and replace the
+        ``K``-head fit (``"auto"``) when the normalized cut of the heads' overlap graph is
+        below 0.05 times the ``K``-head fit's; ``True``: always (the default fit only);
+        ``False``: never; a ``MergeSettings``: ``"auto"`` with those settings.
 
     Attributes
     ----------
@@ -316,19 +309,14 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
     float64), as do ``predict_proba``, ``transform`` and ``layer_output``.
     covariance_floor_ : ndarray of shape (n_features,)
         Shaped heads only: the floor added to every covariance's diagonal.
-    heads_ : ndarray of shape (n_heads, n_features)
-        The heads of the fit: the merged heads when ``merge_heads_``, else
-        ``cluster_centers_``. Merged, ``cluster_centers_`` are the means of each cluster's
-        rows, ``inverse_temperature_`` the heads' (one spherical metric,
-        ``covariance_type_`` ``"spherical"``), ``predict_proba`` sums each cluster's heads'
-        attention (``predict`` and ``labels_`` its argmax), and ``score_samples`` is the
-        equal-weight mixture of ``N(mu_h, I / lambda)`` over the heads.
-    head_labels_ : ndarray of shape (n_heads,)
-        The cluster of each head.
-    merge_heads_ : bool
-        Whether the heads were merged.
-    merge_heads_reason_ : str
-        Why: the two normalized cuts compared, or why no merge was tried.
+    heads_, head_labels_ : ndarray of shape (n_heads, n_features) and (n_heads,)
+        The heads and the cluster of each: merged heads when ``merge_heads_``, else
+        ``cluster_centers_`` and ``0..K-1``. Merged, ``cluster_centers_`` are the means of
+        the clusters' rows, ``inverse_temperature_`` the heads' (``covariance_type_``
+        ``"spherical"``), ``predict_proba`` sums each cluster's heads' attention
+        (``predict``, ``labels_``: its argmax), ``score_samples`` is the heads' mixture.
+    merge_heads_, merge_heads_reason_ : bool, str
+        Whether the heads were merged, and why (the normalized cuts compared).
     covariance_type_ : str
         The heads' shape fitted: ``covariance_type``, or the one ``"auto"`` chose.
     covariance_type_reason_ : str
@@ -470,6 +458,8 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
         K = self._choose_n_clusters(X, plan) if plan.n_clusters is None else plan.n_clusters
         with fit_threads(plan.device) as workers:
             rows = self._fit(X, comm, workers, weights, plan.with_clusters(K))
+            if not self.merge_heads_:               # one head per cluster
+                self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(K)
             self.inertia_ = inertia(rows, self.cluster_centers_, self.labels_)
         self.n_clusters_ = K
         for name in _FITTED_ARRAYS:     # in the data's dtype, as KMeans and GaussianMixture
@@ -541,12 +531,11 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
         report = Reporter(plan.callback, plan.verbose)
         S, Sw, start, lam = plan.warm_start(rows, gen)
         self.merge_heads_, self.merge_heads_reason_ = False, "not merged: " + (
-            "merge_heads=False" if self.merge_heads is False else
-            "only the default fit (covariance_type='auto', given K, one process) merges")
+            "merge_heads=False" if self.merge_heads is False else "only the default fit, "
+            "given K, on one process, merges")
         if plan.covariance.shaped:
             self._record_shape(given_shape(plan))
             self._store(fit_shaped(rows, start.heads, plan, report=report))
-            self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(plan.n_clusters)
             return rows
         end = solve(S, Sw, rows, start, lam, plan, gen=gen, report=report)
         if plan.noise_head:
@@ -555,7 +544,6 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
             self.noise_weight_, self.noise_log_density_ = noise.noise_weight, \
                 noise.noise_log_density
             self._store(noise.fitted)
-            self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(plan.n_clusters)
             return rows
         fitted, choice = (fit_chosen_shape(rows, end, plan, gen=gen, report=report)
                           if plan.chooses_shape else (None, given_shape(plan)))
@@ -570,49 +558,22 @@ class AttentionClustering(RenamedParamsMixin, LayerPredictionsMixin, LikelihoodM
                                inverse_temperature=self.inverse_temperature_, stacklevel=3)
         if self.merge_heads is not False and plan.chooses_shape and rows.comm.world == 1:
             self._merge_heads(rows, gen)
-        else:
-            self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(plan.n_clusters)
         return rows
 
     def _merge_heads(self, rows, gen: np.random.Generator) -> None:
-        """More heads than clusters, merged into ``K`` clusters when their overlap graph
-        says so (:func:`~attnclust.cluster.estimator_fits.fit_merge`); merged, the fitted
-        attributes become the clusters' and the heads' (one spherical metric)."""
+        """Heads merged into clusters where the data say so (:func:`fit_merge`); then the
+        fitted attributes are the clusters' and the heads' (one spherical metric)."""
         merge, fitted = fit_merge(rows, self.labels_, len(self.cluster_centers_),
                                   self.merge_heads, gen=gen)
         self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
-        if fitted is None:
-            self.heads_ = self.cluster_centers_
-            self.head_labels_ = np.arange(len(self.cluster_centers_))
-            return
-        for name, value in fitted._asdict().items():
-            setattr(self, name, value)
-        for name in _SHAPED_ARRAYS:             # the heads are spherical
-            self.__dict__.pop(name, None)
-        self._plan = self._plan.with_covariance(Spherical())
-        self.covariance_type_reason_ = (f"heads merged ({merge.reason}); the "
-                                        f"{len(self.cluster_centers_)}-head fit chose "
-                                        f"{self.covariance_type_}: "
-                                        f"{self.covariance_type_reason_}")
-        self.covariance_type_ = "spherical"
-
-    def _merged(self) -> bool:
-        return bool(self.__dict__.get("merge_heads_", False))
-
-    def _log_density(self, X: torch.Tensor) -> torch.Tensor:
-        """``log p(x)`` of preprocessed rows; merged heads: the equal-weight mixture of
-        ``N(mu_h, I / lambda)`` over every head (:mod:`attnclust.cluster.likelihood`)."""
-        if not self._merged():
-            return super()._log_density(X)
-        heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64), device=X.device)
-        return spherical_log_density(X, heads, self.inverse_temperature_)
-
-    def _n_parameters(self) -> int:
-        """Free parameters of the fitted mixture; merged heads: ``m d`` means and
-        ``lambda``."""
-        if not self._merged():
-            return super()._n_parameters()
-        return int(self.heads_.size) + 1
+        if fitted is not None:
+            self.__dict__.update(fitted._asdict())
+            for name in _FIT_ONLY_SOME[1:6]:        # the shaped heads' arrays: none now
+                self.__dict__.pop(name, None)
+            self._plan = self._plan.with_covariance(Spherical())
+            self.covariance_type_reason_ = (f"heads merged ({merge.reason}); the K-head "
+                                            f"fit chose {self.covariance_type_reason_}")
+            self.covariance_type_ = "spherical"
 
     def _record_shape(self, choice: ShapeChoice) -> None:
         """The heads' shape of the fit (``covariance_type_``), why (the reason), the

@@ -35,11 +35,40 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..study.heads import softmax_heads
 from .estimator_fits import shaped_log_joint
-from .likelihood import squared_distances
+from .likelihood import spherical_log_density, squared_distances
 from .noise_head import NOISE_LABEL
 from .rows import chunk_rows, fit_threads
 
-__all__ = ["LayerPredictionsMixin"]
+__all__ = ["LayerPredictionsMixin", "MergedHeadsMixin"]
+
+
+class MergedHeadsMixin:
+    """The logits and the likelihood of a fit whose heads were merged into clusters
+    (``merge_heads_``, :mod:`attnclust.cluster.merge`); other fits go to the next class
+    (:class:`LayerPredictionsMixin`'s logits, the likelihood mixin's mixture)."""
+
+    def _merged_logits(self, X: torch.Tensor) -> torch.Tensor:
+        """A cluster's logit: the log-sum-exp of its heads' logits, so that its attention
+        is the sum of theirs."""
+        heads = torch.as_tensor(self.heads_, dtype=torch.float64, device=X.device)
+        logits = self._plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+        labels = torch.as_tensor(self.head_labels_, device=X.device)
+        return torch.stack([torch.logsumexp(logits[:, labels == c], 1)
+                            for c in range(len(self.cluster_centers_))], 1)
+
+    def _log_density(self, X: torch.Tensor) -> torch.Tensor:
+        """``log p(x)`` of preprocessed rows; merged: the equal-weight mixture of
+        ``N(mu_h, I / lambda)`` over every head."""
+        if not self.__dict__.get("merge_heads_", False):
+            return super()._log_density(X)
+        heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64), device=X.device)
+        return spherical_log_density(X, heads, self.inverse_temperature_)
+
+    def _n_parameters(self) -> int:
+        """Free parameters of the fitted mixture; merged: ``m d`` means and ``lambda``."""
+        if not self.__dict__.get("merge_heads_", False):
+            return super()._n_parameters()
+        return int(self.heads_.size) + 1
 
 
 class LayerPredictionsMixin:
@@ -58,15 +87,6 @@ class LayerPredictionsMixin:
             if self.__dict__.get("merge_heads_", False):
                 return self._merged_logits(X)
             return plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
-
-    def _merged_logits(self, X: torch.Tensor) -> torch.Tensor:
-        """Merged heads (:mod:`attnclust.cluster.merge`): a cluster's logit is the
-        log-sum-exp of its heads' logits, so that its attention is the sum of theirs."""
-        heads = torch.as_tensor(self.heads_, dtype=torch.float64, device=X.device)
-        logits = self._plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
-        labels = torch.as_tensor(self.head_labels_, device=X.device)
-        return torch.stack([torch.logsumexp(logits[:, labels == c], 1)
-                            for c in range(len(self.cluster_centers_))], 1)
 
     def _by_chunks(self, X, fn, *, keep_dtype: bool = False) -> np.ndarray:
         """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
