@@ -10,6 +10,7 @@ from __future__ import annotations
 GALLERY_ORDER = [
     "plot_quickstart.py",         # cluster an array: a given K, then K chosen
     "plot_real_data.py",          # scikit-learn's tables, against KMeans
+    "plot_any_shape.py",          # rings, crescents, spirals: heads merged into clusters
     "plot_geometry.py",           # cells against cones
     "plot_in_context.py",         # identity attention
     "plot_running_example.py",    # the study's two heads on the population risk

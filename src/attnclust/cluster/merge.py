@@ -261,7 +261,8 @@ def normalized_cut(overlap: np.ndarray, labels: np.ndarray) -> float:
         inside = labels == c
         volume = float(degree[inside].sum())
         if volume > 0:
-            total += (volume - float(overlap[np.ix_(inside, inside)].sum())) / volume
+            cut = volume - float(overlap[np.ix_(inside, inside)].sum())
+            total += max(cut, 0.0) / volume               # not below 0 by rounding
     return total
 
 
