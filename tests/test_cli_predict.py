@@ -137,3 +137,21 @@ def test_noise_column_makes_the_argmax_the_label(tmp_path):
     assert (labels == -1).sum() > 20
     np.testing.assert_allclose(P.sum(1), 1.0, rtol=0, atol=8 * np.finfo(float).eps)
     np.testing.assert_array_equal(np.where(P.argmax(1) == 2, -1, P.argmax(1)), labels)
+
+
+def test_summary_json_says_when_heads_merged(tmp_path):
+    from sklearn.datasets import make_moons
+
+    X, _ = make_moons(600, noise=0.05, random_state=0)
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "--out", str(tmp_path / "r"),
+                 "--quiet"]) == 0
+    record = json.loads((tmp_path / "r.summary.json").read_text())
+    est = ac.AttentionClustering(2, random_state=0).fit(X)
+    assert record["merge_heads"] is bool(est.merge_heads_) is True
+    assert record["n_heads"] == len(est.heads_) > 2
+    assert record["merge_heads_reason"] == est.merge_heads_reason_
+    # predict on the model file merges as the estimator does
+    assert main(["predict", str(tmp_path / "r.model.npz"), str(tmp_path / "x.npy"),
+                 "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"), est.labels_)

@@ -108,6 +108,9 @@ def fit_record(args, est, *, n: int, d: int, features: list[str], notes: list[st
         "n_clusters_reason": getattr(est, "n_clusters_reason_", None),
         "covariance_type": getattr(est, "covariance_type_", "spherical"),
         "covariance_type_reason": getattr(est, "covariance_type_reason_", None),
+        "merge_heads": bool(getattr(est, "merge_heads_", False)),
+        "merge_heads_reason": getattr(est, "merge_heads_reason_", None),
+        "n_heads": int(len(getattr(est, "heads_", est.cluster_centers_))),
         "inverse_temperature": float(est.inverse_temperature_),
         "converged": bool(est.converged_), "n_iter": int(est.n_iter_),
         "noise_rows": noise_rows, "noise_weight": attr("noise_weight_"),
@@ -154,7 +157,7 @@ def head_line(n: int, d: int, n_clusters: int, *, weights, inverse_temperature: 
 
 def choice_lines(est) -> str:
     """What the fit chose, a line each: ``K`` with ``-k auto``, the heads' shape with
-    ``--covariance-type auto``, and why."""
+    ``--covariance-type auto`` (or heads merged into clusters), and why."""
     from ..cluster.covariance import as_covariance_type
 
     lines = ""
