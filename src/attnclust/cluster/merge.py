@@ -50,9 +50,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .kmeans.batch import best_of_seedings
-
-__all__ = ["MergeSettings", "HeadMerge", "n_heads", "head_attention", "head_overlap",
+__all__ = ["MergeSettings", "HeadMerge", "n_heads", "tile_heads", "head_attention", "head_overlap",
            "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "merge_heads",
            "cluster_membership"]
 
@@ -68,11 +66,12 @@ class MergeSettings:
     heads_per_cluster, min_heads, rows_per_head : int
         ``m = min(max(heads_per_cluster * K, min_heads), n // rows_per_head)`` heads
         (defaults 6, 30 and 5); no merge when that is not more than ``K``.
-    max_rows : int
-        The heads and their overlap are fitted on at most this many rows (a seeded
-        sample), so that the merge costs little beside the fit (default 3,000).
+    sample_per_head, max_rows : int
+        The heads and their overlap are fitted on at most ``min(sample_per_head * m,
+        max_rows)`` rows (a seeded sample; defaults 20 and 3,000), so that the merge's cost
+        grows with the heads, not with the rows.
     max_iter : int
-        Lloyd steps of the heads' k-means (default 10: the heads tile the data, they need
+        Lloyd steps of the heads' k-means (default 5: the heads tile the data, they need
         not converge).
     temperature : float
         ``t``: the attention's variance over the heads' mean squared distance (default
@@ -99,15 +98,17 @@ class MergeSettings:
     heads_per_cluster: int = 6
     min_heads: int = 30
     rows_per_head: int = 5
+    sample_per_head: int = 20
     max_rows: int = 3000
-    max_iter: int = 10
+    max_iter: int = 5
     temperature: float = 0.5
     gini_threshold: float = 0.3
     linkage: str = "single"
     cut_ratio: float = 0.05
 
     def __post_init__(self):
-        for name in ("heads_per_cluster", "min_heads", "rows_per_head", "max_rows", "max_iter"):
+        for name in ("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head",
+                     "max_rows", "max_iter"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
@@ -152,6 +153,47 @@ def _squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
     d2 = np.einsum("nd,nd->n", X, X)[:, None] - 2.0 * X @ heads.T \
         + np.einsum("md,md->m", heads, heads)[None]
     return np.maximum(d2, 0.0)                               # (n, m)
+
+
+def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_iter: int = 5,
+               weights: np.ndarray | None = None, pool: int = 4) -> np.ndarray:
+    """``n_heads`` heads ``(m, d)`` that tile the rows ``X`` ``(n, d)``: k-means++ seeding
+    (one draw per head) among ``pool * m`` rows drawn at random, then ``max_iter``
+    (weighted) Lloyd steps on all rows. The heads need not converge: they only pave the
+    data finely enough for their overlap to trace its shape.
+
+    Examples
+    --------
+    >>> X = np.repeat(np.arange(10.0), 20)[:, None]          # 10 distinct values
+    >>> heads = tile_heads(X, 10, np.random.default_rng(0), max_iter=10)
+    >>> np.sort(heads[:, 0]).round(6).tolist() == np.arange(10.0).tolist()
+    True
+    """
+    n, m = X.shape[0], int(n_heads)
+    positive = n if weights is None else int(np.count_nonzero(weights))
+    if pool * m < positive:
+        draw = None if weights is None else weights / weights.sum()
+        P = X[np.sort(rng.choice(n, pool * m, replace=False, p=draw))]
+    else:
+        P = X if weights is None else X[weights > 0]
+    D = _squared_distances(P, P)                             # (p, p)
+    pick = [int(rng.integers(len(P)))]
+    nearest = D[pick[0]].copy()
+    for u in rng.random(m - 1):                              # k-means++: D^2 draws
+        total = np.cumsum(nearest)
+        if total[-1] <= 0:                                   # fewer distinct rows than heads
+            break
+        pick.append(min(int(np.searchsorted(total, u * total[-1])), len(P) - 1))
+        np.minimum(nearest, D[pick[-1]], out=nearest)
+    heads = P[pick].copy()
+    for _ in range(max_iter):
+        near = (np.einsum("md,md->m", heads, heads)[None] - 2.0 * X @ heads.T).argmin(1)
+        member = np.zeros((len(heads), n))                   # (m, n), the rows' weights
+        member[near, np.arange(n)] = 1.0 if weights is None else weights
+        mass = member.sum(1)
+        moved = mass > 0
+        heads[moved] = (member[moved] @ X) / mass[moved, None]
+    return heads
 
 
 def head_attention(X: np.ndarray, heads: np.ndarray, variance: float) -> np.ndarray:
@@ -213,6 +255,9 @@ def gini_linkage(similarity: np.ndarray, sizes, n_clusters: int, *,
     >>> gini_linkage(S, [50, 50, 50, 1], 2, gini_threshold=0.2).tolist()
     [0, 0, 1, 1]
     """
+    if linkage == "single":
+        return _single_genie(np.asarray(similarity, dtype=np.float64), sizes, int(n_clusters),
+                             gini_threshold)
     C = np.array(similarity, dtype=np.float64, copy=True)
     m = len(C)
     np.fill_diagonal(C, -np.inf)
@@ -240,6 +285,44 @@ def gini_linkage(similarity: np.ndarray, sizes, n_clusters: int, *,
         count[a] += count[b]
         group[group == b] = a
     _, labels = np.unique(group, return_inverse=True)
+    return labels.astype(np.int64)
+
+
+def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) -> np.ndarray:
+    """Single linkage under Genie's constraint along the maximum spanning tree of ``S``
+    (Prim's):
+    the most similar pair of two groups is joined by a tree edge (an edge of largest
+    similarity across any cut is in that tree), so the edges, most similar first, are the
+    only candidates (Gagolewski et al. 2016). A Python loop over at most ``m`` edges."""
+    m = len(S)
+    inside, parent = np.zeros(m, dtype=bool), np.zeros(m, dtype=np.int64)
+    best = S[0].astype(np.float64, copy=True)                # Prim's tree, from item 0
+    inside[0], best[0] = True, -np.inf
+    ends = []
+    for _ in range(m - 1):
+        j = int(np.argmax(best))
+        ends.append((int(parent[j]), j))
+        inside[j], best[j] = True, -np.inf
+        closer = (S[j] > best) & ~inside
+        best[closer], parent[closer] = S[j][closer], j
+    weight = [-S[a, b] for a, b in ends]
+    edges = [ends[e] for e in sorted(range(m - 1), key=weight.__getitem__)]  # stable
+    leader, members = list(range(m)), [[i] for i in range(m)]
+    size = dict(enumerate(np.asarray(sizes, dtype=np.float64).tolist()))
+    while len(size) > n_clusters and edges:
+        s = sorted(size.values())
+        k, total = len(s), sum(s)
+        pick = 0
+        if total > 0 and sum((2 * i - k + 1) * v for i, v in enumerate(s)) \
+                > gini_threshold * (k - 1) * total:          # Gini index above the threshold
+            pick = next(e for e, (a, b) in enumerate(edges)
+                        if s[0] in (size[leader[a]], size[leader[b]]))
+        a, b = sorted(leader[i] for i in edges.pop(pick))
+        for i in members[b]:
+            leader[i] = a
+        members[a] += members[b]
+        size[a] += size.pop(b)
+    _, labels = np.unique(leader, return_inverse=True)
     return labels.astype(np.int64)
 
 
@@ -287,10 +370,10 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     """Fit ``m`` heads to the rows ``X`` ``(n, d)``, merge them into ``n_clusters`` groups
     and decide whether the merge beats the ``K``-cluster partition ``labels`` ``(n,)``.
 
-    The heads are the k-means of at most ``settings.max_rows`` rows (a sample drawn with
-    ``rng``; one k-means++ seeding, ``settings.max_iter`` Lloyd steps); the overlap, the
-    linkage and the cuts are computed on the same rows (module docstring). ``force``:
-    keep the merge whatever the cuts say.
+    The heads tile at most ``min(sample_per_head * m, max_rows)`` rows (a sample drawn
+    with ``rng``; :func:`tile_heads`); the overlap, the linkage and the cuts are computed
+    on the same rows (module docstring), so the cost grows with the heads, not with the
+    rows. ``force``: keep the merge whatever the cuts say.
 
     Returns
     -------
@@ -317,17 +400,20 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
         return HeadMerge(np.empty((0, X.shape[1])), np.empty(0, np.int64), np.nan, False,
                          np.nan, np.nan, f"not merged: {n} rows give no more heads than "
                          f"clusters ({m} <= {K})")
-    take = np.sort(rng.choice(n, settings.max_rows, replace=False)) \
-        if n > settings.max_rows else np.arange(n)
+    cap = min(settings.max_rows, settings.sample_per_head * m)
+    take = np.sort(rng.choice(n, cap, replace=False)) if n > cap else np.arange(n)
     S, z = np.asarray(X[take], dtype=np.float64), np.asarray(labels)[take]
     w = None if weights is None else np.asarray(weights, dtype=np.float64)[take]
-    fit = best_of_seedings(S, m, 1, rng, max_iter=settings.max_iter, weights=w)
-    heads = np.asarray(fit.heads, dtype=np.float64)
-    d2 = _squared_distances(S, heads)
+    heads = tile_heads(S, m, rng, max_iter=settings.max_iter, weights=w)
+    m = len(heads)
+    d2 = _squared_distances(S, heads)                        # (n, m)
     nearest = d2.argmin(1)
     spread = float(np.average(d2[np.arange(len(S)), nearest], weights=w))
     variance = settings.temperature * max(spread, np.finfo(np.float64).tiny)
-    overlap = head_overlap(head_attention(S, heads, variance), w)
+    logits = d2 / (-2.0 * variance)
+    logits -= logits.max(1, keepdims=True)
+    A = np.exp(logits)
+    overlap = head_overlap(A / A.sum(1, keepdims=True), w)   # head_attention, d2 reused
     root = np.sqrt(np.maximum(np.diag(overlap), np.finfo(np.float64).tiny))
     sizes = np.bincount(nearest, weights=w, minlength=m)
     head_labels = gini_linkage(overlap / root[:, None] / root[None], sizes, K,
