@@ -10,14 +10,26 @@ n_clusters="auto")`` (the default, which also chooses the shape; and with
 ``covariance_type="spherical"`` and ``"full"``), the
 path's widest plateau (the rule before this criterion, :mod:`attnclust.cluster.cluster_choice`,
 then the default fit at that K), BIC over ``GaussianMixture`` (full and spherical, K =
-1..max), the best silhouette of ``KMeans(n_init=10)`` (K = 2..max), the gap statistic
-(``KMeans(n_init=3)``, 10 uniform references in the principal box, Tibshirani's
-one-standard-error rule) and ``BayesianGaussianMixture`` (full, ``max`` components,
-K = the components that hold a row); the time of the auto fit over the BIC-full sweep.
+1..max), the best silhouette of ``KMeans(n_init=10)`` (K = 2..max), ``HDBSCAN()`` (its
+noise one more label), the gap statistic (``KMeans(n_init=3)``, 10 uniform references
+in the principal box, Tibshirani's one-standard-error rule) and
+``BayesianGaussianMixture`` (full, ``max`` components, K = the components that hold a
+row); the time of the auto fit over the BIC-full sweep.
 ``one cluster``: how often each method finds K >= 2 in one Gaussian (2-D, 5-D), a
 uniform square and an elongated Gaussian (5:1), 500 rows, ``ONE_SEEDS`` each.
 ``--quick``: one seed per family, 3 per one-cluster kind, 6 mixtures per ``d``, and only
 the peers of ``QUICK_PEERS`` (the silhouette, gap and BayesianGMM sweeps take minutes).
+
+``dev battery``: the public development battery (``bench_peers.py``: ``.npz`` sets in
+``$ATTNCLUST_DEV_DATA`` or ``../shared/datasets/dev``), its sets with 2 to 12 clusters,
+``DEV_SEEDS`` seeds each (one with ``--quick``, on ``bench_peers.QUICK``), with
+``max_clusters = max(10, 2K)``: ``n_clusters="auto"`` against BIC over
+``GaussianMixture(full)`` (``d <= 64``), the best silhouette of ``KMeans(n_init=3)`` and
+``HDBSCAN()`` (its defaults; the rows it calls noise are one more label in the ARI, and
+not a cluster in its K); per group of sets (2-D and 3-D artificial, real-world) and
+overall, mean ARI (noise rows of the labels not scored), exact K and the answers K = 1;
+the time of each over the BIC sweep's (sums). The battery's one-cluster set (golfball)
+and the one-cluster kinds above plus a ring: how often each answers K = 1.
 
 ``auto K``: mixtures of 2-10 isotropic blobs of unequal spread (0.6-1.4 times a unit
 sigma; 100-300 rows each), centres drawn in a box and at least 5 sigma apart, in d = 2,
@@ -39,12 +51,13 @@ thread; the path is the cost).
 
 from __future__ import annotations
 
+import json
 import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
-from sklearn.cluster import KMeans
+from sklearn.cluster import HDBSCAN, KMeans
 from sklearn.decomposition import PCA
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 from sklearn.mixture import BayesianGaussianMixture, GaussianMixture
@@ -56,6 +69,8 @@ from attnclust.cluster.cluster_choice import choose_from_path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_battery import _fit, datasets  # noqa: E402
+from bench_peers import GMM_MAX_D, data_folder  # noqa: E402
+from bench_peers import datasets as dev_datasets  # noqa: E402
 
 SEEDS = range(4)
 ONE_SEEDS = range(25)
@@ -282,13 +297,18 @@ def _auto(cov):
     return fit
 
 
+def _hdbscan(X, top):
+    labels = HDBSCAN().fit_predict(X)
+    return len(np.unique(labels[labels >= 0])), labels
+
+
 QUICK_PEERS = ("auto", "auto, spherical", "auto, full", "BIC full",  # --quick: the fast ones
-               "BIC spherical")
+               "BIC spherical", "HDBSCAN")
 PEERS = {"auto": _auto("auto"), "auto, spherical": _auto("spherical"),
          "auto, full": _auto("full"), "path rule": _path_rule,
          "BIC full": lambda X, top: _bic(X, top, "full"),
          "BIC spherical": lambda X, top: _bic(X, top, "spherical"),
-         "silhouette": _silhouette, "gap": _gap, "BayesianGMM": _bgmm}
+         "silhouette": _silhouette, "gap": _gap, "BayesianGMM": _bgmm, "HDBSCAN": _hdbscan}
 
 
 def _peers(quick: bool) -> dict:
@@ -340,16 +360,106 @@ def one_cluster_rows(quick: bool) -> list[dict]:
     return rows
 
 
+DEV_SEEDS = range(5)
+DEV_PEERS = ("auto", "BIC full", "silhouette", "HDBSCAN")
+
+
+def _silhouette3(X, top):
+    """The best silhouette of ``KMeans(n_init=3)`` over ``K = 2..top``."""
+    runs = [KMeans(k, n_init=3, random_state=0).fit_predict(X) for k in range(2, top + 1)]
+    scores = [silhouette_score(X, r, sample_size=min(len(X), 3000), random_state=0)
+              for r in runs]
+    return 2 + int(np.argmax(scores)), runs[int(np.argmax(scores))]
+
+
+def _dev_methods(seed: int, d: int) -> dict:
+    def auto(X, top):
+        est = ac.AttentionClustering("auto", max_clusters=top, random_state=seed).fit(X)
+        return est.n_clusters_, est.labels_
+    methods = {"auto": auto, "silhouette": _silhouette3, "HDBSCAN": _hdbscan}
+    if d <= GMM_MAX_D:
+        methods["BIC full"] = lambda X, top: _bic(X, top, "full")
+    return methods
+
+
+def dev_rows(quick: bool) -> list[dict]:
+    """The development battery (module docstring): per group and overall, per method,
+    ``exact/sets mean-ARI K=1:count``; the times over the BIC sweep's; the one-cluster
+    sets' share of K = 1 answers."""
+    folder = data_folder()
+    if folder is None:
+        return [{"dev set": "not found: set ATTNCLUST_DEV_DATA (bench_peers.py)"}]
+    per: dict[str, dict[str, list]] = {}
+    seconds = dict.fromkeys(DEV_PEERS, 0.0)
+    seeds = range(1) if quick else DEV_SEEDS
+    for _, group, X, y in dev_datasets(folder, quick):
+        keep = y > 0
+        K = len(np.unique(y[keep]))
+        if K > 12:
+            continue
+        top = max(10, 2 * K)
+        for seed in seeds:
+            methods = _dev_methods(seed, X.shape[1])
+            for method, fit in methods.items():
+                (k, labels), t = _fit(lambda X, fit=fit, top=top: fit(X, top), X)
+                if "BIC full" in methods:           # the times of the sets BIC runs on
+                    seconds[method] += t
+                ari = adjusted_rand_score(y[keep], labels[keep])
+                for g in (group, "all"):
+                    per.setdefault(g, {}).setdefault(method, []).append((k == K, ari, k == 1))
+    rows = []
+    for group, methods in sorted(per.items(), key=lambda item: item[0] == "all"):
+        row = {"dev set": group}
+        for method, got in methods.items():
+            hits, ari, ones = (np.array(v) for v in zip(*got, strict=True))
+            row[method] = f"{int(hits.sum())}/{len(hits)} {ari.mean():.3f} K=1:{int(ones.sum())}"
+        rows.append(row)
+    rows.append({"dev set": "time / BIC full (sets with d <= 64)",
+                 **{m: f"{t / seconds['BIC full']:.2f}" for m, t in seconds.items()
+                    if seconds["BIC full"] > 0}})
+    return rows + _one_cluster_dev_rows(folder, seeds)
+
+
+def _one_cluster_dev_rows(folder, seeds) -> list[dict]:
+    """K = 1 answers on one cluster: the battery's one-cluster sets, the kinds of
+    :func:`one_cluster` and a noisy ring."""
+    sets = []
+    index = json.loads((folder / "index.json").read_text())
+    for name in index:
+        with np.load(folder / f"{name}.npz") as f:
+            X, y = f["X"].astype(np.float64), f["y"]
+        if len(np.unique(y[y > 0])) == 1:
+            sets.append((name, lambda seed, X=X: X))
+    sets += [(kind, lambda seed, kind=kind: one_cluster(kind, seed)) for kind in ONE]
+    sets.append(("ring", _ring))
+    rows = []
+    for name, make in sets:
+        ones = dict.fromkeys(DEV_PEERS, 0)
+        for seed in seeds:
+            X = make(seed)
+            for method, fit in _dev_methods(seed, X.shape[1]).items():
+                ones[method] += _fit(lambda X, fit=fit: fit(X, 10), X)[0][0] == 1
+        rows.append({"one cluster": name, **{m: f"K=1 {c}/{len(seeds)}"
+                                             for m, c in ones.items()}})
+    return rows
+
+
+def _ring(seed: int, n: int = 500) -> np.ndarray:
+    rng = np.random.default_rng([seed, 78])
+    angle = rng.uniform(0, 2 * np.pi, n)
+    return np.c_[np.cos(angle), np.sin(angle)] + rng.normal(0, 0.1, (n, 2))
+
+
 def run(quick: bool = False) -> list[dict]:
     with threadpool_limits(1), torch_threads(1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return (auto_k_rows(quick) + real_like_rows(quick) + one_cluster_rows(quick)
-                + anneal_rows(quick))
+                + anneal_rows(quick) + dev_rows(quick))
 
 
 if __name__ == "__main__":
     from attnclust._bench import format_table
 
     rows = run(quick="--quick" in sys.argv)
-    for key in ("d", "family", "one cluster", "data"):
+    for key in ("d", "family", "one cluster", "data", "dev set"):
         print(format_table([r for r in rows if key in r]))

@@ -262,20 +262,25 @@ def _one_cluster(kind, seed, n=500):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["gaussian", "uniform", "elongated"])
 def test_no_structure_test_on_one_cluster_data(kind):
-    """The false-positive rate of the structure test on one-cluster data, 10 fixed seeds
-    (the benchmark's 25 seeds are in docs/guide/temperature-path.md): a Gaussian blob,
-    round or elongated 5:1, gives z far below 0 (its cells remove less scatter than a
-    uniform's), so never K >= 2; a uniform square is the test's null (z near N(0, 1): its
-    mean was 0.55 over 300 squares, K* being the K whose cells fit best), where z > 3 has
-    probability about 0.02 per set (6 of those 300); none of these 10."""
-    from attnclust.cluster.k_choice import choose_n_clusters
+    """One-cluster data, 10 fixed seeds. A Gaussian blob, round or elongated 5:1, gives
+    ``z`` far below 0 (its cells remove less scatter than a uniform's) and one Gaussian
+    has the least BIC: ``K = 1`` on every seed. A uniform square is the structure test's
+    null (``z`` near N(0, 1): its mean was 0.55 over 300 squares, ``K*`` being the ``K``
+    whose cells fit best), but Gaussians fit a flat square better than one does: the BIC
+    splits it, and the choice says it is weak and why (the documented cost of requiring
+    both tests for ``K = 1``)."""
+    from attnclust.cluster.k_choice import STRUCTURE_Z, choose_n_clusters
 
     found = [choose_n_clusters(_one_cluster(kind, s), 10, random_state=s) for s in range(10)]
-    assert all(c.n_clusters == 1 for c in found), [c.reason for c in found]
     zs = np.array([c.structure_z for c in found])
     if kind == "uniform":
         assert abs(zs.mean()) < 3 / np.sqrt(10) + 0.5       # mean of N(0, 1)-like draws
+        split = [c for c in found if c.n_clusters > 1]
+        assert all(c.weak and "no more scatter than in uniform rows" in c.reason
+                   for c in split), [c.reason for c in split]
+        assert all(c.structure_z <= STRUCTURE_Z for c in split)
     else:
+        assert all(c.n_clusters == 1 for c in found), [c.reason for c in found]
         assert zs.max() < 0
 
 
@@ -560,3 +565,52 @@ def test_a_constant_column_changes_no_choice(extra):
     est = ac.AttentionClustering(n_clusters="auto", random_state=0).fit(np.c_[X, column])
     assert est.n_clusters_ == 3
     assert ac.adjusted_rand_index(est.labels_, np.repeat([0, 1, 2], 150)) == 1.0
+
+
+def _dense_disk_in_a_sparse_one(seed):
+    """A dense disk of radius 0.5 inside a sparse disk of radius 3, 500 rows each: two
+    clusters that a user sees, nested, with no convex cut between them."""
+    rng = np.random.default_rng(seed)
+    angle = rng.uniform(0, 2 * np.pi, 1000)
+    radius = np.r_[0.5 * np.sqrt(rng.uniform(0, 1, 500)), 3.0 * np.sqrt(rng.uniform(0, 1, 500))]
+    return np.c_[radius * np.cos(angle), radius * np.sin(angle)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_nested_clusters_are_not_called_structureless(seed):
+    """The gap test alone finds no structure in nested clusters (``z`` far below 0: the
+    k-means cells of a disk in a disk remove less scatter than a uniform's); the BIC of
+    the mixture prefers several Gaussians by far, so ``K >= 2``, said to be weak."""
+    from attnclust.cluster.k_choice import STRUCTURE_Z, choose_n_clusters
+
+    choice = choose_n_clusters(_dense_disk_in_a_sparse_one(seed), 10, random_state=seed)
+    assert choice.structure_z <= STRUCTURE_Z
+    assert choice.bic[0] - choice.bic[1:].min() > 20
+    assert choice.n_clusters >= 2 and choice.weak
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_blobs_over_uniform_noise_are_found(seed):
+    """Three blobs (sd 0.5, 5 apart) under 17% uniform rows over their box: the
+    background takes the noise, and no blob is lost (``K >= 3``; a fourth Gaussian may
+    take a dense patch of the noise)."""
+    from attnclust.cluster.k_choice import choose_n_clusters
+
+    rng = np.random.default_rng(seed)
+    blobs = np.concatenate([rng.normal(c, 0.5, (250, 2)) for c in ([0, 0], [5, 0], [0, 5])])
+    X = np.r_[blobs, rng.uniform(-3, 8, (150, 2))]
+    assert choose_n_clusters(X, 10, random_state=seed).n_clusters in (3, 4)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_tiny_far_cluster_beside_a_large_one_is_a_cluster(seed):
+    """20 rows 30 sd from 10,000 Gaussian rows: the k-means cells of two remove less
+    scatter than a uniform's (the large cluster dominates ``W``), but the BIC of two
+    components is below one's: ``K = 2``, weak, with the reason."""
+    rng = np.random.default_rng(seed)
+    X = np.r_[rng.normal(0, 1, (10_000, 2)), rng.normal(30, 1, (20, 2))]
+    with pytest.warns(ac.WeakChoiceWarning, match="no more scatter than in uniform rows"):
+        est = ac.AttentionClustering("auto", random_state=seed).fit(X)
+    assert est.n_clusters_ == 2
+    assert (est.labels_[-20:] == est.labels_[-1]).all()
+    assert (est.labels_[:-20] != est.labels_[-1]).mean() > 0.99

@@ -64,3 +64,27 @@ def test_missing_or_unsupported_file(tmp_path, capsys):
     assert main(["path", str(tmp_path / "y.json"), "--max-clusters", "2"]) == 2
     assert "unsupported file type" in capsys.readouterr().err
     assert _files(tmp_path) == ["y.json"]
+
+
+def test_path_says_what_fit_k_auto_chooses_and_why_they_differ(two_blobs, tmp_path, capsys):
+    folder = two_blobs.parent
+    assert main(["path", str(two_blobs), "--max-clusters", "4", "--out",
+                 str(folder / "p")]) == 0
+    assert "fit -k auto chooses the same K=2" in capsys.readouterr().out
+    assert main(["fit", str(two_blobs), "-k", "auto", "--max-clusters", "4", "--out",
+                 str(folder / "f"), "--quiet"]) == 0
+    path_json = json.loads((folder / "p.json").read_text())
+    fit_json = json.loads((folder / "f.summary.json").read_text())
+    assert path_json["fit_auto_n_clusters"] == fit_json["n_clusters"] == 2
+    # a uniform square: no plateau of the path, several Gaussians by the BIC; both said
+    np.save(tmp_path / "u.npy", np.random.default_rng(0).uniform(0, 1, (500, 2)))
+    assert main(["path", str(tmp_path / "u.npy"), "--max-clusters", "6", "--out",
+                 str(tmp_path / "u")]) == 0
+    record = json.loads((tmp_path / "u.json").read_text())
+    out = capsys.readouterr().out
+    assert record["chosen_n_clusters"] != record["fit_auto_n_clusters"]
+    assert f"fit -k auto chooses K={record['fit_auto_n_clusters']} instead" in out
+    assert main(["fit", str(tmp_path / "u.npy"), "-k", "auto", "--max-clusters", "6",
+                 "--out", str(tmp_path / "uf"), "--quiet"]) == 0
+    fitted = json.loads((tmp_path / "uf.summary.json").read_text())["n_clusters"]
+    assert fitted == record["fit_auto_n_clusters"]

@@ -79,13 +79,16 @@ def run(args) -> int:
             if bar is not None:
                 bar.close()
         choice = path.choose_n_clusters()
+        auto = _fit_auto_choice(X, args.max_clusters)
         summary = {"data": str(args.data), "n": int(X.shape[0]), "d": int(X.shape[1]),
                    "max_clusters": args.max_clusters, "chosen_n_clusters": choice.n_clusters,
-                   "reason": choice.reason, **path.to_dict()}
+                   "reason": choice.reason, "fit_auto_n_clusters": auto.n_clusters,
+                   "fit_auto_reason": auto.reason, **path.to_dict()}
         fig = path.plot()
         splits = ", ".join(f"{s:.3g}" for s in path.split_inverse_temperatures) or "none"
         line = (f"n={X.shape[0]}  d={X.shape[1]}  splits at lambda = {splits}\n"
                 f"chose K={choice.n_clusters}: {choice.reason}\n"
+                + _agreement(choice.n_clusters, auto) +
                 f"wrote {outputs[0]}, {outputs[1]}")
         try:
             write_all({outputs[0]: lambda p: fig.savefig(p, dpi=120),
@@ -94,3 +97,22 @@ def run(args) -> int:
         finally:
             plt.close(fig)
     return 0
+
+
+def _fit_auto_choice(X, max_clusters: int):
+    """What ``attnclust fit -k auto --max-clusters N`` (seed 0) chooses on the same rows:
+    :func:`~attnclust.cluster.k_choice.choose_n_clusters`, which depends on neither the
+    rows' centre nor their scale, so fit's preprocessing gives the same choice."""
+    from ..cluster.k_choice import choose_n_clusters
+
+    return choose_n_clusters(X, max(2, max_clusters), random_state=0)
+
+
+def _agreement(n_clusters: int, auto) -> str:
+    """A line saying whether ``fit -k auto`` chooses the same ``K``, and why not."""
+    if auto.n_clusters == n_clusters:
+        return (f"fit -k auto chooses the same K={n_clusters} (by its own criterion: the BIC "
+                "of a Gaussian mixture, with a test for no structure)\n")
+    return (f"fit -k auto chooses K={auto.n_clusters} instead: it scores Gaussian mixtures "
+            f"by their BIC ({auto.reason}), where the path reads K off its widest plateau "
+            "of soft k-means\n")
