@@ -440,3 +440,48 @@ def test_the_lean_floor_ratio_is_the_covariance_objects(cov):
     scale = float(np.abs(expected).max())
     np.testing.assert_allclose(floor_ratio(covs, layout, floor), expected, rtol=0,
                                atol=64 * eps() * scale * d)
+
+
+def _radial_pair(seed, d=8, sep=1.5, n=1000):
+    """Two clusters of rows at a Gaussian-distributed distance, in a uniform direction,
+    from centres ``sep`` apart: a density peaked at each centre, with wide tails."""
+    rng = np.random.default_rng(seed)
+    u = rng.standard_normal((n, d))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    y = np.repeat([0, 1], n // 2)
+    return rng.standard_normal((n, 1)) * u + sep * np.eye(d)[0] * y[:, None], y
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_a_shaped_fit_that_parts_cores_from_tails_falls_back_to_spherical(seed, monkeypatch):
+    """Diagonal heads on the cores and on the tails beat two clusters on ICL (ARI about
+    0); the valley between the spherical cells turns them down for the spherical fit."""
+    from attnclust.cluster import valley
+
+    X, y = _radial_pair(seed)
+    est = _fit(X, 2, seed)
+    assert est.covariance_type_ == "spherical"
+    assert "cores from tails" in est.covariance_type_reason_
+    assert adjusted_rand_score(y, est.labels_) > 0.8
+    monkeypatch.setattr(shape_choice, "cores_from_tails", lambda *a, **k: False)
+    collapsed = _fit(X, 2, seed)
+    assert collapsed.covariance_type_ != "spherical"
+    assert adjusted_rand_score(y, collapsed.labels_) < 0.2
+    assert valley.cores_from_tails(X, est.labels_, collapsed.labels_)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_elongated_and_nested_clusters_have_no_valley(seed):
+    """The shaped fits that must stay: sticks touching at their ends, a ball in a shell;
+    the spherical cells cut them with no valley of density between the cells."""
+    from attnclust.cluster.valley import cores_from_tails
+
+    rng = np.random.default_rng(seed)
+    u = rng.normal(size=(400, 3))
+    shell = u / np.linalg.norm(u, axis=1, keepdims=True) * rng.normal(4, 0.3, 400)[:, None]
+    nested = np.r_[rng.normal(0, 0.5, (400, 3)), shell], np.repeat([0, 1], 400)
+    for X, y in (_elongated(seed), nested):
+        est = _fit(X, len(set(y)), seed)
+        assert est.covariance_type_ != "spherical"
+        spherical = _spherical(len(set(y)), seed).fit(X)
+        assert not cores_from_tails(X, spherical.labels_, est.labels_)

@@ -63,6 +63,14 @@ partition's cells is not kept). A stopped run is recorded as ``stopped`` and is 
 chosen; a candidate keeps its run of lower ICL. (Rows on several ranks or a device run
 every candidate from the default partition to its stopping rule.)
 
+**Cores against tails.** On rows read whole, a shaped choice whose partition disagrees
+with the spherical one (ARI below 0.5) while the two closest spherical cells are
+separated by a valley of density is turned down for the spherical fit
+(:func:`~attnclust.cluster.valley.cores_from_tails`): there a narrow head on the clusters'
+cores and a wide one on their tails beat two clusters on likelihood (two clusters of
+rows at a Gaussian-distributed distance from their centres, d >= 8), where nested
+clusters have their density peak between the spherical cells and keep the shaped fit.
+
 With sample weights the criteria's sums are the weighted means times ``n``.
 
 Notation
@@ -100,6 +108,7 @@ from .lean_fits import (
 )
 from .rows import WorkingRows
 from .shaped_fit import data_variance
+from .valley import cores_from_tails
 
 if TYPE_CHECKING:
     from .estimator_fits import Ending
@@ -376,6 +385,12 @@ def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale
     choice = choose_shape(list(scores.values()), skipped)
     if not choice.covariance.shaped:
         return choice, None
+    if not noise and cores_from_tails(lr.X, labels, runs[choice.covariance].em.lj[:K].argmax(0),
+                                      lr.w):
+        return ShapeChoice(Spherical(), f"spherical: {choice.covariance.name} had the least "
+                           "ICL, but its partition parts cores from tails: it disagrees with "
+                           "the spherical cells, which a valley of density separates "
+                           "(attnclust.cluster.valley)", choice.scores), None
     if runs[choice.covariance].from_core:
         choice = choice._replace(reason=choice.reason + (
             f"; {choice.covariance.name} from the density core's start (one head on the "
