@@ -6,9 +6,12 @@ the trained heads (the run with the lowest risk is kept; every run of the figure
 one batched PGD call). We plot their matched distance to the centroids (the *bias* of a
 finite inverse_temperature), the angle between the two heads (90 degrees at the centroids; 0
 when the heads merge) and the distortion ``R`` they reach next to ``R`` at the
-centroids themselves. The dotted lines mark ``lambda = 1/(1 + 2 sigma^2)``, where
-unconstrained soft k-means on this data splits; the angle panel shows where the layer
-on the sphere actually splits, if it does.
+centroids themselves. The dotted lines mark ``lambda = 1/(1 + 2 sigma^2)``, the seeds'
+temperature (``soft_kmeans_split_lambda`` in the results): where unconstrained soft
+k-means with Gibbs weights ``exp(-lambda ||x - mu||^2)`` splits on this data; with this
+layer's logits ``lambda <x, mu_h>`` (weights ``exp(-lambda ||x - mu||^2 / 2)``) the split
+is at twice that, ``1/lambda_max(C) = 2/(1 + 2 sigma^2)`` (figure 10 measures it). The
+angle panel shows where the layer on the sphere actually splits, if it does.
 """
 
 from __future__ import annotations
