@@ -176,6 +176,7 @@ def test_other_fits_do_not_merge():
     (dict(min_heads=0), "min_heads must be an integer >= 1, got 0"),
     (dict(max_rows=2.5), "max_rows must be an integer >= 1, got 2.5"),
     (dict(cut_ratio=-1), "cut_ratio must be a positive number, got -1"),
+    (dict(min_redraw=2), "min_redraw must be in [-1, 1], got 2"),
     (dict(linkage="ward"), "linkage must be one of ('single', 'average'), got 'ward'"),
 ])
 def test_bad_settings(kwargs, message):
@@ -255,6 +256,39 @@ def test_merge_heads_function_and_membership():
     assert adjusted_rand_score(y, P.argmax(1)) > 0.98
     A = head_attention(X, res.heads, res.variance)
     np.testing.assert_allclose(P[:, 0], A[:, res.head_labels == 0].sum(1))
+
+
+def test_a_partition_the_heads_cannot_redraw_is_not_merged():
+    """The distinguishing case of ``min_redraw``: the same rings, cut in two by a column
+    1,000 times finer than their noise. The heads (spherical, in the rows' units) cannot
+    draw that partition (ARI near 0), so its cut says nothing about the merge: turned
+    down, though the merged cut is far below the fit's; with the check off, merged."""
+    X, _ = _rings(0)
+    bit = np.random.default_rng(1).integers(0, 2, len(X))
+    Xb = np.c_[X, 1e-4 * bit]
+    res = merge_heads(Xb, bit, 2, rng=np.random.default_rng(0))
+    assert res.ncut_merged < 0.05 * res.ncut_kept and abs(res.redraw) < 0.1
+    assert not res.merged and "below 0.6: they do not see what it sees" in res.reason
+    off = merge_heads(Xb, bit, 2, rng=np.random.default_rng(0),
+                      settings=MergeSettings(min_redraw=0))
+    assert off.merged
+    # labels the heads can draw (a convex cut across the rings) are compared as before
+    half = merge_heads(Xb, (X[:, 0] > 0).astype(int), 2, rng=np.random.default_rng(0))
+    assert half.merged and half.redraw > 0.8
+
+
+def test_wine_is_not_merged():
+    """Wine's columns on scales 10^3 apart: the diag fit separates the cultivars (ARI
+    0.92); spherical heads in the rows' units see proline only and redraw its partition
+    at ARI about 0.45, so the merge (ARI about 0.35) is not taken."""
+    from sklearn.datasets import load_wine
+    X, y = load_wine(return_X_y=True)
+    for seed in range(3):
+        est = _fit(X, 3, seed)
+        plain = _fit(X, 3, seed, merge_heads=False)
+        assert not est.merge_heads_, est.merge_heads_reason_
+        np.testing.assert_array_equal(est.labels_, plain.labels_)
+        assert adjusted_rand_score(y, est.labels_) > 0.9
 
 
 def test_too_few_rows_for_more_heads():

@@ -27,6 +27,14 @@ cuts the graph where it is empty). On Gaussian clusters the ``K``-head fit
 already cuts the overlap graph where it is thin, and the merge is not taken; on shapes
 the fit's convex cells cut through dense chains of heads, and the merge is.
 
+**Only where the heads see the fit's partition.** The heads are spherical, in the rows'
+own units; the ``K``-head fit may be diag or full and see what they do not (columns on
+scales 10^3 apart: wine's proline). The cuts are compared only when the heads redraw the
+fit's partition: reading each row's label through the heads (the cluster of largest
+summed attention, heads labelled by majority) must agree with the fit's labels at an
+adjusted Rand index of at least ``min_redraw`` (default 0.6; shapes 0.66-1, wine and
+columns on scales 10^5 apart 0.02-0.5); below it the merge is not taken.
+
 A cluster's membership is the sum of its heads' attention, ``p_c(x) = sum_{h in c}
 a_h(x)``, and a row's label is the cluster of largest membership.
 
@@ -49,6 +57,7 @@ import dataclasses
 from typing import NamedTuple
 
 import numpy as np
+from sklearn.metrics import adjusted_rand_score
 
 __all__ = ["MergeSettings", "HeadMerge", "n_heads", "tile_heads", "head_attention", "head_overlap",
            "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "merge_heads",
@@ -84,6 +93,10 @@ class MergeSettings:
     cut_ratio : float
         The merge is kept when its normalized cut is below ``cut_ratio`` times the
         ``K``-head fit's (default 0.05).
+    min_redraw : float
+        The merge is considered only when the heads redraw the ``K``-head fit's
+        partition at an adjusted Rand index of at least ``min_redraw`` (default 0.6; 0
+        turns the check off).
 
     Examples
     --------
@@ -105,6 +118,7 @@ class MergeSettings:
     gini_threshold: float = 0.3
     linkage: str = "single"
     cut_ratio: float = 0.05
+    min_redraw: float = 0.6
 
     def __post_init__(self):
         for name in ("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head",
@@ -118,6 +132,8 @@ class MergeSettings:
             raise ValueError(f"gini_threshold must be in [0, 1], got {self.gini_threshold!r}")
         if not (isinstance(self.cut_ratio, (int, float)) and self.cut_ratio > 0):
             raise ValueError(f"cut_ratio must be a positive number, got {self.cut_ratio!r}")
+        if not (isinstance(self.min_redraw, (int, float)) and -1 <= self.min_redraw <= 1):
+            raise ValueError(f"min_redraw must be in [-1, 1], got {self.min_redraw!r}")
         if self.linkage not in _LINKAGES:
             raise ValueError(f"linkage must be one of {_LINKAGES}, got {self.linkage!r}")
 
@@ -125,7 +141,8 @@ class MergeSettings:
 class HeadMerge(NamedTuple):
     """A merge of heads (:func:`merge_heads`): the heads ``(m, d)``, the cluster of each
     ``(m,)``, the attention's variance, whether the merged partition was kept, the two
-    normalized cuts compared and the reason in words. When ``merged`` is false the heads
+    normalized cuts compared, the reason in words and how well the heads redraw the
+    ``K``-head fit's partition (an adjusted Rand index). When ``merged`` is false the heads
     still carry the merged partition that was turned down (``head_labels``)."""
 
     heads: np.ndarray
@@ -135,6 +152,7 @@ class HeadMerge(NamedTuple):
     ncut_merged: float
     ncut_kept: float
     reason: str
+    redraw: float = np.nan
 
 
 def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSettings()) -> int:
@@ -413,21 +431,27 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     logits = d2 / (-2.0 * variance)
     logits -= logits.max(1, keepdims=True)
     A = np.exp(logits)
-    overlap = head_overlap(A / A.sum(1, keepdims=True), w)   # head_attention, d2 reused
+    A /= A.sum(1, keepdims=True)                             # head_attention, d2 reused
+    overlap = head_overlap(A, w)
     root = np.sqrt(np.maximum(np.diag(overlap), np.finfo(np.float64).tiny))
     sizes = np.bincount(nearest, weights=w, minlength=m)
     head_labels = gini_linkage(overlap / root[:, None] / root[None], sizes, K,
                                gini_threshold=settings.gini_threshold, linkage=settings.linkage)
     kept = majority_labels(nearest, z, m, K, w)
     cut_merged, cut_kept = normalized_cut(overlap, head_labels), normalized_cut(overlap, kept)
+    redraw = float(adjusted_rand_score(z, (A @ np.eye(K)[kept]).argmax(1)))
     lower = cut_merged < settings.cut_ratio * cut_kept
-    merged = bool(force or lower)
+    seen = redraw >= settings.min_redraw
+    merged = bool(force or (lower and seen))
     verdict = "merged" if merged else "not merged"
     why = "merge_heads=True" if force else ("below" if lower else "not below")
     reason = (f"{verdict}: {m} heads into {K} clusters, normalized cut of the heads' "
               f"overlap {cut_merged:.4g} ({why} {settings.cut_ratio:g} times the {K}-head "
               f"fit's {cut_kept:.4g})")
-    return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason)
+    if not (force or seen):
+        reason += (f"; the heads redraw the {K}-head fit's partition at ARI {redraw:.2f}, "
+                   f"below {settings.min_redraw:g}: they do not see what it sees")
+    return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason, redraw)
 
 
 def cluster_membership(X: np.ndarray, merge: HeadMerge) -> np.ndarray:
