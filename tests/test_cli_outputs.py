@@ -449,3 +449,22 @@ def test_a_figure_is_its_png_and_pdf_or_neither(tmp_path, monkeypatch):
         save(fig, tmp_path / "g")
     assert calls == ["png", "pdf"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.pdf", "f.png"]
+
+
+@pytest.mark.slow
+def test_help_and_version_do_not_import_torch():
+    """``attnclust --help`` and ``--version`` answer without importing torch (its import
+    is most of a command's start-up), in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from attnclust.cli import main\n"
+            "for argv in (['--help'], ['--version'], ['fit', '--help']):\n"
+            "    try:\n"
+            "        main(argv)\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()
+    assert out[-1] == "False"
