@@ -1,8 +1,9 @@
 """Clusters made of several heads: more heads than clusters, merged where the data say so.
 
 A mixture of ``K`` Gaussian heads draws ``K`` convex cells; a ring, a crescent or a
-spiral is no such cell. Here ``m > K`` small spherical heads tile the data, and the
-heads whose attention overlaps are joined into ``K`` clusters, each a union of heads:
+spiral is no such cell. Here ``m = max(6 K, 60) > K`` small spherical heads (at most
+one per 5 rows) tile 14 sampled rows per head, and the heads whose attention
+overlaps are joined into ``K`` clusters, each a union of heads:
 
     a_h(x)   = softmax_h( -||x - mu_h||^2 / (2 v) ),   v = t * mean_i min_h ||x_i - mu_h||^2
     O_hg     = sum_i w_i a_h(x_i) a_g(x_i)                       (head overlap, m x m)
@@ -57,10 +58,10 @@ import dataclasses
 from typing import NamedTuple
 
 import numpy as np
-from sklearn.metrics import adjusted_rand_score
 
 __all__ = ["MergeSettings", "HeadMerge", "n_heads", "tile_heads", "head_attention", "head_overlap",
-           "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "merge_heads",
+           "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
+           "merge_heads",
            "cluster_membership"]
 
 _LINKAGES = ("single", "average")
@@ -74,10 +75,13 @@ class MergeSettings:
     ----------
     heads_per_cluster, min_heads, rows_per_head : int
         ``m = min(max(heads_per_cluster * K, min_heads), n // rows_per_head)`` heads
-        (defaults 6, 30 and 5); no merge when that is not more than ``K``.
+        (defaults 6, 60 and 5); no merge when that is not more than ``K``. Finer heads
+        trace shapes more closely: a floor of 60 heads rather than 30 raises the dev
+        battery's mean ARI by about 0.02, with no Gaussian generator set merged (given 14
+        rows per head: with 10, three sticks were).
     sample_per_head, max_rows : int
         The heads and their overlap are fitted on at most ``min(sample_per_head * m,
-        max_rows)`` rows (a seeded sample; defaults 20 and 3,000), so that the merge's cost
+        max_rows)`` rows (a seeded sample; defaults 14 and 3,000), so that the merge's cost
         grows with the heads, not with the rows.
     max_iter : int
         Lloyd steps of the heads' k-means (default 5: the heads tile the data, they need
@@ -109,9 +113,9 @@ class MergeSettings:
     """
 
     heads_per_cluster: int = 6
-    min_heads: int = 30
+    min_heads: int = 60
     rows_per_head: int = 5
-    sample_per_head: int = 20
+    sample_per_head: int = 14
     max_rows: int = 3000
     max_iter: int = 5
     temperature: float = 0.5
@@ -160,8 +164,8 @@ def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSetting
 
     Examples
     --------
-    >>> n_heads(3, 1000), n_heads(10, 1000), n_heads(3, 100)
-    (30, 60, 20)
+    >>> n_heads(3, 1000), n_heads(20, 1000), n_heads(3, 100)
+    (60, 120, 20)
     """
     m = max(settings.heads_per_cluster * n_clusters, settings.min_heads)
     return int(min(m, n_rows // settings.rows_per_head))
@@ -174,11 +178,11 @@ def _squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
 
 
 def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_iter: int = 5,
-               weights: np.ndarray | None = None, pool: int = 4) -> np.ndarray:
+               weights: np.ndarray | None = None, pool: int = 2) -> np.ndarray:
     """``n_heads`` heads ``(m, d)`` that tile the rows ``X`` ``(n, d)``: k-means++ seeding
-    (one draw per head) among ``pool * m`` rows drawn at random, then ``max_iter``
-    (weighted) Lloyd steps on all rows. The heads need not converge: they only pave the
-    data finely enough for their overlap to trace its shape.
+    (one draw per head) among ``pool * m`` rows drawn at random (default ``2 m``), then
+    ``max_iter`` (weighted) Lloyd steps on all rows. The heads need not converge: they only
+    pave the data finely enough for their overlap to trace its shape.
 
     Examples
     --------
@@ -204,13 +208,15 @@ def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_ite
         pick.append(min(int(np.searchsorted(total, u * total[-1])), len(P) - 1))
         np.minimum(nearest, D[pick[-1]], out=nearest)
     heads = P[pick].copy()
+    WX = X if weights is None else X * weights[:, None]
     for _ in range(max_iter):
         near = (np.einsum("md,md->m", heads, heads)[None] - 2.0 * X @ heads.T).argmin(1)
-        member = np.zeros((len(heads), n))                   # (m, n), the rows' weights
-        member[near, np.arange(n)] = 1.0 if weights is None else weights
-        mass = member.sum(1)
+        order = np.argsort(near, kind="stable")
+        held = np.flatnonzero(np.bincount(near, minlength=len(heads)))   # heads with rows
+        sums = np.add.reduceat(WX[order], np.searchsorted(near[order], held), axis=0)
+        mass = np.bincount(near, weights=weights, minlength=len(heads))[held]
         moved = mass > 0
-        heads[moved] = (member[moved] @ X) / mass[moved, None]
+        heads[held[moved]] = sums[moved] / mass[moved, None]
     return heads
 
 
@@ -327,11 +333,12 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
     edges = [ends[e] for e in sorted(range(m - 1), key=weight.__getitem__)]  # stable
     leader, members = list(range(m)), [[i] for i in range(m)]
     size = dict(enumerate(np.asarray(sizes, dtype=np.float64).tolist()))
+    total = sum(size.values())
     while len(size) > n_clusters and edges:
-        s = sorted(size.values())
-        k, total = len(s), sum(s)
+        s = np.sort(np.fromiter(size.values(), np.float64, len(size)))
+        k = len(s)
         pick = 0
-        if total > 0 and sum((2 * i - k + 1) * v for i, v in enumerate(s)) \
+        if total > 0 and float((np.arange(1 - k, k, 2) * s).sum()) \
                 > gini_threshold * (k - 1) * total:          # Gini index above the threshold
             pick = next(e for e, (a, b) in enumerate(edges)
                         if s[0] in (size[leader[a]], size[leader[b]]))
@@ -380,6 +387,30 @@ def majority_labels(nearest: np.ndarray, labels: np.ndarray, n_heads: int, n_clu
     votes = np.bincount(nearest * n_clusters + labels, weights=weights,
                         minlength=n_heads * n_clusters).reshape(n_heads, n_clusters)
     return votes.argmax(1).astype(np.int64)
+
+
+def adjusted_rand(a: np.ndarray, b: np.ndarray) -> float:
+    """The adjusted Rand index of two labelings ``(n,)`` (as scikit-learn's
+    ``adjusted_rand_score``, from the contingency table by ``bincount``: no input checks).
+
+    Examples
+    --------
+    >>> adjusted_rand(np.array([0, 0, 1, 1]), np.array([1, 1, 0, 0]))
+    1.0
+    >>> round(adjusted_rand(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])), 3)
+    -0.5
+    """
+    _, a = np.unique(a, return_inverse=True)
+    _, b = np.unique(b, return_inverse=True)
+
+    def pairs(counts):
+        c = counts.astype(np.float64)
+        return float((c * (c - 1)).sum()) / 2.0
+    both, left, right = pairs(np.bincount(a * (b.max() + 1) + b)), pairs(np.bincount(a)), \
+        pairs(np.bincount(b))
+    expected = left * right / max(len(a) * (len(a) - 1) / 2.0, 1.0)
+    top = (left + right) / 2.0
+    return 1.0 if top == expected else (both - expected) / (top - expected)
 
 
 def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
@@ -439,7 +470,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                                gini_threshold=settings.gini_threshold, linkage=settings.linkage)
     kept = majority_labels(nearest, z, m, K, w)
     cut_merged, cut_kept = normalized_cut(overlap, head_labels), normalized_cut(overlap, kept)
-    redraw = float(adjusted_rand_score(z, (A @ np.eye(K)[kept]).argmax(1)))
+    redraw = adjusted_rand(z, (A @ np.eye(K)[kept]).argmax(1))
     lower = cut_merged < settings.cut_ratio * cut_kept
     seen = redraw >= settings.min_redraw
     merged = bool(force or (lower and seen))
