@@ -21,6 +21,7 @@ from attnclust.cluster.merge import (
     merge_heads,
     n_heads,
     normalized_cut,
+    posterior_cut,
 )
 
 
@@ -74,6 +75,45 @@ def test_shapes_are_merged(make, seed):
     # the K-head fit alone cuts the shapes across
     plain = _fit(X, 2, seed, merge_heads=False)
     assert adjusted_rand_score(y, plain.labels_) < 0.6
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_separated_blobs_skip_the_merge_before_any_head(seed, monkeypatch):
+    """Blobs 12 standard deviations apart: the K-head fit is sure of every row, the
+    normalized cut of its posterior overlap is ~0, and the merge is skipped without tiling
+    heads (the same fit as merge_heads=False); rings, whose fit cuts across, still merge."""
+    import attnclust.cluster.merge as merge_module
+    X, y = _blobs(seed, centers=((0, 0), (12, 0), (0, 12), (12, 12)))
+    tiled = []
+    real = merge_module.tile_heads
+    monkeypatch.setattr(merge_module, "tile_heads",
+                        lambda *a, **k: tiled.append(1) or real(*a, **k))
+    est = _fit(X, 4, seed)
+    assert not tiled and not est.merge_heads_
+    assert est.merge_heads_reason_.startswith("not merged: the 4 clusters barely overlap (")
+    np.testing.assert_array_equal(est.heads_, est.cluster_centers_)
+    plain = _fit(X, 4, seed, merge_heads=False)
+    np.testing.assert_array_equal(est.labels_, plain.labels_)
+    np.testing.assert_array_equal(est.cluster_centers_, plain.cluster_centers_)
+    assert adjusted_rand_score(y, est.labels_) == 1.0
+    rings = _fit(*_rings(seed)[:1], 2, seed)
+    assert tiled and rings.merge_heads_, rings.merge_heads_reason_
+    off = _fit(X, 4, seed, merge_heads=MergeSettings(skip_cut=0))     # the check off: tiled
+    assert len(tiled) == 2 and "barely overlap" not in off.merge_heads_reason_
+
+
+def test_posterior_cut():
+    sure = np.eye(3)[[0, 1, 2, 2]]
+    assert posterior_cut(sure) == 0.0
+    even = np.full((4, 2), 0.5)                    # each cluster keeps half its volume
+    assert posterior_cut(even) == pytest.approx(1.0)
+    P = np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]])
+    Q = P.T @ P
+    assert posterior_cut(P) == pytest.approx(sum(1 - Q[c, c] / Q[c].sum() for c in range(2)))
+    w = np.array([1.0, 2.0, 0.0])
+    assert posterior_cut(P, w) == pytest.approx(posterior_cut(P[:2][[0, 1, 1]]))
+    with pytest.raises(ValueError, match="skip_cut must be a number >= 0, got -1"):
+        MergeSettings(skip_cut=-1)
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -564,7 +564,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         """Heads merged into clusters where the data say so (:func:`fit_merge`); then the
         fitted attributes are the clusters' and the heads' (one spherical metric)."""
         merge, fitted = fit_merge(rows, self.labels_, len(self.cluster_centers_),
-                                  self.merge_heads, gen=gen)
+                                  self.merge_heads, gen=gen, logits=self._logits)
         self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
         if fitted is not None:
             self.__dict__.update(fitted._asdict())

@@ -375,10 +375,16 @@ class MergedFitted(NamedTuple):
 
 
 def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *,
-              gen: np.random.Generator) -> tuple[HeadMerge, MergedFitted | None]:
+              gen: np.random.Generator,
+              logits: Callable[[np.ndarray], torch.Tensor] | None = None
+              ) -> tuple[HeadMerge, MergedFitted | None]:
     """:func:`~attnclust.cluster.merge.merge_heads` on at most ``max_rows`` working rows
     drawn with ``gen`` (rows held by one process), against the fit's ``labels``;
-    ``setting``: the estimator's ``merge_heads`` (``True`` forces the merge). When merged,
+    ``setting``: the estimator's ``merge_heads`` (``True`` forces the merge). ``logits``:
+    the fit's attention logits of preprocessed rows ``(n, K)``; their softmax on the
+    sampled rows lets the merge be skipped, before any head is tiled, where the ``K``
+    clusters barely overlap (:func:`~attnclust.cluster.merge.posterior_cut` below
+    ``skip_cut``). When merged,
     every row's label is its cluster of largest summed attention and each cluster's
     centre the (weighted) mean of its rows (of its heads, for a cluster that wins none),
     in one pass over the rows; else ``None``."""
@@ -388,9 +394,11 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
         if n > settings.max_rows else np.arange(n)
     sample = rows.take(torch.as_tensor(take)).cpu().double().numpy()
     weights = None if rows.weights is None else rows.weights.cpu().double().numpy()
+    proba = None if logits is None or setting is True or settings.skip_cut <= 0 else \
+        softmax_heads(logits(rows.heads_out(torch.from_numpy(sample)))).cpu().numpy()
     merge = merge_heads(sample, labels[take], K, rng=gen,
                         weights=None if weights is None else weights[take],
-                        settings=settings, force=setting is True)
+                        settings=settings, force=setting is True, proba=proba)
     if not merge.merged:
         return merge, None
 
