@@ -205,8 +205,8 @@ def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_ite
     Examples
     --------
     >>> X = np.repeat(np.arange(10.0), 20)[:, None]          # 10 distinct values
-    >>> heads = tile_heads(X, 10, np.random.default_rng(0), max_iter=10)
-    >>> np.sort(heads[:, 0]).round(6).tolist() == np.arange(10.0).tolist()
+    >>> heads = tile_heads(X, 10, np.random.default_rng(0), pool=20)   # the pool: every row
+    >>> np.sort(heads[:, 0]).tolist() == np.arange(10.0).tolist()  # D^2 draws: one per value
     True
     """
     n, m = X.shape[0], int(n_heads)
