@@ -350,3 +350,42 @@ def test_too_few_rows_for_more_heads():
     assert not res.merged and res.reason.startswith("not merged: 12 rows")
     est = _fit(X, 2, 0)
     assert not est.merge_heads_ and len(est.heads_) == 2
+
+
+# -- rows that the heads sit on exactly: duplicated rows ----------------------------------
+def test_merge_of_duplicated_rows_keeps_a_finite_variance():
+    """Heads on every distinct row leave no spread: the attention's variance is floored
+    (as the fit's lambda is), not 1e-308, whose lambda leaves float64's range."""
+    X = np.repeat([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0]], 100, axis=0)
+    res = merge_heads(X, np.repeat([0, 1, 1], 100), 2, rng=np.random.default_rng(0),
+                      force=True)
+    assert res.merged and len(res.heads) == 3
+    assert 0 < 1.0 / res.variance < np.finfo(np.float64).max / 1e6
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_forced_merge_of_duplicated_rows_fits(K):
+    X = np.repeat(np.random.default_rng(0).normal(size=(3, 2)), 100, axis=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = AttentionClustering(n_clusters=K, merge_heads=True, random_state=0).fit(X)
+    assert np.isfinite(est.cluster_centers_).all()
+    assert np.isfinite(est.predict_proba(X)).all() and np.isfinite(est.score_samples(X)).all()
+    assert (est.labels_ == est.predict(X)).all()
+
+
+def test_no_merge_when_fewer_distinct_rows_than_clusters_plus_one():
+    """All rows equal: one head is tiled, not more than K; the merge is turned down even
+    when forced (as when n_heads is not above K), and no cluster is left without heads."""
+    few = np.repeat(np.eye(3), 100, axis=0)                 # 3 distinct rows, K = 5
+    assert not merge_heads(few, np.repeat([0, 1, 2], 100), 5, rng=np.random.default_rng(0),
+                           force=True).merged
+    X = np.ones((200, 3))
+    res = merge_heads(X, np.zeros(200, np.int64), 2, rng=np.random.default_rng(0), force=True)
+    assert not res.merged and "no more heads than clusters" in res.reason
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = AttentionClustering(n_clusters=2, merge_heads=True, random_state=0).fit(X)
+    assert not est.merge_heads_ and np.isfinite(est.cluster_centers_).all()
+    assert np.isfinite(est.predict_proba(X)).all()
+

@@ -508,10 +508,17 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     w = None if weights is None else np.asarray(weights, dtype=np.float64)[take]
     heads = tile_heads(S, m, rng, max_iter=settings.max_iter, weights=w)
     m = len(heads)
+    if m <= K:                                               # fewer distinct rows than heads
+        return HeadMerge(np.empty((0, X.shape[1])), np.empty(0, np.int64), np.nan, False,
+                         np.nan, np.nan, f"not merged: {m} distinct rows give no more heads "
+                         f"than clusters ({m} <= {K})")
     d2 = _squared_distances(S, heads)                        # (n, m)
     nearest = d2.argmin(1)
     spread = float(np.average(d2[np.arange(len(S)), nearest], weights=w))
-    variance = settings.temperature * max(spread, np.finfo(np.float64).tiny)
+    # heads on every distinct row leave no spread: floored as the fit's lambda is, at
+    # 1e-12 times the rows' mean squared distance from their mean (1 when that is 0)
+    scatter = float(np.average(((S - np.average(S, 0, weights=w)) ** 2).sum(1), weights=w))
+    variance = settings.temperature * max(spread, 1e-12 * (scatter if scatter > 0 else 1.0))
     logits = d2 / (-2.0 * variance)
     logits -= logits.max(1, keepdims=True)
     A = np.exp(logits)
