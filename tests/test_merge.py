@@ -389,3 +389,17 @@ def test_no_merge_when_fewer_distinct_rows_than_clusters_plus_one():
     assert not est.merge_heads_ and np.isfinite(est.cluster_centers_).all()
     assert np.isfinite(est.predict_proba(X)).all()
 
+
+def test_partial_fit_after_a_merged_fit_streams_one_head_per_cluster():
+    """The stream moves cluster_centers_; the merged heads, left in place, went on
+    predicting (labels_ of the batch disagreed with predict on it)."""
+    X, _ = _rings(0, 200)
+    est = AttentionClustering(n_clusters=2, merge_heads=True, random_state=0).fit(X)
+    assert est.merge_heads_
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.partial_fit(X[:100])
+    assert not est.merge_heads_ and "partial_fit" in est.merge_heads_reason_
+    assert est.head_labels_.tolist() == [0, 1]
+    assert np.array_equal(est.heads_, est.cluster_centers_)
+    assert (est.labels_ == est.predict(X[:100])).all()

@@ -167,8 +167,14 @@ def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = 
             weights = weights / state.weight_unit
         elif state.weight_unit != 1.0:   # no weights: each row weighs 1 in the first's units
             weights = np.full(X.shape[0], 1.0 / state.weight_unit)
+    # after a fit's merge of heads: the stream moves cluster_centers_, one head per cluster,
+    # and the merged heads (left in place) would go on predicting
+    merged = est.__dict__.pop("merge_heads_", None) is not None
     _step(est, state, state.to_working(Xp), weights, plan.geometry)
     est.n_clusters_ = len(est.cluster_centers_)
+    if merged:                          # one head per cluster, as streamed
+        est.merge_heads_, est.merge_heads_reason_ = False, "not merged: partial_fit streams"
+        est.heads_, est.head_labels_ = est.cluster_centers_, np.arange(est.n_clusters_)
     return est
 
 
