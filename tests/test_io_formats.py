@@ -98,3 +98,17 @@ def test_a_full_disk_is_named_with_the_path(tmp_path, monkeypatch):
     message = str(exc.value)
     assert "no space left" in message and str(target) in message and "\n" not in message
     assert not list(tmp_path.iterdir())                    # no partial file
+
+
+def test_quoted_fields_are_read_without_their_quotes(tmp_path):
+    """R's write.csv and spreadsheets quote names (and values): the quotes were kept in
+    the names (--columns b did not find '"b"'), quoted numbers were non-numeric, and a
+    quoted name holding a comma split the header."""
+    path = tmp_path / "quoted.csv"
+    path.write_text('"a","b","c, mm"\n"1",2,3\n4,"5",6\n')
+    table = load_table(path)
+    assert table.columns == ["a", "b", "c, mm"]
+    assert table.X.tolist() == [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    assert load_table(path, columns=["b"]).X.ravel().tolist() == [2.0, 5.0]
+    (tmp_path / "data.csv").write_text('"x";"y"\n1;2\n')
+    assert load_table(tmp_path / "data.csv").columns == ["x", "y"]

@@ -12,6 +12,7 @@ The atomic writes (an interrupted run never leaves a partial file) are
 
 from __future__ import annotations
 
+import csv
 import math
 import os
 import re
@@ -154,6 +155,8 @@ def _parse_text(path: Path, header: bool | None, delimiter: str | None, gz: bool
         delimiter = "," if "," in first else (";" if ";" in first else None)
 
     def split(line: str) -> list[str]:
+        if delimiter and '"' in line:      # quoted fields (R's write.csv, spreadsheets)
+            return [c.strip() for c in next(csv.reader([line], delimiter=delimiter))]
         return [c.strip() for c in (line.split(delimiter) if delimiter else line.split())]
 
     cells = split(first)
