@@ -614,3 +614,15 @@ def test_a_tiny_far_cluster_beside_a_large_one_is_a_cluster(seed):
     assert est.n_clusters_ == 2
     assert (est.labels_[-20:] == est.labels_[-1]).all()
     assert (est.labels_[:-20] != est.labels_[-1]).mean() > 0.99
+
+
+@pytest.mark.parametrize("n, d", [(5, 2), (8, 2), (12, 2), (25, 2), (16, 5), (20, 5)])
+def test_few_rows_of_noise_are_one_cluster(n, d):
+    """On a few rows the BIC's least K puts a Gaussian on one or two rows each (their
+    likelihood grows without bound): 5 rows of noise were 4 clusters, 12 were 10. Where
+    K* leaves fewer than THIN_ROWS rows per cluster, the structure test decides alone."""
+    from attnclust.cluster.k_choice import choose_n_clusters
+
+    X = np.random.default_rng(0).normal(size=(n, d))
+    choice = choose_n_clusters(X, 10, random_state=0)
+    assert choice.n_clusters == 1, choice.reason

@@ -54,7 +54,10 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   to 12 clusters, seeds 0-2: 0.534 -> 0.605), while a Gaussian blob, round or elongated,
   is still one cluster (every seed); a uniform square, disk or cube, a ring and a
   sphere's surface are now split, with a weak choice saying why
-  (``attnclust bench --only auto_k``: both rates). The test (a gap
+  (``attnclust bench --only auto_k``: both rates). Where ``K*`` leaves fewer than
+  ``THIN_ROWS = 5`` rows per cluster (a few rows, on which Gaussians on one or two rows
+  each win the BIC without bound: 5 rows of noise were 4 clusters), the test decides
+  alone. The test (a gap
   statistic at ``K*``, after Tibshirani, Walther and Hastie 2001): the k-means cells of
   ``K*`` remove a share of the scatter, ``D = log(W_1 / W_K*)`` (``W_K`` the within-cell
   sum of squares); the same is computed on ``N_REFERENCES`` reference sets drawn
@@ -127,6 +130,7 @@ LOOKS = (4, 10)        # references after which the test may stop early
 EARLY_LEVEL = 1e-4     # the null's probability of |z| past the bound at an early look
 STRUCTURE_Z = 3.0      # z above which the rows hold structure
 BARE_MENTION = 2.0     # BIC above the least "not worth more than a bare mention" (Kass-Raftery)
+THIN_ROWS = 5          # rows per cluster of K* below which its BIC is not trusted for K = 1
 CONFIDENT = 0.9        # weight of K* below which the choice is weak
 MARGINAL_Z = 5.0       # structure z below which it is weak
 MAX_DIM = 50           # wider rows: their leading principal components
@@ -438,11 +442,15 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
             f"{least} among 2..{len(scores)}{fewer}, BIC weight {weight:.2f}; structure "
             f"test z = {z:.1f}")
     one = float(bic[0] - bic[least - 1])        # BIC(1) above the least of K >= 2
-    if z <= STRUCTURE_Z and one <= BARE_MENTION:
+    # on a few rows per cluster, Gaussians on one or two rows each win the BIC unboundedly
+    thin = n < THIN_ROWS * best
+    if z <= STRUCTURE_Z and (one <= BARE_MENTION or thin):
+        bic_one = (f"one component has the least BIC (BIC(1) {one:+.1f} from the least of "
+                   f"K >= 2)" if not thin else f"K = {best} leaves fewer than {THIN_ROWS} "
+                   f"rows per cluster, too few for its BIC")
         return KChoice(1, best, bic, weight, z, False,
                        f"no structure: the {best} k-means cells remove no more scatter than "
-                       f"in uniform rows (z = {z:.1f} <= {STRUCTURE_Z:g}) and one component "
-                       f"has the least BIC (BIC(1) {one:+.1f} from the least of K >= 2); "
+                       f"in uniform rows (z = {z:.1f} <= {STRUCTURE_Z:g}) and {bic_one}; "
                        f"{said}", shape)
     doubts = ([f"other K are close (BIC weight {weight:.2f} < {CONFIDENT:g})"]
               if weight < CONFIDENT else [])
