@@ -127,3 +127,14 @@ def test_another_format_version_is_refused(rows, tmp_path):
     with pytest.raises(ValueError) as exc:
         ac.load_model(path)
     assert "format version" in _one_line(exc) and "refit" in str(exc.value)
+
+
+def test_a_npy_is_refused_in_one_sentence(tmp_path):
+    """The refusal of a .npy was raised inside the try that wraps numpy's errors, and was
+    wrapped again: "not an attnclust model file (...: not an attnclust model file (...".
+    """
+    path = tmp_path / "rows.npy"
+    np.save(path, np.ones(3))
+    with pytest.raises(ValueError, match="one array, not an archive") as info:
+        ac.load_model(path)
+    assert str(info.value).count("not an attnclust model file") == 1

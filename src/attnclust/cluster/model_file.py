@@ -173,15 +173,16 @@ def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         raise ValueError(f"{path}: is a folder, not a model file")
     try:
         archive = np.load(path, allow_pickle=False)
-        if not isinstance(archive, np.lib.npyio.NpzFile):      # a .npy: one array
-            raise _refuse(path, "one array, not an archive")
-        with archive:
-            entries = {name: archive[name] for name in archive.files}
+        if isinstance(archive, np.lib.npyio.NpzFile):
+            with archive:
+                entries = {name: archive[name] for name in archive.files}
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
         raise _refuse(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) \
             from None
+    if not isinstance(archive, np.lib.npyio.NpzFile):          # a .npy: one array
+        raise _refuse(path, "one array, not an archive")
     if _META not in entries:
         raise _refuse(path, f"no {_META}")
     try:
