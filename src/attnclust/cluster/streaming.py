@@ -169,7 +169,9 @@ def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = 
             weights = np.full(X.shape[0], 1.0 / state.weight_unit)
     # after a fit's merge of heads: the stream moves cluster_centers_, one head per cluster,
     # and the merged heads (left in place) would go on predicting
-    merged = est.__dict__.pop("merge_heads_", None) is not None
+    merged = hasattr(est, "merge_heads_")
+    if merged:
+        est.merge_heads_ = False        # the step's own predictions: one head per cluster
     _step(est, state, state.to_working(Xp), weights, plan.geometry)
     est.n_clusters_ = len(est.cluster_centers_)
     if merged:                          # one head per cluster, as streamed
