@@ -112,3 +112,17 @@ def test_quoted_fields_are_read_without_their_quotes(tmp_path):
     assert load_table(path, columns=["b"]).X.ravel().tolist() == [2.0, 5.0]
     (tmp_path / "data.csv").write_text('"x";"y"\n1;2\n')
     assert load_table(tmp_path / "data.csv").columns == ["x", "y"]
+
+
+def test_r_row_names_are_left_out_with_a_note(tmp_path, rows):
+    # R's write.csv(): quoted names, an unnamed first column of row names 1..n
+    lines = ['"","a","b","c"'] + [f'"{i + 1}",' + ",".join(repr(float(v)) for v in row)
+                                  for i, row in enumerate(rows)]
+    (tmp_path / "x.csv").write_text("\n".join(lines) + "\n")
+    table = load_table(tmp_path / "x.csv")
+    np.testing.assert_array_equal(table.X, rows)
+    assert table.columns == ["a", "b", "c"] and "write.csv" in table.notes[0]
+    # a first column of other integers is data, not an index
+    lines[1] = '"7",' + lines[1].split(",", 1)[1]
+    (tmp_path / "y.csv").write_text("\n".join(lines) + "\n")
+    assert load_table(tmp_path / "y.csv").X.shape == (len(rows), 4)

@@ -132,16 +132,17 @@ def _read_text(path: Path, gz: bool) -> str:
 
 
 def _is_index(cells_of_rows: list[list[str]]) -> bool:
-    """Whether a first column holds a pandas index: the integers 0..n-1, in any order."""
+    """Whether a first column holds a row index: the integers 0..n-1 (pandas' ``to_csv``)
+    or 1..n (R's ``write.csv``), in any order."""
     if not all(cells and _is_integer(cells[0]) for cells in cells_of_rows):
         return False
     values = sorted(int(cells[0]) for cells in cells_of_rows)
-    return values == list(range(len(values)))
+    return values[0] in (0, 1) and values == list(range(values[0], values[0] + len(values)))
 
 
 def _parse_text(path: Path, header: bool | None, delimiter: str | None, gz: bool,
                 selection) -> Table:
-    """A text table: header detected (or as given), a pandas index left out, the columns
+    """A text table: header detected (or as given), a row index left out, the columns
     selected (``selection``: a function of the names, before any value is converted), the
     values converted with errors naming the line and column."""
     text = _read_text(path, gz)
@@ -176,9 +177,10 @@ def _parse_text(path: Path, header: bool | None, delimiter: str | None, gz: bool
     names = cells if header and len(cells) == width else [f"x{j}" for j in range(width)]
     notes = []
     if header and names[0] == "" and width > 1 and _is_index([r for _, r in rows]):
-        notes.append(f"{path}: left out the first column, a pandas index (no name, the "
-                     f"values 0 to {len(rows) - 1}); write the file with to_csv(index=False) "
-                     "to skip this note")
+        notes.append(f"{path}: left out the first column, a row index (no name, the values "
+                     f"0 to n-1 or 1 to n, as pandas' to_csv() or R's write.csv() write it); "
+                     "write the file without it (to_csv(index=False), write.csv(row.names = "
+                     "FALSE)) to skip this note")
         names, rows = names[1:], [(n, r[1:]) for n, r in rows]
     names = [name or f"x{j}" for j, name in enumerate(names)]
     keep = selection(names)
