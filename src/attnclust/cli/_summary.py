@@ -127,22 +127,30 @@ def fit_record(args, est, *, n: int, d: int, features: list[str], notes: list[st
         "parameters": {k: v for k, v in est.get_params(deep=False).items()
                        if v is None or isinstance(v, str | int | float | bool)},
     }
-    for name in ("score", "bic", "aic"):
-        record[name] = _criterion(est, name, X, weights)
+    record.update(_criteria(est, X, weights))
     return record
 
 
-def _criterion(est, name: str, X, weights):
-    """``est.score(X)``, ``est.bic(X)`` or ``est.aic(X)`` where the estimator has it and
-    ``X`` is given (None otherwise, or where it fails)."""
-    if X is None or not hasattr(est, name):
-        return None
+def _criteria(est, X, weights) -> dict:
+    """``score`` (weighted as the fit), ``bic`` and ``aic`` of ``X``, as ``est.score``,
+    ``est.bic`` and ``est.aic`` compute them, from one pass of ``est.score_samples``
+    (None each where ``X`` is not given or the estimator has no likelihood)."""
+    import numpy as np
+
     try:
-        if name == "score" and weights is not None:
-            return float(est.score(X, sample_weight=weights))
-        return float(getattr(est, name)(X))
-    except (ValueError, TypeError, RuntimeError):
-        return None
+        if X is None:
+            raise ValueError("no rows")
+        logp = est.score_samples(X)
+        params = est._n_parameters()
+    except (ValueError, TypeError, RuntimeError, AttributeError):
+        return dict.fromkeys(("score", "bic", "aic"))
+    n = logp.shape[0]
+    mean = float(np.average(logp))
+    score = (mean if weights is None else float(np.average(logp, weights=weights))
+             if weights is None or weights.sum() > 0 else None)
+    return {"score": score,
+            "bic": -2.0 * mean * n + params * math.log(n),
+            "aic": -2.0 * mean * n + 2.0 * params}
 
 
 def head_line(n: int, d: int, n_clusters: int, *, weights, inverse_temperature: float,

@@ -116,8 +116,9 @@ __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperat
 
 # the attributes some fits set and others not: a stream's state, the shaped heads', the
 # noise head's
-_FIT_ONLY_SOME = ("stream_state_", "covariances_", "precisions_", "precisions_cholesky_",
-                  "weights_", "covariance_floor_", "noise_weight_", "noise_log_density_",
+_SHAPED_ARRAYS = ("covariances_", "precisions_", "precisions_cholesky_", "weights_",
+                  "covariance_floor_")
+_FIT_ONLY_SOME = ("stream_state_", *_SHAPED_ARRAYS, "noise_weight_", "noise_log_density_",
                   "heads_", "head_labels_", "merge_heads_", "merge_heads_reason_")
 # the fitted arrays kept in the dtype of the rows given to fit
 _FITTED_ARRAYS = ("cluster_centers_", "covariances_", "precisions_", "precisions_cholesky_",
@@ -568,7 +569,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
         if fitted is not None:
             self.__dict__.update(fitted._asdict())
-            for name in _FIT_ONLY_SOME[1:6]:        # the shaped heads' arrays: none now
+            for name in _SHAPED_ARRAYS:             # the shaped heads' arrays: none now
                 self.__dict__.pop(name, None)
             self._plan = self._plan.with_covariance(Spherical())
             self.covariance_type_reason_ = (f"heads merged ({merge.reason}); the K-head "

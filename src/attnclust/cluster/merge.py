@@ -247,7 +247,12 @@ def head_attention(X: np.ndarray, heads: np.ndarray, variance: float) -> np.ndar
     >>> A.round(3).tolist(), A.sum(1).tolist()
     ([[0.993, 0.007], [0.007, 0.993]], [1.0, 1.0])
     """
-    logits = -_squared_distances(X, heads) / (2.0 * variance)
+    return _attention(_squared_distances(X, heads), variance)
+
+
+def _attention(d2: np.ndarray, variance: float) -> np.ndarray:
+    """:func:`head_attention` from the squared distances ``(n, m)``."""
+    logits = d2 / (-2.0 * variance)
     logits -= logits.max(1, keepdims=True)
     A = np.exp(logits)
     return A / A.sum(1, keepdims=True)
@@ -490,18 +495,18 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     True
     """
     n, K = X.shape[0], int(n_clusters)
+
+    def not_tiled(reason: str, cut_kept: float = np.nan) -> HeadMerge:
+        return HeadMerge(np.empty((0, X.shape[1])), np.empty(0, np.int64), np.nan, False,
+                         np.nan, cut_kept, "not merged: " + reason)
     m = n_heads(K, n, settings)
     if m <= K:
-        return HeadMerge(np.empty((0, X.shape[1])), np.empty(0, np.int64), np.nan, False,
-                         np.nan, np.nan, f"not merged: {n} rows give no more heads than "
-                         f"clusters ({m} <= {K})")
+        return not_tiled(f"{n} rows give no more heads than clusters ({m} <= {K})")
     if proba is not None and not force and settings.skip_cut > 0:
         cut = posterior_cut(proba, weights)
         if cut < settings.skip_cut:
-            return HeadMerge(np.empty((0, X.shape[1])), np.empty(0, np.int64), np.nan, False,
-                             np.nan, cut, f"not merged: the {K} clusters barely overlap "
-                             f"(normalized cut of their posterior {cut:.3g} < "
-                             f"{settings.skip_cut:g})")
+            return not_tiled(f"the {K} clusters barely overlap (normalized cut of their "
+                             f"posterior {cut:.3g} < {settings.skip_cut:g})", cut)
     cap = min(settings.max_rows, settings.sample_per_head * m)
     take = np.sort(rng.choice(n, cap, replace=False)) if n > cap else np.arange(n)
     S, z = np.asarray(X[take], dtype=np.float64), np.asarray(labels)[take]
@@ -509,9 +514,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     heads = tile_heads(S, m, rng, max_iter=settings.max_iter, weights=w)
     m = len(heads)
     if m <= K:                                               # fewer distinct rows than heads
-        return HeadMerge(np.empty((0, X.shape[1])), np.empty(0, np.int64), np.nan, False,
-                         np.nan, np.nan, f"not merged: {m} distinct rows give no more heads "
-                         f"than clusters ({m} <= {K})")
+        return not_tiled(f"{m} distinct rows give no more heads than clusters ({m} <= {K})")
     d2 = _squared_distances(S, heads)                        # (n, m)
     nearest = d2.argmin(1)
     spread = float(np.average(d2[np.arange(len(S)), nearest], weights=w))
@@ -519,10 +522,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     # 1e-12 times the rows' mean squared distance from their mean (1 when that is 0)
     scatter = float(np.average(((S - np.average(S, 0, weights=w)) ** 2).sum(1), weights=w))
     variance = settings.temperature * max(spread, 1e-12 * (scatter if scatter > 0 else 1.0))
-    logits = d2 / (-2.0 * variance)
-    logits -= logits.max(1, keepdims=True)
-    A = np.exp(logits)
-    A /= A.sum(1, keepdims=True)                             # head_attention, d2 reused
+    A = _attention(d2, variance)                             # head_attention, d2 reused
     overlap = head_overlap(A, w)
     root = np.sqrt(np.maximum(np.diag(overlap), np.finfo(np.float64).tiny))
     sizes = np.bincount(nearest, weights=w, minlength=m)

@@ -47,6 +47,11 @@ class MergedHeadsMixin:
     (``merge_heads_``, :mod:`attnclust.cluster.merge`); other fits go to the next class
     (:class:`LayerPredictionsMixin`'s logits, the likelihood mixin's mixture)."""
 
+    @property
+    def _heads_merged(self) -> bool:
+        """Whether the fit merged its heads into clusters (``merge_heads_``)."""
+        return bool(getattr(self, "merge_heads_", False))
+
     def _merged_logits(self, X: torch.Tensor) -> torch.Tensor:
         """A cluster's logit: the log-sum-exp of its heads' logits, so that its attention
         is the sum of theirs."""
@@ -59,14 +64,14 @@ class MergedHeadsMixin:
     def _log_density(self, X: torch.Tensor) -> torch.Tensor:
         """``log p(x)`` of preprocessed rows; merged: the equal-weight mixture of
         ``N(mu_h, I / lambda)`` over every head."""
-        if not self.__dict__.get("merge_heads_", False):
+        if not self._heads_merged:
             return super()._log_density(X)
         heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64), device=X.device)
         return spherical_log_density(X, heads, self.inverse_temperature_)
 
     def _n_parameters(self) -> int:
         """Free parameters of the fitted mixture; merged: ``m d`` means and ``lambda``."""
-        if not self.__dict__.get("merge_heads_", False):
+        if not self._heads_merged:
             return super()._n_parameters()
         return int(self.heads_.size) + 1
 
@@ -84,7 +89,7 @@ class LayerPredictionsMixin:
         with fit_threads(plan.device):
             if plan.covariance.shaped:
                 return shaped_log_joint(X, self, plan.covariance)
-            if self.__dict__.get("merge_heads_", False):
+            if self._heads_merged:
                 return self._merged_logits(X)
             return plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
 
