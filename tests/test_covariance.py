@@ -153,3 +153,74 @@ def test_floor_follows_each_feature_down_to_its_own_scale():
     expected = torch.tensor([1e-6 * 1e10, 1e-6 * 1.0, 1e-6 * 1e-10 * mean], dtype=torch.float64)
     assert torch.equal(floor, expected)
     assert float(floor[1]) < 1e-3 * 1.0      # far below the small feature's own spread
+
+
+def _random_mixture(cov, rng, K=4, d=3, n=200):
+    """Rows, means, covariances (floor included) and a floor for ``cov``'s layout."""
+    floor = rng.uniform(0.01, 0.2, d)
+    A = rng.normal(size=(K, d, d))
+    covs = {"spherical": rng.uniform(0.5, 3.0, K), "diag": rng.uniform(0.5, 3.0, (K, d)),
+            "full": A @ A.transpose(0, 2, 1) + np.diag(floor)}[cov.name]
+    return rng.normal(size=(n, d)), rng.normal(size=(K, d)), covs, floor
+
+
+@pytest.mark.parametrize("cov", [Spherical(), Diag(), Full()], ids=lambda c: c.name)
+def test_the_floor_ratio_is_one_formula_in_numpy_and_torch(cov):
+    """The lean EM's floor test (NumPy) and the chunked EM's (torch) run the same method:
+    the same result to eigvalsh's rounding."""
+    _, _, covs, floor = _random_mixture(cov, np.random.default_rng(0))
+    expected = cov.floor_ratio(torch.as_tensor(covs), torch.as_tensor(floor)).numpy()
+    ours = cov.floor_ratio(covs, floor)
+    assert isinstance(ours, np.ndarray)
+    np.testing.assert_allclose(ours, expected, rtol=0,
+                               atol=64 * eps() * float(np.abs(expected).max()) * len(floor))
+
+
+@pytest.mark.parametrize("cov", [Spherical(), Diag(), Full()], ids=lambda c: c.name)
+def test_the_m_step_update_is_one_formula_in_numpy_and_torch(cov):
+    """Covariance.update on NumPy arrays (the lean EM) and on tensors (the chunked EM):
+    element by element the same operations, so equal but for the spherical sum over the
+    features (``d`` terms, any order); a dead head keeps its previous covariance."""
+    rng = np.random.default_rng(1)
+    X, _, previous, floor = _random_mixture(cov, rng)
+    K, d = 4, X.shape[1]
+    rw = rng.uniform(size=(K, X.shape[0]))
+    rw[2] = 0.0                                                        # a dead head
+    n = np.maximum(rw.sum(1), 1e-300)
+    shift = (rw @ X) / n[:, None]
+    second = cov.second_moments(rw, X, cov.row_moments(X, K))
+    alive = rw.sum(1) > 0
+    ours = cov.update(second, n, shift, floor, alive, previous)
+    theirs = cov.update(*(torch.as_tensor(a) for a in (second, n, shift, floor, alive,
+                                                        previous))).numpy()
+    assert isinstance(ours, np.ndarray) and ours.shape == previous.shape
+    np.testing.assert_allclose(ours, theirs, rtol=4 * d * eps(), atol=0)
+    np.testing.assert_array_equal(ours[2], previous[2])
+    # and it is the weighted covariance about the head's mean, plus the floor
+    diff = X - shift[0]
+    emp = (rw[0][:, None, None] * diff[:, :, None] * diff[:, None, :]).sum(0) / n[0]
+    want = {"spherical": np.trace(emp) / d + floor.mean(), "diag": np.diag(emp) + floor,
+            "full": emp + np.diag(floor)}[cov.name]
+    np.testing.assert_allclose(ours[0], want, rtol=1e-10 * X.shape[0], atol=0)
+
+
+@pytest.mark.parametrize("cov", [Spherical(), Diag(), Full()], ids=lambda c: c.name)
+@pytest.mark.parametrize("keep_moments", [True, False])
+def test_whole_rows_log_joint_is_the_layers(cov, keep_moments):
+    """The lean EM's log-joint (quadratic forms from the rows' second moments) against the
+    layer's (Covariance.log_joint on differences, torch): the cancellation of ``x^T P x -
+    2 mu^T P x + mu^T P mu`` bounds the gap by about ``(d + 2) eps (|x| + |mu|)^2 |P|``."""
+    from attnclust.cluster.shape_em import log_joint
+
+    rng = np.random.default_rng(2)
+    X, means, covs, floor = _random_mixture(cov, rng)
+    K, d = means.shape
+    log_w = np.log(rng.dirichlet(np.ones(K)))
+    moments = cov.row_moments(X, K if keep_moments else 1)
+    ours = log_joint(X, means, covs, log_w, cov, floor, moments)
+    factors = cov.factors(torch.as_tensor(covs))
+    theirs = cov.log_joint(torch.as_tensor(X), torch.as_tensor(means), factors,
+                           torch.as_tensor(log_w), 1.0, torch.as_tensor(floor)).numpy().T
+    big = float(np.abs(X).max() + np.abs(means).max()) ** 2 * d
+    P = float(np.abs(cov.precisions(factors.numpy())).max())
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=64 * (d + 2) * eps() * big * P)

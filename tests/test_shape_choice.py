@@ -422,26 +422,6 @@ def test_a_shape_too_costly_to_fit_on_all_rows_is_not_tried(monkeypatch):
     assert est.covariance_type_criteria_["diag"]["n_rows"] == 2000    # chosen on the sample
 
 
-@pytest.mark.parametrize("cov", [Spherical(), Diag(), Full()], ids=lambda c: c.name)
-def test_the_lean_floor_ratio_is_the_covariance_objects(cov):
-    """shape_em's NumPy floor ratio (the lean candidates' floor test) against
-    Covariance.floor_ratio in torch: the same formula, to eigvalsh's rounding."""
-    from attnclust.cluster.shape_em import floor_ratio
-
-    rng = np.random.default_rng(0)
-    K, d = 4, 3
-    floor = rng.uniform(0.1, 2.0, d)
-    A = rng.normal(size=(K, d, d))
-    full = A @ A.transpose(0, 2, 1) + np.diag(floor)
-    covs = {"spherical": rng.uniform(0.5, 3.0, K), "diag": rng.uniform(0.5, 3.0, (K, d)),
-            "full": full}[cov.name]
-    layout = len(cov.shape(K, d))
-    expected = cov.floor_ratio(torch.as_tensor(covs), torch.as_tensor(floor)).numpy()
-    scale = float(np.abs(expected).max())
-    np.testing.assert_allclose(floor_ratio(covs, layout, floor), expected, rtol=0,
-                               atol=64 * eps() * scale * d)
-
-
 def _radial_pair(seed, d=8, sep=1.5, n=1000):
     """Two clusters of rows at a Gaussian-distributed distance, in a uniform direction,
     from centres ``sep`` apart: a density peaked at each centre, with wide tails."""

@@ -17,20 +17,18 @@ it:
   estimator this is the unshaped layer (one isotropic metric shared by all heads, fitted
   on the risk): :attr:`Covariance.shaped` is ``False``.
 
-As with :mod:`attnclust.study.geometry`, the solvers call the object's operations (the
-whitened norms and log-determinants of the logits, the M-step's second moments and
-update, the floor, the Cholesky factors) and never compare names; the user-facing
-parameter stays a string, resolved once by :func:`as_covariance`. ``"auto"`` resolves to
-:data:`AUTO`, no covariance type but the choice of one per data set among
-:attr:`ShapeChoiceMarker.candidates` (:mod:`attnclust.cluster.shape_choice`), which
-:func:`as_covariance_type` (the estimator's parameter) knows and :func:`as_covariance` (a
-layer's, which needs a shape) does not; until the choice is made the fit is the unshaped
-layer's (``shaped`` is ``False``).
+As with :mod:`attnclust.study.geometry`, the solvers call the object's operations and
+never compare names; the user-facing string is resolved once by :func:`as_covariance`.
+``"auto"`` resolves to :data:`AUTO`, the choice of a type per data set
+(:mod:`attnclust.cluster.shape_choice`), known to :func:`as_covariance_type` (the
+estimator's parameter) and not to :func:`as_covariance` (a layer's); until the choice is
+made the fit is the unshaped layer's.
 
-The M-step of tempered EM (:mod:`attnclust.cluster.shaped_fit`) sets ``Sigma_h = M_h + D`` with
-``M_h`` the weighted second moments of the head's rows about its new mean and ``D =
-diag(r_1..r_d)`` the covariance floor; ``"diag"`` keeps the diagonal of ``M_h`` and
-``D``, ``"spherical"`` their means over the features.
+Both EMs use the same objects: on torch chunks (:mod:`attnclust.cluster.shaped_fit`) and on
+NumPy rows held whole (:mod:`attnclust.cluster.shape_em`). The M-step (:meth:`~Covariance.update`)
+sets ``Sigma_h = M_h + D``, ``M_h`` the weighted second moments about the new mean and
+``D = diag(r_1..r_d)`` the floor (``"diag"``: their diagonals, ``"spherical"``: their
+means over the features); it and the floor ratio take either library's arrays.
 
 Notation
 --------
@@ -47,27 +45,35 @@ paper         code                       meaning
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from abc import ABC, abstractmethod
 
+import numpy as np
 import torch
 
+from .degenerate import DegenerateFitWarning
+
 __all__ = ["AUTO", "COVARIANCE_TYPES", "Covariance", "Diag", "Full", "ShapeChoiceMarker",
-           "Spherical", "as_covariance", "as_covariance_type", "covariance_floor"]
+           "Spherical", "as_covariance", "as_covariance_type", "covariance_floor",
+           "positive_factors"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
-
-
+MOMENT_NUMBERS = 2_000_000   # full covariances: rows x d (d + 1) / 2 moments kept, at most
 FLOOR_RANGE = 1e-10   # a feature's variance counts down to this fraction of the mean's
+
+
+def _lib(a):
+    """The array library of ``a``: torch for a tensor, else NumPy."""
+    return torch if isinstance(a, torch.Tensor) else np
 
 
 def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
     """The floor ``r_j = reg_covar * max(v_j, FLOOR_RANGE * v)``, ``v`` the mean of the
-    data's variances ``v_j`` (1 if 0): relative to the data's scale feature by feature,
-    where scikit-learn's ``reg_covar`` is absolute, so that a feature on a scale far below
-    the others keeps a floor on its own scale (with ``v / 1000`` in its place, a feature
-    10^5 times smaller than the others had a floor above its clusters' spread); a
-    constant feature gets a floor from the others.
+    data's variances ``v_j`` (1 if 0): relative to each feature's scale (scikit-learn's
+    ``reg_covar`` is absolute), so that a feature on a scale far below the others keeps a
+    floor below its clusters' spread; a constant feature gets a floor from the others.
 
     Examples
     --------
@@ -133,8 +139,7 @@ class Covariance(ABC):
 
     @abstractmethod
     def precisions(self, factors):
-        """``P_h = U_h U_h^T`` (``(K, d, d)``; per coordinate or scalar for diag and
-        spherical); tensors or NumPy arrays."""
+        """``P_h = U_h U_h^T`` in the factors' layout; tensors or NumPy arrays."""
 
     @abstractmethod
     def diagonal(self, factors: torch.Tensor) -> torch.Tensor:
@@ -201,16 +206,32 @@ class Covariance(ABC):
         """The second moments of :meth:`moments`."""
 
     @abstractmethod
-    def update(self, second: torch.Tensor, n: torch.Tensor, shift: torch.Tensor,
-               floor: torch.Tensor, alive: torch.Tensor, previous: torch.Tensor
-               ) -> torch.Tensor:
-        """The M-step's covariances: the second moments ``second`` (about the old means)
-        over the counts ``n``, less the means' ``shift``, plus the floor; a head not
-        ``alive`` keeps its ``previous`` covariance."""
+    def update(self, second, n, shift, floor, alive, previous):
+        """The M-step's covariances: the second moments ``second`` (about the old means,
+        or the origin) over the counts ``n``, less the means' ``shift`` from there, plus
+        the floor; a head not ``alive`` keeps its ``previous`` covariance."""
 
     @abstractmethod
-    def floor_ratio(self, covariances: torch.Tensor, floor: torch.Tensor) -> torch.Tensor:
+    def floor_ratio(self, covariances, floor):
         """Each head's smallest covariance in units of the floor, ``(K,)`` (``>= 1``)."""
+
+    # -- rows read whole (NumPy) -------------------------------------------------------------
+    @abstractmethod
+    def row_moments(self, X: np.ndarray, n_heads: int) -> np.ndarray | None:
+        """Per-row second moments ``(n, m)`` in the covariances' layout (``None``: too
+        many to keep; :meth:`second_moments` then forms them head by head)."""
+
+    @abstractmethod
+    def second_moments(self, rw: np.ndarray, X: np.ndarray, moments: np.ndarray | None
+                       ) -> np.ndarray:
+        """``sum_i rw_hi x_i x_i^T`` about the origin, in the covariances' layout, from the
+        weights ``rw`` ``(K, n)`` and the rows' :meth:`row_moments`."""
+
+    @abstractmethod
+    def whole_quadratic(self, X: np.ndarray, XT: np.ndarray, moments: np.ndarray | None,
+                        means: np.ndarray, covariances: np.ndarray, floor: np.ndarray):
+        """``||(x - mu_h) U_h||^2`` of rows ``X`` ``(n, d)`` (``XT``: ``X.T`` in C order),
+        heads by rows ``(K, n)``, ``log det P_h`` and ``tr(P_h D)`` ``(K,)``."""
 
     @abstractmethod
     def factors(self, covariances: torch.Tensor) -> torch.Tensor:
@@ -223,7 +244,34 @@ class Covariance(ABC):
         of rounding clamped to zero first)."""
 
 
-class Spherical(Covariance):
+class _Axes(Covariance):
+    """Covariances diagonal in the features' axes (factors ``u_h`` of ``U_h = diag(u_h)``,
+    per feature or one per head): what :class:`Spherical` and :class:`Diag` share."""
+
+    def precisions(self, factors):
+        return factors * factors
+
+    def diagonal(self, factors):
+        return factors
+
+    def factors(self, covariances):
+        return _inverse_sqrt(covariances)
+
+    def jittered(self, covariances, scale):
+        return covariances.clamp_min(0) + scale.reshape((-1,) + (1,) * (covariances.dim() - 1))
+
+    def whole_quadratic(self, X, XT, moments, means, covariances, floor):
+        """The quadratic form from the rows' second moments, less the cross terms (three
+        products, no ``(K, n, d)`` array; rows centred, so the cancellation is bounded by
+        the spread, not the offset)."""
+        K, d = means.shape
+        P = (1.0 / covariances).reshape(K, -1)                  # (K, d) or (K, 1)
+        Pm = P * means
+        quad = P @ moments.T - 2.0 * (Pm @ XT) + (Pm * means).sum(1)[:, None]
+        return quad, np.log(P).sum(1) * (d // P.shape[1]), (P * floor).sum(1)
+
+
+class Spherical(_Axes):
     """``U_h = u_h I`` (factors ``(K,)``): one scale per head; the estimator's unshaped
     layer.
 
@@ -256,31 +304,26 @@ class Spherical(Covariance):
     def precision_trace(self, factors, floor):
         return factors * factors * floor.sum()
 
-    def precisions(self, factors):
-        return factors * factors
-
-    def diagonal(self, factors):
-        return factors
-
     def _second(self, weighted, diff):
         return (weighted * diff).sum(1).double().sum(-1)     # summed in float64
 
     def update(self, second, n, shift, floor, alive, previous):
+        lib = _lib(second)
         spread = second / n - (shift * shift).sum(-1)
-        covs = spread.clamp_min(0.0) / shift.shape[1] + floor.mean()
-        return torch.where(alive, covs, previous)
+        covs = lib.clip(spread, 0.0, None) / shift.shape[1] + floor.mean()
+        return lib.where(alive, covs, previous)
 
     def floor_ratio(self, covariances, floor):
         return covariances / floor.mean()
 
-    def factors(self, covariances):
-        return _inverse_sqrt(covariances)
+    def row_moments(self, X, n_heads):
+        return np.einsum("ij,ij->i", X, X)[:, None]
 
-    def jittered(self, covariances, scale):
-        return covariances.clamp_min(0) + scale
+    def second_moments(self, rw, X, moments):
+        return (rw @ moments)[:, 0]
 
 
-class Diag(Covariance):
+class Diag(_Axes):
     """``U_h = diag(u_h)`` (factors ``(K, d)``): axis-aligned cells.
 
     Examples
@@ -312,28 +355,23 @@ class Diag(Covariance):
     def precision_trace(self, factors, floor):
         return (factors * factors) @ floor
 
-    def precisions(self, factors):
-        return factors * factors
-
-    def diagonal(self, factors):
-        return factors
-
     def _second(self, weighted, diff):
         return (weighted * diff).sum(1)
 
     def update(self, second, n, shift, floor, alive, previous):
+        lib = _lib(second)
         spread = second / n[:, None] - shift * shift
-        covs = spread.clamp_min(0.0) + floor
-        return torch.where(alive[:, None], covs, previous)
+        covs = lib.clip(spread, 0.0, None) + floor
+        return lib.where(alive[:, None], covs, previous)
 
     def floor_ratio(self, covariances, floor):
-        return (covariances / floor).amin(-1)
+        return _lib(covariances).amin(covariances / floor, -1)
 
-    def factors(self, covariances):
-        return _inverse_sqrt(covariances)
+    def row_moments(self, X, n_heads):
+        return X * X
 
-    def jittered(self, covariances, scale):
-        return covariances.clamp_min(0) + scale[:, None]
+    def second_moments(self, rw, X, moments):
+        return rw @ moments
 
 
 class Full(Covariance):
@@ -389,14 +427,51 @@ class Full(Covariance):
         return weighted.mT @ diff                                               # (K, d, d)
 
     def update(self, second, n, shift, floor, alive, previous):
+        lib = _lib(second)
         spread = second / n[:, None, None] - shift[:, :, None] * shift[:, None, :]
-        spread = 0.5 * (spread + spread.mT)
-        covs = spread + torch.diag_embed(floor)
-        return torch.where(alive[:, None, None], covs, previous)
+        spread = 0.5 * (spread + spread.swapaxes(-1, -2))
+        covs = spread + lib.diag(floor)
+        return lib.where(alive[:, None, None], covs, previous)
 
     def floor_ratio(self, covariances, floor):
-        root = floor.rsqrt()       # the covariance in units of the floor: eigenvalues >= 1
-        return torch.linalg.eigvalsh(covariances * root[:, None] * root)[:, 0]
+        lib = _lib(covariances)
+        root = 1.0 / lib.sqrt(floor)  # the covariance in units of the floor: eigenvalues >= 1
+        return lib.linalg.eigvalsh(covariances * root[:, None] * root)[:, 0]
+
+    def row_moments(self, X, n_heads):
+        """``x_j x_k`` for ``j <= k`` (``np.triu_indices(d)``'s order), kept where ``d (d +
+        1) / 2 <= 4 K`` and ``MOMENT_NUMBERS`` bounds them: forming them costs more than a
+        few steps of the products head by head where the heads are few."""
+        n, d = X.shape
+        m = d * (d + 1) // 2
+        if m > 4 * n_heads or n * m > MOMENT_NUMBERS:
+            return None
+        XT = np.ascontiguousarray(X.T)       # rows of XT are contiguous: x_j x_k by rows
+        return np.concatenate([XT[j:] * XT[j] for j in range(d)]).T
+
+    def second_moments(self, rw, X, moments):
+        if moments is None:
+            XT = np.ascontiguousarray(X.T)
+            second = np.stack([(XT * r) @ X for r in rw])                       # (K, d, d)
+            return 0.5 * (second + second.transpose(0, 2, 1))
+        d = X.shape[1]
+        j, k = _upper_indices(d)
+        upper = rw @ moments                                                    # (K, m)
+        second = np.empty((len(rw), d, d))
+        second[:, j, k] = upper
+        second[:, k, j] = upper
+        return second
+
+    def whole_quadratic(self, X, XT, moments, means, covariances, floor):
+        """The whitened rows ``L_h^{-1} (x - mu_h)`` of all heads in one product ``(K d,
+        n)``, their squares summed head by head."""
+        K, d = means.shape
+        inv = _inverse_cholesky(covariances, self)                          # (K, d, d)
+        log_det = 2.0 * np.log(np.abs(np.diagonal(inv, axis1=1, axis2=2))).sum(1)
+        Z = inv.reshape(K * d, d) @ XT                     # row block h: L_h^{-1} x
+        Z -= np.einsum("ked,kd->ke", inv, means).reshape(K * d, 1)
+        Z *= Z
+        return Z.reshape(K, d, -1).sum(1), log_det, (inv * inv).sum(1) @ floor
 
     def factors(self, covariances):
         chol, info = torch.linalg.cholesky_ex(covariances)
@@ -411,6 +486,36 @@ class Full(Covariance):
         eye = torch.eye(covariances.shape[-1], dtype=covariances.dtype,
                         device=covariances.device)
         return covariances + scale[:, None, None] * eye
+
+
+@functools.lru_cache(maxsize=64)
+def _upper_indices(d: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.triu_indices(d)``, made once per ``d`` (a third of a small full M-step)."""
+    j, k = np.triu_indices(d)
+    j.flags.writeable = k.flags.writeable = False
+    return j, k
+
+
+def _inverse_cholesky(covs: np.ndarray, cov: Covariance) -> np.ndarray:
+    """``L_h^{-1}`` (``L_h L_h^T = Sigma_h``), with :func:`positive_factors`' jitter."""
+    try:
+        return np.linalg.inv(np.linalg.cholesky(covs))
+    except np.linalg.LinAlgError:
+        U = positive_factors(torch.from_numpy(np.ascontiguousarray(covs)), cov).numpy()
+        return U.transpose(0, 2, 1)       # U U^T = Sigma^{-1}: U^T whitens as L^{-1} does
+
+
+def positive_factors(covs: torch.Tensor, cov: Covariance) -> torch.Tensor:
+    """The covariances' factors, with a jitter when rounding (or no floor) left a
+    covariance that is not positive definite."""
+    try:
+        return cov.factors(covs)
+    except ValueError:
+        warnings.warn("a covariance lost positive definiteness (floor reg_covar too small "
+                      "for this data); added 1e-10 of its largest entry to its diagonal",
+                      DegenerateFitWarning, stacklevel=4)
+        scale = covs.reshape(covs.shape[0], -1).abs().amax(-1).clamp_min(1e-300) * 1e-10
+        return cov.factors(cov.jittered(covs, scale))
 
 
 def _inverse_sqrt(covariances: torch.Tensor) -> torch.Tensor:

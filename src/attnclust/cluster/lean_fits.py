@@ -19,11 +19,11 @@ import numpy as np
 import torch
 
 from .candidate_em import run_or_stop
-from .covariance import Covariance, Spherical, covariance_floor
+from .covariance import Covariance, Diag, Spherical, covariance_floor, positive_factors
 from .estimator_fits import ShapedFitted
 from .rows import WorkingRows
-from .shape_em import LeanEM, RowProducts, floor_ratio, log_joint, log_sum_heads, m_step
-from .shaped_fit import check_degenerate, positive_factors
+from .shape_em import LeanEM, RowProducts, log_joint, log_sum_heads, m_step
+from .shaped_fit import check_degenerate
 
 if TYPE_CHECKING:
     from .plan import FitPlan
@@ -99,7 +99,7 @@ class LeanRows:
         w = self.w = None if rows.weights is None else rows.weights.double().cpu().numpy()
         self.total = total = float(X.shape[0] if w is None else w.sum())
         center = X.mean(0) if w is None else (w @ X) / total
-        squares = self.products.moments(2)        # x * x, which diagonal heads read too
+        squares = self.products.moments(Diag())   # x * x, which diagonal heads read too
         variances = squares.mean(0) - center * center if w is None else \
             (w @ squares) / total - center * center
         self.variances = np.maximum(variances, 0.0)
@@ -134,10 +134,10 @@ class LeanRows:
         sph = Spherical()
         onehot = np.zeros((K, n))
         onehot[labels, np.arange(n)] = 1.0
-        moments = self.products.moments(1)
-        means, covs, log_w = m_step(X, onehot if w is None else onehot * w, 1, self.floor,
+        moments = self.products.moments(sph)
+        means, covs, log_w = m_step(X, onehot if w is None else onehot * w, sph, self.floor,
                                     np.ones(K), self.total, moments)
-        top, lse, _, _ = log_sum_heads(log_joint(X, means, covs, log_w, sph, 1, self.floor,
+        top, lse, _, _ = log_sum_heads(log_joint(X, means, covs, log_w, sph, self.floor,
                                                  moments, self.products.XT))
         return score_lean(lse, top, w, sph, sph.n_parameters(K, d), d, log_scale)
 
@@ -196,9 +196,7 @@ def head_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray) -
     """Whether a head's covariance sits at the floor in some direction (the degeneracy
     :func:`~attnclust.cluster.shaped_fit.shaped_fit` warns of): its likelihood is then the
     floor's."""
-    d = floor.shape[0]
-    layout = len(cov.shape(1, d))
-    return bool((floor_ratio(np.asarray(covariances), layout, floor) <= AT_FLOOR).any())
+    return bool((cov.floor_ratio(np.asarray(covariances), floor) <= AT_FLOOR).any())
 
 
 def score_lean(lse: np.ndarray, top: np.ndarray, w, cov: Covariance, n_parameters: int,

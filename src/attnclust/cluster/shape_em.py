@@ -3,18 +3,16 @@
 The same EM as :func:`attnclust.cluster.shaped_fit.shaped_fit` at ``lambda = 1`` (its floor, its
 start from a hard partition, its stopping rule and its safeguard against a step that
 raises the objective), for rows held by one process and small enough to be read whole.
-On such rows a step of the chunked solver costs its fixed overhead, not its arithmetic
-(about 0.5 ms a step on 150 rows); here the E-step is two matrix products and the M-step
-one, so the choice among shapes (:mod:`attnclust.cluster.shape_choice`) can fit two candidates
-in the time of one chunked fit. The covariance's layout (scalar, per feature or full
-matrix) is read off :meth:`~attnclust.cluster.covariance.Covariance.shape`. The quadratic forms
-are ``x^T P_h x - 2 mu_h^T P_h x + mu_h^T P_h mu_h``, from the rows' second moments, on
-rows centred and scaled to unit root-mean-square norm (the working space), where the
+On such rows a step of the chunked solver costs its fixed overhead, not its arithmetic;
+here the E-step is two matrix products and the M-step one. What depends on the
+covariance type (the per-row moments, the second moments, the quadratic forms and the
+update) is the :class:`~attnclust.cluster.covariance.Covariance` object's. The quadratic
+forms are ``x^T P_h x - 2 mu_h^T P_h x + mu_h^T P_h mu_h``, from the rows' second moments,
+on rows centred and scaled to unit root-mean-square norm (the working space), where the
 cancellation costs ``eps ||x||^2 / sigma^2`` of a head of spread ``sigma``. Arrays per head
 and row are laid out heads by rows, ``(K, n)``: the E-step's reductions over the heads
-(the largest log-joint, the sum of the exponentials) then add ``K`` rows of length ``n``
-instead of reducing ``n`` rows of length ``K``, which NumPy does about 10-40 times slower
-for a few heads (58 against 1.5 us for the largest of 2 heads on 1,000 rows).
+then add ``K`` rows of length ``n``, which NumPy does far faster than reducing ``n`` rows
+of length ``K`` for a few heads.
 
 With ``P_h = Sigma_h^{-1} = U_h U_h^T``, ``D`` the floor, the E-step's log-joint is
 
@@ -37,7 +35,6 @@ paper         code                meaning
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import NamedTuple
 
@@ -45,14 +42,12 @@ import numpy as np
 import torch
 
 from .covariance import Covariance
-from .shaped_fit import positive_factors
 
-__all__ = ["LeanEM", "LeanFit", "RowProducts", "floor_ratio", "lean_em", "log_joint",
-           "log_sum_heads", "m_step", "row_moments"]
+__all__ = ["LeanEM", "LeanFit", "RowProducts", "lean_em", "log_joint", "log_sum_heads",
+           "m_step"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 BACKGROUND_START = 0.05      # the background head's weight at the start from a partition
-MOMENT_NUMBERS = 2_000_000   # full covariances: rows x d (d + 1) / 2 moments kept, at most
 
 
 class LeanFit(NamedTuple):
@@ -70,50 +65,17 @@ class LeanFit(NamedTuple):
     converged: bool
 
 
-def row_moments(X: np.ndarray, cov_layout: int, n_clusters: int = 1) -> np.ndarray | None:
-    """Per-row second moments in the layout of the covariances: ``x_j x_k`` for ``j <= k``
-    (full, ``(n, d (d + 1) / 2)`` in the order of ``np.triu_indices(d)``, a transposed
-    view), ``x * x`` (diag, ``(n, d)``) or ``||x||^2`` (spherical, ``(n, 1)``). The
-    M-step's second moments are then one matrix product with the responsibilities. Full
-    covariances keep them only where ``d (d + 1) / 2 <= 4 K`` and there are at most
-    ``MOMENT_NUMBERS`` of them (``None`` otherwise: the M-step forms the second moments
-    head by head, ``K`` products ``(d, n) x (n, d)``): forming ``n d (d + 1) / 2`` new
-    numbers costs more than a few steps of the products head by head where the heads
-    are few (2,048 x 16, K = 2: 2.8 ms against 0.26 ms for three steps; 5,000 x 10, K =
-    100: 7 ms against 15 ms)."""
-    if cov_layout == 3:
-        n, d = X.shape
-        m = d * (d + 1) // 2
-        if m > 4 * n_clusters or n * m > MOMENT_NUMBERS:
-            return None
-        XT = np.ascontiguousarray(X.T)       # rows of XT are contiguous: x_j x_k by rows
-        return np.concatenate([XT[j:] * XT[j] for j in range(d)]).T
-    if cov_layout == 2:
-        return X * X
-    if cov_layout == 1:
-        return np.einsum("ij,ij->i", X, X)[:, None]
-    return None
-
-
-@functools.lru_cache(maxsize=64)
-def _upper_indices(d: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.triu_indices(d)``, made once per ``d`` (it costs a third of a small full
-    M-step: 12 us of 34 on 150 rows, 3 heads, 4 features)."""
-    j, k = np.triu_indices(d)
-    j.flags.writeable = k.flags.writeable = False
-    return j, k
-
-
 class RowProducts:
     """Rows read whole, ``(n, d)`` float64, with what every EM on them reuses for
-    ``n_clusters`` heads: ``X.T`` in C order and the per-row second moments of each
-    covariance layout (:func:`row_moments`), each made once (the shape choice runs up to
-    four EMs and a score on the same rows).
+    ``n_clusters`` heads: ``X.T`` in C order and each covariance type's per-row second
+    moments (:meth:`~attnclust.cluster.covariance.Covariance.row_moments`), each made once
+    (the shape choice runs up to four EMs and a score on the same rows).
 
     Examples
     --------
+    >>> from attnclust.cluster.covariance import Diag
     >>> P = RowProducts(np.array([[1.0, 2.0], [3.0, 4.0]]), 2)
-    >>> P.moments(2).tolist(), P.moments(2) is P.moments(2)
+    >>> P.moments(Diag()).tolist(), P.moments(Diag()) is P.moments(Diag())
     ([[1.0, 4.0], [9.0, 16.0]], True)
     """
 
@@ -121,98 +83,36 @@ class RowProducts:
         self.X = X = np.asarray(X, dtype=np.float64)
         self.XT = np.ascontiguousarray(X.T)
         self.n_clusters = int(n_clusters)
-        self._moments: dict[int, np.ndarray | None] = {}
+        self._moments: dict[Covariance, np.ndarray | None] = {}
 
-    def moments(self, cov_layout: int) -> np.ndarray | None:
-        """:func:`row_moments` of the rows in ``cov_layout``."""
-        if cov_layout not in self._moments:
-            self._moments[cov_layout] = row_moments(self.X, cov_layout, self.n_clusters)
-        return self._moments[cov_layout]
+    def moments(self, cov: Covariance) -> np.ndarray | None:
+        """The rows' per-row second moments in ``cov``'s layout."""
+        try:
+            return self._moments[cov]
+        except KeyError:
+            return self._moments.setdefault(cov, cov.row_moments(self.X, self.n_clusters))
 
 
-def m_step(X, rw, cov_layout: int, floor, previous, total, moments):
+def m_step(X, rw, cov: Covariance, floor, previous, total, moments):
     """The exact M-step of responsibilities times weights ``rw`` ``(K, n)``: moments
     about the origin of the (centred) rows, ``Sigma_h = E_h[x x^T] - mu_h mu_h^T + D``."""
     eps = np.finfo(np.float64).eps
-    d = X.shape[1]
     counts = rw.sum(1)                                                      # (K,)
     alive = counts > 10 * eps * total
     n = np.maximum(counts, 10 * eps * total)
     means = (rw @ X) / n[:, None]                                           # (K, d)
-    if cov_layout == 3:
-        if moments is None:
-            XT = np.ascontiguousarray(X.T)
-            second = np.stack([(XT * r) @ X for r in rw]) / n[:, None, None]   # (K, d, d)
-            second = 0.5 * (second + second.transpose(0, 2, 1))
-        else:
-            j, k = _upper_indices(d)
-            upper = (rw @ moments) / n[:, None]                             # (K, d(d+1)/2)
-            second = np.empty((len(n), d, d))
-            second[:, j, k] = upper
-            second[:, k, j] = upper
-        covs = second - means[:, :, None] * means[:, None, :] + np.diag(floor)
-        covs = np.where(alive[:, None, None], covs, previous)
-    elif cov_layout == 2:
-        second = (rw @ moments) / n[:, None]                                # (K, d)
-        covs = np.maximum(second - means * means, 0.0) + floor
-        covs = np.where(alive[:, None], covs, previous)
-    else:
-        second = (rw @ moments)[:, 0] / n                                   # (K,)
-        spread = np.maximum(second - (means * means).sum(1), 0.0) / d
-        covs = np.where(alive, spread + floor.mean(), previous)
+    covs = cov.update(cov.second_moments(rw, X, moments), n, means, floor, alive, previous)
     return means, covs, np.log(n) - math.log(float(n.sum()))
 
 
-def floor_ratio(covs: np.ndarray, cov_layout: int, floor: np.ndarray) -> np.ndarray:
-    """Each head's smallest covariance in units of the floor ``(K,)``, as
-    :meth:`~attnclust.cluster.covariance.Covariance.floor_ratio` computes it, in NumPy
-    (the smallest eigenvalue of ``D^{-1/2} Sigma_h D^{-1/2}``; per feature for diagonal
-    covariances, over the floor's mean for one variance): a few microseconds where the
-    torch form costs a tenth of a millisecond on a small candidate."""
-    if cov_layout == 3:
-        root = 1.0 / np.sqrt(floor)
-        return np.linalg.eigvalsh(covs * root[:, None] * root)[:, 0]
-    if cov_layout == 2:
-        return (covs / floor).min(-1)
-    return covs / floor.mean()
-
-
-def _inverse_cholesky(covs: np.ndarray, cov: Covariance) -> np.ndarray:
-    """``L_h^{-1}`` with ``L_h L_h^T = Sigma_h`` ``(K, d, d)``; a covariance that rounding
-    left not positive definite gets the jitter (and the warning) of
-    :func:`attnclust.cluster.shaped_fit.shaped_fit`."""
-    try:
-        return np.linalg.inv(np.linalg.cholesky(covs))
-    except np.linalg.LinAlgError:
-        U = positive_factors(torch.from_numpy(np.ascontiguousarray(covs)), cov).numpy()
-        return U.transpose(0, 2, 1)       # U U^T = Sigma^{-1}: U^T whitens as L^{-1} does
-
-
-def log_joint(X, means, covs, log_w, cov: Covariance, cov_layout: int, floor, moments,
-              XT=None):
-    """``l~_h(x)`` of the rows, heads by rows ``(K, n)``. Full: the whitened rows
-    ``L_h^{-1} (x - mu_h)`` of all heads in one matrix product ``(K d, n)``, their squares
-    summed head by head; diag and spherical: the quadratic form from the rows' second
-    moments, less the cross terms. ``XT``: ``X.T`` in C order (made when not given)."""
-    K, d = means.shape
+def log_joint(X, means, covs, log_w, cov: Covariance, floor, moments, XT=None):
+    """``l~_h(x)`` of the rows, heads by rows ``(K, n)``, from the covariance type's
+    quadratic forms on rows read whole
+    (:meth:`~attnclust.cluster.covariance.Covariance.whole_quadratic`). ``XT``: ``X.T`` in
+    C order (made when not given)."""
+    d = means.shape[1]
     XT = np.ascontiguousarray(X.T) if XT is None else XT
-    if cov_layout == 3:
-        inv = _inverse_cholesky(covs, cov)                                  # (K, d, d)
-        log_det = 2.0 * np.log(np.abs(np.diagonal(inv, axis1=1, axis2=2))).sum(1)
-        trace = (inv * inv).sum(1) @ floor                 # (P_h)_jj = sum_k (L^{-1})_kj^2
-        Z = inv.reshape(K * d, d) @ XT                     # row block h: L_h^{-1} x
-        Z -= np.einsum("ked,kd->ke", inv, means).reshape(K * d, 1)
-        Z *= Z
-        maha = Z.reshape(K, d, -1).sum(1)                                   # (K, n)
-    else:
-        P = 1.0 / covs                                    # (K, d) or (K,)
-        if cov_layout == 2:
-            log_det, trace, quad = np.log(P).sum(1), P @ floor, P @ moments.T
-            Pm = P * means
-        else:
-            log_det, trace, quad = d * np.log(P), P * floor.sum(), P[:, None] * moments.T
-            Pm = P[:, None] * means
-        maha = quad - 2.0 * (Pm @ XT) + (Pm * means).sum(1)[:, None]       # (K, n)
+    maha, log_det, trace = cov.whole_quadratic(X, XT, moments, means, covs, floor)
     bias = log_w - 0.5 * d * _LOG_2PI + 0.5 * log_det - 0.5 * trace
     maha *= -0.5
     maha += bias[:, None]
@@ -258,18 +158,15 @@ class LeanEM:
         n, d = X.shape
         K = self.K = int(n_clusters)
         self.cov, self.floor, self.tol = cov, floor, tol
-        self.layout = len(cov.shape(K, d))
         self.w = None if sample_weight is None else np.asarray(sample_weight, np.float64)
         self.total = float(n if self.w is None else self.w.sum())
         self.XT = products.XT
-        self.moments = products.moments(self.layout)
+        self.moments = products.moments(cov)
         self.log_background = log_background
         if start is None:
             resp = np.zeros((K, n))
             resp[labels, np.arange(n)] = 1.0
-            previous = np.full(cov.shape(K, d)[:2], start_scale)   # a dead head's start
-            if self.layout == 3:
-                previous = previous[:, :, None] * np.eye(d)
+            previous = start_scale * cov.unit(K, d, dtype=torch.float64).numpy()
             start = self._m_step(resp, previous)
             if log_background is not None:
                 means, covs, log_w = start
@@ -281,7 +178,7 @@ class LeanEM:
 
     def _m_step(self, resp, previous):
         rw = resp if self.w is None else resp * self.w
-        means, covs, log_w = m_step(self.X, rw[:self.K], self.layout, self.floor, previous,
+        means, covs, log_w = m_step(self.X, rw[:self.K], self.cov, self.floor, previous,
                                     self.total, self.moments)
         if rw.shape[0] > self.K:    # the background's weight too
             n = np.maximum(rw.sum(1), 10 * np.finfo(np.float64).eps * self.total)
@@ -291,8 +188,8 @@ class LeanEM:
     def _e_step(self, params):
         means, covs, log_w = params
         K = self.K
-        lj = log_joint(self.X, means, covs, log_w[:K], self.cov, self.layout, self.floor,
-                       self.moments, self.XT)
+        lj = log_joint(self.X, means, covs, log_w[:K], self.cov, self.floor, self.moments,
+                       self.XT)
         if self.log_background is not None:
             lj = np.vstack([lj, np.full((1, lj.shape[1]), log_w[K] + self.log_background)])
         top, lse, e, s = log_sum_heads(lj)

@@ -68,11 +68,11 @@ import torch
 
 from ..study.results import IterationInfo
 from ..study.schedules import Schedule, as_schedule
-from .covariance import Covariance, as_covariance, covariance_floor
+from .covariance import Covariance, as_covariance, covariance_floor, positive_factors
 from .degenerate import DegenerateFitWarning
 
 __all__ = ["ShapedFitResult", "shaped_fit", "tempered_objective", "tempered_log_joint",
-           "precisions_cholesky_of", "positive_factors", "check_degenerate",
+           "precisions_cholesky_of", "check_degenerate",
            "data_variance", "covariance_floor"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -275,19 +275,6 @@ def _m_step(stats: _Stats, params: _Params, cov: Covariance, floor: torch.Tensor
     covs = cov.update(stats.second, n, shift, floor, alive, params.covariances)
     log_weights = n.log() - math.log(float(n.sum()))
     return _Params(means, covs, positive_factors(covs, cov), log_weights)
-
-
-def positive_factors(covs: torch.Tensor, cov: Covariance) -> torch.Tensor:
-    """The covariances' factors, with a jitter when rounding (or no floor) left a
-    covariance that is not positive definite."""
-    try:
-        return cov.factors(covs)
-    except ValueError:
-        warnings.warn("a covariance lost positive definiteness (floor reg_covar too small "
-                      "for this data); added 1e-10 of its largest entry to its diagonal",
-                      DegenerateFitWarning, stacklevel=4)
-        scale = covs.reshape(covs.shape[0], -1).abs().amax(-1).clamp_min(1e-300) * 1e-10
-        return cov.factors(cov.jittered(covs, scale))
 
 
 def check_degenerate(covariances: torch.Tensor, counts: torch.Tensor, cov: Covariance,
