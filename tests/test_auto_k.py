@@ -208,8 +208,9 @@ def test_auto_with_spare_heads_finds_no_cluster_of_a_few_outliers():
 # -- the criterion of n_clusters="auto" (attnclust.cluster.k_choice) ----------------------------
 @pytest.mark.parametrize("cov", ["full", "diag", "spherical"])
 def test_mixture_bic_matches_scipy_densities(cov):
-    """With no EM step, the BIC is that of the cells' moments in the shape (covariance
-    floor 1e-6), weights (1 - 0.05) N_h / n and a uniform background of weight 0.05,
+    """With no EM step, the BIC is that of the cells' moments in the shape plus the floor
+    ``D = 1e-6 I``, weights (1 - 0.05) N_h / n and a uniform background of weight 0.05,
+    each head's density times ``exp(-tr(P_h D) / 2)`` (the shaped layer's log-joint),
     computed here with scipy's densities: two sums of n log-densities, within n eps of
     their scale."""
     from scipy.stats import multivariate_normal
@@ -227,8 +228,10 @@ def test_mixture_bic_matches_scipy_densities(cov):
             cov_h = np.diag(np.diag(cov_h))
         elif cov == "spherical":
             cov_h = np.trace(cov_h) / 2 * np.eye(2)
-        dens += 0.95 * len(rows) / len(X) * multivariate_normal(
-            rows.mean(0), cov_h + 1e-6 * np.eye(2)).pdf(X)
+        cov_h = cov_h + 1e-6 * np.eye(2)
+        trace = 1e-6 * np.trace(np.linalg.inv(cov_h))
+        dens += 0.95 * len(rows) / len(X) * np.exp(-0.5 * trace) * multivariate_normal(
+            rows.mean(0), cov_h).pdf(X)
     p = 3 * {"full": 2 + 3, "diag": 4, "spherical": 3}[cov] + 2 + 1
     ref = -2 * np.log(dens).sum() + p * np.log(len(X))
     ours = mixture_bic(X, z, 3, log_volume=log_volume, steps=0, covariance_type=cov)

@@ -116,6 +116,8 @@ from scipy.special import stdtrit
 from .._validation import as_generator
 from .covariance import as_covariance
 from .kmeans.batch import best_of_seedings
+from .lean_fits import bic
+from .shape_em import LeanEM, RowProducts
 
 __all__ = ["BARE_MENTION", "COVARIANCE_TYPES", "EARLY_LEVEL", "EM_STEPS", "LOOKS", "N_INIT",
            "N_REFERENCES", "PATIENCE", "STRUCTURE_Z", "KChoice", "WeakChoiceWarning",
@@ -135,7 +137,6 @@ CONFIDENT = 0.9        # weight of K* below which the choice is weak
 MARGINAL_Z = 5.0       # structure z below which it is weak
 MAX_DIM = 50           # wider rows: their leading principal components
 _REG = 1e-6            # covariance floor in the standardized space (unit variances)
-_LOG_2PI = math.log(2.0 * math.pi)
 
 
 class WeakChoiceWarning(UserWarning):
@@ -194,70 +195,15 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return P, P.min(0), P.max(0)
 
 
-def _full(Z, n_heads):
-    """The moments of full covariances on the rows ``Z`` ``(n, d)``: a function of the
-    responsibilities ``R`` ``(K, n)``, weights ``N`` ``(K,)`` and means ``M`` ``(K, d)``
-    giving the squared Mahalanobis distances ``(K, n)`` and half log-determinants
-    ``(K,)`` of each head's weighted covariance (floor ``_REG``), all heads at once
-    (batched Cholesky factors; the deviations ``(K, d, n)``, rows last, in two buffers
-    reused at every step)."""
-    Zt = np.ascontiguousarray(Z.T)
-    D, Y = np.empty((2, n_heads) + Zt.shape)
-
-    def moments(R, N, M):
-        np.subtract(Zt[None], M[:, :, None], out=D)
-        np.multiply(D, R[:, None, :], out=Y)
-        covs = np.matmul(Y, D.transpose(0, 2, 1)) / N[:, None, None]
-        L = np.linalg.cholesky(covs + _REG * np.eye(len(Zt)))               # (K, d, d)
-        np.matmul(np.linalg.inv(L), D, out=Y)
-        np.multiply(Y, Y, out=Y)
-        return Y.sum(1), np.log(np.diagonal(L, axis1=1, axis2=2)).sum(1)
-    return moments
-
-
-def _diag(Z, n_heads):
-    """As :func:`_full` for per-feature variances, from the rows' squares: ``var =
-    R Z^2 / N - M^2``, the distances ``Z^2 / var - 2 Z M / var + M^2 / var`` (three matrix
-    products, no ``(K, n, d)`` array; ``Z`` centred, so the cancellation is bounded by the
-    spread, not the offset)."""
-    Z2 = Z * Z
-
-    def moments(R, N, M):
-        var = np.maximum(R @ Z2 / N[:, None] - M * M, 0.0) + _REG           # (K, d)
-        inv = 1.0 / var
-        mahalanobis = inv @ Z2.T - (2.0 * M * inv) @ Z.T
-        mahalanobis += (M * M * inv).sum(1)[:, None]
-        return mahalanobis, 0.5 * np.log(var).sum(1)
-    return moments
-
-
-def _spherical(Z, n_heads):
-    """As :func:`_diag` with one variance per head, the mean of its features' variances."""
-    d = Z.shape[1]
-    sq = np.einsum("nd,nd->n", Z, Z)
-
-    def moments(R, N, M):
-        mm = np.einsum("kd,kd->k", M, M)
-        var = np.maximum((R @ sq / N - mm) / d, 0.0) + _REG                  # (K,)
-        inv = 1.0 / var
-        mahalanobis = np.multiply.outer(inv, sq) - (2.0 * inv[:, None] * M) @ Z.T
-        mahalanobis += (mm * inv)[:, None]
-        return mahalanobis, 0.5 * d * np.log(var)
-    return moments
-
-
-_MOMENTS = {as_covariance("spherical"): _spherical, as_covariance("diag"): _diag,
-            as_covariance("full"): _full}
-
-
 def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                 log_volume: float, steps: int = EM_STEPS,
-                covariance_type: str = "full") -> float:
+                covariance_type: str = "full", products: RowProducts | None = None) -> float:
     """BIC of the mixture of ``covariance_type`` heads with a uniform background
     (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
-    EM steps (module docstring). Each step: the M step (each head's weight ``N_h``, mean
-    and covariance of the shape from the responsibilities), then the E step (the
-    log-densities, heads first ``(K + 1, n)``, the background last).
+    EM steps (module docstring): the shaped layer's EM at ``lambda = 1``
+    (:class:`~attnclust.cluster.shape_em.LeanEM`, floor ``_REG``, no stopping rule but a
+    step that would lower the likelihood). ``products``: the centred rows'
+    :class:`~attnclust.cluster.shape_em.RowProducts`, shared by the calls on them.
 
     Examples
     --------
@@ -268,37 +214,24 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     >>> bool(two < one)
     True
     """
-    n, d = Z.shape
-    K = n_clusters
     shape = as_covariance(covariance_type)
-    Z = Z - Z.mean(0)                  # the likelihood is the same; the sums' scale smaller
-    moments = _MOMENTS[shape](Z, K)
-    J = np.zeros((K + 1, n))
-    J[labels, np.arange(n)] = 1.0
-    background = 0.05
-    for _ in range(steps + 1):
-        R = J[:K]                                                          # heads first
-        N = R.sum(1) + 1e-12                                               # (K,)
-        mahalanobis, half_logdet = moments(R, N, (R @ Z) / N[:, None])
-        np.multiply(mahalanobis, -0.5, out=R)          # R is read: J becomes the log-densities
-        R += (np.log(N / N.sum() * (1.0 - background)) - half_logdet
-              - 0.5 * d * _LOG_2PI)[:, None]
-        J[K] = math.log(background) - log_volume
-        top = J.max(0)
-        J -= top
-        np.exp(J, out=J)
-        total = J.sum(0)
-        lse = top + np.log(total)
-        J /= total
-        background = float(np.clip(J[K].mean(), 1e-4, 0.5))
+    if products is None:   # centred: the likelihood is the same, the moments' scale smaller
+        products = RowProducts(Z - Z.mean(0), n_clusters)
+    n, d = products.X.shape
+    em = LeanEM(products.X, n_clusters, shape, np.full(d, _REG), labels, tol=-math.inf,
+                products=products, log_background=-log_volume)
+    for _ in range(steps):
+        if not em.step():
+            break
     # the shape's mixture parameters (means, weights, covariances), and the background's
-    return float(-2.0 * lse.sum() + (shape.n_parameters(K, d) + 1) * math.log(n))
+    return bic(em.log_likelihood, shape.n_parameters(n_clusters, d) + 1, n)
 
 
 def _least_bic(Z, labels, n_clusters, log_volume) -> tuple[float, str]:
     """The least BIC over the shapes of :data:`COVARIANCE_TYPES`, and that shape."""
-    return min((mixture_bic(Z, labels, n_clusters, log_volume=log_volume, covariance_type=c),
-                c) for c in COVARIANCE_TYPES)
+    products = RowProducts(Z - Z.mean(0), n_clusters)
+    return min((mixture_bic(Z, labels, n_clusters, log_volume=log_volume, covariance_type=c,
+                            products=products), c) for c in COVARIANCE_TYPES)
 
 
 def _kmeans(Z, k, rng, n_init=N_INIT, init=None):

@@ -28,7 +28,7 @@ from .shaped_fit import check_degenerate
 if TYPE_CHECKING:
     from .plan import FitPlan
 
-__all__ = ["AT_FLOOR", "REG_COVAR", "LeanRows", "LeanRun", "ShapeScore", "box_log_volume",
+__all__ = ["AT_FLOOR", "REG_COVAR", "LeanRows", "LeanRun", "ShapeScore", "bic", "box_log_volume",
            "head_at_floor", "held_whole", "icl", "lean_attributes", "lean_run", "score_lean"]
 
 AT_FLOOR = 1.01             # a covariance within 1% of the floor: no spread of its own
@@ -53,8 +53,8 @@ class ShapeScore(NamedTuple):
 
     @property
     def bic(self) -> float:
-        """``-2 L + p log n``."""
-        return -2.0 * self.log_likelihood + self.n_parameters * math.log(self.n_rows)
+        """``-2 L + p log n`` (:func:`bic`)."""
+        return bic(self.log_likelihood, self.n_parameters, self.n_rows)
 
     @property
     def icl(self) -> float:
@@ -70,6 +70,17 @@ class ShapeScore(NamedTuple):
                 "icl": float(self.icl)}
 
 
+def bic(log_likelihood: float, n_parameters: int, n_rows: int) -> float:
+    """Schwarz's ``BIC = -2 L + p log n``.
+
+    Examples
+    --------
+    >>> round(bic(-100.0, 3, 50), 3)
+    211.736
+    """
+    return -2.0 * log_likelihood + n_parameters * math.log(n_rows)
+
+
 def icl(log_likelihood: float, entropy: float, n_parameters: int, n_rows: int) -> float:
     """``ICL = -2 L + p log n + 2 E``.
 
@@ -78,7 +89,7 @@ def icl(log_likelihood: float, entropy: float, n_parameters: int, n_rows: int) -
     >>> round(icl(-100.0, 5.0, 3, 50), 3)
     221.736
     """
-    return -2.0 * log_likelihood + n_parameters * math.log(n_rows) + 2.0 * entropy
+    return bic(log_likelihood, n_parameters, n_rows) + 2.0 * entropy
 
 
 def held_whole(rows: WorkingRows) -> bool:
