@@ -28,27 +28,30 @@ from sklearn.cluster import KMeans
 import attnclust as ac
 from attnclust.cluster import warm_start
 from attnclust.cluster.kmeans import ending
+from attnclust.cluster.settings import FitSettings
 
 
 def _objective(X, centers) -> float:
     return float(((X[:, None] - centers[None]) ** 2).sum(-1).min(1).mean())
 
 
-def _default(X, K, seed):
+def _default(X, K, seed, settings=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _objective(X, ac.AttentionClustering(K, random_state=seed).fit(X).cluster_centers_)
+        est = ac.AttentionClustering(K, random_state=seed, settings=settings)
+        return _objective(X, est.fit(X).cluster_centers_)
 
 
-def _ratios(X, K, module, name, value) -> dict:
+def _ratios(X, K, module, name, value, settings=None) -> dict:
     """The default's objective over ``KMeans(n_init=10)``'s (mean and worst of seeds 0-2),
-    and the mean with ``module.name`` set to ``value`` (the fit without a fix)."""
+    and the mean with ``module.name`` set to ``value`` (the fit without a fix), each fit
+    with ``settings``."""
     best = KMeans(K, n_init=10, random_state=0).fit(X).inertia_ / len(X)
-    ratios = [_default(X, K, s) / best for s in range(3)]
+    ratios = [_default(X, K, s, settings) / best for s in range(3)]
     before = getattr(module, name)
     setattr(module, name, value)
     try:
-        without = np.mean([_default(X, K, s) / best for s in range(3)])
+        without = np.mean([_default(X, K, s, settings) / best for s in range(3)])
     finally:
         setattr(module, name, before)
     return {"mean / KMeans(10)": np.mean(ratios), "worst / KMeans(10)": max(ratios),
@@ -60,17 +63,19 @@ def _far_row(quick: bool) -> dict:
     n = 10_000 if quick else 50_000
     X = gen.uniform(-20, 20, (12, 5))[gen.integers(0, 12, n)] + gen.normal(size=(n, 5))
     X[0] = 1e6
+    settings = FitSettings(warm_sample=1_000) if quick else None
     return {"case": f"far row beside {n:,} rows, K=12",
-            **_ratios(X, 12, ending, "MISSED", float("inf"))}
+            **_ratios(X, 12, ending, "MISSED", float("inf"), settings)}
 
 
-def _just_past_the_sample() -> dict:
+def _just_past_the_sample(quick: bool) -> dict:
     gen = np.random.default_rng(2)
     share = np.array([40, 20, 10, 10, 5, 5, 5, 5]) / 100
-    n = warm_start.WARM_SAMPLE + 1
+    settings = FitSettings(warm_sample=2_000) if quick else FitSettings()
+    n = settings.warm_sample + 1
     X = gen.uniform(-10, 10, (8, 2))[gen.choice(8, n, p=share)] + gen.normal(size=(n, 2))
     return {"case": f"{n:,} rows (past the sample), K=8 unbalanced",
-            **_ratios(X, 8, warm_start, "SWAP_HEADS", 1)}
+            **_ratios(X, 8, warm_start, "SWAP_HEADS", 1, settings)}
 
 
 def _sorted_stream() -> dict:
@@ -91,15 +96,8 @@ def _sorted_stream() -> dict:
 
 
 def run(quick: bool) -> list[dict]:
-    before = warm_start.WARM_SAMPLE
-    try:                     # quick: smaller sets, the sample lowered to keep the cases
-        warm_start.WARM_SAMPLE = 1_000 if quick else before
-        rows = [_far_row(quick)]
-        warm_start.WARM_SAMPLE = 2_000 if quick else before
-        rows.append(_just_past_the_sample())
-    finally:
-        warm_start.WARM_SAMPLE = before
-    return rows + [_sorted_stream()]
+    # quick: smaller sets, the warm-start sample lowered (settings) to keep the cases
+    return [_far_row(quick), _just_past_the_sample(quick), _sorted_stream()]
 
 
 if __name__ == "__main__":

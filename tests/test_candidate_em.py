@@ -11,8 +11,8 @@ from sklearn.metrics import adjusted_rand_score
 
 import attnclust.cluster.shape_choice as shape_choice
 from attnclust import AttentionClustering
-from attnclust.cluster import candidate_em
 from attnclust.cluster.candidate_em import core_start, merges_cells
+from attnclust.cluster.settings import FitSettings
 
 
 def _ball_in_shell(seed, n=400):
@@ -66,12 +66,12 @@ def test_the_core_is_the_rows_nearest_a_row_holding_a_Kth_of_the_weight(K, weigh
     mapped = [np.unique(start[rest & (labels == h)]) for h in range(K)]
     assert sum(m.size == 1 for m in mapped) >= K - 1
     assert all(np.all(m >= 1) for m in mapped)
-    # it moves at least MIN_MOVED of the weight out of the default cells, each named as
+    # it moves at least settings.min_moved of the weight out of the default cells, each named as
     # in the start: the cell holding most of the core's weight 0, the others their head
     dissolved = np.bincount(labels[core], weights=w[core], minlength=K).argmax()
     names = np.array([0 if h == dissolved else int(np.bincount(start[rest & (labels == h)])
                                                    .argmax()) for h in range(K)])
-    assert w[start != names[labels]].sum() / w.sum() >= candidate_em.MIN_MOVED
+    assert w[start != names[labels]].sum() / w.sum() >= FitSettings().min_moved
 
 
 @pytest.mark.parametrize("K", [2, 3, 7])
@@ -96,7 +96,7 @@ def test_no_second_start_when_it_is_the_default_partition():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_nested_clusters_get_a_narrow_head_inside_a_wide_one(seed, monkeypatch):
+def test_nested_clusters_get_a_narrow_head_inside_a_wide_one(seed):
     """A ball in a shell: EM from the default partition keeps its halves (ARI about 0);
     from the density core it reaches the nested mixture, of an ICL lower by hundreds,
     which the choice keeps. The recorded ICL is at most the default start's."""
@@ -104,21 +104,20 @@ def test_nested_clusters_get_a_narrow_head_inside_a_wide_one(seed, monkeypatch):
     est = _fit(X, 2, seed)
     assert adjusted_rand_score(y, est.labels_) > 0.8
     assert est.covariance_type_ != "spherical"
-    monkeypatch.setattr(shape_choice, "ROWS_PER_PARAMETER", math.inf)
-    halves = _fit(X, 2, seed, merge_heads=False)      # the shape choice alone (merged
+    halves = _fit(X, 2, seed, merge_heads=False,      # the shape choice alone (merged
+                  settings=FitSettings(rows_per_parameter=math.inf))
     assert adjusted_rand_score(y, halves.labels_) < 0.3  # heads also find ball and shell)
     chosen = est.covariance_type_criteria_[est.covariance_type_]["icl"]
     assert chosen < min(s["icl"] for s in halves.covariance_type_criteria_.values()) - 100
 
 
 @pytest.mark.parametrize("lean_rows", [10_000, 1_000])    # the lean EM, the chunked one
-def test_the_nested_fit_of_a_sample_carries_to_all_rows(lean_rows, monkeypatch):
-    """On more rows than ``CHOICE_ROWS`` the chosen shape is fitted on all rows from the
-    sample's fit when the density core's start won (from the default partition it would
-    fall back to the halves)."""
-    monkeypatch.setattr(shape_choice, "LEAN_ROWS", lean_rows)
+def test_the_nested_fit_of_a_sample_carries_to_all_rows(lean_rows):
+    """On more rows than ``settings.choice_rows`` the chosen shape is fitted on all rows
+    from the sample's fit when the density core's start won (from the default partition it
+    would fall back to the halves)."""
     X, y = _ball_in_shell(7, n=1500)
-    est = _fit(X, 2, 0)
+    est = _fit(X, 2, 0, settings=FitSettings(lean_rows=lean_rows))
     assert est.covariance_type_criteria_[est.covariance_type_]["n_rows"] == 2000
     assert est.labels_.shape == (3000,)
     assert adjusted_rand_score(y, est.labels_) > 0.8
@@ -160,7 +159,8 @@ def _blobs_over_noise():
 
 
 def test_merges_cells_against_a_direct_count():
-    """A head merges two cells when it holds at least MERGE_SHARE of the weight of each:
+    """A head merges two cells when it holds at least ``settings.merge_share`` of the
+    weight of each:
     checked against a loop over the cells on random partitions, with and without weights."""
     rng = np.random.default_rng(0)
     for trial in range(200):
@@ -172,27 +172,28 @@ def test_merges_cells_against_a_direct_count():
         for h in range(K):
             held = [w[(a == c) & (b == h)].sum() / w[a == c].sum() for c in range(K)
                     if (a == c).any()]
-            merged |= sum(x >= candidate_em.MERGE_SHARE for x in held) >= 2
+            merged |= sum(x >= FitSettings().merge_share for x in held) >= 2
         assert merges_cells(a, b, K, None if trial % 2 == 0 else w) == merged
 
 
 @pytest.mark.parametrize("seed", [1, 3, 4])
 def test_a_core_fit_that_merges_two_cells_is_not_kept(seed, monkeypatch):
-    """Blobs over uniform noise, the second start forced (``MIN_MOVED`` 0): its fit of
-    lower ICL spends a head on the noise and merges two blobs' cells. The guard drops it
-    (the blobs are found); without the guard that fit is kept and two blobs are one."""
-    monkeypatch.setattr(candidate_em, "MIN_MOVED", 0.0)
+    """Blobs over uniform noise, the second start forced (``settings.min_moved`` 0): its
+    fit of lower ICL spends a head on the noise and merges two blobs' cells. The guard
+    drops it (the blobs are found); without the guard that fit is kept and two blobs are
+    one."""
+    forced = FitSettings(min_moved=0.0)
     fired = []
 
-    def spy(default, labels, K, weights=None):
-        fired.append(merges_cells(default, labels, K, weights))
+    def spy(default, labels, K, weights=None, **kwargs):
+        fired.append(merges_cells(default, labels, K, weights, **kwargs))
         return fired[-1]
     monkeypatch.setattr(shape_choice, "merges_cells", spy)
     X, y = _blobs_over_noise()
     keep = y >= 0
-    est = _fit(X, 4, seed)
+    est = _fit(X, 4, seed, settings=forced)
     assert fired == [True]
     assert adjusted_rand_score(y[keep], est.labels_[keep]) > 0.85
-    monkeypatch.setattr(shape_choice, "merges_cells", lambda *args: False)
-    unguarded = _fit(X, 4, seed)
+    monkeypatch.setattr(shape_choice, "merges_cells", lambda *args, **kwargs: False)
+    unguarded = _fit(X, 4, seed, settings=forced)
     assert adjusted_rand_score(y[keep], unguarded.labels_[keep]) < 0.8

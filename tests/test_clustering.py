@@ -21,9 +21,10 @@ from _tolerance import (
     objective_tol,
     sum_tol,
 )
-from attnclust.cluster import fixed_point, warm_start
+from attnclust.cluster import fixed_point
 from attnclust.cluster.clustering import AttentionClustering, DegenerateFitWarning
 from attnclust.cluster.plan import resolve
+from attnclust.cluster.settings import FitSettings
 from attnclust.cluster.warm_start import auto_inverse_temperature, hard_lloyd
 
 # the tests written for the paper's layer (unit heads) name it; the default is Euclidean
@@ -653,17 +654,14 @@ def _cell_means(X, centers):
 
 
 @pytest.mark.parametrize("sample", [None, 300])
-def test_default_ends_at_a_fixed_point_of_the_hard_limit(monkeypatch, sample):
+def test_default_ends_at_a_fixed_point_of_the_hard_limit(sample):
     """The default's heads are a stable k-means partition's means: the fixed point of the
     layer's step as lambda -> infinity (the gradient of the k-means risk vanishes), on
     all rows whether or not they fit in the warm-start sample; its loss curve (the k-means
     objective over the passes) never increases."""
-    from attnclust.cluster import warm_start
-
-    if sample is not None:
-        monkeypatch.setattr(warm_start, "WARM_SAMPLE", sample)
+    settings = None if sample is None else FitSettings(warm_sample=sample)
     X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=7)   # overlapping
-    est = AttentionClustering(3, random_state=0).fit(X)
+    est = AttentionClustering(3, random_state=0, settings=settings).fit(X)
     # the stopping rule is scikit-learn's: squared moves at most 1e-4 of the mean variance
     grad = 2 * (est.cluster_centers_ - _cell_means(X, est.cluster_centers_))
     assert np.abs(grad).max() < 0.05 * X.std()
@@ -673,16 +671,14 @@ def test_default_ends_at_a_fixed_point_of_the_hard_limit(monkeypatch, sample):
     assert est.converged_
 
 
-def test_sample_and_passes_give_the_fit_on_every_row(monkeypatch):
+def test_sample_and_passes_give_the_fit_on_every_row():
     """Fitted on a sample then by passes over all rows, or on every row at once (the
     small-data path): the same Lloyd fixed point of all rows, to rounding, on clusters
     whose partition both paths reach exactly."""
-    from attnclust.cluster import warm_start
-
     X, y = _blobs([[0, 0], [8, 0], [0, 8], [8, 8]], n=300, seed=8)
     whole = AttentionClustering(4, random_state=0).fit(X)
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 500)
-    sampled = AttentionClustering(4, random_state=0).fit(X)
+    sampled = AttentionClustering(4, random_state=0,
+                                  settings=FitSettings(warm_sample=500)).fit(X)
     assert ac.adjusted_rand_index(y, sampled.labels_) == 1.0
     assert ac.adjusted_rand_index(whole.labels_, sampled.labels_) == 1.0
     match = [int(np.argmin(np.linalg.norm(whole.cluster_centers_ - c, axis=1)))
@@ -846,16 +842,14 @@ def test_warnings_point_at_the_callers_line():
     assert {w.filename for w in record} == {__file__}
 
 
-def test_more_rows_than_the_sample_fit_all_rows(monkeypatch):
+def test_more_rows_than_the_sample_fit_all_rows():
     """Above the warm-start sample the soft fit at a given lambda ends with steps over all
     rows: a stationary point of the full-data risk, whose loss curve never increases."""
-    from attnclust.cluster import warm_start
-
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 300)
+    small = FitSettings(warm_sample=300)
     X, y = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=7)
-    lam = AttentionClustering(3, random_state=0).fit(X).inverse_temperature_
+    lam = AttentionClustering(3, random_state=0, settings=small).fit(X).inverse_temperature_
     est = AttentionClustering(3, inverse_temperature=lam, random_state=0, tol=1e-10,
-                              max_iter=2000).fit(X)
+                              max_iter=2000, settings=small).fit(X)
     assert np.all(np.diff(est.loss_curve_) <= 1e-12 * est.loss_curve_[0])
     assert est.loss_curve_[-1] == pytest.approx(_risk(est, X), rel=1e-8)
     h = torch.as_tensor(est.cluster_centers_).requires_grad_(True)
@@ -891,16 +885,14 @@ def test_callback_heads_are_in_the_data_units():
     assert infos[-1].loss == pytest.approx(est.loss_curve_[-1], rel=2 * eps())
 
 
-def test_the_callback_sees_the_passes_over_all_rows(monkeypatch):
+def test_the_callback_sees_the_passes_over_all_rows():
     """Above the sample the default reports the sample's k-means partition, then each pass
     over all rows (at an infinite inverse temperature: the hard limit), whose k-means
     objectives are the loss curve: progress for the command line's bar."""
-    from attnclust.cluster import warm_start
-
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 300)
     X, _ = _blobs([[0, 0], [2.5, 0], [0, 2.5]], n=400, seed=11)
     infos = []
-    est = AttentionClustering(3, random_state=0, callback=infos.append).fit(X)
+    est = AttentionClustering(3, random_state=0, callback=infos.append,
+                              settings=FitSettings(warm_sample=300)).fit(X)
     assert len(infos) >= 2 and all(i.inverse_temperature == np.inf for i in infos)
     assert [i.iteration for i in infos] == sorted(i.iteration for i in infos)
     assert infos[-1].iteration <= est.n_iter_
@@ -920,19 +912,19 @@ def test_the_callback_sees_the_passes_over_all_rows(monkeypatch):
     assert np.all(est.inverse_temperature_curve_ == np.inf)
 
 
-def test_few_heads_on_a_sample_keep_ten_seedings(monkeypatch):
+def test_few_heads_on_a_sample_keep_ten_seedings():
     """Above the warm-start sample's size, a fit with fewer heads than the swaps need keeps
     ten seedings on the sample: one seeding (the rule for many heads) left 6 of 10 seeds
     7-15% above KMeans(n_init=10)'s objective on unbalanced clusters just past 20,000
     rows; here the threshold is lowered to keep the test small (ten seedings: within
     1.2% on every seed; one: 6 of 10 seeds 7-16% above)."""
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 1000)
     rng = np.random.default_rng(2)
     centres, share = rng.uniform(-10, 10, (8, 2)), np.array([8, 4, 2, 2, 1, 1, 1, 1]) / 20
     X = centres[rng.choice(8, 5000, p=share)] + rng.normal(size=(5000, 2))
     best = KMeans(8, n_init=10, random_state=0).fit(X).inertia_ / len(X)
     for seed in range(10):
-        fit = AttentionClustering(8, random_state=seed).fit(X)
+        fit = AttentionClustering(8, random_state=seed,
+                                  settings=FitSettings(warm_sample=1000)).fit(X)
         objective = ((X - fit.cluster_centers_[fit.labels_]) ** 2).sum(1).mean()
         assert objective <= 1.03 * best
 

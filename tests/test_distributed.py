@@ -20,7 +20,7 @@ from attnclust.cluster import fixed_point, warm_start
 from attnclust.cluster.clustering import AttentionClustering
 from attnclust.cluster.communicator import Communicator
 from attnclust.cluster.distributed import pass_bytes, pgd_distributed, shard_bounds, shard_rows
-from attnclust.cluster.plan import SHAPE_CHOICE_SEEDINGS
+from attnclust.cluster.settings import FitSettings
 from attnclust.study import _quadrature
 from attnclust.study import risk as risk_module
 
@@ -200,10 +200,10 @@ def _fit_simulated(X, world, **params):
          anneal=False, chunk_size=300, random_state=2),
     dict(n_clusters=4, covariance_type="full", chunk_size=300, random_state=0),
 ])
-def test_simulated_ranks_match_one_process(data, params, monkeypatch):
+def test_simulated_ranks_match_one_process(data, params):
     _, X = data
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 500)        # exercise the warm-start sample
-    params = dict(params, tol=1e-10, max_iter=300)
+    params = dict(params, tol=1e-10, max_iter=300,
+                  settings=FitSettings(warm_sample=500))        # exercise the warm-start sample
     one = AttentionClustering(**params).fit(X)
     ests, group = _fit_simulated(X, 3, **params)
     for est in ests:
@@ -222,17 +222,17 @@ def test_seeding_sample_is_used_above_the_threshold(data, monkeypatch):
     real = warm_start.sample_kmeans
     monkeypatch.setattr(warm_start, "sample_kmeans", lambda rows, *a, **k: seen.append(
         (tuple(rows.shape), k["n_init"])) or real(rows, *a, **k))
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 500)
-    AttentionClustering(4, random_state=0, max_iter=5).fit(X[:400])
-    AttentionClustering(4, random_state=0, max_iter=5).fit(X)
-    AttentionClustering(12, random_state=0, max_iter=5).fit(X)
+    small = FitSettings(warm_sample=500)
+    AttentionClustering(4, random_state=0, max_iter=5, settings=small).fit(X[:400])
+    AttentionClustering(4, random_state=0, max_iter=5, settings=small).fit(X)
+    AttentionClustering(12, random_state=0, max_iter=5, settings=small).fit(X)
     # the default's warm start: KMeans of the sample, n_init="auto" = 7 seedings (it
     # chooses its shape); above the threshold the sample is 256 rows per head, at most the
     # threshold, and with ten heads or more (the swaps) the seedings one per five sample
     # sizes of rows
-    n_init = SHAPE_CHOICE_SEEDINGS
+    n_init = small.shape_choice_seedings
     assert seen == [((400, 6), n_init), ((500, 6), n_init),
-                    ((500, 6), max(1, min(n_init, len(X) // 2500)))]
+                    ((500, 6), max(1, min(n_init, len(X) // (small.seeding_rows * 500))))]
     assert seen[-1][1] < n_init
 
 

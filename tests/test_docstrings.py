@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from attnclust.cluster import warm_start
+from attnclust.cluster.settings import FitSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnclust"
@@ -73,9 +73,10 @@ def _stated_sample_sizes() -> list[tuple[str, int]]:
 
 
 def test_docs_state_the_warm_start_sample_the_code_uses():
+    """Docstrings name the setting (``settings.warm_sample``); a number stated on a page
+    is its default (which FitSettings' own docstring states: tests/test_settings.py)."""
     stated = _stated_sample_sizes()
-    assert any(where.startswith("clustering.py:AttentionClustering") for where, _ in stated)
-    assert [(where, n) for where, n in stated if n != warm_start.WARM_SAMPLE] == []
+    assert [(where, n) for where, n in stated if n != FitSettings().warm_sample] == []
 
 
 def test_the_sample_statement_check_can_fail():

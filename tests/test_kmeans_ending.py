@@ -9,11 +9,11 @@ from sklearn.cluster import KMeans
 
 import attnclust as ac
 from _tolerance import objective_tol
-from attnclust.cluster import warm_start
 from attnclust.cluster.communicator import Communicator
 from attnclust.cluster.distributed import shard_bounds
 from attnclust.cluster.kmeans import ending
 from attnclust.cluster.rows import WorkingRows
+from attnclust.cluster.settings import FitSettings
 from test_distributed import _run_ranks, _ThreadGroup
 
 
@@ -43,7 +43,7 @@ def test_a_far_row_the_sample_missed_joins_it_and_the_swaps_repair_the_rest(monk
     into a neighbour wherever it was. The rows' objective is then far above the sample's,
     so the rows farthest from the sample's heads join it and single swaps move the
     merge: the objective was about 2x KMeans(n_init=10)'s, now within 1.2x."""
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 1000)
+    small = FitSettings(warm_sample=1000)
     X = _far_row_data()
     best = KMeans(12, n_init=10, random_state=0).fit(X).inertia_ / len(X)
     repairs = []
@@ -51,7 +51,8 @@ def test_a_far_row_the_sample_missed_joins_it_and_the_swaps_repair_the_rest(monk
     monkeypatch.setattr(ending, "_with_far_rows", lambda *a: repairs.append(1) or real(*a))
     for seed in range(4):
         before = len(repairs)
-        fit = ac.AttentionClustering(12, covariance_type="spherical", random_state=seed).fit(X)
+        fit = ac.AttentionClustering(12, covariance_type="spherical", random_state=seed,
+                                     settings=small).fit(X)
         objective = ((X - fit.cluster_centers_[fit.labels_]) ** 2).sum(1).mean()
         assert objective <= 1.2 * best
         # recomputed at the end from one matrix product of the working rows: the far
@@ -62,7 +63,8 @@ def test_a_far_row_the_sample_missed_joins_it_and_the_swaps_repair_the_rest(monk
             assert fit.loss_curve_.max() > 1.5 * objective
     assert len(repairs) >= 2                         # the claim's path was taken
     repairs.clear()                                  # and blobs alone never take it
-    ac.AttentionClustering(12, covariance_type="spherical", random_state=0).fit(X[:-1])
+    ac.AttentionClustering(12, covariance_type="spherical", random_state=0,
+                           settings=small).fit(X[:-1])
     assert not repairs
 
 
@@ -82,14 +84,14 @@ def test_the_repair_gathers_the_far_rows_of_every_rank(monkeypatch, seed):
     """Three ranks, the far row on the last: each rank's farthest rows are gathered, the
     same far rows join the sample on every rank, and the fit is one process's (the
     repair ran in both)."""
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 1000)
+    small = FitSettings(warm_sample=1000)
     X = _far_row_data()
     repairs = []
     real = ending._with_far_rows
     monkeypatch.setattr(ending, "_with_far_rows", lambda *a: repairs.append(1) or real(*a))
-    one = ac.AttentionClustering(12, random_state=seed).fit(X)
+    one = ac.AttentionClustering(12, random_state=seed, settings=small).fit(X)
     assert len(repairs) == 1
-    ests = _fit_ranks(X, 3, n_clusters=12, random_state=seed)
+    ests = _fit_ranks(X, 3, n_clusters=12, random_state=seed, settings=small)
     assert len(repairs) == 4
     for est in ests:
         np.testing.assert_allclose(est.cluster_centers_, one.cluster_centers_, atol=1e-6,
@@ -122,13 +124,13 @@ def test_the_far_rows_are_ordered_by_distance_then_global_index():
         np.testing.assert_array_equal(w.numpy(), ref[1].numpy())
 
 
-def test_a_communicator_without_its_ranks_skips_the_repair_with_a_warning(monkeypatch):
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 1000)
+def test_a_communicator_without_its_ranks_skips_the_repair_with_a_warning():
     X = _far_row_data()
 
     def no_ranks(comm):                    # as a communicator built before rank/world
         return Communicator(comm.reduce, comm.broadcast, comm.offset, comm.n_total)
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        _fit_ranks(X, 2, no_ranks, n_clusters=12, random_state=0)
+        _fit_ranks(X, 2, no_ranks, n_clusters=12, random_state=0,
+                   settings=FitSettings(warm_sample=1000))
     assert any("far-row repair" in str(w.message) for w in seen)

@@ -20,11 +20,11 @@ from scipy.stats import multivariate_normal
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
-import attnclust.cluster.shape_choice as shape_choice
 from _tolerance import assert_labels_off_ties, eps, sum_tol
 from attnclust import AttentionClustering
 from attnclust.cluster.covariance import Full
 from attnclust.cluster.noise_head import NOISE_LABEL
+from attnclust.cluster.settings import FitSettings
 from attnclust.cluster.shape_em import LeanEM
 
 SEEDS = range(5)
@@ -160,10 +160,9 @@ def test_predict_is_labels(seed):
     assert "background" in est.covariance_type_reason_
 
 
-def test_the_choice_on_a_sample_carries_to_all_rows(monkeypatch):
-    monkeypatch.setattr(shape_choice, "CHOICE_ROWS", 300)
+def test_the_choice_on_a_sample_carries_to_all_rows():
     X, y = _blobs_over_noise(1)
-    est = _fit(X, 3, 1)
+    est = _fit(X, 3, 1, settings=FitSettings(choice_rows=300))
     assert est.covariance_type_criteria_[est.covariance_type_]["n_rows"] == 300
     assert len(est.labels_) == len(X)
     assert est.weights_.sum() + est.noise_weight_ == pytest.approx(1.0, abs=64 * eps())
@@ -218,14 +217,13 @@ def test_settings_it_cannot_serve_raise(params, match):
         AttentionClustering(3, random_state=0, **kwargs).fit(X)
 
 
-def test_when_both_shapes_are_too_costly_it_says_so_before_any_work(monkeypatch):
+def test_when_both_shapes_are_too_costly_it_says_so_before_any_work():
     """The refusal comes before the fit touches the estimator: an earlier fit stays whole."""
     X, _ = _blobs_over_noise(0)
     est = AttentionClustering(3, random_state=0).fit(X)
     labels = est.predict(X)
-    monkeypatch.setattr(shape_choice, "CHOICE_NUMBERS", 10)
     with pytest.raises(ValueError, match="both are too costly here"):
-        est.set_params(noise_head=True).fit(X)
+        est.set_params(noise_head=True, settings=FitSettings(choice_numbers=10)).fit(X)
     np.testing.assert_array_equal(est.predict(X), labels)
 
 

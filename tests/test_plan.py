@@ -15,7 +15,8 @@ import attnclust as ac
 from _tolerance import assert_same_labels, near_ties, sum_tol
 from attnclust import AttentionClustering
 from attnclust.cluster.kmeans import KMEANS_TOL
-from attnclust.cluster.plan import SHAPE_CHOICE_SEEDINGS, SHAPED_TOL, FitPlan, resolve
+from attnclust.cluster.plan import SHAPED_TOL, FitPlan, resolve
+from attnclust.cluster.settings import FitSettings
 from attnclust.study.geometry import Euclidean, Sphere
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
@@ -30,7 +31,7 @@ def test_auto_values_resolve_by_ending_geometry_and_covariance():
     assert default.hard and default.tol == KMEANS_TOL == default.kmeans_tol
     # seven seedings where the fit chooses its shape (the default), ten for spherical heads
     assert (default.n_init, default.inverse_temperature, default.normalize) == \
-        (SHAPE_CHOICE_SEEDINGS, None, None)
+        (FitSettings().shape_choice_seedings, None, None)
     assert _plan(covariance_type="spherical").n_init == 10
     assert _plan(covariance_type="spherical", n_init=7).n_init == 7
     assert _plan(penalty="balance").n_init == 10          # no shape to choose

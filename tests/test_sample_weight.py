@@ -15,10 +15,10 @@ import pytest
 
 import attnclust as ac
 from _tolerance import assert_labels_off_ties, assert_same_labels, eps, sum_tol
-from attnclust.cluster import warm_start
 from attnclust.cluster.clustering import AttentionClustering
 from attnclust.cluster.communicator import Communicator
 from attnclust.cluster.distributed import shard_bounds
+from attnclust.cluster.settings import FitSettings
 
 MIX = ac.GaussianMixture.random(d=5, k=3, sigma=0.3, rng=0)   # overlapping: soft attention
 X, Z = MIX.sample(400, rng=0, return_labels=True)
@@ -96,14 +96,14 @@ def test_zero_weights_are_absent_rows(params, init):
     _same_fit(dropped, weighted, labels_b=weighted.labels_[keep], at=X[keep])
 
 
-def test_scaling_all_weights_changes_nothing_on_the_sampled_path(monkeypatch):
+def test_scaling_all_weights_changes_nothing_on_the_sampled_path():
     """Weights are relative: all ones, all sevens, all 1e-4 (cells of total weight below
     one) and none give the same fit, also when the warm start runs on a sample of the rows
     (which carries the sampled rows' weights)."""
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 150)
-    ref = _fit(X, init="kmeans++")
+    small = FitSettings(warm_sample=150)
+    ref = _fit(X, init="kmeans++", settings=small)
     for c in (1.0, 7.0, 1e-4):
-        _same_fit(_fit(X, np.full(len(X), c), init="kmeans++"), ref)
+        _same_fit(_fit(X, np.full(len(X), c), init="kmeans++", settings=small), ref)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -227,8 +227,7 @@ def _fit_ranks(X, weights, world, monkeypatch, **params):
 def test_two_simulated_ranks_with_weights_are_one_weighted_process(params, monkeypatch):
     """On a warm-start sample assembled over the ranks, which carries the weights (one
     process with weights is repeated rows: the tests above)."""
-    monkeypatch.setattr(warm_start, "WARM_SAMPLE", 150)
-    params = dict(params, random_state=0)
+    params = dict(params, random_state=0, settings=FitSettings(warm_sample=150))
     ests = _fit_ranks(X, COUNTS.astype(float), 2, monkeypatch, **params)
     one = _fit(X, COUNTS, **params)
     for est in ests:

@@ -17,7 +17,7 @@ import attnclust.cluster.shape_choice as shape_choice
 from _tolerance import assert_labels_off_ties, eps, sum_tol
 from attnclust import AttentionClustering
 from attnclust.cluster.covariance import Diag, Full, Spherical, covariance_floor
-from attnclust.cluster.plan import SHAPE_CHOICE_SEEDINGS
+from attnclust.cluster.settings import FitSettings
 from attnclust.cluster.shape_em import lean_em
 from attnclust.cluster.shaped_fit import shaped_fit
 
@@ -39,7 +39,8 @@ def _elongated(seed):
 
 def _spherical(K, seed, **params):
     """The spherical fit that ``covariance_type="auto"`` starts from: its seedings."""
-    return AttentionClustering(K, covariance_type="spherical", n_init=SHAPE_CHOICE_SEEDINGS,
+    return AttentionClustering(K, covariance_type="spherical",
+                               n_init=FitSettings().shape_choice_seedings,
                                random_state=seed, **params)
 
 
@@ -199,10 +200,9 @@ def test_lean_em_is_the_chunked_em_step_for_step():
                                    atol=tol + sum_tol(len(Xw)) * abs(ref.loss_curve[-1]))
 
 
-def test_choice_on_a_sample_fits_the_chosen_shape_on_all_rows(monkeypatch):
-    monkeypatch.setattr(shape_choice, "CHOICE_ROWS", 400)
+def test_choice_on_a_sample_fits_the_chosen_shape_on_all_rows():
     X, y = _elongated(2)
-    est = _fit(X, 3, 2)
+    est = _fit(X, 3, 2, settings=FitSettings(choice_rows=400))
     assert est.covariance_type_ == "full"
     assert "on 400 rows" in est.covariance_type_reason_
     assert est.labels_.shape == (900,) and adjusted_rand_score(y, est.labels_) > 0.85
@@ -218,20 +218,20 @@ def _sticks(seed, per):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_the_choice_on_a_sample_is_the_choice_on_all_rows(monkeypatch, seed):
-    """Clear cases (sticks: full; round blobs: spherical) with more than ``CHOICE_ROWS``
-    rows choose on the sample what they choose on all rows. The spherical fit is the
-    default fit, bit for bit; the shaped one, EM on all rows from the sample's fit, reaches
-    the optimum the all-rows candidate reached from the default partition: the same
-    labels off ties, the same mean log-likelihood within the stopping rule's reach (each
-    stops at a step that gains less than ``tol`` = 1e-3 per row; at EM's rate here, below
-    0.5 a step, what is left to gain is below another ``tol``)."""
-    assert shape_choice.CHOICE_ROWS == 2_000
+def test_the_choice_on_a_sample_is_the_choice_on_all_rows(seed):
+    """Clear cases (sticks: full; round blobs: spherical) with more than
+    ``settings.choice_rows`` rows choose on the sample what they choose on all rows. The
+    spherical fit is the default fit, bit for bit; the shaped one, EM on all rows from the
+    sample's fit, reaches the optimum the all-rows candidate reached from the default
+    partition: the same labels off ties, the same mean log-likelihood within the stopping
+    rule's reach (each stops at a step that gains less than ``tol`` = 1e-3 per row; at EM's
+    rate here, below 0.5 a step, what is left to gain is below another ``tol``)."""
+    assert FitSettings().choice_rows == 2_000
     X, _ = _sticks(seed, 800)
     blobs, _ = make_blobs(2400, centers=4, cluster_std=1.0, random_state=seed)
     sampled = [_fit(X, 3, seed), _fit(blobs, 4, seed)]
-    monkeypatch.setattr(shape_choice, "CHOICE_ROWS", 10**6)
-    whole = [_fit(X, 3, seed), _fit(blobs, 4, seed)]
+    every = FitSettings(choice_rows=10**6)
+    whole = [_fit(X, 3, seed, settings=every), _fit(blobs, 4, seed, settings=every)]
     assert [e.covariance_type_ for e in sampled] == [e.covariance_type_ for e in whole] \
         == ["full", "spherical"]
     assert "on 2000 rows" in sampled[0].covariance_type_reason_
@@ -245,17 +245,16 @@ def test_the_choice_on_a_sample_is_the_choice_on_all_rows(monkeypatch, seed):
 
 
 @pytest.mark.parametrize("seed", [0, 2])
-def test_a_stopped_candidate_run_to_convergence_is_not_chosen_either(seed, monkeypatch):
+def test_a_stopped_candidate_run_to_convergence_is_not_chosen_either(seed):
     """A cross of two sticks with one mean: diag follows the sticks, full's EM is stopped
     early (its projected ICL bound above diag's). Run on independently to convergence
     from the same partition and floor, full's ICL is still above the chosen diag's, and
     the recorded criteria of the stopped iterate are above it too. (The default
     partition's start only: the density core's is tested in test_candidate_em.py.)"""
-    monkeypatch.setattr(shape_choice, "ROWS_PER_PARAMETER", math.inf)
     rng = np.random.default_rng(103 + seed)
     X = np.r_[rng.normal(size=(500, 2)) * [4.0, 0.3],
               (rng.normal(size=(500, 2)) * [4.0, 0.3]) @ _rotation(np.pi / 2).T]
-    est = _fit(X, 2, seed)
+    est = _fit(X, 2, seed, settings=FitSettings(rows_per_parameter=math.inf))
     crit = est.covariance_type_criteria_
     assert est.covariance_type_ == "diag", est.covariance_type_reason_
     assert crit["full"]["stopped"] and not crit["diag"]["stopped"]
@@ -274,10 +273,9 @@ def test_a_stopped_candidate_run_to_convergence_is_not_chosen_either(seed, monke
     assert icl_full > crit["diag"]["icl"] + tol
 
 
-def test_costly_candidates_are_not_tried(monkeypatch):
+def test_costly_candidates_are_not_tried():
     # full: 900 rows x 3 heads x 4 entries = 10,800 numbers; diag: 5,400
-    monkeypatch.setattr(shape_choice, "CHOICE_NUMBERS", 6_000)
-    est = _fit(_elongated(0)[0], 3, 0)
+    est = _fit(_elongated(0)[0], 3, 0, settings=FitSettings(choice_numbers=6_000))
     assert set(est.covariance_type_criteria_) == {"spherical", "diag"}
     assert "not tried (full)" in est.covariance_type_reason_
 
@@ -382,18 +380,16 @@ def test_sklearn_compatible(estimator, check):
 
 @pytest.mark.parametrize("lean_rows", [10_000, 1_000])    # the lean EM, the chunked one
 @pytest.mark.parametrize("seed", [0, 1, 2])    # seeds whose 2,000-row sample misses the far row
-def test_a_shape_the_sample_chose_that_fails_on_all_rows_is_not_kept(seed, lean_rows,
-                                                                     monkeypatch):
+def test_a_shape_the_sample_chose_that_fails_on_all_rows_is_not_kept(seed, lean_rows):
     """12 blobs in 5-D and one row at 1e6: on a sample without that row full heads win,
     but fitted on all rows one head holds the far row alone, at the covariance floor (the
     blobs merge into the others). The fit checks the choice on all rows and keeps the
     spherical fit, the reason saying why."""
-    monkeypatch.setattr(shape_choice, "LEAN_ROWS", lean_rows)
     gen = np.random.default_rng(1)
     centres = gen.uniform(-20, 20, (12, 5))
     X = np.concatenate([centres[gen.integers(0, 12, 6000)] + gen.normal(size=(6000, 5)),
                         [[1e6] * 5]])
-    est = _fit(X, 12, seed)
+    est = _fit(X, 12, seed, settings=FitSettings(lean_rows=lean_rows))
     assert est.covariance_type_ == "spherical"
     assert est.covariance_type_reason_.startswith(
         "spherical: full was chosen on a sample of 2000 rows, but its fit on all 6001 rows")
@@ -405,18 +401,17 @@ def test_a_shape_the_sample_chose_that_fails_on_all_rows_is_not_kept(seed, lean_
     np.testing.assert_array_equal(est.labels_, spherical.labels_)
 
 
-def test_a_shape_too_costly_to_fit_on_all_rows_is_not_tried(monkeypatch):
+def test_a_shape_too_costly_to_fit_on_all_rows_is_not_tried():
     """The rows of the choice are a sample of 2,000, but the chosen shape is fitted on all
-    rows: a shape whose fit there would pass more than ``FIT_NUMBERS`` numbers is left
-    out. Sticks, 3 x 1,000 rows: full (3 heads x 4 entries) handles 36,000 numbers per pass
-    on all rows, diag 18,000."""
-    monkeypatch.setattr(shape_choice, "FIT_NUMBERS", 20_000)
+    rows: a shape whose fit there would pass more than ``settings.fit_numbers`` numbers is
+    left out. Sticks, 3 x 1,000 rows: full (3 heads x 4 entries) handles 36,000 numbers per
+    pass on all rows, diag 18,000."""
     rng = np.random.default_rng(0)
     turns = [np.array([[np.cos(t), np.sin(t)], [-np.sin(t), np.cos(t)]])
              for t in (0.0, np.pi / 3, 2 * np.pi / 3)]
     X = np.concatenate([rng.normal(size=(1000, 2)) * [3.0, 0.3] @ u + c
                         for u, c in zip(turns, ([0, 0], [5, 0], [2.5, 4.3]), strict=True)])
-    est = _fit(X, 3, 0)
+    est = _fit(X, 3, 0, settings=FitSettings(fit_numbers=20_000))
     assert set(est.covariance_type_criteria_) == {"spherical", "diag"}
     assert "not tried (full)" in est.covariance_type_reason_
     assert est.covariance_type_criteria_["diag"]["n_rows"] == 2000    # chosen on the sample

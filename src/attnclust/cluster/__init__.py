@@ -12,5 +12,10 @@ temperature path and the choice of K (:mod:`~attnclust.cluster.annealing`,
 (:mod:`~attnclust.cluster.streaming`, :mod:`~attnclust.cluster.distributed`,
 :mod:`~attnclust.cluster.communicator`).
 
-The public names are importable from :mod:`attnclust`.
+The public names are importable from :mod:`attnclust`; the tuning settings of a fit's
+choices, :class:`~attnclust.cluster.settings.FitSettings`, also from here.
 """
+
+from .settings import FitSettings
+
+__all__ = ["FitSettings"]

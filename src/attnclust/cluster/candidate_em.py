@@ -11,9 +11,10 @@ blob inside a ring) into halves, and EM from the halves keeps them, although the
 mixture (a narrow head inside a wide one) has a far higher likelihood. A second start puts
 one head on the densest region:
 
-1. the peak: of ``PEAK_CANDIDATES`` (64) rows of a seeded sample of ``PEAK_ROWS`` (256),
-   the one whose ball holding a fraction ``k / m`` of the sample's weight is smallest
-   (the ``k``-nearest-neighbour radius in the sample of ``m`` rows, ``k = ceil(sqrt(m))``;
+1. the peak: of ``settings.peak_candidates`` rows of a seeded sample of
+   ``settings.peak_rows`` (:class:`~attnclust.cluster.settings.FitSettings`), the one
+   whose ball holding a fraction ``k / m`` of the sample's weight is smallest (the
+   ``k``-nearest-neighbour radius in the sample of ``m`` rows, ``k = ceil(sqrt(m))``;
    the sample keeps the search at about 0.05 ms, where 256 candidates against 2,000 rows
    took 10 ms);
 2. the core: the rows nearest the peak holding ``1 / K`` of the weight, head 0;
@@ -23,7 +24,7 @@ one head on the densest region:
 The shaped candidate of least ICL from the default partition then runs EM from this
 start too, and keeps that fit if its ICL is lower, with three guards:
 
-- the second start is tried only where it moves at least ``MIN_MOVED`` (10%) of the
+- the second start is tried only where it moves at least ``settings.min_moved`` of the
   weight out of the default partition's cells (named as in the start: the core 0, the
   kept cells ``1..K-1``): a start closer than that is the default partition up to the
   rows near its boundaries. On the 59 sets of the development and held-out batteries
@@ -31,14 +32,14 @@ start too, and keeps that fit if its ICL is lower, with three guards:
   move less than 5%, and among those it changed the fit only on four blobs over noise,
   for the worse (the third guard); skipping them keeps the choice's cost where the second
   start did not help;
-- and only where the candidate has at least ``ROWS_PER_PARAMETER`` (10) rows per free
-  parameter (a common rule of thumb for a model's identifiability). With fewer rows, a local
-  optimum of higher likelihood mostly fits noise: on the 569 rows of the breast-cancer
-  table (30 features, 991 parameters of full heads) the core's start reached an ICL 567
-  lower and an ARI of 0.62 against the labels, where the default partition's start has
-  0.81;
+- and only where the candidate has at least ``settings.rows_per_parameter`` rows per free
+  parameter (by default 10, a common rule of thumb for a model's identifiability). With
+  fewer rows, a local optimum of higher likelihood mostly fits noise: on the 569 rows of
+  the breast-cancer table (30 features, 991 parameters of full heads) the core's start
+  reached an ICL 567 lower and an ARI of 0.62 against the labels, where the default
+  partition's start has 0.81;
 - a fit from the second start is not kept where it merges two of the default partition's
-  cells: one head holds at least ``MERGE_SHARE`` (80%) of the weight of each. The start
+  cells: one head holds at least ``settings.merge_share`` of the weight of each. The start
   is there to split what the Voronoi cells halved, not to spend a head elsewhere: on four
   blobs over 10% uniform noise its fit of lowest ICL (400-700 lower) covered the noise
   with one wide head and two blobs with one head (ARI 0.79 against 0.91), the traps'
@@ -47,7 +48,7 @@ start too, and keeps that fit if its ICL is lower, with three guards:
 On a ball in a shell (800 rows in 3-D) the core's start gave an ICL 1,300 lower and an
 ARI of 0.89 against 0.04; on a blob inside a ring over 10% outliers, 0.85 against 0.00.
 
-**The early stop.** A candidate stops early when it cannot win: at ``STOP_STEPS`` (2)
+**The early stop.** A candidate stops early when it cannot win: at ``settings.stop_steps``
 steps in a row, the limit of its log-likelihood projected by Aitken's acceleration (the
 EM stopping rule of Boehning et al. 1994 and McNicholas et al. 2010), ``L_inf = L_t + g_t
 a_t / (1 - a_t)`` with ``g_t = L_t - L_{t-1}`` and ``a_t = g_t / g_{t-1}`` in ``(0, 1)``,
@@ -64,24 +65,19 @@ import math
 
 import numpy as np
 
+from .settings import FitSettings
 from .shape_em import LeanEM
 
-__all__ = ["MERGE_SHARE", "MIN_MOVED", "PEAK_CANDIDATES", "PEAK_ROWS", "ROWS_PER_PARAMETER",
-           "STOP_STEPS", "core_start", "merges_cells", "run_or_stop"]
-
-STOP_STEPS = 2              # steps in a row whose projected ICL bound stops a candidate
-ROWS_PER_PARAMETER = 10     # rows per free parameter for the density core's start, at least
-PEAK_ROWS = 256             # rows of the sample the density peak is searched in, at most
-PEAK_CANDIDATES = 64        # rows of that sample tried as the peak, at most
-MERGE_SHARE = 0.8           # a head holding this share of two default cells merges them
-MIN_MOVED = 0.1             # the start moves at least this share of the weight, else not run
+__all__ = ["core_start", "merges_cells", "run_or_stop"]
 
 
-def run_or_stop(em: LeanEM, max_iter: int, penalty: float, least: float) -> bool:
+def run_or_stop(em: LeanEM, max_iter: int, penalty: float, least: float, *,
+                settings: FitSettings | None = None) -> bool:
     """Step ``em`` to its stopping rule; ``True`` if it stopped early instead, at
-    ``STOP_STEPS`` steps in a row where ``-2 (L + g a / (1 - a)) + penalty > least``
-    (``L`` in the working space; ``penalty``: ``p log n`` plus ``2 n d log s``, which
-    brings ``-2 L`` to the data's units)."""
+    ``settings.stop_steps`` (``None``: ``FitSettings()``'s) steps in a row where ``-2 (L +
+    g a / (1 - a)) + penalty > least`` (``L`` in the working space; ``penalty``: ``p log
+    n`` plus ``2 n d log s``, which brings ``-2 L`` to the data's units)."""
+    stop_steps = (settings or FitSettings()).stop_steps
     history = [em.log_likelihood]
     hits = 0
     for _ in range(max_iter):
@@ -97,16 +93,18 @@ def run_or_stop(em: LeanEM, max_iter: int, penalty: float, least: float) -> bool
             hits = hits + 1 if bound > least else 0
         else:
             hits = 0
-        if hits >= STOP_STEPS:
+        if hits >= stop_steps:
             return True
     return False
 
 
 def core_start(X: np.ndarray, labels: np.ndarray, n_clusters: int, gen: np.random.Generator,
-               weights: np.ndarray | None = None) -> np.ndarray | None:
+               weights: np.ndarray | None = None, *, settings: FitSettings | None = None
+               ) -> np.ndarray | None:
     """The density core's start partition of the rows ``X`` ``(n, d)``, or ``None`` where
-    it moves less than ``MIN_MOVED`` of the weight out of the cells of the default
-    partition ``labels`` (or ``n_clusters < 2``).
+    it moves less than ``settings.min_moved`` of the weight out of the cells of the default
+    partition ``labels`` (or ``n_clusters < 2``); ``settings``: its
+    ``peak_rows``, ``peak_candidates`` and ``min_moved`` (``None``: ``FitSettings()``).
 
     Examples
     --------
@@ -123,12 +121,13 @@ def core_start(X: np.ndarray, labels: np.ndarray, n_clusters: int, gen: np.rando
     (True, True)
     """
     K, n = int(n_clusters), X.shape[0]
+    settings = settings or FitSettings()
     if K < 2 or n <= K:
         return None
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=np.float64)
     total = float(w.sum())
-    ref = gen.choice(n, min(n, PEAK_ROWS), replace=False)
-    picks = ref[:PEAK_CANDIDATES]
+    ref = gen.choice(n, min(n, settings.peak_rows), replace=False)
+    picks = ref[:settings.peak_candidates]
     m, wr = ref.size, w[ref]
     sq = np.einsum("ij,ij->i", X, X)
     dist = np.maximum(sq[picks, None] + sq[ref] - 2.0 * X[picks] @ X[ref].T, 0.0)
@@ -155,7 +154,7 @@ def core_start(X: np.ndarray, labels: np.ndarray, n_clusters: int, gen: np.rando
     # rows outside the core
     moved = float(core_weight.sum() - core_weight[dissolved]
                   + w[labels == dissolved].sum() - core_weight[dissolved]) / total
-    if moved < MIN_MOVED:
+    if moved < settings.min_moved:
         return None
     kept = np.array([h for h in range(K) if h != dissolved])
     out = np.zeros(n, dtype=np.int64)
@@ -175,9 +174,11 @@ def core_start(X: np.ndarray, labels: np.ndarray, n_clusters: int, gen: np.rando
 
 
 def merges_cells(default: np.ndarray, labels: np.ndarray, n_clusters: int,
-                 weights: np.ndarray | None = None) -> bool:
-    """Whether one head of the partition ``labels`` holds at least ``MERGE_SHARE`` of the
-    weight of each of two cells of the partition ``default`` (both into ``n_clusters``).
+                 weights: np.ndarray | None = None, *, settings: FitSettings | None = None
+                 ) -> bool:
+    """Whether one head of the partition ``labels`` holds at least ``settings.merge_share``
+    (``None``: ``FitSettings()``'s) of the weight of each of two cells of the partition
+    ``default`` (both into ``n_clusters``).
 
     Examples
     --------
@@ -190,4 +191,4 @@ def merges_cells(default: np.ndarray, labels: np.ndarray, n_clusters: int,
     table = np.zeros((K, K))
     np.add.at(table, (default, labels), 1.0 if weights is None else weights)
     share = table / np.maximum(table.sum(1, keepdims=True), np.finfo(float).tiny)
-    return bool(((share >= MERGE_SHARE).sum(0) >= 2).any())
+    return bool(((share >= (settings or FitSettings()).merge_share).sum(0) >= 2).any())

@@ -16,7 +16,7 @@ cells); ``geometry="sphere"``: the paper's unit heads, ``b_h = 0`` (cones from t
 for directional data), usually with ``normalize="rows"``. Each is an object of
 :mod:`attnclust.study.geometry`, which also gives the ``"auto"`` settings. The rows of a fit
 (chunks, threads, ranks, and the working space where Euclidean heads are fitted on rows
-centred and scaled to unit root-mean-square norm) are a
+centred and scaled to unit root-mean-square norm) are one
 :class:`~attnclust.cluster.rows.WorkingRows`.
 
 Fit
@@ -28,22 +28,22 @@ and, with ``inverse_temperature="auto"``, ``lambda = 1 / s^2``), solve
 on the sphere; the default ends in the layer's hard limit), check (a dead head or a
 degenerate ``lambda`` warns with a :class:`DegenerateFitWarning`, not converging with a
 ``ConvergenceWarning``). Each step, and why the default ends in the hard limit, is told in
-:mod:`attnclust.cluster.estimator_fits`.
-The parameters are read once, checked (:mod:`attnclust.cluster.estimator_params`) and resolved
-into one immutable :class:`~attnclust.cluster.plan.FitPlan` (every ``"auto"`` value, the
-annealing stages, the ending): the solvers read the plan, and the fitted estimator keeps
-it for its predictions.
+:mod:`attnclust.cluster.estimator_fits`. The parameters are read once, checked
+(:mod:`attnclust.cluster.estimator_params`) and resolved into one immutable
+:class:`~attnclust.cluster.plan.FitPlan` (every ``"auto"`` value, the annealing stages, the
+ending, the tuning ``settings``): the solvers read the plan, and the fitted estimator
+keeps it for its predictions.
 
 Shaped heads
 ------------
 ``covariance_type="diag"`` or ``"full"`` gives each (Euclidean) head its own metric and
-weight (:mod:`attnclust.cluster.shaped`), fitted after the same warm start by tempered EM on the
-likelihood of the Gaussian mixture the heads describe (:mod:`attnclust.cluster.shaped_fit`; the
-layer's risk does not reward shaped cells, see ``docs/guide/shaped-heads.md``).
-``"spherical"`` is the fit above. The default, ``"auto"``, fits it, then the shaped
-candidates from its heads, and keeps the shape of least ICL
-(:mod:`attnclust.cluster.shape_choice`): no single shape wins on every kind of data. It
-reads the spherical heads' ``"auto"`` lambda only once they are chosen
+weight (:mod:`attnclust.cluster.shaped`), fitted after the same warm start by tempered EM
+on the likelihood of the Gaussian mixture the heads describe
+(:mod:`attnclust.cluster.shaped_fit`; the layer's risk does not reward shaped cells, see
+``docs/guide/shaped-heads.md``). ``"spherical"`` is the fit above. The default,
+``"auto"``, fits it, then the shaped candidates from its heads, and keeps the shape of
+least ICL (:mod:`attnclust.cluster.shape_choice`): no single shape wins on every kind of
+data. It reads the spherical heads' ``"auto"`` lambda only once they are chosen
 (:func:`~attnclust.cluster.warm_start.kmeans_lambda`, the same lambda).
 
 Data-parallel fitting
@@ -114,8 +114,7 @@ from .warm_start import auto_inverse_temperature
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
 
 
-# the attributes some fits set and others not: a stream's state, the shaped heads', the
-# noise head's
+# the attributes some fits set and others not: a stream's state, the shaped heads', ...
 _SHAPED_ARRAYS = ("covariances_", "precisions_", "precisions_cholesky_", "weights_",
                   "covariance_floor_")
 _FIT_ONLY_SOME = ("stream_state_", *_SHAPED_ARRAYS, "noise_weight_", "noise_log_density_",
@@ -126,9 +125,8 @@ _FITTED_ARRAYS = ("cluster_centers_", "covariances_", "precisions_", "precisions
 
 
 class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictionsMixin,
-                          LikelihoodMixin,
-                          ClusterMixin, ClassNamePrefixFeaturesOutMixin, TransformerMixin,
-                          BaseEstimator):
+                          LikelihoodMixin, ClusterMixin, ClassNamePrefixFeaturesOutMixin,
+                          TransformerMixin, BaseEstimator):
     """Clustering by a trained K-head attention layer.
 
     Fits the heads ``mu_h`` of ``T_mu(x) = sum_h softmax_h(lambda <x, mu_h> - b_h) mu_h``
@@ -162,12 +160,12 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         other fit, and ``partial_fit``, is ``"spherical"``. ``"diag"``, ``"full"``: each
         head learns its own precision ``P_h`` and weight ``pi_h``
         (:mod:`attnclust.cluster.shaped`), fitted by tempered EM on the likelihood of the
-        Gaussian mixture they describe
-        (:mod:`attnclust.cluster.shaped_fit`; Euclidean heads only): ``inverse_temperature`` is then
-        the tempering exponent (``"auto"``: 1, the likelihood itself, where the fit is
-        ``GaussianMixture``'s EM), ``tol`` the change of the mean log-likelihood per step
-        (``"auto"``: 1e-3) and ``loss_curve_`` minus the mean tempered log-likelihood
-        after each step (``score`` is the untempered one).
+        Gaussian mixture they describe (:mod:`attnclust.cluster.shaped_fit`; Euclidean
+        heads only): ``inverse_temperature`` is then the tempering exponent (``"auto"``:
+        1, the likelihood itself, where the fit is ``GaussianMixture``'s EM), ``tol`` the
+        change of the mean log-likelihood per step (``"auto"``: 1e-3) and ``loss_curve_``
+        minus the mean tempered log-likelihood after each step (``score`` is the
+        untempered one).
     inverse_temperature : float or "auto", default="auto"
         Inverse temperature ``lambda`` (in the units of the preprocessed rows); ``"auto"``
         is ``1 / s^2`` with ``s^2`` the within-cluster variance across each cluster's
@@ -175,24 +173,23 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         fits the soft layer at that ``lambda``; with ``"auto"`` and Euclidean heads seeded
         by k-means++ or ``"anneal"`` the fit ends in the hard limit (module docstring).
     init : {"kmeans++", "sphere", "anneal"} or array of shape (n_clusters, n_features)
-        Initial heads: k-means++ seeding (greedy, as scikit-learn's, on a seeded sample of 20,000
-        rows when there are more), ``"anneal"`` (the heads of the annealing path from the
-        cold start where ``K`` of them are apart,
+        Initial heads: k-means++ seeding (greedy, as scikit-learn's, on a seeded sample of
+        ``settings.warm_sample`` rows when there are more), ``"anneal"`` (the heads of the
+        annealing path from the cold start where ``K`` of them are apart,
         :func:`attnclust.cluster.annealing.anneal_heads`, on the unweighted sample: no
         randomness, one init), random directions (uniform on the sphere; for Euclidean
         heads scaled to the data's root-mean-square distance from its mean, around the
-        mean), or given heads (normalized on the sphere). With
-        ``inverse_temperature="auto"`` a seeding is replaced by the hard Lloyd heads that estimate
-        ``lambda`` (a warm start); given heads are only used to estimate ``lambda`` that
-        way and the fit starts from them as given.
+        mean), or given heads (normalized on the sphere). With ``inverse_temperature=
+        "auto"`` a seeding is replaced by the hard Lloyd heads that estimate ``lambda`` (a
+        warm start); given heads only estimate ``lambda`` so, and the fit starts from them.
     n_init : int or "auto", default="auto"
-        Seedings tried (each on the sample of at most 20,000 rows, followed by hard Lloyd
-        steps); the one of lowest k-means objective starts the fit. ``"auto"``: 10 for
-        Euclidean heads seeded by ``init`` (as ``KMeans(n_init=10)``), 7 where the fit
-        chooses its heads' shape (``covariance_type="auto"``, the default: its shaped
-        candidates refine the partition); above 20,000 rows and with 10 heads or more,
-        one per five times the sample's rows, at most those; 1 otherwise and for shaped
-        heads.
+        Seedings tried (each on the warm-start sample, followed by hard Lloyd steps); the
+        one of lowest k-means objective starts the fit. ``"auto"``: 10 for Euclidean heads
+        seeded by ``init`` (as ``KMeans(n_init=10)``), ``settings.shape_choice_seedings``
+        where the fit chooses its heads' shape (``covariance_type="auto"``, the default:
+        its shaped candidates refine the partition); above ``settings.warm_sample`` rows
+        and with 10 heads or more, one per ``settings.seeding_rows`` times the sample's
+        rows, at most those; 1 otherwise and for shaped heads.
     normalize : {"auto", "rows", "center-scale"} or None, default="auto"
         Preprocessing, applied in ``fit`` and to every later input: ``"rows"`` projects
         each row on the unit sphere (an all-zero row is an error); ``"center-scale"``
@@ -206,9 +203,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         or ``sum_h (N_h - 1/K)^2`` with ``N_h`` the mean attention of head ``h``.
     rho : float, default=0.0
     anneal : bool or "auto", default="auto"
-        Start at ``lambda/8`` and double it up to ``lambda``; ``"auto"``:
-        on the sphere only (from a Lloyd warm start Euclidean heads need no annealing,
-        and at ``lambda/8`` nearby heads merge).
+        Start at ``lambda/8`` and double it up to ``lambda``; ``"auto"``: on the sphere
+        only (from a Lloyd warm start Euclidean heads need no annealing, and at
+        ``lambda/8`` nearby heads merge).
     solver : {"fixed-point", "pgd"}, default="fixed-point"
         Safeguarded fixed-point steps (fast) or plain projected gradient descent (sphere).
     max_iter : int, default=300
@@ -268,6 +265,10 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         ``K``-head fit (``"auto"``) when the normalized cut of the heads' overlap graph is
         below 0.05 times the ``K``-head fit's; ``True``: always (the default fit only);
         ``False``: never; a ``MergeSettings``: ``"auto"`` with those settings.
+    settings : FitSettings, optional
+        The tuning settings of the fit's choices (the warm-start sample, the shape choice's
+        sample and cost guards, its candidates' EM, the choice of ``K``), each documented
+        in :class:`~attnclust.cluster.settings.FitSettings`; ``None``: its defaults.
 
     Attributes
     ----------
@@ -354,13 +355,13 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     @renamed_keywords(temperature="inverse_temperature")
     def __init__(self, n_clusters=8, *, geometry="euclidean", covariance_type="auto",
                  inverse_temperature="auto", init="kmeans++", n_init="auto", normalize="auto",
-                 penalty=None, rho=0.0,
-                 anneal="auto", solver="fixed-point", max_iter=300, tol="auto",
-                 batch_size=None, chunk_size=None, step_size=0.5, device="cpu", dtype="auto",
-                 random_state=None, verbose=0, callback=None, max_clusters=10,
-                 noise_head=False, merge_heads="auto"):
+                 penalty=None, rho=0.0, anneal="auto", solver="fixed-point", max_iter=300,
+                 tol="auto", batch_size=None, chunk_size=None, step_size=0.5, device="cpu",
+                 dtype="auto", random_state=None, verbose=0, callback=None, max_clusters=10,
+                 noise_head=False, merge_heads="auto", settings=None):
         self.n_clusters = n_clusters
         self.merge_heads = merge_heads
+        self.settings = settings
         self.max_clusters = max_clusters
         self.geometry = geometry
         self.covariance_type = covariance_type
@@ -407,9 +408,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
 
     def _resolve(self, n_samples: int, n_local: int, *, data_parallel: bool = False,
                  weight_total: float | None = None) -> FitPlan:
-        """The parameters, read once, checked
-        (:func:`~attnclust.cluster.estimator_params.check_params`) and resolved into the
-        :class:`~attnclust.cluster.plan.FitPlan` of a fit."""
+        """The parameters, read once, checked (:func:`.estimator_params.check_params`) and
+        resolved into the :class:`~attnclust.cluster.plan.FitPlan` of a fit."""
         params = parameters(self)
         check_params(params, n_samples, n_local, data_parallel=data_parallel,
                      weight_total=weight_total)
@@ -521,7 +521,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         at the caller of ``fit``): prepare the rows, warm start, solve, check; returns the
         working rows."""
         if plan.noise_head:             # before any work, and before this fit's state
-            check_noise_head(comm.n_total, X.shape[1], plan.n_clusters)
+            check_noise_head(comm.n_total, X.shape[1], plan.n_clusters, settings=plan.settings)
         gen = as_generator(plan.random_state, "random_state")
         for name in _FIT_ONLY_SOME:
             self.__dict__.pop(name, None)           # none left from an earlier fit

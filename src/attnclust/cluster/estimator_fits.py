@@ -10,7 +10,7 @@ The fit
 -------
 1. Initial heads (:func:`attnclust.cluster.warm_start.estimator_warm_start`): k-means++ seeding
    (scikit-learn's), random directions, or given, on a seeded sample of at most
-   ``WARM_SAMPLE`` rows; with
+   ``settings.warm_sample`` rows (:class:`~attnclust.cluster.settings.FitSettings`); with
    ``inverse_temperature="auto"``, hard Lloyd steps to a stable partition and ``lambda =
    1 / s^2``, ``s^2`` the within-cluster variance across each cluster's nearest boundary
    (a seeding is replaced by the Lloyd heads: a warm start).
@@ -21,10 +21,11 @@ The fit
    ends instead in the layer's hard limit (:mod:`attnclust.cluster.kmeans.ending`): its warm start
    is the best k-means of the sample (``n_init`` seedings, :mod:`attnclust.cluster.kmeans.batch`),
    then single swaps with ten heads or more, and Lloyd steps over all rows when there
-   are more than the sample (which is then ``256 K`` rows, at most ``WARM_SAMPLE``). At
-   the ``"auto"`` temperature the soft fixed point moves the boundaries between
-   overlapping clusters away from the nearest-head partition that the labels read; why
-   this ending, and the measurements, are in ``docs/guide/default-estimator.md``.
+   are more than the sample (which is then ``settings.per_head`` times ``K`` rows, at most
+   ``settings.warm_sample``). At the ``"auto"`` temperature the soft fixed point moves the
+   boundaries between overlapping clusters away from the nearest-head partition that the
+   labels read; why this ending, and the measurements, are in
+   ``docs/guide/default-estimator.md``.
 3. Checks that no fit fails silently: a head that wins no row, ``lambda`` at the floor of
    ``s^2`` (no spread) or so small that the attention is nearly uniform (the risk then
    pins down only the mean of the heads) warn with a :class:`~attnclust.DegenerateFitWarning`; not

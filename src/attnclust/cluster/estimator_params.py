@@ -34,6 +34,7 @@ from .._validation import (
 from ..study.geometry import as_geometry
 from .covariance import as_covariance_type
 from .merge import MergeSettings
+from .settings import FitSettings
 
 __all__ = ["CONSTRAINTS", "check_params", "param_names", "parameters"]
 
@@ -59,12 +60,19 @@ CONSTRAINTS = {
     "callback": ((None,), lambda v: _check_callable(v, "callback")),
     "noise_head": ((True, False), None),
     "merge_heads": (("auto", True, False), lambda v: _check_merge_settings(v)),
+    "settings": ((None,), lambda v: _check_fit_settings(v)),
 }
 
 
 def _check_merge_settings(value):
     if not isinstance(value, MergeSettings):
         raise ValueError(f"merge_heads must be a MergeSettings, got {value!r}")
+    return value
+
+
+def _check_fit_settings(value):
+    if not isinstance(value, FitSettings):
+        raise ValueError(f"settings must be a FitSettings, got {value!r}")
     return value
 
 

@@ -23,7 +23,8 @@ in ``DBSCAN``); ``predict`` does the same, and ``score`` is the mean log-likelih
 mixture with the background. ``predict_proba`` and ``transform`` stay over the ``K``
 heads (the attention given that a row is not noise).
 
-On more than ``CHOICE_ROWS`` rows the shape is chosen on a seeded sample, with the
+On more than ``settings.choice_rows`` rows (the fit's
+:class:`~attnclust.cluster.settings.FitSettings`) the shape is chosen on a seeded sample, with the
 sample's box, and the chosen shape is fitted on all rows, with theirs, by EM from the
 sample's fit. Every row is read whole by one process on the CPU (the lean EM: about
 ``50 (K + 1)`` bytes a row beyond the rows, 0.6 GB for a million rows and ten heads): a
@@ -50,6 +51,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from .estimator_fits import ShapedFitted
 from .lean_fits import LeanRows, LeanRun, lean_attributes, lean_run
 from .rows import WorkingRows
+from .settings import FitSettings
 from .shape_choice import ShapeChoice, choice_rows, choose_lean, shaped_candidates
 
 if TYPE_CHECKING:
@@ -97,7 +99,7 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
     True
     """
     K, log_scale = plan.n_clusters, math.log(rows.scale)
-    crows, labels = choice_rows(rows, end.result.heads, end.labels, gen)
+    crows, labels = choice_rows(rows, end.result.heads, end.labels, gen, settings=plan.settings)
     choice, run = choose_lean(crows, labels, plan, log_scale, rows.n_total, gen, noise=True)
     choice = choice._replace(reason=choice.reason + "; each beside a uniform background "
                              "head (noise_head=True)")
@@ -108,10 +110,11 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
     return _noise_fit(rows, run, K, choice)
 
 
-def check_noise_head(n_total: int, n_features: int, n_clusters: int) -> None:
+def check_noise_head(n_total: int, n_features: int, n_clusters: int, *,
+                     settings: FitSettings | None = None) -> None:
     """``ValueError`` where both diagonal and full heads are too costly to fit on these
-    rows (:func:`~attnclust.cluster.shape_choice.shaped_candidates`): checked before the
-    fit starts.
+    rows (:func:`~attnclust.cluster.shape_choice.shaped_candidates`, by the cost guards of
+    ``settings``; ``None``: ``FitSettings()``): checked before the fit starts.
 
     Examples
     --------
@@ -121,7 +124,8 @@ def check_noise_head(n_total: int, n_features: int, n_clusters: int) -> None:
     ValueError: noise_head=True fits diagonal or full heads, and both are too costly here ...
     >>> check_noise_head(5000, 8, 4)      # fits
     """
-    if not shaped_candidates(n_total, n_features, n_clusters)[0]:
+    if not shaped_candidates(n_total, n_features, n_clusters,
+                             settings=settings or FitSettings())[0]:
         raise ValueError(f"noise_head=True fits diagonal or full heads, and both are too "
                          f"costly here ({n_total:,} rows, {n_clusters} heads, "
                          f"{n_features} features): fit without it")

@@ -14,9 +14,12 @@ parameter                ``"auto"`` resolves to
 ``anneal``               the geometry's: the stages ``lambda/8, lambda/4, lambda/2``
                          (``ANNEAL_STEPS`` steps each), then ``lambda`` for ``max_iter``
 ``n_init``               1 for ``init="anneal"`` and shaped heads, else the geometry's
-                         (10 for seeded Euclidean heads, ``SHAPE_CHOICE_SEEDINGS`` (7)
-                         where the fit chooses its heads' shape; fewer on large data for
-                         a fit that ends in the hard limit, :mod:`attnclust.cluster.warm_start`)
+                         (10 for seeded Euclidean heads, at most
+                         ``settings.shape_choice_seedings`` where the fit chooses its
+                         heads' shape; fewer on large data for a fit that ends in the
+                         hard limit, :mod:`attnclust.cluster.warm_start`)
+``settings``             ``None``: the defaults of the choices' tuning settings,
+                         ``FitSettings()`` (:mod:`attnclust.cluster.settings`)
 ``inverse_temperature``  ``None`` (``1 / s^2`` of the warm start) for the risk's heads;
                          1 (the likelihood itself) for shaped heads
 ``tol``                  the ending's: ``KMEANS_TOL`` (scikit-learn's ``KMeans`` rule)
@@ -61,15 +64,15 @@ from .communicator import Communicator
 from .covariance import Covariance, as_covariance_type
 from .kmeans.batch import KMEANS_TOL
 from .rows import WorkingRows, center_scale, preprocess
+from .settings import FitSettings
 from .warm_start import estimator_warm_start
 
-__all__ = ["ANNEAL_FACTORS", "ANNEAL_STEPS", "SHAPED_TOL", "SHAPE_CHOICE_SEEDINGS", "FitPlan",
-           "anneal_stages", "resolve"]
+__all__ = ["ANNEAL_FACTORS", "ANNEAL_STEPS", "SHAPED_TOL", "FitPlan", "anneal_stages",
+           "resolve"]
 
 ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
 SHAPED_TOL = 1e-3   # shaped heads: change of the mean log-likelihood (GaussianMixture's)
-SHAPE_CHOICE_SEEDINGS = 7   # n_init="auto" of a fit that chooses its shape, at most
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -114,6 +117,7 @@ class FitPlan:
     random_state: Any
     callback: Callable | None
     verbose: int
+    settings: FitSettings           # the choices' tuning settings (None: the defaults)
     noise_head: bool = False         # a uniform background head beside the shaped ones
 
     def with_clusters(self, n_clusters: int) -> FitPlan:
@@ -266,8 +270,12 @@ def _n_init(p: dict, geometry: Geometry, covariance: Covariance, hard: bool) -> 
     if _chooses_shape(covariance, hard, p["penalty"]):
         # its EM candidates start from the seedings' partition, so fewer seedings lose
         # little (both batteries: mean ARI within 0.001 of ten, in 0.7x their time)
-        return min(seedings, SHAPE_CHOICE_SEEDINGS)
+        return min(seedings, _settings(p).shape_choice_seedings)
     return seedings
+
+
+def _settings(p: dict) -> FitSettings:
+    return FitSettings() if p["settings"] is None else p["settings"]
 
 
 def _tol(p: dict, geometry: Geometry, covariance: Covariance, hard: bool) -> float:
@@ -329,4 +337,4 @@ def resolve(p: dict) -> FitPlan:
         batch_size=p["batch_size"], chunk_size=_rows_per_chunk(p),
         chunk_size_given=p["chunk_size"] is not None, device=p["device"], dtype=p["dtype"],
         random_state=p["random_state"], callback=p["callback"], verbose=p["verbose"],
-        noise_head=bool(p["noise_head"]))
+        settings=_settings(p), noise_head=bool(p["noise_head"]))

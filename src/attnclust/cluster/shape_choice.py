@@ -28,25 +28,27 @@ The candidates:
   (:func:`attnclust.cluster.estimator_fits.fit_shaped`) from the default fit's heads, as
   ``GaussianMixture`` starts from a k-means partition.
 
-On at most ``CHOICE_ROWS`` (2,000) rows every candidate is fitted on all of them and the
-chosen fit is the estimator's; on more, the choice is made on a seeded sample of
-``CHOICE_ROWS`` rows (every rank draws the same, labelled by the default fit's nearest
-head) and only a chosen shaped candidate is then fitted on all rows, by EM from the
-sample's fit where the choice's EM was the lean one (the lean EM on at most
-``LEAN_ROWS`` rows held whole, the chunked one otherwise; about one step from the
-sample's optimum, and a nested optimum of the second start carries over), else from the
-default fit's heads.
+On at most ``settings.choice_rows`` rows (the fit's
+:class:`~attnclust.cluster.settings.FitSettings`, ``plan.settings``) every candidate is
+fitted on all of them and the chosen fit is the estimator's; on more, the choice is made
+on a seeded sample of ``settings.choice_rows`` rows (every rank draws the same, labelled
+by the default fit's nearest head) and only a chosen shaped candidate is then fitted on
+all rows, by EM from the sample's fit where the choice's EM was the lean one (the lean
+EM on at most ``settings.lean_rows`` rows held whole, the chunked one otherwise; about
+one step from the sample's optimum, and a nested optimum of the second start carries
+over), else from the default fit's heads.
 That fit is kept only if its ICL on all rows is below the spherical partition's there
 and no head is at the floor; else the spherical fit is (the reason says why): a sample
 can miss the few rows that sink a shaped fit (one row at 1e6 beside blobs gets a head of
-its own at the floor, the blobs merging into the other heads). Why 2,000: the criteria's
+its own at the floor, the blobs merging into the other heads). Why 2,000 by default: the criteria's
 differences between shapes grow with the rows (``n`` times a difference per row) faster
 than their sampling noise (``sqrt(n)`` times a spread per row), so a clear choice is the
 same on a sample; on the development and held-out batteries (59 sets, 355 fits) the
 choice on 2,000 rows was that on all rows in 117 of the 120 fits with more than 2,000
 rows (on 1,000 rows: 248 of 260), the three others near-ties. A candidate whose EM would
-handle more than ``CHOICE_NUMBERS`` numbers per pass (rows x heads x covariance entries
-per head), or whose fit on all rows would handle more than ``FIT_NUMBERS``, is not tried
+handle more than ``settings.choice_numbers`` numbers per pass (rows x heads x covariance
+entries per head), or whose fit on all rows would handle more than
+``settings.fit_numbers``, is not tried
 (the reason says so): a cost guard for wide and for large data, where a full covariance
 has ``d (d + 1) / 2`` entries per head and the chunked EM on all rows costs far more
 than the spherical fit (70,000 x 784 image-like rows, 10 heads: 0.7 s per diagonal pass,
@@ -93,7 +95,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from .candidate_em import ROWS_PER_PARAMETER, core_start, merges_cells
+from .candidate_em import core_start, merges_cells
 from .communicator import Communicator
 from .covariance import AUTO, Covariance, Spherical, covariance_floor
 from .estimator_fits import Reporter, fit_shaped
@@ -107,6 +109,7 @@ from .lean_fits import (
     lean_run,
 )
 from .rows import WorkingRows
+from .settings import FitSettings
 from .shaped_fit import data_variance
 from .valley import cores_from_tails
 
@@ -114,14 +117,9 @@ if TYPE_CHECKING:
     from .estimator_fits import Ending
     from .plan import FitPlan
 
-__all__ = ["CHOICE_NUMBERS", "CHOICE_ROWS", "REG_COVAR", "ShapeChoice", "ShapeScore",
-           "choice_rows", "choose_lean", "choose_shape", "fit_chosen_shape", "given_shape", "icl",
-           "score_log_joint", "shaped_candidates"]
-
-CHOICE_ROWS = 2_000         # rows the choice is made on (a seeded sample beyond)
-LEAN_ROWS = 10_000          # rows the chosen shape's lean EM reads whole, at most
-CHOICE_NUMBERS = 20_000_000  # a candidate's rows x heads x covariance entries, at most
-FIT_NUMBERS = 100_000_000    # the same of a chosen shape's fit on all rows, at most
+__all__ = ["REG_COVAR", "ShapeChoice", "ShapeScore", "choice_rows", "choose_lean",
+           "choose_shape", "fit_chosen_shape", "given_shape", "icl", "score_log_joint",
+           "shaped_candidates"]
 
 
 class ShapeChoice(NamedTuple):
@@ -132,9 +130,11 @@ class ShapeChoice(NamedTuple):
     scores: tuple[ShapeScore, ...]
 
 
-def choose_shape(scores: list[ShapeScore], skipped: tuple[Covariance, ...] = ()
-                 ) -> ShapeChoice:
-    """The candidate of lowest ICL (ties: fewer parameters), with its reason.
+def choose_shape(scores: list[ShapeScore], skipped: tuple[Covariance, ...] = (), *,
+                 settings: FitSettings | None = None) -> ShapeChoice:
+    """The candidate of lowest ICL (ties: fewer parameters), with its reason (which names
+    the cost guards of ``settings`` when candidates were ``skipped``; ``None``:
+    ``FitSettings()``).
 
     Examples
     --------
@@ -162,9 +162,10 @@ def choose_shape(scores: list[ShapeScore], skipped: tuple[Covariance, ...] = ()
                    "its log-likelihood projected by Aitken's acceleration left its ICL "
                    "above the least one")
     if skipped:
+        settings = settings or FitSettings()
         reason += (f"; not tried ({' and '.join(c.name for c in skipped)}): more than "
-                   f"{CHOICE_NUMBERS:.0e} numbers per pass on the rows of the choice or "
-                   f"{FIT_NUMBERS:.0e} on all rows")
+                   f"{settings.choice_numbers:.0e} numbers per pass on the rows of the "
+                   f"choice or {settings.fit_numbers:.0e} on all rows")
     return ShapeChoice(best.covariance, reason, tuple(scores))
 
 
@@ -235,12 +236,13 @@ def _partition_mixture(rows: WorkingRows, labels: np.ndarray, n_clusters: int,
 
 
 def choice_rows(rows: WorkingRows, heads: torch.Tensor, labels: np.ndarray,
-                gen: np.random.Generator) -> tuple[WorkingRows, np.ndarray]:
-    """The rows of the choice and their labels: all rows, or a sample of ``CHOICE_ROWS``
-    (the same on every rank) labelled by the nearest head."""
-    if rows.n_total <= CHOICE_ROWS:
+                gen: np.random.Generator, *, settings: FitSettings
+                ) -> tuple[WorkingRows, np.ndarray]:
+    """The rows of the choice and their labels: all rows, or a sample of
+    ``settings.choice_rows`` (the same on every rank) labelled by the nearest head."""
+    if rows.n_total <= settings.choice_rows:
         return rows, labels
-    sample, weights = rows.weighted_sample(gen, CHOICE_ROWS)
+    sample, weights = rows.weighted_sample(gen, settings.choice_rows)
     local = WorkingRows(sample, comm=Communicator.local(sample.shape[0]), chunk=rows.chunk,
                         weights=weights)
     h = heads.to(sample.dtype)
@@ -254,18 +256,22 @@ def _entries(covariance: Covariance, d: int) -> int:
 
 
 def _too_costly(n_choice: int, n_features: int, covariance: Covariance, n_clusters: int,
-                n_total: int) -> bool:
+                n_total: int, settings: FitSettings) -> bool:
     per_row = n_clusters * _entries(covariance, n_features)
-    return n_choice * per_row > CHOICE_NUMBERS or n_total * per_row > FIT_NUMBERS
+    return n_choice * per_row > settings.choice_numbers or \
+        n_total * per_row > settings.fit_numbers
 
 
-def shaped_candidates(n_total: int, n_features: int, n_clusters: int):
+def shaped_candidates(n_total: int, n_features: int, n_clusters: int, *,
+                      settings: FitSettings):
     """The shaped candidates to fit on ``n_total`` rows of ``n_features``, and those left
-    out as too costly (on the rows of the choice, at most ``CHOICE_ROWS``, or fitted on
+    out as too costly (more than ``settings.choice_numbers`` numbers per pass on the rows
+    of the choice, at most ``settings.choice_rows``, or ``settings.fit_numbers`` fitted on
     all rows)."""
     shaped = [cov for cov in AUTO.candidates if cov.shaped]
-    n_choice = min(n_total, CHOICE_ROWS)
-    costly = [_too_costly(n_choice, n_features, cov, n_clusters, n_total) for cov in shaped]
+    n_choice = min(n_total, settings.choice_rows)
+    costly = [_too_costly(n_choice, n_features, cov, n_clusters, n_total, settings)
+              for cov in shaped]
     return ([cov for cov, out in zip(shaped, costly, strict=True) if not out],
             tuple(cov for cov, out in zip(shaped, costly, strict=True) if out))
 
@@ -305,7 +311,7 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, plan: FitPlan, *,
     True
     """
     heads = end.result.heads
-    crows, labels = choice_rows(rows, heads, end.labels, gen)
+    crows, labels = choice_rows(rows, heads, end.labels, gen, settings=plan.settings)
     lean = held_whole(crows)
     K, log_scale = plan.n_clusters, math.log(rows.scale)
     choice, fitted = choose_lean(crows, labels, plan, log_scale, rows.n_total, gen) \
@@ -317,7 +323,7 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, plan: FitPlan, *,
     # all rows: EM from the sample's fit (a few steps from its optimum) where the choice
     # was lean, else from the default fit's heads
     start = fitted.em.params if lean else None
-    if start is not None and held_whole(rows) and rows.n_total <= LEAN_ROWS:
+    if start is not None and held_whole(rows) and rows.n_total <= plan.settings.lean_rows:
         lr = LeanRows(rows, K)
         fitted, shaped = lr.fit(choice.covariance, plan, start, log_scale)
         spherical = lr.spherical_score(end.labels, K, log_scale)
@@ -351,22 +357,23 @@ def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale
     chosen shaped candidate's run (``None`` for ``"spherical"``).
 
     The shaped candidates run in turn from the partition ``labels``, each to its stopping
-    rule unless, at ``STOP_STEPS`` steps in a row, even the limit of its log-likelihood
-    projected by Aitken's acceleration, with no entropy, leaves its ICL above the least
-    ICL scored so far: it then stops and cannot be chosen. Given ``gen``, the shaped
-    candidate of least ICL then runs again from the density core's start where it has
-    ``ROWS_PER_PARAMETER`` rows per parameter, and keeps that run if it is eligible, of a
-    lower ICL and merges no two cells of ``labels``
-    (:mod:`attnclust.cluster.candidate_em`). ``noise``: every candidate beside a uniform
-    background head (:mod:`attnclust.cluster.noise_head`), and no spherical one."""
-    K = plan.n_clusters
+    rule unless, at ``settings.stop_steps`` steps in a row, even the limit of its
+    log-likelihood projected by Aitken's acceleration, with no entropy, leaves its ICL
+    above the least ICL scored so far: it then stops and cannot be chosen. Given ``gen``,
+    the shaped candidate of least ICL then runs again from the density core's start where
+    it has ``settings.rows_per_parameter`` rows per parameter, and keeps that run if it is
+    eligible, of a lower ICL and merges no two cells of ``labels``
+    (:mod:`attnclust.cluster.candidate_em`; ``settings``: ``plan.settings``). ``noise``:
+    every candidate beside a uniform background head (:mod:`attnclust.cluster.noise_head`),
+    and no spherical one."""
+    K, settings = plan.n_clusters, plan.settings
     lr = LeanRows(crows, K)
     n, d = lr.X.shape
     log_background = lr.background_log_density() if noise else None
     scores = {} if noise else {Spherical(): lr.spherical_score(labels, K, log_scale)}
     least = min((score.icl for score in scores.values()), default=math.inf)
     runs = {}
-    tried, skipped = shaped_candidates(n_total, crows.rows.shape[1], K)
+    tried, skipped = shaped_candidates(n_total, crows.rows.shape[1], K, settings=settings)
     for cov in tried:
         runs[cov], scores[cov] = lean_run(lr, cov, plan, labels, log_scale, least,
                                           log_background=log_background)
@@ -374,15 +381,16 @@ def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale
             least = min(least, scores[cov].icl)
     best = min(tried, key=lambda cov: scores[cov].icl, default=None)
     if gen is not None and best is not None and \
-            n >= ROWS_PER_PARAMETER * (best.n_parameters(K, d) + noise):
-        core = core_start(lr.X, labels, K, gen, lr.w)
+            n >= settings.rows_per_parameter * (best.n_parameters(K, d) + noise):
+        core = core_start(lr.X, labels, K, gen, lr.w, settings=settings)
         if core is not None:
             run, score = lean_run(lr, best, plan, core, log_scale, least,
                                   log_background=log_background)
             if score.eligible and score.icl < scores[best].icl and \
-                    not merges_cells(labels, run.em.lj[:K].argmax(0), K, lr.w):
+                    not merges_cells(labels, run.em.lj[:K].argmax(0), K, lr.w,
+                                     settings=settings):
                 runs[best], scores[best] = run._replace(from_core=True), score
-    choice = choose_shape(list(scores.values()), skipped)
+    choice = choose_shape(list(scores.values()), skipped, settings=settings)
     if not choice.covariance.shaped:
         return choice, None
     if not noise and cores_from_tails(lr.X, labels, runs[choice.covariance].em.lj[:K].argmax(0),
@@ -405,12 +413,13 @@ def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
     K = plan.n_clusters
     scores = [_partition_score(crows, labels, heads, K, log_scale)]
     fits = {}
-    tried, skipped = shaped_candidates(n_total, crows.rows.shape[1], K)
+    tried, skipped = shaped_candidates(n_total, crows.rows.shape[1], K,
+                                       settings=plan.settings)
     for cov in tried:
         fitted = fit_shaped(crows, heads, plan.with_covariance(cov), report=Reporter(None, 0))
         fits[cov] = fitted
         scores.append(_score_fitted(crows, fitted, cov, K, log_scale))
-    choice = choose_shape(scores, skipped)
+    choice = choose_shape(scores, skipped, settings=plan.settings)
     return choice, fits.get(choice.covariance)
 
 

@@ -59,17 +59,14 @@ from .rows import WorkingRows
 if TYPE_CHECKING:
     from .plan import FitPlan
 
-__all__ = ["PER_HEAD", "SEEDING_ROWS", "WARM_SAMPLE", "estimator_warm_start",
-           "BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
-           "boundary_variance", "kmeans_lambda", "hard_labels", "hard_lloyd", "warm_start"]
+__all__ = ["estimator_warm_start", "BoundaryVariance", "LloydResult", "WarmStart",
+           "auto_inverse_temperature", "boundary_variance", "kmeans_lambda", "hard_labels",
+           "hard_lloyd", "warm_start"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
 # second moments is rounding noise of the dtype (and lambda would be unbounded)
 _FLOOR = {torch.float64: 1e-12, torch.float32: 1e-6}
-WARM_SAMPLE = 20_000      # an estimator's seeding, warm start and first fit: at most ...
-PER_HEAD = 256            # ... and, ending in the hard limit on more rows, 256 per head
-SEEDING_ROWS = 5          # ... with one seeding per 5 sample sizes of rows (n_init="auto")
 _LLOYD_STEPS = 20         # hard Lloyd steps of the warm start (stops when stable)
 
 
@@ -323,15 +320,17 @@ def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = 
     settings ``plan`` (:class:`~attnclust.cluster.plan.FitPlan`, for ``plan.n_clusters`` heads):
     the sample ``S`` of the working rows and its weights ``Sw``, the :func:`warm_start` on
     it and ``lam``, the risk's inverse temperature (``None`` for shaped heads). The sample
-    has at most ``WARM_SAMPLE`` rows; for a fit that ends in the hard limit (``hard``) on
-    more rows, ``PER_HEAD`` rows per head and, with ``n_init="auto"`` and at least
-    ``SWAP_HEADS`` heads, one seeding per ``SEEDING_ROWS`` times the sample's rows (the
-    seedings then cost no more row visits than the passes, and the swaps search between
-    partitions; with fewer heads the seedings are the only search, and ten of them on 256
-    rows per head cost little)."""
-    K, geometry = plan.n_clusters, plan.geometry
-    size = WARM_SAMPLE if not hard or rows.n_total <= WARM_SAMPLE else \
-        min(WARM_SAMPLE, PER_HEAD * K)
+    has at most ``settings.warm_sample`` rows (``plan.settings``,
+    :class:`~attnclust.cluster.settings.FitSettings`); for a fit that ends in the hard
+    limit (``hard``) on more rows, ``settings.per_head`` rows per head and, with
+    ``n_init="auto"`` and at least ``SWAP_HEADS`` heads, one seeding per
+    ``settings.seeding_rows`` times the sample's rows (the seedings then cost no more row
+    visits than the passes, and the swaps search between partitions; with fewer heads the
+    seedings are the only search, and ten of them on ``settings.per_head`` rows per head
+    cost little)."""
+    K, geometry, settings = plan.n_clusters, plan.geometry, plan.settings
+    size = settings.warm_sample if not hard or rows.n_total <= settings.warm_sample else \
+        min(settings.warm_sample, settings.per_head * K)
     S, Sw = rows.weighted_sample(gen, size)
     if Sw is not None and not float(Sw.sum()) > 0:
         raise ValueError(f"the warm-start sample ({S.shape[0]:,} of {rows.n_total:,} rows, "
@@ -346,7 +345,7 @@ def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = 
         return S, Sw, start, None
     n_init = plan.n_init
     if hard and plan.n_init_auto and S.shape[0] < rows.n_total and K >= SWAP_HEADS:
-        n_init = max(1, min(n_init, rows.n_total // (SEEDING_ROWS * S.shape[0])))
+        n_init = max(1, min(n_init, rows.n_total // (settings.seeding_rows * S.shape[0])))
     # a fit that chooses its shape reads its "auto" lambda only where the spherical heads
     # are chosen (kmeans_lambda then): lambda is None until then (a stream has no choice)
     deferred = hard and plan.chooses_shape

@@ -1,0 +1,209 @@
+"""The tuning settings of a fit's choices, in one frozen object: :class:`FitSettings`.
+
+The estimator's parameters (:mod:`attnclust.cluster.estimator_params`) say *what* to fit;
+these settings say how much work its data-driven choices may do: the warm start's
+sample (:mod:`attnclust.cluster.warm_start`), the heads' shape chosen by ICL
+(:mod:`attnclust.cluster.shape_choice`) and its candidates' EM
+(:mod:`attnclust.cluster.candidate_em`), and the choice of ``K``
+(:mod:`attnclust.cluster.k_choice`). Their defaults are the measured ones the modules'
+docstrings explain; ``AttentionClustering(settings=FitSettings(...))`` changes them for
+one estimator (tests use small values to exercise the paths of large data on a few
+rows). The resolved :class:`~attnclust.cluster.plan.FitPlan` carries them
+(``plan.settings``), and the modules read them there.
+
+Notation
+--------
+==========  =====================  ===============================================
+paper       code                   meaning
+==========  =====================  ===============================================
+``K``       ``n_clusters``         heads
+``n``       ``n_rows``             rows of the fit
+``p_c``     ``n_parameters``       free parameters of a candidate shape ``c``
+==========  =====================  ===============================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import numbers
+
+__all__ = ["FitSettings"]
+
+# fields that are counts: integers >= 1
+_COUNTS = ("warm_sample", "per_head", "seeding_rows", "choice_rows", "lean_rows",
+           "choice_numbers", "fit_numbers", "shape_choice_seedings", "stop_steps",
+           "peak_rows", "peak_candidates", "k_init", "em_steps", "patience",
+           "n_references", "thin_rows", "max_dim")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_count(name: str, value) -> None:
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 1):
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _check_range(name: str, value, low: float, high: float, *, open_low: bool = False,
+                 open_high: bool = False) -> None:
+    inside = _is_number(value) and not math.isnan(value) and \
+        (value > low if open_low else value >= low) and \
+        (value < high if open_high else value <= high)
+    if not inside:
+        bounds = ("(" if open_low else "[") + f"{low:g}, {high:g}" + (")" if open_high else "]")
+        raise ValueError(f"{name} must be a number in {bounds}, got {value!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class FitSettings:
+    """The tuning settings of :class:`~attnclust.AttentionClustering`'s choices (the
+    estimator's ``settings``; ``None`` there: ``FitSettings()``, these defaults).
+
+    Parameters
+    ----------
+    warm_sample : int, default=20_000
+        The warm start's seedings, Lloyd steps and the fit's first steps run on a seeded
+        sample of at most this many rows (all rows when there are no more).
+    per_head : int, default=256
+        For a fit that ends in the hard limit on more than ``warm_sample`` rows, the
+        sample holds ``per_head`` rows per head (at most ``warm_sample``): the passes over
+        all rows finish what the sample starts.
+    seeding_rows : int, default=5
+        Then, with ``n_init="auto"`` and ten heads or more (the swaps), one seeding per
+        ``seeding_rows`` times the sample's rows (at most ``n_init``): the seedings cost no
+        more row visits than the passes.
+    choice_rows : int, default=2_000
+        ``covariance_type="auto"`` chooses the heads' shape on all rows up to this many,
+        else on a seeded sample of this many (:mod:`attnclust.cluster.shape_choice`: on the
+        batteries the choice on 2,000 rows was that on all rows in 117 of 120 fits).
+    lean_rows : int, default=10_000
+        The chosen shape is fitted on all rows by the lean EM where they are held whole
+        and at most this many, by the chunked EM otherwise.
+    choice_numbers : int, default=20_000_000
+        A shaped candidate whose EM would handle more numbers per pass (rows x heads x
+        covariance entries per head) on the rows of the choice is not tried.
+    fit_numbers : int, default=100_000_000
+        Nor one whose fit on all rows would handle more numbers per pass than this.
+    shape_choice_seedings : int, default=7
+        ``n_init="auto"`` of a fit that chooses its heads' shape, at most (its candidates
+        refine the partition: mean ARI within 0.001 of ten seedings, in 0.7x the time).
+    stop_steps : int, default=2
+        A shaped candidate's EM stops early (it cannot win) after this many steps in a
+        row whose Aitken-projected ICL bound is above the least ICL so far
+        (:mod:`attnclust.cluster.candidate_em`).
+    rows_per_parameter : float, default=10
+        The density core's second start is tried only for a candidate with at least this
+        many rows per free parameter (``math.inf``: never).
+    peak_rows : int, default=256
+        The density peak is searched in a seeded sample of at most this many rows ...
+    peak_candidates : int, default=64
+        ... of which at most this many are tried as the peak.
+    merge_share : float, default=0.8
+        A fit from the second start that gives one head at least this share of the
+        weight of each of two default cells merges them, and is not kept.
+    min_moved : float, default=0.1
+        The second start runs only where it moves at least this share of the weight out
+        of the default partition's cells.
+    k_init : int, default=3
+        ``n_clusters="auto"`` (:mod:`attnclust.cluster.k_choice`): k-means runs per ``K``,
+        the best kept.
+    em_steps : int, default=5
+        EM steps from each partition's cells.
+    patience : int, default=3
+        ``K`` scanned past the least BIC so far before the scan stops.
+    n_references : int, default=20
+        Uniform reference sets of the structure test (one k-means run each).
+    looks : tuple of int, default=(4, 10)
+        References after which the structure test may stop early (increasing, each in
+        ``[2, n_references)``).
+    early_level : float, default=1e-4
+        The null's probability of ``|z|`` past the bound at an early look.
+    structure_z : float, default=3.0
+        The structure test's ``z`` above which the rows hold structure.
+    bare_mention : float, default=2.0
+        BIC above the least that is "not worth more than a bare mention" (Kass and
+        Raftery): the fewest ``K`` within it is chosen.
+    thin_rows : int, default=5
+        Rows per cluster of the chosen ``K`` below which its BIC is not trusted against
+        ``K = 1``.
+    confident : float, default=0.9
+        BIC weight of the chosen ``K`` below which the choice is weak (a warning).
+    marginal_z : float, default=5.0
+        Structure ``z`` below which the choice is weak.
+    max_dim : int, default=50
+        Rows wider than this are read through their leading ``max_dim`` principal
+        components.
+
+    Examples
+    --------
+    >>> FitSettings().warm_sample
+    20000
+    >>> small = FitSettings(warm_sample=500, choice_rows=400)
+    >>> small.warm_sample, small.per_head
+    (500, 256)
+    >>> FitSettings(merge_share=1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: merge_share must be a number in (0, 1], got 1.5
+    """
+
+    # the warm start's sample (attnclust.cluster.warm_start)
+    warm_sample: int = 20_000
+    per_head: int = 256
+    seeding_rows: int = 5
+    # the shape choice (attnclust.cluster.shape_choice, attnclust.cluster.plan)
+    choice_rows: int = 2_000
+    lean_rows: int = 10_000
+    choice_numbers: int = 20_000_000
+    fit_numbers: int = 100_000_000
+    shape_choice_seedings: int = 7
+    # the candidates' EM (attnclust.cluster.candidate_em)
+    stop_steps: int = 2
+    rows_per_parameter: float = 10
+    peak_rows: int = 256
+    peak_candidates: int = 64
+    merge_share: float = 0.8
+    min_moved: float = 0.1
+    # the choice of K (attnclust.cluster.k_choice)
+    k_init: int = 3
+    em_steps: int = 5
+    patience: int = 3
+    n_references: int = 20
+    looks: tuple[int, ...] = (4, 10)
+    early_level: float = 1e-4
+    structure_z: float = 3.0
+    bare_mention: float = 2.0
+    thin_rows: int = 5
+    confident: float = 0.9
+    marginal_z: float = 5.0
+    max_dim: int = 50
+
+    def __post_init__(self):
+        for name in _COUNTS:
+            _check_count(name, getattr(self, name))
+        if not (_is_number(self.rows_per_parameter) and self.rows_per_parameter > 0):
+            raise ValueError(f"rows_per_parameter must be a number > 0 (inf: never), got "
+                             f"{self.rows_per_parameter!r}")
+        _check_range("merge_share", self.merge_share, 0, 1, open_low=True)
+        _check_range("min_moved", self.min_moved, 0, 1)
+        _check_range("early_level", self.early_level, 0, 1, open_low=True, open_high=True)
+        _check_range("confident", self.confident, 0, 1)
+        for name in ("structure_z", "bare_mention", "marginal_z"):
+            _check_range(name, getattr(self, name), 0, math.inf, open_high=True)
+        self._check_looks()
+
+    def _check_looks(self) -> None:
+        looks = self.looks
+        try:
+            looks = tuple(looks)
+        except TypeError:
+            looks = None
+        if looks is None or not all(isinstance(b, numbers.Integral) and not isinstance(b, bool)
+                                    for b in looks) \
+                or any(b < 2 or b >= self.n_references for b in looks) \
+                or any(a >= b for a, b in zip(looks, looks[1:], strict=False)):
+            raise ValueError(f"looks must be increasing integers in [2, n_references) = "
+                             f"[2, {self.n_references}), got {self.looks!r}")
+        object.__setattr__(self, "looks", tuple(int(b) for b in looks))   # a list: hashable
