@@ -25,6 +25,9 @@ def rows():
     {"covariance_type": "full"},
     {},                                     # the default: the shape chosen
     {"noise_head": True},
+    {"settings": ac.FitSettings(warm_sample=100, choice_rows=150, looks=(3, 7),
+                                rows_per_parameter=float("inf"))},
+    {"merge_heads": ac.cluster.merge.MergeSettings(temperature=1.0)},
 ])
 def test_loaded_model_predicts_and_scores_as_the_saved_one(rows, tmp_path, params):
     est = ac.AttentionClustering(3, random_state=0, **params).fit(rows)
@@ -138,3 +141,20 @@ def test_a_npy_is_refused_in_one_sentence(tmp_path):
     with pytest.raises(ValueError, match="one array, not an archive") as info:
         ac.load_model(path)
     assert str(info.value).count("not an attnclust model file") == 1
+
+
+def test_settings_are_saved_as_the_record_of_their_fields(rows, tmp_path):
+    """A FitSettings (and a MergeSettings) is kept in meta.json as a plain record, not
+    dropped, and comes back equal, so that a loaded estimator refits as the one saved."""
+    settings = ac.FitSettings(warm_sample=100, per_head=64)
+    est = ac.AttentionClustering(3, random_state=0, settings=settings).fit(rows)
+    path = tmp_path / "m.npz"
+    ac.save_model(est, path)
+    with np.load(path) as archive:
+        meta = json.loads(str(archive["meta.json"]))
+    assert meta["params"]["settings"]["warm_sample"] == 100
+    assert meta["params"]["settings"]["looks"] == [4, 10]
+    assert "settings" not in meta["not_saved"]
+    loaded = ac.load_model(path)
+    assert loaded.settings == settings
+    np.testing.assert_array_equal(loaded.fit(rows).cluster_centers_, est.cluster_centers_)

@@ -8,9 +8,12 @@ runs no code from the file). It holds
 entry               content
 ==================  ===================================================================
 ``meta.json``       a JSON text: the format and its version, the attnclust version that
-                    wrote it, the parameters (``get_params()``), the fitted attributes
-                    that are numbers, strings or JSON records, the names of the others
-                    and a SHA-256 digest of every entry
+                    wrote it, the parameters (``get_params()``; a ``settings``
+                    :class:`~attnclust.cluster.settings.FitSettings` and a
+                    ``merge_heads`` ``MergeSettings`` as the record of their fields,
+                    rebuilt on loading), the fitted attributes that are numbers,
+                    strings or JSON records, the names of the others and a SHA-256
+                    digest of every entry
 ``attr.NAME``       each fitted attribute that is an array (``cluster_centers_``,
                     ``labels_``, ``covariances_``, ``weights_``, ...), in its own dtype
 ``param.NAME``      a parameter that is an array (given initial heads, ``init``)
@@ -32,6 +35,7 @@ not continue ``partial_fit``); their names are in the file's ``meta.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -94,10 +98,21 @@ def _split(values: dict, prefix: str, meta_key: str, meta: dict, arrays: dict) -
                 meta["not_saved"].append(name)
 
 
+def _settings_params() -> dict:
+    """The parameters that may hold a frozen dataclass of settings, and its class."""
+    from .merge import MergeSettings
+    from .settings import FitSettings
+
+    return {"settings": FitSettings, "merge_heads": MergeSettings}
+
+
 def _saved_params(est) -> dict:
     """The parameters as saved: a callback and a generator seed as ``None``, a torch dtype
-    by its name (they act in ``fit`` only)."""
+    by its name (they act in ``fit`` only), settings as the record of their fields."""
     params = est.get_params(deep=False)
+    for name, cls in _settings_params().items():
+        if isinstance(params.get(name), cls):
+            params[name] = dataclasses.asdict(params[name])
     params["callback"] = None
     if not (params["random_state"] is None or isinstance(params["random_state"], int | np.integer)):
         params["random_state"] = None
@@ -247,7 +262,11 @@ def load_model(path: str | os.PathLike):
     if meta.get("class") != AttentionClustering.__name__:
         raise _refuse(path, f"a {meta.get('class')!r}, not an AttentionClustering")
     try:
-        est = AttentionClustering(**_values(meta, arrays, "param", "params"))
+        params = _values(meta, arrays, "param", "params")
+        for name, cls in _settings_params().items():
+            if isinstance(params.get(name), dict):      # a record of the settings' fields
+                params[name] = cls(**params[name])
+        est = AttentionClustering(**params)
         for name, value in _values(meta, arrays, "attr", "attributes").items():
             setattr(est, name, value)
         est._plan = _plan(est)
