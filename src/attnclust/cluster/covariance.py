@@ -69,6 +69,11 @@ def _lib(a):
     return torch if isinstance(a, torch.Tensor) else np
 
 
+def _nonnegative(a):
+    """``max(a, 0)`` of a tensor or an array (``np.clip`` costs microseconds more)."""
+    return a.clamp_min(0.0) if isinstance(a, torch.Tensor) else np.maximum(a, 0.0)
+
+
 def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
     """The floor ``r_j = reg_covar * max(v_j, FLOOR_RANGE * v)``, ``v`` the mean of the
     data's variances ``v_j`` (1 if 0): relative to each feature's scale (scikit-learn's
@@ -308,10 +313,9 @@ class Spherical(_Axes):
         return (weighted * diff).sum(1).double().sum(-1)     # summed in float64
 
     def update(self, second, n, shift, floor, alive, previous):
-        lib = _lib(second)
         spread = second / n - (shift * shift).sum(-1)
-        covs = lib.clip(spread, 0.0, None) / shift.shape[1] + floor.mean()
-        return lib.where(alive, covs, previous)
+        covs = _nonnegative(spread) / shift.shape[1] + floor.mean()
+        return _lib(second).where(alive, covs, previous)
 
     def floor_ratio(self, covariances, floor):
         return covariances / floor.mean()
@@ -359,10 +363,9 @@ class Diag(_Axes):
         return (weighted * diff).sum(1)
 
     def update(self, second, n, shift, floor, alive, previous):
-        lib = _lib(second)
         spread = second / n[:, None] - shift * shift
-        covs = lib.clip(spread, 0.0, None) + floor
-        return lib.where(alive[:, None], covs, previous)
+        covs = _nonnegative(spread) + floor
+        return _lib(second).where(alive[:, None], covs, previous)
 
     def floor_ratio(self, covariances, floor):
         return _lib(covariances).amin(covariances / floor, -1)

@@ -227,11 +227,12 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     return bic(em.log_likelihood, shape.n_parameters(n_clusters, d) + 1, n)
 
 
-def _least_bic(Z, labels, n_clusters, log_volume) -> tuple[float, str]:
-    """The least BIC over the shapes of :data:`COVARIANCE_TYPES`, and that shape."""
-    products = RowProducts(Z - Z.mean(0), n_clusters)
-    return min((mixture_bic(Z, labels, n_clusters, log_volume=log_volume, covariance_type=c,
-                            products=products), c) for c in COVARIANCE_TYPES)
+def _least_bic(products, labels, n_clusters, log_volume) -> tuple[float, str]:
+    """The least BIC over the shapes of :data:`COVARIANCE_TYPES` on the centred rows'
+    :class:`~attnclust.cluster.shape_em.RowProducts`, and that shape."""
+    return min((mixture_bic(products.X, labels, n_clusters, log_volume=log_volume,
+                            covariance_type=c, products=products), c)
+               for c in COVARIANCE_TYPES)
 
 
 def _kmeans(Z, k, rng, n_init=N_INIT, init=None):
@@ -302,7 +303,8 @@ def _scan(Z, top, gen, log_volume) -> tuple[list, list]:
     (module docstring); the cells may hold one ``K`` more than the scores."""
     cells = [_kmeans(Z, 1, gen)]
     tie = sum(Z.shape) * np.finfo(np.float64).eps  # W_K rounding: n terms of d products
-    scores = [_least_bic(Z, cells[0][0], 1, log_volume)]
+    products = RowProducts(Z - Z.mean(0), top)          # shared by every K's mixtures
+    scores = [_least_bic(products, cells[0][0], 1, log_volume)]
     for k in range(2, top + 2):        # K = k - 1 is scored once K = k's cells are known
         if k <= top:
             cells.append(_kmeans(Z, k, gen))
@@ -313,10 +315,10 @@ def _scan(Z, top, gen, log_volume) -> tuple[list, list]:
                     break
                 cells[j - 1] = fewer
                 if j - 1 < len(scores):                 # K = j was scored: again
-                    scores[j - 1] = _least_bic(Z, fewer[0], j, log_volume)
+                    scores[j - 1] = _least_bic(products, fewer[0], j, log_volume)
                 j -= 1
         if k >= 3:
-            scores.append(_least_bic(Z, cells[k - 2][0], k - 1, log_volume))
+            scores.append(_least_bic(products, cells[k - 2][0], k - 1, log_volume))
             if k - 1 - (2 + int(np.argmin([b for b, _ in scores[1:]]))) >= PATIENCE:
                 break                                   # risen PATIENCE times in a row
     return cells, scores

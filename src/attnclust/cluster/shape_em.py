@@ -94,14 +94,17 @@ class RowProducts:
 
 
 def m_step(X, rw, cov: Covariance, floor, previous, total, moments):
-    """The exact M-step of responsibilities times weights ``rw`` ``(K, n)``: moments
-    about the origin of the (centred) rows, ``Sigma_h = E_h[x x^T] - mu_h mu_h^T + D``."""
+    """The exact M-step of responsibilities times weights ``rw`` ``(K, n)`` (a background
+    head's last, ``(K + 1, n)``, when ``previous`` holds ``K`` covariances): moments about
+    the origin of the (centred) rows, ``Sigma_h = E_h[x x^T] - mu_h mu_h^T + D``."""
     eps = np.finfo(np.float64).eps
-    counts = rw.sum(1)                                                      # (K,)
-    alive = counts > 10 * eps * total
+    K = previous.shape[0]
+    counts = rw.sum(1)                                                      # (K [+ 1],)
     n = np.maximum(counts, 10 * eps * total)
-    means = (rw @ X) / n[:, None]                                           # (K, d)
-    covs = cov.update(cov.second_moments(rw, X, moments), n, means, floor, alive, previous)
+    heads = rw[:K]
+    means = (heads @ X) / n[:K, None]                                       # (K, d)
+    covs = cov.update(cov.second_moments(heads, X, moments), n[:K], means, floor,
+                      counts[:K] > 10 * eps * total, previous)
     return means, covs, np.log(n) - math.log(float(n.sum()))
 
 
@@ -124,7 +127,8 @@ def log_sum_heads(lj: np.ndarray):
     sum_h exp l~_h``, and the exponentials ``e = exp(l~ - top)`` ``(K, n)`` with their
     sums ``s`` (``e / s``: the responsibilities)."""
     top = lj.max(0)
-    e = np.exp(lj - top)
+    e = lj - top
+    np.exp(e, out=e)
     s = e.sum(0)
     return top, top + np.log(s), e, s
 
@@ -170,20 +174,15 @@ class LeanEM:
             start = self._m_step(resp, previous)
             if log_background is not None:
                 means, covs, log_w = start
-                start = (means, covs, np.r_[log_w + math.log1p(-BACKGROUND_START),
-                                            math.log(BACKGROUND_START)])
+                start = (means, covs, np.append(log_w + math.log1p(-BACKGROUND_START),
+                                                math.log(BACKGROUND_START)))
         self.params = start
         self.lj, self.resp, self.loss, self.sums = self._e_step(start)
         self.losses, self.n_iter, self.converged = [self.loss], 0, False
 
     def _m_step(self, resp, previous):
         rw = resp if self.w is None else resp * self.w
-        means, covs, log_w = m_step(self.X, rw[:self.K], self.cov, self.floor, previous,
-                                    self.total, self.moments)
-        if rw.shape[0] > self.K:    # the background's weight too
-            n = np.maximum(rw.sum(1), 10 * np.finfo(np.float64).eps * self.total)
-            log_w = np.log(n) - math.log(float(n.sum()))
-        return means, covs, log_w
+        return m_step(self.X, rw, self.cov, self.floor, previous, self.total, self.moments)
 
     def _e_step(self, params):
         means, covs, log_w = params
@@ -191,7 +190,7 @@ class LeanEM:
         lj = log_joint(self.X, means, covs, log_w[:K], self.cov, self.floor, self.moments,
                        self.XT)
         if self.log_background is not None:
-            lj = np.vstack([lj, np.full((1, lj.shape[1]), log_w[K] + self.log_background)])
+            lj = np.concatenate((lj, np.full((1, lj.shape[1]), log_w[K] + self.log_background)))
         top, lse, e, s = log_sum_heads(lj)
         loss = -float(lse.sum() if self.w is None else self.w @ lse) / self.total
         e /= s
