@@ -14,6 +14,9 @@ from sklearn.cluster import KMeans
 import attnclust as ac
 from _tolerance import sum_tol
 from attnclust.cli import main
+from attnclust.cluster.settings import FitSettings
+
+SETTINGS = FitSettings()     # the defaults of the choice of K
 
 
 def _blobs(k, d=3, n_each=200, sep=8.0, rng=0):
@@ -272,7 +275,7 @@ def test_no_structure_test_on_one_cluster_data(kind):
     whose cells fit best), but Gaussians fit a flat square better than one does: the BIC
     splits it, and the choice says it is weak and why (the documented cost of requiring
     both tests for ``K = 1``)."""
-    from attnclust.cluster.k_choice import STRUCTURE_Z, choose_n_clusters
+    from attnclust.cluster.k_choice import choose_n_clusters
 
     found = [choose_n_clusters(_one_cluster(kind, s), 10, random_state=s) for s in range(10)]
     zs = np.array([c.structure_z for c in found])
@@ -281,7 +284,7 @@ def test_no_structure_test_on_one_cluster_data(kind):
         split = [c for c in found if c.n_clusters > 1]
         assert all(c.weak and "no more scatter than in uniform rows" in c.reason
                    for c in split), [c.reason for c in split]
-        assert all(c.structure_z <= STRUCTURE_Z for c in split)
+        assert all(c.structure_z <= SETTINGS.structure_z for c in split)
     else:
         assert all(c.n_clusters == 1 for c in found), [c.reason for c in found]
         assert zs.max() < 0
@@ -407,15 +410,16 @@ def test_structure_test_also_in_the_rows_own_units():
     assert z_std <= 3 < choice.structure_z and choice.n_clusters == 2, (z_std, choice.reason)
 
 
-def test_the_scan_stops_once_the_bic_has_risen():
-    """Three blobs, max_clusters = 12: the scan stops PATIENCE values of K past the least
-    BIC; the K not scanned have BIC = inf and weight 0."""
-    from attnclust.cluster.k_choice import PATIENCE, choose_n_clusters
+@pytest.mark.parametrize("patience", [SETTINGS.patience, 1, 5])
+def test_the_scan_stops_once_the_bic_has_risen(patience):
+    """Three blobs, max_clusters = 12: the scan stops ``settings.patience`` values of K
+    past the least BIC; the K not scanned have BIC = inf and weight 0."""
+    from attnclust.cluster.k_choice import choose_n_clusters
 
     X, _ = _blobs(3, rng=3)
-    choice = choose_n_clusters(X, 12, random_state=0)
+    choice = choose_n_clusters(X, 12, random_state=0, settings=FitSettings(patience=patience))
     scanned = int(np.isfinite(choice.bic).sum())
-    assert choice.n_clusters == 3 and scanned == 3 + PATIENCE
+    assert choice.n_clusters == 3 and scanned == 3 + patience
     assert np.all(np.isinf(choice.bic[scanned:])) and len(choice.bic) == 12
 
 
@@ -447,7 +451,7 @@ def test_the_scan_keeps_the_merged_cells_where_they_are_better():
     Z = kc.standardized(X)
     _, lo, hi = kc._principal_box(Z)
     cells, scores = kc._scan(Z, 12, np.random.default_rng(0),
-                             float(np.log(hi - lo).sum()))
+                             float(np.log(hi - lo).sum()), SETTINGS)
     tie = sum(Z.shape) * np.finfo(float).eps
     for k in range(2, min(len(scores) + 1, len(cells))):
         merged = kc._merged(Z, cells[k], np.random.default_rng(0))
@@ -455,22 +459,24 @@ def test_the_scan_keeps_the_merged_cells_where_they_are_better():
 
 
 def test_early_bounds_are_the_t_quantiles_and_hold_their_level():
-    """c_b is the 1 - EARLY_LEVEL quantile of t with b - 1 degrees of freedom; with D and
-    the references i.i.d. normal (the null), z_b passes it with probability EARLY_LEVEL:
+    """c_b is the 1 - early_level quantile of t with b - 1 degrees of freedom; with D and
+    the references i.i.d. normal (the null), z_b passes it with probability early_level:
     counted over 400,000 simulated tests, within 5 binomial standard deviations."""
     from scipy.stats import t
 
-    from attnclust.cluster.k_choice import EARLY_LEVEL, LOOKS, early_bound
+    from attnclust.cluster.k_choice import early_bound
 
     rng = np.random.default_rng(0)
     m = 400_000
-    for b in LOOKS:
-        assert abs(early_bound(b) - t.ppf(1 - EARLY_LEVEL, b - 1)) <= 1e-9 * early_bound(b)
+    for b in SETTINGS.looks:
+        level = SETTINGS.early_level
+        assert abs(early_bound(b) - t.ppf(1 - level, b - 1)) <= 1e-9 * early_bound(b)
+        assert abs(early_bound(b, 0.01) - t.ppf(0.99, b - 1)) <= 1e-9 * early_bound(b, 0.01)
         draws = rng.standard_normal((m, b + 1))
         refs = draws[:, 1:]
         z = (draws[:, 0] - refs.mean(1)) / (refs.std(1, ddof=1) * np.sqrt(1 + 1 / b))
         passed = int((z > early_bound(b)).sum())
-        expect = m * EARLY_LEVEL
+        expect = m * SETTINGS.early_level
         assert abs(passed - expect) <= 5 * np.sqrt(expect), (b, passed, expect)
 
 
@@ -487,14 +493,14 @@ def test_sequential_structure_test_stops_early_on_clear_cases():
     """Separated blobs: z passes c_4 after 4 references, so the sequential z is the full
     test's computed on the first 4 draws (bit for bit: the same draws, the same sums), and
     both say structure."""
-    from attnclust.cluster.k_choice import STRUCTURE_Z, _kmeans, early_bound, structure_z
+    from attnclust.cluster.k_choice import _kmeans, early_bound, structure_z
 
     for k, d in ((2, 2), (4, 5), (7, 20)):
         X, _ = _separated(k, d, seed=k)
         within = _kmeans(X, k, np.random.default_rng(0))[1]
         full, seq = _full_and_sequential(X, k, 0)
         first4 = structure_z(X, within, k, np.random.default_rng(0), n_references=4, looks=())
-        assert seq == first4 > early_bound(4) and full > STRUCTURE_Z, (k, d, full, seq)
+        assert seq == first4 > early_bound(4) and full > SETTINGS.structure_z, (k, d, full, seq)
 
 
 @pytest.mark.parametrize("kind", ["gaussian", "uniform", "elongated"])
@@ -502,26 +508,25 @@ def test_sequential_structure_test_decides_as_the_full_one_on_one_cluster_data(k
     """One-cluster data (the null, a uniform square, and Gaussian blobs): on 10 seeds the
     sequential test says no structure, as the full one does; on the uniform square no
     early look stops (|z_b| stays far below c_b), so z is the full test's exactly."""
-    from attnclust.cluster.k_choice import STRUCTURE_Z
-
+    
     for s in range(10):
         full, seq = _full_and_sequential(_one_cluster(kind, s, n=300), 3, s)
-        assert full <= STRUCTURE_Z and seq <= STRUCTURE_Z, (s, full, seq)
+        assert full <= SETTINGS.structure_z and seq <= SETTINGS.structure_z, (s, full, seq)
         if kind == "uniform":
             assert seq == full, (s, full, seq)
 
 
 def test_a_near_tie_takes_the_fewer_clusters():
     """Four blobs in 13% uniform noise where one or two more Gaussians take noise rows for a
-    BIC lower by less than BARE_MENTION (0.7 and 1.1): evidence not worth more than a bare
+    BIC lower by less than settings.bare_mention (0.7 and 1.1): evidence not worth more than a bare
     mention adds no cluster, so K = 4, and the reason says so; the choice is weak."""
-    from attnclust.cluster.k_choice import BARE_MENTION, choose_n_clusters
+    from attnclust.cluster.k_choice import choose_n_clusters
 
     for seed in (23, 29):
         choice = choose_n_clusters(_noisy_blobs(seed), 10, random_state=0)
         least = 2 + int(np.argmin(choice.bic[1:]))
         assert choice.n_clusters == choice.best == 4 < least, choice.reason
-        assert choice.bic[3] <= choice.bic[least - 1] + BARE_MENTION < choice.bic[2]
+        assert choice.bic[3] <= choice.bic[least - 1] + SETTINGS.bare_mention < choice.bic[2]
         assert "bare mention" in choice.reason and choice.weak
 
 
@@ -584,10 +589,10 @@ def test_nested_clusters_are_not_called_structureless(seed):
     """The gap test alone finds no structure in nested clusters (``z`` far below 0: the
     k-means cells of a disk in a disk remove less scatter than a uniform's); the BIC of
     the mixture prefers several Gaussians by far, so ``K >= 2``, said to be weak."""
-    from attnclust.cluster.k_choice import STRUCTURE_Z, choose_n_clusters
+    from attnclust.cluster.k_choice import choose_n_clusters
 
     choice = choose_n_clusters(_dense_disk_in_a_sparse_one(seed), 10, random_state=seed)
-    assert choice.structure_z <= STRUCTURE_Z
+    assert choice.structure_z <= SETTINGS.structure_z
     assert choice.bic[0] - choice.bic[1:].min() > 20
     assert choice.n_clusters >= 2 and choice.weak
 
@@ -623,9 +628,22 @@ def test_a_tiny_far_cluster_beside_a_large_one_is_a_cluster(seed):
 def test_few_rows_of_noise_are_one_cluster(n, d):
     """On a few rows the BIC's least K puts a Gaussian on one or two rows each (their
     likelihood grows without bound): 5 rows of noise were 4 clusters, 12 were 10. Where
-    K* leaves fewer than THIN_ROWS rows per cluster, the structure test decides alone."""
+    K* leaves fewer than settings.thin_rows rows per cluster, the structure test decides alone."""
     from attnclust.cluster.k_choice import choose_n_clusters
 
     X = np.random.default_rng(0).normal(size=(n, d))
     choice = choose_n_clusters(X, 10, random_state=0)
     assert choice.n_clusters == 1, choice.reason
+
+
+def test_the_estimator_chooses_k_with_its_settings():
+    """AttentionClustering(settings=...) reaches the choice of K: a smaller patience scans
+    fewer K (the same choice on three separated blobs)."""
+    X, _ = _blobs(3, rng=3)
+    scanned = {}
+    for patience in (1, 4):
+        est = ac.AttentionClustering(n_clusters="auto", max_clusters=12, random_state=0,
+                                     settings=FitSettings(patience=patience)).fit(X)
+        assert est.n_clusters_ == 3
+        scanned[patience] = int(np.isfinite(est.k_choice_.bic).sum())
+    assert scanned == {1: 4, 4: 7}

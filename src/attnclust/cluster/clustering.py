@@ -470,14 +470,14 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         return self
 
     def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan) -> int:
-        """``n_clusters="auto"``: ``K`` of the (unweighted) preprocessed rows,
-        :func:`~attnclust.cluster.k_choice.choose_n_clusters` (at most 5,000 of them, drawn with
-        ``random_state`` when there are more); sets ``k_choice_`` and
+        """``n_clusters="auto"``: :func:`~attnclust.cluster.k_choice.choose_n_clusters` of
+        the (unweighted) preprocessed rows with the plan's settings; sets ``k_choice_`` and
         ``n_clusters_reason_``, and warns when the choice is weak."""
         local = Communicator.local(X.shape[0])
         self.mean_, self.scale_ = plan.learn_center(X, local)
         rows = plan.preprocess(X, (self.mean_, self.scale_), comm=local)
-        choice = choose_n_clusters(rows, plan.max_clusters, random_state=plan.random_state)
+        choice = choose_n_clusters(rows, plan.max_clusters, random_state=plan.random_state,
+                                   settings=plan.settings)
         self.k_choice_, self.n_clusters_reason_ = choice, choice.reason
         warn_if_weak(choice, stacklevel=4)
         return choice.n_clusters

@@ -13,7 +13,7 @@ computed in the **standardized working space** ``z_j = (x_j - m_j) / s_j`` (each
 centred and scaled to unit variance: the partitions below are k-means cells, which
 depend on the units; the likelihoods themselves do not, up to a constant).
 
-- **Partitions.** For each ``K = 1, 2, ...``: the best of ``N_INIT`` k-means runs in that
+- **Partitions.** For each ``K = 1, 2, ...``: the best of ``settings.k_init`` k-means runs in that
   space (:func:`attnclust.cluster.kmeans.batch.best_of_seedings`), or, when its ``W_K``
   (the within-cell sum of squares) is lower, **the cells of ``K + 1`` merged**: the two
   cells whose merge raises ``W`` least (Ward's cost) become one head, then Lloyd's steps
@@ -27,24 +27,24 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   shape and weight), beside a **uniform background** of density ``1 / V`` (``V`` the
   volume of the rows' box along their principal axes) with its own weight ``pi_0`` (its
   one parameter, the last ``+ 1`` of ``p_K``): scattered rows then need no Gaussian of
-  their own. ``EM_STEPS`` steps of EM (the shaped layer's fixed point at ``lambda = 1``),
+  their own. ``settings.em_steps`` steps of EM (the shaped layer's fixed point at ``lambda = 1``),
   all heads at once, move the heads from the cells to the likelihood's nearby maximum;
   ``log L_K`` is that of the last step. Each shape gets its own EM; ``BIC(K)`` is the least
   of the three (full covariances for elongated clusters; spherical ones where ``d^2``
   parameters per head are more than the rows support, e.g. 20 features and 100-300 rows
   per cluster, where the full shape alone undercounts). The chosen ``K*`` is the
-  fewest clusters ``K >= 2`` whose BIC is within ``BARE_MENTION = 2`` of the least:
+  fewest clusters ``K >= 2`` whose BIC is within ``settings.bare_mention`` of the least:
   Kass and Raftery's scale (1995) calls a BIC difference of 0 to 2 evidence "not worth
   more than a bare mention", and such evidence adds no cluster (near ties: uniform noise
   taken by one or two more Gaussians, BIC 1.4 above at the true 6 and 0 at 8).
-- **The scan stops** once ``BIC(K)`` has stayed above the least so far for ``PATIENCE``
+- **The scan stops** once ``BIC(K)`` has stayed above the least so far for ``settings.patience``
   values of ``K`` in a row (or at ``max_clusters``); the ``K`` not scanned have
   ``BIC = inf``.
 - **How sure.** ``exp(-BIC(K) / 2)`` normalized over ``K >= 2`` is the BIC's
   approximation of the posterior probability of each ``K`` (equal priors); ``weight`` is
   that of ``K*``.
 - **No structure.** ``K = 1`` only when **both** tests say so: one component has the
-  least BIC (``BIC(1) <= BIC(K*) + BARE_MENTION``, the mixture above with one Gaussian
+  least BIC (``BIC(1) <= BIC(K*) + settings.bare_mention``, the mixture above with one Gaussian
   and the background), **and** the rows hold no structure by the test below. Either alone
   errs on real data: the gap test calls nested, touching and non-convex clusters
   structureless (rings, a dense disk inside a sparse one, spirals: ``K = 1`` on 69 of
@@ -55,15 +55,15 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   is still one cluster (every seed); a uniform square, disk or cube, a ring and a
   sphere's surface are now split, with a weak choice saying why
   (``attnclust bench --only auto_k``: both rates). Where ``K*`` leaves fewer than
-  ``THIN_ROWS = 5`` rows per cluster (a few rows, on which Gaussians on one or two rows
+  ``settings.thin_rows`` rows per cluster (a few rows, on which Gaussians on one or two rows
   each win the BIC without bound: 5 rows of noise were 4 clusters), the test decides
   alone. The test (a gap
   statistic at ``K*``, after Tibshirani, Walther and Hastie 2001): the k-means cells of
   ``K*`` remove a share of the scatter, ``D = log(W_1 / W_K*)`` (``W_K`` the within-cell
-  sum of squares); the same is computed on ``N_REFERENCES`` reference sets drawn
+  sum of squares); the same is computed on ``settings.n_references`` reference sets drawn
   uniformly in the rows' principal box (the distribution without clusters that fills
   the same box; one k-means run each). The rows hold structure when ``D`` exceeds the
-  references' mean by ``STRUCTURE_Z`` of their standard deviations, ``z = (D - mean
+  references' mean by ``settings.structure_z`` of their standard deviations, ``z = (D - mean
   D_ref) / (sd D_ref sqrt(1 + 1/B)) > 3``, in the standardized space **or**, when that
   finds none, in the rows' own units (``z`` is then the larger of the two):
   standardizing stretches the noise across a separation along one feature (two blobs
@@ -74,12 +74,12 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   rows) its mean was 0.55 and its standard deviation 1.0 (``K*`` is the ``K`` whose cells
   fit the rows best), and with the second space 6 of the 300 passed 3.
 - **The test stops early** when the references drawn so far already decide it: after
-  ``b`` of them (``b`` in ``LOOKS`` = 4, 10), ``z_b`` (the same ``z`` of those ``b``) is
-  returned when ``|z_b| > c_b``, ``c_b`` the ``1 - EARLY_LEVEL`` (``1 - 1e-4``) quantile
+  ``b`` of them (``b`` in ``settings.looks``), ``z_b`` (the same ``z`` of those ``b``) is
+  returned when ``|z_b| > c_b``, ``c_b`` the ``1 - settings.early_level`` quantile
   of Student's ``t`` with ``b - 1`` degrees of freedom (22.2 at ``b = 4``, 6.01 at 10);
-  else all ``N_REFERENCES`` are drawn. Were the rows one more draw of the references
+  else all ``settings.n_references`` are drawn. Were the rows one more draw of the references
   (the null, ``D`` and ``D_ref`` normal), ``z_b`` would be ``t_{b-1}``, so each early
-  look says "structure" with probability ``EARLY_LEVEL``: the level of the test,
+  look says "structure" with probability ``settings.early_level``: the level of the test,
   ``P(t_19 > 3) = 0.0037`` with all 20, rises by at most ``2e-4`` (Bonferroni over the
   looks). On the separated mixtures of ``benchmarks/bench_auto_k.py`` ``z_4 > 22.2`` on
   84 of 90 (4 references, not 20; the full test's ``z`` there: 3.4 to 400); on 100
@@ -117,25 +117,13 @@ from .._validation import as_generator
 from .covariance import as_covariance
 from .kmeans.batch import best_of_seedings
 from .lean_fits import bic
+from .settings import FitSettings
 from .shape_em import LeanEM, RowProducts
 
-__all__ = ["BARE_MENTION", "COVARIANCE_TYPES", "EARLY_LEVEL", "EM_STEPS", "LOOKS", "N_INIT",
-           "N_REFERENCES", "PATIENCE", "STRUCTURE_Z", "KChoice", "WeakChoiceWarning",
+__all__ = ["COVARIANCE_TYPES", "KChoice", "WeakChoiceWarning",
            "choose_n_clusters", "early_bound", "mixture_bic", "standardized", "structure_z"]
 
 COVARIANCE_TYPES = ("spherical", "diag", "full")   # shapes the BIC chooses among
-EM_STEPS = 5           # EM steps from each partition's cells
-N_INIT = 3             # k-means runs per K, the best kept
-PATIENCE = 3           # K scanned past the least BIC so far before the scan stops
-N_REFERENCES = 20      # uniform reference sets of the structure test (one k-means run each)
-LOOKS = (4, 10)        # references after which the test may stop early
-EARLY_LEVEL = 1e-4     # the null's probability of |z| past the bound at an early look
-STRUCTURE_Z = 3.0      # z above which the rows hold structure
-BARE_MENTION = 2.0     # BIC above the least "not worth more than a bare mention" (Kass-Raftery)
-THIN_ROWS = 5          # rows per cluster of K* below which its BIC is not trusted for K = 1
-CONFIDENT = 0.9        # weight of K* below which the choice is weak
-MARGINAL_Z = 5.0       # structure z below which it is weak
-MAX_DIM = 50           # wider rows: their leading principal components
 _REG = 1e-6            # covariance floor in the standardized space (unit variances)
 
 
@@ -149,7 +137,7 @@ class KChoice(NamedTuple):
     n_clusters: int
     """``K*``, or 1 when the rows hold no structure by the test."""
     best: int
-    """The fewest ``K >= 2`` whose BIC is within ``BARE_MENTION`` of the least."""
+    """The fewest ``K >= 2`` whose BIC is within ``settings.bare_mention`` of the least."""
     bic: np.ndarray
     """BIC of ``K = 1..max_clusters``, ``(max_clusters,)``."""
     weight: float
@@ -162,11 +150,11 @@ class KChoice(NamedTuple):
     """The heads' shape of least BIC at ``best``."""
 
 
-def standardized(rows: np.ndarray) -> np.ndarray:
+def standardized(rows: np.ndarray, max_dim: int = FitSettings.max_dim) -> np.ndarray:
     """Rows with each feature centred and scaled to unit variance, the constant features
     left out (they separate no clusters, and a zero-width side of the background's box
-    would give it an infinite density); wider than ``MAX_DIM`` features: their leading
-    ``MAX_DIM`` principal components. Each feature is first divided by its largest
+    would give it an infinite density); wider than ``max_dim`` features: their leading
+    ``max_dim`` principal components. Each feature is first divided by its largest
     magnitude, so that its squares neither overflow nor underflow (rows of ``1e170`` or
     ``1e-170``); the result does not depend on that scale.
 
@@ -182,9 +170,9 @@ def standardized(rows: np.ndarray) -> np.ndarray:
     X = X / np.abs(X).max(0)
     X = X - X.mean(0)
     Z = X / X.std(0)
-    if Z.shape[1] > MAX_DIM:
+    if Z.shape[1] > max_dim:
         _, _, Vt = np.linalg.svd(Z, full_matrices=False)
-        Z = Z @ Vt[:MAX_DIM].T
+        Z = Z @ Vt[:max_dim].T
     return Z
 
 
@@ -196,7 +184,7 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
-                log_volume: float, steps: int = EM_STEPS,
+                log_volume: float, steps: int = FitSettings.em_steps,
                 covariance_type: str = "full", products: RowProducts | None = None) -> float:
     """BIC of the mixture of ``covariance_type`` heads with a uniform background
     (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
@@ -227,15 +215,15 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     return bic(em.log_likelihood, shape.n_parameters(n_clusters, d) + 1, n)
 
 
-def _least_bic(products, labels, n_clusters, log_volume) -> tuple[float, str]:
+def _least_bic(products, labels, n_clusters, log_volume, steps: int) -> tuple[float, str]:
     """The least BIC over the shapes of :data:`COVARIANCE_TYPES` on the centred rows'
     :class:`~attnclust.cluster.shape_em.RowProducts`, and that shape."""
     return min((mixture_bic(products.X, labels, n_clusters, log_volume=log_volume,
-                            covariance_type=c, products=products), c)
+                            steps=steps, covariance_type=c, products=products), c)
                for c in COVARIANCE_TYPES)
 
 
-def _kmeans(Z, k, rng, n_init=N_INIT, init=None):
+def _kmeans(Z, k, rng, n_init=FitSettings.k_init, init=None):
     """K-means cells ``(labels, W_K, heads)``: the best of ``n_init`` runs, or one from
     the heads ``init``."""
     if k == 1:
@@ -259,15 +247,17 @@ def _merged(Z, cells, rng):
     return _kmeans(Z, len(heads) - 1, rng, init=np.r_[np.delete(heads, [a, b], 0), joined[None]])
 
 
-def early_bound(b: int) -> float:
+def early_bound(b: int, level: float = FitSettings.early_level) -> float:
     """``c_b``: the bound on ``|z|`` that stops the test after ``b`` references, the
-    ``1 - EARLY_LEVEL`` quantile of Student's ``t`` with ``b - 1`` degrees of freedom
+    ``1 - level`` quantile of Student's ``t`` with ``b - 1`` degrees of freedom
     (``z``'s law after ``b`` references when the rows are one more draw of them)."""
-    return float(stdtrit(b - 1, 1.0 - EARLY_LEVEL))
+    return float(stdtrit(b - 1, 1.0 - level))
 
 
 def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
-                n_references: int = N_REFERENCES, looks: tuple[int, ...] = LOOKS) -> float:
+                n_references: int = FitSettings.n_references,
+                looks: tuple[int, ...] = FitSettings.looks,
+                level: float = FitSettings.early_level) -> float:
     """The test for no structure (module docstring): ``z`` of ``D = log(W_1 / W_K)`` of
     the rows (``within``: their ``W_K``) against uniform references in their principal box,
     drawn until ``|z|`` passes :func:`early_bound` at a look of ``looks`` or
@@ -292,22 +282,22 @@ def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
         if b in looks or b == n_references:
             spread = float(np.std(refs, ddof=1)) * math.sqrt(1.0 + 1.0 / b)
             z = (gap - float(np.mean(refs))) / max(spread, 1e-12)
-            if b == n_references or abs(z) > early_bound(b):
+            if b == n_references or abs(z) > early_bound(b, level):
                 return z
     raise ValueError(f"n_references={n_references}: the test needs at least 2")
 
 
-def _scan(Z, top, gen, log_volume) -> tuple[list, list]:
+def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list]:
     """The cells (:func:`_kmeans`) and the least BIC with its shape (:func:`_least_bic`) of
-    ``K = 1, 2, ...`` until the BIC has risen ``PATIENCE`` times in a row or ``K = top``
+    ``K = 1, 2, ...`` until the BIC has risen ``settings.patience`` times in a row or ``K = top``
     (module docstring); the cells may hold one ``K`` more than the scores."""
     cells = [_kmeans(Z, 1, gen)]
     tie = sum(Z.shape) * np.finfo(np.float64).eps  # W_K rounding: n terms of d products
     products = RowProducts(Z - Z.mean(0), top)          # shared by every K's mixtures
-    scores = [_least_bic(products, cells[0][0], 1, log_volume)]
+    scores = [_least_bic(products, cells[0][0], 1, log_volume, settings.em_steps)]
     for k in range(2, top + 2):        # K = k - 1 is scored once K = k's cells are known
         if k <= top:
-            cells.append(_kmeans(Z, k, gen))
+            cells.append(_kmeans(Z, k, gen, settings.k_init))
             j = k - 1          # K - 1 from K's cells merged, down while that lowers W_{K-1}
             while j >= 2:
                 fewer = _merged(Z, cells[j], gen)
@@ -315,20 +305,24 @@ def _scan(Z, top, gen, log_volume) -> tuple[list, list]:
                     break
                 cells[j - 1] = fewer
                 if j - 1 < len(scores):                 # K = j was scored: again
-                    scores[j - 1] = _least_bic(products, fewer[0], j, log_volume)
+                    scores[j - 1] = _least_bic(products, fewer[0], j, log_volume,
+                                               settings.em_steps)
                 j -= 1
         if k >= 3:
-            scores.append(_least_bic(products, cells[k - 2][0], k - 1, log_volume))
-            if k - 1 - (2 + int(np.argmin([b for b, _ in scores[1:]]))) >= PATIENCE:
-                break                                   # risen PATIENCE times in a row
+            scores.append(_least_bic(products, cells[k - 2][0], k - 1, log_volume,
+                                     settings.em_steps))
+            if k - 1 - (2 + int(np.argmin([b for b, _ in scores[1:]]))) >= settings.patience:
+                break                                   # risen that many times in a row
     return cells, scores
 
 
 def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
-                      max_rows: int = 5_000) -> KChoice:
+                      max_rows: int = 5_000, settings: FitSettings | None = None) -> KChoice:
     """``n_clusters="auto"``: the fewest ``K`` in ``2..max_clusters`` whose BIC is within
-    ``BARE_MENTION`` of the least, or 1 when the structure test fails (module docstring),
-    on a sample of ``max_rows`` rows drawn with ``random_state`` when there are more.
+    ``settings.bare_mention`` of the least, or 1 when the structure test fails (module docstring),
+    on a sample of ``max_rows`` rows drawn with ``random_state`` when there are more;
+    ``settings``: the choice's settings (:class:`~attnclust.cluster.settings.FitSettings`,
+    the defaults when ``None``).
 
     Examples
     --------
@@ -341,10 +335,11 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     1
     """
     gen = as_generator(random_state, "random_state")
+    s = FitSettings() if settings is None else settings
     rows = np.asarray(rows, dtype=np.float64)
     if rows.shape[0] > max_rows:
         rows = rows[np.sort(gen.choice(rows.shape[0], max_rows, replace=False))]
-    Z = standardized(rows)
+    Z = standardized(rows, s.max_dim)
     n = Z.shape[0]
     top = int(min(max_clusters, n - 1))
     if top < 2:
@@ -355,48 +350,50 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                        "no spread: every row is the same, one cluster")
     _, lo, hi = _principal_box(Z)
     log_volume = float(np.log(np.maximum(hi - lo, 1e-12)).sum())
-    cells, scores = _scan(Z, top, gen, log_volume)
+    cells, scores = _scan(Z, top, gen, log_volume, s)
     bic = np.full(top, np.inf)
     bic[:len(scores)] = [b for b, _ in scores]
     least = 2 + int(np.argmin(bic[1:]))
-    best = 2 + int(np.flatnonzero(bic[1:] <= bic[least - 1] + BARE_MENTION)[0])
+    best = 2 + int(np.flatnonzero(bic[1:] <= bic[least - 1] + s.bare_mention)[0])
     shape = scores[best - 1][1]
     rel = -(bic[1:] - bic[best - 1]) / 2.0
     weight = float(1.0 / np.exp(rel).sum())
-    z = structure_z(Z, cells[best - 1][1], best, gen)
+    test = dict(n_references=s.n_references, looks=s.looks, level=s.early_level)
+    z = structure_z(Z, cells[best - 1][1], best, gen, **test)
     own = rows[:, rows.min(0) < rows.max(0)]             # the test in the rows' own units,
     own = own / np.abs(own).max()                        # brought to a magnitude of one
     own = own - own.mean(0)                              # (D does not depend on it)
-    if own.shape[1] > MAX_DIM:
-        own = own @ np.linalg.svd(own, full_matrices=False)[2][:MAX_DIM].T
-    if z <= STRUCTURE_Z and float((own ** 2).sum()) > 0:
-        z = max(z, structure_z(own, _kmeans(own, best, gen)[1], best, gen))
-    fewer = (f", within {BARE_MENTION:g} of it (not worth more than a bare mention) at K = "
+    if own.shape[1] > s.max_dim:
+        own = own @ np.linalg.svd(own, full_matrices=False)[2][:s.max_dim].T
+    if z <= s.structure_z and float((own ** 2).sum()) > 0:
+        z = max(z, structure_z(own, _kmeans(own, best, gen, s.k_init)[1], best, gen,
+                                **test))
+    fewer = (f", within {s.bare_mention:g} of it (not worth more than a bare mention) at K = "
              f"{best}, the fewest" if best < least else "")
     said = (f"BIC of the mixture ({shape} covariances, uniform background) is least at K = "
             f"{least} among 2..{len(scores)}{fewer}, BIC weight {weight:.2f}; structure "
             f"test z = {z:.1f}")
     one = float(bic[0] - bic[least - 1])        # BIC(1) above the least of K >= 2
     # on a few rows per cluster, Gaussians on one or two rows each win the BIC unboundedly
-    thin = n < THIN_ROWS * best
-    if z <= STRUCTURE_Z and (one <= BARE_MENTION or thin):
+    thin = n < s.thin_rows * best
+    if z <= s.structure_z and (one <= s.bare_mention or thin):
         bic_one = (f"one component has the least BIC (BIC(1) {one:+.1f} from the least of "
-                   f"K >= 2)" if not thin else f"K = {best} leaves fewer than {THIN_ROWS} "
+                   f"K >= 2)" if not thin else f"K = {best} leaves fewer than {s.thin_rows} "
                    f"rows per cluster, too few for its BIC")
         return KChoice(1, best, bic, weight, z, False,
                        f"no structure: the {best} k-means cells remove no more scatter than "
-                       f"in uniform rows (z = {z:.1f} <= {STRUCTURE_Z:g}) and {bic_one}; "
+                       f"in uniform rows (z = {z:.1f} <= {s.structure_z:g}) and {bic_one}; "
                        f"{said}", shape)
-    doubts = ([f"other K are close (BIC weight {weight:.2f} < {CONFIDENT:g})"]
-              if weight < CONFIDENT else [])
-    if z <= STRUCTURE_Z:
+    doubts = ([f"other K are close (BIC weight {weight:.2f} < {s.confident:g})"]
+              if weight < s.confident else [])
+    if z <= s.structure_z:
         doubts.append(f"the k-means cells remove no more scatter than in uniform rows (z = "
-                      f"{z:.1f} <= {STRUCTURE_Z:g}), but BIC(1) is {one:.1f} above the least "
+                      f"{z:.1f} <= {s.structure_z:g}), but BIC(1) is {one:.1f} above the least "
                       "(one cluster of a non-Gaussian shape, or clusters nested or touching)")
     if best == top and top < n - 1:        # (the scan reached top: it had not stopped)
         doubts.append(f"K = max_clusters = {top}: the rows may hold more, raise max_clusters")
-    if STRUCTURE_Z < z < MARGINAL_Z:
-        doubts.append(f"the structure is marginal (z = {z:.1f} < {MARGINAL_Z:g})")
+    if s.structure_z < z < s.marginal_z:
+        doubts.append(f"the structure is marginal (z = {z:.1f} < {s.marginal_z:g})")
     reason = said + ("; weak: " + "; ".join(doubts) if doubts else "; confident")
     return KChoice(best, best, bic, weight, z, bool(doubts), reason, shape)
 
