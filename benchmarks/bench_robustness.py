@@ -9,7 +9,7 @@ Three cases the adversarial probes of issue 18 found, with what the fit should r
 - *just past the sample's size with few heads*: 20,001 rows of 8 unbalanced clusters in
   2-D (quick: 2,001 with the sample lowered to 2,000); the default's objective over
   ``KMeans(n_init=10)``'s, and the same with one seeding per five sample sizes as with
-  ten heads or more (``warm_start.SWAP_HEADS`` set to 1);
+  ten heads or more (``plan.SWAP_HEADS``, read by the warm start's sample, set to 1);
 - *a stream sorted by cluster*: 3,000 rows of 6 blobs in 4-D streamed through
   ``partial_fit`` in batches of 50, sorted by cluster and shuffled; their objective over
   that of ``fit`` (the reason ``--batch-rows`` asks for rows in random order).
@@ -26,7 +26,7 @@ import numpy as np
 from sklearn.cluster import KMeans
 
 import attnclust as ac
-from attnclust.cluster import warm_start
+from attnclust.cluster import plan
 from attnclust.cluster.kmeans import ending
 from attnclust.cluster.settings import FitSettings
 
@@ -75,7 +75,7 @@ def _just_past_the_sample(quick: bool) -> dict:
     n = settings.warm_sample + 1
     X = gen.uniform(-10, 10, (8, 2))[gen.choice(8, n, p=share)] + gen.normal(size=(n, 2))
     return {"case": f"{n:,} rows (past the sample), K=8 unbalanced",
-            **_ratios(X, 8, warm_start, "SWAP_HEADS", 1, settings)}
+            **_ratios(X, 8, plan, "SWAP_HEADS", 1, settings)}
 
 
 def _sorted_stream() -> dict:

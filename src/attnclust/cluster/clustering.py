@@ -22,7 +22,7 @@ centred and scaled to unit root-mean-square norm) are one
 Fit
 ---
 ``fit`` reads as its algorithm: prepare the working rows, warm start on a sample
-(:func:`attnclust.cluster.warm_start.estimator_warm_start`: seedings, hard Lloyd steps
+(:func:`attnclust.cluster.plan.estimator_warm_start`: seedings, hard Lloyd steps
 and, with ``inverse_temperature="auto"``, ``lambda = 1 / s^2``), solve
 (:mod:`attnclust.cluster.estimator_fits`: fixed-point steps, optionally annealed, or PGD
 on the sphere; the default ends in the layer's hard limit), check (a dead head or a

@@ -8,7 +8,7 @@ warnings. The callbacks report in the preprocessed space's units.
 
 The fit
 -------
-1. Initial heads (:func:`attnclust.cluster.warm_start.estimator_warm_start`): k-means++ seeding
+1. Initial heads (:func:`attnclust.cluster.plan.estimator_warm_start`): k-means++ seeding
    (scikit-learn's), random directions, or given, on a seeded sample of at most
    ``settings.warm_sample`` rows (:class:`~attnclust.cluster.settings.FitSettings`); with
    ``inverse_temperature="auto"``, hard Lloyd steps to a stable partition and ``lambda =

@@ -62,13 +62,14 @@ from .._validation import check_inverse_temperature
 from ..study.geometry import Geometry, as_geometry
 from .communicator import Communicator
 from .covariance import Covariance, as_covariance_type
+from .kmeans import SWAP_HEADS
 from .kmeans.batch import KMEANS_TOL
 from .rows import WorkingRows, center_scale, preprocess
 from .settings import FitSettings
-from .warm_start import estimator_warm_start
+from .warm_start import warm_start
 
 __all__ = ["ANNEAL_FACTORS", "ANNEAL_STEPS", "SHAPED_TOL", "FitPlan", "anneal_stages",
-           "resolve"]
+           "estimator_warm_start", "resolve"]
 
 ANNEAL_FACTORS = (1 / 8, 1 / 4, 1 / 2)   # the annealing plan: fractions of lambda ...
 ANNEAL_STEPS = 5                         # ... and fixed-point steps at each of them
@@ -200,8 +201,8 @@ class FitPlan:
 
     def warm_start(self, rows: WorkingRows, gen: np.random.Generator, *,
                    hard: bool | None = None):
-        """:func:`~attnclust.cluster.warm_start.estimator_warm_start`: the sample, its weights, the
-        warm start and ``lambda`` (``hard``: whether the warm start serves the hard-limit
+        """:func:`estimator_warm_start`: the sample, its weights, the warm start and
+        ``lambda`` (``hard``: whether the warm start serves the hard-limit
         ending; default: the plan's). A hard-limit fit that chooses its shape gets
         ``lambda=None``: it reads it once it chooses the spherical heads
         (:func:`~attnclust.cluster.warm_start.kmeans_lambda`).
@@ -225,6 +226,54 @@ class FitPlan:
         True
         """
         return estimator_warm_start(rows, gen, self, hard=self.hard if hard is None else hard)
+
+
+# -- the warm start of a fit of the plan ------------------------------------------------------
+def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = False):
+    """The warm start of an :class:`~attnclust.AttentionClustering` fit of the resolved
+    settings ``plan`` (:class:`FitPlan`, for ``plan.n_clusters`` heads): the sample ``S`` of
+    the working rows and its weights ``Sw``, the
+    :func:`~attnclust.cluster.warm_start.warm_start` on it and ``lam``, the risk's inverse
+    temperature (``None`` for shaped heads). The sample has at most
+    ``settings.warm_sample`` rows (``plan.settings``,
+    :class:`~attnclust.cluster.settings.FitSettings`); for a fit that ends in the hard
+    limit (``hard``) on more rows, ``settings.per_head`` rows per head and, with
+    ``n_init="auto"`` and at least ``SWAP_HEADS`` heads, one seeding per
+    ``settings.seeding_rows`` times the sample's rows (the seedings then cost no more row
+    visits than the passes, and the swaps search between partitions; with fewer heads the
+    seedings are the only search, and ten of them on ``settings.per_head`` rows per head
+    cost little)."""
+    K, geometry, settings = plan.n_clusters, plan.geometry, plan.settings
+    size = settings.warm_sample if not hard or rows.n_total <= settings.warm_sample else \
+        min(settings.warm_sample, settings.per_head * K)
+    S, Sw = rows.weighted_sample(gen, size)
+    if Sw is not None and not float(Sw.sum()) > 0:
+        raise ValueError(f"the warm-start sample ({S.shape[0]:,} of {rows.n_total:,} rows, "
+                         "drawn uniformly) holds no row of positive sample_weight; drop the "
+                         "rows of weight zero before fitting")
+    if plan.covariance.shaped:
+        # shaped heads start from Lloyd's heads, those of the seedings (n_init > 1) or
+        # those the "auto" inverse temperature computes
+        start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=plan.n_init,
+                           geometry=geometry, auto=plan.n_init == 1, weights=Sw,
+                           tol=plan.kmeans_tol)
+        return S, Sw, start, None
+    n_init = plan.n_init
+    if hard and plan.n_init_auto and S.shape[0] < rows.n_total and K >= SWAP_HEADS:
+        n_init = max(1, min(n_init, rows.n_total // (settings.seeding_rows * S.shape[0])))
+    # a fit that chooses its shape reads its "auto" lambda only where the spherical heads
+    # are chosen (kmeans_lambda then): lambda is None until then (a stream has no choice)
+    deferred = hard and plan.chooses_shape
+    auto = plan.inverse_temperature is None and not deferred
+    start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=n_init,
+                       geometry=geometry, auto=auto, weights=Sw, max_iter=plan.max_iter,
+                       tol=plan.kmeans_tol)
+    if deferred:
+        return S, Sw, start, None
+    lam = start.inverse_temperature if start.inverse_temperature is not None else \
+        rows.inverse_temperature_in(plan.inverse_temperature)
+    return S, Sw, start, lam
+
 
 
 def anneal_stages(anneal, geometry) -> list[tuple[float, int | None]]:

@@ -44,7 +44,7 @@ paper          code            meaning
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -52,16 +52,12 @@ from sklearn.cluster import kmeans_plusplus
 
 from ..study.geometry import Geometry, as_geometry
 from .annealing import anneal_heads
-from .kmeans import SWAP_HEADS, KMeansResult, hard_labels, hard_lloyd, sample_kmeans
+from .kmeans import KMeansResult, hard_labels, hard_lloyd, sample_kmeans
 from .kmeans.batch import KMEANS_TOL
 from .rows import WorkingRows
 
-if TYPE_CHECKING:
-    from .plan import FitPlan
-
-__all__ = ["estimator_warm_start", "BoundaryVariance", "LloydResult", "WarmStart",
-           "auto_inverse_temperature", "boundary_variance", "kmeans_lambda", "hard_labels",
-           "hard_lloyd", "warm_start"]
+__all__ = ["BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
+           "boundary_variance", "kmeans_lambda", "hard_labels", "hard_lloyd", "warm_start"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
@@ -315,58 +311,14 @@ def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights, hea
     return kmeans_lambda(S, weights, start, geometry) if auto else start
 
 
-def estimator_warm_start(rows: WorkingRows, gen, plan: FitPlan, *, hard: bool = False):
-    """The warm start of an :class:`~attnclust.AttentionClustering` fit of the resolved
-    settings ``plan`` (:class:`~attnclust.cluster.plan.FitPlan`, for ``plan.n_clusters`` heads):
-    the sample ``S`` of the working rows and its weights ``Sw``, the :func:`warm_start` on
-    it and ``lam``, the risk's inverse temperature (``None`` for shaped heads). The sample
-    has at most ``settings.warm_sample`` rows (``plan.settings``,
-    :class:`~attnclust.cluster.settings.FitSettings`); for a fit that ends in the hard
-    limit (``hard``) on more rows, ``settings.per_head`` rows per head and, with
-    ``n_init="auto"`` and at least ``SWAP_HEADS`` heads, one seeding per
-    ``settings.seeding_rows`` times the sample's rows (the seedings then cost no more row
-    visits than the passes, and the swaps search between partitions; with fewer heads the
-    seedings are the only search, and ten of them on ``settings.per_head`` rows per head
-    cost little)."""
-    K, geometry, settings = plan.n_clusters, plan.geometry, plan.settings
-    size = settings.warm_sample if not hard or rows.n_total <= settings.warm_sample else \
-        min(settings.warm_sample, settings.per_head * K)
-    S, Sw = rows.weighted_sample(gen, size)
-    if Sw is not None and not float(Sw.sum()) > 0:
-        raise ValueError(f"the warm-start sample ({S.shape[0]:,} of {rows.n_total:,} rows, "
-                         "drawn uniformly) holds no row of positive sample_weight; drop the "
-                         "rows of weight zero before fitting")
-    if plan.covariance.shaped:
-        # shaped heads start from Lloyd's heads, those of the seedings (n_init > 1) or
-        # those the "auto" inverse temperature computes
-        start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=plan.n_init,
-                           geometry=geometry, auto=plan.n_init == 1, weights=Sw,
-                           tol=plan.kmeans_tol)
-        return S, Sw, start, None
-    n_init = plan.n_init
-    if hard and plan.n_init_auto and S.shape[0] < rows.n_total and K >= SWAP_HEADS:
-        n_init = max(1, min(n_init, rows.n_total // (settings.seeding_rows * S.shape[0])))
-    # a fit that chooses its shape reads its "auto" lambda only where the spherical heads
-    # are chosen (kmeans_lambda then): lambda is None until then (a stream has no choice)
-    deferred = hard and plan.chooses_shape
-    auto = plan.inverse_temperature is None and not deferred
-    start = warm_start(S, rows, init=plan.init, n_clusters=K, gen=gen, n_init=n_init,
-                       geometry=geometry, auto=auto, weights=Sw, max_iter=plan.max_iter,
-                       tol=plan.kmeans_tol)
-    if deferred:
-        return S, Sw, start, None
-    lam = start.inverse_temperature if start.inverse_temperature is not None else \
-        rows.inverse_temperature_in(plan.inverse_temperature)
-    return S, Sw, start, lam
-
-
 def kmeans_lambda(S: torch.Tensor, Sw: torch.Tensor | None, start: WarmStart,
                   geometry: Geometry) -> WarmStart:
     """The warm ``start`` of the sample ``S`` (weights ``Sw``) with the ``"auto"`` inverse
     temperature of its k-means partition (:func:`_auto_lambda` of its heads and cells):
     read by the warm start, or, in a fit that chooses its shape, only once the spherical
-    heads are chosen (:func:`estimator_warm_start` leaves it to then: a fit of shaped
-    heads has no use for it, and it costs about a tenth of a small fit)."""
+    heads are chosen (:func:`~attnclust.cluster.plan.estimator_warm_start` leaves it to
+    then: a fit of shaped heads has no use for it, and it costs about a tenth of a small
+    fit)."""
     km = start.kmeans
     lam, capped = _auto_lambda(S, km.heads, geometry, Sw,
                                torch.as_tensor(km.labels, device=S.device))
