@@ -32,6 +32,7 @@ READING_ORDER = [
     "attnclust.study.results",
     "attnclust.cluster.clustering",
     "attnclust.cluster.annealing",
+    "attnclust.cluster.plateaus",
     "attnclust.cluster.cluster_choice",
     "attnclust.study.in_context",
     "attnclust.study.quantizer",

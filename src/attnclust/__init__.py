@@ -21,7 +21,7 @@ __version__ = "0.3.0"
 # public name -> the module that defines it (imported on first read)
 _NAMES = {
     "TemperaturePath": "cluster.annealing", "temperature_path": "cluster.annealing",
-    "ClusterChoice": "cluster.cluster_choice", "Plateau": "cluster.cluster_choice",
+    "ClusterChoice": "cluster.plateaus", "Plateau": "cluster.plateaus",
     "AttentionClustering": "cluster.clustering", "DegenerateFitWarning": "cluster.clustering",
     "Communicator": "cluster.communicator", "FitSettings": "cluster.settings",
     "WeakChoiceWarning": "cluster.k_choice",

@@ -8,9 +8,9 @@ fits: the k-means engine of the layer's hard limit (:mod:`~attnclust.cluster.kme
 fixed-point steps (:mod:`~attnclust.cluster.fixed_point`), shaped heads
 (:mod:`~attnclust.cluster.shaped`, :mod:`~attnclust.cluster.shaped_fit`), the
 temperature path and the choice of K (:mod:`~attnclust.cluster.annealing`,
-:mod:`~attnclust.cluster.cluster_choice`), streamed and data-parallel fits
-(:mod:`~attnclust.cluster.streaming`, :mod:`~attnclust.cluster.distributed`,
-:mod:`~attnclust.cluster.communicator`).
+:mod:`~attnclust.cluster.plateaus`, :mod:`~attnclust.cluster.cluster_choice`), streamed
+and data-parallel fits (:mod:`~attnclust.cluster.streaming`,
+:mod:`~attnclust.cluster.distributed`, :mod:`~attnclust.cluster.communicator`).
 
 The public names are importable from :mod:`attnclust`; the tuning settings of a fit's
 choices, :class:`~attnclust.cluster.settings.FitSettings`, also from here.

@@ -43,10 +43,11 @@ back to single steps across every change, so that it finds each change at the gr
 value where single steps find it.
 
 One grid value's moves (kick, fixed point, groups) are
-:mod:`attnclust.cluster._path_step`; the number of clusters read off the path
-(``n_clusters="auto"``) is :mod:`attnclust.cluster.cluster_choice`, and its picture
-:mod:`attnclust.cluster.path_plot`. Here: the path, its grid and predicted first split,
-and :func:`anneal_heads` (``init="anneal"``).
+:mod:`attnclust.cluster._path_step`; the path's plateaus and the number of clusters read
+off them are :mod:`attnclust.cluster.plateaus` (read off a path stopped early:
+:mod:`attnclust.cluster.cluster_choice`), and its picture :mod:`attnclust.cluster.path_plot`.
+Here: the path, its grid and predicted first split, and :func:`anneal_heads`
+(``init="anneal"``).
 
 Notation
 --------
@@ -74,25 +75,22 @@ from .._threads import torch_threads
 from .._validation import as_tensor, check_finite, check_int
 from ..study.geometry import as_geometry
 from ._path_step import Walk, step, unit_heads
-from .cluster_choice import (  # the choice of K: its names stay importable from here too
-    FAST_SETTINGS,
+from .path_plot import plot_path
+from .plateaus import (  # the plateaus' names stay importable from here too
     MIN_PLATEAU_WIDTH,
     ClusterChoice,
     Plateau,
-    choose_from_path,
     plateaus_of,
     widest_plateau,
 )
-from .path_plot import plot_path
 
-__all__ = ["FAST_SETTINGS", "ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads",
-           "choose_from_path", "path_grid",
+__all__ = ["ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads", "path_grid",
            "predicted_first_split", "temperature_path"]
 
 OBJECTIVES = ("free_energy", "risk")
 _KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
 _PROBE = 5                # fixed-point iterations a stride may take (see _follow)
-# init="anneal": the grid of FAST_SETTINGS (cluster_choice), single steps and 100
+# init="anneal": the grid of cluster_choice.FAST_SETTINGS, single steps and 100
 # fixed-point iterations at tol 1e-4
 ANNEAL_SETTINGS = {"grid_ratio": 1.12, "max_iter": 100, "tol": 1e-4}
 

@@ -1,24 +1,15 @@
-"""The number of clusters read off the temperature path (the path's plateau rule,
-:meth:`TemperaturePath.choose_n_clusters`; ``n_clusters="auto"`` is
+"""The number of clusters read off the temperature path, for a caller that has only rows
+(benchmarks, the guide's figures; ``n_clusters="auto"`` of the estimator is
 :mod:`attnclust.cluster.k_choice`'s likelihood choice).
 
-The path (:func:`attnclust.temperature_path`, module :mod:`attnclust.cluster.annealing`) counts
-the clusters at each inverse temperature of its grid. A *plateau* is a run of grid values
-with the same count ``K``, from ``lambda_start`` (the first value with that count) to
-``lambda_stop`` (the first with another, or the last value of the path: an open plateau);
-its width is measured in ``log lambda``:
-
-    w = log(lambda_stop / lambda_start)
-
-The rule: ``K`` is the count of the widest plateau of ``K >= 2`` after the cold start's
-(whose width only reflects where the grid begins), ties going to the smaller ``K``; when
-no such plateau is at least ``w_min = MIN_PLATEAU_WIDTH`` wide (``1``: ``lambda`` grows
-by a factor ``e`` across it), ``K = 1``: one blob splits in a cascade of narrow plateaus,
-and a path that never splits into clusters of ``min_cluster_size`` rows is one cluster.
-
-:func:`choose_from_path` is the estimator's use of the rule: the path of (a sample of)
-the preprocessed rows on the coarser grid of :data:`FAST_SETTINGS`, stopped as soon as no
-later plateau could be wider than the widest so far.
+:func:`choose_from_path` follows the path (:func:`attnclust.temperature_path`, module
+:mod:`attnclust.cluster.annealing`) of (a sample of) the preprocessed rows on the coarser
+grid of :data:`FAST_SETTINGS` and applies the plateau rule of
+:meth:`~attnclust.TemperaturePath.choose_n_clusters` (:mod:`attnclust.cluster.plateaus`:
+the widest plateau of ``K >= 2``, at least ``MIN_PLATEAU_WIDTH`` wide in ``log lambda``,
+else ``K = 1``), stopping the path as soon as no later plateau could be wider than the
+widest so far. The plateaus' names (:class:`~attnclust.cluster.plateaus.Plateau`,
+:class:`~attnclust.cluster.plateaus.ClusterChoice`, ...) stay importable from here.
 
 Notation
 --------
@@ -26,9 +17,7 @@ Notation
 paper                     code                 meaning
 ========================  ===================  =========================================
 ``K``                     ``n_clusters``       clusters counted on a plateau
-``lambda_start``          ``start``            first grid value of the plateau
-``lambda_stop``           ``stop``             first grid value past it (or the last)
-``w``                     ``width``            ``log(lambda_stop / lambda_start)``
+``lambda``                ``lam``              inverse temperature, on the grid
 ``w_min``                 ``min_width``        ``MIN_PLATEAU_WIDTH``: least width of K >= 2
 ========================  ===================  =========================================
 """
@@ -36,102 +25,27 @@ paper                     code                 meaning
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 from .._validation import as_generator
-
-if TYPE_CHECKING:
-    from .annealing import TemperaturePath
+from .annealing import TemperaturePath, path_grid, temperature_path
+from .plateaus import (  # the plateaus' names stay importable from here
+    MIN_PLATEAU_WIDTH,
+    ClusterChoice,
+    Plateau,
+    plateaus_of,
+    widest_plateau,
+)
 
 __all__ = ["FAST_SETTINGS", "MIN_PLATEAU_WIDTH", "ClusterChoice", "Plateau",
            "choose_from_path", "plateaus_of", "widest_plateau"]
 
-MIN_PLATEAU_WIDTH = 1.0   # log-width a plateau of K >= 2 needs to be chosen over K = 1
-# a coarser grid, looser fixed points and strides, for reading K off the path (the
-# estimator's n_clusters="auto"): as accurate on benchmarks/bench_auto_k.py's 90
-# mixtures (90/90), many times faster (docs/guide/temperature-path.md); init="anneal"
-# keeps single steps and 100 iterations at tol 1e-4 on that grid
+# a coarser grid, looser fixed points and strides, for reading K off the path: as
+# accurate on benchmarks/bench_auto_k.py's 90 mixtures (90/90), many times faster
+# (docs/guide/temperature-path.md); init="anneal" keeps single steps and 100 iterations
+# at tol 1e-4 on that grid (attnclust.cluster.annealing.ANNEAL_SETTINGS)
 FAST_SETTINGS = {"grid_ratio": 1.12, "n_decades": 3.0, "max_iter": 20, "tol": 1e-3, "stride": 4}
-
-
-@dataclass(frozen=True)
-class Plateau:
-    """A range of ``lambda`` over which the path counts the same number of clusters.
-
-    ``start`` is the first grid value with this count, ``stop`` the first with another
-    (the last grid value when the path ends on it, then ``closed`` is ``False``);
-    ``width = log(stop / start)``. ``heads`` ``(k, d)`` and ``sizes`` ``(k,)`` are the
-    counted clusters at ``start`` (their rows by largest attention).
-    """
-
-    n_clusters: int
-    start: float
-    stop: float
-    width: float
-    closed: bool
-    heads: np.ndarray
-    sizes: np.ndarray
-
-
-class ClusterChoice(NamedTuple):
-    """The number of clusters read off a path, the plateau that decided it, and why."""
-
-    n_clusters: int
-    plateau: Plateau | None
-    reason: str
-
-
-def plateaus_of(lams, counts, reps) -> tuple[Plateau, ...]:
-    """The plateaus of a path: its grid ``lams`` ``(G,)``, the clusters counted at each
-    value ``counts`` ``(G,)``, and ``reps``, one ``(heads, sizes)`` per value.
-
-    Examples
-    --------
-    >>> reps = [(np.zeros((c, 1)), np.ones(c, dtype=int)) for c in (1, 1, 2)]
-    >>> [(p.n_clusters, p.start, p.stop, p.closed)
-    ...  for p in plateaus_of(np.array([1.0, 2.0, 4.0]), np.array([1, 1, 2]), reps)]
-    [(1, 1.0, 4.0, True), (2, 4.0, 4.0, False)]
-    """
-    out, start = [], 0
-    for i in range(1, len(lams) + 1):
-        if i < len(lams) and counts[i] == counts[start]:
-            continue
-        stop = lams[i] if i < len(lams) else lams[-1]
-        heads, sizes = reps[start]
-        out.append(Plateau(int(counts[start]), float(lams[start]), float(stop),
-                           float(math.log(stop / lams[start])), i < len(lams), heads, sizes))
-        start = i
-    return tuple(out)
-
-
-def widest_plateau(plateaus: tuple[Plateau, ...], min_cluster_size: int, *,
-                   min_width: float = MIN_PLATEAU_WIDTH) -> ClusterChoice:
-    """The rule of :meth:`~attnclust.TemperaturePath.choose_n_clusters` (module docstring)
-    on a path's ``plateaus``, counted with clusters of ``min_cluster_size`` rows or more.
-
-    Examples
-    --------
-    >>> reps = [(np.zeros((c, 1)), np.ones(c, dtype=int)) for c in (1, 2, 2, 2, 3)]
-    >>> lams, counts = 2.0 ** np.arange(5), np.array([1, 2, 2, 2, 3])
-    >>> choice = widest_plateau(plateaus_of(lams, counts, reps), 1)
-    >>> choice.n_clusters, round(choice.plateau.width, 3)
-    (2, 2.079)
-    """
-    found = [p for p in plateaus[1:] if p.n_clusters >= 2]
-    if not found:
-        return ClusterChoice(1, None, "the path never split into clusters of "
-                             f"{min_cluster_size} rows or more")
-    best = max(found, key=lambda p: (p.width, -p.n_clusters))
-    if best.width < min_width:
-        return ClusterChoice(1, None, f"no plateau of K >= 2 spans lambda by a factor "
-                             f"{math.exp(min_width):.2f} (widest: K = {best.n_clusters}, "
-                             f"factor {math.exp(best.width):.2f})")
-    return ClusterChoice(best.n_clusters, best, f"the widest plateau of the path: "
-                         f"{best.n_clusters} clusters for lambda in [{best.start:.3g}, "
-                         f"{best.stop:.3g}], a factor {math.exp(best.width):.2f}")
 
 
 class _Settled:
@@ -178,8 +92,6 @@ def choose_from_path(rows: np.ndarray, max_clusters: int, *, geometry: str, rand
     >>> choice.n_clusters
     2
     """
-    from .annealing import path_grid, temperature_path  # the path imports this module
-
     if rows.shape[0] > max_rows:
         gen = as_generator(random_state, "random_state")
         rows = rows[np.sort(gen.choice(rows.shape[0], max_rows, replace=False))]

@@ -5,24 +5,40 @@ the distinct heads (dotted) above, the layer's risk ``(1/n) sum_i ||x_i - T(x_i)
 below; grey lines mark the splits (the grid values where the count grew), a dashed red
 line the predicted first split (:func:`attnclust.cluster.annealing.predicted_first_split`).
 :meth:`attnclust.TemperaturePath.plot` draws it; so does ``attnclust path``.
+
+The picture reads only the path's curves (:class:`PathCurves`, which
+:class:`~attnclust.TemperaturePath` has): it depends on what it draws, not on the module
+that follows the path.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .annealing import TemperaturePath
+import numpy as np
 
-__all__ = ["plot_path"]
+__all__ = ["PathCurves", "plot_path"]
 
 
-def plot_path(path: TemperaturePath, ax=None):
+class PathCurves(Protocol):
+    """What :func:`plot_path` draws of a path (the fields of
+    :class:`~attnclust.TemperaturePath` of these names), indexed by its grid of ``G``
+    values."""
+
+    inverse_temperatures: np.ndarray   # (G,) the grid of lambda followed
+    n_clusters: np.ndarray             # (G,) clusters counted
+    n_distinct: np.ndarray             # (G,) distinct heads
+    risk: np.ndarray                   # (G,) the layer's risk, one head per cluster
+    split_inverse_temperatures: np.ndarray   # the grid values where the count grew
+    predicted_first_split: float       # 0: none predicted
+
+
+def plot_path(path: PathCurves, ax=None):
     """Clusters and risk of ``path`` against ``lambda`` (log axis), splits marked.
 
     Parameters
     ----------
-    path : TemperaturePath
+    path : TemperaturePath or PathCurves
     ax : sequence of two matplotlib axes, optional
         Where to draw the clusters and the risk; new ones (a new figure) by default.
 
