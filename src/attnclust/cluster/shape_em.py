@@ -36,6 +36,7 @@ paper         code                meaning
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import NamedTuple
 
 import numpy as np
@@ -43,7 +44,7 @@ import torch
 
 from .covariance import Covariance
 
-__all__ = ["LeanEM", "LeanFit", "RowProducts", "lean_em", "log_joint", "log_sum_heads",
+__all__ = ["EMSteps", "LeanEM", "LeanFit", "RowProducts", "lean_em", "log_joint", "log_sum_heads",
            "m_step"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -133,7 +134,73 @@ def log_sum_heads(lj: np.ndarray):
     return top, top + np.log(s), e, s
 
 
-class LeanEM:
+class EMSteps(ABC):
+    """One EM loop, stepped by :meth:`step`, over the E-step and M-step of a subclass
+    (the rows read whole, :class:`LeanEM`; chunks of torch rows,
+    :func:`~attnclust.cluster.shaped_fit.shaped_fit`): the steps, the stopping rule and the
+    safeguard are the same for both.
+
+    ``_e_step(params)`` gives the state of the parameters (with the objective ``f`` to
+    lower as ``state.loss``), ``_m_step(state, params)`` the next parameters. A step is
+    kept when it lowers ``f`` or raises it by at most ``slack`` of its size (rounding);
+    a step that raises it more (rounding beyond that, or a dead head) is refused and
+    stops the loop, and so does a kept step that lowers ``f`` by less than ``tol``.
+    """
+
+    def __init__(self, params, *, tol: float, slack: float = 1e-12):
+        self.tol, self.slack = tol, slack
+        self.params, self.state = params, self._e_step(params)
+        self.losses, self.n_iter, self.converged, self.accepted = [self.loss], 0, False, False
+
+    @abstractmethod
+    def _e_step(self, params):
+        """The state of ``params`` (``.loss``: the objective)."""
+
+    @abstractmethod
+    def _m_step(self, state, params):
+        """The parameters that maximize the M-step's bound at ``state``."""
+
+    @property
+    def loss(self) -> float:
+        return self.state.loss
+
+    def restart(self) -> None:
+        """The E-step again at the current parameters (after a change of the objective,
+        e.g. of ``lambda``), and the loop open again."""
+        self.state, self.converged = self._e_step(self.params), False
+        self.losses.append(self.loss)
+
+    def step(self) -> bool:
+        """One EM step; ``False`` once the stopping rule holds (``accepted``: whether the
+        step was kept)."""
+        self.accepted = False
+        if self.converged:
+            return False
+        new = self._m_step(self.state, self.params)
+        state = self._e_step(new)
+        self.n_iter += 1
+        drop = self.loss - state.loss
+        if drop < -self.slack * (1.0 + abs(self.loss)):  # rounding, or a dead head: stop here
+            self.converged = True
+            return False
+        self.params, self.state, self.accepted = new, state, True
+        self.losses.append(state.loss)
+        if drop < self.tol:
+            self.converged = True
+        return not self.converged
+
+
+class _Whole(NamedTuple):
+    """The E-step's state on rows read whole."""
+
+    lj: np.ndarray              # (K [+ 1], n) log-joint, heads by rows
+    resp: np.ndarray            # (K [+ 1], n) responsibilities
+    loss: float                 # f
+    lse: np.ndarray             # (n,) log sum_h exp l~_h(x_i)
+    top: np.ndarray             # (n,) max_h l~_h(x_i)
+
+
+class LeanEM(EMSteps):
     """EM at ``lambda = 1`` on rows read whole, one step at a time (:func:`lean_em` runs
     it to its stopping rule; :mod:`attnclust.cluster.shape_choice` steps its candidates).
 
@@ -161,7 +228,7 @@ class LeanEM:
         self.X = X = products.X
         n, d = X.shape
         K = self.K = int(n_clusters)
-        self.cov, self.floor, self.tol = cov, floor, tol
+        self.cov, self.floor = cov, floor
         self.w = None if sample_weight is None else np.asarray(sample_weight, np.float64)
         self.total = float(n if self.w is None else self.w.sum())
         self.XT = products.XT
@@ -171,18 +238,16 @@ class LeanEM:
             resp = np.zeros((K, n))
             resp[labels, np.arange(n)] = 1.0
             previous = start_scale * cov.unit(K, d, dtype=torch.float64).numpy()
-            start = self._m_step(resp, previous)
+            start = self._m_step(_Whole(None, resp, math.nan, None, None), (None, previous))
             if log_background is not None:
                 means, covs, log_w = start
                 start = (means, covs, np.append(log_w + math.log1p(-BACKGROUND_START),
                                                 math.log(BACKGROUND_START)))
-        self.params = start
-        self.lj, self.resp, self.loss, self.sums = self._e_step(start)
-        self.losses, self.n_iter, self.converged = [self.loss], 0, False
+        super().__init__(start, tol=tol)
 
-    def _m_step(self, resp, previous):
-        rw = resp if self.w is None else resp * self.w
-        return m_step(self.X, rw, self.cov, self.floor, previous, self.total, self.moments)
+    def _m_step(self, state, params):
+        rw = state.resp if self.w is None else state.resp * self.w
+        return m_step(self.X, rw, self.cov, self.floor, params[1], self.total, self.moments)
 
     def _e_step(self, params):
         means, covs, log_w = params
@@ -194,34 +259,21 @@ class LeanEM:
         top, lse, e, s = log_sum_heads(lj)
         loss = -float(lse.sum() if self.w is None else self.w @ lse) / self.total
         e /= s
-        return lj, e, loss, (lse, top)
+        return _Whole(lj, e, loss, lse, top)
+
+    @property
+    def lj(self) -> np.ndarray:
+        return self.state.lj
 
     @property
     def log_likelihood(self) -> float:
         return -self.loss * self.X.shape[0]
 
-    def step(self) -> bool:
-        """One EM step; ``False`` once the stopping rule holds (a step that lowers ``f``
-        by less than ``tol``, or one that would raise it: rounding or a dead head)."""
-        if self.converged:
-            return False
-        new = self._m_step(self.resp, self.params[1])
-        lj, resp, loss, sums = self._e_step(new)
-        self.n_iter += 1
-        drop = self.loss - loss
-        if drop < -1e-12 * (1.0 + abs(self.loss)):  # rounding, or a dead head: stop here
-            self.converged = True
-            return False
-        self.params, self.lj, self.resp, self.loss, self.sums = new, lj, resp, loss, sums
-        self.losses.append(loss)
-        if drop < self.tol:
-            self.converged = True
-        return not self.converged
-
     def result(self) -> LeanFit:
         means, covs, log_w = self.params
-        counts = (self.resp if self.w is None else self.resp * self.w).sum(1)
-        return LeanFit(means, covs, np.exp(log_w), self.lj, *self.sums,
+        st = self.state
+        counts = (st.resp if self.w is None else st.resp * self.w).sum(1)
+        return LeanFit(means, covs, np.exp(log_w), st.lj, st.lse, st.top,
                        np.asarray(self.losses), counts, self.n_iter, self.converged)
 
 

@@ -70,6 +70,7 @@ from ..study.results import IterationInfo
 from ..study.schedules import Schedule, as_schedule
 from .covariance import Covariance, as_covariance, covariance_floor, positive_factors
 from .degenerate import DegenerateFitWarning
+from .shape_em import EMSteps
 
 __all__ = ["ShapedFitResult", "shaped_fit", "tempered_objective", "tempered_log_joint",
            "precisions_cholesky_of", "check_degenerate",
@@ -277,6 +278,27 @@ def _m_step(stats: _Stats, params: _Params, cov: Covariance, floor: torch.Tensor
     return _Params(means, covs, positive_factors(covs, cov), log_weights)
 
 
+class _ChunkedEM(EMSteps):
+    """Tempered EM over chunks of torch rows at ``lambda`` (:meth:`temper`): one pass
+    (:func:`_pass`) per E-step, the exact maximizer (:func:`_m_step`) per M-step."""
+
+    def __init__(self, X, params: _Params, lam: float, cov: Covariance, floor, common: dict,
+                 *, tol: float, slack: float):
+        self.X, self.lam, self.cov, self.floor, self.common = X, lam, cov, floor, common
+        super().__init__(params, tol=tol, slack=slack)
+
+    def temper(self, lam: float) -> None:
+        """The objective at ``lambda = lam`` from the current parameters."""
+        self.lam = lam
+        self.restart()
+
+    def _e_step(self, params):
+        return _pass(self.X, params, self.lam, self.cov, self.floor, **self.common)
+
+    def _m_step(self, state, params):
+        return _m_step(state, params, self.cov, self.floor, self.common["total"])
+
+
 def check_degenerate(covariances: torch.Tensor, counts: torch.Tensor, cov: Covariance,
                      floor: torch.Tensor, total: float, n_rows: int) -> None:
     """Warn for heads with (almost) no weight, or at the floor in some direction."""
@@ -387,37 +409,33 @@ def shaped_fit(
         log_w = (torch.full((K,), -math.log(K), dtype=torch.float64, device=X.device)
                  if weights0 is None else _as64(weights0, X).log())
         params = _Params(means, covs, cov.factors(covs), log_w)
-    losses, lams, n_iter, converged, stats = [], [], 0, False, None
-    slack = 1e-12 if X.dtype == torch.float64 else 1e-5
-    plan = as_schedule(inverse_temperature).stages(n_steps)
-    for stage, (lam, stage_steps) in enumerate(plan):
-        last = stage == len(plan) - 1
-        stats = _pass(X, params, float(lam), cov, floor, **common)
-        losses.append(stats.loss)
+    stages = as_schedule(inverse_temperature).stages(n_steps)
+    first = float(stages[0][0]) if stages else 1.0
+    em = _ChunkedEM(X, params, first, cov, floor, common, tol=tol,
+                    slack=1e-12 if X.dtype == torch.float64 else 1e-5)
+    lams = []
+    for stage, (lam, stage_steps) in enumerate(stages):
+        if stage:
+            em.temper(float(lam))
         lams.append(float(lam))
         for _ in range(stage_steps):
-            new = _m_step(stats, params, cov, floor, total)
-            new_stats = _pass(X, new, float(lam), cov, floor, **common)
-            n_iter += 1
-            drop = stats.loss - new_stats.loss
-            if drop < -slack * (1.0 + abs(stats.loss)):   # rounding, or a dead head: stop
-                converged = last
+            before = em.params.means
+            going = em.step()
+            if em.accepted:
+                lams.append(float(lam))
+                if callback is not None:
+                    shift = torch.linalg.vector_norm(em.params.means - before, dim=1).max()
+                    callback(IterationInfo(em.n_iter, em.loss, float(lam), float(shift),
+                                           em.params.means.to(X.dtype).clone()))
+            if not going:
                 break
-            shift = float(torch.linalg.vector_norm(new.means - params.means, dim=1).max())
-            params, stats = new, new_stats
-            losses.append(stats.loss)
-            lams.append(float(lam))
-            if callback is not None:
-                callback(IterationInfo(n_iter, stats.loss, float(lam), shift,
-                                       params.means.to(X.dtype).clone()))
-            if drop < tol:
-                converged = last
-                break
-    check_degenerate(params.covariances, stats.counts, cov, floor, total, _rows(X, reduce))
+    converged = em.converged          # of the last stage's steps
+    params = em.params
+    check_degenerate(params.covariances, em.state.counts, cov, floor, total, _rows(X, reduce))
     dtype = X.dtype
     return ShapedFitResult(params.means.to(dtype), params.covariances.to(dtype),
                            params.factors.to(dtype), params.log_weights.exp().to(dtype), floor,
-                           np.asarray(losses), np.asarray(lams), n_iter, converged)
+                           np.asarray(em.losses), np.asarray(lams), em.n_iter, converged)
 
 
 def _as64(t, X) -> torch.Tensor:
