@@ -508,7 +508,7 @@ def test_sequential_structure_test_decides_as_the_full_one_on_one_cluster_data(k
     """One-cluster data (the null, a uniform square, and Gaussian blobs): on 10 seeds the
     sequential test says no structure, as the full one does; on the uniform square no
     early look stops (|z_b| stays far below c_b), so z is the full test's exactly."""
-    
+
     for s in range(10):
         full, seq = _full_and_sequential(_one_cluster(kind, s, n=300), 3, s)
         assert full <= SETTINGS.structure_z and seq <= SETTINGS.structure_z, (s, full, seq)

@@ -197,3 +197,21 @@ def test_a_core_fit_that_merges_two_cells_is_not_kept(seed, monkeypatch):
     monkeypatch.setattr(shape_choice, "merges_cells", lambda *args, **kwargs: False)
     unguarded = _fit(X, 4, seed, settings=forced)
     assert adjusted_rand_score(y[keep], unguarded.labels_[keep]) < 0.8
+
+
+@pytest.mark.parametrize("stop_steps", [1, 2, 5])
+def test_a_candidate_stops_after_settings_stop_steps_hopeless_steps(stop_steps):
+    """With a least ICL no candidate can reach (``-inf``), every decelerating step is a
+    hit: the candidate stops early after ``settings.stop_steps`` of them, its first two
+    steps only setting the gains' history."""
+    from attnclust.cluster.candidate_em import run_or_stop
+    from attnclust.cluster.covariance import Full
+    from attnclust.cluster.settings import FitSettings
+    from attnclust.cluster.shape_em import LeanEM
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(200, 2)) * [3, 0.3],
+                        rng.normal(size=(200, 2)) * [3, 0.3] + [0, 1.0]])
+    em = LeanEM(X, 2, Full(), np.full(2, 1e-6), (X[:, 0] > 0).astype(int), tol=1e-12)
+    assert run_or_stop(em, 300, 0.0, -np.inf, settings=FitSettings(stop_steps=stop_steps))
+    assert em.n_iter == 1 + stop_steps

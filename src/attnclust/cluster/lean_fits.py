@@ -196,7 +196,7 @@ def lean_run(lr: LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | N
     em = lr.em(cov, plan, start, params, log_background)
     n_parameters = cov.n_parameters(K, d) + (log_background is not None)
     penalty = n_parameters * math.log(n) + 2.0 * n * d * log_scale
-    stopped = run_or_stop(em, plan.max_iter, penalty, least)
+    stopped = run_or_stop(em, plan.max_iter, penalty, least, settings=plan.settings)
     fit = em.result()
     score = score_lean(fit.log_sum, fit.top, lr.w, cov, n_parameters, d, log_scale,
                        head_at_floor(cov, fit.covariances, lr.floor))
