@@ -8,7 +8,7 @@ leading principal components). With ``max_clusters = max(10, 2K)`` for every met
 exact-K hits and mean ARI (noise rows not scored) of ``AttentionClustering(
 n_clusters="auto")`` (the default, which also chooses the shape; and with
 ``covariance_type="spherical"`` and ``"full"``), the
-path's widest plateau (the rule before this criterion, :mod:`attnclust.cluster.cluster_choice`,
+path's widest plateau (the rule before this criterion, :mod:`attnclust.cluster.choice.path_choice`,
 then the default fit at that K), BIC over ``GaussianMixture`` (full and spherical, K =
 1..max), the best silhouette of ``KMeans(n_init=10)`` (K = 2..max), ``HDBSCAN()`` (its
 noise one more label), the gap statistic (``KMeans(n_init=3)``, 10 uniform references
@@ -65,7 +65,7 @@ from threadpoolctl import threadpool_limits
 
 import attnclust as ac
 from attnclust._threads import torch_threads
-from attnclust.cluster.cluster_choice import choose_from_path
+from attnclust.cluster.choice.path_choice import choose_from_path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_battery import _fit, datasets  # noqa: E402

@@ -5,7 +5,7 @@ clusters of 500 rows whose centres are ``sep`` apart, in ``d`` = 1, 2, 8, 32 and
 dimensions (a density sharply peaked at each centre, with wide tails). A Gaussian
 diagonal or full mixture can fit it as a narrow head on both cores and a wide one on the
 tails, a partition of ARI about 0; the shape choice turns that down where a valley of
-density separates the spherical cells (:mod:`attnclust.cluster.valley`).
+density separates the spherical cells (:mod:`attnclust.cluster.mixture.valley`).
 
 Rows: one per ``(d, sep)``, the mean ARI over ``random_state`` 0-4 of the default
 (``AttentionClustering(2)``), of ``covariance_type="spherical"``, of ``KMeans(n_init=10)``

@@ -1,6 +1,6 @@
 """``AttentionClustering(n_clusters="auto")`` (K scored by the BIC of the shaped layer,
-:mod:`attnclust.cluster.k_choice`; the temperature path's plateau rule,
-:mod:`attnclust.cluster.cluster_choice`) and ``init="anneal"``, a start that does not
+:mod:`attnclust.cluster.choice.k_choice`; the temperature path's plateau rule,
+:mod:`attnclust.cluster.choice.path_choice`) and ``init="anneal"``, a start that does not
 depend on the seed."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_auto_says_one_cluster_for_one_blob():
 def test_more_clusters_than_max_clusters_say_so_in_the_reason():
     """12 blobs, at most 10 clusters scored: the least BIC is at the edge, K = 10, and the
     choice warns that the rows may hold more; with 20, K = 12."""
-    from attnclust.cluster.k_choice import WeakChoiceWarning
+    from attnclust.cluster.choice.k_choice import WeakChoiceWarning
 
     X, _ = _blobs(12, d=5, n_each=100, sep=12.0, rng=4)
     with pytest.warns(WeakChoiceWarning, match="raise max_clusters"):
@@ -122,7 +122,7 @@ def test_cli_fit_auto_needs_the_rows_on_one_process(tmp_path, capsys):
 def _choice(lams, counts):
     """``choose_n_clusters`` of a path with these counts (the plateaus' heads are dummies)."""
     from attnclust.cluster.annealing import TemperaturePath
-    from attnclust.cluster.cluster_choice import plateaus_of
+    from attnclust.cluster.choice.path_choice import plateaus_of
 
     reps = [(np.zeros((c, 1)), np.ones(c, dtype=int)) for c in counts]
     path = TemperaturePath(lams, counts, counts, np.zeros(len(lams)),
@@ -135,7 +135,7 @@ def test_the_settled_stop_never_changes_the_choice():
     """Random count sequences: the choice of the path cut where the stop says it is settled
     equals the choice of the whole path (which may end before the grid does). A stop one
     grid value too eager (by log 1.12) fails it."""
-    from attnclust.cluster.cluster_choice import MIN_PLATEAU_WIDTH, _Settled
+    from attnclust.cluster.choice.path_choice import MIN_PLATEAU_WIDTH, _Settled
 
     gen = np.random.default_rng(0)
     stopped = 0
@@ -153,7 +153,7 @@ def test_the_settled_stop_never_changes_the_choice():
 
 @pytest.mark.parametrize("k", [1, 2, 4])
 def test_auto_follows_the_path_until_its_choice_is_settled(k):
-    from attnclust.cluster.cluster_choice import FAST_SETTINGS, choose_from_path
+    from attnclust.cluster.choice.path_choice import FAST_SETTINGS, choose_from_path
 
     X = _blobs(k, rng=k)[0] if k > 1 else np.random.default_rng(3).standard_normal((500, 2))
     choice, path = choose_from_path(X, 12, geometry="euclidean")
@@ -166,7 +166,7 @@ def test_auto_follows_the_path_until_its_choice_is_settled(k):
 
 
 def test_auto_path_does_not_depend_on_the_seed_or_the_row_order():
-    from attnclust.cluster.cluster_choice import choose_from_path
+    from attnclust.cluster.choice.path_choice import choose_from_path
 
     X, _ = _blobs(4, rng=6)
     a = choose_from_path(X, 10, geometry="euclidean", random_state=0)[1]
@@ -198,7 +198,7 @@ def test_auto_path_does_not_depend_on_the_seed_or_the_row_order():
 
 
 def test_auto_with_spare_heads_finds_no_cluster_of_a_few_outliers():
-    from attnclust.cluster.cluster_choice import choose_from_path
+    from attnclust.cluster.choice.path_choice import choose_from_path
 
     X, _ = _blobs(3, d=3, rng=7)
     X = np.concatenate([X, 200.0 + np.random.default_rng(8).standard_normal((3, 3))])
@@ -208,7 +208,7 @@ def test_auto_with_spare_heads_finds_no_cluster_of_a_few_outliers():
     assert all(np.all(p.sizes >= path.min_cluster_size) for p in path.plateaus)
 
 
-# -- the criterion of n_clusters="auto" (attnclust.cluster.k_choice) ----------------------------
+# -- the criterion of n_clusters="auto" (attnclust.cluster.choice.k_choice) -----------------
 @pytest.mark.parametrize("cov", ["full", "diag", "spherical"])
 def test_mixture_bic_matches_scipy_densities(cov):
     """With no EM step, the BIC is that of the cells' moments in the shape plus the floor
@@ -219,7 +219,7 @@ def test_mixture_bic_matches_scipy_densities(cov):
     from scipy.stats import multivariate_normal
 
     from _tolerance import sum_tol
-    from attnclust.cluster.k_choice import mixture_bic
+    from attnclust.cluster.choice.k_choice import mixture_bic
 
     X, z = _blobs(3, d=2, n_each=60, sep=6.0, rng=2)
     log_volume = float(np.log(np.ptp(X, 0)).sum())
@@ -245,7 +245,7 @@ def test_mixture_bic_em_steps_never_lower_the_likelihood():
     """EM steps (the layer's fixed point at lambda = 1) raise the likelihood: with the
     same parameter count, the BIC after 1, 5 and 10 steps is at most the BIC of the
     cells, in every shape."""
-    from attnclust.cluster.k_choice import mixture_bic
+    from attnclust.cluster.choice.k_choice import mixture_bic
 
     X, z = _blobs(3, d=2, n_each=60, sep=4.0, rng=5)
     lv = float(np.log(np.ptp(X, 0)).sum())
@@ -275,7 +275,7 @@ def test_no_structure_test_on_one_cluster_data(kind):
     whose cells fit best), but Gaussians fit a flat square better than one does: the BIC
     splits it, and the choice says it is weak and why (the documented cost of requiring
     both tests for ``K = 1``)."""
-    from attnclust.cluster.k_choice import choose_n_clusters
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
 
     found = [choose_n_clusters(_one_cluster(kind, s), 10, random_state=s) for s in range(10)]
     zs = np.array([c.structure_z for c in found])
@@ -341,7 +341,7 @@ def test_auto_sees_clusters_through_uniform_noise():
     a limit, stated in docs/guide/temperature-path.md)."""
     from sklearn.mixture import GaussianMixture
 
-    from attnclust.cluster.k_choice import choose_n_clusters
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
 
     ours, theirs = [], []
     for s in range(9, 14):
@@ -356,7 +356,7 @@ def test_auto_sees_clusters_through_uniform_noise():
 def test_a_weak_choice_warns():
     """A set of the test above where the BIC weight of K = 5 is below 0.9 (0.77): fit says
     so with a WeakChoiceWarning, and the reason with how sure it is."""
-    from attnclust.cluster.k_choice import WeakChoiceWarning
+    from attnclust.cluster.choice.k_choice import WeakChoiceWarning
 
     with pytest.warns(WeakChoiceWarning, match=r"BIC weight 0\.\d\d < 0\.9"):
         est = ac.AttentionClustering("auto", random_state=0).fit(_noisy_blobs(9))
@@ -384,7 +384,7 @@ def test_auto_lets_the_bic_choose_the_shape_in_many_dimensions():
     clusters on 18 of 30 such mixtures in benchmarks/bench_auto_k.py); the least BIC over
     the shapes is a spherical or diagonal one, at K = 7, and on the true partition the
     diagonal shape's BIC is below the full one's."""
-    from attnclust.cluster.k_choice import choose_n_clusters, mixture_bic, standardized
+    from attnclust.cluster.choice.k_choice import choose_n_clusters, mixture_bic, standardized
 
     X, y = _separated(7, 20, seed=3)
     choice = choose_n_clusters(X, 12, random_state=0)
@@ -399,7 +399,12 @@ def test_structure_test_also_in_the_rows_own_units():
     """Two blobs apart along x only: standardizing scales y's noise up to unit variance,
     and in that space the gap test alone finds no more structure than in uniform rows; in
     the rows' own units it does, so K = 2 (z is then the larger of the two)."""
-    from attnclust.cluster.k_choice import _kmeans, choose_n_clusters, standardized, structure_z
+    from attnclust.cluster.choice.k_choice import (
+        _kmeans,
+        choose_n_clusters,
+        standardized,
+        structure_z,
+    )
 
     rng = np.random.default_rng(0)
     X = np.r_[rng.normal(0, [1.4, 1.4], (270, 2)), rng.normal([5.5, 0], [0.6, 0.6], (170, 2))]
@@ -414,7 +419,7 @@ def test_structure_test_also_in_the_rows_own_units():
 def test_the_scan_stops_once_the_bic_has_risen(patience):
     """Three blobs, max_clusters = 12: the scan stops ``settings.patience`` values of K
     past the least BIC; the K not scanned have BIC = inf and weight 0."""
-    from attnclust.cluster.k_choice import choose_n_clusters
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
 
     X, _ = _blobs(3, rng=3)
     choice = choose_n_clusters(X, 12, random_state=0, settings=FitSettings(patience=patience))
@@ -428,7 +433,7 @@ def test_merged_cells_join_a_blob_cut_in_two():
     least, then Lloyd's steps. Four blobs, one cut in two by its median along x: the two
     halves are merged (the cheapest pair by far) and the four cells are the blobs, with
     the blobs' within sum of squares (within rounding of n + d products)."""
-    from attnclust.cluster.k_choice import _kmeans, _merged
+    from attnclust.cluster.choice.k_choice import _kmeans, _merged
 
     X, z = _blobs(4, d=2, n_each=150, sep=10.0, rng=4)
     cut = z.copy()
@@ -445,7 +450,7 @@ def test_merged_cells_join_a_blob_cut_in_two():
 def test_the_scan_keeps_the_merged_cells_where_they_are_better():
     """Every K scored by the scan has cells no worse (W_K) than those of K + 1 merged:
     the merge is tried at each K + 1 and kept when it lowers W_K."""
-    import attnclust.cluster.k_choice as kc
+    import attnclust.cluster.choice.k_choice as kc
 
     X, _ = _separated(10, 5, seed=2)
     Z = kc.standardized(X)
@@ -464,7 +469,7 @@ def test_early_bounds_are_the_t_quantiles_and_hold_their_level():
     counted over 400,000 simulated tests, within 5 binomial standard deviations."""
     from scipy.stats import t
 
-    from attnclust.cluster.k_choice import early_bound
+    from attnclust.cluster.choice.k_choice import early_bound
 
     rng = np.random.default_rng(0)
     m = 400_000
@@ -482,7 +487,7 @@ def test_early_bounds_are_the_t_quantiles_and_hold_their_level():
 
 def _full_and_sequential(Z, k, seed):
     """The structure test with all references and the sequential one, same draws."""
-    from attnclust.cluster.k_choice import _kmeans, structure_z
+    from attnclust.cluster.choice.k_choice import _kmeans, structure_z
 
     within = _kmeans(Z, k, np.random.default_rng(seed))[1]
     return (structure_z(Z, within, k, np.random.default_rng(seed), looks=()),
@@ -493,7 +498,7 @@ def test_sequential_structure_test_stops_early_on_clear_cases():
     """Separated blobs: z passes c_4 after 4 references, so the sequential z is the full
     test's computed on the first 4 draws (bit for bit: the same draws, the same sums), and
     both say structure."""
-    from attnclust.cluster.k_choice import _kmeans, early_bound, structure_z
+    from attnclust.cluster.choice.k_choice import _kmeans, early_bound, structure_z
 
     for k, d in ((2, 2), (4, 5), (7, 20)):
         X, _ = _separated(k, d, seed=k)
@@ -520,7 +525,7 @@ def test_a_near_tie_takes_the_fewer_clusters():
     """Four blobs in 13% uniform noise where one or two more Gaussians take noise rows for a
     BIC lower by less than settings.bare_mention (0.7 and 1.1): evidence not worth more than a bare
     mention adds no cluster, so K = 4, and the reason says so; the choice is weak."""
-    from attnclust.cluster.k_choice import choose_n_clusters
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
 
     for seed in (23, 29):
         choice = choose_n_clusters(_noisy_blobs(seed), 10, random_state=0)
@@ -549,7 +554,7 @@ def test_auto_says_one_cluster_for_rows_with_no_spread(value):
 def test_auto_k_does_not_depend_on_the_rows_magnitude(scale):
     # D = log(W_1 / W_K) and the standardized rows do not depend on the scale: the choice
     # at 1e170 (squares overflow) or 1e-170 (squares underflow) is the choice at 1
-    from attnclust.cluster.k_choice import choose_n_clusters
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
 
     X = _three_blobs()
     at_one = choose_n_clusters(X, 6, random_state=0)
@@ -589,7 +594,7 @@ def test_nested_clusters_are_not_called_structureless(seed):
     """The gap test alone finds no structure in nested clusters (``z`` far below 0: the
     k-means cells of a disk in a disk remove less scatter than a uniform's); the BIC of
     the mixture prefers several Gaussians by far, so ``K >= 2``, said to be weak."""
-    from attnclust.cluster.k_choice import choose_n_clusters
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
 
     choice = choose_n_clusters(_dense_disk_in_a_sparse_one(seed), 10, random_state=seed)
     assert choice.structure_z <= SETTINGS.structure_z
@@ -602,7 +607,7 @@ def test_blobs_over_uniform_noise_are_found(seed):
     """Three blobs (sd 0.5, 5 apart) under 17% uniform rows over their box: the
     background takes the noise, and no blob is lost (``K >= 3``; a fourth Gaussian may
     take a dense patch of the noise)."""
-    from attnclust.cluster.k_choice import choose_n_clusters
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
 
     rng = np.random.default_rng(seed)
     blobs = np.concatenate([rng.normal(c, 0.5, (250, 2)) for c in ([0, 0], [5, 0], [0, 5])])
@@ -629,7 +634,7 @@ def test_few_rows_of_noise_are_one_cluster(n, d):
     """On a few rows the BIC's least K puts a Gaussian on one or two rows each (their
     likelihood grows without bound): 5 rows of noise were 4 clusters, 12 were 10. Where
     K* leaves fewer than settings.thin_rows rows per cluster, the structure test decides alone."""
-    from attnclust.cluster.k_choice import choose_n_clusters
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
 
     X = np.random.default_rng(0).normal(size=(n, d))
     choice = choose_n_clusters(X, 10, random_state=0)

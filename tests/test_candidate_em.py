@@ -1,5 +1,5 @@
 """The shape choice's second EM start, one head on the densest region
-(:func:`attnclust.cluster.candidate_em.core_start`), and where it is tried."""
+(:func:`attnclust.cluster.mixture.candidate_em.core_start`), and where it is tried."""
 
 import math
 import warnings
@@ -9,9 +9,9 @@ import pytest
 from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 
-import attnclust.cluster.shape_choice as shape_choice
+import attnclust.cluster.mixture.shape_choice as shape_choice
 from attnclust import AttentionClustering
-from attnclust.cluster.candidate_em import core_start, merges_cells
+from attnclust.cluster.mixture.candidate_em import core_start, merges_cells
 from attnclust.cluster.settings import FitSettings
 
 
@@ -204,10 +204,10 @@ def test_a_candidate_stops_after_settings_stop_steps_hopeless_steps(stop_steps):
     """With a least ICL no candidate can reach (``-inf``), every decelerating step is a
     hit: the candidate stops early after ``settings.stop_steps`` of them, its first two
     steps only setting the gains' history."""
-    from attnclust.cluster.candidate_em import run_or_stop
-    from attnclust.cluster.covariance import Full
+    from attnclust.cluster.mixture.candidate_em import run_or_stop
+    from attnclust.cluster.mixture.covariance import Full
+    from attnclust.cluster.mixture.em import LeanEM
     from attnclust.cluster.settings import FitSettings
-    from attnclust.cluster.shape_em import LeanEM
 
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(size=(200, 2)) * [3, 0.3],

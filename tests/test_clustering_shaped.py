@@ -15,7 +15,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import attnclust as ac
 from _tolerance import assert_labels_off_ties, eps, sum_tol
 from attnclust import AttentionClustering, DegenerateFitWarning
-from attnclust.cluster.shaped import shaped_weights
+from attnclust.cluster.mixture.shaped import shaped_weights
 
 
 def _anisotropic():

@@ -1,5 +1,5 @@
-"""The covariance types as objects (``attnclust.cluster.covariance``): names resolve once, the
-operations agree with scikit-learn's mixture, and no module but covariance.py compares
+"""The covariance types as objects (``attnclust.cluster.mixture.covariance``): names resolve
+once, the operations agree with scikit-learn's mixture, and no module but covariance.py compares
 covariance names."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from sklearn.mixture import GaussianMixture as SklearnGMM
 
 import attnclust as ac
 from _tolerance import eps
-from attnclust.cluster.covariance import (
+from attnclust.cluster.mixture.covariance import (
     COVARIANCE_TYPES,
     Covariance,
     Diag,
@@ -210,7 +210,7 @@ def test_whole_rows_log_joint_is_the_layers(cov, keep_moments):
     """The lean EM's log-joint (quadratic forms from the rows' second moments) against the
     layer's (Covariance.log_joint on differences, torch): the cancellation of ``x^T P x -
     2 mu^T P x + mu^T P mu`` bounds the gap by about ``(d + 2) eps (|x| + |mu|)^2 |P|``."""
-    from attnclust.cluster.shape_em import log_joint
+    from attnclust.cluster.mixture.em import log_joint
 
     rng = np.random.default_rng(2)
     X, means, covs, floor = _random_mixture(cov, rng)

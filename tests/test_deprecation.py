@@ -212,3 +212,20 @@ def test_an_old_module_read_as_an_attribute_warns(monkeypatch):
     assert module is importlib.import_module("attnclust.study.risk")
     with pytest.raises(AttributeError, match="no attribute 'no_such_module'"):
         ac.no_such_module    # noqa: B018
+
+
+@pytest.mark.parametrize("old", sorted(ac._MOVED_03))
+def test_a_module_path_of_0_3_warns_until_0_5_and_gives_the_new_module(monkeypatch, old):
+    """The layer's base moved to attnclust.layer and the clusterer's families into
+    subpackages in 0.4: each old path is no file of its own any more, and importing it
+    warns and gives the new module."""
+    new = importlib.import_module(ac._MOVED_03[old])
+    assert not (Path(ac.__file__).parent.parent / (old.replace(".", "/") + ".py")).exists()
+    parent, _, leaf = old.rpartition(".")
+    for name in [n for n in sys.modules if n == old or n.startswith(old + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    if leaf in vars(sys.modules[parent]):
+        monkeypatch.delattr(sys.modules[parent], leaf)
+    with pytest.warns(FutureWarning, match=rf"{old} is now {ac._MOVED_03[old]}; .* 0\.5"):
+        module = importlib.import_module(old)
+    assert module is new

@@ -276,7 +276,7 @@ def test_descent_in_the_span_of_heads_and_centroids_is_the_descent_in_r_d():
     from attnclust.study.experiments._common import distance_max, in_span
 
     for K, d, kwargs in [(2, 40, dict(penalty=["balance", "repulsion"],
-                                      rho=ac.study.schedules.Decay(1.0, steps=30),
+                                      rho=ac.layer.schedules.Decay(1.0, steps=30),
                                       inverse_temperature=30.0)),
                          (4, 60, dict(method="qmc", n_samples=256, rng=0, penalty="balance",
                                       rho=0.5, inverse_temperature=10.0))]:

@@ -9,9 +9,9 @@ import torch
 import attnclust as ac
 from _tolerance import eps, sum_tol
 from attnclust.cluster.fixed_point import _fixed_point_step, _risk_pass, fixed_point_fit
-from attnclust.study.geometry import Euclidean, as_geometry
-from attnclust.study.heads import attention_heads
-from attnclust.study.schedules import Stages
+from attnclust.layer.geometry import Euclidean, as_geometry
+from attnclust.layer.heads import attention_heads
+from attnclust.layer.schedules import Stages
 
 
 def _pass_tols(X, heads, lam, row_loss):

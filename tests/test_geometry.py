@@ -1,4 +1,4 @@
-"""Tests of :mod:`attnclust.study.geometry`: each geometry's layer, steps and warm-start rules
+"""Tests of :mod:`attnclust.layer.geometry`: each geometry's layer, steps and warm-start rules
 against independent formulas, the resolver, and the rule that no module outside the
 geometry module compares geometry names."""
 
@@ -15,7 +15,7 @@ import torch
 import attnclust as ac
 from _tolerance import assert_same_labels, eps, sum_tol
 from attnclust.cluster.plan import resolve
-from attnclust.study.geometry import GEOMETRIES, Euclidean, Geometry, Sphere, as_geometry
+from attnclust.layer.geometry import GEOMETRIES, Euclidean, Geometry, Sphere, as_geometry
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
 
@@ -82,7 +82,7 @@ def test_sphere_logits_have_no_bias_and_coincide_with_euclidean_for_unit_heads()
 def test_head_logits_and_the_layer_use_the_geometry():
     X, heads = _rows()
     for name in GEOMETRIES:
-        torch.testing.assert_close(ac.study.heads.head_logits(X, heads, 0.7, name),
+        torch.testing.assert_close(ac.layer.heads.head_logits(X, heads, 0.7, name),
                                    as_geometry(name).logits(X, heads, 0.7), rtol=0, atol=0)
         layer = ac.AttentionHeads(heads, inverse_temperature=0.7, geometry=as_geometry(name))
         assert layer.geometry == name

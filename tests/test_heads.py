@@ -1,4 +1,4 @@
-"""Tests of :mod:`attnclust.study.heads`: the attention-head layer, as functions and as a module."""
+"""Tests of :mod:`attnclust.layer.heads`: the attention-head layer, as functions and as a module."""
 
 import numpy as np
 import pytest
@@ -7,7 +7,7 @@ import torch
 import attnclust as ac
 from _tolerance import eps
 from attnclust import AttentionHeads, attention_heads, head_weights
-from attnclust.study.sphere import normalize, random_sphere
+from attnclust.layer.sphere import normalize, random_sphere
 
 
 def test_head_layer_matches_explicit_sum_and_is_in_convex_hull():

@@ -106,7 +106,7 @@ def test_the_far_rows_are_ordered_by_distance_then_global_index():
     of distance 0: ordered by distance, then by global index, on every rank as in one
     process (every sum of these rows is exact, so the working rows agree bitwise)."""
     X = np.concatenate([[[5.0, 0.0]], np.zeros((30, 2)), [[-5.0, 0.0]]])
-    geometry = ac.study.geometry.Euclidean()
+    geometry = ac.layer.geometry.Euclidean()
     one = WorkingRows.prepare(X, geometry=geometry, comm=None)
     heads = one.rows.new_zeros(1, 2)
     ref = ending._far_rows(one, heads, 4)

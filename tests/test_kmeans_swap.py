@@ -11,7 +11,7 @@ from sklearn.datasets import make_blobs
 from _tolerance import assert_nearest, sq_dist_tol, sum_tol
 from attnclust.cluster.kmeans.lloyd import sample_kmeans
 from attnclust.cluster.kmeans.swap import SWAP_HEADS, nearest_two, single_swap, swap_polish
-from attnclust.study.geometry import as_geometry
+from attnclust.layer.geometry import as_geometry
 
 EUCLID = as_geometry("euclidean")
 CENTRES = np.array([[0.0, 0.0], [6.0, 0.0], [0.0, 6.0], [6.0, 6.0]])

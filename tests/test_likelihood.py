@@ -13,7 +13,7 @@ def test_log_bessel_against_arbitrary_precision(v):
     where ``(kappa/2)^v / Gamma(v + 1)`` underflows (``v`` in the hundreds: ``v^-3 <
     1e-7`` of a logarithm above 700), are both below 1e-9 of ``max(1, |log I|)``."""
     mpmath = pytest.importorskip("mpmath")
-    from attnclust.cluster.likelihood import _log_bessel_iv
+    from attnclust.cluster.mixture.likelihood import _log_bessel_iv
 
     for kappa in (1e-300, 1e-30, 1e-10, 1e-3, 0.1, 1.0, 30.0, 1000.0):
         exact = float(mpmath.log(mpmath.besseli(v, kappa, maxterms=10**6)))

@@ -4,9 +4,9 @@ from scipy.cluster.hierarchy import fcluster, linkage
 
 import attnclust as ac
 from _tolerance import eps, near_ties
+from attnclust.layer.sphere import random_sphere
 from attnclust.study.in_context import infinite_prompt_limit
 from attnclust.study.metrics import count_clusters, limit_distance, spread_ratio
-from attnclust.study.sphere import random_sphere
 
 SIGMA = 0.3
 LAM = 1.0 / (1.0 + 2.0 * SIGMA**2)  # the running example's inverse temperature

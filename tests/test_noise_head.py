@@ -22,10 +22,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import attnclust as ac
 from _tolerance import assert_labels_off_ties, eps, sum_tol
 from attnclust import AttentionClustering
-from attnclust.cluster.covariance import Full
-from attnclust.cluster.noise_head import NOISE_LABEL
+from attnclust.cluster.mixture.covariance import Full
+from attnclust.cluster.mixture.em import LeanEM
+from attnclust.cluster.mixture.noise_head import NOISE_LABEL
 from attnclust.cluster.settings import FitSettings
-from attnclust.cluster.shape_em import LeanEM
 
 SEEDS = range(5)
 
@@ -64,7 +64,7 @@ def _log_joint(est, X, *, floor: bool = True):
     """The fitted mixture's log-joint of the rows, ``(n, K + 1)``, the background last, by
     SciPy from the attributes (data units): ``log w_h + log N(x; mu_h, Sigma_h) - tr(P_h
     D) / 2`` (``D`` the covariance floor, whose term the shaped heads' log-joint carries:
-    attnclust.cluster.shape_em; ``floor=False``: without it, the mixture's density) and
+    attnclust.cluster.mixture.em; ``floor=False``: without it, the mixture's density) and
     ``log w_0 + noise_log_density_``."""
     K = len(est.weights_)
     covs = est.covariances_ if est.covariance_type_ == "full" else \

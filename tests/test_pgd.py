@@ -8,9 +8,9 @@ import torch
 
 import attnclust as ac
 from _tolerance import attention_risk_tol, balance_tol, eps, sum_tol
+from attnclust.layer.schedules import Anneal, Decay, Stages
 from attnclust.study import _population, _quadrature
 from attnclust.study.objectives import EmpiricalRisk
-from attnclust.study.schedules import Anneal, Decay, Stages
 
 SIGMA = 0.3
 RUNNING = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=SIGMA)

@@ -9,7 +9,7 @@ from sklearn.decomposition import PCA
 
 import attnclust as ac
 from _tolerance import eps, sum_tol
-from attnclust.cluster.picture import plot_clusters, principal_axes
+from attnclust.plotting.clusters import plot_clusters, principal_axes
 
 
 def test_principal_axes_are_scikit_learns_pca():

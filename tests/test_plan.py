@@ -17,7 +17,7 @@ from attnclust import AttentionClustering
 from attnclust.cluster.kmeans import KMEANS_TOL
 from attnclust.cluster.plan import SHAPED_TOL, FitPlan, resolve
 from attnclust.cluster.settings import FitSettings
-from attnclust.study.geometry import Euclidean, Sphere
+from attnclust.layer.geometry import Euclidean, Sphere
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
 

@@ -24,8 +24,8 @@ from attnclust.cluster.rows import (
     fit_threads,
     preprocess,
 )
-from attnclust.study.geometry import Euclidean, Sphere
-from attnclust.study.results import IterationInfo
+from attnclust.layer.geometry import Euclidean, Sphere
+from attnclust.layer.results import IterationInfo
 
 
 def _data(n=500, d=4, seed=0):

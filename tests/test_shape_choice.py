@@ -1,6 +1,6 @@
 """``covariance_type="auto"``: the heads' shape chosen by ICL
-(:mod:`attnclust.cluster.shape_choice`) and the lean EM of its candidates
-(:mod:`attnclust.cluster.shape_em`)."""
+(:mod:`attnclust.cluster.mixture.shape_choice`) and the lean EM of its candidates
+(:mod:`attnclust.cluster.mixture.em`)."""
 
 import math
 import warnings
@@ -13,13 +13,13 @@ from sklearn.datasets import make_blobs
 from sklearn.metrics import adjusted_rand_score
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-import attnclust.cluster.shape_choice as shape_choice
+import attnclust.cluster.mixture.shape_choice as shape_choice
 from _tolerance import assert_labels_off_ties, eps, sum_tol
 from attnclust import AttentionClustering
-from attnclust.cluster.covariance import Diag, Full, Spherical, covariance_floor
+from attnclust.cluster.mixture.covariance import Diag, Full, Spherical, covariance_floor
+from attnclust.cluster.mixture.em import lean_em
+from attnclust.cluster.mixture.tempered import shaped_fit
 from attnclust.cluster.settings import FitSettings
-from attnclust.cluster.shape_em import lean_em
-from attnclust.cluster.shaped_fit import shaped_fit
 
 SEEDS = range(5)
 
@@ -174,7 +174,7 @@ def test_recorded_criteria_are_the_chosen_mixtures(seed):
 
 def test_lean_em_is_the_chunked_em_step_for_step():
     """From the same partition, floor and number of steps (no stopping rule), the lean EM
-    and :func:`attnclust.cluster.shaped_fit.shaped_fit` reach the same mixture: the same sums,
+    and :func:`attnclust.cluster.mixture.tempered.shaped_fit` reach the same mixture: the same sums,
     formed about the origin in one and about the current means in the other, whose
     difference relative to the smallest covariance is at most ``n eps max ||x||^2 /
     lambda_min`` per step."""
@@ -287,7 +287,7 @@ def test_the_chunked_choice_agrees_with_the_lean_one():
     from attnclust.cluster.communicator import Communicator
     from attnclust.cluster.plan import resolve
     from attnclust.cluster.rows import WorkingRows
-    from attnclust.study.geometry import as_geometry
+    from attnclust.layer.geometry import as_geometry
 
     X, _ = _elongated(4)
     rows = WorkingRows.prepare(X, geometry=as_geometry("euclidean"),
@@ -449,7 +449,7 @@ def test_a_shaped_fit_that_parts_cores_from_tails_falls_back_to_spherical(seed, 
 def test_elongated_and_nested_clusters_have_no_valley(seed):
     """The shaped fits that must stay: sticks touching at their ends, a ball in a shell;
     the spherical cells cut them with no valley of density between the cells."""
-    from attnclust.cluster.valley import cores_from_tails
+    from attnclust.cluster.mixture.valley import cores_from_tails
 
     rng = np.random.default_rng(seed)
     u = rng.normal(size=(400, 3))

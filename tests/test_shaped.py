@@ -1,4 +1,5 @@
-"""Tests of :mod:`attnclust.cluster.shaped`: the K-head layer with a learned metric per head."""
+"""Tests of :mod:`attnclust.cluster.mixture.shaped`: the K-head layer with a learned metric per
+head."""
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from scipy.stats import multivariate_normal as mvn
 
 import attnclust as ac
 from _tolerance import eps, sq_dist_tol
-from attnclust.cluster.shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
+from attnclust.cluster.mixture.shaped import ShapedAttentionHeads, shaped_attention, shaped_weights
 
 K, D = 3, 3
 

@@ -1,4 +1,4 @@
-"""Tests of :mod:`attnclust.cluster.shaped_fit`: tempered EM for shaped heads."""
+"""Tests of :mod:`attnclust.cluster.mixture.tempered`: tempered EM for shaped heads."""
 
 import warnings
 
@@ -10,8 +10,8 @@ from sklearn.mixture import GaussianMixture
 
 from _tolerance import eps, sum_tol
 from attnclust import DegenerateFitWarning
-from attnclust.cluster.shaped import shaped_weights
-from attnclust.cluster.shaped_fit import shaped_fit, tempered_log_joint, tempered_objective
+from attnclust.cluster.mixture.shaped import shaped_weights
+from attnclust.cluster.mixture.tempered import shaped_fit, tempered_log_joint, tempered_objective
 
 K = 3
 TYPES = ["full", "diag", "spherical"]

@@ -1,4 +1,4 @@
-"""Tests of :mod:`attnclust.study.sphere`: tangent projection, retraction, Riemannian gradient,
+"""Tests of :mod:`attnclust.layer.sphere`: tangent projection, retraction, Riemannian gradient,
 normalization and uniform sampling on the unit sphere."""
 
 import numpy as np
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from _tolerance import eps
-from attnclust.study.sphere import normalize, random_sphere, retract, riemannian_gradient, tangent
+from attnclust.layer.sphere import normalize, random_sphere, retract, riemannian_gradient, tangent
 
 
 @settings(max_examples=50, deadline=None)

@@ -9,7 +9,7 @@ import torch
 import attnclust as ac
 from _tolerance import eps, sum_tol
 from attnclust.cluster.annealing import predicted_first_split, temperature_path
-from attnclust.cluster.cluster_choice import FAST_SETTINGS
+from attnclust.cluster.choice.path_choice import FAST_SETTINGS
 
 matplotlib.use("Agg")
 

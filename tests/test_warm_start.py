@@ -93,7 +93,7 @@ def test_boundary_variance_is_the_pooled_variance_along_the_normals():
     nearest boundary (sphere: the tangent at mu_h towards the nearest head), pooled with
     the neighbour's along the reverse normal, averaged with the cluster sizes."""
     from attnclust.cluster.warm_start import boundary_variance, hard_labels
-    from attnclust.study.geometry import Sphere
+    from attnclust.layer.geometry import Sphere
 
     gen = np.random.default_rng(3)
     mix = ac.GaussianMixture.random(d=5, k=3, sigma=0.2, min_angle=1.0, rng=1)

@@ -16,22 +16,22 @@ import sys
 
 from ._deprecation import MovedModules, moved_module, warn_deprecated
 
-__version__ = "0.3.0"
+__version__ = "0.4.0.dev0"
 
 # public name -> the module that defines it (imported on first read)
 _NAMES = {
     "TemperaturePath": "cluster.annealing", "temperature_path": "cluster.annealing",
-    "ClusterChoice": "cluster.plateaus", "Plateau": "cluster.plateaus",
+    "ClusterChoice": "cluster.choice.plateaus", "Plateau": "cluster.choice.plateaus",
     "AttentionClustering": "cluster.clustering", "DegenerateFitWarning": "cluster.clustering",
     "Communicator": "cluster.communicator", "FitSettings": "cluster.settings",
-    "WeakChoiceWarning": "cluster.k_choice",
+    "WeakChoiceWarning": "cluster.choice.k_choice",
     "load_model": "cluster.model_file", "save_model": "cluster.model_file",
-    "plot_path": "cluster.path_plot", "plot_clusters": "cluster.picture",
-    "ShapedAttentionHeads": "cluster.shaped", "shaped_attention": "cluster.shaped",
-    "shaped_weights": "cluster.shaped",
+    "plot_path": "plotting.path", "plot_clusters": "plotting.clusters",
+    "ShapedAttentionHeads": "cluster.mixture.shaped",
+    "shaped_attention": "cluster.mixture.shaped", "shaped_weights": "cluster.mixture.shaped",
     "PGDHistory": "study.descent", "PGDResult": "study.descent", "pgd": "study.descent",
-    "AttentionHeads": "study.heads", "attention_heads": "study.heads",
-    "head_weights": "study.heads",
+    "AttentionHeads": "layer.heads", "attention_heads": "layer.heads",
+    "head_weights": "layer.heads",
     "identity_attention": "study.in_context", "infinite_prompt_limit": "study.in_context",
     "init_on_manifold": "study.inits", "init_on_sphere": "study.inits",
     **dict.fromkeys(["AssignmentError", "CentroidDistance", "ClusterCount", "LimitDistance",
@@ -42,23 +42,37 @@ _NAMES = {
     **dict.fromkeys(["Balance", "EmpiricalRisk", "PopulationRisk", "Repulsion",
                      "ValueAndGrad"], "study.objectives"),
     "AttentionQuantizer": "study.quantizer", "estimate_sigma": "study.quantizer",
-    "History": "study.results", "IterationInfo": "study.results",
-    "SolverResult": "study.results",
+    "History": "layer.results", "IterationInfo": "layer.results",
+    "SolverResult": "layer.results",
     **dict.fromkeys(["RiskEstimate", "balance", "empirical_risk", "population_risk",
                      "qmc_risk", "repulsion"], "study.risk"),
     **dict.fromkeys(["normalize", "random_sphere", "riemannian_gradient", "tangent"],
-                    "study.sphere"),
+                    "layer.sphere"),
 }
 # modules that the package exposed as attributes (``attnclust.descent``)
-_MODULES = {"descent": "study.descent", "study": "study", "cluster": "cluster"}
+_MODULES = {"descent": "study.descent", "study": "study", "cluster": "cluster", "layer": "layer"}
 
 # the modules of 0.2, by their old paths: importing one warns until 0.4
 _MOVED = {f"{__name__}.{old}": f"{__name__}.{half}.{old}" for half, olds in {
-    "study": ["experiments", "heads", "in_context", "metrics", "mixture", "objectives",
-              "quantizer", "results", "risk", "sphere"],
+    "study": ["experiments", "in_context", "metrics", "mixture", "objectives", "quantizer",
+              "risk"],
+    "layer": ["heads", "results", "sphere"],
     "cluster": ["clustering", "communicator", "distributed", "fixed_point", "warm_start"],
 }.items() for old in olds}
 sys.meta_path.insert(0, MovedModules(_MOVED))
+# the modules of 0.3 that moved in 0.4, by their old paths: importing one warns until 0.5
+_MOVED_03 = {f"{__name__}.{old}": f"{__name__}.{new}" for old, new in {
+    **{f"study.{m}": f"layer.{m}"
+       for m in ("geometry", "heads", "results", "schedules", "sphere")},
+    **{f"cluster.{m}": f"cluster.mixture.{m}"
+       for m in ("candidate_em", "covariance", "lean_fits", "likelihood", "noise_head",
+                 "shape_choice", "shaped", "valley")},
+    "cluster.shape_em": "cluster.mixture.em", "cluster.shaped_fit": "cluster.mixture.tempered",
+    "cluster.k_choice": "cluster.choice.k_choice", "cluster.plateaus": "cluster.choice.plateaus",
+    "cluster.cluster_choice": "cluster.choice.path_choice",
+    "cluster.picture": "plotting.clusters", "cluster.path_plot": "plotting.path",
+}.items()}
+sys.meta_path.insert(0, MovedModules(_MOVED_03, removed_in="0.5"))
 
 
 def _load_all() -> None:

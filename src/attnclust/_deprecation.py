@@ -8,7 +8,10 @@ mixture everywhere else); the old names still work, until 0.4, and warn with a
 In 0.3 the module ``attnclust.pgd`` became ``attnclust.study.descent`` (``attnclust.pgd`` is
 the function); ``from attnclust.pgd import name`` still works and warns. The modules of 0.2
 moved into ``attnclust.study`` and ``attnclust.cluster``: their old paths import the new
-modules, with a warning (:class:`MovedModules`).
+modules, with a warning (:class:`MovedModules`). In 0.4 the layer's base moved from
+``attnclust.study`` to ``attnclust.layer``, and the clusterer's families into subpackages
+(``attnclust.cluster.mixture``, ``attnclust.cluster.choice``, ``attnclust.plotting``); their
+0.3 paths work, with a warning, until 0.5.
 """
 
 from __future__ import annotations
@@ -163,7 +166,8 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Old module paths of a package, imported as the modules that now hold them.
 
     ``moves`` maps an old path to the new one (``"attnclust.risk"`` to
-    ``"attnclust.study.risk"``); an old path's submodules move with it. Importing an old
+    ``"attnclust.study.risk"``), kept until the release ``removed_in``; an old path's
+    submodules move with it. Importing an old
     path warns with a ``FutureWarning`` and gives the new module itself (one module, so
     ``isinstance`` checks and monkeypatching see one set of names). Installed on
     ``sys.meta_path`` by the package.
@@ -181,8 +185,8 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     >>> sys.meta_path.remove(finder); del sys.modules["old_json_path"]
     """
 
-    def __init__(self, moves: dict[str, str]):
-        self.moves = dict(moves)
+    def __init__(self, moves: dict[str, str], removed_in: str = REMOVED_IN):
+        self.moves, self.removed_in = dict(moves), removed_in
 
     def new_name(self, old: str) -> str | None:
         """The path that holds the module ``old`` now, or ``None`` if it did not move."""
@@ -200,7 +204,7 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = self.new_name(spec.name)
         # the warning skips the import system's frames: it names the importing line
         warn_deprecated(f"the module {spec.name} is now {new}; it will be removed from its "
-                        f"old path in {REMOVED_IN}", stacklevel=2)
+                        f"old path in {self.removed_in}", stacklevel=2)
         module = importlib.import_module(new)
         spec.loader_state = module.__spec__    # the import system sets the alias's spec
         return module

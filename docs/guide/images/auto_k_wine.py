@@ -6,7 +6,7 @@ Run from the repository root: ``python docs/guide/images/auto_k_wine.py`` writes
 
 Panels: (a) the annealing path of the standardized rows (clusters counted against
 ``lambda``): no plateau of ``K >= 2`` spans a factor ``e``, which is why the plateau rule
-answered ``K = 1``; (b) the BIC of :mod:`attnclust.cluster.k_choice` for the ``K`` it
+answered ``K = 1``; (b) the BIC of :mod:`attnclust.cluster.choice.k_choice` for the ``K`` it
 scanned (the least over the heads' shapes), the chosen ``K`` marked, with the shape and the
 structure test's ``z`` in the title.
 """
@@ -22,8 +22,8 @@ from sklearn.datasets import load_wine
 from sklearn.metrics import adjusted_rand_score
 
 import attnclust as ac
-from attnclust.cluster.cluster_choice import choose_from_path
-from attnclust.cluster.k_choice import choose_n_clusters, standardized
+from attnclust.cluster.choice.k_choice import choose_n_clusters, standardized
+from attnclust.cluster.choice.path_choice import choose_from_path
 
 OUT = Path(__file__).with_name("auto_k_wine.png")
 

@@ -30,8 +30,8 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import make_blobs
 
 import attnclust as ac
-from attnclust.cluster.shaped import ShapedAttentionHeads
-from attnclust.cluster.shaped_fit import shaped_fit
+from attnclust.cluster.mixture.shaped import ShapedAttentionHeads
+from attnclust.cluster.mixture.tempered import shaped_fit
 
 OUT = Path(__file__).with_name("shaped_cells.png")
 STEPS, LR = 2000, 0.01

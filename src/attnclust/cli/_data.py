@@ -70,7 +70,7 @@ def checked_block(args, block, where, start: int, n_rows: int, weights=None):
 
 def normalizes_rows(args) -> bool:
     """Whether the fit projects rows on the sphere (then an all-zero row is an error)."""
-    from ..study.geometry import as_geometry
+    from ..layer.geometry import as_geometry
 
     return args.normalize == "rows" or (args.normalize == "auto"
                                         and as_geometry(args.geometry).normalize == "rows")

@@ -36,7 +36,7 @@ def fit_params(args) -> dict:
     if args.n_clusters == "auto" and (args.distributed or args.batch_rows is not None):
         raise CommandError("-k auto chooses K on all the rows in one process: give K with "
                            "--distributed or --batch-rows")
-    from ..cluster.covariance import as_covariance_type
+    from ..cluster.mixture.covariance import as_covariance_type
 
     if as_covariance_type(args.covariance_type).shaped and args.batch_rows is not None:
         raise CommandError(f"--covariance-type {args.covariance_type} is fitted on all the "
@@ -176,7 +176,7 @@ def plot_writer(args, est, X, labels, sizes=None):
     writes it (as a PNG) when the outputs are staged."""
     import matplotlib
 
-    from ..cluster.picture import plot_clusters
+    from ..plotting.clusters import plot_clusters
     from ..study.experiments._style import RC
 
     with matplotlib.rc_context(RC):
@@ -236,7 +236,7 @@ def check_centers(est) -> None:
     if not np.isfinite(centers).all():
         raise CommandError("fit produced non-finite cluster centers (overflow); rescale the "
                            "data or lower --inverse-temperature")
-    from ..study.geometry import as_geometry
+    from ..layer.geometry import as_geometry
 
     if not as_geometry(est.geometry).unit_heads:
         return

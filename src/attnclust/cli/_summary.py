@@ -166,7 +166,7 @@ def head_line(n: int, d: int, n_clusters: int, *, weights, inverse_temperature: 
 def choice_lines(est) -> str:
     """What the fit chose, a line each: ``K`` with ``-k auto``, the heads' shape with
     ``--covariance-type auto`` (or heads merged into clusters), and why."""
-    from ..cluster.covariance import as_covariance_type
+    from ..cluster.mixture.covariance import as_covariance_type
 
     lines = ""
     if est.n_clusters == "auto" and getattr(est, "n_clusters_reason_", None) is not None:

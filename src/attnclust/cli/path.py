@@ -48,7 +48,7 @@ def run(args) -> int:
 
     from .._io import check_nonzero_rows, load_matrix, writable_folder
     from ..cluster.annealing import path_grid, temperature_path
-    from ..study.geometry import as_geometry
+    from ..layer.geometry import as_geometry
 
     prefix = _prefix(args)
     outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]
@@ -101,9 +101,9 @@ def run(args) -> int:
 
 def _fit_auto_choice(X, max_clusters: int):
     """What ``attnclust fit -k auto --max-clusters N`` (seed 0) chooses on the same rows:
-    :func:`~attnclust.cluster.k_choice.choose_n_clusters`, which depends on neither the
+    :func:`~attnclust.cluster.choice.k_choice.choose_n_clusters`, which depends on neither the
     rows' centre nor their scale, so fit's preprocessing gives the same choice."""
-    from ..cluster.k_choice import choose_n_clusters
+    from ..cluster.choice.k_choice import choose_n_clusters
 
     return choose_n_clusters(X, max(2, max_clusters), random_state=0)
 

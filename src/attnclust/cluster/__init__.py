@@ -2,13 +2,13 @@
 
 :class:`~attnclust.AttentionClustering` (:mod:`~attnclust.cluster.clustering`) resolves
 its settings once into a plan (:mod:`~attnclust.cluster.plan`, with the covariance types
-of :mod:`~attnclust.cluster.covariance`), prepares the working rows
+of :mod:`~attnclust.cluster.mixture.covariance`), prepares the working rows
 (:mod:`~attnclust.cluster.rows`), warm starts (:mod:`~attnclust.cluster.warm_start`) and
 fits: the k-means engine of the layer's hard limit (:mod:`~attnclust.cluster.kmeans`),
 fixed-point steps (:mod:`~attnclust.cluster.fixed_point`), shaped heads
-(:mod:`~attnclust.cluster.shaped`, :mod:`~attnclust.cluster.shaped_fit`), the
+(:mod:`~attnclust.cluster.mixture.shaped`, :mod:`~attnclust.cluster.mixture.tempered`), the
 temperature path and the choice of K (:mod:`~attnclust.cluster.annealing`,
-:mod:`~attnclust.cluster.plateaus`, :mod:`~attnclust.cluster.cluster_choice`), streamed
+:mod:`~attnclust.cluster.choice.plateaus`, :mod:`~attnclust.cluster.choice.path_choice`), streamed
 and data-parallel fits (:mod:`~attnclust.cluster.streaming`,
 :mod:`~attnclust.cluster.distributed`, :mod:`~attnclust.cluster.communicator`).
 

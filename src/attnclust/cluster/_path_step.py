@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..study.geometry import as_geometry
+from ..layer.geometry import as_geometry
 from .fixed_point import fixed_point_fit
 
 __all__ = ["Walk", "step", "unit_heads"]

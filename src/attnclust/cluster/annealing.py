@@ -44,8 +44,8 @@ value where single steps find it.
 
 One grid value's moves (kick, fixed point, groups) are
 :mod:`attnclust.cluster._path_step`; the path's plateaus and the number of clusters read
-off them are :mod:`attnclust.cluster.plateaus` (read off a path stopped early:
-:mod:`attnclust.cluster.cluster_choice`), and its picture :mod:`attnclust.cluster.path_plot`.
+off them are :mod:`attnclust.cluster.choice.plateaus` (read off a path stopped early:
+:mod:`attnclust.cluster.choice.path_choice`), and its picture :mod:`attnclust.plotting.path`.
 Here: the path, its grid and predicted first split, and :func:`anneal_heads`
 (``init="anneal"``).
 
@@ -73,10 +73,10 @@ import torch
 
 from .._threads import torch_threads
 from .._validation import as_tensor, check_finite, check_int
-from ..study.geometry import as_geometry
+from ..layer.geometry import as_geometry
+from ..plotting.path import plot_path
 from ._path_step import Walk, step, unit_heads
-from .path_plot import plot_path
-from .plateaus import (  # the plateaus' names stay importable from here too
+from .choice.plateaus import (  # the plateaus' names stay importable from here too
     MIN_PLATEAU_WIDTH,
     ClusterChoice,
     Plateau,
@@ -167,7 +167,7 @@ class TemperaturePath:
         """Clusters and risk against ``lambda`` (log axis), splits marked; the figure.
 
         ``ax``: two matplotlib axes to draw on (clusters, risk); new ones by default
-        (:func:`attnclust.cluster.path_plot.plot_path`).
+        (:func:`attnclust.plotting.path.plot_path`).
         """
         return plot_path(self, ax)
 

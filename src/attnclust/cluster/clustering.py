@@ -1,6 +1,6 @@
 """Clustering with the trained K-head attention layer: the ``AttentionClustering`` estimator.
 
-The model is the K-head layer of :mod:`attnclust.study.heads`,
+The model is the K-head layer of :mod:`attnclust.layer.heads`,
 
     a_h(x)  = softmax_h( lambda <x, mu_h> - b_h ),      T_mu(x) = sum_h a_h(x) mu_h,
 
@@ -14,7 +14,7 @@ Geometry
 ||mu_h||^2 / 2``, i.e. ``a_h(x) = softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft k-means
 cells); ``geometry="sphere"``: the paper's unit heads, ``b_h = 0`` (cones from the origin,
 for directional data), usually with ``normalize="rows"``. Each is an object of
-:mod:`attnclust.study.geometry`, which also gives the ``"auto"`` settings. The rows of a fit
+:mod:`attnclust.layer.geometry`, which also gives the ``"auto"`` settings. The rows of a fit
 (chunks, threads, ranks, and the working space where Euclidean heads are fitted on rows
 centred and scaled to unit root-mean-square norm) are one
 :class:`~attnclust.cluster.rows.WorkingRows`.
@@ -37,12 +37,12 @@ keeps it for its predictions.
 Shaped heads
 ------------
 ``covariance_type="diag"`` or ``"full"`` gives each (Euclidean) head its own metric and
-weight (:mod:`attnclust.cluster.shaped`), fitted after the same warm start by tempered EM
+weight (:mod:`attnclust.cluster.mixture.shaped`), fitted after the same warm start by tempered EM
 on the likelihood of the Gaussian mixture the heads describe
-(:mod:`attnclust.cluster.shaped_fit`; the layer's risk does not reward shaped cells, see
+(:mod:`attnclust.cluster.mixture.tempered`; the layer's risk does not reward shaped cells, see
 ``docs/guide/shaped-heads.md``). ``"spherical"`` is the fit above. The default,
 ``"auto"``, fits it, then the shaped candidates from its heads, and keeps the shape of
-least ICL (:mod:`attnclust.cluster.shape_choice`): no single shape wins on every kind of
+least ICL (:mod:`attnclust.cluster.mixture.shape_choice`): no single shape wins on every kind of
 data. It reads the spherical heads' ``"auto"`` lambda only once they are chosen
 (:func:`~attnclust.cluster.warm_start.kmeans_lambda`, the same lambda).
 
@@ -71,7 +71,7 @@ Scores
 The attention is the posterior of a mixture (equal-weight Gaussians ``N(mu_h, I /
 lambda)`` for spherical Euclidean heads, the shaped heads' Gaussian mixture, von
 Mises-Fisher densities on the sphere): ``score_samples``, ``score``, ``bic`` and ``aic``
-are that mixture's, with one meaning for every shape (:mod:`attnclust.cluster.likelihood`).
+are that mixture's, with one meaning for every shape (:mod:`attnclust.cluster.mixture.likelihood`).
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ from sklearn.utils.validation import validate_data
 
 from .._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
 from .._validation import as_generator, as_numpy_input, check_sample_weight
+from .choice.k_choice import choose_n_clusters, warn_if_weak
 from .communicator import Communicator
-from .covariance import Spherical, as_covariance_type
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .estimator_fits import (
     Reporter,
@@ -102,13 +102,13 @@ from .estimator_fits import (
     with_deferred_lambda,
 )
 from .estimator_params import check_params, param_names, parameters
-from .k_choice import choose_n_clusters, warn_if_weak
-from .likelihood import LikelihoodMixin, inertia
-from .noise_head import check_noise_head, fit_noise_head
+from .mixture.covariance import Spherical, as_covariance_type
+from .mixture.likelihood import LikelihoodMixin, inertia
+from .mixture.noise_head import check_noise_head, fit_noise_head
+from .mixture.shape_choice import ShapeChoice, fit_chosen_shape, given_shape
 from .plan import FitPlan, anneal_stages, resolve
 from .predictions import LayerPredictionsMixin, MergedHeadsMixin
 from .rows import fit_threads
-from .shape_choice import ShapeChoice, fit_chosen_shape, given_shape
 from .warm_start import auto_inverse_temperature
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -141,10 +141,10 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         BIC is within 2 of the least (the BIC of the layer with shaped heads, the least
         over spherical, diagonal and full covariances, and a uniform background, built
         from k-means cells of the standardized rows), or ``K = 1`` when a gap test finds
-        no structure (:mod:`attnclust.cluster.k_choice`; ``docs/guide/temperature-path.md``:
+        no structure (:mod:`attnclust.cluster.choice.k_choice`; ``docs/guide/temperature-path.md``:
         the criterion, its measured accuracy and false-positive rate, and why it does not
         read ``K`` off the temperature path, which ``fit`` no longer follows). A weak
-        choice warns (:class:`~attnclust.cluster.k_choice.WeakChoiceWarning`). The fit then
+        choice warns (:class:`~attnclust.cluster.choice.k_choice.WeakChoiceWarning`). The fit then
         uses the ``covariance_type`` asked for, in the rows' own units.
     geometry : {"euclidean", "sphere"}, default="euclidean"
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
@@ -154,13 +154,13 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         The heads' query-key metric. ``"spherical"``: one isotropic metric shared by all
         heads, the paper's layer fitted on the risk. ``"auto"``: the spherical fit, then
         shaped heads fitted from its heads, and the shape of lowest ICL kept
-        (:mod:`attnclust.cluster.shape_choice`; ``covariance_type_`` and
+        (:mod:`attnclust.cluster.mixture.shape_choice`; ``covariance_type_`` and
         ``covariance_type_reason_`` say which and why). Shapes are chosen for the fit with
         Euclidean heads, ``"auto"`` lambda, the fixed-point solver and no penalty; any
         other fit, and ``partial_fit``, is ``"spherical"``. ``"diag"``, ``"full"``: each
         head learns its own precision ``P_h`` and weight ``pi_h``
-        (:mod:`attnclust.cluster.shaped`), fitted by tempered EM on the likelihood of the
-        Gaussian mixture they describe (:mod:`attnclust.cluster.shaped_fit`; Euclidean
+        (:mod:`attnclust.cluster.mixture.shaped`), fitted by tempered EM on the likelihood of the
+        Gaussian mixture they describe (:mod:`attnclust.cluster.mixture.tempered`; Euclidean
         heads only): ``inverse_temperature`` is then the tempering exponent (``"auto"``:
         1, the likelihood itself, where the fit is ``GaussianMixture``'s EM), ``tol`` the
         change of the mean log-likelihood per step (``"auto"``: 1e-3) and ``loss_curve_``
@@ -245,7 +245,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     verbose : int, default=0
         ``> 0`` logs each step on the ``"attnclust"`` logger (level INFO).
     callback : callable, optional
-        Called with an :class:`~attnclust.study.results.IterationInfo` after each step (progress
+        Called with an :class:`~attnclust.layer.results.IterationInfo` after each step (progress
         bars), in the data's units; steps are counted over the whole fit.
     max_clusters : int, default=10
         With ``n_clusters="auto"``: the largest ``K`` scored (the scan stops earlier once
@@ -256,7 +256,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         box beside the shaped heads, takes the rows no cluster explains (noise,
         outliers); they get the label ``-1``, as scikit-learn's noise. The heads' shape
         is then chosen between ``"diag"`` and ``"full"``, each with the background
-        (:mod:`attnclust.cluster.noise_head`; ``docs/guide/shaped-heads.md``: what it
+        (:mod:`attnclust.cluster.mixture.noise_head`; ``docs/guide/shaped-heads.md``: what it
         gains and loses, measured). Rows held by one process on the CPU.
     merge_heads : "auto", bool or MergeSettings, default="auto"
         Clusters of any shape (the default fit, given ``K``): more spherical heads than
@@ -325,7 +325,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         Why: ``"given"``, or the criteria of ``"auto"``'s candidates.
     covariance_type_criteria_ : dict
         With ``"auto"``: each candidate's log-likelihood, entropy, parameters, rows, BIC
-        and ICL (data units; :class:`~attnclust.cluster.lean_fits.ShapeScore`); else empty.
+        and ICL (data units; :class:`~attnclust.cluster.mixture.lean_fits.ShapeScore`); else empty.
     noise_weight_, noise_log_density_ : float
         With ``noise_head=True``: the background head's weight (``weights_`` then sums to
         one minus it) and the log of its density in the preprocessed space.
@@ -470,7 +470,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         return self
 
     def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan) -> int:
-        """``n_clusters="auto"``: :func:`~attnclust.cluster.k_choice.choose_n_clusters` of
+        """``n_clusters="auto"``: :func:`~attnclust.cluster.choice.k_choice.choose_n_clusters` of
         the (unweighted) preprocessed rows with the plan's settings; sets ``k_choice_`` and
         ``n_clusters_reason_``, and warns when the choice is weak."""
         local = Communicator.local(X.shape[0])

@@ -35,13 +35,13 @@ The endings here
 ----------------
 
     fixed point    fixed-point steps of the risk, the annealing stages as one
-                   :class:`~attnclust.study.schedules.Stages` (the sample first, when smaller)
+                   :class:`~attnclust.layer.schedules.Stages` (the sample first, when smaller)
     pgd            :func:`attnclust.pgd` on the sphere: the stages as one schedule without
                    stopping rule, then the target ``lambda``
     hard limit     :func:`attnclust.cluster.kmeans.ending.fit_to_hard_limit`, with the cluster sizes
                    and the attention's sharpness that the degeneracy checks read
-    shaped         tempered EM of shaped heads (:mod:`attnclust.cluster.shaped_fit`), its fitted
-                   attributes in the data's units
+    shaped         tempered EM of shaped heads (:mod:`attnclust.cluster.mixture.tempered`),
+                   its fitted attributes in the data's units
     merge          more heads than clusters, joined by their overlap
                    (:mod:`attnclust.cluster.merge`), after the default's fit
 
@@ -65,16 +65,16 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
+from ..layer.heads import softmax_heads
+from ..layer.results import History, SolverResult
+from ..layer.schedules import Stages
 from ..study.descent import pgd
-from ..study.heads import softmax_heads
-from ..study.results import History, SolverResult
-from ..study.schedules import Stages
-from .covariance import Covariance
 from .fixed_point import fixed_point_fit
 from .kmeans.ending import fit_to_hard_limit
 from .merge import HeadMerge, MergeSettings, cluster_membership, merge_heads
+from .mixture.covariance import Covariance
+from .mixture.tempered import shaped_fit
 from .rows import WorkingRows
-from .shaped_fit import shaped_fit
 from .warm_start import WarmStart, kmeans_lambda
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ def fit_fixed_point(S, Sw, rows: WorkingRows, heads0, temps, steps, *, tol, geom
     Examples
     --------
     >>> import torch
-    >>> from attnclust.study.geometry import as_geometry
+    >>> from attnclust.layer.geometry import as_geometry
     >>> X = torch.tensor([[0.0, 1.0], [0.1, 1.0], [1.0, 0.0], [1.0, 0.1]], dtype=torch.float64)
     >>> rows = WorkingRows.prepare(X.numpy(), geometry=as_geometry("sphere"), comm=None,
     ...                            device="cpu", dtype="auto", chunk_size=None)
@@ -313,7 +313,7 @@ class ShapedFitted(NamedTuple):
 
 def fit_shaped(rows: WorkingRows, heads0, plan: FitPlan, *, report: Reporter,
                start: tuple | None = None) -> ShapedFitted:
-    """Tempered EM of shaped heads (:func:`~attnclust.cluster.shaped_fit.shaped_fit`) from the
+    """Tempered EM of shaped heads (:func:`~attnclust.cluster.mixture.tempered.shaped_fit`) from the
     Lloyd heads ``heads0``, for the resolved settings ``plan``: through the stages of the
     annealing plan at ``lambda`` (``"auto"``: 1), to ``tol`` (``"auto"``: 1e-3,
     ``GaussianMixture``'s); a pass holds ``(K, rows, d)`` blocks, so its chunks are ``K``

@@ -31,9 +31,9 @@ from .._validation import (
     check_inverse_temperature,
     check_nonnegative,
 )
-from ..study.geometry import as_geometry
-from .covariance import as_covariance_type
+from ..layer.geometry import as_geometry
 from .merge import MergeSettings
+from .mixture.covariance import as_covariance_type
 from .settings import FitSettings
 
 __all__ = ["CONSTRAINTS", "check_params", "param_names", "parameters"]

@@ -1,6 +1,6 @@
 """The default solver of ``AttentionClustering``: safeguarded fixed-point steps.
 
-The model is the K-head layer of :mod:`attnclust.study.heads`, ``a_h(x) = softmax_h(lambda
+The model is the K-head layer of :mod:`attnclust.layer.heads`, ``a_h(x) = softmax_h(lambda
 <x, mu_h> - b_h)``, ``T_mu(x) = sum_h a_h(x) mu_h``, fitted by minimizing the empirical
 risk ``f(mu) = (1/n) sum_i ||x_i - T_mu(x_i)||^2`` (plus ``rho * Pen(mu)``): over the
 product of spheres for unit heads (``b_h = 0``), over ``R^{K x d}`` for Euclidean heads
@@ -106,10 +106,10 @@ import torch
 
 from .._deprecation import warn_deprecated
 from .._threads import add_chunks
-from ..study.geometry import Geometry, Sphere, as_geometry
-from ..study.heads import softmax_heads
-from ..study.results import History, IterationInfo, SolverResult
-from ..study.schedules import Schedule, as_schedule
+from ..layer.geometry import Geometry, Sphere, as_geometry
+from ..layer.heads import softmax_heads
+from ..layer.results import History, IterationInfo, SolverResult
+from ..layer.schedules import Schedule, as_schedule
 
 __all__ = ["fixed_point_fit", "forget_heads", "pass_sums", "step_from_sums"]
 
@@ -403,8 +403,8 @@ def fixed_point_fit(
     heads0 : Tensor of shape (K, d)
         Initial heads (unit on the sphere).
     inverse_temperature : float or Schedule
-        ``lambda``, or a schedule of :mod:`attnclust.study.schedules` (the one :func:`attnclust.pgd`
-        takes), run as its :meth:`~attnclust.study.schedules.Schedule.stages`: at most ``count``
+        ``lambda``, or a schedule of :mod:`attnclust.layer.schedules` (the one :func:`attnclust.pgd`
+        takes), run as its :meth:`~attnclust.layer.schedules.Schedule.stages`: at most ``count``
         steps at each value (the last stage also stops when converged).
     n_steps : int
         Most steps in all (``lambda``'s stages are cut there).
@@ -418,11 +418,11 @@ def fixed_point_fit(
         Rows per chunk of each pass (memory bound only; the steps are full-batch).
     geometry : {"sphere", "euclidean"} or Geometry, default="sphere"
         Unit heads (steps normalized back on the spheres) or free heads with the key bias
-        ``lambda ||mu_h||^2 / 2`` (plain steps; see :mod:`attnclust.study.geometry`).
+        ``lambda ||mu_h||^2 / 2`` (plain steps; see :mod:`attnclust.layer.geometry`).
     penalty, rho :
         Regularizer (``None``, ``"repulsion"`` or ``"balance"``) and its weight.
     callback : callable, optional
-        Called with an :class:`~attnclust.study.results.IterationInfo` after each accepted
+        Called with an :class:`~attnclust.layer.results.IterationInfo` after each accepted
         step (``loss``: the objective at the new heads).
     reduce : callable, optional
         Data-parallel fitting: ``X`` holds this rank's rows and ``reduce(t)`` returns the
@@ -444,7 +444,7 @@ def fixed_point_fit(
     Returns
     -------
     SolverResult
-        Heads, :class:`~attnclust.study.results.History` of every accepted step (the first
+        Heads, :class:`~attnclust.layer.results.History` of every accepted step (the first
         iterate of each stage at its own ``lambda``), ``n_iter`` and ``converged``.
 
     Examples
@@ -533,7 +533,7 @@ def _stages(lam, n_steps, old_lams, old_steps) -> list[tuple[float, int]]:
             raise ValueError("pass inverse_temperature and n_steps, or the deprecated "
                              "inverse_temperatures and stage_steps, not both")
         warn_deprecated("inverse_temperatures and stage_steps are deprecated and will be "
-                        "removed in 0.4; pass inverse_temperature=attnclust.study.schedules."
+                        "removed in 0.4; pass inverse_temperature=attnclust.layer.schedules."
                         "Stages(values, steps) and n_steps=sum(steps)", stacklevel=3)
         return list(zip(old_lams, old_steps, strict=True))
     if lam is None or n_steps is None:

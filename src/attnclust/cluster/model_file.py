@@ -278,8 +278,8 @@ def load_model(path: str | os.PathLike):
 def _plan(est):
     """The plan of the fit's predictions, resolved again as ``fit`` resolves it: the
     parameters' plan, for the fitted number of heads and the chosen shape."""
-    from .covariance import as_covariance_type
     from .estimator_params import parameters
+    from .mixture.covariance import as_covariance_type
     from .plan import resolve
 
     with warnings.catch_warnings():     # a deprecated parameter warned when it was fitted

@@ -3,8 +3,8 @@
 ``AttentionClustering.fit`` checks its parameters (:mod:`attnclust.cluster.estimator_params`)
 and resolves them here into one immutable plan; the solvers
 (:mod:`attnclust.cluster.estimator_fits`, the warm start,
-:mod:`attnclust.cluster.shaped_fit`'s driver, :mod:`attnclust.cluster.streaming`) read the plan
-and the :class:`~attnclust.cluster.rows.WorkingRows`, never the estimator's parameters.
+:mod:`attnclust.cluster.mixture.tempered`'s driver, :mod:`attnclust.cluster.streaming`) read
+the plan and the :class:`~attnclust.cluster.rows.WorkingRows`, never the estimator's parameters.
 Every ``"auto"`` value is resolved in this module:
 
 =======================  ===============================================================
@@ -25,8 +25,9 @@ parameter                ``"auto"`` resolves to
 ``tol``                  the ending's: ``KMEANS_TOL`` (scikit-learn's ``KMeans`` rule)
                          for a fit that ends in the hard limit, ``SHAPED_TOL`` for shaped
                          heads, the geometry's otherwise
-``covariance_type``      :data:`~attnclust.cluster.covariance.AUTO`: the plan of ``"spherical"``
-                         until the fit has chosen the shape (:mod:`attnclust.cluster.shape_choice`),
+``covariance_type``      :data:`~attnclust.cluster.mixture.covariance.AUTO`: the plan
+                         of ``"spherical"`` until the fit has chosen the shape
+                         (:mod:`attnclust.cluster.mixture.shape_choice`),
                          then :meth:`FitPlan.with_covariance` of the chosen one
 =======================  ===============================================================
 
@@ -59,11 +60,11 @@ from typing import Any
 import numpy as np
 
 from .._validation import check_inverse_temperature
-from ..study.geometry import Geometry, as_geometry
+from ..layer.geometry import Geometry, as_geometry
 from .communicator import Communicator
-from .covariance import Covariance, as_covariance_type
 from .kmeans import SWAP_HEADS
 from .kmeans.batch import KMEANS_TOL
+from .mixture.covariance import Covariance, as_covariance_type
 from .rows import WorkingRows, center_scale, preprocess
 from .settings import FitSettings
 from .warm_start import warm_start
@@ -93,7 +94,7 @@ class FitPlan:
 
     geometry: Geometry
     covariance: Covariance
-    n_clusters: int | None          # None: "auto" (attnclust.cluster.k_choice)
+    n_clusters: int | None          # None: "auto" (attnclust.cluster.choice.k_choice)
     max_clusters: int
     init: Any                       # "kmeans++", "sphere", "anneal" or an array (K, d)
     n_init: int
@@ -133,7 +134,7 @@ class FitPlan:
         Examples
         --------
         >>> from attnclust import AttentionClustering
-        >>> from attnclust.cluster.covariance import Full
+        >>> from attnclust.cluster.mixture.covariance import Full
         >>> plan = resolve(AttentionClustering(3, covariance_type="auto").get_params())
         >>> plan.hard, plan.inverse_temperature, plan.tol, plan.chooses_shape
         (True, None, 0.0001, True)

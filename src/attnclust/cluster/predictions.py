@@ -33,10 +33,10 @@ import numpy as np
 import torch
 from sklearn.utils.validation import check_is_fitted
 
-from ..study.heads import softmax_heads
+from ..layer.heads import softmax_heads
 from .estimator_fits import shaped_log_joint
-from .likelihood import spherical_log_density, squared_distances
-from .noise_head import NOISE_LABEL
+from .mixture.likelihood import spherical_log_density, squared_distances
+from .mixture.noise_head import NOISE_LABEL
 from .rows import chunk_rows, fit_threads
 
 __all__ = ["LayerPredictionsMixin", "MergedHeadsMixin"]

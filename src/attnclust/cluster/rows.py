@@ -53,8 +53,8 @@ import torch
 
 from .._threads import map_chunks, torch_threads
 from .._validation import as_torch_dtype
-from ..study.geometry import Geometry
-from ..study.results import IterationInfo
+from ..layer.geometry import Geometry
+from ..layer.results import IterationInfo
 from .communicator import Communicator
 
 __all__ = ["WorkingRows", "center_scale", "chunk_rows", "computation_dtype", "fit_threads",
@@ -333,7 +333,7 @@ class WorkingRows:
     --------
     >>> import attnclust as ac
     >>> X = np.array([[1.0, 0.0], [5.0, 0.0]])
-    >>> rows = WorkingRows.prepare(X, geometry=ac.study.geometry.Euclidean(), comm=None)
+    >>> rows = WorkingRows.prepare(X, geometry=ac.layer.geometry.Euclidean(), comm=None)
     >>> rows.read(0, 2)[:, 0].tolist(), rows.scale
     ([-1.0, 1.0], 2.0)
     >>> rows.heads_out(torch.tensor([[0.5, 0.0]], dtype=torch.float64)).tolist()
@@ -492,7 +492,7 @@ class WorkingRows:
         return out
 
     def info_out(self, offset: int = 0) -> Callable[[IterationInfo], IterationInfo]:
-        """A solver's :class:`~attnclust.study.results.IterationInfo` in the preprocessed space's
+        """A solver's :class:`~attnclust.layer.results.IterationInfo` in the preprocessed space's
         units, its iteration counted from ``offset``."""
         scale = self.scale
         shift = None if self.shift is None else torch.from_numpy(self.shift)

@@ -3,9 +3,9 @@
 The estimator's parameters (:mod:`attnclust.cluster.estimator_params`) say *what* to fit;
 these settings say how much work its data-driven choices may do: the warm start's
 sample (:mod:`attnclust.cluster.warm_start`), the heads' shape chosen by ICL
-(:mod:`attnclust.cluster.shape_choice`) and its candidates' EM
-(:mod:`attnclust.cluster.candidate_em`), and the choice of ``K``
-(:mod:`attnclust.cluster.k_choice`). Their defaults are the measured ones the modules'
+(:mod:`attnclust.cluster.mixture.shape_choice`) and its candidates' EM
+(:mod:`attnclust.cluster.mixture.candidate_em`), and the choice of ``K``
+(:mod:`attnclust.cluster.choice.k_choice`). Their defaults are the measured ones the modules'
 docstrings explain; ``AttentionClustering(settings=FitSettings(...))`` changes them for
 one estimator (tests use small values to exercise the paths of large data on a few
 rows). The resolved :class:`~attnclust.cluster.plan.FitPlan` carries them
@@ -76,7 +76,7 @@ class FitSettings:
         more row visits than the passes.
     choice_rows : int, default=2_000
         ``covariance_type="auto"`` chooses the heads' shape on all rows up to this many,
-        else on a seeded sample of this many (:mod:`attnclust.cluster.shape_choice`: on the
+        else on a seeded sample of this many (:mod:`attnclust.cluster.mixture.shape_choice`: on the
         batteries the choice on 2,000 rows was that on all rows in 117 of 120 fits).
     lean_rows : int, default=10_000
         The chosen shape is fitted on all rows by the lean EM where they are held whole
@@ -92,7 +92,7 @@ class FitSettings:
     stop_steps : int, default=2
         A shaped candidate's EM stops early (it cannot win) after this many steps in a
         row whose Aitken-projected ICL bound is above the least ICL so far
-        (:mod:`attnclust.cluster.candidate_em`).
+        (:mod:`attnclust.cluster.mixture.candidate_em`).
     rows_per_parameter : float, default=10
         The density core's second start is tried only for a candidate with at least this
         many rows per free parameter (``math.inf``: never).
@@ -107,7 +107,7 @@ class FitSettings:
         The second start runs only where it moves at least this share of the weight out
         of the default partition's cells.
     k_init : int, default=3
-        ``n_clusters="auto"`` (:mod:`attnclust.cluster.k_choice`): k-means runs per ``K``,
+        ``n_clusters="auto"`` (:mod:`attnclust.cluster.choice.k_choice`): k-means runs per ``K``,
         the best kept.
     em_steps : int, default=5
         EM steps from each partition's cells.
@@ -153,20 +153,20 @@ class FitSettings:
     warm_sample: int = 20_000
     per_head: int = 256
     seeding_rows: int = 5
-    # the shape choice (attnclust.cluster.shape_choice, attnclust.cluster.plan)
+    # the shape choice (attnclust.cluster.mixture.shape_choice, attnclust.cluster.plan)
     choice_rows: int = 2_000
     lean_rows: int = 10_000
     choice_numbers: int = 20_000_000
     fit_numbers: int = 100_000_000
     shape_choice_seedings: int = 7
-    # the candidates' EM (attnclust.cluster.candidate_em)
+    # the candidates' EM (attnclust.cluster.mixture.candidate_em)
     stop_steps: int = 2
     rows_per_parameter: float = 10
     peak_rows: int = 256
     peak_candidates: int = 64
     merge_share: float = 0.8
     min_moved: float = 0.1
-    # the choice of K (attnclust.cluster.k_choice)
+    # the choice of K (attnclust.cluster.choice.k_choice)
     k_init: int = 3
     em_steps: int = 5
     patience: int = 3

@@ -1,7 +1,7 @@
 """Warm start of :class:`~attnclust.AttentionClustering`: hard Lloyd steps, the auto lambda.
 
 As ``lambda -> infinity`` the attention of the K-head layer becomes the indicator of the
-highest logit (:func:`attnclust.study.heads.head_logits`), and the fixed-point step of
+highest logit (:func:`attnclust.layer.heads.head_logits`), and the fixed-point step of
 :mod:`attnclust.cluster.fixed_point` becomes a Lloyd step:
 
 - ``geometry="euclidean"``: cells ``argmin_h ||x - mu_h||``, heads moved to the means of
@@ -50,7 +50,7 @@ import numpy as np
 import torch
 from sklearn.cluster import kmeans_plusplus
 
-from ..study.geometry import Geometry, as_geometry
+from ..layer.geometry import Geometry, as_geometry
 from .annealing import anneal_heads
 from .kmeans import KMeansResult, hard_labels, hard_lloyd, sample_kmeans
 from .kmeans.batch import KMEANS_TOL
@@ -265,9 +265,9 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     --------
     >>> import attnclust as ac
     >>> X = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.1).sample(400, rng=0)
-    >>> rows = WorkingRows.prepare(X, geometry=ac.study.geometry.Sphere(), comm=None)
+    >>> rows = WorkingRows.prepare(X, geometry=ac.layer.geometry.Sphere(), comm=None)
     >>> start = warm_start(rows.rows, rows, init="kmeans++", n_clusters=2, n_init=1,
-    ...                    geometry=ac.study.geometry.Sphere(), gen=np.random.default_rng(0),
+    ...                    geometry=ac.layer.geometry.Sphere(), gen=np.random.default_rng(0),
     ...                    auto=True)
     >>> round(start.inverse_temperature, -1), start.capped
     (100.0, False)

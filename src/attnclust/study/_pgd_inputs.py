@@ -28,8 +28,8 @@ import numpy as np
 import torch
 
 from .._validation import as_tensor, check_finite
+from ..layer.geometry import Geometry
 from ._run_schedules import group_runs, per_run
-from .geometry import Geometry
 from .mixture import GaussianMixture
 from .objectives import (
     Balance,
@@ -58,7 +58,7 @@ def as_objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_s
     Examples
     --------
     >>> import attnclust as ac
-    >>> from attnclust.study.geometry import as_geometry
+    >>> from attnclust.layer.geometry import as_geometry
     >>> mix = ac.GaussianMixture.orthogonal(d=4, k=2)
     >>> risk = as_objective(mix, batch_size=None, reduce=None, gen=None, method="auto",
     ...                     n_samples=2**10, qmc_seed=0, geometry=as_geometry("sphere"))
@@ -88,7 +88,7 @@ def initial_heads(heads0, d: int | None, device, geometry: Geometry) -> torch.Te
 
     Examples
     --------
-    >>> from attnclust.study.geometry import as_geometry
+    >>> from attnclust.layer.geometry import as_geometry
     >>> initial_heads([[3.0, 4.0]], 2, "cpu", as_geometry("sphere")).tolist()
     [[[0.6, 0.8]]]
     """

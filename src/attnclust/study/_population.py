@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..layer.geometry import as_geometry
 from . import _qmc
 from . import _quadrature as _q
-from .geometry import as_geometry
 from .mixture import GaussianMixture
 
 METHODS = ("auto", "exact", "qmc")

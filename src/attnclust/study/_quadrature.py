@@ -283,7 +283,7 @@ def k3_integral(delta: np.ndarray, L: np.ndarray, gram: np.ndarray, z: np.ndarra
 # --------------------------------------------------------------------------------------
 def key_offset(heads, geometry):
     """``c_h`` of heads ``(..., K, d)`` (array or tensor) for a
-    :class:`~attnclust.study.geometry.Geometry`: ``None`` where it has no key bias (the
+    :class:`~attnclust.layer.geometry.Geometry`: ``None`` where it has no key bias (the
     sphere), ``-||mu_h||^2 / 2`` for Euclidean heads."""
     bias = geometry.key_bias(heads, 1.0)
     return None if bias is None else -bias
@@ -291,7 +291,7 @@ def key_offset(heads, geometry):
 
 def chain_offset(grad, d_offset, heads, geometry):
     """The gradient in the heads once the offsets' own dependence on them is added:
-    ``grad + (dc/dmu)^T d_offset`` (:meth:`~attnclust.study.geometry.Geometry.offset_vjp`;
+    ``grad + (dc/dmu)^T d_offset`` (:meth:`~attnclust.layer.geometry.Geometry.offset_vjp`;
     tensors or arrays, returned as given)."""
     if d_offset is None:
         return grad

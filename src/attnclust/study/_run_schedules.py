@@ -2,7 +2,7 @@
 
 :func:`attnclust.pgd` takes ``inverse_temperature`` and ``rho`` as one spec shared by its
 ``R`` runs or as a list of one spec per run; a spec is a number, a schedule of
-:mod:`attnclust.study.schedules` or a callable ``t -> value``. :class:`RunSchedule` turns them
+:mod:`attnclust.layer.schedules` or a callable ``t -> value``. :class:`RunSchedule` turns them
 into ``t -> (R,)``: numbers are one vector returned as is at every step, and each
 distinct schedule (callables by identity) is evaluated once per step for all the runs
 that share it. The step from which a run's schedule is finished (``finished_at``; ``0``
@@ -32,7 +32,7 @@ import numpy as np
 
 from .._deprecation import REMOVED_IN, warn_deprecated
 from .._validation import check_inverse_temperature
-from .schedules import Anneal, Decay, Schedule, as_schedule
+from ..layer.schedules import Anneal, Decay, Schedule, as_schedule
 
 __all__ = ["RunSchedule", "group_runs", "legacy_schedule", "per_run", "run_vector"]
 
@@ -139,7 +139,7 @@ def legacy_schedule(kind: str, value, spec, n_runs: int, n_steps: int):
     if all(not callable(s) and s == default for s in specs):
         return value
     warn_deprecated(f"{kind}_schedule is deprecated and will be removed in {REMOVED_IN}; pass a "
-                    f"schedule as {kind} (attnclust.study.schedules: Anneal, Decay, Stages, or a "
+                    f"schedule as {kind} (attnclust.layer.schedules: Anneal, Decay, Stages, or a "
                     f"callable t -> value)", stacklevel=4)
     base = run_vector(value, n_runs, kind, positive=kind == "inverse_temperature")
     entries: list = [float(b) for b in base]

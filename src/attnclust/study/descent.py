@@ -32,7 +32,7 @@ gives the rest of the protocol its defaults, so a penalty such as
 :class:`~attnclust.Repulsion` alone is an objective too).
 
 Schedules (``t = 0..n_steps-1``), per run or shared: ``inverse_temperature`` and ``rho``
-are values or schedules of :mod:`attnclust.study.schedules` (the same ones the fixed-point
+are values or schedules of :mod:`attnclust.layer.schedules` (the same ones the fixed-point
 solver takes), e.g. ``inverse_temperature=Anneal(30.0, steps=500)`` (geometric from
 ``lambda / 100`` to ``lambda`` over 500 steps, then constant) or ``rho=Decay(0.5,
 steps=500)`` (linear to ``0``, so the end point minimizes ``R`` itself), or a callable
@@ -51,8 +51,8 @@ numbers only at recorded steps and, when ``tol > 0``, for the stopping test. The
 population kernels run on the host (NumPy) whatever the device of the heads.
 
 The stopping rule ``||xi|| < tol`` is checked only once the schedules have finished
-(from their ``finished_at`` step, e.g. ``steps`` for :class:`~attnclust.study.schedules.Anneal`
-and :class:`~attnclust.study.schedules.Decay`; at every step for callables, whose caller owns
+(from their ``finished_at`` step, e.g. ``steps`` for :class:`~attnclust.layer.schedules.Anneal`
+and :class:`~attnclust.layer.schedules.Decay`; at every step for callables, whose caller owns
 them).
 
 Here: :func:`pgd` and its loop. The random initial heads are :mod:`attnclust.study.inits`
@@ -93,11 +93,11 @@ import torch
 
 from .._deprecation import renamed_keywords
 from .._validation import as_generator, as_tensor, check_int
+from ..layer.geometry import as_geometry
+from ..layer.results import History, IterationInfo, SolverResult
 from ._pgd_inputs import as_objective, check_options, initial_heads, penalty_terms, restrict
 from ._run_schedules import RunSchedule, legacy_schedule, run_vector
-from .geometry import as_geometry
 from .inits import init_on_manifold, init_on_sphere
-from .results import History, IterationInfo, SolverResult
 
 __all__ = ["PGDResult", "PGDHistory", "pgd", "init_on_manifold", "init_on_sphere"]
 
@@ -146,7 +146,7 @@ def pgd(
         runs ``R`` descents at once.
     inverse_temperature : float, array-like of shape (R,), schedule or callable, or a list
         Inverse temperature ``lambda`` (per run in a list or array): a value, or a schedule
-        of :mod:`attnclust.study.schedules` (or a callable ``t -> value``) giving ``lambda_t``.
+        of :mod:`attnclust.layer.schedules` (or a callable ``t -> value``) giving ``lambda_t``.
     step_size : float or array-like of shape (R,), default=0.1
         ``eta > 0``.
     n_steps : int, default=1000
@@ -177,7 +177,7 @@ def pgd(
     n_samples : int, default=2**14
         QMC points per mixture component.
     callback : callable ``(IterationInfo) -> None``, optional
-        Called after each update (:class:`attnclust.study.results.IterationInfo`: the new heads,
+        Called after each update (:class:`attnclust.layer.results.IterationInfo`: the new heads,
         ``(K, d)`` or ``(R, K, d)``, with the update's ``lambda`` and shift per run; the
         objective is evaluated before each update, so ``loss`` is NaN).
     reduce : callable ``tensor -> tensor``, optional
@@ -196,7 +196,7 @@ def pgd(
     Returns
     -------
     SolverResult
-        Heads, :class:`~attnclust.study.results.History` (risk, gradient norm, schedules and
+        Heads, :class:`~attnclust.layer.results.History` (risk, gradient norm, schedules and
         heads at the recorded steps), ``n_iter`` and ``converged``. For ``heads0`` of
         shape ``(R, K, d)``: heads ``(R, K, d)``, a history with a run axis, and
         ``n_iter`` and ``converged`` arrays of shape ``(R,)``.

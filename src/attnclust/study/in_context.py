@@ -66,8 +66,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .._deprecation import renamed_keywords
 from .._validation import as_tensor, check_finite, check_inverse_temperature
+from ..layer.sphere import normalize
 from .mixture import GaussianMixture
-from .sphere import normalize
 
 __all__ = [
     "BACKENDS",

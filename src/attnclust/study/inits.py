@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 from .._validation import as_generator, check_int
+from ..layer.sphere import random_sphere
 from .mixture import GaussianMixture
-from .sphere import random_sphere
 
 __all__ = ["init_on_manifold", "init_on_sphere"]
 

@@ -40,7 +40,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from .._deprecation import renamed_keywords
 from .._validation import as_tensor
-from .heads import head_weights
+from ..layer.heads import head_weights
 from .in_context import infinite_prompt_limit
 from .mixture import GaussianMixture
 

@@ -39,11 +39,11 @@ import numpy as np
 import torch
 
 from .._validation import as_generator, as_tensor, check_finite, check_int
+from ..layer.geometry import as_geometry
 from . import _population as _pop
 from . import _qmc
 from . import _quadrature as _q
 from . import risk as _risk
-from .geometry import as_geometry
 from .mixture import GaussianMixture
 
 __all__ = ["ValueAndGrad", "Objective", "PopulationRisk", "EmpiricalRisk", "Repulsion",

@@ -79,11 +79,11 @@ import torch
 
 from .._deprecation import renamed_keywords
 from .._validation import as_tensor, check_finite, check_int, check_inverse_temperature
+from ..layer.geometry import as_geometry
+from ..layer.heads import softmax_heads
 from . import _population as _pop
 from . import _quadrature as _q
 from ._qmc import N_SCRAMBLES, gram_factor, qmc_seed, sobol_normals
-from .geometry import as_geometry
-from .heads import softmax_heads
 from .mixture import GaussianMixture
 
 __all__ = [

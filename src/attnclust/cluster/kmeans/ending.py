@@ -53,8 +53,8 @@ import warnings
 import numpy as np
 import torch
 
-from ...study.geometry import Geometry
-from ...study.results import IterationInfo
+from ...layer.geometry import Geometry
+from ...layer.results import IterationInfo
 from ..rows import WorkingRows
 from .batch import KMEANS_TOL
 from .lloyd import sample_kmeans
@@ -76,7 +76,7 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: KMeansResult, *
                       tol: float = KMEANS_TOL) -> KMeansResult:
     """The fit's end of the module docstring, from the warm start ``start`` on ``S``.
 
-    ``callback`` (an :class:`~attnclust.study.results.IterationInfo` consumer, at an infinite
+    ``callback`` (an :class:`~attnclust.layer.results.IterationInfo` consumer, at an infinite
     inverse temperature) sees the sample's partition, then each step over all rows.
     ``weights``: the sample's weights (the rows' own are ``rows.weights``); ``tol``:
     scikit-learn's ``tol`` (squared moves of the heads over the rows' mean variance per
@@ -97,7 +97,7 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: KMeansResult, *
     >>> from attnclust.cluster.kmeans import sample_kmeans
     >>> X, z = ac.GaussianMixture.orthogonal(d=3, k=2, sigma=0.1).sample(
     ...     300, rng=0, return_labels=True)
-    >>> cells = ac.study.geometry.Euclidean()
+    >>> cells = ac.layer.geometry.Euclidean()
     >>> rows = WorkingRows.prepare(X, geometry=cells, comm=None)
     >>> S = rows.sample(np.random.default_rng(0), 300)          # every row
     >>> end = fit_to_hard_limit(S, rows, sample_kmeans(S, 2, seed=0), geometry=cells,

@@ -1,7 +1,7 @@
 """Lloyd's steps on a sample, in torch: any geometry, and the batched runs' torch face.
 
 As ``lambda -> infinity`` the attention of the K-head layer becomes the indicator of the
-highest logit ``lambda <x, mu_h> - b_h`` (:meth:`attnclust.study.geometry.Geometry.logits`),
+highest logit ``lambda <x, mu_h> - b_h`` (:meth:`attnclust.layer.geometry.Geometry.logits`),
 and the layer's fixed-point step becomes Lloyd's step:
 
 - ``geometry="euclidean"``: cells ``argmin_h ||x - mu_h||``, heads moved to the (weighted)
@@ -34,7 +34,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ...study.geometry import Geometry, as_geometry
+from ...layer.geometry import Geometry, as_geometry
 from .batch import KMEANS_TOL, best_of_seedings
 from .result import KMeansResult, objective_sums
 

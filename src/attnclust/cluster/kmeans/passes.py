@@ -49,8 +49,8 @@ import numpy as np
 import torch
 
 from ..._threads import map_chunks
-from ...study.geometry import Euclidean
-from ...study.results import IterationInfo
+from ...layer.geometry import Euclidean
+from ...layer.results import IterationInfo
 from .lloyd import cell_sums
 from .result import KMeansHistory, KMeansResult, chunk_objective
 from .swap import nearest_two
@@ -236,7 +236,7 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     labels : ndarray of shape (n_rows,), optional
         Filled with the index of each row's nearest returned head.
     callback : callable, optional
-        Called after each step with an :class:`~attnclust.study.results.IterationInfo`
+        Called after each step with an :class:`~attnclust.layer.results.IterationInfo`
         (``iteration``: steps so far; ``loss``: ``R_inf`` of the step's heads;
         ``inverse_temperature``: infinity; ``shift``: the largest move of a head): progress
         over the steps.

@@ -46,7 +46,7 @@ from typing import NamedTuple
 
 import torch
 
-from ...study.geometry import Geometry
+from ...layer.geometry import Geometry
 from .batch import KMEANS_TOL
 from .lloyd import sample_kmeans
 from .result import KMeansResult
@@ -176,7 +176,7 @@ def single_swap(rows: torch.Tensor, heads: torch.Tensor, geometry: Geometry, *,
     Examples
     --------
     >>> import torch
-    >>> from attnclust.study.geometry import as_geometry
+    >>> from attnclust.layer.geometry import as_geometry
     >>> x = torch.tensor([[0.0, 0.0], [0.2, 0.0], [5.0, 0.0], [5.2, 0.0]],
     ...                  dtype=torch.float64)
     >>> heads = torch.tensor([[2.6, 0.0], [40.0, 0.0]], dtype=torch.float64)  # one dead
@@ -220,7 +220,7 @@ def swap_polish(S: torch.Tensor, best: KMeansResult, geometry: Geometry, *, max_
 
     Examples
     --------
-    >>> from attnclust.study.geometry import as_geometry
+    >>> from attnclust.layer.geometry import as_geometry
     >>> S = torch.tensor([[0.0], [0.1], [5.0], [5.1], [9.0], [9.1]], dtype=torch.float64)
     >>> two_in_one = sample_kmeans(S, 3, init=S[[0, 1, 4]])     # 0 | 0.1 | 5..9.1
     >>> kept, _ = swap_polish(S, two_in_one, as_geometry('euclidean'), max_iter=100, rounds=8)

@@ -10,10 +10,10 @@ import torch
 from scipy.stats import norm
 from sklearn.decomposition import PCA
 
+from ...layer.schedules import Anneal, Decay
 from ..inits import init_on_manifold, init_on_sphere
 from ..metrics import centroid_distance
 from ..mixture import GaussianMixture
-from ..schedules import Anneal, Decay
 from ._style import COLORS, new_figure, save
 
 __all__ = ["distance_max", "running_example", "initial_heads", "wilson", "rate_summary",

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...layer.heads import attention_heads
 from ..descent import pgd
-from ..heads import attention_heads
 from ..inits import init_on_manifold
 from ..metrics import centroid_distance, distortion, spread_ratio
 from ._common import inputs_vs_outputs, inverse_temperature_of, projected, prompt

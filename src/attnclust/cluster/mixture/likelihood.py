@@ -52,10 +52,10 @@ import torch
 from scipy.special import ive
 from sklearn.utils.validation import check_is_fitted
 
-from .._validation import check_sample_weight
-from ..study.geometry import Geometry
+from ..._validation import check_sample_weight
+from ...layer.geometry import Geometry
+from ..rows import WorkingRows
 from .covariance import Covariance
-from .rows import WorkingRows
 
 __all__ = ["LikelihoodMixin", "inertia", "log_vmf_normalizer", "mixture_log_density",
            "n_parameters", "spherical_log_density", "squared_distances",
@@ -169,7 +169,7 @@ def mixture_log_density(X: torch.Tensor, means: torch.Tensor, precisions_cholesk
 
     Examples
     --------
-    >>> from attnclust.cluster.covariance import Diag
+    >>> from attnclust.cluster.mixture.covariance import Diag
     >>> x = torch.zeros(1, 2, dtype=torch.float64)
     >>> float(mixture_log_density(x, x, torch.ones(1, 2, dtype=torch.float64),
     ...                           torch.ones(1, dtype=torch.float64), Diag())) == \\
@@ -193,8 +193,8 @@ def n_parameters(n_clusters: int, n_features: int, *, geometry: Geometry,
 
     Examples
     --------
-    >>> from attnclust.study.geometry import as_geometry
-    >>> from attnclust.cluster.covariance import Full, Spherical
+    >>> from attnclust.layer.geometry import as_geometry
+    >>> from attnclust.cluster.mixture.covariance import Full, Spherical
     >>> n_parameters(3, 2, geometry=as_geometry("euclidean"), covariance=Full())
     17
     >>> n_parameters(3, 2, geometry=as_geometry("sphere"), covariance=Spherical())
@@ -216,7 +216,7 @@ def inertia(rows: WorkingRows, centers: np.ndarray, labels: np.ndarray) -> float
 
     Examples
     --------
-    >>> from attnclust.study.geometry import as_geometry
+    >>> from attnclust.layer.geometry import as_geometry
     >>> X = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0]])
     >>> rows = WorkingRows.prepare(X, geometry=as_geometry("euclidean"), comm=None)
     >>> inertia(rows, np.array([[1.0, 0.0], [10.0, 0.0]]), np.array([0, 0, 1]))
@@ -245,7 +245,7 @@ class LikelihoodMixin:
 
     def score_samples(self, X) -> np.ndarray:
         """Log-likelihood ``log p(x)`` of each row under the mixture the fitted heads
-        describe, shape (n_samples,), float64 (:mod:`attnclust.cluster.likelihood`).
+        describe, shape (n_samples,), float64 (:mod:`attnclust.cluster.mixture.likelihood`).
 
         One meaning for every fit: spherical Euclidean heads, ``(1/K) sum_h N(mu_h, I /
         lambda)``; shaped heads, ``sum_h pi_h N(mu_h, Sigma_h)`` (untempered; with

@@ -33,7 +33,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from ..study.geometry import as_geometry
+from ..layer.geometry import as_geometry
 
 __all__ = ["plot_clusters", "principal_axes"]
 

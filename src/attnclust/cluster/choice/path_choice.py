@@ -1,15 +1,15 @@
 """The number of clusters read off the temperature path, for a caller that has only rows
 (benchmarks, the guide's figures; ``n_clusters="auto"`` of the estimator is
-:mod:`attnclust.cluster.k_choice`'s likelihood choice).
+:mod:`attnclust.cluster.choice.k_choice`'s likelihood choice).
 
 :func:`choose_from_path` follows the path (:func:`attnclust.temperature_path`, module
 :mod:`attnclust.cluster.annealing`) of (a sample of) the preprocessed rows on the coarser
 grid of :data:`FAST_SETTINGS` and applies the plateau rule of
-:meth:`~attnclust.TemperaturePath.choose_n_clusters` (:mod:`attnclust.cluster.plateaus`:
+:meth:`~attnclust.TemperaturePath.choose_n_clusters` (:mod:`attnclust.cluster.choice.plateaus`:
 the widest plateau of ``K >= 2``, at least ``MIN_PLATEAU_WIDTH`` wide in ``log lambda``,
 else ``K = 1``), stopping the path as soon as no later plateau could be wider than the
-widest so far. The plateaus' names (:class:`~attnclust.cluster.plateaus.Plateau`,
-:class:`~attnclust.cluster.plateaus.ClusterChoice`, ...) stay importable from here.
+widest so far. The plateaus' names (:class:`~attnclust.cluster.choice.plateaus.Plateau`,
+:class:`~attnclust.cluster.choice.plateaus.ClusterChoice`, ...) stay importable from here.
 
 Notation
 --------
@@ -28,8 +28,8 @@ import math
 
 import numpy as np
 
-from .._validation import as_generator
-from .annealing import TemperaturePath, path_grid, temperature_path
+from ..._validation import as_generator
+from ..annealing import TemperaturePath, path_grid, temperature_path
 from .plateaus import (  # the plateaus' names stay importable from here
     MIN_PLATEAU_WIDTH,
     ClusterChoice,

@@ -1,6 +1,6 @@
 """Fitting shaped heads: tempered EM, a safeguarded fixed point on sums over rows.
 
-The layer is :mod:`attnclust.cluster.shaped`'s, ``a_h(x) = softmax_h lambda l_h(x)`` with
+The layer is :mod:`attnclust.cluster.mixture.shaped`'s, ``a_h(x) = softmax_h lambda l_h(x)`` with
 ``l_h(x) = log pi_h + log N(x; mu_h, P_h^{-1})``. Its reconstruction risk ``E||x -
 T(x)||^2`` is no objective for the metrics ``P_h`` (``docs/guide/shaped-heads.md``
 derives and measures why: for given heads the risk prefers nearest-head cells, so a
@@ -66,11 +66,11 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ..study.results import IterationInfo
-from ..study.schedules import Schedule, as_schedule
+from ...layer.results import IterationInfo
+from ...layer.schedules import Schedule, as_schedule
+from ..degenerate import DegenerateFitWarning
 from .covariance import Covariance, as_covariance, covariance_floor, positive_factors
-from .degenerate import DegenerateFitWarning
-from .shape_em import EMSteps
+from .em import EMSteps
 
 __all__ = ["ShapedFitResult", "shaped_fit", "tempered_objective", "tempered_log_joint",
            "precisions_cholesky_of", "check_degenerate",
@@ -137,7 +137,7 @@ def tempered_log_joint(x: torch.Tensor, means: torch.Tensor, precisions_cholesky
                        floor: torch.Tensor | None = None) -> torch.Tensor:
     """``lambda l~_h(x)`` of tokens ``(..., d)``: ``(..., K)``, the E-step's logits.
 
-    The layer's logits (:func:`attnclust.cluster.shaped.shaped_logits`) with the density's
+    The layer's logits (:func:`attnclust.cluster.mixture.shaped.shaped_logits`) with the density's
     constant ``-d/2 log 2 pi`` and the floor's ``-(1/2) tr(P_h D)`` in the bias: their
     softmax is the fit's attention, their log-sum-exp over ``lambda`` the tempered
     log-likelihood of ``x``.
@@ -351,7 +351,7 @@ def shaped_fit(
         start of ``GaussianMixture``); ``None`` (weights): equal weights, or the
         partition's proportions when it is used.
     inverse_temperature : float or Schedule, default=1.0
-        ``lambda``, or its schedule (:mod:`attnclust.study.schedules`, e.g. ``Stages`` for an
+        ``lambda``, or its schedule (:mod:`attnclust.layer.schedules`, e.g. ``Stages`` for an
         annealing plan), read stage by stage as the fixed-point solver reads it.
     n_steps : int, default=100
         At most this many EM steps; a stage stops early when it settles (``tol``).
@@ -369,7 +369,7 @@ def shaped_fit(
     row_map : callable, optional
         Applied to each chunk of rows as it is read.
     callback : callable, optional
-        Called with an :class:`~attnclust.study.results.IterationInfo` after each step
+        Called with an :class:`~attnclust.layer.results.IterationInfo` after each step
         (``heads``: the means).
 
     Returns

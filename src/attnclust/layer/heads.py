@@ -65,7 +65,7 @@ def head_logits(x: torch.Tensor, heads: torch.Tensor, lam: float,
     """Scores ``lambda <x, mu_h> - b_h`` of tokens ``(..., d)`` on heads ``(K, d)``: ``(..., K)``.
 
     ``b_h = 0`` on the sphere and ``lambda ||mu_h||^2 / 2`` for Euclidean heads
-    (:meth:`attnclust.study.geometry.Geometry.logits`); no checks (the solvers' hot path).
+    (:meth:`attnclust.layer.geometry.Geometry.logits`); no checks (the solvers' hot path).
 
     Examples
     --------
@@ -156,7 +156,7 @@ class AttentionHeads(nn.Module):
     """The K-head attention layer as a ``torch.nn.Module``, ``(..., d) -> (..., d)``.
 
     The heads are a trainable parameter. With ``geometry="sphere"`` keep them on the
-    sphere with :func:`attnclust.study.sphere.normalize` after each optimizer step (or train them
+    sphere with :func:`attnclust.layer.sphere.normalize` after each optimizer step (or train them
     with :func:`attnclust.pgd`, which does); Euclidean heads are free.
 
     Parameters

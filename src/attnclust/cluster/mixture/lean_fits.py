@@ -1,8 +1,8 @@
 """Candidate fits on rows read whole: the lean EM's rows, runs, criteria and attributes.
 
-The shape choice (:mod:`attnclust.cluster.shape_choice`) and the noise head
-(:mod:`attnclust.cluster.noise_head`) fit their candidates on rows held whole by one
-process on the CPU with :class:`~attnclust.cluster.shape_em.LeanEM`. This module holds
+The shape choice (:mod:`attnclust.cluster.mixture.shape_choice`) and the noise head
+(:mod:`attnclust.cluster.mixture.noise_head`) fit their candidates on rows held whole by one
+process on the CPU with :class:`~attnclust.cluster.mixture.em.LeanEM`. This module holds
 what both read: the rows as float64 NumPy with their covariance floor
 (:class:`LeanRows`), a candidate's run to its stopping rule or early stop and its
 criteria (:func:`lean_run`, :class:`ShapeScore`: the log-likelihood, the entropy of the
@@ -18,21 +18,21 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
+from ..estimator_fits import ShapedFitted
+from ..rows import WorkingRows
 from .candidate_em import run_or_stop
 from .covariance import Covariance, Diag, Spherical, covariance_floor, positive_factors
-from .estimator_fits import ShapedFitted
-from .rows import WorkingRows
-from .shape_em import LeanEM, RowProducts, log_joint, log_sum_heads, m_step
-from .shaped_fit import check_degenerate
+from .em import LeanEM, RowProducts, log_joint, log_sum_heads, m_step
+from .tempered import check_degenerate
 
 if TYPE_CHECKING:
-    from .plan import FitPlan
+    from ..plan import FitPlan
 
 __all__ = ["AT_FLOOR", "REG_COVAR", "LeanRows", "LeanRun", "ShapeScore", "bic", "box_log_volume",
            "head_at_floor", "held_whole", "icl", "lean_attributes", "lean_run", "score_lean"]
 
 AT_FLOOR = 1.01             # a covariance within 1% of the floor: no spread of its own
-REG_COVAR = 1e-6            # the shaped fits' floor (attnclust.cluster.shaped_fit.shaped_fit)
+REG_COVAR = 1e-6            # the shaped fits' floor (attnclust.cluster.mixture.tempered.shaped_fit)
 
 
 class ShapeScore(NamedTuple):
@@ -99,7 +99,7 @@ def held_whole(rows: WorkingRows) -> bool:
 
 class LeanRows:
     """Working rows read whole as float64 NumPy, their products for ``n_clusters`` heads
-    (:class:`~attnclust.cluster.shape_em.RowProducts`), weights, total weight and the
+    (:class:`~attnclust.cluster.mixture.em.RowProducts`), weights, total weight and the
     shaped fits' covariance floor."""
 
     def __init__(self, rows: WorkingRows, n_clusters: int):
@@ -155,7 +155,7 @@ class LeanRows:
 
 class LeanRun(NamedTuple):
     """A lean candidate's EM, the rows it ran on, and whether it ran from the density
-    core's start (:func:`~attnclust.cluster.candidate_em.core_start`)."""
+    core's start (:func:`~attnclust.cluster.mixture.candidate_em.core_start`)."""
 
     em: LeanEM
     rows: LeanRows
@@ -189,7 +189,7 @@ def lean_run(lr: LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | N
              log_scale: float, least: float, params: tuple | None = None,
              log_background: float | None = None) -> tuple[LeanRun, ShapeScore]:
     """EM of ``cov`` from the partition ``start`` (or the parameters ``params``) to its
-    stopping rule or its early stop (:func:`~attnclust.cluster.candidate_em.run_or_stop`
+    stopping rule or its early stop (:func:`~attnclust.cluster.mixture.candidate_em.run_or_stop`
     against the ICL ``least``; ``inf``: none), and its criteria; ``log_background``: with
     a uniform background head of that log-density (its weight one parameter more)."""
     K, (n, d) = plan.n_clusters, lr.X.shape
@@ -205,7 +205,7 @@ def lean_run(lr: LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | N
 
 def head_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray) -> bool:
     """Whether a head's covariance sits at the floor in some direction (the degeneracy
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit` warns of): its likelihood is then the
+    :func:`~attnclust.cluster.mixture.tempered.shaped_fit` warns of): its likelihood is then the
     floor's."""
     return bool((cov.floor_ratio(np.asarray(covariances), floor) <= AT_FLOOR).any())
 
@@ -213,7 +213,7 @@ def head_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray) -
 def score_lean(lse: np.ndarray, top: np.ndarray, w, cov: Covariance, n_parameters: int,
                d: int, log_scale: float, at_floor: bool = False) -> ShapeScore:
     """The criteria of a mixture of ``n_parameters`` free parameters from its rows' ``log
-    sum_h exp l~_h`` and ``max_h l~_h`` (:func:`~attnclust.cluster.shape_em.log_sum_heads`)."""
+    sum_h exp l~_h`` and ``max_h l~_h`` (:func:`~attnclust.cluster.mixture.em.log_sum_heads`)."""
     n = lse.shape[0]
     if w is None:
         ll, ent = float(lse.sum()), float((lse - top).sum())
@@ -224,9 +224,9 @@ def score_lean(lse: np.ndarray, top: np.ndarray, w, cov: Covariance, n_parameter
 
 def lean_attributes(crows: WorkingRows, fit, cov: Covariance, floor: torch.Tensor,
                      total: float) -> ShapedFitted:
-    """The estimator's attributes of a :class:`~attnclust.cluster.shape_em.LeanFit` of the rows
+    """The estimator's attributes of a :class:`~attnclust.cluster.mixture.em.LeanFit` of the rows
     ``crows`` (working space), in the data's units; the degeneracy warnings of
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit`."""
+    :func:`~attnclust.cluster.mixture.tempered.shaped_fit`."""
     s, d = crows.scale, fit.means.shape[1]
     covs_t = torch.from_numpy(np.ascontiguousarray(fit.covariances))
     factors_t = positive_factors(covs_t, cov)

@@ -1,6 +1,6 @@
 """The plateaus of a temperature path and the rule that reads the number of clusters off
 them (:meth:`~attnclust.TemperaturePath.choose_n_clusters`; ``n_clusters="auto"`` is
-:mod:`attnclust.cluster.k_choice`'s likelihood choice).
+:mod:`attnclust.cluster.choice.k_choice`'s likelihood choice).
 
 The path (:func:`attnclust.temperature_path`, module :mod:`attnclust.cluster.annealing`) counts
 the clusters at each inverse temperature of its grid. A *plateau* is a run of grid values
@@ -18,7 +18,7 @@ and a path that never splits into clusters of ``min_cluster_size`` rows is one c
 
 These are functions of the path's grid and counts only: the path
 (:mod:`attnclust.cluster.annealing`) records its plateaus with them, and
-:mod:`attnclust.cluster.cluster_choice` reads ``K`` off a path it stops early.
+:mod:`attnclust.cluster.choice.path_choice` reads ``K`` off a path it stops early.
 
 Notation
 --------

@@ -1,8 +1,8 @@
 """The number of clusters (``n_clusters="auto"``): partitions scored by the likelihood of
 the layer with shaped heads, and a test for no structure.
 
-At ``lambda = 1`` the attention of shaped heads (:mod:`attnclust.cluster.shaped`) is the posterior
-of a Gaussian mixture, ``a_h(x) = softmax_h(log pi_h + log N(x; mu_h, Sigma_h))``, so the
+At ``lambda = 1`` the attention of shaped heads (:mod:`attnclust.cluster.mixture.shaped`) is the
+posterior of a Gaussian mixture, ``a_h(x) = softmax_h(log pi_h + log N(x; mu_h, Sigma_h))``, so the
 layer has a likelihood, and a likelihood with a complexity penalty scores each ``K``
 (Schwarz's BIC; Fraley and Raftery's mclust, which also lets the BIC choose the shape):
 
@@ -113,12 +113,12 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import stdtrit
 
-from .._validation import as_generator
-from .covariance import as_covariance
-from .kmeans.batch import best_of_seedings
-from .lean_fits import bic
-from .settings import FitSettings
-from .shape_em import LeanEM, RowProducts
+from ..._validation import as_generator
+from ..kmeans.batch import best_of_seedings
+from ..mixture.covariance import as_covariance
+from ..mixture.em import LeanEM, RowProducts
+from ..mixture.lean_fits import bic
+from ..settings import FitSettings
 
 __all__ = ["COVARIANCE_TYPES", "KChoice", "WeakChoiceWarning",
            "choose_n_clusters", "early_bound", "mixture_bic", "standardized", "structure_z"]
@@ -189,9 +189,9 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     """BIC of the mixture of ``covariance_type`` heads with a uniform background
     (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
     EM steps (module docstring): the shaped layer's EM at ``lambda = 1``
-    (:class:`~attnclust.cluster.shape_em.LeanEM`, floor ``_REG``, no stopping rule but a
+    (:class:`~attnclust.cluster.mixture.em.LeanEM`, floor ``_REG``, no stopping rule but a
     step that would lower the likelihood). ``products``: the centred rows'
-    :class:`~attnclust.cluster.shape_em.RowProducts`, shared by the calls on them.
+    :class:`~attnclust.cluster.mixture.em.RowProducts`, shared by the calls on them.
 
     Examples
     --------
@@ -217,7 +217,7 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
 
 def _least_bic(products, labels, n_clusters, log_volume, steps: int) -> tuple[float, str]:
     """The least BIC over the shapes of :data:`COVARIANCE_TYPES` on the centred rows'
-    :class:`~attnclust.cluster.shape_em.RowProducts`, and that shape."""
+    :class:`~attnclust.cluster.mixture.em.RowProducts`, and that shape."""
     return min((mixture_bic(products.X, labels, n_clusters, log_volume=log_volume,
                             steps=steps, covariance_type=c, products=products), c)
                for c in COVARIANCE_TYPES)

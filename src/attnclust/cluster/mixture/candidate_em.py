@@ -1,6 +1,6 @@
 """A candidate shape's EM in the shape choice: where it starts and when it stops early.
 
-:mod:`attnclust.cluster.shape_choice` fits each shaped candidate by EM on the rows of the
+:mod:`attnclust.cluster.mixture.shape_choice` fits each shaped candidate by EM on the rows of the
 choice. EM climbs to the local optimum nearest its start, so the start matters:
 
 **The default partition.** Every candidate starts from the default fit's partition (as
@@ -65,8 +65,8 @@ import math
 
 import numpy as np
 
-from .settings import FitSettings
-from .shape_em import LeanEM
+from ..settings import FitSettings
+from .em import LeanEM
 
 __all__ = ["core_start", "merges_cells", "run_or_stop"]
 

@@ -1,6 +1,7 @@
 """The heads' shape chosen from the data: ``covariance_type="auto"``.
 
-Each candidate shape ``c`` (:attr:`attnclust.cluster.covariance.ShapeChoiceMarker.candidates`) is
+Each candidate shape ``c``
+(:attr:`attnclust.cluster.mixture.covariance.ShapeChoiceMarker.candidates`) is
 a Gaussian mixture fitted to the rows; its integrated completed likelihood (ICL,
 Biernacki, Celeux and Govaert 2000, in its MAP form) is
 
@@ -9,10 +10,10 @@ Biernacki, Celeux and Govaert 2000, in its MAP form) is
           = -sum_i log max_h t_ih                          (entropy of the MAP labels)
     ICL_c = -2 L_c + p_c log n + 2 E_c,
 
-with ``l~_h`` the heads' log-joint (:mod:`attnclust.cluster.shaped_fit`, the covariance
+with ``l~_h`` the heads' log-joint (:mod:`attnclust.cluster.mixture.tempered`, the covariance
 floor in it), ``t_ih`` the posterior of head ``h`` (the layer's attention at ``lambda =
 1``), ``p_c`` the mixture's free parameters
-(:meth:`~attnclust.cluster.covariance.Covariance.n_parameters`) and ``n`` the rows.
+(:meth:`~attnclust.cluster.mixture.covariance.Covariance.n_parameters`) and ``n`` the rows.
 ``BIC_c = -2 L_c + p_c log n`` is ICL without ``2 E_c``: ICL also charges a shape for
 the overlap of its components, which is what a likelihood gains when a flexible mixture
 covers one non-Gaussian cluster (a ring, a curved band) with several overlapping
@@ -56,10 +57,10 @@ than the spherical fit (70,000 x 784 image-like rows, 10 heads: 0.7 s per diagon
 a shape there.
 
 On rows read whole (one process, the CPU) the shaped candidates' EM
-(:class:`~attnclust.cluster.shape_em.LeanEM`) runs diag, then full, each from the default
+(:class:`~attnclust.cluster.mixture.em.LeanEM`) runs diag, then full, each from the default
 partition and, where it has enough rows per parameter, from a second start with one head
 on the densest region (which finds a cluster nested in another), each run to its
-stopping rule unless it cannot win (:mod:`attnclust.cluster.candidate_em`: the starts, the
+stopping rule unless it cannot win (:mod:`attnclust.cluster.mixture.candidate_em`: the starts, the
 early stop, and why a run from the second start that merges two of the default
 partition's cells is not kept). A stopped run is recorded as ``stopped`` and is not
 chosen; a candidate keeps its run of lower ICL. (Rows on several ranks or a device run
@@ -68,7 +69,7 @@ every candidate from the default partition to its stopping rule.)
 **Cores against tails.** On rows read whole, a shaped choice whose partition disagrees
 with the spherical one (ARI below 0.5) while the two closest spherical cells are
 separated by a valley of density is turned down for the spherical fit
-(:func:`~attnclust.cluster.valley.cores_from_tails`): there a narrow head on the clusters'
+(:func:`~attnclust.cluster.mixture.valley.cores_from_tails`): there a narrow head on the clusters'
 cores and a wide one on their tails beat two clusters on likelihood (two clusters of
 rows at a Gaussian-distributed distance from their centres, d >= 8), where nested
 clusters have their density peak between the spherical cells and keep the shaped fit.
@@ -95,10 +96,12 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
+from ..communicator import Communicator
+from ..estimator_fits import Reporter, fit_shaped
+from ..rows import WorkingRows
+from ..settings import FitSettings
 from .candidate_em import core_start, merges_cells
-from .communicator import Communicator
 from .covariance import AUTO, Covariance, Spherical, covariance_floor
-from .estimator_fits import Reporter, fit_shaped
 from .lean_fits import (
     REG_COVAR,
     LeanRows,
@@ -108,14 +111,12 @@ from .lean_fits import (
     icl,
     lean_run,
 )
-from .rows import WorkingRows
-from .settings import FitSettings
-from .shaped_fit import data_variance
+from .tempered import data_variance
 from .valley import cores_from_tails
 
 if TYPE_CHECKING:
-    from .estimator_fits import Ending
-    from .plan import FitPlan
+    from ..estimator_fits import Ending
+    from ..plan import FitPlan
 
 __all__ = ["REG_COVAR", "ShapeChoice", "ShapeScore", "choice_rows", "choose_lean",
            "choose_shape", "fit_chosen_shape", "given_shape", "icl", "score_log_joint",
@@ -138,7 +139,7 @@ def choose_shape(scores: list[ShapeScore], skipped: tuple[Covariance, ...] = (),
 
     Examples
     --------
-    >>> from attnclust.cluster.covariance import Full
+    >>> from attnclust.cluster.mixture.covariance import Full
     >>> a = ShapeScore(Spherical(), -120.0, 2.0, 5, 100)
     >>> b = ShapeScore(Full(), -100.0, 9.0, 9, 100)
     >>> choose_shape([a, b]).covariance
@@ -285,7 +286,7 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, plan: FitPlan, *,
     (:class:`~attnclust.cluster.estimator_fits.ShapedFitted`; ``None`` when ``"spherical"``
     is chosen: the default fit is then the estimator's) and the :class:`ShapeChoice`. Rows
     held whole by one process on the CPU are fitted by
-    :class:`attnclust.cluster.shape_em.LeanEM` (the same EM in a few array operations per
+    :class:`attnclust.cluster.mixture.em.LeanEM` (the same EM in a few array operations per
     step); others by the chunked :func:`~attnclust.cluster.estimator_fits.fit_shaped`.
 
     Examples
@@ -353,7 +354,7 @@ def _confirmed(fitted, choice: ShapeChoice, shaped: ShapeScore, spherical: Shape
 
 def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale: float,
                 n_total: int, gen: np.random.Generator | None = None, *, noise: bool = False):
-    """The choice on rows read whole (:class:`attnclust.cluster.shape_em.LeanEM`); the
+    """The choice on rows read whole (:class:`attnclust.cluster.mixture.em.LeanEM`); the
     chosen shaped candidate's run (``None`` for ``"spherical"``).
 
     The shaped candidates run in turn from the partition ``labels``, each to its stopping
@@ -363,8 +364,8 @@ def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale
     the shaped candidate of least ICL then runs again from the density core's start where
     it has ``settings.rows_per_parameter`` rows per parameter, and keeps that run if it is
     eligible, of a lower ICL and merges no two cells of ``labels``
-    (:mod:`attnclust.cluster.candidate_em`; ``settings``: ``plan.settings``). ``noise``:
-    every candidate beside a uniform background head (:mod:`attnclust.cluster.noise_head`),
+    (:mod:`attnclust.cluster.mixture.candidate_em`; ``settings``: ``plan.settings``). ``noise``:
+    every candidate beside a uniform background head (:mod:`attnclust.cluster.mixture.noise_head`),
     and no spherical one."""
     K, settings = plan.n_clusters, plan.settings
     lr = LeanRows(crows, K)
@@ -398,7 +399,7 @@ def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale
         return ShapeChoice(Spherical(), f"spherical: {choice.covariance.name} had the least "
                            "ICL, but its partition parts cores from tails: it disagrees with "
                            "the spherical cells, which a valley of density separates "
-                           "(attnclust.cluster.valley)", choice.scores), None
+                           "(attnclust.cluster.mixture.valley)", choice.scores), None
     if runs[choice.covariance].from_core:
         choice = choice._replace(reason=choice.reason + (
             f"; {choice.covariance.name} from the density core's start (one head on the "

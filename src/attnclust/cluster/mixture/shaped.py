@@ -1,6 +1,6 @@
 """Heads that learn their shape: the K-head layer with a query-key metric per head.
 
-Today's Euclidean layer (:mod:`attnclust.study.heads`) scores a token by ``-lambda ||x -
+Today's Euclidean layer (:mod:`attnclust.layer.heads`) scores a token by ``-lambda ||x -
 mu_h||^2 / 2``: every head sees the data through the identity metric, so its cell is a
 (soft) Voronoi cell. Here head ``h`` has its own positive definite precision ``P_h``
 (a query-key metric) and a log-weight ``log pi_h``:
@@ -15,13 +15,13 @@ factor of the precision, scikit-learn's ``precisions_cholesky_``), so ``(x - mu_
 map ``W_h = U_h^T`` per head. At ``lambda = 1``, ``a_h(x)`` is the posterior of
 component ``h`` of the Gaussian mixture ``sum_h pi_h N(mu_h, P_h^{-1})`` (the ``-d/2
 log 2 pi`` is common to all heads and cancels); ``lambda`` tempers it (see
-:mod:`attnclust.cluster.shaped_fit` for the objective). The bias is the *whole* log-prior and
+:mod:`attnclust.cluster.mixture.tempered` for the objective). The bias is the *whole* log-prior and
 log-normalizer, scaled by ``lambda`` like the quadratic term, so that the tempered
 posterior is ``p_h(x)^lambda / sum_g p_g(x)^lambda``.
 
 ``covariance_type`` says what ``U_h`` is, as in ``sklearn.mixture.GaussianMixture`` (an
-object of :mod:`attnclust.cluster.covariance`, which owns the operations that depend on it; the
-functions here take the name and resolve it once, at their entry):
+object of :mod:`attnclust.cluster.mixture.covariance`, which owns the operations that depend on
+it; the functions here take the name and resolve it once, at their entry):
 
 - ``"full"``: ``(K, d, d)`` upper triangular;
 - ``"diag"``: ``(K, d)``, ``U_h = diag(u_h)`` (axis-aligned cells);
@@ -50,8 +50,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .._validation import as_tensor, check_inverse_temperature
-from ..study.heads import softmax_heads
+from ..._validation import as_tensor, check_inverse_temperature
+from ...layer.heads import softmax_heads
 from .covariance import COVARIANCE_TYPES, Covariance, as_covariance
 
 __all__ = ["COVARIANCE_TYPES", "check_covariance_type", "whitened_norms", "mahalanobis",
@@ -62,7 +62,7 @@ __all__ = ["COVARIANCE_TYPES", "check_covariance_type", "whitened_norms", "mahal
 
 def check_covariance_type(covariance_type) -> str:
     """The name of ``covariance_type`` if it is one of :data:`COVARIANCE_TYPES` (or a
-    :class:`~attnclust.cluster.covariance.Covariance`), else a ``ValueError``.
+    :class:`~attnclust.cluster.mixture.covariance.Covariance`), else a ``ValueError``.
 
     Examples
     --------
@@ -73,7 +73,7 @@ def check_covariance_type(covariance_type) -> str:
 
 
 # the functions below take ``covariance_type`` as a name (or a Covariance) and resolve it
-# once: the operations are the covariance object's (:mod:`attnclust.cluster.covariance`)
+# once: the operations are the covariance object's (:mod:`attnclust.cluster.mixture.covariance`)
 def whitened_norms(diff: torch.Tensor, precisions_cholesky: torch.Tensor,
                    covariance_type: str | Covariance) -> torch.Tensor:
     """``||d U_h||^2`` of differences ``(K, N, d)`` (row ``h`` against head ``h``): ``(K, N)``.
@@ -116,7 +116,7 @@ def precision_trace(precisions_cholesky: torch.Tensor, covariance_type: str | Co
     """``tr(P_h D) = sum_j D_j (P_h)_jj`` for a diagonal ``D = diag(floor)``, shape ``(K,)``.
 
     The term of the fit's objective that a covariance floor ``D`` adds
-    (:mod:`attnclust.cluster.shaped_fit`).
+    (:mod:`attnclust.cluster.mixture.tempered`).
 
     Examples
     --------
@@ -237,7 +237,7 @@ class ShapedAttentionHeads(nn.Module):
     Examples
     --------
     >>> import torch, attnclust as ac
-    >>> from attnclust.cluster.shaped import ShapedAttentionHeads
+    >>> from attnclust.cluster.mixture.shaped import ShapedAttentionHeads
     >>> m = [[0.0, 0.0], [3.0, 0.0]]
     >>> layer = ShapedAttentionHeads(m, inverse_temperature=2.0)        # today's layer
     >>> x = torch.tensor([[1.0, 0.5]], dtype=torch.float64)

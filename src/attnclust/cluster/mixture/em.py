@@ -1,12 +1,12 @@
 """EM of the shape choice's candidates on small data, in a few array operations per step.
 
-The same EM as :func:`attnclust.cluster.shaped_fit.shaped_fit` at ``lambda = 1`` (its floor, its
-start from a hard partition, its stopping rule and its safeguard against a step that
+The same EM as :func:`attnclust.cluster.mixture.tempered.shaped_fit` at ``lambda = 1`` (its
+floor, its start from a hard partition, its stopping rule and its safeguard against a step that
 raises the objective), for rows held by one process and small enough to be read whole.
 On such rows a step of the chunked solver costs its fixed overhead, not its arithmetic;
 here the E-step is two matrix products and the M-step one. What depends on the
 covariance type (the per-row moments, the second moments, the quadratic forms and the
-update) is the :class:`~attnclust.cluster.covariance.Covariance` object's. The quadratic
+update) is the :class:`~attnclust.cluster.mixture.covariance.Covariance` object's. The quadratic
 forms are ``x^T P_h x - 2 mu_h^T P_h x + mu_h^T P_h mu_h``, from the rows' second moments,
 on rows centred and scaled to unit root-mean-square norm (the working space), where the
 cancellation costs ``eps ||x||^2 / sigma^2`` of a head of spread ``sigma``. Arrays per head
@@ -69,12 +69,12 @@ class LeanFit(NamedTuple):
 class RowProducts:
     """Rows read whole, ``(n, d)`` float64, with what every EM on them reuses for
     ``n_clusters`` heads: ``X.T`` in C order and each covariance type's per-row second
-    moments (:meth:`~attnclust.cluster.covariance.Covariance.row_moments`), each made once
+    moments (:meth:`~attnclust.cluster.mixture.covariance.Covariance.row_moments`), each made once
     (the shape choice runs up to four EMs and a score on the same rows).
 
     Examples
     --------
-    >>> from attnclust.cluster.covariance import Diag
+    >>> from attnclust.cluster.mixture.covariance import Diag
     >>> P = RowProducts(np.array([[1.0, 2.0], [3.0, 4.0]]), 2)
     >>> P.moments(Diag()).tolist(), P.moments(Diag()) is P.moments(Diag())
     ([[1.0, 4.0], [9.0, 16.0]], True)
@@ -112,7 +112,7 @@ def m_step(X, rw, cov: Covariance, floor, previous, total, moments):
 def log_joint(X, means, covs, log_w, cov: Covariance, floor, moments, XT=None):
     """``l~_h(x)`` of the rows, heads by rows ``(K, n)``, from the covariance type's
     quadratic forms on rows read whole
-    (:meth:`~attnclust.cluster.covariance.Covariance.whole_quadratic`). ``XT``: ``X.T`` in
+    (:meth:`~attnclust.cluster.mixture.covariance.Covariance.whole_quadratic`). ``XT``: ``X.T`` in
     C order (made when not given)."""
     d = means.shape[1]
     XT = np.ascontiguousarray(X.T) if XT is None else XT
@@ -137,7 +137,7 @@ def log_sum_heads(lj: np.ndarray):
 class EMSteps(ABC):
     """One EM loop, stepped by :meth:`step`, over the E-step and M-step of a subclass
     (the rows read whole, :class:`LeanEM`; chunks of torch rows,
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit`): the steps, the stopping rule and the
+    :func:`~attnclust.cluster.mixture.tempered.shaped_fit`): the steps, the stopping rule and the
     safeguard are the same for both.
 
     ``_e_step(params)`` gives the state of the parameters (with the objective ``f`` to
@@ -202,10 +202,10 @@ class _Whole(NamedTuple):
 
 class LeanEM(EMSteps):
     """EM at ``lambda = 1`` on rows read whole, one step at a time (:func:`lean_em` runs
-    it to its stopping rule; :mod:`attnclust.cluster.shape_choice` steps its candidates).
+    it to its stopping rule; :mod:`attnclust.cluster.mixture.shape_choice` steps its candidates).
 
     Starts from a hard partition ``labels`` (as
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit` from the partition of its start means),
+    :func:`~attnclust.cluster.mixture.tempered.shaped_fit` from the partition of its start means),
     or from the parameters ``start``, ``(means, covariances, log_weights)`` (of a fit on
     other rows: the E-step comes first). ``products``: the rows'
     :class:`RowProducts` (for ``n_clusters`` heads), when several EMs share them; ``X`` is
@@ -214,7 +214,7 @@ class LeanEM(EMSteps):
     parameters.
 
     ``log_background``: the log-density of a uniform background head beside the Gaussian
-    ones (:mod:`attnclust.cluster.noise_head`): its log-joint, ``log pi_0 +
+    ones (:mod:`attnclust.cluster.mixture.noise_head`): its log-joint, ``log pi_0 +
     log_background``, is the last row of ``lj`` and of the responsibilities, its weight
     the last of the log-weights (started at ``BACKGROUND_START`` from a partition, the
     Gaussian heads' scaled by ``1 - BACKGROUND_START``), fitted as theirs are.
@@ -281,7 +281,7 @@ def lean_em(X: np.ndarray, labels: np.ndarray, n_clusters: int, cov: Covariance,
             floor: np.ndarray, *, sample_weight: np.ndarray | None = None, tol: float = 1e-3,
             max_iter: int = 300, start_scale: float = 1.0) -> LeanFit:
     """EM at ``lambda = 1`` from the hard partition ``labels`` (as
-    :func:`~attnclust.cluster.shaped_fit.shaped_fit` from the partition of its start means).
+    :func:`~attnclust.cluster.mixture.tempered.shaped_fit` from the partition of its start means).
 
     Parameters
     ----------
@@ -302,7 +302,7 @@ def lean_em(X: np.ndarray, labels: np.ndarray, n_clusters: int, cov: Covariance,
 
     Examples
     --------
-    >>> from attnclust.cluster.covariance import Full
+    >>> from attnclust.cluster.mixture.covariance import Full
     >>> rng = np.random.default_rng(0)
     >>> X = np.concatenate([rng.normal(size=(200, 2)) * [3.0, 0.3],
     ...                     rng.normal(size=(200, 2)) * [3.0, 0.3] + [0.0, 2.0]])

@@ -1,14 +1,13 @@
 """The heads' query-key metric, as an object: ``covariance_type`` of shaped heads.
 
-Head ``h`` of a shaped layer (:mod:`attnclust.cluster.shaped`) scores a token by the log-joint of
-a Gaussian component, tempered by ``lambda``,
+Head ``h`` of a shaped layer (:mod:`attnclust.cluster.mixture.shaped`) scores a token by the
+log-joint of a Gaussian component, tempered by ``lambda``,
 
     s_h(x) = lambda ( -1/2 ||(x - mu_h) U_h||^2 + log pi_h + 1/2 log det P_h ),
 
-with ``P_h = U_h U_h^T`` (``U_h`` the upper-triangular Cholesky factor of the
-precision, scikit-learn's ``precisions_cholesky_``). A covariance type fixes what ``U_h``
-is, as in ``sklearn.mixture.GaussianMixture``, and owns every operation that depends on
-it:
+with ``P_h = U_h U_h^T`` (``U_h`` the upper-triangular Cholesky factor of the precision,
+scikit-learn's ``precisions_cholesky_``). A covariance type fixes what ``U_h`` is, as in
+``sklearn.mixture.GaussianMixture``, and owns every operation that depends on it:
 
 - :class:`Full`: ``U_h`` ``(K, d, d)`` upper triangular, ``Sigma_h`` any positive
   definite matrix;
@@ -17,16 +16,16 @@ it:
   estimator this is the unshaped layer (one isotropic metric shared by all heads, fitted
   on the risk): :attr:`Covariance.shaped` is ``False``.
 
-As with :mod:`attnclust.study.geometry`, the solvers call the object's operations and
+As with :mod:`attnclust.layer.geometry`, the solvers call the object's operations and
 never compare names; the user-facing string is resolved once by :func:`as_covariance`.
 ``"auto"`` resolves to :data:`AUTO`, the choice of a type per data set
-(:mod:`attnclust.cluster.shape_choice`), known to :func:`as_covariance_type` (the
+(:mod:`attnclust.cluster.mixture.shape_choice`), known to :func:`as_covariance_type` (the
 estimator's parameter) and not to :func:`as_covariance` (a layer's); until the choice is
 made the fit is the unshaped layer's.
 
-Both EMs use the same objects: on torch chunks (:mod:`attnclust.cluster.shaped_fit`) and on
-NumPy rows held whole (:mod:`attnclust.cluster.shape_em`). The M-step (:meth:`~Covariance.update`)
-sets ``Sigma_h = M_h + D``, ``M_h`` the weighted second moments about the new mean and
+Both EMs use the same objects: on torch chunks (:mod:`~attnclust.cluster.mixture.tempered`)
+and on NumPy rows held whole (:mod:`~attnclust.cluster.mixture.em`). The M-step
+(:meth:`~Covariance.update`) sets ``Sigma_h = M_h + D``, ``M_h`` the weighted second moments about the new mean and
 ``D = diag(r_1..r_d)`` the floor (``"diag"``: their diagonals, ``"spherical"``: their
 means over the features); it and the floor ratio take either library's arrays.
 
@@ -53,7 +52,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
-from .degenerate import DegenerateFitWarning
+from ..degenerate import DegenerateFitWarning
 
 __all__ = ["AUTO", "COVARIANCE_TYPES", "Covariance", "Diag", "Full", "ShapeChoiceMarker",
            "Spherical", "as_covariance", "as_covariance_type", "covariance_floor",
@@ -98,7 +97,7 @@ class Covariance(ABC):
         The user-facing name (``covariance_type="..."``).
     shaped : bool
         Whether the estimator fits each head its own metric and weight (tempered EM,
-        :mod:`attnclust.cluster.shaped_fit`) rather than the risk's unshaped layer.
+        :mod:`attnclust.cluster.mixture.tempered`) rather than the risk's unshaped layer.
     """
 
     name: str
@@ -157,7 +156,7 @@ class Covariance(ABC):
     def from_parts(self, log_diagonal: torch.Tensor, upper: torch.Tensor | None
                    ) -> torch.Tensor:
         """Factors from the log of their diagonal and their strict upper triangle (the
-        unconstrained parameters of :class:`~attnclust.cluster.shaped.ShapedAttentionHeads`)."""
+        unconstrained parameters of :class:`~.shaped.ShapedAttentionHeads`)."""
         return log_diagonal.exp()
 
     def mahalanobis(self, x: torch.Tensor, means: torch.Tensor, factors: torch.Tensor
@@ -534,8 +533,8 @@ COVARIANCE_TYPES = tuple(_REGISTRY)    # the covariance types ``as_covariance`` 
 
 class ShapeChoiceMarker:
     """``covariance_type="auto"``: the heads' shape is chosen by the fit among
-    ``candidates`` (:mod:`attnclust.cluster.shape_choice`); until then the plan is the unshaped
-    layer's (``shaped`` is ``False``: warm start, ending and defaults of ``"spherical"``).
+    ``candidates`` (:mod:`~.shape_choice`); until then the plan is the unshaped layer's
+    (``shaped`` is ``False``: warm start, ending and defaults of ``"spherical"``).
 
     Examples
     --------

@@ -5,18 +5,18 @@ their own; a Gaussian mixture still has to explain them, and either widens a hea
 them or spends a head on them. Here, beside the ``K`` Gaussian heads, a **background
 head** of constant density ``1 / V`` (``V`` the volume of the working rows' box, each side
 the range of one feature, at least ``sqrt(2 pi e)`` times the root of its covariance
-floor: :func:`~attnclust.cluster.lean_fits.box_log_volume`)
+floor: :func:`~attnclust.cluster.mixture.lean_fits.box_log_volume`)
 takes them, with its own weight ``pi_0`` (one free parameter more), as in mclust's noise
 component (Fraley and Raftery 1998; Banfield and Raftery 1993):
 
     p(x) = pi_0 / V + sum_h pi_h N(x; mu_h, Sigma_h).
 
-It is fitted by EM (:class:`~attnclust.cluster.shape_em.LeanEM` with a background: its
+It is fitted by EM (:class:`~attnclust.cluster.mixture.em.LeanEM` with a background: its
 responsibilities are a row more, its weight the sum of them), from the default fit's
 partition with ``pi_0 = 0.05`` (the Gaussian heads' weights scaled by 0.95). The heads'
 shape is chosen as ``covariance_type="auto"`` chooses it, by ICL (with the background's
 parameter), between diagonal and full heads, the second start from the density core
-included (:func:`attnclust.cluster.shape_choice.choose_lean`); not spherical heads: the
+included (:func:`attnclust.cluster.mixture.shape_choice.choose_lean`); not spherical heads: the
 spherical fit is the layer's hard limit, which has no background. Rows whose most
 probable head is the background get the label ``-1`` (scikit-learn's label of noise, as
 in ``DBSCAN``); ``predict`` does the same, and ``score`` is the mean log-likelihood of the
@@ -30,7 +30,7 @@ sample's fit. Every row is read whole by one process on the CPU (the lean EM: ab
 ``50 (K + 1)`` bytes a row beyond the rows, 0.6 GB for a million rows and ten heads): a
 fit on a device or over several ranks raises, and so does one where both shapes are too
 costly (:func:`check_noise_head`), before any work. With ``n_clusters="auto"``, ``K`` is
-chosen first (:mod:`attnclust.cluster.k_choice`, whose BIC has a background of its own);
+chosen first (:mod:`attnclust.cluster.choice.k_choice`, whose BIC has a background of its own);
 over much noise and few clusters it may find no structure (``K = 1``).
 
 Notation
@@ -48,17 +48,17 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
-from .estimator_fits import ShapedFitted
+from ..estimator_fits import ShapedFitted
+from ..rows import WorkingRows
+from ..settings import FitSettings
 from .lean_fits import LeanRows, LeanRun, lean_attributes, lean_run
-from .rows import WorkingRows
-from .settings import FitSettings
 from .shape_choice import ShapeChoice, choice_rows, choose_lean, shaped_candidates
 
 if TYPE_CHECKING:
     import numpy as np
 
-    from .estimator_fits import Ending
-    from .plan import FitPlan
+    from ..estimator_fits import Ending
+    from ..plan import FitPlan
 
 __all__ = ["NOISE_LABEL", "NoiseFit", "check_noise_head", "fit_noise_head"]
 
@@ -113,7 +113,7 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
 def check_noise_head(n_total: int, n_features: int, n_clusters: int, *,
                      settings: FitSettings | None = None) -> None:
     """``ValueError`` where both diagonal and full heads are too costly to fit on these
-    rows (:func:`~attnclust.cluster.shape_choice.shaped_candidates`, by the cost guards of
+    rows (:func:`~attnclust.cluster.mixture.shape_choice.shaped_candidates`, by the cost guards of
     ``settings``; ``None``: ``FitSettings()``): checked before the fit starts.
 
     Examples

@@ -1,6 +1,6 @@
 """Where the heads live: the geometry of the K-head layer, as an object.
 
-The layer of :mod:`attnclust.study.heads` scores a token ``x`` on head ``h`` by
+The layer of :mod:`attnclust.layer.heads` scores a token ``x`` on head ``h`` by
 
     s_h(x) = lambda <x, mu_h> - b_h(mu),       a_h(x) = softmax_h s_h(x),
 
@@ -18,7 +18,7 @@ As in geoopt's manifolds, a solver only calls the geometry's operations (``logit
 ``egrad2rgrad``, ``retr``, the fixed-point step, the Lloyd step) and never asks which
 geometry it holds. On the sphere the tangent space at ``mu`` is ``{v : <v, mu> = 0}``, the
 Riemannian gradient is the tangent part of the Euclidean one, ``(I - mu mu^T) grad``, and
-the retraction is ``normalize(mu + v)`` (the functions of :mod:`attnclust.study.sphere`); in
+the retraction is ``normalize(mu + v)`` (the functions of :mod:`attnclust.layer.sphere`); in
 ``R^d`` all three are the identity or a plain sum. The user-facing parameter stays a
 string, resolved once by :func:`as_geometry`; the estimator's ``"auto"`` settings
 (``normalize``, ``tol``, ``anneal``, ``n_init``) are read off the geometry it resolves.
