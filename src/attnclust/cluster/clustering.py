@@ -23,11 +23,12 @@ Fit
 ---
 ``fit`` reads as its algorithm: prepare the working rows, warm start on a sample
 (:func:`attnclust.cluster.plan.estimator_warm_start`: seedings, hard Lloyd steps
-and, with ``inverse_temperature="auto"``, ``lambda = 1 / s^2``), solve
-(:mod:`attnclust.cluster.estimator_fits`: fixed-point steps, optionally annealed, or PGD
-on the sphere; the default ends in the layer's hard limit), check (a dead head or a
-degenerate ``lambda`` warns with a :class:`DegenerateFitWarning`, not converging with a
-``ConvergenceWarning``). Each step, and why the default ends in the hard limit, is told in
+and, with ``inverse_temperature="auto"``, ``lambda = 1 / s^2``), run the plan's ending
+(:mod:`attnclust.cluster.endings`: the risk's heads by the hard limit, fixed-point steps
+or PGD, a given or a chosen shape of the heads, a noise head), store, warn (a dead head
+or a degenerate ``lambda`` warns with a :class:`DegenerateFitWarning`, not converging
+with a ``ConvergenceWarning``), and for the default merge heads into clusters. The
+solver runs, and why the default ends in the hard limit, are told in
 :mod:`attnclust.cluster.estimator_fits`. The parameters are read once, checked
 (:mod:`attnclust.cluster.estimator_params`) and resolved into one immutable
 :class:`~attnclust.cluster.plan.FitPlan` (every ``"auto"`` value, the annealing stages, the
@@ -93,19 +94,13 @@ from .._validation import as_generator, as_numpy_input, check_sample_weight
 from .choice.k_choice import choose_n_clusters, warn_if_weak
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
-from .estimator_fits import (
-    Reporter,
-    fit_merge,
-    fit_shaped,
-    risk_attributes,
-    solve,
-    with_deferred_lambda,
-)
+from .endings import ending_for
+from .estimator_fits import Reporter, fit_merge
 from .estimator_params import check_params, param_names, parameters
 from .mixture.covariance import Spherical, as_covariance_type
 from .mixture.likelihood import LikelihoodMixin, inertia
-from .mixture.noise_head import check_noise_head, fit_noise_head
-from .mixture.shape_choice import ShapeChoice, fit_chosen_shape, given_shape
+from .mixture.noise_head import check_noise_head
+from .mixture.shape_choice import ShapeChoice
 from .plan import FitPlan, anneal_stages, resolve
 from .predictions import LayerPredictionsMixin, MergedHeadsMixin
 from .rows import fit_threads
@@ -518,46 +513,29 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
 
     def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, plan: FitPlan):
         """The algorithm on validated rows, for the resolved ``plan`` (its warnings point
-        at the caller of ``fit``): prepare the rows, warm start, solve, check; returns the
-        working rows."""
+        at the caller of ``fit``): prepare the rows, warm start, run the plan's ending
+        (:mod:`attnclust.cluster.endings`), store, warn, merge; returns the working rows."""
         if plan.noise_head:             # before any work, and before this fit's state
             check_noise_head(comm.n_total, X.shape[1], plan.n_clusters, settings=plan.settings)
         gen = as_generator(plan.random_state, "random_state")
         for name in _FIT_ONLY_SOME:
             self.__dict__.pop(name, None)           # none left from an earlier fit
-        self._plan = plan
         self.mean_, self.scale_ = plan.learn_center(X, comm, weights)
         rows = plan.working_rows(plan.preprocess(X, (self.mean_, self.scale_), comm=comm),
                                  comm, workers=workers, weights=weights)
-        report = Reporter(plan.callback, plan.verbose)
-        S, Sw, start, lam = plan.warm_start(rows, gen)
+        ending = ending_for(plan)
+        outcome = ending.run(rows, plan.warm_start(rows, gen), plan, gen=gen,
+                             report=Reporter(plan.callback, plan.verbose))
+        self._plan = plan.with_covariance(outcome.choice.covariance)
+        self._record_shape(outcome.choice)
+        self._store(outcome.fitted)
+        self.__dict__.update(outcome.extra)
+        if outcome.degeneracy is not None:
+            warn_if_degenerate(**outcome.degeneracy, stacklevel=3)
         self.merge_heads_, self.merge_heads_reason_ = False, "not merged: " + (
             "merge_heads=False" if self.merge_heads is False else "only the default fit, "
             "given K, on one process, merges")
-        if plan.covariance.shaped:
-            self._record_shape(given_shape(plan))
-            self._store(fit_shaped(rows, start.heads, plan, report=report))
-            return rows
-        end = solve(S, Sw, rows, start, lam, plan, gen=gen, report=report)
-        if plan.noise_head:
-            noise = fit_noise_head(rows, end, plan, gen=gen)
-            self._record_shape(noise.choice)
-            self.noise_weight_, self.noise_log_density_ = noise.noise_weight, \
-                noise.noise_log_density
-            self._store(noise.fitted)
-            return rows
-        fitted, choice = (fit_chosen_shape(rows, end, plan, gen=gen, report=report)
-                          if plan.chooses_shape else (None, given_shape(plan)))
-        self._record_shape(choice)
-        if choice.covariance.shaped:    # "auto" chose shaped heads: their fit is the fit
-            self._store(fitted)
-        else:
-            if lam is None:             # "auto" chose the spherical heads: their lambda now
-                start, lam, end = with_deferred_lambda(S, Sw, start, end, plan.geometry)
-            self._store(risk_attributes(end, lam, rows))
-            warn_if_degenerate(end.sizes, end.sharpness, capped=start.capped,
-                               inverse_temperature=self.inverse_temperature_, stacklevel=3)
-        if self.merge_heads is not False and plan.chooses_shape and rows.comm.world == 1:
+        if self.merge_heads is not False and ending.merges_heads and rows.comm.world == 1:
             self._merge_heads(rows, gen)
         return rows
 
@@ -577,9 +555,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
             self.covariance_type_ = "spherical"
 
     def _record_shape(self, choice: ShapeChoice) -> None:
-        """The heads' shape of the fit (``covariance_type_``), why (the reason), the
-        criteria of the candidates of ``"auto"``, and the plan of that shape."""
-        self._plan = self._plan.with_covariance(choice.covariance)
+        """The heads' shape of the fit (``covariance_type_``), why (the reason) and the
+        criteria of the candidates of ``"auto"``."""
         self.covariance_type_ = choice.covariance.name
         self.covariance_type_reason_ = choice.reason
         self.covariance_type_criteria_ = {s.covariance.name: s.as_dict() for s in choice.scores}
