@@ -10,6 +10,7 @@ from _tolerance import assert_nearest, assert_same_labels, objective_tol, sum_to
 from attnclust.cluster.kmeans.passes import (
     CARRIED_RTOL,
     SETTLED,
+    RowReader,
     _carried_rounding,
     lloyd_passes,
 )
@@ -23,8 +24,7 @@ def _data(seed=0):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_passes_reach_scikit_learns_lloyd_fixed_point(seed):
     X, heads0 = _data(seed)
-    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                       chunk=128)
+    res = lloyd_passes(RowReader(_read(X), len(X), 128), heads0, 300)
     km = KMeans(5, init=heads0.numpy(), n_init=1, algorithm="lloyd", tol=0.0,
                 max_iter=300).fit(X.numpy())
     assert res.converged
@@ -38,8 +38,7 @@ def test_passes_reach_scikit_learns_lloyd_fixed_point(seed):
 
 def test_objective_never_increases_and_is_the_hard_limit_risk():
     X, heads0 = _data(3)
-    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                       chunk=100)
+    res = lloyd_passes(RowReader(_read(X), len(X), 100), heads0, 300)
     assert res.n_iter > 2
     # each value computed afresh from its heads: within rounding of the exact objective
     # (a pass that rose would do so by far more at some step of such a run)
@@ -53,10 +52,8 @@ def test_objective_never_increases_and_is_the_hard_limit_risk():
 
 def test_chunks_and_workers_do_not_change_the_result():
     X, heads0 = _data(4)
-    one = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=50, tol=0.0,
-                       chunk=X.shape[0])
-    many = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=50, tol=0.0,
-                        chunk=37, workers=3)
+    one = lloyd_passes(RowReader(_read(X), len(X), X.shape[0]), heads0, 50)
+    many = lloyd_passes(RowReader(_read(X), len(X), 37, workers=3), heads0, 50)
     # the cells' sums are added per chunk: another order for another chunk size (the same
     # for any number of workers: test_threads), so the heads agree to rounding, each step
     np.testing.assert_allclose(many.heads.numpy(), one.heads.numpy(), rtol=0,
@@ -64,32 +61,27 @@ def test_chunks_and_workers_do_not_change_the_result():
     assert many.n_iter == one.n_iter
 
 
-def test_stops_at_tol_and_at_max_passes():
+def test_stops_at_tol_and_at_max_iter():
     X, heads0 = _data(5)
-    full = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                        chunk=600)
-    capped = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=2, tol=0.0,
-                          chunk=600)
+    full = lloyd_passes(RowReader(_read(X), len(X), 600), heads0, 300)
+    capped = lloyd_passes(RowReader(_read(X), len(X), 600), heads0, 2)
     assert capped.n_iter == 2 and not capped.converged
-    loose = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=1.0,
-                         chunk=600)
+    loose = lloyd_passes(RowReader(_read(X), len(X), 600), heads0, 300, tol=1.0)
     assert loose.converged and loose.n_iter < full.n_iter
 
 
 def test_a_head_with_an_empty_cell_stays_put():
     X = torch.tensor([[0.0, 0.0], [1.0, 0.0], [10.0, 0.0]], dtype=torch.float64)
     heads0 = torch.tensor([[0.0, 0.0], [10.0, 0.0], [100.0, 100.0]], dtype=torch.float64)
-    res = lloyd_passes(lambda a, b: X[a:b], 3, heads0, max_passes=10, tol=0.0, chunk=2)
+    res = lloyd_passes(RowReader(_read(X), 3, 2), heads0, 10)
     assert res.heads[2].tolist() == [100.0, 100.0]
     assert res.heads[0].tolist() == [0.5, 0.0]
 
 
 def test_rtol_stops_once_the_objective_and_the_partition_settle():
     X, heads0 = _data(6)
-    full = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                        chunk=600)
-    loose = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                         rtol=1e-2, chunk=600)
+    full = lloyd_passes(RowReader(_read(X), len(X), 600), heads0, 300)
+    loose = lloyd_passes(RowReader(_read(X), len(X), 600), heads0, 300, rtol=1e-2)
     assert loose.converged and loose.n_iter < full.n_iter
     drops = -np.diff(loose.history.objective)
     labels = torch.cdist(X[None], loose.history.heads).argmin(-1).numpy()     # (T, n), dense
@@ -107,9 +99,8 @@ def test_rtol_does_not_stop_on_the_way_to_a_far_row():
                                         gen.normal(size=(30_000, 3)) + 4, [[1e8, 0, 0]]]))
     heads0 = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [4.0, 4.0, 4.0]],
                           dtype=torch.float64)
-    res = lloyd_passes(_read(X), len(X), heads0, max_passes=300, tol=1e-8, rtol=1e-3,
-                       chunk=8192, take=_take(X))
-    exact = lloyd_passes(_read(X), len(X), heads0, max_passes=300, tol=0.0, chunk=8192)
+    res = lloyd_passes(RowReader.in_memory(X, 8192), heads0, 300, tol=1e-8, rtol=1e-3)
+    exact = lloyd_passes(RowReader(_read(X), len(X), 8192), heads0, 300)
     first, second = res.history.objective[:2]
     assert second > (1 - 1e-3) * first                                  # the small first gain
     assert res.heads[:, 0].max() == pytest.approx(1e8)
@@ -117,17 +108,16 @@ def test_rtol_does_not_stop_on_the_way_to_a_far_row():
 
 
 @pytest.mark.parametrize("bounds", [False, True])
-@pytest.mark.parametrize("max_passes", [1, 3, 300])
-def test_labels_are_the_nearest_returned_heads_and_the_objective_theirs(max_passes, bounds):
+@pytest.mark.parametrize("max_iter", [1, 3, 300])
+def test_labels_are_the_nearest_returned_heads_and_the_objective_theirs(max_iter, bounds):
     """The objective is the steps' sums: fresh after a whole pass, moved with the heads
     and the rows that change cell after a step with bounds (at most one update per step
     since the last whole pass: ``steps``)."""
     X, heads0 = _data(7)
     labels = np.full(X.shape[0], -1)
-    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=max_passes,
-                       tol=1e-6, chunk=128, workers=2, labels=labels,
-                       take=_take(X) if bounds else None)
-    if bounds and max_passes == 300:             # steps with bounds were taken
+    res = lloyd_passes(RowReader.in_memory(X, 128, bounds=bounds, workers=2),
+                       heads0, max_iter, tol=1e-6, labels=labels)
+    if bounds and max_iter == 300:             # steps with bounds were taken
         assert res.history.full_passes < res.n_iter
     dist = torch.cdist(X, res.heads) ** 2                      # dense reference
     assert_nearest(labels, X, res.heads)            # its argmin, but for rounding near ties
@@ -138,8 +128,7 @@ def test_labels_are_the_nearest_returned_heads_and_the_objective_theirs(max_pass
 def test_callback_reports_every_pass():
     X, heads0 = _data(10)
     infos = []
-    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                       chunk=128, callback=infos.append)
+    res = lloyd_passes(RowReader(_read(X), len(X), 128), heads0, 300, callback=infos.append)
     assert [i.iteration for i in infos] == list(range(1, res.n_iter + 1))
     # the steps' own sums, but the last entry: the objective (maybe recomputed)
     losses = [i.loss for i in infos]
@@ -153,11 +142,10 @@ def test_integer_weights_are_repeated_rows():
     X, heads0 = _data(12)
     counts = np.random.default_rng(0).integers(0, 4, X.shape[0])
     w = torch.as_tensor(counts, dtype=X.dtype)
-    weighted = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                            chunk=97, weights=w, n_total=float(counts.sum()))
+    weighted = lloyd_passes(RowReader(_read(X), len(X), 97, n_total=float(counts.sum())),
+                            heads0, 300, weights=w)
     Xr = torch.as_tensor(np.repeat(X.numpy(), counts, axis=0))
-    repeated = lloyd_passes(lambda a, b: Xr[a:b], Xr.shape[0], heads0, max_passes=300,
-                            tol=0.0, chunk=97)
+    repeated = lloyd_passes(RowReader(_read(Xr), len(Xr), 97), heads0, 300)
     # weighted sums against sums of repeated rows: another order, n_total terms
     heads_tol = repeated.n_iter * _mean_tol(Xr)
     np.testing.assert_allclose(weighted.heads.numpy(), repeated.heads.numpy(), rtol=0,
@@ -165,11 +153,9 @@ def test_integer_weights_are_repeated_rows():
     np.testing.assert_allclose(weighted.history.objective, repeated.history.objective, rtol=0,
                                atol=objective_tol(Xr, repeated.heads, steps=repeated.n_iter))
     # the rtol rule counts the changed rows by weight: the same stop, bounded or not
-    loose_w = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                           rtol=1e-2, chunk=97, weights=w, n_total=float(counts.sum()),
-                           take=_take(X))
-    loose_r = lloyd_passes(lambda a, b: Xr[a:b], Xr.shape[0], heads0, max_passes=300,
-                           tol=0.0, rtol=1e-2, chunk=97)
+    loose_w = lloyd_passes(RowReader.in_memory(X, 97, n_total=float(counts.sum())),
+                           heads0, 300, rtol=1e-2, weights=w)
+    loose_r = lloyd_passes(RowReader(_read(Xr), len(Xr), 97), heads0, 300, rtol=1e-2)
     assert loose_w.n_iter == loose_r.n_iter < repeated.n_iter
     np.testing.assert_allclose(loose_w.heads.numpy(), loose_r.heads.numpy(), rtol=0,
                                atol=heads_tol)
@@ -198,10 +184,8 @@ def test_bounded_steps_are_whole_passes(seed):
     X, heads0 = _data(seed)
     X = torch.cat([X, X[:40] + 0.01])          # more rows near shared boundaries
     a_labels, b_labels = np.empty(X.shape[0], np.int64), np.empty(X.shape[0], np.int64)
-    whole = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                         chunk=128, labels=a_labels)
-    bounded = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300,
-                           tol=0.0, chunk=128, workers=2, labels=b_labels, take=_take(X))
+    whole = lloyd_passes(RowReader(_read(X), len(X), 128), heads0, 300, labels=a_labels)
+    bounded = lloyd_passes(RowReader.in_memory(X, 128, workers=2), heads0, 300, labels=b_labels)
     assert whole.history.full_passes == whole.n_iter
     assert bounded.history.full_passes < bounded.n_iter == whole.n_iter
     # the bounded steps update the cells' sums by the rows that moved, the whole passes
@@ -220,11 +204,10 @@ def test_bounded_steps_with_weights_tied_heads_and_a_full_pass_rule():
     X, heads0 = _data(12)
     heads0 = torch.cat([heads0, heads0[:1]])                      # a duplicate head
     w = torch.as_tensor(np.random.default_rng(0).uniform(0, 3, X.shape[0]), dtype=X.dtype)
-    whole = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                         chunk=50, weights=w, n_total=float(w.sum()))
-    bounded = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300,
-                           tol=0.0, chunk=50, weights=w, n_total=float(w.sum()),
-                           take=_take(X))
+    whole = lloyd_passes(RowReader(_read(X), len(X), 50, n_total=float(w.sum())),
+                         heads0, 300, weights=w)
+    bounded = lloyd_passes(RowReader.in_memory(X, 50, n_total=float(w.sum())),
+                           heads0, 300, weights=w)
     assert bounded.history.full_passes < bounded.n_iter == whole.n_iter
     # updated against recomputed sums (see test_bounded_steps_are_whole_passes)
     np.testing.assert_allclose(bounded.heads.numpy(), whole.heads.numpy(), rtol=0,
@@ -232,8 +215,7 @@ def test_bounded_steps_with_weights_tied_heads_and_a_full_pass_rule():
     np.testing.assert_allclose(bounded.history.objective, whole.history.objective, rtol=0,
                                atol=objective_tol(X, whole.heads, steps=whole.n_iter))
     # the first step moves every head far: the next one reads every row again
-    far = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0 * 0.0 + X[:6] * 0.1,
-                       max_passes=3, tol=0.0, chunk=50, take=_take(X))
+    far = lloyd_passes(RowReader.in_memory(X, 50), heads0 * 0.0 + X[:6] * 0.1, 3)
     assert far.history.full_passes >= 2
 
 
@@ -242,8 +224,7 @@ def test_bounded_steps_reach_scikit_learns_fixed_point_on_many_rows():
     X = torch.as_tensor(X)
     heads0 = X[:12] + 0.3
     labels = np.empty(X.shape[0], np.int64)
-    res = lloyd_passes(lambda a, b: X[a:b], X.shape[0], heads0, max_passes=300, tol=0.0,
-                       chunk=4096, workers=2, labels=labels, take=_take(X))
+    res = lloyd_passes(RowReader.in_memory(X, 4096, workers=2), heads0, 300, labels=labels)
     km = KMeans(12, init=heads0.numpy(), n_init=1, algorithm="lloyd", tol=0.0,
                 max_iter=300).fit(X.numpy())
     assert res.converged and res.history.full_passes < res.n_iter
@@ -269,10 +250,8 @@ def test_bounded_steps_in_float32_rescore_rows_on_two_nearly_equal_heads():
             far + 0.3 * gen.normal(size=(600, 4)).astype(np.float32)]))
         heads0 = torch.as_tensor(np.stack([p, p + 3e-5 * u, far]))
         whole, bounded = np.empty(len(X), np.int64), np.empty(len(X), np.int64)
-        lloyd_passes(_read(X), len(X), heads0, max_passes=50, tol=0.0, chunk=256,
-                     labels=whole)
-        res = lloyd_passes(_read(X), len(X), heads0, max_passes=50, tol=0.0, chunk=256,
-                           labels=bounded, take=_take(X))
+        lloyd_passes(RowReader(_read(X), len(X), 256), heads0, 50, labels=whole)
+        res = lloyd_passes(RowReader.in_memory(X, 256), heads0, 50, labels=bounded)
         # the same labels but where float32 cannot tell the heads apart; no label kept
         # from a head that moved away (the float64 argmin, up to float32 rounding)
         assert_same_labels(bounded, whole, X, res.heads, np.float32)
@@ -287,10 +266,8 @@ def test_rtol_does_not_stop_when_the_far_rows_cell_is_small():
                                         gen.normal(size=(3_000, 2)) + [10.0, 0.0],
                                         [[1e8, 0.0]]]))
     heads0 = torch.tensor([[-0.5, 0.0], [0.5, 0.0], [10.0, 0.0]], dtype=torch.float64)
-    res = lloyd_passes(_read(X), len(X), heads0, max_passes=300, tol=1e-8, rtol=1e-3,
-                       chunk=65_536, take=_take(X))
-    exact = lloyd_passes(_read(X), len(X), heads0, max_passes=300, tol=0.0, chunk=65_536,
-                         take=_take(X))
+    res = lloyd_passes(RowReader.in_memory(X, 65_536), heads0, 300, tol=1e-8, rtol=1e-3)
+    exact = lloyd_passes(RowReader.in_memory(X, 65_536), heads0, 300)
     assert res.heads[:, 0].max() == pytest.approx(1e8)
     assert res.objective == pytest.approx(exact.objective, rel=1e-2)
 
@@ -301,10 +278,10 @@ def test_per_chunk_sums_held_in_groups_give_the_same_steps(monkeypatch):
     import attnclust.cluster.kmeans.passes as passes
 
     X, heads0 = _data(8)
-    kwargs = dict(max_passes=300, tol=0.0, chunk=50, workers=2, take=_take(X))
-    one = lloyd_passes(_read(X), len(X), heads0, **kwargs)
+    rows = RowReader.in_memory(X, 50, workers=2)
+    one = lloyd_passes(rows, heads0, 300)
     monkeypatch.setattr(passes, "_PARTS_BYTES", 1)
-    grouped = lloyd_passes(_read(X), len(X), heads0, **kwargs)
+    grouped = lloyd_passes(rows, heads0, 300)
     assert grouped.n_iter == one.n_iter and grouped.history.full_passes == one.history.full_passes
     # groups of chunks add their sums in chunk order, but as group totals: another
     # association of the same terms, so rounding apart
@@ -328,8 +305,7 @@ def test_the_objective_is_recomputed_where_the_sums_would_round_too_much(spread)
     read, take = _read(X32), _take(X32)
     start = torch.as_tensor(np.stack([X[z == h].mean(0) for h in range(5)])
                             + 0.1 * spread * gen.normal(size=(5, 8)), dtype=torch.float32)
-    res = lloyd_passes(read, len(X), start, max_passes=50, tol=1e-8, rtol=1e-3, chunk=8192,
-                       take=take)
+    res = lloyd_passes(RowReader(read, len(X), 8192, take=take), start, 50, tol=1e-8, rtol=1e-3)
     heads = res.heads.double().numpy()
     exact = float(((X.astype(np.float32).astype(np.float64) - heads[res.labels]) ** 2)
                   .sum(1).mean())

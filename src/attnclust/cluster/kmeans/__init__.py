@@ -26,8 +26,33 @@ module             what
                    rows, the far-row repair (:func:`fit_to_hard_limit`)
 =================  ==============================================================
 
-Stopping rules take ``tol`` (default ``KMEANS_TOL``, scikit-learn's ``1e-4`` times the
-rows' mean variance per feature).
+Lloyd's steps have one signature whatever holds the rows (the row backend):
+
+    lloyd(rows, heads, max_iter, *, tol=0.0, weights=None, ...) -> KMeansResult
+
+=====================  =======================  ========================================
+function               ``rows``                 what differs beyond reading the rows
+=====================  =======================  ========================================
+:func:`lloyd_batch`    ndarray ``(n, d)``       several runs at once (``heads`` ``(R, K,
+                                                d)``, a leading axis of runs in the result);
+                                                Euclidean; the objective from the last
+                                                assignment's scores (to pick the best run)
+:func:`hard_lloyd`     Tensor ``(n, d)``        any geometry (``geometry=``: on the
+                                                sphere, spherical k-means); one run
+:func:`lloyd_passes`   :class:`RowReader`       rows read in chunks over ranks (``reduce``);
+                                                Hamerly's bounds (only doubted rows read
+                                                again); the ``rtol`` stop; the objective
+                                                carried by the steps' sums
+=====================  =======================  ========================================
+
+Each stops at ``max_iter`` steps, at a step that changes no label, or at one that moves
+the heads by a sum of squares of at most ``tol`` (``lloyd_passes`` stops before taking
+that step: its labels are those of its last heads without another read).
+
+The k-means runs above these steps (:func:`best_of_seedings`, :func:`sample_kmeans`,
+:func:`swap_polish`, :func:`fit_to_hard_limit`) take scikit-learn's relative ``tol``
+(default ``KMEANS_TOL``, ``1e-4`` times the rows' mean variance per feature) and give the
+steps its absolute value.
 
 The notation is :mod:`attnclust.cluster.kmeans.result`'s (heads ``mu_h``, labels ``z_i``, weights
 ``w_i``, objective ``R_inf``).
@@ -44,13 +69,13 @@ Examples
 from .batch import KMEANS_TOL, best_of_seedings, lloyd_batch
 from .ending import FAR_ROWS, MISSED, OBJECTIVE_RTOL, REPAIRS, fit_to_hard_limit
 from .lloyd import cell_sums, hard_labels, hard_lloyd, sample_kmeans
-from .passes import FULL_PASS, lloyd_passes
+from .passes import FULL_PASS, RowReader, lloyd_passes
 from .result import KMeansHistory, KMeansResult, objective
 from .seeding import kmeanspp_batch
 from .swap import SWAP_HEADS, SWAPS, Swap, nearest_two, single_swap, swap_polish
 
 __all__ = ["FAR_ROWS", "FULL_PASS", "KMEANS_TOL", "MISSED", "OBJECTIVE_RTOL", "REPAIRS",
-           "SWAPS", "SWAP_HEADS", "KMeansHistory", "KMeansResult", "Swap", "best_of_seedings",
-           "cell_sums", "fit_to_hard_limit", "hard_labels", "hard_lloyd", "kmeanspp_batch",
-           "lloyd_batch", "lloyd_passes", "nearest_two", "objective", "sample_kmeans",
-           "single_swap", "swap_polish"]
+           "SWAPS", "SWAP_HEADS", "KMeansHistory", "KMeansResult", "RowReader", "Swap",
+           "best_of_seedings", "cell_sums", "fit_to_hard_limit", "hard_labels", "hard_lloyd",
+           "kmeanspp_batch", "lloyd_batch", "lloyd_passes", "nearest_two", "objective",
+           "sample_kmeans", "single_swap", "swap_polish"]

@@ -149,7 +149,7 @@ def _means(step: _Pass, heads):
     return new
 
 
-def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
+def lloyd_batch(rows: np.ndarray, heads: np.ndarray, max_iter: int, *, tol: float = 0.0,
                 weights: np.ndarray | None = None) -> KMeansResult:
     """Lloyd's steps of every run from ``heads`` ``(R, K, d)``, each to its own stop.
 
@@ -166,10 +166,11 @@ def lloyd_batch(X: np.ndarray, heads: np.ndarray, *, max_iter: int, tol: float,
     Examples
     --------
     >>> X = np.array([[0.0], [0.2], [3.0], [3.4]])
-    >>> runs = lloyd_batch(X, X[None, [0, 1]], max_iter=10, tol=0.0)
+    >>> runs = lloyd_batch(X, X[None, [0, 1]], max_iter=10)
     >>> runs.heads[0, :, 0].tolist(), runs.labels.tolist(), runs.objective.round(3).tolist()
     ([0.1, 3.2], [[0, 0, 1, 1]], [0.025])
     """
+    X = rows
     heads = np.array(heads, dtype=X.dtype)
     R, K, _ = heads.shape
     sq = np.einsum("nd,nd->n", X, X)

@@ -58,7 +58,7 @@ from ...layer.results import IterationInfo
 from ..rows import WorkingRows
 from .batch import KMEANS_TOL
 from .lloyd import sample_kmeans
-from .passes import lloyd_passes
+from .passes import RowReader, lloyd_passes
 from .result import KMeansHistory, KMeansResult
 from .swap import SWAPS, nearest_two, swap_polish
 
@@ -119,15 +119,15 @@ def fit_to_hard_limit(S: torch.Tensor, rows: WorkingRows, start: KMeansResult, *
                             best.converged, history)
     total = rows.n_total if rows.weights is None else \
         float(rows.comm.sum_array(float(rows.weights.sum())))
+    reader = RowReader(rows.read, rows.rows.shape[0], rows.chunk, rows.take, rows.workers,
+                       rows.comm.reduce, total)
 
     def passes(heads, before):   # Lloyd steps over all rows, counted after `before` steps
         def progress(info):      # in the callback's units
             callback(info._replace(iteration=before + info.iteration))
-        run = lloyd_passes(rows.read, rows.rows.shape[0], heads, max_passes=max_iter,
-                           tol=tol / d, rtol=OBJECTIVE_RTOL, chunk=rows.chunk,
-                           workers=rows.workers, reduce=rows.comm.reduce, n_total=total,
-                           callback=None if callback is None else progress,
-                           weights=rows.weights, take=rows.take)
+        run = lloyd_passes(reader, heads, max_iter, tol=tol / d, weights=rows.weights,
+                           rtol=OBJECTIVE_RTOL,
+                           callback=None if callback is None else progress)
         return run._replace(n_iter=before + run.n_iter, history=run.history._replace(
             step=before + run.history.step))
     end = passes(best.heads, n_sample)

@@ -88,29 +88,28 @@ def _objective(X, heads, labels, weights, chunk) -> float:
     return sums / max(total, 1e-300)
 
 
-def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
-               geometry: str | Geometry = "sphere", chunk: int = _CHUNK,
-               weights: torch.Tensor | None = None, tol: float | None = None) -> KMeansResult:
-    """Hard Lloyd steps of the geometry, at most ``n_steps``, stopping early once no
-    label changes (or, with ``tol``, once a step moves the heads by a sum of squares of at
-    most ``tol``).
+def hard_lloyd(rows: torch.Tensor, heads: torch.Tensor, max_iter: int, *, tol: float = 0.0,
+               weights: torch.Tensor | None = None, geometry: str | Geometry = "sphere",
+               chunk: int = _CHUNK) -> KMeansResult:
+    """Hard Lloyd steps of the geometry, at most ``max_iter``, stopping early once no
+    label changes or a step moves the heads by a sum of squares of at most ``tol``.
 
     Parameters
     ----------
-    X : Tensor of shape (n, d)
-        Rows (on the sphere: unit rows).
+    rows : Tensor of shape (n, d)
+        Rows in memory (on the sphere: unit rows).
     heads : Tensor of shape (K, d)
         Initial heads.
-    n_steps : int
+    max_iter : int
         Lloyd steps at most.
+    tol : float, default=0
+        The heads' move that ends the run (0: only stable labels do).
+    weights : Tensor of shape (n,), optional
+        Each row counts with its weight in the means and the objective.
     geometry : str or Geometry, default="sphere"
         Whose cells and steps.
     chunk : int
         Rows per block of logits.
-    weights : Tensor of shape (n,), optional
-        Each row counts with its weight in the means and the objective.
-    tol : float, optional
-        The heads' move that ends the run (default: only stable labels do).
 
     Returns
     -------
@@ -125,14 +124,15 @@ def hard_lloyd(X: torch.Tensor, heads: torch.Tensor, n_steps: int, *,
     >>> res.heads.tolist(), res.labels.tolist(), round(res.objective, 3), res.converged
     ([[0.1, 0.0], [3.2, 0.0]], [0, 0, 1, 1], 0.025, True)
     """
+    X = rows
     K, geometry = heads.shape[0], as_geometry(geometry)
     labels = hard_labels(X, heads, geometry, chunk=chunk)
     steps, converged = 0, False
-    for _ in range(n_steps):
+    for _ in range(int(max_iter)):
         counts, sums = cell_sums(X, labels, K, weights)
         new = geometry.lloyd_step(sums, counts, heads)
         steps += 1
-        small = tol is not None and float(((new - heads) ** 2).sum()) <= tol
+        small = float(((new - heads) ** 2).sum()) <= tol
         heads = new
         new = hard_labels(X, heads, geometry, chunk=chunk)
         changed = bool((new != labels).any())

@@ -44,6 +44,7 @@ paper          code            meaning
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -55,12 +56,49 @@ from .lloyd import cell_sums
 from .result import KMeansHistory, KMeansResult, chunk_objective
 from .swap import nearest_two
 
-__all__ = ["CARRIED_RTOL", "FULL_PASS", "lloyd_passes"]
+__all__ = ["CARRIED_RTOL", "FULL_PASS", "RowReader", "lloyd_passes"]
 
 FULL_PASS = 0.25    # a step over all rows reads every row when its bounds doubt more of them
 SETTLED = 0.01      # the rtol stop also asks that a step moves at most this share of the rows
 CARRIED_RTOL = 1e-2  # the objective the sums carry is reported within this bound, else recomputed
 _PARTS_BYTES = 1 << 26      # per-chunk sums held at once by a step over all rows (64 MB)
+
+
+class RowReader(NamedTuple):
+    """Rows that a k-means reads in chunks, on one rank or a share on each of several:
+    the row backend of :func:`lloyd_passes` (the other Lloyd steps hold their rows in
+    memory, an array or a tensor, in its place).
+
+    Examples
+    --------
+    >>> X = torch.arange(6.0).reshape(3, 2)
+    >>> rows = RowReader.in_memory(X, chunk=2)
+    >>> rows.read(2, 4).tolist(), rows.take(torch.tensor([0])).tolist(), rows.n_rows
+    ([[4.0, 5.0]], [[0.0, 1.0]], 3)
+    """
+
+    read: Callable[[int, int], torch.Tensor]
+    """``read(start, stop)``: rows ``start:stop`` of this rank, ``(m, d)``."""
+    n_rows: int
+    """Rows that ``read`` serves (this rank's)."""
+    chunk: int
+    """Rows per chunk read."""
+    take: Callable[[torch.Tensor], torch.Tensor] | None = None
+    """``take(idx)``: the rows at the indices ``idx`` (a tensor on the rows' device), as
+    ``read`` gives them; without it every step reads every row (no bounds)."""
+    workers: int = 1
+    """Threads sharing the chunks (:func:`attnclust._threads.map_chunks`)."""
+    reduce: Callable[[torch.Tensor], torch.Tensor] | None = None
+    """Sum over data-parallel ranks of a tensor (the same on every rank)."""
+    n_total: float | None = None
+    """Rows of all ranks (default ``n_rows``); with weights, their total weight."""
+
+    @classmethod
+    def in_memory(cls, X: torch.Tensor, chunk: int, *, bounds: bool = True,
+                  workers: int = 1, n_total: float | None = None) -> RowReader:
+        """The rows of one tensor ``X`` ``(n, d)`` (``bounds``: with ``take``)."""
+        return cls(lambda a, b: X[a:b], X.shape[0], int(chunk),
+                   (lambda idx: X[idx]) if bounds else None, workers, None, n_total)
 
 
 def _gap(d1sq: torch.Tensor, d2sq: torch.Tensor) -> torch.Tensor:
@@ -180,13 +218,10 @@ def _rescore(take, doubt: np.ndarray, heads, half_sq, labels: np.ndarray, bound:
     return _sum_over_chunks(cells, doubt.size, chunk, workers, K * (d + 2) + 1)
 
 
-def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: torch.Tensor,
-                 *, max_passes: int, tol: float, chunk: int, rtol: float = 0.0, workers: int = 1,
-                 reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 n_total: float | None = None, labels: np.ndarray | None = None,
-                 callback: Callable[[IterationInfo], None] | None = None,
-                 weights: torch.Tensor | None = None,
-                 take: Callable[[torch.Tensor], torch.Tensor] | None = None) -> KMeansResult:
+def lloyd_passes(rows: RowReader, heads: torch.Tensor, max_iter: int, *, tol: float = 0.0,
+                 weights: torch.Tensor | None = None, rtol: float = 0.0,
+                 labels: np.ndarray | None = None,
+                 callback: Callable[[IterationInfo], None] | None = None) -> KMeansResult:
     """Lloyd steps over all rows from ``heads`` until the step would move the heads by a
     sum of squares of at most ``tol``, or the last move lowered ``R_inf`` by at most
     ``rtol`` of its value and settled the partition.
@@ -197,8 +232,8 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     ``labels``, when given, holds their nearest heads without another pass over the rows
     (the last step, of at most ``tol``, is not taken).
 
-    With ``take``, a step reads only the rows whose cell the heads' moves may have changed
-    (Hamerly's bounds): each row keeps a lower bound on the gap ``d2 - d1`` between its
+    With ``rows.take``, a step reads only the rows whose cell the heads' moves may have
+    changed (Hamerly's bounds): each row keeps a lower bound on the gap ``d2 - d1`` between its
     distances to the second-nearest and the nearest head, exact after the row is scored and
     lowered by ``delta_z + max_h delta_h`` when the heads move by ``delta``; only rows whose
     bound is no longer positive are scored again (a whole pass when they are more than
@@ -208,17 +243,17 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
 
     Parameters
     ----------
-    read : callable
-        ``read(start, stop)`` returns rows ``start:stop`` of the fit, ``(m, d)``, in the
-        dtype and on the device of ``heads``.
-    n_rows : int
-        Rows that ``read`` serves (this rank's).
+    rows : RowReader
+        The rows, read in chunks (this rank's share, with the sum over ranks).
     heads : Tensor of shape (K, d)
-        Initial heads.
-    max_passes : int
+        Initial heads, in the dtype and on the device of the rows read.
+    max_iter : int
         At most this many steps.
-    tol : float
+    tol : float, default=0
         Stop at a step that would move the heads by a sum of squares of at most ``tol``.
+    weights : Tensor of shape (rows.n_rows,), optional
+        Sample weights of the rows: every sum (cell sizes, means, ``R_inf``) is weighted
+        (``rows.n_total`` is then their total weight over the ranks).
     rtol : float, default=0
         Stop at a step that finds that the previous one lowered ``R_inf`` by at most
         ``rtol`` times its value, moved at most ``SETTLED`` (1%) of the rows (or of their
@@ -227,30 +262,19 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         many rows Lloyd's heads creep long after the partition has settled, and the last
         two conditions keep the rule from stopping where one far row dominates ``R_inf``
         and a head on its way to it gains little in its first step.
-    chunk, workers :
-        Rows per chunk, and threads sharing the chunks (:func:`attnclust._threads.map_chunks`).
-    reduce : callable, optional
-        Sum over data-parallel ranks of a tensor (the same on every rank).
-    n_total : int or float, optional
-        Rows of all ranks (default ``n_rows``); with ``weights``, their total weight.
-    labels : ndarray of shape (n_rows,), optional
+    labels : ndarray of shape (rows.n_rows,), optional
         Filled with the index of each row's nearest returned head.
     callback : callable, optional
         Called after each step with an :class:`~attnclust.layer.results.IterationInfo`
         (``iteration``: steps so far; ``loss``: ``R_inf`` of the step's heads;
         ``inverse_temperature``: infinity; ``shift``: the largest move of a head): progress
         over the steps.
-    weights : Tensor of shape (n_rows,), optional
-        Sample weights of the rows: every sum (cell sizes, means, ``R_inf``) is weighted.
-    take : callable, optional
-        ``take(idx)`` returns the rows at the indices ``idx`` (a tensor on the device of
-        ``heads``), as ``read`` does; without it every step is a whole pass.
 
     Returns
     -------
     KMeansResult
         ``labels`` (this rank's), ``n_iter`` (the steps), ``converged`` (a stopping rule,
-        ``tol`` or ``rtol``, met before ``max_passes``); ``objective``: ``R_inf`` of the
+        ``tol`` or ``rtol``, met before ``max_iter``); ``objective``: ``R_inf`` of the
         final heads and labels (summed over the ranks), as the steps' sums give it where
         their rounding is within ``CARRIED_RTOL`` of it, else recomputed in one more read
         of the rows (the module docstring); ``history``: the ``R_inf`` of the heads each
@@ -261,15 +285,16 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     Examples
     --------
     >>> X = torch.tensor([[0.0, 0.0], [0.2, 0.0], [3.0, 0.0], [3.4, 0.0]], dtype=torch.float64)
-    >>> res = lloyd_passes(lambda a, b: X[a:b], 4, X[[0, 2]], max_passes=10, tol=0.0, chunk=2,
-    ...                    take=lambda idx: X[idx])
+    >>> res = lloyd_passes(RowReader.in_memory(X, chunk=2), X[[0, 2]], max_iter=10)
     >>> res.heads.tolist(), res.converged, res.history.objective.round(3).tolist()
     ([[0.1, 0.0], [3.2, 0.0]], True, [0.05, 0.025])
     >>> res.labels.tolist(), round(res.objective, 3), res.history.full_passes
     ([0, 0, 1, 1], 0.025, 1)
     """
     K, d = heads.shape
-    n = n_rows if n_total is None else n_total
+    read, take, n_rows, chunk, workers, reduce = rows.read, rows.take, rows.n_rows, \
+        rows.chunk, rows.workers, rows.reduce
+    n = n_rows if rows.n_total is None else rows.n_total
     objective: list[float] = []
     path: list[torch.Tensor] = []
     converged, full_passes, updates = False, 0, 0
@@ -279,7 +304,7 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
     bound = np.empty(n_rows, dtype=np.float16)
     drift = np.zeros(K)     # sum of delta_h + max delta over the steps since a whole pass
     stats = None                                   # this rank's [counts, sums, distances]
-    for _ in range(int(max_passes)):
+    for _ in range(int(max_iter)):
         half_sq = 0.5 * (heads * heads).sum(1)
         doubt = None if stats is None or take is None else _doubted(bound, labels, drift)
         if doubt is None or doubt.size > FULL_PASS * n_rows:
@@ -313,7 +338,7 @@ def lloyd_passes(read: Callable[[int, int], torch.Tensor], n_rows: int, heads: t
         if float(moves.sum()) <= tol or settled:
             converged = True
             break
-        if len(objective) < max_passes:
+        if len(objective) < max_iter:
             shift = moves.sqrt().cpu().double().numpy()
             drift += shift + shift.max()
             _move_heads(stats, heads.cpu().double().numpy(), new.cpu().double().numpy())
