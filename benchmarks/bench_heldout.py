@@ -10,7 +10,7 @@ scale; and four sets of the shape families (three sticks, a ring around a blob o
 outliers, an unbalanced pair in 16-D, sheared blobs in 4-D), drawn with other generators
 than the battery's and not used to choose ``covariance_type="auto"``'s rule (but the ring
 around a blob was in view while its second EM start was built:
-``attnclust.cluster.mixture.candidate_em``). Columns: the
+``attnclust.cluster.mixture.candidates``). Columns: the
 mean ARI over ``random_state`` 200-209 (quick: 200-201) of the default
 ``AttentionClustering`` (``covariance_type="auto"``), its spherical fit alone
 (``covariance_type="spherical"``), ``KMeans(n_init=1)``,

@@ -65,9 +65,11 @@ _MOVED_03 = {f"{__name__}.{old}": f"{__name__}.{new}" for old, new in {
     **{f"study.{m}": f"layer.{m}"
        for m in ("geometry", "heads", "results", "schedules", "sphere")},
     **{f"cluster.{m}": f"cluster.mixture.{m}"
-       for m in ("candidate_em", "covariance", "lean_fits", "likelihood", "noise_head",
+       for m in ("covariance", "likelihood", "noise_head",
                  "shape_choice", "shaped", "valley")},
     "cluster.shape_em": "cluster.mixture.em", "cluster.shaped_fit": "cluster.mixture.tempered",
+    "cluster.candidate_em": "cluster.mixture.candidates",
+    "cluster.lean_fits": "cluster.mixture.candidates",
     "cluster.k_choice": "cluster.choice.k_choice", "cluster.plateaus": "cluster.choice.plateaus",
     "cluster.cluster_choice": "cluster.choice.path_choice",
     "cluster.picture": "plotting.clusters", "cluster.path_plot": "plotting.path",

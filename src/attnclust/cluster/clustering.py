@@ -320,7 +320,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         Why: ``"given"``, or the criteria of ``"auto"``'s candidates.
     covariance_type_criteria_ : dict
         With ``"auto"``: each candidate's log-likelihood, entropy, parameters, rows, BIC
-        and ICL (data units; :class:`~attnclust.cluster.mixture.lean_fits.ShapeScore`); else empty.
+        and ICL (data units; :class:`~attnclust.cluster.mixture.candidates.ShapeScore`); else empty.
     noise_weight_, noise_log_density_ : float
         With ``noise_head=True``: the background head's weight (``weights_`` then sums to
         one minus it) and the log of its density in the preprocessed space.

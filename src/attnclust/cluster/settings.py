@@ -4,7 +4,7 @@ The estimator's parameters (:mod:`attnclust.cluster.estimator_params`) say *what
 these settings say how much work its data-driven choices may do: the warm start's
 sample (:mod:`attnclust.cluster.warm_start`), the heads' shape chosen by ICL
 (:mod:`attnclust.cluster.mixture.shape_choice`) and its candidates' EM
-(:mod:`attnclust.cluster.mixture.candidate_em`), and the choice of ``K``
+(:mod:`attnclust.cluster.mixture.candidates`), and the choice of ``K``
 (:mod:`attnclust.cluster.choice.k_choice`). Their defaults are the measured ones the modules'
 docstrings explain; ``AttentionClustering(settings=FitSettings(...))`` changes them for
 one estimator (tests use small values to exercise the paths of large data on a few
@@ -92,7 +92,7 @@ class FitSettings:
     stop_steps : int, default=2
         A shaped candidate's EM stops early (it cannot win) after this many steps in a
         row whose Aitken-projected ICL bound is above the least ICL so far
-        (:mod:`attnclust.cluster.mixture.candidate_em`).
+        (:mod:`attnclust.cluster.mixture.candidates`).
     rows_per_parameter : float, default=10
         The density core's second start is tried only for a candidate with at least this
         many rows per free parameter (``math.inf``: never).
@@ -159,7 +159,7 @@ class FitSettings:
     choice_numbers: int = 20_000_000
     fit_numbers: int = 100_000_000
     shape_choice_seedings: int = 7
-    # the candidates' EM (attnclust.cluster.mixture.candidate_em)
+    # the candidates' EM (attnclust.cluster.mixture.candidates)
     stop_steps: int = 2
     rows_per_parameter: float = 10
     peak_rows: int = 256

@@ -115,9 +115,9 @@ from scipy.special import stdtrit
 
 from ..._validation import as_generator
 from ..kmeans.batch import best_of_seedings
+from ..mixture.candidates import bic
 from ..mixture.covariance import as_covariance
 from ..mixture.em import LeanEM, RowProducts
-from ..mixture.lean_fits import bic
 from ..settings import FitSettings
 
 __all__ = ["COVARIANCE_TYPES", "KChoice", "WeakChoiceWarning",

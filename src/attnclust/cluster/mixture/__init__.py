@@ -4,8 +4,7 @@
 (:mod:`~attnclust.cluster.mixture.tempered`), the layer of shaped heads
 (:mod:`~attnclust.cluster.mixture.shaped`), and what is built on them: the choice of the
 heads' shape (:mod:`~attnclust.cluster.mixture.shape_choice`, its candidates in
-:mod:`~attnclust.cluster.mixture.lean_fits` and
-:mod:`~attnclust.cluster.mixture.candidate_em`, its collapse guard in
+:mod:`~attnclust.cluster.mixture.candidates`, its collapse guard in
 :mod:`~attnclust.cluster.mixture.valley`), the noise head
 (:mod:`~attnclust.cluster.mixture.noise_head`) and the estimator's likelihood
 (:mod:`~attnclust.cluster.mixture.likelihood`)."""

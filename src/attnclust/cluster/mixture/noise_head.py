@@ -5,7 +5,7 @@ their own; a Gaussian mixture still has to explain them, and either widens a hea
 them or spends a head on them. Here, beside the ``K`` Gaussian heads, a **background
 head** of constant density ``1 / V`` (``V`` the volume of the working rows' box, each side
 the range of one feature, at least ``sqrt(2 pi e)`` times the root of its covariance
-floor: :func:`~attnclust.cluster.mixture.lean_fits.box_log_volume`)
+floor: :func:`~attnclust.cluster.mixture.candidates.box_log_volume`)
 takes them, with its own weight ``pi_0`` (one free parameter more), as in mclust's noise
 component (Fraley and Raftery 1998; Banfield and Raftery 1993):
 
@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from ..estimator_fits import ShapedFitted
 from ..rows import WorkingRows
 from ..settings import FitSettings
-from .lean_fits import LeanRows, LeanRun, lean_attributes, lean_run
+from .candidates import LeanRows, LeanRun, lean_attributes, lean_run
 from .shape_choice import ShapeChoice, choice_rows, choose_lean, shaped_candidates
 
 if TYPE_CHECKING:

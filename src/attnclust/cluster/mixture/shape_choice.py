@@ -60,7 +60,7 @@ On rows read whole (one process, the CPU) the shaped candidates' EM
 (:class:`~attnclust.cluster.mixture.em.LeanEM`) runs diag, then full, each from the default
 partition and, where it has enough rows per parameter, from a second start with one head
 on the densest region (which finds a cluster nested in another), each run to its
-stopping rule unless it cannot win (:mod:`attnclust.cluster.mixture.candidate_em`: the starts, the
+stopping rule unless it cannot win (:mod:`attnclust.cluster.mixture.candidates`: the starts, the
 early stop, and why a run from the second start that merges two of the default
 partition's cells is not kept). A stopped run is recorded as ``stopped`` and is not
 chosen; a candidate keeps its run of lower ICL. (Rows on several ranks or a device run
@@ -100,17 +100,18 @@ from ..communicator import Communicator
 from ..estimator_fits import Reporter, fit_shaped
 from ..rows import WorkingRows
 from ..settings import FitSettings
-from .candidate_em import core_start, merges_cells
-from .covariance import AUTO, Covariance, Spherical, covariance_floor
-from .lean_fits import (
+from .candidates import (
     REG_COVAR,
     LeanRows,
     ShapeScore,
+    core_start,
     head_at_floor,
     held_whole,
     icl,
     lean_run,
+    merges_cells,
 )
+from .covariance import AUTO, Covariance, Spherical, covariance_floor
 from .tempered import data_variance
 from .valley import cores_from_tails
 
@@ -364,7 +365,7 @@ def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale
     the shaped candidate of least ICL then runs again from the density core's start where
     it has ``settings.rows_per_parameter`` rows per parameter, and keeps that run if it is
     eligible, of a lower ICL and merges no two cells of ``labels``
-    (:mod:`attnclust.cluster.mixture.candidate_em`; ``settings``: ``plan.settings``). ``noise``:
+    (:mod:`attnclust.cluster.mixture.candidates`; ``settings``: ``plan.settings``). ``noise``:
     every candidate beside a uniform background head (:mod:`attnclust.cluster.mixture.noise_head`),
     and no spherical one."""
     K, settings = plan.n_clusters, plan.settings

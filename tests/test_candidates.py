@@ -1,5 +1,5 @@
 """The shape choice's second EM start, one head on the densest region
-(:func:`attnclust.cluster.mixture.candidate_em.core_start`), and where it is tried."""
+(:func:`attnclust.cluster.mixture.candidates.core_start`), and where it is tried."""
 
 import math
 import warnings
@@ -11,7 +11,7 @@ from sklearn.metrics import adjusted_rand_score
 
 import attnclust.cluster.mixture.shape_choice as shape_choice
 from attnclust import AttentionClustering
-from attnclust.cluster.mixture.candidate_em import core_start, merges_cells
+from attnclust.cluster.mixture.candidates import core_start, merges_cells
 from attnclust.cluster.settings import FitSettings
 
 
@@ -204,7 +204,7 @@ def test_a_candidate_stops_after_settings_stop_steps_hopeless_steps(stop_steps):
     """With a least ICL no candidate can reach (``-inf``), every decelerating step is a
     hit: the candidate stops early after ``settings.stop_steps`` of them, its first two
     steps only setting the gains' history."""
-    from attnclust.cluster.mixture.candidate_em import run_or_stop
+    from attnclust.cluster.mixture.candidates import run_or_stop
     from attnclust.cluster.mixture.covariance import Full
     from attnclust.cluster.mixture.em import LeanEM
     from attnclust.cluster.settings import FitSettings
