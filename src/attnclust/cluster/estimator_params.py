@@ -85,8 +85,8 @@ def _check_callable(value, name: str):
 @functools.cache
 def param_names(cls) -> list[str]:
     """scikit-learn's ``_get_param_names`` of an estimator class, read once: scikit-learn
-    reads ``__init__``'s signature on every ``get_params`` (0.15 ms, several times per fit,
-    a tenth of a small fit), and a class's signature does not change."""
+    reads ``__init__``'s signature on every ``get_params`` (several times per fit, a
+    noticeable share of a small fit), and a class's signature does not change."""
     return BaseEstimator._get_param_names.__func__(cls)
 
 

@@ -88,7 +88,7 @@ class FitSettings:
         Nor one whose fit on all rows would handle more numbers per pass than this.
     shape_choice_seedings : int, default=7
         ``n_init="auto"`` of a fit that chooses its heads' shape, at most (its candidates
-        refine the partition: mean ARI within 0.001 of ten seedings, in 0.7x the time).
+        refine the partition; ``benchmarks/bench_shaped.py`` compares it with ten).
     stop_steps : int, default=2
         A shaped candidate's EM stops early (it cannot win) after this many steps in a
         row whose Aitken-projected ICL bound is above the least ICL so far

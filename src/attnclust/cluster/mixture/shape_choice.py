@@ -51,10 +51,9 @@ handle more than ``settings.choice_numbers`` numbers per pass (rows x heads x co
 entries per head), or whose fit on all rows would handle more than
 ``settings.fit_numbers``, is not tried
 (the reason says so): a cost guard for wide and for large data, where a full covariance
-has ``d (d + 1) / 2`` entries per head and the chunked EM on all rows costs far more
-than the spherical fit (70,000 x 784 image-like rows, 10 heads: 0.7 s per diagonal pass,
-13 s in all, against 0.4 s for the whole spherical fit); pass ``covariance_type`` to fit
-a shape there.
+has ``d (d + 1) / 2`` entries per head and the chunked EM on all rows costs many times
+the spherical fit (on wide image-like rows, a single diagonal pass costs more than the
+whole spherical fit); pass ``covariance_type`` to fit a shape there.
 
 On rows read whole (one process, the CPU) the shaped candidates' EM
 (:class:`~attnclust.cluster.mixture.em.LeanEM`) runs diag, then full, each from the default
