@@ -43,6 +43,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
+from ._stateless import Stateless
 from .sphere import normalize, retract, riemannian_gradient, tangent
 
 __all__ = ["GEOMETRIES", "Euclidean", "Geometry", "Sphere", "as_geometry"]
@@ -53,7 +54,7 @@ _COINCIDE = 64
 _PRECISE = 1e-9     # the largest rounding of a predicted logit (Euclidean.precise_logits)
 
 
-class Geometry(ABC):
+class Geometry(Stateless, ABC):
     """The set the heads live on, the key bias of their logits and the steps that keep
     the heads on that set (subclass it for another geometry, e.g. shaped heads).
 
@@ -85,15 +86,6 @@ class Geometry(ABC):
     normalize: str | None
     tol: float
     anneal: bool
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
 
     # -- the layer ----------------------------------------------------------------------
     @abstractmethod
@@ -388,11 +380,11 @@ class Euclidean(Geometry):
 
     def precise_logits(self, x, heads, lam):
         """The logits in the frame centred on the heads' mean, and ``-lambda ||x -
-        mu_h||^2 / 2`` from the differences (``torch.cdist``, 3-12x slower) for the rows
-        where the product form's rounding could reorder the two highest logits or move
-        one by more than ``_PRECISE``: its terms grow with the distance from the frame's
-        origin, and a far head (a row at 1e9 beside two blobs near 0) left the near
-        heads' logits equal to rounding."""
+        mu_h||^2 / 2`` from the differences (``torch.cdist``, which costs more than the
+        product form) for the rows where the product form's rounding could reorder the two
+        highest logits or move one by more than ``_PRECISE``: its terms grow with the
+        distance from the frame's origin, and a far head (a row at 1e9 beside two blobs
+        near 0) left the near heads' logits equal to rounding."""
         center = heads.mean(0)
         xc, hc = x - center, heads - center
         logits = self.logits(xc, hc, lam)

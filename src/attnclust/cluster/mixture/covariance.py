@@ -25,9 +25,10 @@ made the fit is the unshaped layer's.
 
 Both EMs use the same objects: on torch chunks (:mod:`~attnclust.cluster.mixture.tempered`)
 and on NumPy rows held whole (:mod:`~attnclust.cluster.mixture.em`). The M-step
-(:meth:`~Covariance.update`) sets ``Sigma_h = M_h + D``, ``M_h`` the weighted second moments about the new mean and
-``D = diag(r_1..r_d)`` the floor (``"diag"``: their diagonals, ``"spherical"``: their
-means over the features); it and the floor ratio take either library's arrays.
+(:meth:`~Covariance.update`) sets ``Sigma_h = M_h + D``, ``M_h`` the weighted second
+moments about the new mean and ``D = diag(r_1..r_d)`` the floor (``"diag"``: their
+diagonals, ``"spherical"``: their means over the features); it and the floor ratio take
+either library's arrays.
 
 Notation
 --------
@@ -52,6 +53,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
+from ...layer._stateless import Stateless
 from ..degenerate import DegenerateFitWarning
 
 __all__ = ["AUTO", "COVARIANCE_TYPES", "Covariance", "Diag", "Full", "ShapeChoiceMarker",
@@ -88,7 +90,7 @@ def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
     return float(reg_covar) * variances.clamp_min(FLOOR_RANGE * mean)
 
 
-class Covariance(ABC):
+class Covariance(Stateless, ABC):
     """What a head's precision factor ``U_h`` is, and the operations that depend on it.
 
     Attributes
@@ -103,15 +105,6 @@ class Covariance(ABC):
     name: str
     shaped: bool
     automatic = False     # the covariance type is the fit's (see :class:`ShapeChoiceMarker`)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-    def __eq__(self, other) -> bool:
-        return type(self) is type(other)
-
-    def __hash__(self) -> int:
-        return hash(type(self))
 
     # -- shapes -----------------------------------------------------------------------------
     @abstractmethod
