@@ -327,7 +327,7 @@ def empirical_risk(heads, X, *, inverse_temperature: float, batch_size: int | No
     Returns
     -------
     Tensor
-        0-dim tensor, or ``(R,)`` for runs.
+        The empirical risk, 0-dim, or ``(R,)`` for runs.
 
     Examples
     --------
@@ -440,34 +440,20 @@ def balance(
 ) -> torch.Tensor:
     """Balance penalty ``sum_h (E[a_h(X)] - pi_h)^2``: no knowledge of the centroids.
 
-    ``E[a_h(X)]`` is :func:`mean_attention`: over a :class:`GaussianMixture` (the exact
-    rule of this module for ``K <= 3``, QMC with common random numbers otherwise, or as
-    ``method`` says) or the mean over the rows of a data array ``(n, d)``. ``target``
-    defaults to the uniform proportions ``1 / K``.
+    ``E[a_h(X)]`` is :func:`mean_attention` (over a mixture or the rows of a data array);
+    ``target`` defaults to the uniform proportions ``1 / K``.
 
     Parameters
     ----------
-    heads : Tensor or array-like of shape (K, d), or (R, K, d) for runs on data
-        Heads ``mu``; may require grad (the result is differentiable w.r.t. them).
-    data : GaussianMixture or array-like of shape (n, d)
-        Where the expectation of the attention weights is taken.
-    inverse_temperature : float, or Tensor of shape (R,) for runs
-        Inverse temperature ``lambda > 0``.
+    heads, data, inverse_temperature, method, n_samples, rng, batch_size, geometry :
+        As in :func:`mean_attention`.
     target : array-like of shape (K,), optional
         Target proportions ``pi``; uniform ``1 / K`` when omitted.
-    method : {"auto", "exact", "qmc"}, default="auto"
-        For a mixture, as in :func:`population_risk`.
-    n_samples, rng :
-        QMC sample size and seed (mixture with ``method="qmc"``).
-    batch_size : int, optional
-        Rows per mini-batch for a data array (same value, less memory).
-    geometry : {"sphere", "euclidean"}, default="sphere"
-        As in :func:`population_risk`.
 
     Returns
     -------
     Tensor
-        0-dim tensor, or ``(R,)`` for runs.
+        The penalty, 0-dim, or ``(R,)`` for runs.
 
     Examples
     --------
