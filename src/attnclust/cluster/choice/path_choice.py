@@ -13,13 +13,8 @@ widest so far. The plateaus' names (:class:`~attnclust.cluster.choice.plateaus.P
 
 Notation
 --------
-========================  ===================  =========================================
-paper                     code                 meaning
-========================  ===================  =========================================
-``K``                     ``n_clusters``       clusters counted on a plateau
-``lambda``                ``lam``              inverse temperature, on the grid
-``w_min``                 ``min_width``        ``MIN_PLATEAU_WIDTH``: least width of K >= 2
-========================  ===================  =========================================
+That of :mod:`attnclust.cluster.choice.plateaus` (``K``: ``n_clusters``, ``w_min``:
+``min_width``); ``lam`` is an inverse temperature ``lambda`` of the path's grid.
 """
 
 from __future__ import annotations
