@@ -8,21 +8,11 @@ the preprocessing), on rows preprocessed as in ``fit`` and read in blocks of abo
     a_h(x)  = softmax_h( logits_h(x) )          predict_proba (merged heads: summed per cluster)
     z(x)    = argmax_h logits_h(x)              predict (-1: the noise head's row)
     T_mu(x) = sum_h a_h(x) mu_h                 layer_output
-    D_h(x)  = ||x - mu_h||                      transform (KMeans.transform's)
+    d_h(x)  = ||x - mu_h||                      transform (KMeans.transform's)
 
 The logits are computed in float64 whatever the data's dtype; the outputs come back in
-the dtype of the rows given.
-
-Notation
---------
-=============  ========================  =============================================
-paper          code                      meaning
-=============  ========================  =============================================
-``mu_h``       ``cluster_centers_``      heads, shape ``(K, d)``
-``a_h(x)``     ``predict_proba``         attention of ``x`` on head ``h``
-``T_mu(x)``    ``layer_output``          output of the layer
-``D_h(x)``     ``transform``             Euclidean distance to head ``h``
-=============  ========================  =============================================
+the dtype of the rows given. The notation is the estimator's
+(:mod:`attnclust.cluster.clustering`).
 """
 
 from __future__ import annotations
@@ -79,7 +69,26 @@ class MergedHeadsMixin:
 class LayerPredictionsMixin:
     """``predict_proba``, ``predict``, ``layer_output`` and ``transform`` of a fitted
     estimator (see the module docstring); it reads the estimator's ``_validate``,
-    ``_plan`` and fitted attributes."""
+    ``_plan`` and fitted attributes.
+
+    Examples
+    --------
+    The label is the most-attended head, the output the attention's mean of the heads,
+    and the nearest head the most attended one (Euclidean heads):
+
+    >>> import numpy as np
+    >>> from attnclust import AttentionClustering
+    >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
+    >>> est = AttentionClustering(2, covariance_type="spherical", random_state=0).fit(X)
+    >>> A = est.predict_proba(X)
+    >>> A.shape, bool(np.all(A.argmax(1) == est.predict(X)))
+    ((4, 2), True)
+    >>> bool(np.allclose(est.layer_output(X), A @ est.cluster_centers_))
+    True
+    >>> D = est.transform(X)
+    >>> D.shape, bool(np.all(D.argmin(1) == est.predict(X)))
+    ((4, 2), True)
+    """
 
     def _logits(self, Xp: np.ndarray) -> torch.Tensor:
         """Attention logits ``(n, K)`` of preprocessed rows, in float64 (the geometry's
@@ -140,17 +149,7 @@ class LayerPredictionsMixin:
     def layer_output(self, X) -> np.ndarray:
         """Layer outputs ``T_mu(x) = sum_h a_h(x) mu_h`` of the preprocessed rows, shape
         (n_samples, n_features), in the dtype of ``X`` (what ``transform`` returned before
-        0.3).
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from attnclust import AttentionClustering
-        >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
-        >>> est = AttentionClustering(2, covariance_type="spherical", random_state=0).fit(X)
-        >>> bool(np.allclose(est.layer_output(X), est.predict_proba(X) @ est.cluster_centers_))
-        True
-        """
+        0.3)."""
         return self._by_chunks(X, lambda Xp: (softmax_heads(self._logits(Xp))
                                               @ self._heads64()).cpu().numpy(),
                                keep_dtype=True)
@@ -158,18 +157,7 @@ class LayerPredictionsMixin:
     def transform(self, X) -> np.ndarray:
         """Euclidean distances ``||x - mu_h||`` of the preprocessed rows to the cluster
         centres, shape (n_samples, n_clusters), in the dtype of ``X`` (``KMeans.transform``'s
-        space; the layer's output is :meth:`layer_output`).
-
-        Examples
-        --------
-        >>> import numpy as np
-        >>> from attnclust import AttentionClustering
-        >>> X = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0], [5.1, 5.0]])
-        >>> est = AttentionClustering(2, covariance_type="spherical", random_state=0).fit(X)
-        >>> D = est.transform(X)
-        >>> D.shape, bool(np.all(D.argmin(1) == est.predict(X)))
-        ((4, 2), True)
-        """
+        space; the layer's output is :meth:`layer_output`)."""
         def distances(Xp):
             X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64),
                                   device=self._plan.device)
