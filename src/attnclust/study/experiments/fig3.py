@@ -49,9 +49,17 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     return FigureResult(config, arrays, summary)
 
 
-@styled
-def plot(result: FigureResult, out) -> None:
-    s = result.summary
-    inputs_vs_outputs(result, out, title=(
-        rf"trained two-head layer, $\lambda={s['inverse_temperature']:.3g}$: "
-        f"within-cluster spread x{s['within_cluster_spread_ratio']:.2f}"))
+def plot_of(layer: str):
+    """The ``plot(result, out)`` of a figure that passes this prompt through ``layer``
+    (figures 3 and 4): inputs vs outputs, titled with ``lambda`` and the within-cluster
+    spread ratio of the summary."""
+    @styled
+    def plot(result: FigureResult, out) -> None:
+        s = result.summary
+        inputs_vs_outputs(result, out, title=(
+            rf"{layer}, $\lambda={s['inverse_temperature']:.3g}$: "
+            f"within-cluster spread x{s['within_cluster_spread_ratio']:.2f}"))
+    return plot
+
+
+plot = plot_of("trained two-head layer")

@@ -12,14 +12,15 @@ import numpy as np
 
 from ..in_context import identity_attention
 from ..metrics import limit_distance, spread_ratio
-from ._common import inputs_vs_outputs, inverse_temperature_of, projected, prompt
+from . import fig3
+from ._common import inverse_temperature_of, projected, prompt
 from ._runner import FigureResult
-from ._style import styled
 
 NAME = "fig4"
 DESCRIPTION = "inputs vs outputs of the identity attention layer (PCA of the inputs)"
 
-CONFIG = {"d": 10, "sigma": 0.3, "length": 500, "inverse_temperature": "1/(1+2 sigma^2)"}
+# figure 3's prompt and lambda; nothing is trained
+CONFIG = {key: fig3.CONFIG[key] for key in ("d", "sigma", "length", "inverse_temperature")}
 QUICK = dict(CONFIG)
 
 
@@ -37,9 +38,4 @@ def run(config: dict, rng: np.random.Generator) -> FigureResult:
     return FigureResult(config, arrays, summary)
 
 
-@styled
-def plot(result: FigureResult, out) -> None:
-    s = result.summary
-    inputs_vs_outputs(result, out, title=(
-        rf"identity attention, $\lambda={s['inverse_temperature']:.3g}$: "
-        f"within-cluster spread x{s['within_cluster_spread_ratio']:.2f}"))
+plot = fig3.plot_of("identity attention")
