@@ -35,6 +35,38 @@ symbol         code                meaning
 ``X_r``        ``X_shard``         rows held by rank ``r``, ``(n_r, d)``
 ``S``          ``reduce(t)``       sum over ranks (all-reduce)
 =============  ==================  ===============================================
+
+Examples
+--------
+What every rank runs, here in one process: a group of one rank (gloo, meeting through a
+file in a temporary folder) stands for the group that :func:`init_from_env` joins under
+torchrun, where each rank reads its own rows and every sum runs over all ranks.
+
+>>> import tempfile, numpy as np, torch, torch.distributed as dist
+>>> import attnclust as ac
+>>> from attnclust.cluster import distributed as ddp
+>>> tmp = tempfile.TemporaryDirectory()
+>>> data = f"{tmp.name}/data.npy"
+>>> np.save(data, ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2).sample(300, rng=0))
+>>> dist.init_process_group("gloo", init_method=f"file://{tmp.name}/store", rank=0,
+...                         world_size=1)           # torchrun: ddp.init_from_env()
+>>> rank, world = dist.get_rank(), dist.get_world_size()
+>>> X = ddp.shard_rows(data, rank, world)             # this rank's rows
+>>> ddp.make_reduce()(torch.ones(3))                  # the sum over ranks: W on W ranks
+tensor([1., 1., 1.])
+>>> est = ddp.fit_distributed(X, 2, random_state=0)
+>>> labels = ddp.gather_rows(est.labels_)             # every rank's labels, in order
+>>> labels.shape, est.shard_offset_, est.n_samples_total_
+((300,), 0, 300)
+>>> one = ac.AttentionClustering(2, random_state=0).fit(np.load(data))
+>>> np.allclose(est.cluster_centers_, one.cluster_centers_)
+True
+>>> heads0 = ac.init_on_sphere(2, X.shape[1], rng=0)  # rank 0's is used everywhere
+>>> res = ddp.pgd_distributed(X, heads0, inverse_temperature=10.0, n_steps=50)
+>>> one = ac.pgd(np.load(data), heads0, inverse_temperature=10.0, n_steps=50)
+>>> np.allclose(res.heads, one.heads)
+True
+>>> dist.destroy_process_group(); tmp.cleanup()
 """
 
 from __future__ import annotations
@@ -236,21 +268,8 @@ def make_reduce(group=None, *, stats: CommStats | None = None):
 
     Returns a new tensor on ``t``'s device (``t`` is not modified). With an NCCL group
     the buffer goes through the current CUDA device (no copy when ``t`` is already
-    there); with gloo through the CPU. ``stats`` counts calls and bytes.
-
-    Examples
-    --------
-    In one process (a group of one rank, gloo, meeting through a file); under torchrun
-    the group comes from :func:`init_from_env`, and on ``W`` ranks the sum is ``W``:
-
-    >>> import tempfile, torch, torch.distributed as dist
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> dist.init_process_group("gloo", init_method=f"file://{tmp.name}/store", rank=0,
-    ...                         world_size=1)
-    >>> reduce = make_reduce()
-    >>> reduce(torch.ones(3))
-    tensor([1., 1., 1.])
-    >>> dist.destroy_process_group(); tmp.cleanup()
+    there); with gloo through the CPU. ``stats`` counts calls and bytes. The module's
+    example calls it in a group of one rank.
     """
     device = _comm_device(group)
 
@@ -286,20 +305,9 @@ def _all_gather(t: torch.Tensor, group) -> list[torch.Tensor]:
 def gather_rows(a, *, group=None) -> np.ndarray:
     """Concatenate every rank's rows of ``a`` in rank order (the result on every rank).
 
-    For the labels of a fit (``n`` integers), not for the data.
-
-    Examples
-    --------
-    In one process (as for :func:`make_reduce`); on 2 ranks each passing
-    ``np.arange(3)``, every rank gets ``[0, 1, 2, 0, 1, 2]``:
-
-    >>> import tempfile, torch.distributed as dist
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> dist.init_process_group("gloo", init_method=f"file://{tmp.name}/store", rank=0,
-    ...                         world_size=1)
-    >>> gather_rows(np.arange(3))
-    array([0, 1, 2])
-    >>> dist.destroy_process_group(); tmp.cleanup()
+    For the labels of a fit (``n`` integers), not for the data: on 2 ranks each passing
+    ``np.arange(3)``, every rank gets ``[0, 1, 2, 0, 1, 2]`` (the module's example gathers
+    a fit's labels).
     """
     t = torch.as_tensor(np.ascontiguousarray(a))
     sizes = _all_gather(torch.tensor([t.shape[0]], dtype=torch.int64), group)
@@ -319,6 +327,12 @@ def gather_errors(error: str | None, *, group=None) -> list[tuple[int, str]]:
     out: list = [None] * dist.get_world_size(group)
     _collective(lambda: dist.all_gather_object(out, error, group=group), "all-gather", group)
     return [(r, msg) for r, msg in enumerate(out) if msg is not None]
+
+
+def _require_group(caller: str) -> None:
+    if not dist.is_initialized():
+        raise ValueError(f"{caller} needs an initialized process group "
+                         "(torch.distributed.init_process_group, or init_from_env)")
 
 
 def _check_in(X_shard, group, *, keep_tensor: bool = False):
@@ -379,7 +393,8 @@ def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
     its own rows; the rows of all ranks, in rank order, are the data. Every rank returns
     an estimator with the same ``cluster_centers_``, ``inverse_temperature_``, ``loss_curve_``
     and ``n_iter_``, equal (up to floating-point summation order) to those of
-    ``AttentionClustering(n_clusters, **params).fit(X)`` on all the rows.
+    ``AttentionClustering(n_clusters, **params).fit(X)`` on all the rows (the module's
+    example compares them, in a group of one rank).
 
     Parameters
     ----------
@@ -408,35 +423,8 @@ def fit_distributed(X_shard, n_clusters: int = 8, *, group=None,
     ------
     DistributedError
         A collective failed or timed out (another rank exited or failed).
-
-    Examples
-    --------
-    What every rank runs, here in one process: a group of one rank (gloo, meeting
-    through a file in a temporary folder) stands for the group that
-    ``ddp.init_from_env()`` joins under torchrun.
-
-    >>> import tempfile, numpy as np, torch.distributed as dist
-    >>> import attnclust as ac
-    >>> from attnclust.cluster import distributed as ddp
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> data = f"{tmp.name}/data.npy"
-    >>> np.save(data, ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2).sample(300, rng=0))
-    >>> dist.init_process_group("gloo", init_method=f"file://{tmp.name}/store", rank=0,
-    ...                         world_size=1)           # torchrun: ddp.init_from_env()
-    >>> rank, world = dist.get_rank(), dist.get_world_size()
-    >>> X = ddp.shard_rows(data, rank, world)             # this rank's rows
-    >>> est = ddp.fit_distributed(X, 2, random_state=0)
-    >>> labels = ddp.gather_rows(est.labels_)             # every rank's labels, in order
-    >>> labels.shape, est.shard_offset_, est.n_samples_total_
-    ((300,), 0, 300)
-    >>> one = ac.AttentionClustering(2, random_state=0).fit(np.load(data))
-    >>> np.allclose(est.cluster_centers_, one.cluster_centers_)
-    True
-    >>> dist.destroy_process_group(); tmp.cleanup()
     """
-    if not dist.is_initialized():
-        raise ValueError("fit_distributed needs an initialized process group "
-                         "(torch.distributed.init_process_group, or init_from_env)")
+    _require_group("fit_distributed")
     X, offset, n_total = _check_in(X_shard, group)
     comm = Communicator(make_reduce(group, stats=stats), _make_broadcast(group), offset,
                         n_total, dist.get_rank(group), dist.get_world_size(group))
@@ -455,7 +443,8 @@ def pgd_distributed(X_shard, heads0, *, group=None, stats: CommStats | None = No
     the data ``X``). Each step all-reduces the global risk and its gradient, so every
     rank returns the same heads and the same history (the global risk); in full batch
     they are those of ``pgd(X, heads0, **kwargs)`` up to the order of floating-point
-    additions. ``heads0`` of rank 0 is used on every rank.
+    additions (the module's example compares them). ``heads0`` of rank 0 is used on every
+    rank.
 
     Parameters
     ----------
@@ -483,31 +472,8 @@ def pgd_distributed(X_shard, heads0, *, group=None, stats: CommStats | None = No
     ------
     DistributedError
         A collective failed or timed out (another rank exited or failed).
-
-    Examples
-    --------
-    What every rank runs, here in one process (as for :func:`fit_distributed`):
-
-    >>> import tempfile, numpy as np, torch.distributed as dist
-    >>> import attnclust as ac
-    >>> from attnclust.cluster import distributed as ddp
-    >>> tmp = tempfile.TemporaryDirectory()
-    >>> data = f"{tmp.name}/data.npy"
-    >>> np.save(data, ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2).sample(300, rng=0))
-    >>> dist.init_process_group("gloo", init_method=f"file://{tmp.name}/store", rank=0,
-    ...                         world_size=1)           # torchrun: ddp.init_from_env()
-    >>> rank, world = dist.get_rank(), dist.get_world_size()
-    >>> X = ddp.shard_rows(data, rank, world)
-    >>> heads0 = ac.init_on_sphere(2, X.shape[1], rng=0)  # rank 0's is used everywhere
-    >>> res = ddp.pgd_distributed(X, heads0, inverse_temperature=10.0, n_steps=50)
-    >>> one = ac.pgd(np.load(data), heads0, inverse_temperature=10.0, n_steps=50)
-    >>> np.allclose(res.heads, one.heads)
-    True
-    >>> dist.destroy_process_group(); tmp.cleanup()
     """
-    if not dist.is_initialized():
-        raise ValueError("pgd_distributed needs an initialized process group "
-                         "(torch.distributed.init_process_group, or init_from_env)")
+    _require_group("pgd_distributed")
     if "reduce" in kwargs:
         raise ValueError("pgd_distributed makes its own reduce hook; do not pass reduce")
     X, _, _ = _check_in(X_shard, group, keep_tensor=True)
