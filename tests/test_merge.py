@@ -403,3 +403,29 @@ def test_partial_fit_after_a_merged_fit_streams_one_head_per_cluster():
     assert est.head_labels_.tolist() == [0, 1]
     assert np.array_equal(est.heads_, est.cluster_centers_)
     assert (est.labels_ == est.predict(X[:100])).all()
+
+
+def test_a_far_row_the_merge_sample_missed_moves_no_centre():
+    """Four blobs of 1,000 rows and one row at 1e6: the merge reads a sample of 3,000
+    rows; on a seed whose sample misses the far row, that row keeps a label but its
+    cluster's centre is the mean of the cluster's other rows (it was dragged 1e6 / 1,000
+    away when every member counted), and every other centre is its blob's mean."""
+    from attnclust.cluster.estimator_fits import fit_merge
+    from attnclust.cluster.rows import WorkingRows
+    from attnclust.layer.geometry import Euclidean
+
+    gen = np.random.default_rng(0)
+    y = np.repeat(np.arange(4), 1000)
+    X = np.array([[0.0, 0.0], [12.0, 0.0], [0.0, 12.0], [12.0, 12.0]])[y] + \
+        gen.normal(size=(4000, 2)) * [3.0, 0.5]
+    X[0] = 1e6
+    seed = next(s for s in range(50)                         # a sample without row 0
+                if 0 not in np.random.default_rng(s).choice(4000, 3000, replace=False))
+    rows = WorkingRows.prepare(X, geometry=Euclidean(), comm=None)
+    merge, fitted = fit_merge(rows, y, 4, True, gen=np.random.default_rng(seed))
+    assert merge.merged and len(fitted.labels_) == 4000     # a forced merge labels all rows
+    z = fitted.labels_
+    for c in range(4):
+        members = (z == c) & (np.arange(4000) > 0)
+        np.testing.assert_allclose(fitted.cluster_centers_[c], X[members].mean(0),
+                                   rtol=0, atol=1e-9 * 1e6)

@@ -71,7 +71,13 @@ from ..layer.schedules import Stages
 from ..study.descent import pgd
 from .fixed_point import fixed_point_fit
 from .kmeans.ending import fit_to_hard_limit
-from .merge import HeadMerge, MergeSettings, cluster_membership, merge_heads
+from .merge import (
+    HeadMerge,
+    MergeSettings,
+    cluster_membership,
+    merge_heads,
+    squared_distances,
+)
 from .mixture.covariance import Covariance
 from .mixture.tempered import shaped_fit
 from .rows import WorkingRows
@@ -385,10 +391,13 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     the fit's attention logits of preprocessed rows ``(n, K)``; their softmax on the
     sampled rows lets the merge be skipped, before any head is tiled, where the ``K``
     clusters barely overlap (:func:`~attnclust.cluster.merge.posterior_cut` below
-    ``skip_cut``). When merged,
-    every row's label is its cluster of largest summed attention and each cluster's
-    centre the (weighted) mean of its rows (of its heads, for a cluster that wins none),
-    in one pass over the rows; else ``None``."""
+    ``skip_cut``). When merged, every row's label is its cluster of largest summed
+    attention and each cluster's centre the (weighted) mean of its rows within the
+    merge's reach (of its heads, for a cluster that has none), in one pass over the rows;
+    else ``None``. The reach is the largest squared distance of a sampled row to its
+    nearest head: a row farther from every head (a far outlier the sample missed, which
+    the ``K``-head fit may have given a cluster of its own) keeps its label but does not
+    move its cluster's centre."""
     settings = setting if isinstance(setting, MergeSettings) else MergeSettings()
     K, n = int(n_clusters), rows.rows.shape[0]
     take = np.sort(gen.choice(n, settings.max_rows, replace=False)) \
@@ -403,10 +412,13 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     if not merge.merged:
         return merge, None
 
+    reach = float(squared_distances(sample, merge.heads).min(1).max())
+
     def chunk_sums(start: int, chunk: torch.Tensor):
         x = chunk.cpu().double().numpy()
         z = cluster_membership(x, merge).argmax(1)
         member = np.eye(K)[z]                                    # (rows, K)
+        member[squared_distances(x, merge.heads).min(1) > reach] = 0.0
         if weights is not None:
             member *= weights[start:start + len(x), None]
         return z, member.T @ x, member.sum(0)

@@ -70,7 +70,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["MergeSettings", "HeadMerge", "n_heads", "tile_heads", "head_attention", "head_overlap",
+__all__ = ["MergeSettings", "HeadMerge", "n_heads", "squared_distances", "tile_heads",
+           "head_attention", "head_overlap",
            "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
            "posterior_cut", "merge_heads",
            "cluster_membership"]
@@ -189,7 +190,15 @@ def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSetting
     return int(min(m, n_rows // settings.rows_per_head))
 
 
-def _squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
+def squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """``||x_i - h_j||^2`` of rows ``(n, d)`` and heads ``(m, d)``: ``(n, m)``, from one
+    matrix product (clamped at zero against rounding).
+
+    Examples
+    --------
+    >>> squared_distances(np.array([[0.0, 0.0], [3.0, 4.0]]), np.array([[0.0, 0.0]])).tolist()
+    [[0.0], [25.0]]
+    """
     d2 = np.einsum("nd,nd->n", X, X)[:, None] - 2.0 * X @ heads.T \
         + np.einsum("md,md->m", heads, heads)[None]
     return np.maximum(d2, 0.0)                               # (n, m)
@@ -216,7 +225,7 @@ def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_ite
         P = X[np.sort(rng.choice(n, pool * m, replace=False, p=draw))]
     else:
         P = X if weights is None else X[weights > 0]
-    D = _squared_distances(P, P)                             # (p, p)
+    D = squared_distances(P, P)                             # (p, p)
     pick = [int(rng.integers(len(P)))]
     nearest = D[pick[0]].copy()
     for u in rng.random(m - 1):                              # k-means++: D^2 draws
@@ -247,7 +256,7 @@ def head_attention(X: np.ndarray, heads: np.ndarray, variance: float) -> np.ndar
     >>> A.round(3).tolist(), A.sum(1).tolist()
     ([[0.993, 0.007], [0.007, 0.993]], [1.0, 1.0])
     """
-    return _attention(_squared_distances(X, heads), variance)
+    return _attention(squared_distances(X, heads), variance)
 
 
 def _attention(d2: np.ndarray, variance: float) -> np.ndarray:
@@ -515,7 +524,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     m = len(heads)
     if m <= K:                                               # fewer distinct rows than heads
         return not_tiled(f"{m} distinct rows give no more heads than clusters ({m} <= {K})")
-    d2 = _squared_distances(S, heads)                        # (n, m)
+    d2 = squared_distances(S, heads)                        # (n, m)
     nearest = d2.argmin(1)
     spread = float(np.average(d2[np.arange(len(S)), nearest], weights=w))
     # heads on every distinct row leave no spread: floored as the fit's lambda is, at
