@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from sklearn.cluster import KMeans
+from sklearn.cluster import KMeans, kmeans_plusplus
 from sklearn.datasets import make_blobs
 
 from _tolerance import assert_same_labels, near_ties, objective_tol, sum_tol
@@ -99,6 +99,21 @@ def test_seedings_draw_rows_by_weight_then_by_squared_distance():
     # the second head: D^2 from either near-origin row makes 10 over 99.9% likely, and
     # with 2 + ln 2 candidates the greedy pick always takes it when drawn
     assert np.mean(np.sort(pairs[:, :, 0], 1)[:, 1] == 10.0) > 0.99
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_one_seeding_from_a_random_state_is_scikit_learns_kmeans_plusplus(weighted):
+    """Greedy D^2 sampling with scikit-learn's draws (a ``RandomState``'s uniforms): the
+    same seeds as its ``kmeans_plusplus`` (an independent implementation), but where a
+    draw falls within rounding of a boundary between rows (none in these 40 sets)."""
+    for seed in range(40):
+        gen = np.random.default_rng(seed)
+        X = gen.normal(size=(int(gen.integers(20, 400)), int(gen.integers(1, 6))))
+        K = int(gen.integers(1, 12))
+        w = gen.integers(0, 4, len(X)).astype(float) if weighted else None
+        ours = kmeanspp_batch(X, K, 1, np.random.RandomState(seed), weights=w)[0]
+        np.testing.assert_array_equal(
+            ours, kmeans_plusplus(X, K, random_state=seed, sample_weight=w)[0])
 
 
 def test_objective_and_labels_are_those_of_the_heads():

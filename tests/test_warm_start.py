@@ -119,3 +119,26 @@ def test_boundary_variance_is_the_pooled_variance_along_the_normals():
     tol = 4 * sum_tol(len(Xn)) * float((Xn**2).sum(1).max()) / float(norm2.min())
     assert boundary_variance(X, heads).variance == pytest.approx(total / len(Xn), rel=0,
                                                                  abs=tol)
+
+
+def test_the_spherical_seeding_is_the_engines_kmeans_plusplus():
+    """``init="kmeans++"`` without a k-means limit (the sphere) seeds with the engine's
+    greedy k-means++ (one run of ``kmeanspp_batch``) from a ``RandomState`` seeded off
+    ``gen``: scikit-learn's ``kmeans_plusplus`` with that seed (its draws, as before the
+    engine seeded it), and never a row of weight zero."""
+    from sklearn.cluster import kmeans_plusplus
+
+    from attnclust.cluster.warm_start import _SEEDINGS
+
+    gen = np.random.default_rng(3)
+    S = torch.as_tensor(gen.normal(size=(300, 4)))
+    w = torch.as_tensor((np.arange(300) % 3 > 0).astype(np.float64))    # every third: 0
+    sphere = ac.layer.geometry.Sphere()
+    for weights in (None, w):
+        heads = _SEEDINGS["kmeans++"](S, 6, np.random.default_rng(7), sphere, weights)
+        seed = int(np.random.default_rng(7).integers(2**31 - 1))
+        reference = kmeans_plusplus(S.numpy(), 6, random_state=seed, sample_weight=None
+                                    if weights is None else weights.numpy())[0]
+        np.testing.assert_array_equal(heads, reference)
+    picked = [int(np.flatnonzero((S.numpy() == h).all(1))[0]) for h in heads]
+    assert all(i % 3 > 0 for i in picked) and len(set(picked)) == 6

@@ -48,12 +48,12 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from sklearn.cluster import kmeans_plusplus
 
 from ..layer.geometry import Geometry, as_geometry
 from .annealing import anneal_heads
 from .kmeans import KMeansResult, hard_labels, hard_lloyd, sample_kmeans
 from .kmeans.batch import KMEANS_TOL
+from .kmeans.seeding import kmeanspp_batch
 from .rows import WorkingRows
 
 __all__ = ["BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
@@ -181,13 +181,15 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *,
 
 # -- the estimator's warm start -------------------------------------------------------------
 def _kmeans_plusplus(S, K, gen, geometry, weights=None) -> np.ndarray:
-    """k-means++ seeding (scikit-learn's) of ``K`` heads on the rows ``S``: seeds drawn
-    with probability proportional to weight times squared distance (a sample holding only
-    rows of weight zero is seeded as unweighted)."""
-    seed = int(gen.integers(2**31 - 1))
-    w = None if weights is None or not float(weights.sum()) > 0 \
-        else weights.cpu().double().numpy()
-    return kmeans_plusplus(S.cpu().double().numpy(), K, random_state=seed, sample_weight=w)[0]
+    """Greedy k-means++ seeding of ``K`` heads on the rows ``S``: the engine's
+    (:func:`~attnclust.cluster.kmeans.seeding.kmeanspp_batch`, one run, in float64), seeds
+    drawn with probability proportional to weight times squared distance (a sample holding
+    only rows of weight zero is seeded as unweighted). Its draws come from a
+    ``RandomState`` seeded off ``gen``: scikit-learn's ``kmeans_plusplus`` draws, which
+    this seeding made before it was the engine's, so fits keep their seeds."""
+    rng = np.random.RandomState(int(gen.integers(2**31 - 1)))
+    w = None if weights is None else weights.cpu().double().numpy()
+    return kmeanspp_batch(S.cpu().double().numpy(), K, 1, rng, weights=w)[0]
 
 
 def _random_directions(S, K, gen, geometry, weights=None) -> np.ndarray:

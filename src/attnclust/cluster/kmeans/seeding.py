@@ -11,6 +11,12 @@ most, ``D_i`` the distance from row ``i`` to its nearest head so far. The ``R`` 
 a batch draw together: every draw of every run is one search in one cumulative sum of
 their ``w_i D_i^2`` laid end to end, and every candidate's distances one product.
 
+It is the package's one k-means++: the warm start's batched runs draw with a
+``numpy.random.Generator``; the spherical warm start's single seeding (no k-means limit,
+:mod:`attnclust.cluster.warm_start`) with a ``numpy.random.RandomState``, whose uniforms are
+those of scikit-learn's ``kmeans_plusplus(random_state=seed)``: the same draws, so the
+same seeds but where a draw falls within rounding of a boundary between two rows.
+
 Notation
 --------
 =============  ==============  =============================================
@@ -30,7 +36,8 @@ import numpy as np
 __all__ = ["kmeanspp_batch"]
 
 
-def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.Generator, *,
+def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int,
+                   rng: np.random.Generator | np.random.RandomState, *,
                    weights: np.ndarray | None = None) -> np.ndarray:
     """``n_runs`` greedy k-means++ seedings of ``n_clusters`` heads, ``(n_runs, K, d)``.
 
@@ -39,7 +46,9 @@ def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.G
     rows drawn with probability proportional to ``w_i D_i^2``, ``D_i`` the distance to
     the nearest head so far. Rows of weight zero are never drawn (all zero: unweighted).
     Memory: ``(n_runs (2 + ln K), n)`` distances at once and one ``(n, d + 2)`` copy of
-    the rows (the warm-start sample has at most 20,000 rows).
+    the rows (the warm-start sample has at most 20,000 rows). ``rng`` draws ``n_runs``
+    uniforms for the first heads, then ``(n_runs, 2 + ln K)`` for each next head (its
+    ``random`` method: a ``Generator`` or a ``RandomState``).
 
     Examples
     --------
@@ -47,6 +56,10 @@ def kmeanspp_batch(X: np.ndarray, n_clusters: int, n_runs: int, rng: np.random.G
     >>> heads = kmeanspp_batch(X, 2, 3, np.random.default_rng(0))
     >>> heads.shape, sorted((heads[:, :, 0] > 5).sum(1).tolist())
     ((3, 2, 1), [1, 1, 1])
+    >>> from sklearn.cluster import kmeans_plusplus
+    >>> one = kmeanspp_batch(X, 2, 1, np.random.RandomState(5))[0]
+    >>> np.array_equal(one, kmeans_plusplus(X, 2, random_state=5)[0])
+    True
     """
     n, d = X.shape
     K, R = int(n_clusters), int(n_runs)
