@@ -5,19 +5,19 @@ start, run the ending, store, warn (and, for the default, merge heads into clust
 The ending is one of four values, each with the same :meth:`FitEnding.run`, chosen by
 :func:`ending_for` from the resolved plan alone:
 
-===================  ===============================================================
-ending               when, and what it runs
-===================  ===============================================================
-:data:`GIVEN_SHAPE`  ``covariance_type="diag"`` or ``"full"``: tempered EM of shaped
-                     heads from the warm start's heads
-:data:`NOISE_HEAD`   ``noise_head=True``: the default fit, then the shaped heads
-                     beside a uniform background (:mod:`.mixture.noise_head`)
-:data:`CHOSEN_SHAPE` ``covariance_type="auto"`` (the default): the default fit (the
-                     hard limit), then the heads' shape of least ICL
-                     (:mod:`.mixture.shape_choice`)
-:data:`RISK`         the unshaped layer: the risk's heads by the hard limit,
-                     fixed-point steps or PGD (:func:`~.estimator_fits.solve`)
-===================  ===============================================================
+====================  ==============================================================
+ending                when, and what it runs
+====================  ==============================================================
+:data:`GIVEN_SHAPE`   ``covariance_type="diag"`` or ``"full"``: tempered EM of shaped
+                      heads from the warm start's heads
+:data:`NOISE_HEAD`    ``noise_head=True``: the default fit, then the shaped heads
+                      beside a uniform background (:mod:`.mixture.noise_head`)
+:data:`CHOSEN_SHAPE`  ``covariance_type="auto"`` (the default): the default fit (the
+                      hard limit), then the heads' shape of least ICL
+                      (:mod:`.mixture.shape_choice`)
+:data:`RISK`          the unshaped layer: the risk's heads by the hard limit,
+                      fixed-point steps or PGD (:func:`~.estimator_fits.solve`)
+====================  ==============================================================
 
 Each gives an :class:`Outcome`: the fitted attributes, the heads' shape and why, the
 attributes only some fits have, and what the degeneracy checks of the unshaped layer

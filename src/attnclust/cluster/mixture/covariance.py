@@ -71,7 +71,7 @@ def _lib(a):
 
 
 def _nonnegative(a):
-    """``max(a, 0)`` of a tensor or an array (``np.clip`` costs microseconds more)."""
+    """``max(a, 0)`` of a tensor or an array (cheaper than ``np.clip``)."""
     return a.clamp_min(0.0) if isinstance(a, torch.Tensor) else np.maximum(a, 0.0)
 
 
