@@ -91,7 +91,7 @@ def _cluster_moments(X, heads, labels, chunk, weights=None):
 
     These are the entries ``(b, b)`` and ``(a, b)`` of each cluster's ``K x K`` second
     moment of ``P``: all the rule needs, in ``O(n K)`` memory and work beyond ``X mu^T``
-    (the whole ``K x K x K`` moment would cost ``n K^2``: 0.1 s per 5,000 rows at K = 100).
+    (the whole ``K x K x K`` moment would cost ``n K^2``, which dominates with many heads).
     """
     K = heads.shape[0]
     counts = (torch.bincount(labels, minlength=K).to(X.dtype) if weights is None
@@ -319,8 +319,8 @@ def kmeans_lambda(S: torch.Tensor, Sw: torch.Tensor | None, start: WarmStart,
     temperature of its k-means partition (:func:`_auto_lambda` of its heads and cells):
     read by the warm start, or, in a fit that chooses its shape, only once the spherical
     heads are chosen (:func:`~attnclust.cluster.plan.estimator_warm_start` leaves it to
-    then: a fit of shaped heads has no use for it, and it costs about a tenth of a small
-    fit)."""
+    then: a fit of shaped heads has no use for it, and on a small set it is a noticeable
+    share of the fit)."""
     km = start.kmeans
     lam, capped = _auto_lambda(S, km.heads, geometry, Sw,
                                torch.as_tensor(km.labels, device=S.device))

@@ -45,8 +45,8 @@ KMEANS_TOL = 1e-4   # scikit-learn's KMeans tol: squared moves over the mean fea
 
 _FEW_HEADS = 16            # up to this many heads, scores laid out (A, K, m), else (m, A, K)
 # entries of one (A K) x m block of scores: large with a few heads (8 MB in float64: a
-# pass per head over fewer blocks), cache-sized with more (1 MB: 10-30% faster steps
-# from 30 heads up, and 3-14% slower with 8-16 heads, than 8 MB)
+# pass per head over fewer blocks), cache-sized with more (1 MB: many heads' steps are
+# faster in a block that stays in cache, a few heads' slower)
 _BLOCK = {True: 1 << 20, False: 1 << 17}
 _DENSE_SUMS = 256          # up to this K d and ...
 _DENSE_HEADS = 8           # ... this many heads, the cell sums by a product with 0/1 members
@@ -72,10 +72,9 @@ def _nearest(Xa, flat, A, K):
 
     A few heads: scores laid out ``(A, K, m)`` (one product with the bias row), the best
     head kept by a pass per head (the first of equal scores, as an argmax: the last head
-    that beat the running best, so the largest such ``k``, a maximum rather than a
-    masked write, 3x faster); more than
-    ``_FEW_HEADS``: laid out ``(m, A, K)``, numpy's argmax along the contiguous heads
-    (1.3-4x faster than along the middle axis there)."""
+    that beat the running best, so the largest such ``k``: a maximum, cheaper than a
+    masked write); more than ``_FEW_HEADS``: laid out ``(m, A, K)``, numpy's argmax along
+    the contiguous heads (faster than along the middle axis there)."""
     if K <= _FEW_HEADS:
         scores = (flat @ Xa.T).reshape(A, K, -1)
         best = scores[:, 0].copy()
@@ -101,8 +100,8 @@ def _assign(X, Xa, heads, Xw, w) -> _Pass:
 
     The per-cell sums are a product of the 0/1 memberships ``(A, K, m)`` with the rows
     when that costs little (``K <= _DENSE_HEADS`` and ``K d <= _DENSE_SUMS``: the order
-    of the scores' product), else a sparse product, ``O(A n d)`` (2-4x faster from about
-    ten heads: 0.29 against 0.90 ms for ten runs of 15 heads on 4,500 x 2 rows)."""
+    of the scores' product), else a sparse product, ``O(A n d)`` rather than ``O(A K n
+    d)``: faster from about ten heads."""
     A, K, d = heads.shape
     flat = np.empty((A * K, d + 1), X.dtype)     # [mu, ||mu||^2 / 2] of every run's heads
     flat[:, :d] = heads.reshape(A * K, d)

@@ -157,7 +157,7 @@ def _sum_over_chunks(fill: Callable[[int, np.ndarray], None], n: int, chunk: int
 
     The rows belong to an array made here: a tensor (or array) made on a worker thread and
     kept alive pins that thread's malloc heap, and with it the freed temporaries of every
-    chunk (+150 MB on 5M x 8). At most ``_PARTS_BYTES`` of rows are held at a time (``K =
+    chunk. At most ``_PARTS_BYTES`` of rows are held at a time (``K =
     1,024`` heads of 784 numbers over 70,000 rows would hold 860 MB), added up in chunk
     order: the same sums with any number of workers.
     """

@@ -77,7 +77,7 @@ def nearest_two(x: torch.Tensor, heads: torch.Tensor, half_sq: torch.Tensor,
     to the nearest and the second-nearest head (``inf`` with one head), ``(m,)`` each; with
     ``old`` (labels), also the squared distances to those heads. ``half_sq``: ``||mu_h||^2
     / 2``, ``(K,)``. One product of rows and heads, then the two largest scores of each row
-    (torch's top-2 costs 2-4x more than what follows).
+    (cheaper than torch's top-2).
 
     With at most ``_FEW_HEADS`` heads the scores are laid out ``(K, m)``, the two largest
     found by a knock-out over halves of the heads (:func:`_two_largest`) and the first
