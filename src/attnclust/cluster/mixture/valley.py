@@ -34,7 +34,8 @@ symbol          code                meaning
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import adjusted_rand_score
+
+from ..merge import adjusted_rand
 
 __all__ = ["cores_from_tails"]
 
@@ -59,7 +60,7 @@ def cores_from_tails(X: np.ndarray, spherical: np.ndarray, shaped: np.ndarray,
     (True, False)
     """
     spherical, shaped = np.asarray(spherical), np.asarray(shaped)
-    if adjusted_rand_score(spherical, shaped) >= agreement:
+    if adjusted_rand(spherical, shaped) >= agreement:
         return False
     cells = np.unique(spherical)
     if len(cells) < 2:
