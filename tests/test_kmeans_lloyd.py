@@ -106,3 +106,31 @@ def test_the_estimators_last_loss_is_the_objective_of_its_heads_and_labels(case)
     value = float(dist.mean() if w is None else dist @ w / w.sum())
     assert est.loss_curve_[-1] == pytest.approx(value, rel=0, abs=objective_tol(
         X, est.cluster_centers_, est.labels_, steps=len(est.loss_curve_), dtype=dtype))
+
+
+def test_the_three_lloyd_steps_share_one_signature_and_one_partition():
+    """``lloyd_batch`` (an array, runs carried together), ``hard_lloyd`` (a tensor) and
+    ``lloyd_passes`` (a RowReader, with bounds) take ``(rows, heads, max_iter, *, tol,
+    weights)`` and, from the same heads, reach the same partition (heads to rounding:
+    their sums are added in other orders)."""
+    import inspect
+
+    from attnclust.cluster.kmeans import RowReader, lloyd_batch, lloyd_passes
+
+    for step in (lloyd_batch, hard_lloyd, lloyd_passes):
+        names = list(inspect.signature(step).parameters)[:5]
+        assert names == ["rows", "heads", "max_iter", "tol", "weights"], step.__name__
+    X, _ = make_blobs(800, n_features=3, centers=6, cluster_std=1.5, random_state=4)
+    w = np.random.default_rng(0).integers(1, 4, len(X)).astype(float)
+    Xt, wt, start = torch.as_tensor(X), torch.as_tensor(w), X[:6] + 0.1
+    batch = lloyd_batch(X, start[None], 300, weights=w)
+    torch_run = hard_lloyd(Xt, torch.as_tensor(start), 300, weights=wt, geometry="euclidean")
+    passes = lloyd_passes(RowReader.in_memory(Xt, 128, n_total=float(w.sum())),
+                          torch.as_tensor(start), 300, weights=wt)
+    assert batch.converged[0] and torch_run.converged and passes.converged
+    for run in (torch_run, passes):
+        np.testing.assert_array_equal(np.asarray(run.labels), batch.labels[0])
+        np.testing.assert_allclose(np.asarray(run.heads), batch.heads[0], rtol=0,
+                                   atol=300 * sum_tol(len(X)) * np.abs(X).max())
+        assert run.objective == pytest.approx(objective(X, batch.heads[0], batch.labels[0], w),
+                                              rel=1e-12)

@@ -169,23 +169,22 @@ def lloyd_batch(rows: np.ndarray, heads: np.ndarray, max_iter: int, *, tol: floa
     >>> runs.heads[0, :, 0].tolist(), runs.labels.tolist(), runs.objective.round(3).tolist()
     ([0.1, 3.2], [[0, 0, 1, 1]], [0.025])
     """
-    X = rows
-    heads = np.array(heads, dtype=X.dtype)
+    heads = np.array(heads, dtype=rows.dtype)
     R, K, _ = heads.shape
-    sq = np.einsum("nd,nd->n", X, X)
-    Xw = X if weights is None else X * weights[:, None]
-    Xa = _augmented(X)
-    total = X.shape[0] if weights is None else float(weights.sum())
+    sq = np.einsum("nd,nd->n", rows, rows)
+    Xw = rows if weights is None else rows * weights[:, None]
+    Xa = _augmented(rows)
+    total = rows.shape[0] if weights is None else float(weights.sum())
 
     def objective(top):                     # R_inf of each run from its rows' best scores
         dist = np.maximum(sq - 2.0 * top, 0.0)
         return (dist.sum(1) if weights is None else dist @ weights) / max(total, 1e-300)
-    labels_end, objective_end = np.empty((R, X.shape[0]), np.int64), np.empty(R)
+    labels_end, objective_end = np.empty((R, rows.shape[0]), np.int64), np.empty(R)
     steps, converged, ended = np.zeros(R, np.int64), np.zeros(R, bool), np.zeros(R, bool)
     active, previous = np.arange(R), None
     for _ in range(int(max_iter)):
         current = heads[active]
-        labels, top, *_ = step = _assign(X, Xa, current, Xw, weights)
+        labels, top, *_ = step = _assign(rows, Xa, current, Xw, weights)
         new = _means(step, current)
         steps[active] += 1
         stable = np.zeros(len(active), bool) if previous is None else \
@@ -202,7 +201,7 @@ def lloyd_batch(rows: np.ndarray, heads: np.ndarray, max_iter: int, *, tol: floa
             break
     rest = np.flatnonzero(~ended)           # moved by at most tol, or out of steps
     if len(rest):
-        labels_end[rest], top, *_ = _assign(X, Xa, heads[rest], Xw, weights)
+        labels_end[rest], top, *_ = _assign(rows, Xa, heads[rest], Xw, weights)
         objective_end[rest] = objective(top)
     return KMeansResult(heads, labels_end, objective_end, steps, converged)
 

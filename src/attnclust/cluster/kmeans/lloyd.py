@@ -124,23 +124,22 @@ def hard_lloyd(rows: torch.Tensor, heads: torch.Tensor, max_iter: int, *, tol: f
     >>> res.heads.tolist(), res.labels.tolist(), round(res.objective, 3), res.converged
     ([[0.1, 0.0], [3.2, 0.0]], [0, 0, 1, 1], 0.025, True)
     """
-    X = rows
     K, geometry = heads.shape[0], as_geometry(geometry)
-    labels = hard_labels(X, heads, geometry, chunk=chunk)
+    labels = hard_labels(rows, heads, geometry, chunk=chunk)
     steps, converged = 0, False
     for _ in range(int(max_iter)):
-        counts, sums = cell_sums(X, labels, K, weights)
+        counts, sums = cell_sums(rows, labels, K, weights)
         new = geometry.lloyd_step(sums, counts, heads)
         steps += 1
         small = float(((new - heads) ** 2).sum()) <= tol
         heads = new
-        new = hard_labels(X, heads, geometry, chunk=chunk)
+        new = hard_labels(rows, heads, geometry, chunk=chunk)
         changed = bool((new != labels).any())
         labels = new
         if not changed or small:
             converged = True
             break
-    return KMeansResult(heads, labels, _objective(X, heads, labels, weights, chunk), steps,
+    return KMeansResult(heads, labels, _objective(rows, heads, labels, weights, chunk), steps,
                         converged)
 
 
