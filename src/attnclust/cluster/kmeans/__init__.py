@@ -26,7 +26,7 @@ module             what
                    rows, the far-row repair (:func:`fit_to_hard_limit`)
 =================  ==============================================================
 
-Lloyd's steps have one signature whatever holds the rows (the row backend):
+Lloyd's steps have one signature whatever holds the rows (the row backend)::
 
     lloyd(rows, heads, max_iter, *, tol=0.0, weights=None, ...) -> KMeansResult
 
