@@ -1,4 +1,4 @@
-"""Geometries and covariance types are values of their class alone (layer._stateless)."""
+"""Geometries and covariance types are values of their class alone (layer.geometry.Stateless)."""
 
 from __future__ import annotations
 

@@ -97,8 +97,9 @@ from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .endings import ending_for
 from .estimator_fits import Reporter, fit_merge
 from .estimator_params import check_params, param_names, parameters
+from .kmeans.result import inertia
 from .mixture.covariance import Spherical, as_covariance_type
-from .mixture.likelihood import LikelihoodMixin, inertia
+from .mixture.likelihood import LikelihoodMixin
 from .mixture.noise_head import check_noise_head
 from .mixture.shape_choice import ShapeChoice
 from .plan import FitPlan, anneal_stages, resolve

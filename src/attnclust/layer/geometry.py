@@ -43,16 +43,37 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
-from ._stateless import Stateless
 from .sphere import normalize, retract, riemannian_gradient, tangent
 
-__all__ = ["GEOMETRIES", "Euclidean", "Geometry", "Sphere", "as_geometry"]
+__all__ = ["GEOMETRIES", "Euclidean", "Geometry", "Sphere", "Stateless", "as_geometry"]
 
 # heads whose squared distance is within this many units in the last place of their
 # squared norms coincide: the gram's rounding cannot tell them apart
 _COINCIDE = 64
 _PRECISE = 1e-9     # the largest rounding of a predicted logit (Euclidean.precise_logits)
 
+
+class Stateless:
+    """A value with no state but its class: shown as ``Name()``, equal to (and hashed as)
+    every instance of the same class, so that ``Sphere() == Sphere()`` and either may key a
+    table.
+
+    Examples
+    --------
+    >>> class Unit(Stateless):
+    ...     pass
+    >>> Unit(), Unit() == Unit(), len({Unit(), Unit()})
+    (Unit(), True, 1)
+    """
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other) -> bool:
+        return type(self) is type(other)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
 
 class Geometry(Stateless, ABC):
     """The set the heads live on, the key bias of their logits and the steps that keep

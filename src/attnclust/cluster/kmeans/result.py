@@ -17,7 +17,9 @@ products, a sum of ``d``), and the float64 sum of the ``n`` terms adds ``n eps_6
 scikit-learn recomputes its ``inertia_`` after its loop for the same reason. The steps
 over all rows (:func:`attnclust.cluster.kmeans.passes.lloyd_passes`) are the exception
 where their sums' rounding is bounded within 1% of the objective: one more read of every
-row would cost as much as a step, so they report their sums there.
+row would cost as much as a step, so they report their sums there. :func:`inertia` is a
+fitted estimator's ``inertia_``: the same sum, unnormalized, over all ranks' working rows
+in the preprocessed rows' units, the noise head's rows left out.
 
 Notation
 --------
@@ -40,7 +42,10 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-__all__ = ["KMeansHistory", "KMeansResult", "chunk_objective", "objective", "objective_sums"]
+from ..rows import WorkingRows
+
+__all__ = ["KMeansHistory", "KMeansResult", "chunk_objective", "inertia", "objective",
+           "objective_sums"]
 
 
 class KMeansHistory(NamedTuple):
@@ -143,3 +148,33 @@ def chunk_objective(Xc: torch.Tensor, heads: torch.Tensor, labels: np.ndarray,
         return float(torch.linalg.vector_norm(diff, dtype=torch.float64) ** 2)
     return float(torch.linalg.vector_norm(diff, dim=1, dtype=torch.float64).square_()
                  @ weights.double())
+
+
+def inertia(rows: WorkingRows, centers: np.ndarray, labels: np.ndarray) -> float:
+    """``sum_i w_i ||x_i - mu_{z_i}||^2`` over all ranks' rows (``KMeans.inertia_``), in the
+    space of the preprocessed rows (the working rows are those over ``rows.scale``):
+    ``centers`` ``(K, d)`` there, ``labels`` ``(n,)`` this rank's, ``-1`` (noise) left
+    out.
+
+    Examples
+    --------
+    >>> from attnclust.layer.geometry import as_geometry
+    >>> X = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0]])
+    >>> rows = WorkingRows.prepare(X, geometry=as_geometry("euclidean"), comm=None)
+    >>> inertia(rows, np.array([[1.0, 0.0], [10.0, 0.0]]), np.array([0, 0, 1]))
+    2.0
+    """
+    heads = torch.as_tensor(rows.heads_in(np.asarray(centers, dtype=np.float64)),
+                            dtype=torch.float64, device=rows.rows.device)
+    labels_t = torch.as_tensor(labels, device=rows.rows.device)
+    w = rows.weights
+
+    def part(start: int, chunk: torch.Tensor) -> float:
+        z = labels_t[start:start + chunk.shape[0]]
+        kept = z >= 0
+        diff = chunk.double()[kept] - heads[z[kept]]                      # (m, d)
+        sq = (diff * diff).sum(1)
+        if w is not None:
+            sq = sq * w[start:start + chunk.shape[0]][kept].double()
+        return float(sq.sum())
+    return float(rows.comm.sum_array(sum(rows.map_chunks(part)))) * rows.scale * rows.scale

@@ -53,7 +53,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
-from ...layer._stateless import Stateless
+from ...layer.geometry import Stateless
 from ..degenerate import DegenerateFitWarning
 
 __all__ = ["AUTO", "COVARIANCE_TYPES", "Covariance", "Diag", "Full", "ShapeChoiceMarker",

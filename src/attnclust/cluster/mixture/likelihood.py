@@ -1,4 +1,4 @@
-"""The mixture a fitted layer describes: its log-density, parameter count and inertia.
+"""The mixture a fitted layer describes: its log-density and parameter count.
 
 The attention of a fitted layer is the posterior of a mixture, so every fit, whatever its
 heads' shape, scores rows by one quantity, the log-likelihood ``log p(x)`` of that
@@ -54,10 +54,9 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..._validation import check_sample_weight
 from ...layer.geometry import Geometry
-from ..rows import WorkingRows
 from .covariance import Covariance
 
-__all__ = ["LikelihoodMixin", "inertia", "log_vmf_normalizer", "mixture_log_density",
+__all__ = ["LikelihoodMixin", "log_vmf_normalizer", "mixture_log_density",
            "n_parameters", "spherical_log_density", "squared_distances",
            "vmf_log_density"]
 
@@ -206,36 +205,6 @@ def n_parameters(n_clusters: int, n_features: int, *, geometry: Geometry,
     if not covariance.shaped:
         return K * d + 1
     return covariance.n_parameters(K, d) + int(bool(noise_head))
-
-
-def inertia(rows: WorkingRows, centers: np.ndarray, labels: np.ndarray) -> float:
-    """``sum_i w_i ||x_i - mu_{z_i}||^2`` over all ranks' rows (``KMeans.inertia_``), in the
-    space of the preprocessed rows (the working rows are those over ``rows.scale``):
-    ``centers`` ``(K, d)`` there, ``labels`` ``(n,)`` this rank's, ``-1`` (noise) left
-    out.
-
-    Examples
-    --------
-    >>> from attnclust.layer.geometry import as_geometry
-    >>> X = np.array([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0]])
-    >>> rows = WorkingRows.prepare(X, geometry=as_geometry("euclidean"), comm=None)
-    >>> inertia(rows, np.array([[1.0, 0.0], [10.0, 0.0]]), np.array([0, 0, 1]))
-    2.0
-    """
-    heads = torch.as_tensor(rows.heads_in(np.asarray(centers, dtype=np.float64)),
-                            dtype=torch.float64, device=rows.rows.device)
-    labels_t = torch.as_tensor(labels, device=rows.rows.device)
-    w = rows.weights
-
-    def part(start: int, chunk: torch.Tensor) -> float:
-        z = labels_t[start:start + chunk.shape[0]]
-        kept = z >= 0
-        diff = chunk.double()[kept] - heads[z[kept]]                      # (m, d)
-        sq = (diff * diff).sum(1)
-        if w is not None:
-            sq = sq * w[start:start + chunk.shape[0]][kept].double()
-        return float(sq.sum())
-    return float(rows.comm.sum_array(sum(rows.map_chunks(part)))) * rows.scale * rows.scale
 
 
 class LikelihoodMixin:
