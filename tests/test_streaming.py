@@ -384,3 +384,19 @@ def test_a_batch_without_weights_after_a_weighted_one_counts_each_row_once():
         est.partial_fit(X[1000:1500], sample_weight=later)
     # no weights is a batch of weights 1: the same operations
     np.testing.assert_array_equal(none.cluster_centers_, ones.cluster_centers_)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_a_stream_maps_its_rows_as_fit_does(dtype):
+    """partial_fit's working rows are fit's, bit for bit, in either dtype: the centre is
+    subtracted in the data's dtype, then the rows are scaled (one WorkingSpace)."""
+    from attnclust.cluster.rows import WorkingRows
+    from attnclust.layer.geometry import Euclidean
+
+    X = (np.random.default_rng(0).normal(size=(300, 3)) * [1e3, 1.0, 5.0] + 1e4).astype(dtype)
+    est = AttentionClustering(3, random_state=0).partial_fit(X)
+    rows = WorkingRows.prepare(X, geometry=Euclidean(), comm=None)
+    state = est.stream_state_
+    assert state.space.scale == rows.scale
+    np.testing.assert_array_equal(state.space.shift, rows.shift)
+    assert torch.equal(state.to_working(X), rows.read(0, len(X)).to(state.dtype))

@@ -47,6 +47,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -57,8 +58,8 @@ from ..layer.geometry import Geometry
 from ..layer.results import IterationInfo
 from .communicator import Communicator
 
-__all__ = ["WorkingRows", "center_scale", "chunk_rows", "computation_dtype", "fit_threads",
-           "normalize_rows", "preprocess", "squared_norms"]
+__all__ = ["WorkingRows", "WorkingSpace", "center_scale", "chunk_rows", "computation_dtype",
+           "fit_threads", "normalize_rows", "preprocess", "squared_norms"]
 
 _CHUNK = 16_384           # rows per chunk of a pass by default, at most ...
 _CHUNK_NUMBERS = 1 << 19  # ... and at most this many numbers per (rows, d or K) block
@@ -320,6 +321,54 @@ def _spread_error(scale: float, lam: float | None, weights) -> ValueError:
                          "spread)"))
 
 
+class WorkingSpace(NamedTuple):
+    """The map between the preprocessed space and the working space, ``x -> (x - m) / s``
+    (``shift=None``: the identity): the one conversion of the fit's rows, heads and
+    ``lambda`` there and back, which ``fit`` (:class:`WorkingRows`) and ``partial_fit``
+    (:mod:`attnclust.cluster.streaming`) share.
+
+    Examples
+    --------
+    >>> space = WorkingSpace(np.array([3.0, 0.0]), 2.0)
+    >>> space.rows_in(torch.tensor([[5.0, 2.0]]), torch.float64).tolist()
+    [[1.0, 1.0]]
+    >>> space.heads_out(torch.tensor([[1.0, 1.0]])).tolist(), space.inverse_temperature_in(1.0)
+    ([[5.0, 2.0]], 4.0)
+    """
+
+    shift: np.ndarray | None = None
+    scale: float = 1.0
+
+    def rows_in(self, chunk: torch.Tensor, dtype) -> torch.Tensor:
+        """Preprocessed rows in the working space's ``dtype``: centred in their own dtype
+        (the centre is stored as that dtype holds it), then scaled."""
+        if self.shift is None:
+            return chunk.to(dtype)
+        shift = torch.as_tensor(self.shift, dtype=chunk.dtype, device=chunk.device)
+        return (chunk - shift).to(dtype).div_(self.scale)
+
+    def heads_in(self, centers: np.ndarray) -> np.ndarray:
+        """Heads given in the preprocessed space, in the working space."""
+        return centers if self.shift is None else (centers - self.shift) / self.scale
+
+    def heads_out(self, heads: torch.Tensor) -> np.ndarray:
+        """Working heads in the preprocessed space, float64 NumPy ``(K, d)``."""
+        centers = heads.detach().cpu().double().numpy()
+        return centers if self.shift is None else centers * self.scale + self.shift
+
+    def inverse_temperature_in(self, lam: float) -> float:
+        """``lambda`` given in the preprocessed space's units, in the working space's."""
+        return lam * self.scale**2
+
+    def inverse_temperature_out(self, lam: float, weights=None) -> float:
+        """The working ``lambda`` in the preprocessed space's units; ``ValueError`` when
+        that leaves float64's range (the rows' sample ``weights`` named when unequal)."""
+        out = float(lam) / self.scale / self.scale
+        if not np.finfo(np.float64).tiny <= out < np.inf:
+            raise _spread_error(self.scale, out, weights)
+        return out
+
+
 class WorkingRows:
     """This rank's preprocessed rows as the solver sees them, and the way back.
 
@@ -347,6 +396,7 @@ class WorkingRows:
         self.rows, self.comm, self.row_map = rows, comm, row_map
         self.scale, self.shift, self.chunk, self.workers = scale, shift, chunk, workers
         self.weights = weights
+        self.space = WorkingSpace(shift, scale)
 
     @classmethod
     def prepare(cls, Xp: np.ndarray, *, geometry: Geometry, comm: Communicator | None,
@@ -376,11 +426,11 @@ class WorkingRows:
             raise _spread_error(scale, None, weights)
         # the centre in the data's dtype, which the rows are mapped with, is also the one
         # heads are mapped back with (float32 data 1e6 from 0: they differ by up to 0.03)
-        shift_t = torch.as_tensor(shift, dtype=rows.dtype)
-        shift = shift_t.double().numpy()
+        shift = torch.as_tensor(shift, dtype=rows.dtype).double().numpy()
+        space = WorkingSpace(shift, scale)
 
         def row_map(chunk: torch.Tensor) -> torch.Tensor:   # centred in the data's dtype
-            return (chunk - shift_t).to(dtype).div_(scale)
+            return space.rows_in(chunk, dtype)
         if torch.device(device).type != "cpu":
             return cls(row_map(rows).to(device), comm=comm, scale=scale, shift=shift,
                        chunk=chunk, workers=workers, weights=w)
@@ -471,25 +521,20 @@ class WorkingRows:
 
     # -- the working space and back -------------------------------------------------------
     def heads_in(self, centers: np.ndarray) -> np.ndarray:
-        """Heads given in the preprocessed space, in the working space."""
-        return centers if self.shift is None else (centers - self.shift) / self.scale
+        """:meth:`WorkingSpace.heads_in`."""
+        return self.space.heads_in(centers)
 
     def heads_out(self, heads: torch.Tensor) -> np.ndarray:
-        """Working heads in the preprocessed space, float64 NumPy ``(K, d)``."""
-        centers = heads.detach().cpu().double().numpy()
-        return centers if self.shift is None else centers * self.scale + self.shift
+        """:meth:`WorkingSpace.heads_out`."""
+        return self.space.heads_out(heads)
 
     def inverse_temperature_in(self, lam: float) -> float:
-        """``lambda`` given in the preprocessed space's units, in the working space's."""
-        return lam * self.scale**2
+        """:meth:`WorkingSpace.inverse_temperature_in`."""
+        return self.space.inverse_temperature_in(lam)
 
     def inverse_temperature_out(self, lam: float) -> float:
-        """The working ``lambda`` in the preprocessed space's units; ``ValueError`` when
-        that leaves float64's range."""
-        out = float(lam) / self.scale / self.scale
-        if not np.finfo(np.float64).tiny <= out < np.inf:
-            raise _spread_error(self.scale, out, self.weights)
-        return out
+        """:meth:`WorkingSpace.inverse_temperature_out`, naming these rows' weights."""
+        return self.space.inverse_temperature_out(lam, self.weights)
 
     def info_out(self, offset: int = 0) -> Callable[[IterationInfo], IterationInfo]:
         """A solver's :class:`~attnclust.layer.results.IterationInfo` in the preprocessed space's

@@ -65,6 +65,7 @@ from .._validation import as_generator
 from .communicator import Communicator
 from .fixed_point import forget_heads, pass_sums, step_from_sums
 from .kmeans.swap import single_swap
+from .rows import WorkingSpace
 
 if TYPE_CHECKING:
     from .plan import FitPlan
@@ -80,8 +81,7 @@ class StreamState:
     lam: float                     # working space
     sums: torch.Tensor             # running pass sums
     total: float                   # running total weight
-    shift: np.ndarray | None       # (d,): the working map (x - shift) / scale; None: sphere
-    scale: float
+    space: WorkingSpace            # the first batch's working space (fit's conversions)
     dtype: torch.dtype
     device: str
     chunk: int
@@ -90,19 +90,18 @@ class StreamState:
     weight_unit: float = 1.0       # every batch's weights are divided by it (fixed first)
 
     def to_working(self, Xp: np.ndarray) -> torch.Tensor:
-        """Preprocessed rows -> the working space, on the fit's device and dtype."""
-        rows = torch.from_numpy(np.ascontiguousarray(Xp, dtype=np.float64))
-        if self.shift is not None:
-            rows = (rows - torch.from_numpy(self.shift)) / self.scale
-        return rows.to(self.device, self.dtype)
+        """Preprocessed rows -> the working space, on the fit's device and dtype, as
+        ``fit`` maps its rows (:meth:`~attnclust.cluster.rows.WorkingSpace.rows_in`)."""
+        rows = torch.from_numpy(np.ascontiguousarray(Xp))
+        return self.space.rows_in(rows, self.dtype).to(self.device)
 
 
 def _first_state(plan: FitPlan, Xp: np.ndarray, weights, gen) -> StreamState:
     """Initial heads and lambda from the first batch, as ``fit`` starts (see above)."""
     rows = plan.working_rows(Xp, Communicator.local(Xp.shape[0]), weights=weights)
     S, _, start, lam = plan.warm_start(rows, gen, hard=False)
-    return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.shift,
-                       float(rows.scale), S.dtype, str(plan.device), rows.chunk)
+    return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.space,
+                       S.dtype, str(plan.device), rows.chunk)
 
 
 def _resumed_state(est, plan: FitPlan, Xp: np.ndarray) -> StreamState:
@@ -115,7 +114,7 @@ def _resumed_state(est, plan: FitPlan, Xp: np.ndarray) -> StreamState:
     heads = torch.as_tensor(rows.heads_in(est.cluster_centers_), dtype=one.dtype,
                             device=one.device)
     return StreamState(heads, float(rows.inverse_temperature_in(est.inverse_temperature_)),
-                       heads.new_zeros(0), 0.0, rows.shift, float(rows.scale), one.dtype,
+                       heads.new_zeros(0), 0.0, rows.space, one.dtype,
                        str(plan.device), rows.chunk)
 
 
@@ -199,8 +198,7 @@ def check_streaming(est) -> None:
 
 def _centers(est, state: StreamState) -> np.ndarray:
     """The state's heads in the preprocessed space (what ``cluster_centers_`` holds)."""
-    centers = state.heads.detach().cpu().double().numpy()
-    return centers if state.shift is None else centers * state.scale + state.shift
+    return state.space.heads_out(state.heads)
 
 
 def _swap(state: StreamState, rows: torch.Tensor, w, geometry) -> None:
@@ -232,11 +230,11 @@ def _step(est, state: StreamState, rows: torch.Tensor, weights, geometry) -> Non
     else:                                    # only rows of weight zero so far
         risk = float("nan")
     labels = geometry.logits(rows, state.heads, state.lam).argmax(1)
-    scale2 = state.scale * state.scale
+    scale2 = state.space.scale * state.space.scale
     est.stream_state_ = state
     est.cluster_centers_ = _centers(est, state)
-    # fit's operations (WorkingRows.inverse_temperature_out): the first batch's lambda is fit's
-    est.inverse_temperature_ = state.lam / state.scale / state.scale
+    # the first batch's lambda is fit's, mapped back as fit maps it
+    est.inverse_temperature_ = state.space.inverse_temperature_out(state.lam)
     est.labels_ = labels.cpu().numpy().astype(np.int64)
     est.n_steps_ = est.n_iter_ = state.n_batches
     est.loss_curve_ = np.append(est.loss_curve_, risk * scale2)
