@@ -179,8 +179,10 @@ def test_merge_heads_false_true_and_settings():
     off = _fit(X, 4, 0, merge_heads=False)
     assert not off.merge_heads_ and off.merge_heads_reason_ == "not merged: merge_heads=False"
     X, y = _crescents(0)
-    strict = _fit(X, 2, 0, merge_heads=MergeSettings(cut_ratio=1e-30))   # never below
-    assert not strict.merge_heads_
+    # as many heads as clusters: nothing to merge, whatever the cuts (a merged cut that
+    # underflows to 0 is below any cut_ratio times the kept one)
+    one_each = _fit(X, 2, 0, merge_heads=MergeSettings(heads_per_cluster=1, min_heads=2))
+    assert not one_each.merge_heads_ and len(one_each.heads_) == 2
     more = _fit(X, 2, 0, merge_heads=MergeSettings(min_heads=40))
     assert len(more.heads_) == 40
 
@@ -429,3 +431,17 @@ def test_a_far_row_the_merge_sample_missed_moves_no_centre():
         members = (z == c) & (np.arange(4000) > 0)
         np.testing.assert_allclose(fitted.cluster_centers_[c], X[members].mean(0),
                                    rtol=0, atol=1e-9 * 1e6)
+
+
+def test_merged_centres_are_their_rows_means_beyond_the_merge_sample():
+    """On 20,000 rows of two moons (no outlier) the merge reads 3,000 of them; every
+    merged centre is still the mean of all the rows of its label: the clusters' tails,
+    a little beyond the sample's farthest row, count."""
+    from sklearn.datasets import make_moons
+
+    X, _ = make_moons(20_000, noise=0.06, random_state=0)
+    est = AttentionClustering(2, merge_heads=True, random_state=0).fit(X)
+    assert est.merge_heads_
+    for c in range(2):
+        np.testing.assert_allclose(est.cluster_centers_[c], X[est.labels_ == c].mean(0),
+                                   rtol=0, atol=1e-12 * 20_000)

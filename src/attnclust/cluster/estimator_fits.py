@@ -394,10 +394,11 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     ``skip_cut``). When merged, every row's label is its cluster of largest summed
     attention and each cluster's centre the (weighted) mean of its rows within the
     merge's reach (of its heads, for a cluster that has none), in one pass over the rows;
-    else ``None``. The reach is the largest squared distance of a sampled row to its
-    nearest head: a row farther from every head (a far outlier the sample missed, which
-    the ``K``-head fit may have given a cluster of its own) keeps its label but does not
-    move its cluster's centre."""
+    else ``None``. The reach is twice the largest distance of a sampled row (of positive
+    weight) to its nearest head: a row farther from every head (a far outlier the sample
+    missed, which the ``K``-head fit may have given a cluster of its own) keeps its label
+    but does not move its cluster's centre, while the clusters' tails, a little beyond
+    the sample's farthest row, count."""
     settings = setting if isinstance(setting, MergeSettings) else MergeSettings()
     K, n = int(n_clusters), rows.rows.shape[0]
     take = np.sort(gen.choice(n, settings.max_rows, replace=False)) \
@@ -412,7 +413,8 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     if not merge.merged:
         return merge, None
 
-    reach = float(squared_distances(sample, merge.heads).min(1).max())
+    seen = sample if weights is None else sample[weights[take] > 0]
+    reach = 4.0 * float(squared_distances(seen, merge.heads).min(1).max(initial=0.0))
 
     def chunk_sums(start: int, chunk: torch.Tensor):
         x = chunk.cpu().double().numpy()

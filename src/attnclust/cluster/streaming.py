@@ -231,10 +231,10 @@ def _step(est, state: StreamState, rows: torch.Tensor, weights, geometry) -> Non
         risk = float("nan")
     labels = geometry.logits(rows, state.heads, state.lam).argmax(1)
     scale2 = state.space.scale * state.space.scale
+    # the first batch's lambda is fit's, mapped back as fit maps it (first: it may raise)
+    est.inverse_temperature_ = state.space.inverse_temperature_out(state.lam, weights)
     est.stream_state_ = state
     est.cluster_centers_ = _centers(est, state)
-    # the first batch's lambda is fit's, mapped back as fit maps it
-    est.inverse_temperature_ = state.space.inverse_temperature_out(state.lam)
     est.labels_ = labels.cpu().numpy().astype(np.int64)
     est.n_steps_ = est.n_iter_ = state.n_batches
     est.loss_curve_ = np.append(est.loss_curve_, risk * scale2)
