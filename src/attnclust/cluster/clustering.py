@@ -467,8 +467,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
 
     def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan) -> int:
         """``n_clusters="auto"``: :func:`~attnclust.cluster.choice.k_choice.choose_n_clusters` of
-        the (unweighted) preprocessed rows with the plan's settings; sets ``k_choice_`` and
-        ``n_clusters_reason_``, and warns when the choice is weak."""
+        the (unweighted) preprocessed rows with the plan's settings (at most
+        ``settings.k_rows`` of them, drawn with ``random_state`` when there are more); sets
+        ``k_choice_`` and ``n_clusters_reason_``, and warns when the choice is weak."""
         local = Communicator.local(X.shape[0])
         self.mean_, self.scale_ = plan.learn_center(X, local)
         rows = plan.preprocess(X, (self.mean_, self.scale_), comm=local)

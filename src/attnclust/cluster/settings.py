@@ -34,7 +34,7 @@ __all__ = ["FitSettings"]
 _COUNTS = ("warm_sample", "per_head", "seeding_rows", "choice_rows", "lean_rows",
            "choice_numbers", "fit_numbers", "shape_choice_seedings", "stop_steps",
            "peak_rows", "peak_candidates", "k_init", "em_steps", "patience",
-           "n_references", "thin_rows", "max_dim")
+           "n_references", "thin_rows", "max_dim", "k_rows")
 
 
 def _is_number(value) -> bool:
@@ -135,6 +135,8 @@ class FitSettings:
     max_dim : int, default=50
         Rows wider than this are read through their leading ``max_dim`` principal
         components.
+    k_rows : int, default=5_000
+        The choice of ``K`` reads at most this many rows (a seeded sample beyond).
 
     Examples
     --------
@@ -179,6 +181,7 @@ class FitSettings:
     confident: float = 0.9
     marginal_z: float = 5.0
     max_dim: int = 50
+    k_rows: int = 5_000
 
     def __post_init__(self):
         for name in _COUNTS:
@@ -205,5 +208,6 @@ class FitSettings:
                 or any(b < 2 or b >= self.n_references for b in looks) \
                 or any(a >= b for a, b in zip(looks, looks[1:], strict=False)):
             raise ValueError(f"looks must be increasing integers in [2, n_references) = "
-                             f"[2, {self.n_references}), got {self.looks!r}")
+                             f"[2, {self.n_references}), got {self.looks!r} (with fewer "
+                             f"n_references, give looks too, e.g. looks=() for none)")
         object.__setattr__(self, "looks", tuple(int(b) for b in looks))   # a list: hashable

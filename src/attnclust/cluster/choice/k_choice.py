@@ -317,12 +317,12 @@ def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list]:
 
 
 def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
-                      max_rows: int = 5_000, settings: FitSettings | None = None) -> KChoice:
+                      settings: FitSettings | None = None) -> KChoice:
     """``n_clusters="auto"``: the fewest ``K`` in ``2..max_clusters`` whose BIC is within
-    ``settings.bare_mention`` of the least, or 1 when the structure test fails (module docstring),
-    on a sample of ``max_rows`` rows drawn with ``random_state`` when there are more;
-    ``settings``: the choice's settings (:class:`~attnclust.cluster.settings.FitSettings`,
-    the defaults when ``None``).
+    ``settings.bare_mention`` of the least, or 1 when the structure test fails (module
+    docstring), on a sample of ``settings.k_rows`` rows drawn with ``random_state`` when
+    there are more; ``settings``: the choice's settings
+    (:class:`~attnclust.cluster.settings.FitSettings`, the defaults when ``None``).
 
     Examples
     --------
@@ -337,8 +337,8 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     gen = as_generator(random_state, "random_state")
     s = FitSettings() if settings is None else settings
     rows = np.asarray(rows, dtype=np.float64)
-    if rows.shape[0] > max_rows:
-        rows = rows[np.sort(gen.choice(rows.shape[0], max_rows, replace=False))]
+    if rows.shape[0] > s.k_rows:
+        rows = rows[np.sort(gen.choice(rows.shape[0], s.k_rows, replace=False))]
     Z = standardized(rows, s.max_dim)
     n = Z.shape[0]
     top = int(min(max_clusters, n - 1))
