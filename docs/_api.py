@@ -31,6 +31,7 @@ READING_ORDER = [
     "attnclust.cluster.fixed_point",
     "attnclust.layer.results",
     "attnclust.cluster.clustering",
+    "attnclust.cluster.settings",
     "attnclust.cluster.annealing",
     "attnclust.cluster.choice.plateaus",
     "attnclust.cluster.choice.path_choice",

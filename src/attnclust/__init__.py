@@ -70,7 +70,7 @@ _MOVED_03 = {f"{__name__}.{old}": f"{__name__}.{new}" for old, new in {
     "cluster.shape_em": "cluster.mixture.em", "cluster.shaped_fit": "cluster.mixture.tempered",
     "cluster.candidate_em": "cluster.mixture.candidates",
     "cluster.lean_fits": "cluster.mixture.candidates",
-    "cluster.k_choice": "cluster.choice.k_choice", "cluster.plateaus": "cluster.choice.plateaus",
+    "cluster.k_choice": "cluster.choice.k_choice",
     "cluster.cluster_choice": "cluster.choice.path_choice",
     "cluster.picture": "plotting.clusters", "cluster.path_plot": "plotting.path",
 }.items()}

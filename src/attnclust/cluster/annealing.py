@@ -90,7 +90,7 @@ __all__ = ["ClusterChoice", "Plateau", "TemperaturePath", "anneal_heads", "path_
 OBJECTIVES = ("free_energy", "risk")
 _KICK = 1e-3              # symmetry-breaking perturbation, relative to the data's scale
 _PROBE = 5                # fixed-point iterations a stride may take (see _follow)
-# init="anneal": the grid of cluster_choice.FAST_SETTINGS, single steps and 100
+# init="anneal": the grid of choice.path_choice.FAST_SETTINGS, single steps and 100
 # fixed-point iterations at tol 1e-4
 ANNEAL_SETTINGS = {"grid_ratio": 1.12, "max_iter": 100, "tol": 1e-4}
 

@@ -394,9 +394,18 @@ class WorkingRows:
                  chunk: int = _CHUNK, workers: int = 1,
                  weights: torch.Tensor | None = None):
         self.rows, self.comm, self.row_map = rows, comm, row_map
-        self.scale, self.shift, self.chunk, self.workers = scale, shift, chunk, workers
+        self.space, self.chunk, self.workers = WorkingSpace(shift, scale), chunk, workers
         self.weights = weights
-        self.space = WorkingSpace(shift, scale)
+
+    @property
+    def scale(self) -> float:
+        """``s``: the working space's scale (:class:`WorkingSpace`)."""
+        return self.space.scale
+
+    @property
+    def shift(self) -> np.ndarray | None:
+        """``m``: the working space's centre, ``None`` where the rows are not centred."""
+        return self.space.shift
 
     @classmethod
     def prepare(cls, Xp: np.ndarray, *, geometry: Geometry, comm: Communicator | None,
