@@ -115,7 +115,7 @@ from scipy.special import stdtrit
 
 from ..._validation import as_generator
 from ..kmeans.batch import best_of_seedings
-from ..mixture.candidates import bic
+from ..mixture.candidates import score_lean
 from ..mixture.covariance import as_covariance
 from ..mixture.em import LeanEM, RowProducts
 from ..settings import FitSettings
@@ -190,7 +190,8 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
     EM steps (module docstring): the shaped layer's EM at ``lambda = 1``
     (:class:`~attnclust.cluster.mixture.em.LeanEM`, floor ``_REG``, no stopping rule but a
-    step that would lower the likelihood). ``products``: the centred rows'
+    step that would lower the likelihood), scored as the shape choice scores its candidates
+    (:class:`~attnclust.cluster.mixture.candidates.ShapeScore`). ``products``: the centred rows'
     :class:`~attnclust.cluster.mixture.em.RowProducts`, shared by the calls on them.
 
     Examples
@@ -212,7 +213,9 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
         if not em.step():
             break
     # the shape's mixture parameters (means, weights, covariances), and the background's
-    return bic(em.log_likelihood, shape.n_parameters(n_clusters, d) + 1, n)
+    state = em.state
+    return score_lean(state.lse, state.top, None, shape, shape.n_parameters(n_clusters, d) + 1,
+                      d, 0.0).bic
 
 
 def _least_bic(products, labels, n_clusters, log_volume, steps: int) -> tuple[float, str]:
