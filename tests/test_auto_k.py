@@ -5,6 +5,7 @@ depend on the seed."""
 
 from __future__ import annotations
 
+import warnings
 from itertools import groupby
 
 import numpy as np
@@ -652,3 +653,19 @@ def test_the_estimator_chooses_k_with_its_settings():
         assert est.n_clusters_ == 3
         scanned[patience] = int(np.isfinite(est.k_choice_.bic).sum())
     assert scanned == {1: 4, 4: 7}
+
+
+def test_the_choice_of_k_reads_the_weights():
+    """A row of weight zero is no row for the choice of K: four blobs, one of weight zero,
+    are three clusters; two rows of positive weight are too few for more than one."""
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(2000, centers=4, cluster_std=0.5, random_state=0)
+    w = np.where(y == 0, 0.0, 1.0)
+    assert ac.AttentionClustering("auto", random_state=0).fit(X, sample_weight=w).n_clusters_ == 3
+    w = np.zeros(2000)
+    w[:2] = 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = ac.AttentionClustering("auto", random_state=0).fit(X, sample_weight=w)
+    assert est.n_clusters_ == 1 and "too few rows (2)" in est.n_clusters_reason_

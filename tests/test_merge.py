@@ -445,3 +445,17 @@ def test_merged_centres_are_their_rows_means_beyond_the_merge_sample():
     for c in range(2):
         np.testing.assert_allclose(est.cluster_centers_[c], X[est.labels_ == c].mean(0),
                                    rtol=0, atol=1e-12 * 20_000)
+
+
+def test_rows_of_weight_zero_do_not_steer_the_merge():
+    """Junk rows of weight zero spread far around two moons are no rows: the moons are
+    merged and found as without them."""
+    from sklearn.datasets import make_moons
+
+    X, y = make_moons(1000, noise=0.05, random_state=0)
+    junk = np.random.default_rng(0).uniform(-30, 30, (1500, 2))
+    w = np.r_[np.ones(1000), np.zeros(1500)]
+    est = AttentionClustering(2, random_state=0).fit(np.r_[X, junk], sample_weight=w)
+    alone = AttentionClustering(2, random_state=0).fit(X)
+    assert est.merge_heads_ and alone.merge_heads_
+    assert adjusted_rand_score(y, est.labels_[:1000]) == adjusted_rand_score(y, alone.labels_)

@@ -452,7 +452,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         plan = self._resolve(comm.n_total, X.shape[0], data_parallel=data_parallel,
                              weight_total=None if weights is None else float(comm.sum_array(
                                  weights.sum())))
-        K = self._choose_n_clusters(X, plan) if plan.n_clusters is None else plan.n_clusters
+        K = plan.n_clusters if plan.n_clusters is not None else \
+            self._choose_n_clusters(X, plan, weights)
         with fit_threads(plan.device) as workers:
             rows = self._fit(X, comm, workers, weights, plan.with_clusters(K))
             if not self.merge_heads_:               # one head per cluster
@@ -465,11 +466,19 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
                 setattr(self, name, value.astype(X.dtype, copy=False))
         return self
 
-    def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan) -> int:
+    def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan, weights=None) -> int:
         """``n_clusters="auto"``: :func:`~attnclust.cluster.choice.k_choice.choose_n_clusters` of
-        the (unweighted) preprocessed rows with the plan's settings (at most
-        ``settings.k_rows`` of them, drawn with ``random_state`` when there are more); sets
-        ``k_choice_`` and ``n_clusters_reason_``, and warns when the choice is weak."""
+        the preprocessed rows with the plan's settings (at most ``settings.k_rows`` of them,
+        drawn with ``random_state`` when there are more: in proportion to the checked
+        ``weights`` when given; rows of weight zero are left out, and the rows drawn count
+        once each);
+        sets ``k_choice_`` and ``n_clusters_reason_``, and warns when the choice is weak."""
+        if weights is not None:
+            X, w = X[weights > 0], weights[weights > 0]
+            if X.shape[0] > plan.settings.k_rows:
+                gen = as_generator(plan.random_state, "random_state")
+                X = X[np.sort(gen.choice(X.shape[0], plan.settings.k_rows, replace=False,
+                                         p=w / w.sum()))]
         local = Communicator.local(X.shape[0])
         self.mean_, self.scale_ = plan.learn_center(X, local)
         rows = plan.preprocess(X, (self.mean_, self.scale_), comm=local)

@@ -401,8 +401,10 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     the sample's farthest row, count."""
     settings = setting if isinstance(setting, MergeSettings) else MergeSettings()
     K, n = int(n_clusters), rows.rows.shape[0]
-    take = np.sort(gen.choice(n, settings.max_rows, replace=False)) \
-        if n > settings.max_rows else np.arange(n)
+    held = np.arange(n) if rows.weights is None else \
+        np.flatnonzero(rows.weights.cpu().numpy() > 0)      # a row of weight 0 is no row
+    take = np.sort(gen.choice(held, settings.max_rows, replace=False)) \
+        if len(held) > settings.max_rows else held
     sample = rows.take(torch.as_tensor(take)).cpu().double().numpy()
     weights = None if rows.weights is None else rows.weights.cpu().double().numpy()
     proba = None if logits is None or setting is True or settings.skip_cut <= 0 else \
