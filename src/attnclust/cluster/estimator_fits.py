@@ -415,14 +415,14 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     if not merge.merged:
         return merge, None
 
-    seen = sample if weights is None else sample[weights[take] > 0]
-    reach = 4.0 * float(squared_distances(seen, merge.heads).min(1).max(initial=0.0))
+    reach = 4.0 * float(squared_distances(sample, merge.heads).min(1).max(initial=0.0))
 
     def chunk_sums(start: int, chunk: torch.Tensor):
         x = chunk.cpu().double().numpy()
-        z = cluster_membership(x, merge).argmax(1)
+        d2 = squared_distances(x, merge.heads)                  # (rows, m), read twice
+        z = cluster_membership(x, merge, squared=d2).argmax(1)
         member = np.eye(K)[z]                                    # (rows, K)
-        member[squared_distances(x, merge.heads).min(1) > reach] = 0.0
+        member[d2.min(1) > reach] = 0.0
         if weights is not None:
             member *= weights[start:start + len(x), None]
         return z, member.T @ x, member.sum(0)

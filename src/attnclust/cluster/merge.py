@@ -559,8 +559,10 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason, redraw)
 
 
-def cluster_membership(X: np.ndarray, merge: HeadMerge) -> np.ndarray:
-    """``p_c(x) = sum_{h in c} a_h(x)`` of rows ``(n, d)``: ``(n, K)``, rows summing to one.
+def cluster_membership(X: np.ndarray, merge: HeadMerge, *,
+                       squared: np.ndarray | None = None) -> np.ndarray:
+    """``p_c(x) = sum_{h in c} a_h(x)`` of rows ``(n, d)``: ``(n, K)``, rows summing to one;
+    ``squared``: the rows' squared distances to the heads ``(n, m)``, when at hand.
 
     Examples
     --------
@@ -569,6 +571,8 @@ def cluster_membership(X: np.ndarray, merge: HeadMerge) -> np.ndarray:
     >>> cluster_membership(np.array([[0.5], [5.0]]), merge).round(3).tolist()
     [[1.0, 0.0], [0.0, 1.0]]
     """
-    A = head_attention(np.asarray(X, dtype=np.float64), merge.heads, merge.variance)
+    if squared is None:
+        squared = squared_distances(np.asarray(X, dtype=np.float64), merge.heads)
+    A = _attention(squared, merge.variance)
     K = int(merge.head_labels.max()) + 1
     return A @ np.eye(K)[merge.head_labels]

@@ -238,7 +238,7 @@ class LeanEM(EMSteps):
             resp = np.zeros((K, n))
             resp[labels, np.arange(n)] = 1.0
             previous = start_scale * cov.unit(K, d, dtype=torch.float64).numpy()
-            start = self._m_step(_Whole(None, resp, math.nan, None, None), (None, previous))
+            start = self._maximize(resp, previous)
             if log_background is not None:
                 means, covs, log_w = start
                 start = (means, covs, np.append(log_w + math.log1p(-BACKGROUND_START),
@@ -246,8 +246,12 @@ class LeanEM(EMSteps):
         super().__init__(start, tol=tol)
 
     def _m_step(self, state, params):
-        rw = state.resp if self.w is None else state.resp * self.w
-        return m_step(self.X, rw, self.cov, self.floor, params[1], self.total, self.moments)
+        return self._maximize(state.resp, params[1])
+
+    def _maximize(self, resp, previous):
+        """:func:`m_step` of the responsibilities ``resp`` (times the rows' weights)."""
+        rw = resp if self.w is None else resp * self.w
+        return m_step(self.X, rw, self.cov, self.floor, previous, self.total, self.moments)
 
     def _e_step(self, params):
         means, covs, log_w = params
