@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import attnclust as ac
+from _cli import fails
 from _tolerance import attention_risk_tol, eps
 from attnclust.cli import main
 
@@ -60,11 +61,6 @@ def test_fit_default_prefix_is_next_to_the_data(blobs):
     assert (tmp / "pts.centers.npy").exists() and (tmp / "pts.labels.csv").exists()
 
 
-def _error(capsys, argv):
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0]
-    return err[0]
 
 
 @pytest.mark.parametrize("name, content, match", [
@@ -84,7 +80,7 @@ def test_fit_bad_files(tmp_path, capsys, name, content, match):
         path.write_bytes(content)
     elif content is not None:
         path.write_text(content)
-    line = _error(capsys, ["fit", str(path), "--n-clusters", "2", "--out",
+    line = fails(capsys, ["fit", str(path), "--n-clusters", "2", "--out",
                            str(tmp_path / "res")])
     assert line.startswith("attnclust fit: error:") and match in line
     assert not list(tmp_path.glob("res*"))
@@ -98,25 +94,25 @@ def test_fit_clusters_one_feature_and_refuses_to_plot_it(tmp_path, capsys):
     assert main(["fit", str(path), "-k", "2", "--quiet", "--out", str(tmp_path / "res")]) == 0
     labels = np.load(tmp_path / "res.labels.npy")
     assert len(set(labels[:3])) == 1 and len(set(labels[3:])) == 1 and labels[0] != labels[3]
-    line = _error(capsys, ["fit", str(path), "-k", "2", "--plot", "--out",
+    line = fails(capsys, ["fit", str(path), "-k", "2", "--plot", "--out",
                            str(tmp_path / "plotted")])
     assert "at least 2 columns" in line and not list(tmp_path.glob("plotted*"))
 
 
 def test_fit_bad_values(tmp_path, capsys):
     np.save(tmp_path / "one_d.npy", np.arange(5.0))
-    assert "2-D" in _error(capsys, ["fit", str(tmp_path / "one_d.npy"), "-k", "2"])
+    assert "2-D" in fails(capsys, ["fit", str(tmp_path / "one_d.npy"), "-k", "2"])
     np.save(tmp_path / "small.npy", np.ones((3, 2)))
-    assert "larger than the number of rows (3)" in _error(
+    assert "larger than the number of rows (3)" in fails(
         capsys, ["fit", str(tmp_path / "small.npy"), "-k", "4"])
     X = np.ones((5, 2))
     X[2] = 0
     np.save(tmp_path / "zero.npy", X)
-    line = _error(capsys, ["fit", str(tmp_path / "zero.npy"), "-k", "2", "--geometry", "sphere",
+    line = fails(capsys, ["fit", str(tmp_path / "zero.npy"), "-k", "2", "--geometry", "sphere",
                            "--out", str(tmp_path / "res")])
     assert "row 2" in line and "all zeros" in line   # a direction is needed on the sphere
     assert _files(tmp_path) == ["one_d.npy", "small.npy", "zero.npy"]
-    assert "--inverse-temperature" in _error(capsys, ["fit", str(tmp_path / "small.npy"), "-k", "2",
+    assert "--inverse-temperature" in fails(capsys, ["fit", str(tmp_path / "small.npy"), "-k", "2",
                                               "--inverse-temperature", "warm"])
 
 
@@ -140,13 +136,13 @@ def test_quantize_writes_identity_attention(blobs, capsys):
 
 def test_quantize_bad_input(tmp_path, capsys):
     (tmp_path / "nan.csv").write_text("1,2\n3,nan\n")
-    line = _error(capsys, ["quantize", str(tmp_path / "nan.csv"), "--inverse-temperature", "1",
+    line = fails(capsys, ["quantize", str(tmp_path / "nan.csv"), "--inverse-temperature", "1",
                            "--out", str(tmp_path / "q.npy")])
     assert line.startswith("attnclust quantize: error:") and "NaN" in line
     np.save(tmp_path / "x.npy", np.ones((4, 2)))
-    assert "--out" in _error(capsys, ["quantize", str(tmp_path / "x.npy"), "--inverse-temperature",
+    assert "--out" in fails(capsys, ["quantize", str(tmp_path / "x.npy"), "--inverse-temperature",
                                       "1", "--out", str(tmp_path / "q.txt")])
-    assert "positive" in _error(capsys, ["quantize", str(tmp_path / "x.npy"),
+    assert "positive" in fails(capsys, ["quantize", str(tmp_path / "x.npy"),
                                          "--inverse-temperature", "-1", "--out",
                                          str(tmp_path / "q.npy")])
     assert _files(tmp_path) == ["nan.csv", "x.npy"]
@@ -190,7 +186,7 @@ def test_outputs_have_ordinary_permissions(blobs):
 def test_fit_rejects_complex_npy(tmp_path, capsys):
     path = tmp_path / "c.npy"
     np.save(path, np.ones((6, 3)) * (1 + 1j))
-    line = _error(capsys, ["fit", str(path), "-k", "2", "--out", str(tmp_path / "res")])
+    line = fails(capsys, ["fit", str(path), "-k", "2", "--out", str(tmp_path / "res")])
     assert str(path) in line and "complex" in line
     assert _files(tmp_path) == ["c.npy"]
 
@@ -198,7 +194,7 @@ def test_fit_rejects_complex_npy(tmp_path, capsys):
 def test_csv_first_row_with_one_bad_cell_is_not_a_header(tmp_path, capsys):
     path = tmp_path / "d.csv"
     path.write_text("1,x,3\n" + "".join(f"{i},{i + 1},{2 - i}\n" for i in range(6)))
-    line = _error(capsys, ["fit", str(path), "-k", "2", "--out", str(tmp_path / "res")])
+    line = fails(capsys, ["fit", str(path), "-k", "2", "--out", str(tmp_path / "res")])
     assert "non-numeric value 'x' at line 1, column 2" in line
     assert _files(tmp_path) == ["d.csv"]
 
@@ -208,7 +204,7 @@ def test_quantize_overflow_is_an_error_not_nan_output(tmp_path, capsys, scale, l
     X = np.random.default_rng(0).normal(size=(20, 3))
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     np.save(tmp_path / "x.npy", X * scale)
-    line = _error(capsys, ["quantize", str(tmp_path / "x.npy"), "--inverse-temperature", lam,
+    line = fails(capsys, ["quantize", str(tmp_path / "x.npy"), "--inverse-temperature", lam,
                            "--out", str(tmp_path / "q.npy")])
     assert "non-finite values (overflow)" in line and "lower lambda" in line
     assert _files(tmp_path) == ["x.npy"]
@@ -230,7 +226,7 @@ def test_fit_never_writes_bad_centers(blobs, capsys, monkeypatch, bad):
         return self
 
     monkeypatch.setattr(AttentionClustering, "fit", fit)
-    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
+    line = fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
                            "--quiet", "--geometry", "sphere"])
     assert ("non-finite" in line) if not np.isfinite(bad) else ("norm 2" in line)
     assert _files(tmp) == ["x.npy"]
@@ -240,7 +236,7 @@ def test_fit_failing_rename_leaves_no_partial_output(blobs, capsys, third_rename
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
     calls = third_rename_fails
-    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
+    line = fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "res"),
                            "--quiet"])
     assert "No space left" in line and len(calls) == 3
     assert _files(tmp) == ["x.npy"]
@@ -287,7 +283,7 @@ def test_progress_total_counts_every_step(tmp_path, monkeypatch, capsys, anneal)
     (["nosuch"], "invalid choice"),
 ])
 def test_usage_errors_are_one_line(capsys, argv, match):
-    line = _error(capsys, argv)
+    line = fails(capsys, argv)
     assert line.startswith("attnclust") and ": error: " in line and match in line
     assert "--help)" in line and not capsys.readouterr().out
 
@@ -299,13 +295,13 @@ def test_help_exits_zero(capsys):
 
 def test_option_errors_name_the_option(tmp_path, capsys):
     np.save(tmp_path / "x.npy", np.eye(4) + 0.1)
-    assert "--seed must be a non-negative integer, got -1" in _error(
+    assert "--seed must be a non-negative integer, got -1" in fails(
         capsys, ["reproduce", "fig1", "--seed", "-1", "--out", str(tmp_path / "o")])
-    assert "--seed must be a non-negative integer" in _error(
+    assert "--seed must be a non-negative integer" in fails(
         capsys, ["fit", str(tmp_path / "x.npy"), "-k", "2", "--seed", "-1"])
-    assert "--max-iter" in _error(capsys, ["fit", str(tmp_path / "x.npy"), "-k", "2",
+    assert "--max-iter" in fails(capsys, ["fit", str(tmp_path / "x.npy"), "-k", "2",
                                            "--max-iter", "0"])
-    assert "'all' cannot be combined with figure names" in _error(
+    assert "'all' cannot be combined with figure names" in fails(
         capsys, ["reproduce", "all", "fig4", "--out", str(tmp_path / "o")])
     assert _files(tmp_path) == ["x.npy"]
 
@@ -313,7 +309,7 @@ def test_option_errors_name_the_option(tmp_path, capsys):
 def test_bench_only_matching_nothing(capsys):
     from attnclust._bench import find_benchmarks
 
-    line = _error(capsys, ["bench", "--only", "nomatch"])
+    line = fails(capsys, ["bench", "--only", "nomatch"])
     assert "--only 'nomatch'" in line
     for path in find_benchmarks():
         assert path.stem.removeprefix("bench_") in line
@@ -347,7 +343,7 @@ def test_bad_device_is_one_line(tmp_path, capsys, monkeypatch, device, match):
     np.save(tmp_path / "x.npy", np.eye(4) + 0.1)
     for cmd in (["fit", str(tmp_path / "x.npy"), "-k", "2"],
                 ["fit", str(tmp_path / "x.npy"), "-k", "2", "--distributed"]):
-        line = _error(capsys, cmd + ["--device", device])
+        line = fails(capsys, cmd + ["--device", device])
         assert f"--device {device!r}" in line and match in line
     assert _files(tmp_path) == ["x.npy"]
 
@@ -362,7 +358,7 @@ def test_npy_header_declaring_terabytes_is_one_line(tmp_path, capsys):
     for argv in (["fit", str(path), "-k", "2"],
                  ["quantize", str(path), "--inverse-temperature", "1", "--out",
                   str(tmp_path / "q.npy")]):
-        line = _error(capsys, argv)
+        line = fails(capsys, argv)
         assert "truncated or inconsistent .npy file" in line and "58.2 TiB" in line
     assert _files(tmp_path) == ["huge.npy"]
 
@@ -382,7 +378,7 @@ def test_dense_backend_too_large_is_refused_at_once(tmp_path, capsys):
 
     np.save(tmp_path / "long.npy", np.ones((200_000, 2)))
     start = time.perf_counter()
-    line = _error(capsys, ["quantize", str(tmp_path / "long.npy"), "--inverse-temperature", "1",
+    line = fails(capsys, ["quantize", str(tmp_path / "long.npy"), "--inverse-temperature", "1",
                            "--backend", "dense", "--out", str(tmp_path / "q.npy")])
     assert time.perf_counter() - start < 10
     assert "backend='dense' needs 596.0 GiB" in line and "L=200000" in line

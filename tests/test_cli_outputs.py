@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import attnclust as ac
+from _cli import fails
 from _tolerance import eps
 from attnclust.cli import main
 
@@ -19,11 +20,6 @@ def blobs(tmp_path):
     return X, z, tmp_path
 
 
-def _error(capsys, argv) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0], err
-    return err[0]
 
 
 def _no_temporaries(folder) -> bool:
@@ -81,7 +77,7 @@ def test_the_chosen_shape_is_the_estimators_and_its_covariances_are_written(tmp_
 def test_shaped_heads_are_not_streamed(blobs, capsys):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
-    err = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--covariance-type", "full",
+    err = fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--covariance-type", "full",
                           "--batch-rows", "100", "--out", str(tmp / "r")])
     assert "--covariance-type full is fitted on all the rows at once" in err
     assert sorted(p.name for p in tmp.iterdir()) == ["x.npy"]
@@ -112,7 +108,7 @@ def test_the_noise_head_labels_noise_rows_minus_one_and_counts_them_apart(tmp_pa
 def test_the_noise_head_refuses_what_it_cannot_fit(blobs, capsys, extra, message):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
-    err = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--noise-head", *extra,
+    err = fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--noise-head", *extra,
                           "--out", str(tmp / "r")])
     assert message in err
     assert sorted(p.name for p in tmp.iterdir()) == ["x.npy"]
@@ -145,7 +141,7 @@ def test_plot_failure_leaves_no_file(blobs, capsys, monkeypatch):
     monkeypatch.setattr(picture, "plot_clusters", broken)
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
-    assert "cannot draw" in _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--plot",
+    assert "cannot draw" in fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--plot",
                                              "--proba", "--out", str(tmp / "r"), "--quiet"])
     assert sorted(p.name for p in tmp.iterdir()) == ["x.npy"]
 
@@ -153,7 +149,7 @@ def test_plot_failure_leaves_no_file(blobs, capsys, monkeypatch):
 def test_outputs_may_not_overwrite_the_input(tmp_path, capsys):
     X = ac.GaussianMixture.random(d=2, k=2, sigma=0.1, rng=0).sample(50, rng=0)
     np.save(tmp_path / "r.proba.npy", X)
-    line = _error(capsys, ["fit", str(tmp_path / "r.proba.npy"), "-k", "2", "--proba",
+    line = fails(capsys, ["fit", str(tmp_path / "r.proba.npy"), "-k", "2", "--proba",
                            "--out", str(tmp_path / "r")])
     assert "is the input file" in line
 
@@ -161,9 +157,9 @@ def test_outputs_may_not_overwrite_the_input(tmp_path, capsys):
 def test_distributed_plot_is_refused_before_any_work(blobs, capsys):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
-    assert "--plot needs all rows" in _error(
+    assert "--plot needs all rows" in fails(
         capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--plot", "--distributed"])
-    assert "cannot be combined with --distributed" in _error(
+    assert "cannot be combined with --distributed" in fails(
         capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--batch-rows", "100", "--distributed"])
 
 
@@ -197,7 +193,7 @@ def test_pandas_numeric_header_is_detected(blobs):
 def test_ambiguous_numeric_first_line_is_refused(blobs, capsys, header, integers):
     X, _, tmp = blobs
     _write_csv(tmp / "x.csv", np.round(X * 100) if integers else X, header, integers=integers)
-    line = _error(capsys, ["fit", str(tmp / "x.csv"), "-k", "3", "--out", str(tmp / "r")])
+    line = fails(capsys, ["fit", str(tmp / "x.csv"), "-k", "3", "--out", str(tmp / "r")])
     assert "pass --header yes or --header no" in line and "first line" in line
     assert sorted(p.name for p in tmp.iterdir()) == ["x.csv"]
     assert _labels(tmp, [str(tmp / "x.csv"), "--header", "yes"]).shape == (300,)
@@ -218,7 +214,7 @@ def test_header_no_makes_a_named_header_an_error(blobs, capsys):
     X, _, tmp = blobs
     _write_csv(tmp / "x.csv", X, "a,b,c,d")
     assert _labels(tmp, [str(tmp / "x.csv")]).shape == (300,)
-    line = _error(capsys, ["fit", str(tmp / "x.csv"), "-k", "3", "--header", "no"])
+    line = fails(capsys, ["fit", str(tmp / "x.csv"), "-k", "3", "--header", "no"])
     assert "non-numeric value 'a' at line 1" in line
 
 
@@ -246,7 +242,7 @@ def test_bench_device_runs_only_the_benchmarks_that_take_it(tmp_path, capsys):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA device is here")
 def test_bench_on_a_missing_device_is_one_line(capsys):
-    line = _error(capsys, ["bench", "--only", "devices", "--device", "cuda"])
+    line = fails(capsys, ["bench", "--only", "devices", "--device", "cuda"])
     assert "CUDA is not available" in line
 
 
@@ -310,7 +306,7 @@ def test_bad_weights_are_one_line_and_no_file(blobs, capsys, weights, match):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
     np.save(tmp / "w.npy", weights)
-    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--sample-weight",
+    line = fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--sample-weight",
                            str(tmp / "w.npy"), "--out", str(tmp / "r")])
     assert re.search(match, line), line
     assert sorted(p.name for p in tmp.iterdir()) == ["w.npy", "x.npy"]
@@ -323,7 +319,7 @@ def test_a_bad_weight_column_entry_is_named_by_its_row_in_the_file(tmp_path, cap
     data[9, 2] = -3.0
     np.save(tmp_path / "x.npy", data)
     for extra in ([], ["--batch-rows", "4"]):
-        line = _error(capsys, ["fit", str(tmp_path / "x.npy"), "-k", "2", "--weight-column",
+        line = fails(capsys, ["fit", str(tmp_path / "x.npy"), "-k", "2", "--weight-column",
                                "3", "--out", str(tmp_path / "r"), *extra])
         assert "got -3.0 at row 10" in line, line
 
@@ -331,17 +327,17 @@ def test_a_bad_weight_column_entry_is_named_by_its_row_in_the_file(tmp_path, cap
 def test_weight_options_errors(blobs, capsys):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
-    assert "is not a column of" in _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3",
+    assert "is not a column of" in fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3",
                                                    "--weight-column", "5"])
-    assert "nope.npy: no such file" in _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3",
+    assert "nope.npy: no such file" in fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3",
                                                        "--sample-weight", str(tmp / "nope.npy")])
-    line = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--weight-column", "1",
+    line = fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--weight-column", "1",
                            "--sample-weight", str(tmp / "x.npy")])
     assert "not allowed with argument" in line
     bad = X.copy()
     bad[7, 1] = -2.0
     np.save(tmp / "neg.npy", bad)
-    assert "--weight-column 2 of" in _error(capsys, ["fit", str(tmp / "neg.npy"), "-k", "3",
+    assert "--weight-column 2 of" in fails(capsys, ["fit", str(tmp / "neg.npy"), "-k", "3",
                                                      "--weight-column", "2"])
 
 
@@ -406,7 +402,7 @@ def test_bench_tables_show_every_rows_columns():
 def test_a_folder_as_data_is_one_clear_line(tmp_path, capsys):
     for argv in (["fit", str(tmp_path), "-k", "3"],
                  ["predict", str(tmp_path / "m.model.npz"), str(tmp_path)]):
-        assert "is a folder: give a data file" in _error(capsys, argv)
+        assert "is a folder: give a data file" in fails(capsys, argv)
 
 
 def test_a_weak_choice_of_k_is_said_on_the_terminal(tmp_path, capsys):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import attnclust as ac
+from _cli import fails
 from attnclust.cli import main
 
 
@@ -20,11 +21,6 @@ def blobs(tmp_path):
     return X, z, tmp_path
 
 
-def _error(capsys, argv) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0], err
-    return err[0]
 
 
 def _iris_like(X, z, path) -> None:
@@ -68,14 +64,14 @@ def test_predict_reads_the_columns_the_model_was_fitted_on(blobs, capsys):
     np.testing.assert_array_equal(np.load(tmp / "p.labels.npy"), fitted)
     # rows with other columns than the model's: one line naming both counts
     np.save(tmp / "wide.npy", np.hstack([X, X]))
-    err = _error(capsys, ["predict", str(tmp / "r.model.npz"), str(tmp / "wide.npy")])
+    err = fails(capsys, ["predict", str(tmp / "r.model.npz"), str(tmp / "wide.npy")])
     assert "6 columns" in err and "fitted on 3 (a, b, c)" in err
 
 
 def test_predict_refuses_a_file_that_is_not_a_model(blobs, capsys):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
-    err = _error(capsys, ["predict", str(tmp / "x.npy"), str(tmp / "x.npy")])
+    err = fails(capsys, ["predict", str(tmp / "x.npy"), str(tmp / "x.npy")])
     assert "not an attnclust model file" in err
 
 
@@ -101,7 +97,7 @@ def test_summary_json_says_what_the_fit_chose(blobs):
 def test_max_clusters_below_two_is_refused(blobs, capsys):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
-    err = _error(capsys, ["fit", str(tmp / "x.npy"), "-k", "auto", "--max-clusters", "1"])
+    err = fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "auto", "--max-clusters", "1"])
     assert "--max-clusters must be an integer of at least 2" in err
 
 

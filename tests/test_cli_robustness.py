@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import attnclust as ac
+from _cli import fails
 from attnclust.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,11 +31,6 @@ def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-def _error(capsys, argv, status: int = 2) -> str:
-    assert main(argv) == status
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Traceback" not in err[0], err
-    return err[0]
 
 
 @pytest.fixture()
@@ -180,16 +176,16 @@ def test_any_warning_is_one_line(blobs, capsys, monkeypatch):
 # -- output paths ---------------------------------------------------------------------------
 def test_out_equal_to_the_input_is_refused(blobs, capsys):
     before = blobs.read_bytes()
-    line = _error(capsys, ["quantize", str(blobs), "--inverse-temperature", "1", "--out",
+    line = fails(capsys, ["quantize", str(blobs), "--inverse-temperature", "1", "--out",
                            str(blobs)])
     assert "is the input file" in line
     named = blobs.parent / "p.centers.npy"
     shutil.copy(blobs, named)
-    line = _error(capsys, ["fit", str(named), "-k", "3", "--out", str(blobs.parent / "p")])
+    line = fails(capsys, ["fit", str(named), "-k", "3", "--out", str(blobs.parent / "p")])
     assert "is the input file" in line
     link = blobs.parent / "link.npy"               # another name of the same file
     link.symlink_to(blobs)
-    assert "is the input file" in _error(capsys, ["quantize", str(blobs), "--inverse-temperature",
+    assert "is the input file" in fails(capsys, ["quantize", str(blobs), "--inverse-temperature",
                                                   "1",
                                                   "--out", str(link)])
     assert blobs.read_bytes() == before and named.read_bytes() == before
@@ -198,12 +194,12 @@ def test_out_equal_to_the_input_is_refused(blobs, capsys):
 
 def test_empty_out_is_refused_and_a_folder_out_gets_named_files(blobs, capsys):
     folder = blobs.parent
-    assert "--out must not be empty" in _error(capsys, ["fit", str(blobs), "-k", "3",
+    assert "--out must not be empty" in fails(capsys, ["fit", str(blobs), "-k", "3",
                                                         "--out", ""])
-    assert "--out must be a file name" in _error(
+    assert "--out must be a file name" in fails(
         capsys, ["quantize", str(blobs), "--inverse-temperature", "1", "--out", ""])
     for out in ("res/", f"{folder}/.npy"):
-        _error(capsys, ["quantize", str(blobs), "--inverse-temperature", "1", "--out", out])
+        fails(capsys, ["quantize", str(blobs), "--inverse-temperature", "1", "--out", out])
     assert _files(folder) == ["x.npy"]
     assert main(["fit", str(blobs), "-k", "3", "--quiet", "--out", f"{folder}/res/"]) == 0
     (folder / "old").mkdir()
@@ -228,7 +224,7 @@ class _FullStdout:
 def test_summary_that_cannot_be_printed_leaves_no_output(blobs, capsys, monkeypatch, cmd):
     out = str(blobs.parent / ("res" if cmd[0] == "fit" else "q.npy"))
     monkeypatch.setattr(sys, "stdout", _FullStdout())
-    line = _error(capsys, [cmd[0], str(blobs), *cmd[1:], "--out", out, "--quiet"])
+    line = fails(capsys, [cmd[0], str(blobs), *cmd[1:], "--out", out, "--quiet"])
     assert "could not print the summary (No space left on device); nothing was written" in line
     assert _files(blobs.parent) == ["x.npy"]
 
@@ -273,9 +269,9 @@ def test_unwritable_out_fails_before_fitting(blobs, capsys, monkeypatch):
 
     monkeypatch.setattr(AttentionClustering, "fit", fit)
     target = _blocked(blobs.parent)
-    line = _error(capsys, ["fit", str(blobs), "-k", "3", "--out", str(target / "res")])
+    line = fails(capsys, ["fit", str(blobs), "-k", "3", "--out", str(target / "res")])
     assert f"{target}: cannot write there (a file is in the way)" in line
-    line = _error(capsys, ["quantize", str(blobs), "--inverse-temperature", "1",
+    line = fails(capsys, ["quantize", str(blobs), "--inverse-temperature", "1",
                            "--out", str(target / "q.npy")])
     assert "cannot write there" in line
     assert _files(blobs.parent) == ["blocker", "x.npy"]
@@ -285,7 +281,7 @@ def test_unwritable_reproduce_fails_at_once(tmp_path, capsys, fake_figure):
     _, calls = fake_figure
     target = _blocked(tmp_path)
     start = time.perf_counter()
-    line = _error(capsys, ["reproduce", "fake", "--out", str(target)])
+    line = fails(capsys, ["reproduce", "fake", "--out", str(target)])
     assert "cannot write there" in line and calls == []
     assert time.perf_counter() - start < 5
     assert _files(tmp_path) == ["blocker"]
@@ -296,7 +292,7 @@ def test_unwritable_reproduce_fails_at_once(tmp_path, capsys, fake_figure):
 def test_read_only_folder_fails_before_computing(tmp_path, capsys, fake_figure):
     _, calls = fake_figure
     (tmp_path / "ro").mkdir(mode=0o555)
-    line = _error(capsys, ["reproduce", "fake", "--out", str(tmp_path / "ro")])
+    line = fails(capsys, ["reproduce", "fake", "--out", str(tmp_path / "ro")])
     assert "cannot write there (Permission denied)" in line and calls == []
 
 
@@ -427,7 +423,7 @@ def test_out_of_memory_is_one_line_and_writes_nothing(blobs, capsys, monkeypatch
         raise MemoryError("Unable to allocate 58.2 TiB for an array with shape (10**12, 8)")
 
     monkeypatch.setattr(AttentionClustering, "fit", fit)
-    line = _error(capsys, ["fit", str(blobs), "-k", "3", "--out", str(blobs.parent / "n" / "r")],
+    line = fails(capsys, ["fit", str(blobs), "-k", "3", "--out", str(blobs.parent / "n" / "r")],
                   status=1)
     assert line == ("attnclust fit: error: out of memory (Unable to allocate 58.2 TiB for an "
                     "array with shape (10**12, 8))")
@@ -455,13 +451,13 @@ class _FullOnFlush:
                                           (["fit", "--help"], "attnclust: ")])
 def test_stdout_that_cannot_be_written_is_one_line(capsys, monkeypatch, stdout, argv, prefix):
     monkeypatch.setattr(sys, "stdout", stdout())
-    line = _error(capsys, argv)
+    line = fails(capsys, argv)
     assert line == f"{prefix}error: could not write to stdout (No space left on device)"
 
 
 def test_reproduce_into_a_full_stdout_keeps_the_complete_figure(tmp_path, capsys, monkeypatch,
                                                                 fake_figure):
     monkeypatch.setattr(sys, "stdout", _FullStdout())
-    line = _error(capsys, ["reproduce", "fake", "--out", str(tmp_path)])
+    line = fails(capsys, ["reproduce", "fake", "--out", str(tmp_path)])
     assert line == "attnclust reproduce: error: could not write to stdout (No space left on device)"
     assert _files(tmp_path) == ["fake.json", "fake.npz", "fake.pdf", "fake.png"]
