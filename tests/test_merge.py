@@ -13,6 +13,7 @@ from attnclust import AttentionClustering
 from attnclust.cluster.merge import (
     MergeSettings,
     adjusted_rand,
+    cluster_count,
     cluster_membership,
     gini_index,
     gini_linkage,
@@ -100,6 +101,61 @@ def test_separated_blobs_skip_the_merge_before_any_head(seed, monkeypatch):
     assert tiled and rings.merge_heads_, rings.merge_heads_reason_
     off = _fit(X, 4, seed, merge_heads=MergeSettings(skip_cut=0))     # the check off: tiled
     assert len(tiled) == 2 and "barely overlap" not in off.merge_heads_reason_
+
+
+# -- n_clusters="auto": clusters of several Gaussian components ---------------------------
+@pytest.mark.parametrize("make", [_rings, _crescents, _spirals])
+@pytest.mark.parametrize("seed", range(3))
+def test_auto_counts_shapes_not_components(make, seed):
+    """The BIC spends several Gaussian components on each shape; the heads' overlap
+    graph holds two clusters, and the fit reports those (with the components' count in
+    its record of the choice), with no WeakChoiceWarning about the components' count."""
+    from attnclust.cluster.choice.k_choice import WeakChoiceWarning
+
+    X, y = make(seed)
+    with warnings.catch_warnings():     # the heads' count: no warning about the components'
+        warnings.simplefilter("error", WeakChoiceWarning)
+        est = AttentionClustering("auto", random_state=seed).fit(X)
+    assert est.k_choice_.best > 2                       # the components
+    assert est.n_clusters_ == 2 and len(est.cluster_centers_) == 2, est.n_clusters_reason_
+    assert est.n_clusters_reason_.startswith("2 clusters of the heads (merged: ")
+    assert adjusted_rand_score(y, est.labels_) > 0.98
+    assert est.predict_proba(X).shape == (len(X), 2)
+    np.testing.assert_array_equal(est.predict(X), est.labels_)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_auto_keeps_one_cluster_per_gaussian_blob(seed):
+    """Touching Gaussian blobs (6 standard deviations apart): the heads' cut rises no
+    more than 5-fold from one count to the next below K, so the components are the
+    clusters."""
+    X, y = _blobs(seed)
+    est = _fit(X, "auto", seed)
+    assert est.n_clusters_ == est.k_choice_.best == 4, est.n_clusters_reason_
+    assert adjusted_rand_score(y, est.labels_) > 0.95
+
+
+def test_cluster_count_against_the_cuts_it_returns():
+    """The count is where the returned cuts rise most, each cut that of the Genie linkage
+    at that count (an independent computation of each), and ``most`` bounds it."""
+    rng = np.random.default_rng(0)
+    blocks = [3, 4, 5]                                   # three groups of heads
+    O = np.zeros((12, 12))
+    start = 0
+    for b in blocks:
+        O[start:start + b, start:start + b] = rng.uniform(0.5, 1.0, (b, b))
+        start += b
+    O = (O + O.T) / 2 + 1e-6                             # faint links everywhere
+    S = O / np.sqrt(np.outer(np.diag(O), np.diag(O)))
+    sizes = np.ones(12)
+    count, cuts = cluster_count(O, S, sizes, 6)
+    assert count == 3 and sorted(cuts) == [2, 3, 4, 5, 6, 7]
+    for C, cut in cuts.items():
+        assert cut == normalized_cut(O, gini_linkage(S, sizes, C))
+    f = MergeSettings().cut_floor
+    rise = {C: (cuts[C + 1] + f) / (cuts[C] + f) for C in range(2, 7)}
+    assert max(rise, key=rise.get) == 3
+    assert cluster_count(O, S, sizes, 2)[0] == 2          # at most ``most``
 
 
 def test_posterior_cut():
@@ -221,6 +277,8 @@ def test_other_fits_do_not_merge():
     (dict(cut_ratio=-1), "cut_ratio must be a positive number, got -1"),
     (dict(min_redraw=2), "min_redraw must be in [-1, 1], got 2"),
     (dict(linkage="ward"), "linkage must be one of ('single', 'average'), got 'ward'"),
+    (dict(cut_floor=0), "cut_floor must be a positive number, got 0"),
+    (dict(min_rise=True), "min_rise must be a positive number, got True"),
 ])
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError) as err:

@@ -459,7 +459,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
             if not self.merge_heads_:               # one head per cluster
                 self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(K)
             self.inertia_ = inertia(rows, self.cluster_centers_, self.labels_)
-        self.n_clusters_ = K
+        self.n_clusters_ = len(self.cluster_centers_)
+        if plan.n_clusters is None and self.n_clusters_ == K:   # (not fewer, from merged heads)
+            warn_if_weak(self.k_choice_, stacklevel=2)
         for name in _FITTED_ARRAYS:     # in the data's dtype, as KMeans and GaussianMixture
             value = getattr(self, name, None)
             if isinstance(value, np.ndarray) and value.dtype.kind == "f":
@@ -485,7 +487,6 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         choice = choose_n_clusters(rows, plan.max_clusters, random_state=plan.random_state,
                                    settings=plan.settings)
         self.k_choice_, self.n_clusters_reason_ = choice, choice.reason
-        warn_if_weak(choice, stacklevel=4)
         return choice.n_clusters
 
     def partial_fit(self, X, y=None, sample_weight=None):
@@ -554,9 +555,16 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         """Heads merged into clusters where the data say so (:func:`fit_merge`); then the
         fitted attributes are the clusters' and the heads' (one spherical metric)."""
         merge, fitted = fit_merge(rows, self.labels_, len(self.cluster_centers_),
-                                  self.merge_heads, gen=gen, logits=self._logits)
+                                  self.merge_heads, gen=gen, logits=self._logits,
+                                  fewer=self.n_clusters == "auto")
         self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
         if fitted is not None:
+            count = len(fitted.cluster_centers_)
+            if count < len(self.cluster_centers_):      # n_clusters="auto": fewer clusters
+                self.n_clusters_reason_ = (f"{count} clusters of the heads ({merge.reason}), "
+                                           f"from the choice of Gaussian components: "
+                                           f"{self.n_clusters_reason_}")
+                self._plan = self._plan.with_clusters(count)
             self.__dict__.update(fitted._asdict())
             for name in _SHAPED_ARRAYS:             # the shaped heads' arrays: none now
                 self.__dict__.pop(name, None)

@@ -71,13 +71,8 @@ from ..layer.schedules import Stages
 from ..study.descent import pgd
 from .fixed_point import fixed_point_fit
 from .kmeans.ending import fit_to_hard_limit
-from .merge import (
-    HeadMerge,
-    MergeSettings,
-    cluster_membership,
-    merge_heads,
-    squared_distances,
-)
+from .head_graph import squared_distances
+from .merge import HeadMerge, MergeSettings, cluster_membership, merge_heads
 from .mixture.covariance import Covariance
 from .mixture.tempered import shaped_fit
 from .rows import WorkingRows
@@ -383,15 +378,17 @@ class MergedFitted(NamedTuple):
 
 def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *,
               gen: np.random.Generator,
-              logits: Callable[[np.ndarray], torch.Tensor] | None = None
-              ) -> tuple[HeadMerge, MergedFitted | None]:
+              logits: Callable[[np.ndarray], torch.Tensor] | None = None,
+              fewer: bool = False) -> tuple[HeadMerge, MergedFitted | None]:
     """:func:`~attnclust.cluster.merge.merge_heads` on at most ``max_rows`` working rows
     drawn with ``gen`` (rows held by one process), against the fit's ``labels``;
     ``setting``: the estimator's ``merge_heads`` (``True`` forces the merge). ``logits``:
     the fit's attention logits of preprocessed rows ``(n, K)``; their softmax on the
     sampled rows lets the merge be skipped, before any head is tiled, where the ``K``
     clusters barely overlap (:func:`~attnclust.cluster.merge.posterior_cut` below
-    ``skip_cut``). When merged, every row's label is its cluster of largest summed
+    ``skip_cut``). ``fewer``: the heads may form fewer clusters than ``n_clusters``
+    (``n_clusters="auto"``: :func:`~attnclust.cluster.merge.merge_heads`). When merged, every
+    row's label is its cluster of largest summed
     attention and each cluster's centre the (weighted) mean of its rows within the
     merge's reach (of its heads, for a cluster that has none), in one pass over the rows;
     else ``None``. The reach is twice the largest distance of a sampled row (of positive
@@ -411,9 +408,10 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
         softmax_heads(logits(rows.heads_out(torch.from_numpy(sample)))).cpu().numpy()
     merge = merge_heads(sample, labels[take], K, rng=gen,
                         weights=None if weights is None else weights[take],
-                        settings=settings, force=setting is True, proba=proba)
+                        settings=settings, force=setting is True, proba=proba, fewer=fewer)
     if not merge.merged:
         return merge, None
+    K = int(merge.head_labels.max()) + 1
 
     reach = 4.0 * float(squared_distances(sample, merge.heads).min(1).max(initial=0.0))
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..merge import adjusted_rand
+from ..head_graph import adjusted_rand
 
 __all__ = ["cores_from_tails"]
 

@@ -1,0 +1,304 @@
+"""The heads' graph: small heads that tile the rows, the overlap of their attention, the
+Genie linkage of that graph and its normalized cuts; the pieces of the merge of heads
+into clusters (:mod:`attnclust.cluster.merge`, whose docstring gives the formulas).
+
+Notation
+--------
+==============  ==================  ===============================================
+symbol          code                meaning
+==============  ==================  ===============================================
+``mu_h``        ``heads``           the ``m`` heads, ``(m, d)``
+``v``           ``variance``        the attention's variance (``1 / lambda``)
+``O``           ``overlap``         head overlap, ``(m, m)``
+``S``           ``similarity``      ``O`` cosine-normalized, ``(m, m)``
+==============  ==================  ===============================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["squared_distances", "tile_heads", "head_attention", "head_overlap", "gini_index",
+           "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
+           "posterior_cut"]
+
+
+def squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """``||x_i - h_j||^2`` of rows ``(n, d)`` and heads ``(m, d)``: ``(n, m)``, from one
+    matrix product (clamped at zero against rounding).
+
+    Examples
+    --------
+    >>> squared_distances(np.array([[0.0, 0.0], [3.0, 4.0]]), np.array([[0.0, 0.0]])).tolist()
+    [[0.0], [25.0]]
+    """
+    d2 = np.einsum("nd,nd->n", X, X)[:, None] - 2.0 * X @ heads.T \
+        + np.einsum("md,md->m", heads, heads)[None]
+    return np.maximum(d2, 0.0)                               # (n, m)
+
+
+def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_iter: int = 5,
+               weights: np.ndarray | None = None, pool: int = 2) -> np.ndarray:
+    """``n_heads`` heads ``(m, d)`` that tile the rows ``X`` ``(n, d)``: k-means++ seeding
+    (one draw per head) among ``pool * m`` rows drawn at random (default ``2 m``), then
+    ``max_iter`` (weighted) Lloyd steps on all rows. The heads need not converge: they only
+    pave the data finely enough for their overlap to trace its shape. This is not the
+    k-means engine's seeding (:func:`~attnclust.cluster.kmeans.seeding.kmeanspp_batch`,
+    greedy, several runs at once) on purpose: on the merge's samples (a few hundred rows,
+    60 heads and more) one draw per head from the pool's distances costs a fraction of
+    it, and the engine's seeding with its steps left the dev battery's mean ARI and NCA
+    where they were (greedy) or lowered them (one draw per head) at more cost.
+
+    Examples
+    --------
+    >>> X = np.repeat(np.arange(10.0), 20)[:, None]          # 10 distinct values
+    >>> heads = tile_heads(X, 10, np.random.default_rng(0), pool=20)   # the pool: every row
+    >>> np.sort(heads[:, 0]).tolist() == np.arange(10.0).tolist()  # D^2 draws: one per value
+    True
+    """
+    n, m = X.shape[0], int(n_heads)
+    positive = n if weights is None else int(np.count_nonzero(weights))
+    if pool * m < positive:
+        draw = None if weights is None else weights / weights.sum()
+        P = X[np.sort(rng.choice(n, pool * m, replace=False, p=draw))]
+    else:
+        P = X if weights is None else X[weights > 0]
+    D = squared_distances(P, P)                             # (p, p)
+    pick = [int(rng.integers(len(P)))]
+    nearest = D[pick[0]].copy()
+    for u in rng.random(m - 1):                              # k-means++: D^2 draws
+        total = np.cumsum(nearest)
+        if total[-1] <= 0:                                   # fewer distinct rows than heads
+            break
+        pick.append(min(int(np.searchsorted(total, u * total[-1])), len(P) - 1))
+        np.minimum(nearest, D[pick[-1]], out=nearest)
+    heads = P[pick].copy()
+    WX = X if weights is None else X * weights[:, None]
+    for _ in range(max_iter):
+        near = (np.einsum("md,md->m", heads, heads)[None] - 2.0 * X @ heads.T).argmin(1)
+        order = np.argsort(near, kind="stable")
+        held = np.flatnonzero(np.bincount(near, minlength=len(heads)))   # heads with rows
+        sums = np.add.reduceat(WX[order], np.searchsorted(near[order], held), axis=0)
+        mass = np.bincount(near, weights=weights, minlength=len(heads))[held]
+        moved = mass > 0
+        heads[held[moved]] = sums[moved] / mass[moved, None]
+    return heads
+
+
+def head_attention(X: np.ndarray, heads: np.ndarray, variance: float) -> np.ndarray:
+    """``a_h(x) = softmax_h(-||x - mu_h||^2 / (2 v))`` of rows ``(n, d)``: ``(n, m)``.
+
+    Examples
+    --------
+    >>> A = head_attention(np.array([[0.0], [1.0]]), np.array([[0.0], [1.0]]), 0.1)
+    >>> A.round(3).tolist(), A.sum(1).tolist()
+    ([[0.993, 0.007], [0.007, 0.993]], [1.0, 1.0])
+    """
+    return _attention(squared_distances(X, heads), variance)
+
+
+def _attention(d2: np.ndarray, variance: float) -> np.ndarray:
+    """:func:`head_attention` from the squared distances ``(n, m)``."""
+    logits = d2 / (-2.0 * variance)
+    logits -= logits.max(1, keepdims=True)
+    A = np.exp(logits)
+    return A / A.sum(1, keepdims=True)
+
+
+def head_overlap(A: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """``O = A^T W A`` ``(m, m)``: how much the heads share the rows' attention.
+
+    Examples
+    --------
+    >>> head_overlap(np.array([[1.0, 0.0], [0.5, 0.5]])).tolist()
+    [[1.25, 0.25], [0.25, 0.25]]
+    """
+    return A.T @ (A if weights is None else A * weights[:, None])
+
+
+def gini_index(sizes) -> float:
+    """Gini index of group sizes, ``sum_{i<j} |s_i - s_j| / ((k - 1) sum s)``: 0 when equal,
+    1 when one group holds everything (Genie's normalization).
+
+    Examples
+    --------
+    >>> gini_index([5, 5, 5]), gini_index([0, 0, 9]), gini_index([7])
+    (0.0, 1.0, 0.0)
+    """
+    s = np.sort(np.asarray(sizes, dtype=np.float64))
+    k, total = len(s), float(s.sum())
+    if k < 2 or total <= 0:
+        return 0.0
+    i = np.arange(1, k + 1)
+    return float(((2 * i - k - 1) * s).sum() / ((k - 1) * total))
+
+
+def gini_linkage(similarity: np.ndarray, sizes, n_clusters: int, *,
+                 gini_threshold: float = 0.3, linkage: str = "single") -> np.ndarray:
+    """Agglomerate ``m`` items of similarity ``(m, m)`` and ``sizes`` into ``n_clusters``
+    groups, most similar pair first, under Genie's constraint: while the Gini index of the
+    groups' sizes exceeds ``gini_threshold``, the pair must include a smallest group (its
+    most similar partner is taken). Ties: the first pair in row-major order of the
+    current groups. Returns each item's group ``(m,)``, numbered in order of first item.
+
+    Examples
+    --------
+    >>> S = np.array([[1, .9, .1, .0], [.9, 1, .2, .1], [.1, .2, 1, .8], [.0, .1, .8, 1]])
+    >>> gini_linkage(S, [1, 1, 1, 1], 2).tolist()
+    [0, 0, 1, 1]
+    >>> gini_linkage(S, [50, 50, 50, 1], 2, gini_threshold=0.2).tolist()
+    [0, 0, 1, 1]
+    """
+    if linkage == "single":
+        return _single_genie(np.asarray(similarity, dtype=np.float64), sizes, int(n_clusters),
+                             gini_threshold)
+    C = np.array(similarity, dtype=np.float64, copy=True)
+    m = len(C)
+    np.fill_diagonal(C, -np.inf)
+    size = np.asarray(sizes, dtype=np.float64).copy()
+    count = np.ones(m)                      # items per group (average linkage)
+    group = np.arange(m)                    # each item's group: the index of its leader
+    alive = np.ones(m, dtype=bool)
+    for _ in range(m - int(n_clusters)):
+        live = np.flatnonzero(alive)
+        sub = C[np.ix_(live, live)]
+        if gini_index(size[live]) > gini_threshold:
+            small = size[live] == size[live].min()
+            sub = np.where(small[:, None] | small[None, :], sub, -np.inf)
+        i, j = np.unravel_index(int(np.argmax(sub)), sub.shape)
+        a, b = sorted((int(live[i]), int(live[j])))
+        if linkage == "single":
+            new = np.maximum(C[a], C[b])
+        else:
+            new = (count[a] * C[a] + count[b] * C[b]) / (count[a] + count[b])
+        C[a], C[:, a] = new, new
+        C[a, a] = -np.inf
+        C[b], C[:, b] = -np.inf, -np.inf
+        alive[b] = False
+        size[a] += size[b]
+        count[a] += count[b]
+        group[group == b] = a
+    _, labels = np.unique(group, return_inverse=True)
+    return labels.astype(np.int64)
+
+
+def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) -> np.ndarray:
+    """Single linkage under Genie's constraint along the maximum spanning tree of ``S``
+    (Prim's):
+    the most similar pair of two groups is joined by a tree edge (an edge of largest
+    similarity across any cut is in that tree), so the edges, most similar first, are the
+    only candidates (Gagolewski et al. 2016). A Python loop over at most ``m`` edges."""
+    m = len(S)
+    inside, parent = np.zeros(m, dtype=bool), np.zeros(m, dtype=np.int64)
+    best = S[0].astype(np.float64, copy=True)                # Prim's tree, from item 0
+    inside[0], best[0] = True, -np.inf
+    ends = []
+    for _ in range(m - 1):
+        j = int(np.argmax(best))
+        ends.append((int(parent[j]), j))
+        inside[j], best[j] = True, -np.inf
+        closer = (S[j] > best) & ~inside
+        best[closer], parent[closer] = S[j][closer], j
+    weight = [-S[a, b] for a, b in ends]
+    edges = [ends[e] for e in sorted(range(m - 1), key=weight.__getitem__)]  # stable
+    leader, members = list(range(m)), [[i] for i in range(m)]
+    size = dict(enumerate(np.asarray(sizes, dtype=np.float64).tolist()))
+    total = sum(size.values())
+    while len(size) > n_clusters and edges:
+        s = np.sort(np.fromiter(size.values(), np.float64, len(size)))
+        k = len(s)
+        pick = 0
+        if total > 0 and float((np.arange(1 - k, k, 2) * s).sum()) \
+                > gini_threshold * (k - 1) * total:          # Gini index above the threshold
+            pick = next(e for e, (a, b) in enumerate(edges)
+                        if s[0] in (size[leader[a]], size[leader[b]]))
+        a, b = sorted(leader[i] for i in edges.pop(pick))
+        for i in members[b]:
+            leader[i] = a
+        members[a] += members[b]
+        size[a] += size.pop(b)
+    _, labels = np.unique(leader, return_inverse=True)
+    return labels.astype(np.int64)
+
+
+def normalized_cut(overlap: np.ndarray, labels: np.ndarray) -> float:
+    """``sum_c cut(c, not c) / vol(c)`` of a partition ``labels`` ``(m,)`` of the graph
+    ``overlap`` ``(m, m)`` (empty groups count 0).
+
+    Examples
+    --------
+    >>> O = np.array([[2.0, 1.0, 0.0], [1.0, 2.0, 0.1], [0.0, 0.1, 2.0]])
+    >>> round(normalized_cut(O, np.array([0, 0, 1])), 3)     # 0.1 / 6.1 + 0.1 / 2.1
+    0.064
+    >>> round(normalized_cut(O, np.array([0, 1, 1])), 3)
+    0.526
+    """
+    degree = overlap.sum(1)
+    total = 0.0
+    for c in np.unique(labels):
+        inside = labels == c
+        volume = float(degree[inside].sum())
+        if volume > 0:
+            cut = volume - float(overlap[np.ix_(inside, inside)].sum())
+            total += max(cut, 0.0) / volume               # not below 0 by rounding
+    return total
+
+
+def majority_labels(nearest: np.ndarray, labels: np.ndarray, n_heads: int, n_clusters: int,
+                    weights: np.ndarray | None = None) -> np.ndarray:
+    """Each head's majority label over its rows (``nearest``: each row's head); a head
+    without rows takes label 0.
+
+    Examples
+    --------
+    >>> majority_labels(np.array([0, 0, 0, 1]), np.array([1, 1, 0, 0]), 3, 2).tolist()
+    [1, 0, 0]
+    """
+    votes = np.bincount(nearest * n_clusters + labels, weights=weights,
+                        minlength=n_heads * n_clusters).reshape(n_heads, n_clusters)
+    return votes.argmax(1).astype(np.int64)
+
+
+def adjusted_rand(a: np.ndarray, b: np.ndarray) -> float:
+    """The adjusted Rand index of two labelings ``(n,)`` (as scikit-learn's
+    ``adjusted_rand_score``, from the contingency table by ``bincount``: no input checks).
+
+    Examples
+    --------
+    >>> adjusted_rand(np.array([0, 0, 1, 1]), np.array([1, 1, 0, 0]))
+    1.0
+    >>> round(adjusted_rand(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])), 3)
+    -0.5
+    """
+    _, a = np.unique(a, return_inverse=True)
+    _, b = np.unique(b, return_inverse=True)
+
+    def pairs(counts):
+        c = counts.astype(np.float64)
+        return float((c * (c - 1)).sum()) / 2.0
+    both, left, right = pairs(np.bincount(a * (b.max() + 1) + b)), pairs(np.bincount(a)), \
+        pairs(np.bincount(b))
+    expected = left * right / max(len(a) * (len(a) - 1) / 2.0, 1.0)
+    top = (left + right) / 2.0
+    return 1.0 if top == expected else (both - expected) / (top - expected)
+
+
+def posterior_cut(proba: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """``sum_c (1 - Q_cc / vol_c)`` of ``Q = P^T W P``: the normalized cut of the
+    overlap of ``K`` clusters whose posterior is ``proba`` ``(n, K)`` (rows summing to one),
+    each cluster on its own (empty clusters count 0): 0 when every row is sure of its
+    cluster.
+
+    Examples
+    --------
+    >>> posterior_cut(np.array([[1.0, 0.0], [0.0, 1.0]]))
+    0.0
+    >>> round(posterior_cut(np.array([[0.5, 0.5], [0.0, 1.0]])), 3)  # 0.5 + 1 - 1.25 / 1.5
+    0.667
+    """
+    P = np.asarray(proba, dtype=np.float64)
+    W = P if weights is None else P * np.asarray(weights, dtype=np.float64)[:, None]
+    volume = W.sum(0)
+    inside = np.einsum("nk,nk->k", W, P)
+    held = volume > 0
+    return float(np.sum(1.0 - inside[held] / volume[held]))
