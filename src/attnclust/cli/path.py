@@ -79,11 +79,11 @@ def run(args) -> int:
             if bar is not None:
                 bar.close()
         choice = path.choose_n_clusters()
-        auto = _fit_auto_choice(X, args.max_clusters)
+        auto = _fit_auto_choice(X, args.max_clusters, args.geometry)
         summary = {"data": str(args.data), "n": int(X.shape[0]), "d": int(X.shape[1]),
                    "max_clusters": args.max_clusters, "chosen_n_clusters": choice.n_clusters,
-                   "reason": choice.reason, "fit_auto_n_clusters": auto.n_clusters,
-                   "fit_auto_reason": auto.reason, **path.to_dict()}
+                   "reason": choice.reason, "fit_auto_n_clusters": auto[0],
+                   "fit_auto_reason": auto[1], **path.to_dict()}
         fig = path.plot()
         splits = ", ".join(f"{s:.3g}" for s in path.split_inverse_temperatures) or "none"
         line = (f"n={X.shape[0]}  d={X.shape[1]}  splits at lambda = {splits}\n"
@@ -99,20 +99,26 @@ def run(args) -> int:
     return 0
 
 
-def _fit_auto_choice(X, max_clusters: int):
-    """What ``attnclust fit -k auto --max-clusters N`` (seed 0) chooses on the same rows:
-    :func:`~attnclust.cluster.choice.k_choice.choose_n_clusters`, which depends on neither the
-    rows' centre nor their scale, so fit's preprocessing gives the same choice."""
-    from ..cluster.choice.k_choice import choose_n_clusters
+def _fit_auto_choice(X, max_clusters: int, geometry: str) -> tuple[int, str]:
+    """What ``attnclust fit -k auto --max-clusters N --geometry G`` (seed 0) answers on the
+    same rows: the fit's ``n_clusters_`` and ``n_clusters_reason_`` (the BIC's Gaussian
+    components, and the clusters their heads hold)."""
+    import warnings
 
-    return choose_n_clusters(X, max(2, max_clusters), random_state=0)
+    from ..cluster.clustering import AttentionClustering
+
+    with warnings.catch_warnings():           # fit -k auto itself shows a weak choice
+        warnings.simplefilter("ignore")
+        est = AttentionClustering("auto", max_clusters=max(2, max_clusters),
+                                  geometry=geometry, random_state=0).fit(X)
+    return est.n_clusters_, est.n_clusters_reason_
 
 
-def _agreement(n_clusters: int, auto) -> str:
+def _agreement(n_clusters: int, auto: tuple[int, str]) -> str:
     """A line saying whether ``fit -k auto`` chooses the same ``K``, and why not."""
-    if auto.n_clusters == n_clusters:
+    if auto[0] == n_clusters:
         return (f"fit -k auto chooses the same K={n_clusters} (by its own criterion: the BIC "
-                "of a Gaussian mixture, with a test for no structure)\n")
-    return (f"fit -k auto chooses K={auto.n_clusters} instead: it scores Gaussian mixtures "
-            f"by their BIC ({auto.reason}), where the path reads K off its widest plateau "
-            "of soft k-means\n")
+                "of a Gaussian mixture, the clusters of its heads, a test for no structure)\n")
+    return (f"fit -k auto chooses K={auto[0]} instead: it scores Gaussian mixtures by their "
+            f"BIC and counts the clusters of their heads ({auto[1]}), where the path reads K "
+            "off its widest plateau of soft k-means\n")
