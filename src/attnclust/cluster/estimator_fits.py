@@ -70,8 +70,8 @@ from ..layer.results import History, SolverResult
 from ..layer.schedules import Stages
 from ..study.descent import pgd
 from .fixed_point import fixed_point_fit
-from .kmeans.ending import fit_to_hard_limit
 from .head_graph import squared_distances
+from .kmeans.ending import fit_to_hard_limit
 from .merge import HeadMerge, MergeSettings, cluster_membership, merge_heads
 from .mixture.covariance import Covariance
 from .mixture.tempered import shaped_fit
