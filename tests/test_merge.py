@@ -135,6 +135,23 @@ def test_auto_keeps_one_cluster_per_gaussian_blob(seed):
     assert adjusted_rand_score(y, est.labels_) > 0.95
 
 
+def test_auto_keeps_touching_blobs_that_the_heads_see_apart():
+    """Three blobs of spread 0.1 in 3-D, two of them close: at the count's wide attention
+    the two close ones are one group, and two k-means cells cut nothing either; but the
+    three components barely share their rows (posterior cut per component below
+    ``min_shared``), so they stay three clusters (they were merged into 2 without that
+    check)."""
+    from attnclust import GaussianMixture
+
+    mix = GaussianMixture.random(d=3, k=3, sigma=0.1, rng=2)
+    X, z = mix.sample(300, rng=0, return_labels=True)
+    est = _fit(X, "auto", 0, max_clusters=6)
+    assert est.n_clusters_ == 3, est.n_clusters_reason_
+    assert adjusted_rand_score(z, est.labels_) > 0.95
+    loose = _fit(X, "auto", 0, max_clusters=6, merge_heads=MergeSettings(min_shared=1e-4))
+    assert loose.n_clusters_ == 2 and "clusters apart" in loose.n_clusters_reason_
+
+
 def test_cluster_count_against_the_cuts_it_returns():
     """The count is where the returned cuts rise most, each cut that of the Genie linkage
     at that count (an independent computation of each), and ``most`` bounds it."""
@@ -279,6 +296,7 @@ def test_other_fits_do_not_merge():
     (dict(linkage="ward"), "linkage must be one of ('single', 'average'), got 'ward'"),
     (dict(cut_floor=0), "cut_floor must be a positive number, got 0"),
     (dict(min_rise=True), "min_rise must be a positive number, got True"),
+    (dict(min_shared=-0.1), "min_shared must be a positive number, got -0.1"),
 ])
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError) as err:

@@ -58,17 +58,28 @@ count ``C = 2..K + 1`` has the normalized cut ``N(C)``, and the heads hold
     C* = argmax_{2 <= C <= K} (N(C + 1) + f) / (N(C) + f),     f = cut_floor (3e-4)
 
 clusters: the count after which the cut rises most (a cut below ``f`` counts as none).
-Fewer clusters than components, ``C* < K``, are kept only where the rise is at least
-``min_rise`` (default 5) and the merged partition is what convex cells cannot draw: its
-cut below ``cut_ratio`` times that of ``C*`` k-means cells of the rows read on the same
-heads (a shape), or both cuts below ``f`` (clusters apart, each of several Gaussian
-components: a long crescent); the heads must redraw the ``K``-head fit (``min_redraw``).
+Fewer clusters than components, ``C* < K``, are kept only where
+
+- the rise is at least ``min_rise`` (default 5: below it, Gaussian clusters touching, a
+  grid of nine blobs counted as 2, were as frequent as shapes on the development
+  battery);
+- the heads redraw the ``K``-head fit (``min_redraw``), and ``N(C*)`` is below
+  ``cut_ratio`` times the cut of the ``K`` components read on the same heads (merging
+  them must remove what they cut);
+- and the merged clusters are what convex cells cannot draw: ``N(C*)`` below
+  ``cut_ratio`` times the cut of ``C*`` k-means cells of the rows read on the heads (a
+  shape), or both below ``f`` (clusters apart, each of several Gaussian components: two
+  long crescents) where the components share their rows: the normalized cut of the
+  ``K``-head fit's posterior (:func:`posterior_cut`) is at least ``min_shared`` (default
+  0.01) per component. Components that cover one body share 0.02-0.2 of it each (the
+  battery's crescents and chained shapes), touching Gaussian clusters 0.002-0.005 (three
+  blobs of spread 0.1 on a sphere, two of them 0.4 apart, were merged into 2 without it).
+
 Else the ``K`` components are the clusters, merged or not as above. On the development
-battery (95 sets with 2 to 12 clusters, seeds 0-1) this took the mean ARI of
-``n_clusters="auto"`` from 0.610 to 0.667 and its exact ``K`` from 44% to 51%; a rise
-below 5 was as often Gaussian clusters touching (a grid of nine blobs counted as 2) as a
-shape. The count is read in the rows' own units, as the merge is: columns on scales
-``10^7`` apart show the heads only the larger.
+battery (95 sets with 2 to 12 clusters, seeds 0-4) this took the mean ARI of
+``n_clusters="auto"`` from 0.611 to 0.667, its NCA from 0.539 to 0.618 and its exact ``K``
+from 44% to 52%. The count is read in the rows' own units, as the merge is: columns on
+scales ``10^7`` apart show the heads only the larger.
 
 A cluster's membership is the sum of its heads' attention, ``p_c(x) = sum_{h in c}
 a_h(x)``, and a row's label is the cluster of largest membership.
@@ -155,14 +166,16 @@ class MergeSettings:
         The merge is skipped, before any head is tiled, when the normalized cut of the
         ``K``-head fit's own posterior overlap (:func:`posterior_cut`) is below
         ``skip_cut`` (default 1e-3; 0 turns the check off).
-    count_temperature, cut_floor, min_rise : float
+    count_temperature, cut_floor, min_rise, min_shared : float
         With ``n_clusters="auto"`` (module docstring, *How many clusters*): the heads'
         count of clusters reads their overlap at ``t = count_temperature`` (default 2: a
         wider attention than the merge's, so that chains of heads along a thin shape do not
         part at their sparser links); a normalized cut below ``cut_floor`` counts as none
         (default 3e-4), in the rise of the cut from one count of clusters to the next and
         where merged and convex cells both separate the clusters; fewer clusters than
-        components only where that rise is at least ``min_rise`` (default 5).
+        components only where that rise is at least ``min_rise`` (default 5), and,
+        where the cells cut as little as the merge, only where the components share at
+        least ``min_shared`` of their posterior each (default 0.01).
 
     Examples
     --------
@@ -189,6 +202,7 @@ class MergeSettings:
     count_temperature: float = 2.0
     cut_floor: float = 3e-4
     min_rise: float = 5.0
+    min_shared: float = 0.01
 
     def __post_init__(self):
         for name in ("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head",
@@ -204,7 +218,7 @@ class MergeSettings:
             raise ValueError(f"cut_ratio must be a positive number, got {self.cut_ratio!r}")
         if not (isinstance(self.skip_cut, (int, float)) and self.skip_cut >= 0):
             raise ValueError(f"skip_cut must be a number >= 0, got {self.skip_cut!r}")
-        for name in ("count_temperature", "cut_floor", "min_rise"):
+        for name in ("count_temperature", "cut_floor", "min_rise", "min_shared"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"{name} must be a positive number, got {value!r}")
@@ -324,8 +338,9 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     m = n_heads(K, n, settings)
     if m <= K:
         return not_tiled(f"{n} rows give no more heads than clusters ({m} <= {K})")
-    if proba is not None and not force and settings.skip_cut > 0:
-        cut = posterior_cut(proba, weights)
+    shared = None if proba is None else posterior_cut(proba, weights)
+    if shared is not None and not force and settings.skip_cut > 0:
+        cut = shared
         if cut < settings.skip_cut:
             return not_tiled(f"the {K} clusters barely overlap (normalized cut of their "
                              f"posterior {cut:.3g} < {settings.skip_cut:g})", cut)
@@ -358,7 +373,8 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     seen = redraw >= settings.min_redraw
     if fewer and seen and not force:
         wide = variance * settings.count_temperature / settings.temperature
-        found = _fewer_clusters(S, w, d2, wide, sizes, nearest, K, rng, settings)
+        found = _fewer_clusters(S, w, d2, wide, sizes, nearest, kept, K, rng, settings,
+                                None if shared is None else shared / K)
         if found is not None:
             labels_c, cut_c, cut_convex, reason = found
             return HeadMerge(heads, labels_c, wide, True, cut_c, cut_convex, reason, redraw)
@@ -374,18 +390,21 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason, redraw)
 
 
-def _fewer_clusters(S, w, d2, variance, sizes, nearest, K, rng, settings):
-    """The merge into fewer clusters than ``K`` (module docstring, *How many clusters*) of
-    the heads' attention at ``variance`` on the rows ``S`` (their squared distances ``d2``
-    to the heads): ``(head_labels, ncut_merged, ncut_convex, reason)``, or ``None`` when
-    the heads hold ``K`` clusters or convex cells cut them as well."""
+def _fewer_clusters(S, w, d2, variance, sizes, nearest, kept, K, rng, settings, shared):
+    """The merge into fewer clusters than the ``K`` components (module docstring, *How many
+    clusters*) of the heads' attention at ``variance`` on the rows ``S`` (their squared
+    distances ``d2`` to the heads; ``kept``: each head's component; ``shared``: the
+    components' posterior cut per component, ``None`` when unknown): ``(head_labels,
+    ncut_merged, ncut_convex, reason)``, or ``None`` when the heads hold ``K`` clusters,
+    or the components or convex cells cut them as well."""
     overlap = head_overlap(_attention(d2, variance), w)
     root = np.sqrt(np.maximum(np.diag(overlap), np.finfo(np.float64).tiny))
     similarity = overlap / root[:, None] / root[None]
     count, cuts = cluster_count(overlap, similarity, sizes, K, settings=settings)
     floor = settings.cut_floor
     rise = (cuts[count + 1] + floor) / (cuts[count] + floor) if count < K else 0.0
-    if rise < settings.min_rise:
+    components = normalized_cut(overlap, kept)
+    if rise < settings.min_rise or not cuts[count] < settings.cut_ratio * components:
         return None
     cells = best_of_seedings(S, count, 3, rng, weights=w)
     convex = normalized_cut(overlap, majority_labels(nearest, np.asarray(cells.labels), len(
@@ -394,9 +413,10 @@ def _fewer_clusters(S, w, d2, variance, sizes, nearest, K, rng, settings):
     if merged < settings.cut_ratio * convex:
         why = (f"below {settings.cut_ratio:g} times that of {count} k-means cells, "
                f"{convex:.4g}: a shape convex cells cut through")
-    elif max(merged, convex) < floor:
+    elif max(merged, convex) < floor and shared is not None and shared >= settings.min_shared:
         why = (f"and {count} k-means cells' {convex:.4g}, both below {floor:g}: clusters "
-               f"apart, each of several Gaussian components")
+               f"apart, each of several Gaussian components (sharing {shared:.3g} of their "
+               f"posterior each)")
     else:
         return None
     labels = gini_linkage(similarity, sizes, count, gini_threshold=settings.gini_threshold,
