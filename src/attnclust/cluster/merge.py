@@ -371,11 +371,12 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     redraw = adjusted_rand(z, (A @ np.eye(K)[kept]).argmax(1))
     lower = cut_merged < settings.cut_ratio * cut_kept
     seen = redraw >= settings.min_redraw
+    found = None
     if fewer and seen and not force:
         wide = variance * settings.count_temperature / settings.temperature
         found = _fewer_clusters(S, w, d2, wide, sizes, nearest, kept, K, rng, settings,
                                 None if shared is None else shared / K)
-        if found is not None:
+        if not isinstance(found, str):
             labels_c, cut_c, cut_convex, reason = found
             return HeadMerge(heads, labels_c, wide, True, cut_c, cut_convex, reason, redraw)
     merged = bool(force or (lower and seen))
@@ -387,6 +388,8 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     if not (force or seen):
         reason += (f"; the heads redraw the {K}-head fit's partition at ARI {redraw:.2f}, "
                    f"below {settings.min_redraw:g}: they do not see what it sees")
+    if isinstance(found, str):
+        reason += f"; no fewer clusters: {found}"
     return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason, redraw)
 
 
@@ -395,17 +398,23 @@ def _fewer_clusters(S, w, d2, variance, sizes, nearest, kept, K, rng, settings, 
     clusters*) of the heads' attention at ``variance`` on the rows ``S`` (their squared
     distances ``d2`` to the heads; ``kept``: each head's component; ``shared``: the
     components' posterior cut per component, ``None`` when unknown): ``(head_labels,
-    ncut_merged, ncut_convex, reason)``, or ``None`` when the heads hold ``K`` clusters,
-    or the components or convex cells cut them as well."""
+    ncut_merged, ncut_convex, reason)``, or why not in words when the heads hold ``K``
+    clusters, or the components or convex cells cut them as well."""
     overlap = head_overlap(_attention(d2, variance), w)
     root = np.sqrt(np.maximum(np.diag(overlap), np.finfo(np.float64).tiny))
     similarity = overlap / root[:, None] / root[None]
     count, cuts = cluster_count(overlap, similarity, sizes, K, settings=settings)
     floor = settings.cut_floor
-    rise = (cuts[count + 1] + floor) / (cuts[count] + floor) if count < K else 0.0
+    rise = (cuts[count + 1] + floor) / (cuts[count] + floor) if count + 1 in cuts else 0.0
     components = normalized_cut(overlap, kept)
-    if rise < settings.min_rise or not cuts[count] < settings.cut_ratio * components:
-        return None
+    if count == K:
+        return f"the heads' cut rises most from {K} to {K + 1} clusters (x{rise:.3g})"
+    if rise < settings.min_rise:
+        return (f"the heads' cut rises most from {count} to {count + 1} clusters, x{rise:.3g} "
+                f"< {settings.min_rise:g}")
+    if not cuts[count] < settings.cut_ratio * components:
+        return (f"{count} clusters of the heads cut {cuts[count]:.4g}, not below "
+                f"{settings.cut_ratio:g} times the {K} components' {components:.4g}")
     cells = best_of_seedings(S, count, 3, rng, weights=w)
     convex = normalized_cut(overlap, majority_labels(nearest, np.asarray(cells.labels), len(
         overlap), count, w))
@@ -418,7 +427,8 @@ def _fewer_clusters(S, w, d2, variance, sizes, nearest, kept, K, rng, settings, 
                f"apart, each of several Gaussian components (sharing {shared:.3g} of their "
                f"posterior each)")
     else:
-        return None
+        return (f"{count} clusters of the heads cut {merged:.4g}, as {count} k-means cells "
+                f"do ({convex:.4g})")
     labels = gini_linkage(similarity, sizes, count, gini_threshold=settings.gini_threshold,
                           linkage=settings.linkage)
     return (labels, merged, convex,
