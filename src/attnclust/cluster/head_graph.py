@@ -1,16 +1,21 @@
 """The heads' graph: small heads that tile the rows, the overlap of their attention, the
 Genie linkage of that graph and its normalized cuts; the pieces of the merge of heads
-into clusters (:mod:`attnclust.cluster.merge`, whose docstring gives the formulas).
+into clusters (:mod:`attnclust.cluster.merge`, which says how they are used):
+
+    a_h(x)   = softmax_h( -||x - mu_h||^2 / (2 v) )          head_attention
+    O        = A^T W A,   S_hg = O_hg / sqrt(O_hh O_gg)        head_overlap
+    Ncut(P)  = sum_c cut(c, not c) / vol(c)                   normalized_cut
+    G(s)     = sum_{i<j} |s_i - s_j| / ((k - 1) sum s)        gini_index (Genie's rule)
 
 Notation
 --------
 ==============  ==================  ===============================================
 symbol          code                meaning
 ==============  ==================  ===============================================
-``mu_h``        ``heads``           the ``m`` heads, ``(m, d)``
-``v``           ``variance``        the attention's variance (``1 / lambda``)
-``O``           ``overlap``         head overlap, ``(m, m)``
+``A``           ``A``               the rows' attention over the heads, ``(n, m)``
+``W``           ``weights``         the rows' weights (diagonal)
 ``S``           ``similarity``      ``O`` cosine-normalized, ``(m, m)``
+``P``           ``labels``          a partition of the heads, ``(m,)``
 ==============  ==================  ===============================================
 """
 
