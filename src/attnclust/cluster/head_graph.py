@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["squared_distances", "tile_heads", "head_attention", "head_overlap", "gini_index",
+__all__ = ["squared_distances", "tile_heads", "head_attention", "head_overlap",
+           "head_similarity", "gini_index",
            "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
            "posterior_cut"]
 
@@ -90,8 +91,10 @@ def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_ite
     return heads
 
 
-def head_attention(X: np.ndarray, heads: np.ndarray, variance: float) -> np.ndarray:
-    """``a_h(x) = softmax_h(-||x - mu_h||^2 / (2 v))`` of rows ``(n, d)``: ``(n, m)``.
+def head_attention(X: np.ndarray, heads: np.ndarray, variance: float, *,
+                   squared: np.ndarray | None = None) -> np.ndarray:
+    """``a_h(x) = softmax_h(-||x - mu_h||^2 / (2 v))`` of rows ``(n, d)``: ``(n, m)``;
+    ``squared``: the rows' squared distances to the heads ``(n, m)``, when at hand.
 
     Examples
     --------
@@ -99,11 +102,7 @@ def head_attention(X: np.ndarray, heads: np.ndarray, variance: float) -> np.ndar
     >>> A.round(3).tolist(), A.sum(1).tolist()
     ([[0.993, 0.007], [0.007, 0.993]], [1.0, 1.0])
     """
-    return _attention(squared_distances(X, heads), variance)
-
-
-def _attention(d2: np.ndarray, variance: float) -> np.ndarray:
-    """:func:`head_attention` from the squared distances ``(n, m)``."""
+    d2 = squared_distances(X, heads) if squared is None else squared
     logits = d2 / (-2.0 * variance)
     logits -= logits.max(1, keepdims=True)
     A = np.exp(logits)
@@ -119,6 +118,19 @@ def head_overlap(A: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray
     [[1.25, 0.25], [0.25, 0.25]]
     """
     return A.T @ (A if weights is None else A * weights[:, None])
+
+
+def head_similarity(overlap: np.ndarray) -> np.ndarray:
+    """``S_hg = O_hg / sqrt(O_hh O_gg)``: the overlap ``(m, m)`` cosine-normalized (a head
+    that holds no attention counts as the smallest positive number on its diagonal).
+
+    Examples
+    --------
+    >>> head_similarity(np.array([[4.0, 1.0], [1.0, 1.0]])).tolist()
+    [[1.0, 0.5], [0.5, 1.0]]
+    """
+    root = np.sqrt(np.maximum(np.diag(overlap), np.finfo(np.float64).tiny))
+    return overlap / root[:, None] / root[None]
 
 
 def gini_index(sizes) -> float:

@@ -105,12 +105,12 @@ from typing import NamedTuple
 import numpy as np
 
 from .head_graph import (
-    _attention,
     adjusted_rand,
     gini_index,
     gini_linkage,
     head_attention,
     head_overlap,
+    head_similarity,
     majority_labels,
     normalized_cut,
     posterior_cut,
@@ -120,7 +120,7 @@ from .head_graph import (
 from .kmeans.batch import best_of_seedings
 
 __all__ = ["MergeSettings", "HeadMerge", "n_heads", "squared_distances", "tile_heads",
-           "head_attention", "head_overlap",
+           "head_attention", "head_overlap", "head_similarity",
            "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
            "posterior_cut", "cluster_count", "merge_heads",
            "cluster_membership"]
@@ -359,11 +359,10 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     # 1e-12 times the rows' mean squared distance from their mean (1 when that is 0)
     scatter = float(np.average(((S - np.average(S, 0, weights=w)) ** 2).sum(1), weights=w))
     variance = settings.temperature * max(spread, 1e-12 * (scatter if scatter > 0 else 1.0))
-    A = _attention(d2, variance)                             # head_attention, d2 reused
+    A = head_attention(S, heads, variance, squared=d2)
     overlap = head_overlap(A, w)
-    root = np.sqrt(np.maximum(np.diag(overlap), np.finfo(np.float64).tiny))
     sizes = np.bincount(nearest, weights=w, minlength=m)
-    similarity = overlap / root[:, None] / root[None]
+    similarity = head_similarity(overlap)
     head_labels = gini_linkage(similarity, sizes, K, gini_threshold=settings.gini_threshold,
                                linkage=settings.linkage)
     kept = majority_labels(nearest, z, m, K, w)
@@ -374,8 +373,8 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     found = None
     if fewer and seen and not force:
         wide = variance * settings.count_temperature / settings.temperature
-        found = _fewer_clusters(S, w, d2, wide, sizes, nearest, kept, K, rng, settings,
-                                None if shared is None else shared / K)
+        found = _fewer_clusters(_Tiles(S, w, heads, d2, nearest, sizes), wide, kept, K,
+                                None if shared is None else shared / K, rng, settings)
         if not isinstance(found, str):
             labels_c, cut_c, cut_convex, reason = found
             return HeadMerge(heads, labels_c, wide, True, cut_c, cut_convex, reason, redraw)
@@ -393,16 +392,28 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason, redraw)
 
 
-def _fewer_clusters(S, w, d2, variance, sizes, nearest, kept, K, rng, settings, shared):
+class _Tiles(NamedTuple):
+    """The merge's sampled rows ``(n, d)``, their weights, the heads ``(m, d)``, the rows'
+    squared distances to them ``(n, m)``, each row's nearest head and each head's rows."""
+
+    rows: np.ndarray
+    weights: np.ndarray | None
+    heads: np.ndarray
+    squared: np.ndarray
+    nearest: np.ndarray
+    sizes: np.ndarray
+
+
+def _fewer_clusters(tiles: _Tiles, variance: float, kept: np.ndarray, K: int,
+                    shared: float | None, rng: np.random.Generator, settings: MergeSettings):
     """The merge into fewer clusters than the ``K`` components (module docstring, *How many
-    clusters*) of the heads' attention at ``variance`` on the rows ``S`` (their squared
-    distances ``d2`` to the heads; ``kept``: each head's component; ``shared``: the
-    components' posterior cut per component, ``None`` when unknown): ``(head_labels,
-    ncut_merged, ncut_convex, reason)``, or why not in words when the heads hold ``K``
-    clusters, or the components or convex cells cut them as well."""
-    overlap = head_overlap(_attention(d2, variance), w)
-    root = np.sqrt(np.maximum(np.diag(overlap), np.finfo(np.float64).tiny))
-    similarity = overlap / root[:, None] / root[None]
+    clusters*) of the heads' attention at ``variance`` (``kept``: each head's component;
+    ``shared``: the components' posterior cut per component, ``None`` when unknown):
+    ``(head_labels, ncut_merged, ncut_convex, reason)``, or why not in words when the
+    heads hold ``K`` clusters, or the components or convex cells cut them as well."""
+    S, w, heads, d2, nearest, sizes = tiles
+    overlap = head_overlap(head_attention(S, heads, variance, squared=d2), w)
+    similarity = head_similarity(overlap)
     count, cuts = cluster_count(overlap, similarity, sizes, K, settings=settings)
     floor = settings.cut_floor
     rise = (cuts[count + 1] + floor) / (cuts[count] + floor) if count + 1 in cuts else 0.0
@@ -451,6 +462,6 @@ def cluster_membership(X: np.ndarray, merge: HeadMerge, *,
     """
     if squared is None:
         squared = squared_distances(np.asarray(X, dtype=np.float64), merge.heads)
-    A = _attention(squared, merge.variance)
+    A = head_attention(X, merge.heads, merge.variance, squared=squared)
     K = int(merge.head_labels.max()) + 1
     return A @ np.eye(K)[merge.head_labels]
