@@ -138,9 +138,8 @@ def test_auto_keeps_one_cluster_per_gaussian_blob(seed):
 def test_auto_keeps_touching_blobs_that_the_heads_see_apart():
     """Three blobs of spread 0.1 in 3-D, two of them close: at the count's wide attention
     the two close ones are one group, and two k-means cells cut nothing either; but the
-    three components barely share their rows (posterior cut per component below
-    ``min_shared``), so they stay three clusters (they were merged into 2 without that
-    check)."""
+    two components that group would join barely share their rows (below
+    ``min_shared``), so they stay three clusters (merged into 2 without that check)."""
     from attnclust import GaussianMixture
 
     mix = GaussianMixture.random(d=3, k=3, sigma=0.1, rng=2)
