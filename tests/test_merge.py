@@ -124,6 +124,21 @@ def test_auto_counts_shapes_not_components(make, seed):
     np.testing.assert_array_equal(est.predict(X), est.labels_)
 
 
+def test_a_model_file_keeps_the_heads_count(tmp_path):
+    """save_model / load_model of an auto fit whose heads hold fewer clusters than the
+    components: the same count, labels and memberships."""
+    from attnclust import load_model, save_model
+
+    X, _ = _crescents(0)
+    est = _fit(X, "auto", 0)
+    assert est.n_clusters_ == 2 < est.k_choice_.best
+    save_model(est, tmp_path / "m.npz")
+    back = load_model(tmp_path / "m.npz")
+    assert back.n_clusters_ == 2 and back.n_clusters_reason_ == est.n_clusters_reason_
+    np.testing.assert_array_equal(back.predict(X), est.labels_)
+    np.testing.assert_array_equal(back.predict_proba(X), est.predict_proba(X))
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_auto_keeps_one_cluster_per_gaussian_blob(seed):
     """Touching Gaussian blobs (6 standard deviations apart): the heads' cut rises no
