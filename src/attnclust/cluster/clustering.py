@@ -460,7 +460,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
                 self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(K)
             self.inertia_ = inertia(rows, self.cluster_centers_, self.labels_)
         self.n_clusters_ = len(self.cluster_centers_)
-        if plan.n_clusters is None and self.n_clusters_ == K:   # (not fewer, from merged heads)
+        # fewer clusters of heads than components: only the doubt about structure stands
+        if plan.n_clusters is None and (self.n_clusters_ == K or self.k_choice_.structure_z
+                                        < plan.settings.marginal_z):
             warn_if_weak(self.k_choice_, stacklevel=2)
         for name in _FITTED_ARRAYS:     # in the data's dtype, as KMeans and GaussianMixture
             value = getattr(self, name, None)

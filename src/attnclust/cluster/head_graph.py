@@ -3,7 +3,8 @@ Genie linkage of that graph and its normalized cuts; the pieces of the merge of 
 into clusters (:mod:`attnclust.cluster.merge`, which says how they are used):
 
     a_h(x)   = softmax_h( -||x - mu_h||^2 / (2 v) )          head_attention
-    O        = A^T W A,   S_hg = O_hg / sqrt(O_hh O_gg)        head_overlap
+    O        = A^T W A                                        head_overlap
+    S_hg     = O_hg / sqrt(O_hh O_gg)                         head_similarity
     Ncut(P)  = sum_c cut(c, not c) / vol(c)                   normalized_cut
     G(s)     = sum_{i<j} |s_i - s_j| / ((k - 1) sum s)        gini_index (Genie's rule)
 

@@ -89,7 +89,9 @@ depend on the units; the likelihoods themselves do not, up to a constant).
 The choice is **weak** (a :class:`WeakChoiceWarning` at ``fit``) when ``weight < 0.9``,
 when ``K* = max_clusters`` (the rows may hold more), when the structure is only
 marginal (``3 < z < 5``), or when the gap test found none and the BIC alone chose
-``K* >= 2``.
+``K* >= 2``. Where the fit's heads then hold fewer clusters than these components
+(:mod:`attnclust.cluster.merge`, *How many clusters*), the first two doubts are moot and
+``fit`` warns only for the last two (``z < settings.marginal_z``).
 
 Notation
 --------
