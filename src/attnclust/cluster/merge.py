@@ -391,14 +391,15 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                                linkage=settings.linkage)
     kept = majority_labels(nearest, z, m, K, w)
     cut_merged, cut_kept = normalized_cut(overlap, head_labels), normalized_cut(overlap, kept)
-    redraw = adjusted_rand(z, (A @ np.eye(K)[kept]).argmax(1))
+    components = A @ np.eye(K)[kept]          # each component's membership, read on the heads
+    redraw = adjusted_rand(z, components.argmax(1))
     lower = cut_merged < settings.cut_ratio * cut_kept
     seen = redraw >= settings.min_redraw
     found = None
     if fewer and seen and not force:
         wide = variance * settings.count_temperature / settings.temperature
         # the components' posterior: the fit's, else their membership read on the heads
-        P = A @ np.eye(K)[kept] if proba is None else np.asarray(proba, np.float64)[take]
+        P = components if proba is None else np.asarray(proba, np.float64)[take]
         found = _fewer_clusters(_Tiles(S, w, heads, d2, nearest, sizes), wide, kept, K,
                                 P, rng, settings)
         if not isinstance(found, str):
