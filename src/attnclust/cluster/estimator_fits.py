@@ -74,7 +74,7 @@ from .head_graph import squared_distances
 from .kmeans.ending import fit_to_hard_limit
 from .merge import HeadMerge, MergeSettings, cluster_membership, merge_heads
 from .mixture.covariance import Covariance
-from .mixture.tempered import shaped_fit
+from .mixture.tempered import ShapedFitted, shaped_fit
 from .rows import WorkingRows
 from .warm_start import WarmStart, kmeans_lambda
 
@@ -292,24 +292,6 @@ def risk_attributes(end: Ending, lam: float, rows: WorkingRows) -> RiskFitted:
                       inverse_temperature_curve_=res.history.inverse_temperature / scale2,
                       n_iter_=int(res.n_iter), converged_=bool(res.converged),
                       labels_=end.labels)
-
-
-class ShapedFitted(NamedTuple):
-    """The fitted attributes of shaped heads, in the data's units (named as on the
-    estimator)."""
-
-    cluster_centers_: np.ndarray
-    covariances_: np.ndarray
-    precisions_cholesky_: np.ndarray
-    precisions_: np.ndarray
-    weights_: np.ndarray
-    covariance_floor_: np.ndarray
-    inverse_temperature_: float
-    loss_curve_: np.ndarray
-    inverse_temperature_curve_: np.ndarray
-    n_iter_: int
-    converged_: bool
-    labels_: np.ndarray
 
 
 def fit_shaped(rows: WorkingRows, heads0, plan: FitPlan, *, report: Reporter,

@@ -39,9 +39,10 @@ def squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
     >>> squared_distances(np.array([[0.0, 0.0], [3.0, 4.0]]), np.array([[0.0, 0.0]])).tolist()
     [[0.0], [25.0]]
     """
-    d2 = np.einsum("nd,nd->n", X, X)[:, None] - 2.0 * X @ heads.T \
-        + np.einsum("md,md->m", heads, heads)[None]
-    return np.maximum(d2, 0.0)                               # (n, m)
+    d2 = X @ (-2.0 * heads).T                               # (n, m), the one array made
+    d2 += np.einsum("nd,nd->n", X, X)[:, None]
+    d2 += np.einsum("md,md->m", heads, heads)[None]
+    return np.maximum(d2, 0.0, out=d2)
 
 
 def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_iter: int = 5,
@@ -82,7 +83,9 @@ def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_ite
     heads = P[pick].copy()
     WX = X if weights is None else X * weights[:, None]
     for _ in range(max_iter):
-        near = (np.einsum("md,md->m", heads, heads)[None] - 2.0 * X @ heads.T).argmin(1)
+        near = X @ (-2.0 * heads).T                          # ||x - h||^2 less ||x||^2
+        near += np.einsum("md,md->m", heads, heads)[None]
+        near = near.argmin(1)
         order = np.argsort(near, kind="stable")
         held = np.flatnonzero(np.bincount(near, minlength=len(heads)))   # heads with rows
         sums = np.add.reduceat(WX[order], np.searchsorted(near[order], held), axis=0)
@@ -104,10 +107,11 @@ def head_attention(X: np.ndarray, heads: np.ndarray, variance: float, *,
     ([[0.993, 0.007], [0.007, 0.993]], [1.0, 1.0])
     """
     d2 = squared_distances(X, heads) if squared is None else squared
-    logits = d2 / (-2.0 * variance)
-    logits -= logits.max(1, keepdims=True)
-    A = np.exp(logits)
-    return A / A.sum(1, keepdims=True)
+    A = np.divide(d2, -2.0 * variance)                       # the logits, then in place
+    A -= A.max(1, keepdims=True)
+    np.exp(A, out=A)
+    A /= A.sum(1, keepdims=True)
+    return A
 
 
 def head_overlap(A: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:

@@ -1,8 +1,8 @@
 """Clusters made of several heads: more heads than clusters, merged where the data say so.
 
 A mixture of ``K`` Gaussian heads draws ``K`` convex cells; a ring, a crescent or a
-spiral is no such cell. Here ``m = max(6 K, 60) > K`` small spherical heads (at most
-one per 5 rows) tile 14 sampled rows per head, and the heads whose attention
+spiral is no such cell. Here ``m = max(6 K, 150) > K`` small spherical heads (at most
+one per 5 sampled rows) tile 14 sampled rows per head, and the heads whose attention
 overlaps are joined into ``K`` clusters, each a union of heads:
 
     a_h(x)   = softmax_h( -||x - mu_h||^2 / (2 v) ),   v = t * mean_i min_h ||x_i - mu_h||^2
@@ -15,18 +15,38 @@ constraint (Gagolewski, Bartoszuk and Cena, 2016): while the Gini index of the g
 sizes (rows of their heads) exceeds ``gini_threshold``, a merge must involve a smallest
 group, so that outlying heads do not make clusters of their own.
 
-**When to merge.** The merged partition of the heads is kept only if its normalized cut
-on the overlap graph ``O``,
+**When to merge.** Two partitions of the heads are compared: the merged one and the
+``K``-head fit's read on the same heads (each head takes the fit's majority label over its
+rows), by their normalized cuts of the overlap graph ``O``,
 
     Ncut(P) = sum_c cut(c, not c) / vol(c),   cut(c, not c) = sum_{h in c, g not in c} O_hg,
 
-is below ``cut_ratio`` (default 0.05) times that of the ``K``-head fit's partition read
-on the same heads (each head takes the fit's majority label over its rows): the margin
-keeps Gaussian clusters, overlapping or touching at their ends, from being merged (their
-two cuts are within a factor of 2 to 15 of each other; a ring's or a crescent's merge
-cuts the graph where it is empty). On Gaussian clusters the ``K``-head fit
-already cuts the overlap graph where it is thin, and the merge is not taken; on shapes
-the fit's convex cells cut through dense chains of heads, and the merge is.
+and by whether ``K`` Gaussians describe the rows: the split gain
+
+    g = (BIC(K) - BIC(2 K)) / n
+
+of ``2 K`` full-covariance Gaussian components over the fit's ``K`` (a uniform background
+beside each, on the standardized sample; the ``2 K`` started from k-means cells of the
+heads: :func:`split_gain`). A BIC lower with twice the components says that the ``K``
+clusters are not Gaussian: rings, crescents, chains. The merge is kept
+
+- where the merged cut is below ``cut_ratio`` (default 0.05) times the fit's and ``g``
+  above ``split_floor`` (default -1: ``K`` components not by far the better model), or
+- where the merged cut is below the fit's and ``g`` above ``split_gain`` (default 0.05:
+  the ``K`` components under-fit the rows),
+
+and never where the fit's cut is below ``cut_floor`` (it cuts nothing: clusters apart).
+On Gaussian clusters the ``K``-head fit already cuts the overlap graph where it is thin,
+and ``2 K`` components gain nothing (``g`` from -0.9 to 0.04 on the benchmarks'
+generated Gaussian, elongated, touching and unbalanced sets in 2-D and 3-D, far below 0
+in higher dimension, where the ``2 K`` components' parameters cost more than they bring);
+on shapes the fit's convex cells cut through dense chains of heads, and ``2 K``
+components trace them better (``g`` from 0.05 to 3: scikit-learn's circles 0.07, moons
+0.76, the dev battery's spiral 0.06, smiles 1.4-3). The first condition alone,
+with 60 heads, was the rule before: on the dev battery (101 sets, seeds 0-4) the two
+with 150 heads took the mean ARI from 0.695 to 0.726 and the NCA from 0.729 to 0.770.
+Neither takes a disk inside a ring that touches it (the ``disk-*`` sets) or shapes that
+cross.
 
 **Only where the heads see the fit's partition.** The heads are spherical, in the rows'
 own units; the ``K``-head fit may be diag or full and see what they do not (columns on
@@ -50,10 +70,10 @@ before, each to an ARI of 0.99 against the fit's 1.0; none of the generators' me
 **How many clusters** (``n_clusters="auto"``, whose ``K`` counts the Gaussian components
 of least BIC, :mod:`attnclust.cluster.choice.k_choice`: a crescent or a ring takes several).
 The heads' overlap is read again at a wider attention, ``t = count_temperature`` (default
-2), so that a chain of heads along a thin shape holds together (at ``t = 1`` two rings or
-two spirals of 400-500 rows each were 2 clusters on 7 of 10 seeds, at 2 on 10 of 10; the
-development battery's mean ARI was the same within 0.003); its Genie linkage at each
-count ``C = 2..K + 1`` has the normalized cut ``N(C)``, and the heads hold
+4), so that a chain of heads along a thin shape holds together (with 150 heads, two rings
+or two spirals of 400-500 rows each were 2 clusters on 6 of 10 seeds at ``t = 2``, 8 at 3,
+10 at 4; the development battery's mean ARI was 0.688, 0.677 and 0.677); its Genie
+linkage at each count ``C = 2..K + 1`` has the normalized cut ``N(C)``, and the heads hold
 
     C* = argmax_{2 <= C <= K} (N(C + 1) + f) / (N(C) + f),     f = cut_floor (3e-4)
 
@@ -111,6 +131,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .choice.k_choice import bic_gain
 from .head_graph import (
     adjusted_rand,
     gini_index,
@@ -129,10 +150,21 @@ from .kmeans.batch import best_of_seedings
 __all__ = ["MergeSettings", "HeadMerge", "HeadCount", "n_heads", "squared_distances", "tile_heads",
            "head_attention", "head_overlap", "head_similarity",
            "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
-           "posterior_cut", "cluster_count", "merge_heads",
+           "posterior_cut", "cluster_count", "split_gain", "merge_heads",
            "cluster_membership"]
 
 _LINKAGES = ("single", "average")
+_NUMBER = (int, float, np.integer, np.floating)
+_CHECKS = (   # MergeSettings' fields: (names, what they must be, the test)
+    (("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head", "max_rows",
+      "max_iter"), "an integer >= 1", lambda v: isinstance(v, (int, np.integer)) and v >= 1),
+    (("temperature", "cut_ratio", "count_temperature", "cut_floor", "min_rise", "min_shared"),
+     "a positive number", lambda v: v > 0),
+    (("gini_threshold",), "in [0, 1]", lambda v: 0 <= v <= 1),
+    (("skip_cut",), "a number >= 0", lambda v: v >= 0),
+    (("min_redraw",), "in [-1, 1]", lambda v: -1 <= v <= 1),
+    (("split_gain", "split_floor"), "a finite number", lambda v: bool(np.isfinite(v))),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,10 +175,10 @@ class MergeSettings:
     ----------
     heads_per_cluster, min_heads, rows_per_head : int
         ``m = min(max(heads_per_cluster * K, min_heads), n // rows_per_head)`` heads
-        (defaults 6, 60 and 5); no merge when that is not more than ``K``. Finer heads
-        trace shapes more closely: a floor of 60 heads rather than 30 raises the dev
-        battery's mean ARI by about 0.02, with no Gaussian generator set merged (given 14
-        rows per head: with 10, three sticks were).
+        (defaults 6, 150 and 5); no merge when that is not more than ``K``. Finer heads
+        trace shapes more closely: on the dev battery (seeds 0-2, the rule below) 100,
+        150 and 200 heads gave a mean ARI of 0.712, 0.722 and 0.725, and 200 merged a
+        Gaussian generator set (three sticks, ARI 0.94 to 0.78).
     sample_per_head, max_rows : int
         The heads and their overlap are fitted on at most ``min(sample_per_head * m,
         max_rows)`` rows (a seeded sample; defaults 14 and 3,000), so that the merge's cost
@@ -164,7 +196,12 @@ class MergeSettings:
         pairs of heads.
     cut_ratio : float
         The merge is kept when its normalized cut is below ``cut_ratio`` times the
-        ``K``-head fit's (default 0.05).
+        ``K``-head fit's (default 0.05) and the split gain is above ``split_floor``, or
+        when its cut is below the fit's and the split gain above ``split_gain``.
+    split_gain, split_floor : float
+        The per-row BIC gain of ``2 K`` Gaussian components over ``K`` (:func:`split_gain`)
+        above which the ``K`` components under-fit the rows (default 0.05), and below which
+        they fit them so much better that no merge is taken (default -1).
     min_redraw : float
         The merge is considered only when the heads redraw the ``K``-head fit's
         partition at an adjusted Rand index of at least ``min_redraw`` (default 0.6; 0
@@ -175,14 +212,14 @@ class MergeSettings:
         ``skip_cut`` (default 1e-3; 0 turns the check off).
     count_temperature, cut_floor, min_rise, min_shared : float
         With ``n_clusters="auto"`` (module docstring, *How many clusters*): the heads'
-        count of clusters reads their overlap at ``t = count_temperature`` (default 2: a
+        count of clusters reads their overlap at ``t = count_temperature`` (default 4: a
         wider attention than the merge's, so that chains of heads along a thin shape do not
         part at their sparser links); a normalized cut below ``cut_floor`` counts as none
-        (default 3e-4), in the rise of the cut from one count of clusters to the next and
-        where merged and convex cells both separate the clusters; fewer clusters than
-        components only where that rise is at least ``min_rise`` (default 5) and the
-        components joined into one cluster share at least ``min_shared`` of their rows
-        (default 0.015).
+        (default 3e-4: in the rise of the cut from one count to the next, where merged and
+        convex cells both separate the clusters, and in the fit's cut at ``K``); fewer
+        clusters than components only where that rise is at least ``min_rise`` (default 5)
+        and the components joined into one cluster share at least ``min_shared`` of their
+        rows (default 0.015).
 
     Examples
     --------
@@ -195,7 +232,7 @@ class MergeSettings:
     """
 
     heads_per_cluster: int = 6
-    min_heads: int = 60
+    min_heads: int = 150
     rows_per_head: int = 5
     sample_per_head: int = 14
     max_rows: int = 3000
@@ -206,31 +243,19 @@ class MergeSettings:
     cut_ratio: float = 0.05
     min_redraw: float = 0.6
     skip_cut: float = 1e-3
-    count_temperature: float = 2.0
+    count_temperature: float = 4.0
     cut_floor: float = 3e-4
     min_rise: float = 5.0
     min_shared: float = 0.015
+    split_gain: float = 0.05
+    split_floor: float = -1.0
 
     def __post_init__(self):
-        for name in ("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head",
-                     "max_rows", "max_iter"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
-        if not (isinstance(self.temperature, (int, float)) and self.temperature > 0):
-            raise ValueError(f"temperature must be a positive number, got {self.temperature!r}")
-        if not (isinstance(self.gini_threshold, (int, float)) and 0 <= self.gini_threshold <= 1):
-            raise ValueError(f"gini_threshold must be in [0, 1], got {self.gini_threshold!r}")
-        if not (isinstance(self.cut_ratio, (int, float)) and self.cut_ratio > 0):
-            raise ValueError(f"cut_ratio must be a positive number, got {self.cut_ratio!r}")
-        if not (isinstance(self.skip_cut, (int, float)) and self.skip_cut >= 0):
-            raise ValueError(f"skip_cut must be a number >= 0, got {self.skip_cut!r}")
-        for name in ("count_temperature", "cut_floor", "min_rise", "min_shared"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        if not (isinstance(self.min_redraw, (int, float)) and -1 <= self.min_redraw <= 1):
-            raise ValueError(f"min_redraw must be in [-1, 1], got {self.min_redraw!r}")
+        for names, what, ok in _CHECKS:
+            for name in names:
+                value = getattr(self, name)
+                if isinstance(value, bool) or not isinstance(value, _NUMBER) or not ok(value):
+                    raise ValueError(f"{name} must be {what}, got {value!r}")
         if self.linkage not in _LINKAGES:
             raise ValueError(f"linkage must be one of {_LINKAGES}, got {self.linkage!r}")
 
@@ -259,8 +284,8 @@ def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSetting
 
     Examples
     --------
-    >>> n_heads(3, 1000), n_heads(20, 1000), n_heads(3, 100)
-    (60, 120, 20)
+    >>> n_heads(3, 1000), n_heads(30, 2000), n_heads(3, 100)
+    (150, 180, 20)
     """
     m = max(settings.heads_per_cluster * n_clusters, settings.min_heads)
     return int(min(m, n_rows // settings.rows_per_head))
@@ -308,6 +333,38 @@ def cluster_count(overlap: np.ndarray, similarity: np.ndarray, sizes, most: int,
     return HeadCount(count, cuts, rises[count], partitions[count])
 
 
+def split_gain(S: np.ndarray, weights: np.ndarray | None, labels: np.ndarray,
+               heads: np.ndarray, nearest: np.ndarray, n_clusters: int,
+               rng: np.random.Generator) -> float:
+    """``g``, the split gain of ``2 K`` components over the fit's ``K`` on the merge's rows
+    ``S`` ``(n, d)`` (module docstring, *When to merge*;
+    :func:`~attnclust.cluster.choice.k_choice.bic_gain`): ``K`` components from the fit's
+    ``labels`` ``(n,)``, ``2 K`` from k-means cells of the ``heads`` ``(m, d)``, each row in
+    the cell of its ``nearest`` head; ``-inf`` (no evidence) where the heads allow no
+    ``2 K`` cells.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> t = rng.uniform(0, 2 * np.pi, 600)
+    >>> ring = np.c_[np.cos(t), np.sin(t)] + rng.normal(0, 0.05, (600, 2))
+    >>> blobs = np.r_[rng.normal(-4, 1, (300, 2)), rng.normal(4, 1, (300, 2))]
+    >>> def gain(X, labels):
+    ...     heads = tile_heads(X, 40, rng)
+    ...     nearest = squared_distances(X, heads).argmin(1)
+    ...     return split_gain(X, None, labels, heads, nearest, 2, rng)
+    >>> bool(gain(ring, (ring[:, 0] > 0).astype(int)) > 0.05)
+    True
+    >>> bool(gain(blobs, np.repeat([0, 1], 300)) < 0.05)
+    True
+    """
+    K = int(n_clusters)
+    if 2 * K >= len(heads):
+        return -np.inf
+    cells = np.asarray(best_of_seedings(heads, 2 * K, 3, rng).labels)[nearest]
+    return bic_gain(S, labels, cells, sample_weight=weights)
+
+
 def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                 rng: np.random.Generator, weights: np.ndarray | None = None,
                 settings: MergeSettings = MergeSettings(), force: bool = False,
@@ -347,11 +404,15 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     >>> bool(np.all(z[:300] == z[0]) and np.all(z[300:] != z[0]))
     True
 
-    Eight convex cells across the two rings (a count of Gaussian components), and the
-    heads' two clusters:
+    Eight convex cells across the two rings (a count of Gaussian components, with their
+    soft posterior: each row's angle from the cells' middles), and the heads' two clusters:
 
     >>> cells = (np.arctan2(X[:, 1], X[:, 0]) // (np.pi / 4)).astype(int) + 4
-    >>> res = merge_heads(X, cells, 8, rng=np.random.default_rng(0), fewer=True)
+    >>> gap = np.angle(np.exp(1j * (np.arctan2(X[:, 1], X[:, 0])[:, None]
+    ...                             - (np.arange(8) - 3.5) * np.pi / 4)))
+    >>> P = np.exp(-gap ** 2 / (2 * 0.3 ** 2))
+    >>> P /= P.sum(1, keepdims=True)
+    >>> res = merge_heads(X, cells, 8, rng=np.random.default_rng(0), fewer=True, proba=P)
     >>> res.merged, int(res.head_labels.max()) + 1
     (True, 2)
     """
@@ -360,7 +421,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     def not_tiled(reason: str, cut_kept: float = np.nan) -> HeadMerge:
         return HeadMerge(np.empty((0, X.shape[1])), np.empty(0, np.int64), np.nan, False,
                          np.nan, cut_kept, "not merged: " + reason)
-    m = n_heads(K, n, settings)
+    m = n_heads(K, min(n, settings.max_rows), settings)     # at most one per rows_per_head tiled
     if m <= K:
         return not_tiled(f"{n} rows give no more heads than clusters ({m} <= {K})")
     if proba is not None and not force and settings.skip_cut > 0:
@@ -393,7 +454,8 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     cut_merged, cut_kept = normalized_cut(overlap, head_labels), normalized_cut(overlap, kept)
     components = A @ np.eye(K)[kept]          # each component's membership, read on the heads
     redraw = adjusted_rand(z, components.argmax(1))
-    lower = cut_merged < settings.cut_ratio * cut_kept
+    cutting = cut_kept >= settings.cut_floor     # below it the fit's cells cut nothing
+    lower = cutting and cut_merged < settings.cut_ratio * cut_kept
     seen = redraw >= settings.min_redraw
     found = None
     if fewer and seen and not force:
@@ -405,18 +467,40 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
         if not isinstance(found, str):
             labels_c, cut_c, cut_convex, reason = found
             return HeadMerge(heads, labels_c, wide, True, cut_c, cut_convex, reason, redraw)
-    merged = bool(force or (lower and seen))
-    verdict = "merged" if merged else "not merged"
-    why = "merge_heads=True" if force else ("below" if lower else "not below")
-    reason = (f"{verdict}: {m} heads into {K} clusters, normalized cut of the heads' "
-              f"overlap {cut_merged:.4g} ({why} {settings.cut_ratio:g} times the {K}-head "
-              f"fit's {cut_kept:.4g})")
+    gain = split_gain(S, w, z, heads, nearest, K, rng) \
+        if seen and cutting and cut_merged < cut_kept and not force else np.nan
+    merged, reason = _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept)
     if not (force or seen):
         reason += (f"; the heads redraw the {K}-head fit's partition at ARI {redraw:.2f}, "
                    f"below {settings.min_redraw:g}: they do not see what it sees")
     if isinstance(found, str):
         reason += f"; no fewer clusters: {found}"
     return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason, redraw)
+
+
+def _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept) -> tuple[bool, str]:
+    """Whether the merge of ``m`` heads into ``K`` clusters is kept (module docstring, *When
+    to merge*; ``gain``: :func:`split_gain`, nan where not computed), and why in words."""
+    under_fit = gain > settings.split_gain                  # False when not computed (nan)
+    merged = bool(force or (seen and ((lower and gain > settings.split_floor) or under_fit)))
+    if force:
+        why = "merge_heads=True"
+    elif lower or not under_fit:
+        why = f"{'below' if lower else 'not below'} {settings.cut_ratio:g} times"
+    else:
+        why = "below"
+    reason = (f"{'merged' if merged else 'not merged'}: {m} heads into {K} clusters, "
+              f"normalized cut of the heads' overlap {cut_merged:.4g} ({why} the {K}-head "
+              f"fit's {cut_kept:.4g})")
+    if np.isfinite(gain):
+        if under_fit:
+            level = f"above {settings.split_gain:g}: the {K} components under-fit the rows"
+        elif gain > settings.split_floor:
+            level = f"not above {settings.split_gain:g}"
+        else:
+            level = f"not above {settings.split_floor:g}: the {K} components fit the rows"
+        reason += f"; split gain {gain:.3g} per row ({level})"
+    return merged, reason
 
 
 class _Tiles(NamedTuple):

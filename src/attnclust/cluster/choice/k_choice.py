@@ -123,7 +123,8 @@ from ..mixture.em import LeanEM, RowProducts
 from ..settings import FitSettings
 
 __all__ = ["COVARIANCE_TYPES", "KChoice", "WeakChoiceWarning",
-           "choose_n_clusters", "early_bound", "mixture_bic", "standardized", "structure_z"]
+           "bic_gain", "choose_n_clusters", "early_bound", "mixture_bic", "standardized",
+           "structure_z"]
 
 COVARIANCE_TYPES = ("spherical", "diag", "full")   # shapes the BIC chooses among
 _REG = 1e-6            # covariance floor in the standardized space (unit variances)
@@ -187,14 +188,16 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                 log_volume: float, steps: int = FitSettings.em_steps,
-                covariance_type: str = "full", products: RowProducts | None = None) -> float:
+                covariance_type: str = "full", products: RowProducts | None = None,
+                sample_weight: np.ndarray | None = None) -> float:
     """BIC of the mixture of ``covariance_type`` heads with a uniform background
     (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
     EM steps (module docstring): the shaped layer's EM at ``lambda = 1``
     (:class:`~attnclust.cluster.mixture.em.LeanEM`, floor ``_REG``, no stopping rule but a
     step that would lower the likelihood), scored as the shape choice scores its candidates
     (:class:`~attnclust.cluster.mixture.candidates.ShapeScore`). ``products``: the centred rows'
-    :class:`~attnclust.cluster.mixture.em.RowProducts`, shared by the calls on them.
+    :class:`~attnclust.cluster.mixture.em.RowProducts`, shared by the calls on them;
+    ``sample_weight``: the rows' weights ``(n,)`` (the likelihood of ``n`` rows, weighted).
 
     Examples
     --------
@@ -210,14 +213,42 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
         products = RowProducts(Z - Z.mean(0), n_clusters)
     n, d = products.X.shape
     em = LeanEM(products.X, n_clusters, shape, np.full(d, _REG), labels, tol=-math.inf,
-                products=products, log_background=-log_volume)
+                products=products, log_background=-log_volume, sample_weight=sample_weight)
     for _ in range(steps):
         if not em.step():
             break
     # the shape's mixture parameters (means, weights, covariances), and the background's
     state = em.state
-    return score_lean(state.lse, state.top, None, shape, shape.n_parameters(n_clusters, d) + 1,
+    return score_lean(state.lse, state.top, em.w, shape, shape.n_parameters(n_clusters, d) + 1,
                       d, 0.0).bic
+
+
+def bic_gain(rows: np.ndarray, labels: np.ndarray, cells: np.ndarray, *,
+             sample_weight: np.ndarray | None = None) -> float:
+    """``(BIC(labels) - BIC(cells)) / n``: how much better the mixture started from the
+    partition ``cells`` ``(n,)`` describes the rows ``(n, d)`` than the one started from
+    ``labels`` ``(n,)``, per row; each a :func:`mixture_bic` of full covariances (unchanged,
+    as BIC, by an affine map of the rows) on the :func:`standardized` rows, with their
+    principal box's background.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.r_[rng.normal(-3, 1, (200, 2)), rng.normal(3, 1, (200, 2))]
+    >>> halves = np.repeat([0, 1], 200)
+    >>> quarters = np.repeat([0, 1, 2, 3], 100)          # each blob cut in two
+    >>> bool(bic_gain(X, halves, quarters) < 0 < bic_gain(X, np.zeros(400, int), halves))
+    True
+    """
+    Z = standardized(rows)
+    _, lo, hi = _principal_box(Z)
+    log_volume = float(np.log(np.maximum(hi - lo, 1e-12)).sum())
+    parts = [np.unique(part, return_inverse=True)[1] for part in (labels, cells)]
+    counts = [int(part.max()) + 1 for part in parts]
+    products = RowProducts(Z - Z.mean(0), max(counts))     # shared by the two mixtures
+    bic = [mixture_bic(Z, part, k, log_volume=log_volume, products=products,
+                       sample_weight=sample_weight) for part, k in zip(parts, counts, strict=True)]
+    return (bic[0] - bic[1]) / len(Z)
 
 
 def _least_bic(products, labels, n_clusters, log_volume, steps: int) -> tuple[float, str]:

@@ -77,12 +77,11 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from ..estimator_fits import ShapedFitted
 from ..rows import WorkingRows
 from ..settings import FitSettings
 from .covariance import Covariance, Diag, Spherical, covariance_floor, positive_factors
 from .em import LeanEM, RowProducts, log_joint, log_sum_heads, m_step
-from .tempered import check_degenerate
+from .tempered import ShapedFitted, check_degenerate
 
 if TYPE_CHECKING:
     from ..plan import FitPlan

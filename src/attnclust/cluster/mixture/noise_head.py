@@ -48,11 +48,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..estimator_fits import ShapedFitted
 from ..rows import WorkingRows
 from ..settings import FitSettings
 from .candidates import LeanRows, LeanRun, lean_attributes, lean_run
 from .shape_choice import ShapeChoice, choice_rows, choose_lean, shaped_candidates
+from .tempered import ShapedFitted
 
 if TYPE_CHECKING:
     import numpy as np

@@ -72,8 +72,8 @@ from ..degenerate import DegenerateFitWarning
 from .covariance import Covariance, as_covariance, covariance_floor, positive_factors
 from .em import EMSteps
 
-__all__ = ["ShapedFitResult", "shaped_fit", "tempered_objective", "tempered_log_joint",
-           "precisions_cholesky_of", "check_degenerate",
+__all__ = ["ShapedFitResult", "ShapedFitted", "shaped_fit", "tempered_objective",
+           "tempered_log_joint", "precisions_cholesky_of", "check_degenerate",
            "data_variance", "covariance_floor"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
@@ -317,6 +317,24 @@ def check_degenerate(covariances: torch.Tensor, counts: torch.Tensor, cov: Covar
                       "covariance there is held at the floor (reg_covar times the data's "
                       "variance along it); a constant column or repeated rows?",
                       DegenerateFitWarning, stacklevel=3)
+
+
+class ShapedFitted(NamedTuple):
+    """The fitted attributes of shaped heads, in the data's units (named as on the
+    estimator)."""
+
+    cluster_centers_: np.ndarray
+    covariances_: np.ndarray
+    precisions_cholesky_: np.ndarray
+    precisions_: np.ndarray
+    weights_: np.ndarray
+    covariance_floor_: np.ndarray
+    inverse_temperature_: float
+    loss_curve_: np.ndarray
+    inverse_temperature_curve_: np.ndarray
+    n_iter_: int
+    converged_: bool
+    labels_: np.ndarray
 
 
 def shaped_fit(
