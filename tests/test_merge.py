@@ -363,12 +363,12 @@ def _brute_force_genie(S, sizes, K, threshold):
 
 @pytest.mark.parametrize("seed", range(20))
 @pytest.mark.parametrize("threshold", [0.0, 0.3, 1.0])
-def test_gini_linkage_against_brute_force(seed, threshold):
+@pytest.mark.parametrize("m, most", [(7, 20), (12, 3)])     # (12, 3): groups of equal sizes
+def test_gini_linkage_against_brute_force(seed, threshold, m, most):
     rng = np.random.default_rng(seed)
-    m = 7
     S = rng.random((m, m))
     S = (S + S.T) / 2                         # distinct values: no ties
-    sizes = rng.integers(1, 20, m).tolist()
+    sizes = rng.integers(1, most, m).tolist()
     for K in (1, 2, 3):
         got = gini_linkage(S, sizes, K, gini_threshold=threshold)
         ref = _brute_force_genie(S, sizes, K, threshold)

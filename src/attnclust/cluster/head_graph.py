@@ -22,6 +22,8 @@ symbol          code                meaning
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 __all__ = ["squared_distances", "tile_heads", "head_attention", "head_overlap",
@@ -223,22 +225,42 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
         best[closer], parent[closer] = S[j][closer], j
     weight = [-S[a, b] for a, b in ends]
     edges = [ends[e] for e in sorted(range(m - 1), key=weight.__getitem__)]  # stable
+    used, first = [False] * len(edges), 0                    # a tree edge joins two groups
     leader, members = list(range(m)), [[i] for i in range(m)]
     size = dict(enumerate(np.asarray(sizes, dtype=np.float64).tolist()))
     total = sum(size.values())
-    while len(size) > n_clusters and edges:
-        s = np.sort(np.fromiter(size.values(), np.float64, len(size)))
-        k = len(s)
-        pick = 0
-        if total > 0 and float((np.arange(1 - k, k, 2) * s).sum()) \
-                > gini_threshold * (k - 1) * total:          # Gini index above the threshold
-            pick = next(e for e, (a, b) in enumerate(edges)
-                        if s[0] in (size[leader[a]], size[leader[b]]))
-        a, b = sorted(leader[i] for i in edges.pop(pick))
+    of_size: dict[float, set[int]] = {}                    # the groups of each size
+    for g, held in size.items():
+        of_size.setdefault(held, set()).add(g)
+    sizes_held = list(of_size)                               # a heap; stale sizes skipped
+    heapq.heapify(sizes_held)
+    while len(size) > n_clusters and len(size) > 1:
+        while used[first]:
+            first += 1
+        while not of_size.get(sizes_held[0]):
+            heapq.heappop(sizes_held)
+        least = sizes_held[0]
+        pick = first           # the most similar pair: a smallest group's too, or no constraint
+        a, b = edges[first]
+        if least != size[leader[a]] and least != size[leader[b]] and total > 0:
+            s = np.sort(np.fromiter(size.values(), np.float64, len(size)))
+            k = len(s)
+            if float((np.arange(1 - k, k, 2) * s).sum()) > gini_threshold * (k - 1) * total:
+                for pick in range(first + 1, len(edges)):   # Gini index above the threshold:
+                    a, b = edges[pick]                      # a smallest group's best pair
+                    if not used[pick] and least in (size[leader[a]], size[leader[b]]):
+                        break
+        used[pick] = True
+        a, b = sorted(leader[i] for i in edges[pick])
         for i in members[b]:
             leader[i] = a
         members[a] += members[b]
+        of_size[size[a]].discard(a)
+        of_size[size[b]].discard(b)
         size[a] += size.pop(b)
+        if not of_size.get(size[a]):                        # popped, or never held
+            heapq.heappush(sizes_held, size[a])
+        of_size.setdefault(size[a], set()).add(a)
     _, labels = np.unique(leader, return_inverse=True)
     return labels.astype(np.int64)
 

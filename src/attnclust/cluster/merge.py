@@ -361,7 +361,7 @@ def split_gain(S: np.ndarray, weights: np.ndarray | None, labels: np.ndarray,
     K = int(n_clusters)
     if 2 * K >= len(heads):
         return -np.inf
-    cells = np.asarray(best_of_seedings(heads, 2 * K, 3, rng).labels)[nearest]
+    cells = np.asarray(best_of_seedings(heads, 2 * K, 1, rng, max_iter=10).labels)[nearest]
     return bic_gain(S, labels, cells, sample_weight=weights)
 
 
