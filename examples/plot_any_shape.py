@@ -7,7 +7,9 @@ With a given number of clusters, the default fit also tiles the rows with more s
 heads than clusters and joins the heads whose attention overlaps
 (``merge_heads="auto"``, :mod:`attnclust.cluster.merge`). It keeps the merged clusters
 only when they cut the heads' overlap graph far more cleanly than the ``K``-head fit
-does: here on the three shapes, not on the Gaussian blobs of the last panel.
+does, or more cleanly where twice as many Gaussians describe the rows better than ``K``
+(the ``K`` under-fit them): here on the three shapes, not on the Gaussian blobs of the
+last panel.
 """
 
 import matplotlib.pyplot as plt

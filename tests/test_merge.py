@@ -23,6 +23,9 @@ from attnclust.cluster.merge import (
     n_heads,
     normalized_cut,
     posterior_cut,
+    split_gain,
+    squared_distances,
+    tile_heads,
 )
 
 
@@ -334,6 +337,8 @@ def test_other_fits_do_not_merge():
     (dict(cut_floor=0), "cut_floor must be a positive number, got 0"),
     (dict(min_rise=True), "min_rise must be a positive number, got True"),
     (dict(min_shared=-0.1), "min_shared must be a positive number, got -0.1"),
+    (dict(split_gain=float("nan")), "split_gain must be a finite number, got nan"),
+    (dict(split_floor="low"), "split_floor must be a finite number, got 'low'"),
 ])
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError) as err:
@@ -424,6 +429,58 @@ def test_merge_heads_function_and_membership():
     assert adjusted_rand_score(y, P.argmax(1)) > 0.98
     A = head_attention(X, res.heads, res.variance)
     np.testing.assert_allclose(P[:, 0], A[:, res.head_labels == 0].sum(1))
+
+
+def _split_gain(X, labels, K, seed):
+    rng = np.random.default_rng(seed)
+    heads = tile_heads(X, 150, rng)
+    return split_gain(X, None, labels, heads, squared_distances(X, heads).argmin(1), K, rng)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_split_gain_tells_shapes_from_gaussian_clusters(seed):
+    """Twice as many Gaussians describe crescents and spirals cut in two convex halves
+    better than the halves do (a gain above ``split_gain``, 0.05), and Gaussian blobs or
+    two elongated sticks no better than one Gaussian each (a gain below 0)."""
+    for make in (_crescents, _spirals):
+        X, _ = make(seed)
+        assert _split_gain(X, (X[:, 0] > np.median(X[:, 0])).astype(int), 2, seed) > 0.05
+    X, y = _blobs(seed)
+    assert _split_gain(X, y, 4, seed) < 0
+    rng = np.random.default_rng(seed)
+    sticks = np.r_[rng.normal(0, 1, (400, 2)) * [4, 0.3], rng.normal(0, 1, (400, 2)) * [0.3, 4]
+                   + [6, 0]]
+    assert _split_gain(sticks, np.repeat([0, 1], 400), 2, seed) < 0
+
+
+def test_bic_gain_is_blind_to_units():
+    """Columns rescaled by powers of two: the standardized rows, hence the gain, are the
+    same bits."""
+    from attnclust.cluster.choice.k_choice import bic_gain
+
+    X, y = _crescents(0)
+    halves = (X[:, 0] > 0.5).astype(int)
+    assert bic_gain(X * [2.0 ** 10, 2.0 ** -7], halves, y) == bic_gain(X, halves, y)
+
+
+def test_each_rule_of_the_merge():
+    """The crescents' merge cuts the graph far below the fit's halves: merged by the cut
+    ratio; with that rule off (a split floor above any gain) by the split gain (the
+    halves under-fit the rows), and with both off not at all. Separated blobs, which the
+    fit's cells already cut nowhere (its cut below ``cut_floor``), are never merged."""
+    X, _ = _crescents(0)
+    halves = (X[:, 0] > 0.5).astype(int)
+    rng = np.random.default_rng
+
+    def merge(**settings):
+        return merge_heads(X, halves, 2, rng=rng(0), settings=MergeSettings(**settings))
+    assert merge().merged
+    gain = merge(split_floor=10.0)
+    assert gain.merged and "the 2 components under-fit the rows" in gain.reason
+    assert not merge(split_floor=10.0, split_gain=10.0).merged
+    X, y = _blobs(0, centers=((0, 0), (30, 0), (0, 30), (30, 30)))
+    apart = merge_heads(X, y, 4, rng=rng(0))
+    assert apart.ncut_kept < MergeSettings().cut_floor and not apart.merged
 
 
 def test_a_partition_the_heads_cannot_redraw_is_not_merged():

@@ -42,11 +42,11 @@ generated Gaussian, elongated, touching and unbalanced sets in 2-D and 3-D, far 
 in higher dimension, where the ``2 K`` components' parameters cost more than they bring);
 on shapes the fit's convex cells cut through dense chains of heads, and ``2 K``
 components trace them better (``g`` from 0.05 to 3: scikit-learn's circles 0.07, moons
-0.76, the dev battery's spiral 0.06, smiles 1.4-3). The first condition alone,
-with 60 heads, was the rule before: on the dev battery (101 sets, seeds 0-4) the two
-with 150 heads took the mean ARI from 0.695 to 0.726 and the NCA from 0.729 to 0.770.
-Neither takes a disk inside a ring that touches it (the ``disk-*`` sets) or shapes that
-cross.
+0.76, the dev battery's spiral 0.06, smiles 1.4-3; thin rings not always: -0.09 to
+0.47). The first condition alone, with 60 heads, was the rule before: on the dev battery
+(101 sets, seeds 0-4) the two with 150 heads took the mean ARI from 0.695 to 0.725 and
+the NCA from 0.729 to 0.770. Neither takes a disk inside a ring that touches it (the
+``disk-*`` sets) or shapes that cross.
 
 **Only where the heads see the fit's partition.** The heads are spherical, in the rows'
 own units; the ``K``-head fit may be diag or full and see what they do not (columns on
@@ -102,10 +102,9 @@ Fewer clusters than components, ``C* < K``, are kept only where
 
 Else the ``K`` components are the clusters, merged or not as above. On the development
 battery (95 sets with 2 to 12 clusters, seeds 0-4) this took the mean ARI of
-``n_clusters="auto"`` from 0.611 to 0.671, its NCA from 0.539 to 0.629 and its exact ``K``
-from 44% to 53%; on the benchmark's separated mixtures and real-like families it found
-89 of 90 (90 before) and 33 of 36 (the default fit at the chosen ``K``: mean ARI 0.94 before
-and after, seed 0). The count is read in the rows' own
+``n_clusters="auto"`` from 0.611 to 0.671 with 60 heads, 0.677 with 150 (exact ``K``
+from 44% to 53% and 55%); the benchmark's separated mixtures: 90 of 90 at seed 0 (89 at
+seeds 1 and 2). The count is read in the rows' own
 units, as the merge is: columns on scales ``10^7`` apart show the heads only the larger.
 
 A cluster's membership is the sum of its heads' attention, ``p_c(x) = sum_{h in c}
@@ -176,9 +175,9 @@ class MergeSettings:
     heads_per_cluster, min_heads, rows_per_head : int
         ``m = min(max(heads_per_cluster * K, min_heads), n // rows_per_head)`` heads
         (defaults 6, 150 and 5); no merge when that is not more than ``K``. Finer heads
-        trace shapes more closely: on the dev battery (seeds 0-2, the rule below) 100,
-        150 and 200 heads gave a mean ARI of 0.712, 0.722 and 0.725, and 200 merged a
-        Gaussian generator set (three sticks, ARI 0.94 to 0.78).
+        trace shapes more closely: on the dev battery (seeds 0-2, a replay of the rule
+        below) 60, 100, 150 and 200 heads gave a mean ARI of 0.700, 0.712, 0.722 and
+        0.725; with 200 the generated three sticks were merged on 2 seeds of 3.
     sample_per_head, max_rows : int
         The heads and their overlap are fitted on at most ``min(sample_per_head * m,
         max_rows)`` rows (a seeded sample; defaults 14 and 3,000), so that the merge's cost
