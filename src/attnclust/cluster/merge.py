@@ -43,18 +43,16 @@ in higher dimension, where the ``2 K`` components' parameters cost more than the
 on shapes the fit's convex cells cut through dense chains of heads, and ``2 K``
 components trace them better (``g`` from 0.05 to 3: scikit-learn's circles 0.07, moons
 0.76, the dev battery's spiral 0.06, smiles 1.4-3; thin rings not always: -0.09 to
-0.47). The first condition alone, with 60 heads, was the rule before: on the dev battery
-(101 sets, seeds 0-4) the two with 150 heads took the mean ARI from 0.695 to 0.725 and
-the NCA from 0.729 to 0.770. Neither takes a disk inside a ring that touches it (the
-``disk-*`` sets) or shapes that cross.
+0.47). The split gain needs ``split_rows`` (2) sampled rows per parameter of the ``2 K``
+components; with fewer (wide tables) no merge is taken and no head tiled. Neither rule
+takes a disk inside a ring that touches it (the ``disk-*`` sets) or shapes that cross.
 
 **Only where the heads see the fit's partition.** The heads are spherical, in the rows'
 own units; the ``K``-head fit may be diag or full and see what they do not (columns on
 scales 10^3 apart: wine's proline). The cuts are compared only when the heads redraw the
-fit's partition: reading each row's label through the heads (the cluster of largest
-summed attention, heads labelled by majority) must agree with the fit's labels at an
-adjusted Rand index of at least ``min_redraw`` (default 0.6; shapes 0.66-1, wine and
-columns on scales 10^5 apart 0.02-0.5); below it the merge is not taken.
+fit's partition: each row's label read through the heads (the cluster of largest summed
+attention, heads labelled by majority) must agree with the fit's labels at an adjusted
+Rand index of at least ``min_redraw`` (default 0.6; shapes 0.66-1, wine 0.02-0.5).
 
 **Not when the K clusters barely overlap.** Before any head is tiled, the ``K``-head
 fit's own posterior ``P`` ``(n, K)`` on the sampled rows gives the normalized cut of its
@@ -63,9 +61,7 @@ clusters' overlap ``Q = P^T W P`` ``(K x K)``, each cluster on its own:
     Ncut_K = sum_c (1 - Q_cc / vol_c),   vol_c = sum_i w_i P_ic.
 
 Where it is below ``skip_cut`` (default 0.03) the clusters barely share a row, the
-heads' graph is cut where the fit cuts it, and the merge is skipped (on the dev battery,
-5 seeds: 119 of 505 fits skipped, 4 of which a threshold of 1e-3 merged, the mean ARI and
-NCA the same within 0.0002; no generator set's merge lost).
+heads' graph is cut where the fit cuts it, and the merge is skipped.
 
 **How many clusters** (``n_clusters="auto"``, whose ``K`` counts the Gaussian components
 of least BIC, :mod:`attnclust.cluster.choice.k_choice`: a crescent or a ring takes several).
@@ -80,9 +76,8 @@ linkage at each count ``C = 2..K + 1`` has the normalized cut ``N(C)``, and the 
 clusters: the count after which the cut rises most (a cut below ``f`` counts as none).
 Fewer clusters than components, ``C* < K``, are kept only where
 
-- the rise is at least ``min_rise`` (default 5: below it, Gaussian clusters touching, a
-  grid of nine blobs counted as 2, were as frequent as shapes on the development
-  battery);
+- the rise is at least ``min_rise`` (default 5: below it, touching Gaussian clusters
+  were counted as few as shapes on the development battery);
 - the heads redraw the ``K``-head fit (``min_redraw``), and ``N(C*)`` is below
   ``cut_ratio`` times the cut of the ``K`` components read on the same heads (merging
   them must remove what they cut);
@@ -93,19 +88,11 @@ Fewer clusters than components, ``C* < K``, are kept only where
   every cluster of two components or more, the mean over its components ``c`` of
   ``sum_{c' != c} Q_cc' / sum_c' Q_cc'`` (``Q = P^T W P``, ``P`` the ``K``-head fit's
   posterior, else the components' membership read on the heads) is at least
-  ``min_shared`` (default 0.015). The crescents, rings, spirals and smiles the heads
-  joined (the development battery, the tests' generators) shared 0.017-0.11; touching
-  Gaussian blobs (the benchmark's separated mixtures, centres 5 spreads apart)
-  0.011-0.016, and 5 of 30 two-dimensional mixtures lost a cluster without it (1 with it).
-  The margin is thin: at 0.02, 2 of 10 two-ring and two-spiral sets kept their
-  components.
+  ``min_shared`` (default 0.015; the shapes of the development battery and the tests'
+  generators shared 0.017-0.11, touching Gaussian blobs 0.011-0.016).
 
-Else the ``K`` components are the clusters, merged or not as above. On the development
-battery (95 sets with 2 to 12 clusters, seeds 0-4) this took the mean ARI of
-``n_clusters="auto"`` from 0.611 to 0.671 with 60 heads, 0.677 with 150 (exact ``K``
-from 44% to 53% and 55%); the benchmark's separated mixtures: 90 of 90 at seed 0 (89 at
-seeds 1 and 2). The count is read in the rows' own
-units, as the merge is: columns on scales ``10^7`` apart show the heads only the larger.
+Else the ``K`` components are the clusters, merged or not as above. The count is read in
+the rows' own units: columns on scales ``10^7`` apart show the heads only the larger.
 
 A cluster's membership is the sum of its heads' attention, ``p_c(x) = sum_{h in c}
 a_h(x)``, and a row's label is the cluster of largest membership.
@@ -145,6 +132,8 @@ from .head_graph import (
     tile_heads,
 )
 from .kmeans.batch import best_of_seedings
+from .mixture.covariance import as_covariance
+from .settings import FitSettings
 
 __all__ = ["MergeSettings", "HeadMerge", "HeadCount", "n_heads", "squared_distances", "tile_heads",
            "head_attention", "head_overlap", "head_similarity",
@@ -157,8 +146,8 @@ _NUMBER = (int, float, np.integer, np.floating)
 _CHECKS = (   # MergeSettings' fields: (names, what they must be, the test)
     (("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head", "max_rows",
       "max_iter"), "an integer >= 1", lambda v: isinstance(v, (int, np.integer)) and v >= 1),
-    (("temperature", "cut_ratio", "count_temperature", "cut_floor", "min_rise", "min_shared"),
-     "a positive number", lambda v: v > 0),
+    (("temperature", "cut_ratio", "count_temperature", "cut_floor", "min_rise", "min_shared",
+      "split_rows"), "a positive number", lambda v: v > 0),
     (("gini_threshold",), "in [0, 1]", lambda v: 0 <= v <= 1),
     (("skip_cut",), "a number >= 0", lambda v: v >= 0),
     (("min_redraw",), "in [-1, 1]", lambda v: -1 <= v <= 1),
@@ -175,9 +164,8 @@ class MergeSettings:
     heads_per_cluster, min_heads, rows_per_head : int
         ``m = min(max(heads_per_cluster * K, min_heads), n // rows_per_head)`` heads
         (defaults 6, 150 and 5); no merge when that is not more than ``K``. Finer heads
-        trace shapes more closely: on the dev battery (seeds 0-2, a replay of the rule
-        below) 60, 100, 150 and 200 heads gave a mean ARI of 0.700, 0.712, 0.722 and
-        0.725; with 200 the generated three sticks were merged on 2 seeds of 3.
+        trace shapes more closely (dev battery ARI 0.700, 0.712, 0.722 and 0.725 with
+        60, 100, 150 and 200: the guide, *Clusters of any shape*).
     sample_per_head, max_rows : int
         The heads and their overlap are fitted on at most ``min(sample_per_head * m,
         max_rows)`` rows (a seeded sample; defaults 14 and 3,000), so that the merge's cost
@@ -197,10 +185,12 @@ class MergeSettings:
         The merge is kept when its normalized cut is below ``cut_ratio`` times the
         ``K``-head fit's (default 0.05) and the split gain is above ``split_floor``, or
         when its cut is below the fit's and the split gain above ``split_gain``.
-    split_gain, split_floor : float
+    split_gain, split_floor, split_rows : float
         The per-row BIC gain of ``2 K`` Gaussian components over ``K`` (:func:`split_gain`)
-        above which the ``K`` components under-fit the rows (default 0.05), and below which
-        they fit them so much better that no merge is taken (default -1).
+        above which the ``K`` components under-fit the rows (default 0.05), below which
+        they fit them so much better that no merge is taken (default -1), and the sampled
+        rows per parameter of the ``2 K`` components it needs (default 2; with fewer, EM
+        fits the covariance floor, not the rows, and no merge is taken: no heads tiled).
     min_redraw : float
         The merge is considered only when the heads redraw the ``K``-head fit's
         partition at an adjusted Rand index of at least ``min_redraw`` (default 0.6; 0
@@ -248,6 +238,7 @@ class MergeSettings:
     min_shared: float = 0.015
     split_gain: float = 0.05
     split_floor: float = -1.0
+    split_rows: float = 2.0
 
     def __post_init__(self):
         for names, what, ok in _CHECKS:
@@ -364,6 +355,14 @@ def split_gain(S: np.ndarray, weights: np.ndarray | None, labels: np.ndarray,
     return bic_gain(S, labels, cells, sample_weight=weights)
 
 
+def _splits(n_rows: int, n_features: int, n_clusters: int, rows_per_parameter: float) -> bool:
+    """Whether ``n_rows`` rows hold ``rows_per_parameter`` per parameter of ``2 K`` full
+    Gaussians and a background (on at most ``FitSettings.max_dim`` standardized features)."""
+    parameters = as_covariance("full").n_parameters(2 * n_clusters, min(int(n_features),
+                                                                      FitSettings.max_dim)) + 1
+    return n_rows >= rows_per_parameter * parameters
+
+
 def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                 rng: np.random.Generator, weights: np.ndarray | None = None,
                 settings: MergeSettings = MergeSettings(), force: bool = False,
@@ -429,6 +428,10 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
             return not_tiled(f"the {K} clusters barely overlap (normalized cut of their "
                              f"posterior {cut:.3g} < {settings.skip_cut:g})", cut)
     cap = min(settings.max_rows, settings.sample_per_head * m)
+    splits = _splits(min(n, cap), X.shape[1], K, settings.split_rows)
+    if not (splits or fewer or force):
+        return not_tiled(f"{min(n, cap)} sampled rows are fewer than {settings.split_rows:g} "
+                         f"per parameter of {2 * K} full-covariance components (split gain)")
     take = np.sort(rng.choice(n, cap, replace=False)) if n > cap else np.arange(n)
     S, z = np.asarray(X[take], dtype=np.float64), np.asarray(labels)[take]
     w = None if weights is None else np.asarray(weights, dtype=np.float64)[take]
@@ -466,7 +469,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
         if not isinstance(found, str):
             labels_c, cut_c, cut_convex, reason = found
             return HeadMerge(heads, labels_c, wide, True, cut_c, cut_convex, reason, redraw)
-    gain = split_gain(S, w, z, heads, nearest, K, rng) \
+    gain = (split_gain(S, w, z, heads, nearest, K, rng) if splits else -np.inf) \
         if seen and cutting and cut_merged < cut_kept and not force else np.nan
     merged, reason = _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept)
     if not (force or seen):
@@ -482,12 +485,8 @@ def _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept) -> 
     to merge*; ``gain``: :func:`split_gain`, nan where not computed), and why in words."""
     under_fit = gain > settings.split_gain                  # False when not computed (nan)
     merged = bool(force or (seen and ((lower and gain > settings.split_floor) or under_fit)))
-    if force:
-        why = "merge_heads=True"
-    elif lower or not under_fit:
-        why = f"{'below' if lower else 'not below'} {settings.cut_ratio:g} times"
-    else:
-        why = "below"
+    why = "merge_heads=True" if force else "below" if under_fit and not lower else \
+        f"{'below' if lower else 'not below'} {settings.cut_ratio:g} times"
     reason = (f"{'merged' if merged else 'not merged'}: {m} heads into {K} clusters, "
               f"normalized cut of the heads' overlap {cut_merged:.4g} ({why} the {K}-head "
               f"fit's {cut_kept:.4g})")
@@ -499,6 +498,8 @@ def _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept) -> 
         else:
             level = f"not above {settings.split_floor:g}: the {K} components fit the rows"
         reason += f"; split gain {gain:.3g} per row ({level})"
+    elif gain == -np.inf:
+        reason += f"; no split gain: too few heads or rows for {2 * K} components"
     return merged, reason
 
 
