@@ -337,8 +337,9 @@ def test_other_fits_do_not_merge():
     (dict(cut_floor=0), "cut_floor must be a positive number, got 0"),
     (dict(min_rise=True), "min_rise must be a positive number, got True"),
     (dict(min_shared=-0.1), "min_shared must be a positive number, got -0.1"),
-    (dict(split_gain=float("nan")), "split_gain must be a finite number, got nan"),
-    (dict(split_floor="low"), "split_floor must be a finite number, got 'low'"),
+    (dict(min_split_gain=float("nan")), "min_split_gain must be a finite number, got nan"),
+    (dict(split_gain_floor="low"), "split_gain_floor must be a finite number, got 'low'"),
+    (dict(split_rows=0), "split_rows must be a positive number, got 0"),
 ])
 def test_bad_settings(kwargs, message):
     with pytest.raises(ValueError) as err:
@@ -440,7 +441,7 @@ def _split_gain(X, labels, K, seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_split_gain_tells_shapes_from_gaussian_clusters(seed):
     """Twice as many Gaussians describe crescents and spirals cut in two convex halves
-    better than the halves do (a gain above ``split_gain``, 0.05), and Gaussian blobs or
+    better than the halves do (a gain above ``min_split_gain``, 0.05), and Gaussian blobs or
     two elongated sticks no better than one Gaussian each (a gain below 0)."""
     for make in (_crescents, _spirals):
         X, _ = make(seed)
@@ -475,9 +476,9 @@ def test_each_rule_of_the_merge():
     def merge(**settings):
         return merge_heads(X, halves, 2, rng=rng(0), settings=MergeSettings(**settings))
     assert merge().merged
-    gain = merge(split_floor=10.0)
+    gain = merge(split_gain_floor=10.0)
     assert gain.merged and "the 2 components under-fit the rows" in gain.reason
-    assert not merge(split_floor=10.0, split_gain=10.0).merged
+    assert not merge(split_gain_floor=10.0, min_split_gain=10.0).merged
     X, y = _blobs(0, centers=((0, 0), (30, 0), (0, 30), (30, 30)))
     apart = merge_heads(X, y, 4, rng=rng(0))
     assert apart.ncut_kept < MergeSettings().cut_floor and not apart.merged
@@ -501,7 +502,7 @@ def test_a_partition_the_heads_cannot_redraw_is_not_merged():
                       settings=MergeSettings(min_redraw=0))
     assert not off.merged and "the 2 components fit the rows" in off.reason
     off = merge_heads(Xb, bit, 2, rng=np.random.default_rng(0),
-                      settings=MergeSettings(min_redraw=0, split_floor=-100))
+                      settings=MergeSettings(min_redraw=0, split_gain_floor=-100))
     assert off.merged
     # labels the heads can draw (a convex cut across the rings) are compared as before
     half = merge_heads(Xb, (X[:, 0] > 0).astype(int), 2, rng=np.random.default_rng(0))

@@ -22,8 +22,6 @@ symbol          code                meaning
 
 from __future__ import annotations
 
-import heapq
-
 import numpy as np
 
 __all__ = ["squared_distances", "tile_heads", "head_attention", "head_overlap",
@@ -229,17 +227,10 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
     leader, members = list(range(m)), [[i] for i in range(m)]
     size = dict(enumerate(np.asarray(sizes, dtype=np.float64).tolist()))
     total = sum(size.values())
-    of_size: dict[float, set[int]] = {}                    # the groups of each size
-    for g, held in size.items():
-        of_size.setdefault(held, set()).add(g)
-    sizes_held = list(of_size)                               # a heap; stale sizes skipped
-    heapq.heapify(sizes_held)
     while len(size) > n_clusters and len(size) > 1:
         while used[first]:
             first += 1
-        while not of_size.get(sizes_held[0]):
-            heapq.heappop(sizes_held)
-        least = sizes_held[0]
+        least = min(size.values())
         pick = first           # the most similar pair: a smallest group's too, or no constraint
         a, b = edges[first]
         if least != size[leader[a]] and least != size[leader[b]] and total > 0:
@@ -255,12 +246,7 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
         for i in members[b]:
             leader[i] = a
         members[a] += members[b]
-        of_size[size[a]].discard(a)
-        of_size[size[b]].discard(b)
         size[a] += size.pop(b)
-        if not of_size.get(size[a]):                        # popped, or never held
-            heapq.heappush(sizes_held, size[a])
-        of_size.setdefault(size[a], set()).add(a)
     _, labels = np.unique(leader, return_inverse=True)
     return labels.astype(np.int64)
 

@@ -25,15 +25,15 @@ and by whether ``K`` Gaussians describe the rows: the split gain
 
     g = (BIC(K) - BIC(2 K)) / n
 
-of ``2 K`` full-covariance Gaussian components over the fit's ``K`` (a uniform background
-beside each, on the standardized sample; the ``2 K`` started from k-means cells of the
-heads: :func:`split_gain`). A BIC lower with twice the components says that the ``K``
-clusters are not Gaussian: rings, crescents, chains. The merge is kept
+of ``2 K`` full-covariance Gaussian components over ``K`` started from the fit's partition
+(a uniform background beside each, a few EM steps on the standardized sample; the ``2 K``
+started from k-means cells of the heads: :func:`split_gain`). A BIC lower with twice the
+components says that the ``K`` clusters are not Gaussian. The merge is kept
 
 - where the merged cut is below ``cut_ratio`` (default 0.05) times the fit's and ``g``
-  above ``split_floor`` (default -1: ``K`` components not by far the better model), or
-- where the merged cut is below the fit's and ``g`` above ``split_gain`` (default 0.05:
-  the ``K`` components under-fit the rows),
+  above ``split_gain_floor`` (default -1: ``K`` components not by far the better), or
+- where the merged cut is below the fit's and ``g`` above ``min_split_gain`` (default
+  0.05: the ``K`` components under-fit the rows),
 
 and never where the fit's cut is below ``cut_floor`` (it cuts nothing: clusters apart).
 On Gaussian clusters the ``K``-head fit already cuts the overlap graph where it is thin,
@@ -44,7 +44,9 @@ on shapes the fit's convex cells cut through dense chains of heads, and ``2 K``
 components trace them better (``g`` from 0.05 to 3: scikit-learn's circles 0.07, moons
 0.76, the dev battery's spiral 0.06, smiles 1.4-3; thin rings not always: -0.09 to
 0.47). The split gain needs ``split_rows`` (2) sampled rows per parameter of the ``2 K``
-components; with fewer (wide tables) no merge is taken and no head tiled. Neither rule
+components: on at most 2,100 sampled rows (``K <= 25``), at most 21 columns for ``K = 2``,
+9 for ``K = 8``; beyond, or where it cannot be read, no merge at ``K`` is taken (and,
+but for ``n_clusters="auto"``'s count, no head tiled). Neither rule
 takes a disk inside a ring that touches it (the ``disk-*`` sets) or shapes that cross.
 
 **Only where the heads see the fit's partition.** The heads are spherical, in the rows'
@@ -54,14 +56,12 @@ fit's partition: each row's label read through the heads (the cluster of largest
 attention, heads labelled by majority) must agree with the fit's labels at an adjusted
 Rand index of at least ``min_redraw`` (default 0.6; shapes 0.66-1, wine 0.02-0.5).
 
-**Not when the K clusters barely overlap.** Before any head is tiled, the ``K``-head
-fit's own posterior ``P`` ``(n, K)`` on the sampled rows gives the normalized cut of its
-clusters' overlap ``Q = P^T W P`` ``(K x K)``, each cluster on its own:
+**Not when the K clusters barely overlap.** Before any head is tiled, the fit's posterior
+``P`` ``(n, K)`` on the sampled rows gives the normalized cut of ``Q = P^T W P``:
 
     Ncut_K = sum_c (1 - Q_cc / vol_c),   vol_c = sum_i w_i P_ic.
 
-Where it is below ``skip_cut`` (default 0.03) the clusters barely share a row, the
-heads' graph is cut where the fit cuts it, and the merge is skipped.
+Where it is below ``skip_cut`` (default 0.03) the clusters barely share a row: skipped.
 
 **How many clusters** (``n_clusters="auto"``, whose ``K`` counts the Gaussian components
 of least BIC, :mod:`attnclust.cluster.choice.k_choice`: a crescent or a ring takes several).
@@ -91,8 +91,7 @@ Fewer clusters than components, ``C* < K``, are kept only where
   ``min_shared`` (default 0.015; the shapes of the development battery and the tests'
   generators shared 0.017-0.11, touching Gaussian blobs 0.011-0.016).
 
-Else the ``K`` components are the clusters, merged or not as above. The count is read in
-the rows' own units: columns on scales ``10^7`` apart show the heads only the larger.
+Else the ``K`` components are the clusters, merged or not as above (in the rows' units).
 
 A cluster's membership is the sum of its heads' attention, ``p_c(x) = sum_{h in c}
 a_h(x)``, and a row's label is the cluster of largest membership.
@@ -151,7 +150,8 @@ _CHECKS = (   # MergeSettings' fields: (names, what they must be, the test)
     (("gini_threshold",), "in [0, 1]", lambda v: 0 <= v <= 1),
     (("skip_cut",), "a number >= 0", lambda v: v >= 0),
     (("min_redraw",), "in [-1, 1]", lambda v: -1 <= v <= 1),
-    (("split_gain", "split_floor"), "a finite number", lambda v: bool(np.isfinite(v))),
+    (("min_split_gain", "split_gain_floor"), "a finite number",
+     lambda v: bool(np.isfinite(v))),
 )
 
 
@@ -162,7 +162,7 @@ class MergeSettings:
     Parameters
     ----------
     heads_per_cluster, min_heads, rows_per_head : int
-        ``m = min(max(heads_per_cluster * K, min_heads), n // rows_per_head)`` heads
+        ``m = min(max(heads_per_cluster * K, min_heads), min(n, max_rows) // rows_per_head)``
         (defaults 6, 150 and 5); no merge when that is not more than ``K``. Finer heads
         trace shapes more closely (dev battery ARI 0.700, 0.712, 0.722 and 0.725 with
         60, 100, 150 and 200: the guide, *Clusters of any shape*).
@@ -183,9 +183,9 @@ class MergeSettings:
         pairs of heads.
     cut_ratio : float
         The merge is kept when its normalized cut is below ``cut_ratio`` times the
-        ``K``-head fit's (default 0.05) and the split gain is above ``split_floor``, or
-        when its cut is below the fit's and the split gain above ``split_gain``.
-    split_gain, split_floor, split_rows : float
+        ``K``-head fit's (default 0.05) and the split gain is above ``split_gain_floor``,
+        or when its cut is below the fit's and the split gain above ``min_split_gain``.
+    min_split_gain, split_gain_floor, split_rows : float
         The per-row BIC gain of ``2 K`` Gaussian components over ``K`` (:func:`split_gain`)
         above which the ``K`` components under-fit the rows (default 0.05), below which
         they fit them so much better that no merge is taken (default -1), and the sampled
@@ -236,8 +236,8 @@ class MergeSettings:
     cut_floor: float = 3e-4
     min_rise: float = 5.0
     min_shared: float = 0.015
-    split_gain: float = 0.05
-    split_floor: float = -1.0
+    min_split_gain: float = 0.05
+    split_gain_floor: float = -1.0
     split_rows: float = 2.0
 
     def __post_init__(self):
@@ -469,8 +469,9 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
         if not isinstance(found, str):
             labels_c, cut_c, cut_convex, reason = found
             return HeadMerge(heads, labels_c, wide, True, cut_c, cut_convex, reason, redraw)
-    gain = (split_gain(S, w, z, heads, nearest, K, rng) if splits else -np.inf) \
-        if seen and cutting and cut_merged < cut_kept and not force else np.nan
+    gain = np.nan                                       # read only where it can decide
+    if seen and cutting and cut_merged < cut_kept and not force:
+        gain = split_gain(S, w, z, heads, nearest, K, rng) if splits else -np.inf
     merged, reason = _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept)
     if not (force or seen):
         reason += (f"; the heads redraw the {K}-head fit's partition at ARI {redraw:.2f}, "
@@ -481,10 +482,9 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
 
 
 def _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept) -> tuple[bool, str]:
-    """Whether the merge of ``m`` heads into ``K`` clusters is kept (module docstring, *When
-    to merge*; ``gain``: :func:`split_gain`, nan where not computed), and why in words."""
-    under_fit = gain > settings.split_gain                  # False when not computed (nan)
-    merged = bool(force or (seen and ((lower and gain > settings.split_floor) or under_fit)))
+    """Whether the merge is kept (module docstring, *When to merge*), and why in words."""
+    under_fit = gain > settings.min_split_gain            # False when not read (nan, -inf)
+    merged = bool(force or (seen and ((lower and gain > settings.split_gain_floor) or under_fit)))
     why = "merge_heads=True" if force else "below" if under_fit and not lower else \
         f"{'below' if lower else 'not below'} {settings.cut_ratio:g} times"
     reason = (f"{'merged' if merged else 'not merged'}: {m} heads into {K} clusters, "
@@ -492,11 +492,11 @@ def _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept) -> 
               f"fit's {cut_kept:.4g})")
     if np.isfinite(gain):
         if under_fit:
-            level = f"above {settings.split_gain:g}: the {K} components under-fit the rows"
-        elif gain > settings.split_floor:
-            level = f"not above {settings.split_gain:g}"
+            level = f"above {settings.min_split_gain:g}: the {K} components under-fit the rows"
+        elif gain > settings.split_gain_floor:
+            level = f"not above {settings.min_split_gain:g}"
         else:
-            level = f"not above {settings.split_floor:g}: the {K} components fit the rows"
+            level = f"not above {settings.split_gain_floor:g}: the {K} components fit the rows"
         reason += f"; split gain {gain:.3g} per row ({level})"
     elif gain == -np.inf:
         reason += f"; no split gain: too few heads or rows for {2 * K} components"
