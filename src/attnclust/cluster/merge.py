@@ -37,13 +37,10 @@ components says that the ``K`` clusters are not Gaussian. The merge is kept
 
 and never where the fit's cut is below ``cut_floor`` (it cuts nothing: clusters apart).
 On Gaussian clusters the ``K``-head fit already cuts the overlap graph where it is thin,
-and ``2 K`` components gain nothing (``g`` from -0.9 to 0.04 on the benchmarks'
-generated Gaussian, elongated, touching and unbalanced sets in 2-D and 3-D, far below 0
-in higher dimension, where the ``2 K`` components' parameters cost more than they bring);
-on shapes the fit's convex cells cut through dense chains of heads, and ``2 K``
-components trace them better (``g`` from 0.05 to 3: scikit-learn's circles 0.07, moons
-0.76, the dev battery's spiral 0.06, smiles 1.4-3; thin rings not always: -0.09 to
-0.47). The split gain needs ``split_rows`` (2) sampled rows per parameter of the ``2 K``
+and ``2 K`` components gain nothing (``g < 0`` on blobs and elongated sticks); on shapes
+the fit's convex cells cut through dense chains of heads, and ``2 K`` components trace
+them better (``g > 0.05`` on crescents and spirals cut in halves: ``tests/test_merge.py``;
+thin concentric rings not always, and they merge by the cut ratio). The split gain needs ``split_rows`` (2) sampled rows per parameter of the ``2 K``
 components: on at most 2,100 sampled rows (``K <= 25``), at most 21 columns for ``K = 2``,
 9 for ``K = 8``; beyond, or where it cannot be read, no merge at ``K`` is taken (and,
 but for ``n_clusters="auto"``'s count, no head tiled). Neither rule
@@ -66,10 +63,9 @@ Where it is below ``skip_cut`` (default 0.03) the clusters barely share a row: s
 **How many clusters** (``n_clusters="auto"``, whose ``K`` counts the Gaussian components
 of least BIC, :mod:`attnclust.cluster.choice.k_choice`: a crescent or a ring takes several).
 The heads' overlap is read again at a wider attention, ``t = count_temperature`` (default
-4), so that a chain of heads along a thin shape holds together (with 150 heads, two rings
-or two spirals of 400-500 rows each were 2 clusters on 6 of 10 seeds at ``t = 2``, 8 at 3,
-10 at 4; the development battery's mean ARI was 0.688, 0.677 and 0.677); its Genie
-linkage at each count ``C = 2..K + 1`` has the normalized cut ``N(C)``, and the heads hold
+4), so that a chain of heads along a thin shape holds together (at 2, 150 heads parted
+the tests' two rings and two spirals on some seeds); its Genie linkage at each count
+``C = 2..K + 1`` has the normalized cut ``N(C)``, and the heads hold
 
     C* = argmax_{2 <= C <= K} (N(C + 1) + f) / (N(C) + f),     f = cut_floor (3e-4)
 
@@ -164,8 +160,7 @@ class MergeSettings:
     heads_per_cluster, min_heads, rows_per_head : int
         ``m = min(max(heads_per_cluster * K, min_heads), min(n, max_rows) // rows_per_head)``
         (defaults 6, 150 and 5); no merge when that is not more than ``K``. Finer heads
-        trace shapes more closely (dev battery ARI 0.700, 0.712, 0.722 and 0.725 with
-        60, 100, 150 and 200: the guide, *Clusters of any shape*).
+        trace shapes more closely (the guide, *Clusters of any shape*).
     sample_per_head, max_rows : int
         The heads and their overlap are fitted on at most ``min(sample_per_head * m,
         max_rows)`` rows (a seeded sample; defaults 14 and 3,000), so that the merge's cost
