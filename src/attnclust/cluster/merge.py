@@ -40,11 +40,12 @@ On Gaussian clusters the ``K``-head fit already cuts the overlap graph where it 
 and ``2 K`` components gain nothing (``g < 0`` on blobs and elongated sticks); on shapes
 the fit's convex cells cut through dense chains of heads, and ``2 K`` components trace
 them better (``g > 0.05`` on crescents and spirals cut in halves: ``tests/test_merge.py``;
-thin concentric rings not always, and they merge by the cut ratio). The split gain needs ``split_rows`` (2) sampled rows per parameter of the ``2 K``
-components: on at most 2,100 sampled rows (``K <= 25``), at most 21 columns for ``K = 2``,
-9 for ``K = 8``; beyond, or where it cannot be read, no merge at ``K`` is taken (and,
-but for ``n_clusters="auto"``'s count, no head tiled). Neither rule
-takes a disk inside a ring that touches it (the ``disk-*`` sets) or shapes that cross.
+thin concentric rings not always, and they merge by the cut ratio). The split gain needs
+``split_rows`` (2) sampled rows per parameter of the ``2 K`` components: on at most 2,100
+sampled rows (``K <= 25``), at most 21 columns for ``K = 2``, 9 for ``K = 8``; beyond,
+or where it cannot be read, no merge at ``K`` is taken (and, but for
+``n_clusters="auto"``'s count, no head tiled). Neither rule takes a disk inside a ring
+that touches it (the ``disk-*`` sets) or shapes that cross.
 
 **Only where the heads see the fit's partition.** The heads are spherical, in the rows'
 own units; the ``K``-head fit may be diag or full and see what they do not (columns on
@@ -423,9 +424,10 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
             return not_tiled(f"the {K} clusters barely overlap (normalized cut of their "
                              f"posterior {cut:.3g} < {settings.skip_cut:g})", cut)
     cap = min(settings.max_rows, settings.sample_per_head * m)
-    splits = _splits(min(n, cap), X.shape[1], K, settings.split_rows)
+    sampled = min(n, cap)
+    splits = _splits(sampled, X.shape[1], K, settings.split_rows)
     if not (splits or fewer or force):
-        return not_tiled(f"{min(n, cap)} sampled rows are fewer than {settings.split_rows:g} "
+        return not_tiled(f"{sampled} sampled rows are fewer than {settings.split_rows:g} "
                          f"per parameter of {2 * K} full-covariance components (split gain)")
     take = np.sort(rng.choice(n, cap, replace=False)) if n > cap else np.arange(n)
     S, z = np.asarray(X[take], dtype=np.float64), np.asarray(labels)[take]

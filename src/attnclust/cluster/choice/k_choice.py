@@ -179,6 +179,13 @@ def standardized(rows: np.ndarray, max_dim: int = FitSettings.max_dim) -> np.nda
     return Z
 
 
+def _principal_log_volume(Z: np.ndarray) -> float:
+    """The log-volume of the rows' principal box (each side at least 1e-12): the uniform
+    background's density is its opposite."""
+    _, lo, hi = _principal_box(Z)
+    return float(np.log(np.maximum(hi - lo, 1e-12)).sum())
+
+
 def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows in their principal axes ``(n, d)``, and that box's lower and upper ends."""
     _, _, Vt = np.linalg.svd(Z - Z.mean(0), full_matrices=False)
@@ -241,8 +248,7 @@ def bic_gain(rows: np.ndarray, labels: np.ndarray, cells: np.ndarray, *,
     True
     """
     Z = standardized(rows)
-    _, lo, hi = _principal_box(Z)
-    log_volume = float(np.log(np.maximum(hi - lo, 1e-12)).sum())
+    log_volume = _principal_log_volume(Z)
     parts = [np.unique(part, return_inverse=True)[1] for part in (labels, cells)]
     counts = [int(part.max()) + 1 for part in parts]
     products = RowProducts(Z - Z.mean(0), max(counts))     # shared by the two mixtures
@@ -384,8 +390,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     if Z.shape[1] == 0:
         return KChoice(1, 1, np.zeros(1), 1.0, 0.0, False,
                        "no spread: every row is the same, one cluster")
-    _, lo, hi = _principal_box(Z)
-    log_volume = float(np.log(np.maximum(hi - lo, 1e-12)).sum())
+    log_volume = _principal_log_volume(Z)
     cells, scores = _scan(Z, top, gen, log_volume, s)
     bic = np.full(top, np.inf)
     bic[:len(scores)] = [b for b, _ in scores]
