@@ -209,7 +209,8 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
     (Prim's):
     the most similar pair of two groups is joined by a tree edge (an edge of largest
     similarity across any cut is in that tree), so the edges, most similar first, are the
-    only candidates (Gagolewski et al. 2016). A Python loop over at most ``m`` edges."""
+    only candidates (Gagolewski et al. 2016). A Python loop over at most ``m`` edges; under
+    the constraint, a smallest group's best pair is the first of its own tree edges."""
     m = len(S)
     inside, parent = np.zeros(m, dtype=bool), np.zeros(m, dtype=np.int64)
     best = S[0].astype(np.float64, copy=True)                # Prim's tree, from item 0
@@ -223,32 +224,38 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
         best[closer], parent[closer] = S[j][closer], j
     weight = [-S[a, b] for a, b in ends]
     edges = [ends[e] for e in sorted(range(m - 1), key=weight.__getitem__)]  # stable
-    used, first = [False] * len(edges), 0                    # a tree edge joins two groups
+    incident = [[] for _ in range(m)]          # each group's tree edges, by rank: all unused,
+    for e, (a, b) in enumerate(edges):         # since a tree edge always joins two groups
+        incident[a].append(e)
+        incident[b].append(e)
+    used, first = [False] * len(edges), 0
     leader, members = list(range(m)), [[i] for i in range(m)]
-    size = dict(enumerate(np.asarray(sizes, dtype=np.float64).tolist()))
-    total = sum(size.values())
-    while len(size) > n_clusters and len(size) > 1:
+    size = np.asarray(sizes, dtype=np.float64).copy()       # at a group's leader; inf when gone
+    total, groups = float(size.sum()), m
+    while groups > n_clusters and groups > 1:
         while used[first]:
             first += 1
-        least = min(size.values())
+        least = size.min()
         pick = first           # the most similar pair: a smallest group's too, or no constraint
         a, b = edges[first]
         if least != size[leader[a]] and least != size[leader[b]] and total > 0:
-            s = np.sort(np.fromiter(size.values(), np.float64, len(size)))
+            s = np.sort(size[:groups] if groups == m else size[np.isfinite(size)])
             k = len(s)
             if float((np.arange(1 - k, k, 2) * s).sum()) > gini_threshold * (k - 1) * total:
-                for pick in range(first + 1, len(edges)):   # Gini index above the threshold:
-                    a, b = edges[pick]                      # a smallest group's best pair
-                    if not used[pick] and least in (size[leader[a]], size[leader[b]]):
-                        break
+                pick = min(min(incident[g]) for g in np.flatnonzero(size == least))
         used[pick] = True
-        a, b = sorted(leader[i] for i in edges[pick])
+        a, b = (leader[i] for i in edges[pick])
+        if len(members[a]) < len(members[b]):                # the larger group's leader stays
+            a, b = b, a
         for i in members[b]:
             leader[i] = a
         members[a] += members[b]
-        size[a] += size.pop(b)
-    _, labels = np.unique(leader, return_inverse=True)
-    return labels.astype(np.int64)
+        incident[a] = [e for e in incident[a] + incident[b] if e != pick]
+        size[a] += size[b]
+        size[b] = np.inf
+        groups -= 1
+    _, first_item, labels = np.unique(leader, return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first_item))[labels].astype(np.int64)  # by first item
 
 
 def normalized_cut(overlap: np.ndarray, labels: np.ndarray) -> float:
