@@ -131,6 +131,45 @@ def test_auto_counts_shapes_not_components(make, seed):
     np.testing.assert_array_equal(est.predict(X), est.labels_)
 
 
+def _three_rings(seed, n=400):
+    rng = np.random.default_rng(seed)
+    X = [r * np.c_[np.cos(t), np.sin(t)] + rng.normal(0, 0.05, (n, 2))
+         for r, t in zip((1.0, 2.0, 3.0), rng.uniform(0, 2 * np.pi, (3, n)), strict=True)]
+    return np.concatenate(X), np.repeat([0, 1, 2], n)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_auto_counts_concentric_rings_the_components_undercount(seed):
+    """Three concentric rings, on seeds where the BIC of Gaussian components and the
+    structure test say one cluster or two (the rings' k-means cells remove less scatter
+    than a uniform disk's; on seed 2 the BIC takes 9 components): the heads' graph holds
+    three, which three k-means cells cut through, so the fit reports three clusters, more
+    than its components."""
+    from attnclust.cluster.choice.k_choice import WeakChoiceWarning
+
+    X, y = _three_rings(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WeakChoiceWarning)    # the doubts are moot
+        est = AttentionClustering("auto", random_state=seed).fit(X)
+    assert est.k_choice_.n_clusters < 3                  # the components' count
+    assert est.n_clusters_ == 3, est.n_clusters_reason_
+    assert est.n_clusters_reason_.startswith("3 clusters of the heads (merged: ")
+    assert "a shape convex cells cut through" in est.n_clusters_reason_
+    assert adjusted_rand_score(y, est.labels_) > 0.98
+    assert est.predict_proba(X).shape == (len(X), 3)
+
+
+def test_more_clusters_than_components_only_for_a_shape():
+    """The heads' count above the components' is kept only where its cut is below
+    ``cut_ratio`` times that of as many k-means cells: at ``cut_ratio`` 1e-9 the rings
+    stay what the components say, and the reason says why."""
+    X, _ = _three_rings(0)
+    est = _fit(X, "auto", 0, merge_heads=MergeSettings(cut_ratio=1e-9))
+    assert est.n_clusters_ == est.k_choice_.n_clusters < 3
+    assert "no other count of clusters: 3 clusters of the heads cut" in \
+        est.merge_heads_reason_, est.merge_heads_reason_
+
+
 def test_a_model_file_keeps_the_heads_count(tmp_path):
     """save_model / load_model of an auto fit whose heads hold fewer clusters than the
     components: the same count, labels and memberships."""
@@ -178,7 +217,7 @@ def test_a_component_without_heads_joins_no_cluster():
     """The share of the components a cluster joins (Q = P^T P): components 0 and 1 in
     cluster 0 share a quarter of their rows; component 2 wins no head's majority and is
     in no cluster (it was counted in cluster 0, whose share it brought down)."""
-    from attnclust.cluster.merge import _least_shared
+    from attnclust.cluster.head_count import _least_shared
 
     P = np.array([[0.75, 0.25, 0.0], [0.25, 0.75, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
     kept, labels = np.array([0, 1, 1]), np.array([0, 0, 1])   # three heads: none for 2

@@ -13,9 +13,10 @@ and data-parallel fits (:mod:`~attnclust.cluster.streaming`,
 :mod:`~attnclust.cluster.distributed`, :mod:`~attnclust.cluster.communicator`).
 
 The public names are importable from :mod:`attnclust`; the tuning settings of a fit's
-choices, :class:`~attnclust.cluster.settings.FitSettings`, also from here.
+choices, :class:`~attnclust.cluster.settings.FitSettings` and
+:class:`~attnclust.cluster.settings.MergeSettings`, also from here.
 """
 
-from .settings import FitSettings
+from .settings import FitSettings, MergeSettings
 
-__all__ = ["FitSettings"]
+__all__ = ["FitSettings", "MergeSettings"]

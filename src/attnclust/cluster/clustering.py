@@ -460,9 +460,10 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
                 self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(K)
             self.inertia_ = inertia(rows, self.cluster_centers_, self.labels_)
         self.n_clusters_ = len(self.cluster_centers_)
-        # fewer clusters of heads than components: only the doubt about structure stands
-        if plan.n_clusters is None and (self.n_clusters_ == K or self.k_choice_.structure_z
-                                        < plan.settings.marginal_z):
+        # fewer clusters of heads than components: only the doubt about structure stands;
+        # more: a shape that convex cells cut through, which the structure test misses
+        if plan.n_clusters is None and (self.n_clusters_ == K or self.n_clusters_ < K and
+                                        self.k_choice_.structure_z < plan.settings.marginal_z):
             warn_if_weak(self.k_choice_, stacklevel=2)
         for name in _FITTED_ARRAYS:     # in the data's dtype, as KMeans and GaussianMixture
             value = getattr(self, name, None)
@@ -558,11 +559,12 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         fitted attributes are the clusters' and the heads' (one spherical metric)."""
         merge, fitted = fit_merge(rows, self.labels_, len(self.cluster_centers_),
                                   self.merge_heads, gen=gen, logits=self._logits,
-                                  fewer=self.n_clusters == "auto")
+                                  count_up_to=self._plan.max_clusters
+                                  if self.n_clusters == "auto" else 0)
         self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
         if fitted is not None:
             count = len(fitted.cluster_centers_)
-            if count < len(self.cluster_centers_):      # n_clusters="auto": fewer clusters
+            if count != len(self.cluster_centers_):      # n_clusters="auto": the heads' count
                 self.n_clusters_reason_ = (f"{count} clusters of the heads ({merge.reason}), "
                                            f"from the choice of Gaussian components: "
                                            f"{self.n_clusters_reason_}")

@@ -361,15 +361,15 @@ class MergedFitted(NamedTuple):
 def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *,
               gen: np.random.Generator,
               logits: Callable[[np.ndarray], torch.Tensor] | None = None,
-              fewer: bool = False) -> tuple[HeadMerge, MergedFitted | None]:
+              count_up_to: int = 0) -> tuple[HeadMerge, MergedFitted | None]:
     """:func:`~attnclust.cluster.merge.merge_heads` on at most ``max_rows`` working rows drawn
     with ``gen`` (rows held by one process), against the fit's ``labels``; ``setting``: the
     estimator's ``merge_heads`` (``True`` forces the merge). ``logits``: the fit's attention
     logits of preprocessed rows ``(n, K)``; their softmax on the sampled rows lets the merge
     be skipped, before any head is tiled, where the ``K`` clusters barely overlap
-    (:func:`~attnclust.cluster.merge.posterior_cut` below ``skip_cut``; with ``fewer``, the
-    heads may form fewer clusters than ``n_clusters`` where the components they join share
-    their rows by it: ``n_clusters="auto"``, :func:`~attnclust.cluster.merge.merge_heads`).
+    (:func:`~attnclust.cluster.merge.posterior_cut` below ``skip_cut``); with ``count_up_to``
+    (``n_clusters="auto"``), the heads may hold from 2 to ``max(n_clusters, count_up_to)``
+    clusters (:func:`~attnclust.cluster.merge.merge_heads`).
     When merged, every row's label is its cluster of largest summed attention and each
     cluster's centre the (weighted) mean of its rows within the merge's reach (of its heads,
     for a cluster that has none), in one pass over the rows; else ``None``. The reach is
@@ -385,11 +385,13 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
         if len(held) > settings.max_rows else held
     sample = rows.take(torch.as_tensor(take)).cpu().double().numpy()
     weights = None if rows.weights is None else rows.weights.cpu().double().numpy()
-    proba = None if logits is None or setting is True or not (settings.skip_cut > 0 or fewer) \
+    proba = None if logits is None or setting is True or not (settings.skip_cut > 0
+                                                               or count_up_to) \
         else softmax_heads(logits(rows.heads_out(torch.from_numpy(sample)))).cpu().numpy()
     merge = merge_heads(sample, labels[take], K, rng=gen,
                         weights=None if weights is None else weights[take],
-                        settings=settings, force=setting is True, proba=proba, fewer=fewer)
+                        settings=settings, force=setting is True, proba=proba,
+                        count_up_to=count_up_to)
     if not merge.merged:
         return merge, None
     K = int(merge.head_labels.max()) + 1

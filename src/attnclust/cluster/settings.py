@@ -1,4 +1,5 @@
-"""The tuning settings of a fit's choices, in one frozen object: :class:`FitSettings`.
+"""The tuning settings of a fit's choices, in frozen objects: :class:`FitSettings`, and
+:class:`MergeSettings` for the merge of heads into clusters (:mod:`attnclust.cluster.merge`).
 
 The estimator's parameters (:mod:`attnclust.cluster.estimator_params`) say *what* to fit;
 these settings say how much work its data-driven choices may do: the warm start's
@@ -28,7 +29,7 @@ import dataclasses
 import math
 import numbers
 
-__all__ = ["FitSettings"]
+__all__ = ["FitSettings", "MergeSettings"]
 
 # fields that are counts: integers >= 1
 _COUNTS = ("warm_sample", "per_head", "seeding_rows", "choice_rows", "lean_rows",
@@ -211,3 +212,114 @@ class FitSettings:
                              f"[2, {self.n_references}), got {self.looks!r} (with fewer "
                              f"n_references, give looks too, e.g. looks=() for none)")
         object.__setattr__(self, "looks", tuple(int(b) for b in looks))   # a list: hashable
+
+
+_LINKAGES = ("single", "average")
+_MERGE_CHECKS = (   # MergeSettings' fields: (names, what they must be, the test)
+    (("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head", "max_rows",
+      "max_iter"), "an integer >= 1", lambda v: isinstance(v, numbers.Integral) and v >= 1),
+    (("temperature", "cut_ratio", "count_temperature", "cut_floor", "min_rise", "min_shared",
+      "split_rows"), "a positive number", lambda v: v > 0),
+    (("gini_threshold",), "in [0, 1]", lambda v: 0 <= v <= 1),
+    (("skip_cut",), "a number >= 0", lambda v: v >= 0),
+    (("min_redraw",), "in [-1, 1]", lambda v: -1 <= v <= 1),
+    (("min_split_gain", "split_gain_floor"), "a finite number",
+     lambda v: math.isfinite(v)),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MergeSettings:
+    """The settings of a merge of heads into clusters
+    (:func:`~attnclust.cluster.merge.merge_heads`).
+
+    Parameters
+    ----------
+    heads_per_cluster, min_heads, rows_per_head : int
+        ``m = min(max(heads_per_cluster * K, min_heads), min(n, max_rows) // rows_per_head)``
+        (defaults 6, 150 and 5); no merge when that is not more than ``K``. Finer heads
+        trace shapes more closely (the guide, *Clusters of any shape*).
+    sample_per_head, max_rows : int
+        The heads and their overlap are fitted on at most ``min(sample_per_head * m,
+        max_rows)`` rows (a seeded sample; defaults 14 and 3,000), so that the merge's cost
+        grows with the heads, not with the rows.
+    max_iter : int
+        Lloyd steps of the heads' k-means (default 5: the heads tile the data, they need
+        not converge).
+    temperature : float
+        ``t``: the attention's variance over the heads' mean squared distance (default
+        0.5).
+    gini_threshold : float
+        Genie's constraint on the groups' sizes (default 0.3; 1 turns it off).
+    linkage : {"single", "average"}
+        Similarity of two groups: of their most similar heads, or the mean over their
+        pairs of heads.
+    cut_ratio : float
+        The merge is kept when its normalized cut is below ``cut_ratio`` times the
+        ``K``-head fit's (default 0.05) and the split gain is above ``split_gain_floor``,
+        or when its cut is below the fit's and the split gain above ``min_split_gain``.
+    min_split_gain, split_gain_floor, split_rows : float
+        The per-row BIC gain of ``2 K`` Gaussian components over ``K``
+        (:func:`~attnclust.cluster.merge.split_gain`)
+        above which the ``K`` components under-fit the rows (default 0.05), below which
+        they fit them so much better that no merge is taken (default -1), and the sampled
+        rows per parameter of the ``2 K`` components it needs (default 2; with fewer, EM
+        fits the covariance floor, not the rows, and no merge is taken: no heads tiled).
+    min_redraw : float
+        The merge is considered only when the heads redraw the ``K``-head fit's
+        partition at an adjusted Rand index of at least ``min_redraw`` (default 0.6; 0
+        turns the check off).
+    skip_cut : float
+        The merge is skipped, before any head is tiled, when the normalized cut of the
+        ``K``-head fit's own posterior overlap
+        (:func:`~attnclust.cluster.head_graph.posterior_cut`) is below ``skip_cut`` (default
+        0.03; 0 turns the check off).
+    count_temperature, cut_floor, min_rise, min_shared : float
+        With ``n_clusters="auto"`` (module docstring, *How many clusters*): the heads'
+        count of clusters reads their overlap at ``t = count_temperature`` (default 4: a
+        wider attention than the merge's, so that chains of heads along a thin shape do not
+        part at their sparser links); a normalized cut below ``cut_floor`` counts as none
+        (default 3e-4: in the rise of the cut from one count to the next, where merged and
+        convex cells both separate the clusters, and in the fit's cut at ``K``); fewer
+        clusters than components only where that rise is at least ``min_rise`` (default 5)
+        and the components joined into one cluster share at least ``min_shared`` of their
+        rows (default 0.015).
+
+    Examples
+    --------
+    >>> MergeSettings(temperature=1.0).linkage
+    'single'
+    >>> MergeSettings(linkage="complete")
+    Traceback (most recent call last):
+    ...
+    ValueError: linkage must be one of ('single', 'average'), got 'complete'
+    """
+
+    heads_per_cluster: int = 6
+    min_heads: int = 150
+    rows_per_head: int = 5
+    sample_per_head: int = 14
+    max_rows: int = 3000
+    max_iter: int = 5
+    temperature: float = 0.5
+    gini_threshold: float = 0.3
+    linkage: str = "single"
+    cut_ratio: float = 0.05
+    min_redraw: float = 0.6
+    skip_cut: float = 0.03
+    count_temperature: float = 4.0
+    cut_floor: float = 3e-4
+    min_rise: float = 5.0
+    min_shared: float = 0.015
+    min_split_gain: float = 0.05
+    split_gain_floor: float = -1.0
+    split_rows: float = 2.0
+
+    def __post_init__(self):
+        for names, what, ok in _MERGE_CHECKS:
+            for name in names:
+                value = getattr(self, name)
+                if not _is_number(value) or not ok(value):
+                    raise ValueError(f"{name} must be {what}, got {value!r}")
+        if self.linkage not in _LINKAGES:
+            raise ValueError(f"linkage must be one of {_LINKAGES}, got {self.linkage!r}")

@@ -90,8 +90,9 @@ The choice is **weak** (a :class:`WeakChoiceWarning` at ``fit``) when ``weight <
 when ``K* = max_clusters`` (the rows may hold more), when the structure is only
 marginal (``3 < z < 5``), or when the gap test found none and the BIC alone chose
 ``K* >= 2``. Where the fit's heads then hold fewer clusters than these components
-(:mod:`attnclust.cluster.merge`, *How many clusters*), the first two doubts are moot and
-``fit`` warns only for the last two (``z < settings.marginal_z``).
+(:mod:`attnclust.cluster.head_count`), the first two doubts are moot and ``fit`` warns
+only for the last two (``z < settings.marginal_z``); where they hold more (a shape that
+convex cells cut through, which the gap test's k-means cells miss), for none.
 
 Notation
 --------
