@@ -573,6 +573,58 @@ def test_fit_out_of_range_names_the_fix():
         ac.AttentionClustering(3, random_state=0).fit(_three_blobs() * 1e-170)
 
 
+def _grades(seed, sizes=(200, 150), d=12):
+    """Two clusters of grades 0-3 (the features of a questionnaire or a clinical table)."""
+    rng = np.random.default_rng(seed)
+    G = np.r_[rng.choice(4, (sizes[0], d), p=[0.6, 0.3, 0.1, 0.0]),
+              rng.choice(4, (sizes[1], d), p=[0.0, 0.1, 0.3, 0.6])]
+    return G.astype(float), np.repeat([0, 1], sizes)
+
+
+def test_resolution_floor_of_a_grid_and_of_continuous_features():
+    """h^2 / 12 of the least gap between distinct values, in the standardized units; 1e-6
+    where the values are continuous (their least gap far below) or all the same."""
+    from attnclust.cluster.choice.k_choice import resolution_floor, standardized
+
+    rng = np.random.default_rng(0)
+    grid = rng.integers(0, 5, 500).astype(float)
+    Z = standardized(np.c_[grid, rng.normal(size=500)])
+    floor = resolution_floor(Z)
+    assert floor[0] == pytest.approx((1.0 / grid.std()) ** 2 / 12, rel=1e-12)
+    assert floor[1] == 1e-6
+    assert resolution_floor(np.zeros((4, 1))).tolist() == [1e-6]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_grades_count_their_clusters_not_their_grid(seed):
+    """Rows on a grid of step 1: without the floor, Gaussians narrower than the grid win
+    the BIC (8 k-means cells beat the 2 clusters); at the resolution floor they do not,
+    and the choice is that of the same rows spread uniformly within their grid cells
+    (dequantized), an independent reference: two clusters."""
+    from attnclust.cluster.choice.k_choice import (
+        _principal_log_volume,
+        choose_n_clusters,
+        mixture_bic,
+        resolution_floor,
+        standardized,
+    )
+
+    G, y = _grades(seed)
+    Z = standardized(G)
+    cells = KMeans(8, n_init=3, random_state=0).fit_predict(Z)
+    volume = _principal_log_volume(Z)
+
+    def bic(labels, k, floor):
+        return mixture_bic(Z, labels, k, log_volume=volume, covariance_type="diag", floor=floor)
+    assert bic(cells, 8, None) < bic(y, 2, None)                       # the grid wins
+    assert bic(y, 2, resolution_floor(Z)) < bic(cells, 8, resolution_floor(Z))
+    spread = G + np.random.default_rng(9).uniform(-0.5, 0.5, G.shape)
+    assert choose_n_clusters(G, 10, random_state=0).n_clusters == 2 == \
+        choose_n_clusters(spread, 10, random_state=0).n_clusters
+    est = ac.AttentionClustering("auto", random_state=seed).fit(G)
+    assert est.n_clusters_ == 2 and ac.adjusted_rand_index(y, est.labels_) > 0.9
+
+
 @pytest.mark.parametrize("extra", ["constant", "near-constant"])
 def test_a_constant_column_changes_no_choice(extra):
     X = _three_blobs()

@@ -1,19 +1,23 @@
 """How many clusters the heads hold (``n_clusters="auto"``): the count of clusters of
 the heads' graph (:mod:`attnclust.cluster.head_graph`), against the ``K`` Gaussian
 components of least BIC (:mod:`attnclust.cluster.choice.k_choice`), which count a crescent
-or a ring as several components and concentric rings as one or two (or none: ``K = 1``).
-The merge (:mod:`attnclust.cluster.merge`) tiles the rows with heads; here their overlap is
-read again at a wider attention, ``t = count_temperature`` (default 4), so that a chain of
-heads along a thin shape holds together (at 2, 150 heads parted the tests' two rings and
-two spirals on some seeds); its Genie linkage at each count ``C = 2..C_max + 1`` (``C_max =
-max(K, max_clusters)``) has the normalized cut ``N(C)``, and the heads hold
+or a ring as several components, and concentric rings as one or two (``K = 1`` where the
+gap test's k-means cells see no structure in them).
+
+The merge (:mod:`attnclust.cluster.merge`) tiles the rows with heads (here even where the
+``K`` components barely overlap); their overlap is read again at a wider attention, ``t =
+count_temperature`` (default 4), so that a chain of heads along a thin shape holds
+together (at 2, 150 heads parted the tests' two rings and two spirals on some seeds); its
+Genie linkage at each count ``C = 2..C_max + 1`` (``C_max = max(K, max_clusters)``) has
+the normalized cut ``N(C)``, and the heads hold
 
     C* = argmax_{2 <= C <= C_max} (N(C + 1) + f) / (N(C) + f),     f = cut_floor (3e-4)
 
 clusters: the count after which the cut rises most (a cut below ``f`` counts as none;
 :func:`cluster_count`). ``C* = K``: the components are the clusters. Another count is
-kept only where the rise is at least ``min_rise`` (default 5: below it, touching Gaussian
-clusters were counted as few as shapes on the development battery) and:
+kept only where the heads redraw the ``K``-head fit's partition (``min_redraw``, as for
+the merge), the rise is at least ``min_rise`` (default 5: below it, touching Gaussian
+clusters were counted as few as shapes on the development battery), and:
 
 More clusters than components, ``C* > K``, only where they are a shape convex cells cut
 through: ``N(C*)`` below ``cut_ratio`` times the cut of ``C*`` k-means cells of the rows
@@ -21,9 +25,8 @@ read on the heads (concentric rings), and the last condition below holds.
 
 Fewer clusters than components, ``C* < K``, only where
 
-- the heads redraw the ``K``-head fit (``min_redraw``), and ``N(C*)`` is below
-  ``cut_ratio`` times the cut of the ``K`` components read on the same heads (merging
-  them must remove what they cut);
+- ``N(C*)`` is below ``cut_ratio`` times the cut of the ``K`` components read on the
+  same heads (merging them must remove what they cut);
 - the merged clusters are what convex cells cannot draw: ``N(C*)`` below ``cut_ratio``
   times the cut of ``C*`` k-means cells of the rows read on the heads (a shape), or both
   below ``f`` (clusters apart, each of several Gaussian components: two long crescents);

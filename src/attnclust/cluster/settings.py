@@ -275,15 +275,15 @@ class MergeSettings:
         (:func:`~attnclust.cluster.head_graph.posterior_cut`) is below ``skip_cut`` (default
         0.03; 0 turns the check off).
     count_temperature, cut_floor, min_rise, min_shared : float
-        With ``n_clusters="auto"`` (module docstring, *How many clusters*): the heads'
+        With ``n_clusters="auto"`` (:mod:`attnclust.cluster.head_count`): the heads'
         count of clusters reads their overlap at ``t = count_temperature`` (default 4: a
         wider attention than the merge's, so that chains of heads along a thin shape do not
         part at their sparser links); a normalized cut below ``cut_floor`` counts as none
         (default 3e-4: in the rise of the cut from one count to the next, where merged and
-        convex cells both separate the clusters, and in the fit's cut at ``K``); fewer
-        clusters than components only where that rise is at least ``min_rise`` (default 5)
-        and the components joined into one cluster share at least ``min_shared`` of their
-        rows (default 0.015).
+        convex cells both separate the clusters, and in the fit's cut at ``K``); another
+        count than the components' only where that rise is at least ``min_rise`` (default
+        5) and the components joined into one cluster share at least ``min_shared`` of
+        their rows (default 0.015).
 
     Examples
     --------

@@ -37,6 +37,16 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   Kass and Raftery's scale (1995) calls a BIC difference of 0 to 2 evidence "not worth
   more than a bare mention", and such evidence adds no cluster (near ties: uniform noise
   taken by one or two more Gaussians, BIC 1.4 above at the true 6 and 0 at 8).
+- **The data's resolution.** A feature recorded on a grid of step ``h`` (integer counts,
+  grades 0-3, lengths to 0.1 cm) cannot resolve a variance below ``h^2 / 12``, the
+  variance of the rounding (Sheppard's correction): a Gaussian narrower than that along
+  it describes the grid, not a cluster, and its likelihood grows without bound (more
+  components win the BIC: 8 k-means cells beat two clusters of grades 0-3,
+  ``tests/test_auto_k.py``). The heads' covariance floor along each standardized
+  feature is therefore ``max(1e-6, h_j^2 / 12)``, ``h_j`` the least gap between the
+  feature's distinct values (:func:`resolution_floor`; continuous features have gaps
+  far below, and keep ``1e-6``); the choice is then that of the rows spread uniformly
+  within their grid cells.
 - **The scan stops** once ``BIC(K)`` has stayed above the least so far for ``settings.patience``
   values of ``K`` in a row (or at ``max_clusters``); the ``K`` not scanned have
   ``BIC = inf``.
@@ -124,8 +134,8 @@ from ..mixture.em import LeanEM, RowProducts
 from ..settings import FitSettings
 
 __all__ = ["COVARIANCE_TYPES", "KChoice", "WeakChoiceWarning",
-           "bic_gain", "choose_n_clusters", "early_bound", "mixture_bic", "standardized",
-           "structure_z"]
+           "bic_gain", "choose_n_clusters", "early_bound", "mixture_bic",
+           "resolution_floor", "standardized", "structure_z"]
 
 COVARIANCE_TYPES = ("spherical", "diag", "full")   # shapes the BIC chooses among
 _REG = 1e-6            # covariance floor in the standardized space (unit variances)
@@ -194,14 +204,35 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return P, P.min(0), P.max(0)
 
 
+def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
+    """The covariance floor ``(d,)`` along each feature of the standardized rows ``Z``
+    ``(n, d)`` (module docstring, *The data's resolution*): ``max(reg, h^2 / 12)``, ``h``
+    the least gap between the feature's distinct values (``reg`` for a feature with one).
+
+    Examples
+    --------
+    >>> Z = np.array([[0.0, 0.11], [1.0, 0.5], [2.0, 0.93], [2.0, 0.2]])
+    >>> resolution_floor(Z).round(6).tolist()                # a grid of step 1, and not
+    [0.083333, 0.00067]
+    """
+    floor = np.full(Z.shape[1], float(reg))
+    for j in range(Z.shape[1]):
+        gaps = np.diff(np.unique(Z[:, j]))
+        if len(gaps):
+            floor[j] = max(floor[j], float(gaps.min()) ** 2 / 12.0)
+    return floor
+
+
 def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                 log_volume: float, steps: int = FitSettings.em_steps,
                 covariance_type: str = "full", products: RowProducts | None = None,
-                sample_weight: np.ndarray | None = None) -> float:
+                sample_weight: np.ndarray | None = None,
+                floor: np.ndarray | None = None) -> float:
     """BIC of the mixture of ``covariance_type`` heads with a uniform background
     (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
     EM steps (module docstring): the shaped layer's EM at ``lambda = 1``
-    (:class:`~attnclust.cluster.mixture.em.LeanEM`, floor ``_REG``, no stopping rule but a
+    (:class:`~attnclust.cluster.mixture.em.LeanEM`, covariance floor ``floor`` ``(d,)``,
+    ``None``: 1e-6 along every feature; no stopping rule but a
     step that would lower the likelihood), scored as the shape choice scores its candidates
     (:class:`~attnclust.cluster.mixture.candidates.ShapeScore`). ``products``: the centred rows'
     :class:`~attnclust.cluster.mixture.em.RowProducts`, shared by the calls on them;
@@ -220,7 +251,8 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     if products is None:   # centred: the likelihood is the same, the moments' scale smaller
         products = RowProducts(Z - Z.mean(0), n_clusters)
     n, d = products.X.shape
-    em = LeanEM(products.X, n_clusters, shape, np.full(d, _REG), labels, tol=-math.inf,
+    em = LeanEM(products.X, n_clusters, shape, np.full(d, _REG) if floor is None else floor,
+                labels, tol=-math.inf,
                 products=products, log_background=-log_volume, sample_weight=sample_weight)
     for _ in range(steps):
         if not em.step():
@@ -258,11 +290,13 @@ def bic_gain(rows: np.ndarray, labels: np.ndarray, cells: np.ndarray, *,
     return (bic[0] - bic[1]) / len(Z)
 
 
-def _least_bic(products, labels, n_clusters, log_volume, steps: int) -> tuple[float, str]:
+def _least_bic(products, labels, n_clusters, log_volume, steps: int,
+               floor: np.ndarray) -> tuple[float, str]:
     """The least BIC over the shapes of :data:`COVARIANCE_TYPES` on the centred rows'
     :class:`~attnclust.cluster.mixture.em.RowProducts`, and that shape."""
     return min((mixture_bic(products.X, labels, n_clusters, log_volume=log_volume,
-                            steps=steps, covariance_type=c, products=products), c)
+                            steps=steps, covariance_type=c, products=products,
+                            floor=floor), c)
                for c in COVARIANCE_TYPES)
 
 
@@ -331,13 +365,18 @@ def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
 
 
 def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list]:
-    """The cells (:func:`_kmeans`) and the least BIC with its shape (:func:`_least_bic`) of
+    """The cells (:func:`_kmeans`) and the least BIC with its shape (:func:`_least_bic`, at
+    the rows' :func:`resolution_floor`) of
     ``K = 1, 2, ...`` until the BIC has risen ``settings.patience`` times in a row or ``K = top``
     (module docstring); the cells may hold one ``K`` more than the scores."""
     cells = [_kmeans(Z, 1, gen)]
     tie = sum(Z.shape) * np.finfo(np.float64).eps  # W_K rounding: n terms of d products
     products = RowProducts(Z - Z.mean(0), top)          # shared by every K's mixtures
-    scores = [_least_bic(products, cells[0][0], 1, log_volume, settings.em_steps)]
+    floor = resolution_floor(Z)
+
+    def least(labels, k):
+        return _least_bic(products, labels, k, log_volume, settings.em_steps, floor)
+    scores = [least(cells[0][0], 1)]
     for k in range(2, top + 2):        # K = k - 1 is scored once K = k's cells are known
         if k <= top:
             cells.append(_kmeans(Z, k, gen, settings.k_init))
@@ -348,12 +387,10 @@ def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list]:
                     break
                 cells[j - 1] = fewer
                 if j - 1 < len(scores):                 # K = j was scored: again
-                    scores[j - 1] = _least_bic(products, fewer[0], j, log_volume,
-                                               settings.em_steps)
+                    scores[j - 1] = least(fewer[0], j)
                 j -= 1
         if k >= 3:
-            scores.append(_least_bic(products, cells[k - 2][0], k - 1, log_volume,
-                                     settings.em_steps))
+            scores.append(least(cells[k - 2][0], k - 1))
             if k - 1 - (2 + int(np.argmin([b for b, _ in scores[1:]]))) >= settings.patience:
                 break                                   # risen that many times in a row
     return cells, scores
