@@ -583,7 +583,8 @@ def _grades(seed, sizes=(200, 150), d=12):
 
 def test_resolution_floor_of_a_grid_and_of_continuous_features():
     """h^2 / 12 of the least gap between distinct values, in the standardized units; 1e-6
-    where the values are continuous (their least gap far below) or all the same."""
+    where the values are continuous (their least gap far below); at most the feature's
+    variance (a rare binary feature)."""
     from attnclust.cluster.choice.k_choice import resolution_floor, standardized
 
     rng = np.random.default_rng(0)
@@ -592,7 +593,9 @@ def test_resolution_floor_of_a_grid_and_of_continuous_features():
     floor = resolution_floor(Z)
     assert floor[0] == pytest.approx((1.0 / grid.std()) ** 2 / 12, rel=1e-12)
     assert floor[1] == 1e-6
-    assert resolution_floor(np.zeros((4, 1))).tolist() == [1e-6]
+    rare = standardized(np.r_[np.ones(5), np.zeros(495)][:, None])   # 5 ones in 500 rows
+    assert resolution_floor(rare)[0] == pytest.approx(1.0, rel=1e-12)  # its variance, not
+    assert (1.0 / np.r_[np.ones(5), np.zeros(495)].std()) ** 2 / 12 > 8   # its grid's
 
 
 @pytest.mark.parametrize("seed", range(5))

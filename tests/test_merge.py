@@ -167,7 +167,26 @@ def test_more_clusters_than_components_only_for_a_shape():
     est = _fit(X, "auto", 0, merge_heads=MergeSettings(cut_ratio=1e-9))
     assert est.n_clusters_ == est.k_choice_.n_clusters < 3
     assert "no other count of clusters: 3 clusters of the heads cut" in \
+        est.merge_heads_reason_ and "times that of 3 k-means cells" in \
         est.merge_heads_reason_, est.merge_heads_reason_
+
+
+def test_merge_heads_counts_more_clusters_than_one_component():
+    """merge_heads itself, one component (K = 1, the posterior all ones: nothing to merge)
+    with count_up_to: three rings, weighted rows (the weights of one ring doubled) give
+    three clusters of heads; without count_up_to, one cluster, nothing tiled."""
+    X, y = _three_rings(0)
+    w = np.where(y == 1, 2.0, 1.0)
+    ones = np.ones((len(X), 1))
+    res = merge_heads(X, np.zeros(len(X), int), 1, rng=np.random.default_rng(0), weights=w,
+                      proba=ones, count_up_to=6)
+    assert res.merged and int(res.head_labels.max()) + 1 == 3, res.reason
+    z = cluster_membership(X, res).argmax(1)
+    assert adjusted_rand_score(y, z) == 1.0
+    alone = merge_heads(X, np.zeros(len(X), int), 1, rng=np.random.default_rng(0), weights=w,
+                        proba=ones)
+    assert not alone.merged and len(alone.heads) == 0
+    assert alone.reason == "not merged: one cluster, no two to merge"
 
 
 def test_a_model_file_keeps_the_heads_count(tmp_path):
@@ -409,17 +428,16 @@ def _brute_force_genie(S, sizes, K, threshold):
 
 @pytest.mark.parametrize("seed", range(20))
 @pytest.mark.parametrize("threshold", [0.0, 0.3, 1.0])
-@pytest.mark.parametrize("m, most", [(7, 20), (12, 3)])     # (12, 3): groups of equal sizes
-def test_gini_linkage_against_brute_force(seed, threshold, m, most):
+@pytest.mark.parametrize("m, least, most", [(7, 1, 20), (12, 1, 3), (9, 0, 3)])
+def test_gini_linkage_against_brute_force(seed, threshold, m, least, most):
+    """(12, 1, 3): groups of equal sizes; (9, 0, 3): items of no rows too."""
     rng = np.random.default_rng(seed)
     S = rng.random((m, m))
     S = (S + S.T) / 2                         # distinct values: no ties
-    sizes = rng.integers(1, most, m).tolist()
+    sizes = rng.integers(least, most, m).tolist()
     for K in (1, 2, 3):
         got = gini_linkage(S, sizes, K, gini_threshold=threshold)
-        ref = _brute_force_genie(S, sizes, K, threshold)
-        assert adjusted_rand_score(ref, got) == 1.0
-        np.testing.assert_array_equal(got, ref)
+        np.testing.assert_array_equal(got, _brute_force_genie(S, sizes, K, threshold))
 
 
 def test_gini_index_reference():

@@ -119,3 +119,14 @@ def test_default_settings_give_the_fit_of_no_settings_bit_for_bit():
     np.testing.assert_array_equal(base.cluster_centers_, given.cluster_centers_)
     np.testing.assert_array_equal(base.labels_, given.labels_)
     assert base.covariance_type_reason_ == given.covariance_type_reason_
+
+
+def test_merge_settings_are_one_class_under_every_name():
+    """MergeSettings lives beside FitSettings; the package, the cluster package and the
+    merge module (its home until 0.4) name the same class."""
+    import attnclust
+    from attnclust import cluster
+    from attnclust.cluster import merge, settings
+
+    assert attnclust.MergeSettings is cluster.MergeSettings is merge.MergeSettings \
+        is settings.MergeSettings

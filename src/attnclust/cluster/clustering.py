@@ -141,7 +141,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         the criterion, its measured accuracy and false-positive rate, and why it does not
         read ``K`` off the temperature path, which ``fit`` no longer follows). A weak
         choice warns (:class:`~attnclust.cluster.choice.k_choice.WeakChoiceWarning`). The fit then
-        uses the ``covariance_type`` asked for, in the rows' own units.
+        uses the ``covariance_type`` asked for; the default fit's heads may then count
+        fewer or more clusters (:mod:`attnclust.cluster.head_count`).
     geometry : {"euclidean", "sphere"}, default="euclidean"
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
@@ -244,9 +245,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         Called with an :class:`~attnclust.layer.results.IterationInfo` after each step (progress
         bars), in the data's units; steps are counted over the whole fit.
     max_clusters : int, default=10
-        With ``n_clusters="auto"``: the largest ``K`` scored (the scan stops earlier once
-        the BIC has risen for three ``K`` in a row). Set it above the largest
-        ``K`` expected; a choice of ``K = max_clusters`` warns that the rows may hold more.
+        With ``n_clusters="auto"``: the largest ``K`` scored (the scan stops once the BIC
+        has risen for three ``K`` in a row) and counted by the heads. Set it above the
+        largest ``K`` expected; ``K = max_clusters`` warns that the rows may hold more.
     noise_head : bool, default=False
         With ``covariance_type="auto"``: a head more, a uniform background over the rows'
         box beside the shaped heads, takes the rows no cluster explains (noise,
@@ -269,7 +270,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     Attributes
     ----------
     n_clusters_ : int
-        The number of heads fitted (``n_clusters``, or the one chosen by ``"auto"``).
+        The number of clusters (``n_clusters``, or ``"auto"``'s: components or heads).
     k_choice_ : KChoice
         With ``n_clusters="auto"``: the scores ``K`` was chosen by (BIC per ``K``, the
         weight and shape of the chosen one, the structure test's ``z``); ``n_clusters_reason_``
@@ -460,10 +461,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
                 self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(K)
             self.inertia_ = inertia(rows, self.cluster_centers_, self.labels_)
         self.n_clusters_ = len(self.cluster_centers_)
-        # fewer clusters of heads than components: only the doubt about structure stands;
-        # more: a shape that convex cells cut through, which the structure test misses
-        if plan.n_clusters is None and (self.n_clusters_ == K or self.n_clusters_ < K and
-                                        self.k_choice_.structure_z < plan.settings.marginal_z):
+        # the heads' count: fewer than the components keep only doubts about structure
+        if plan.n_clusters is None and (self.n_clusters_ == K or (
+                self.n_clusters_ < K and self.k_choice_.structure_z < plan.settings.marginal_z)):
             warn_if_weak(self.k_choice_, stacklevel=2)
         for name in _FITTED_ARRAYS:     # in the data's dtype, as KMeans and GaussianMixture
             value = getattr(self, name, None)
@@ -557,10 +557,10 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     def _merge_heads(self, rows, gen: np.random.Generator) -> None:
         """Heads merged into clusters where the data say so (:func:`fit_merge`); then the
         fitted attributes are the clusters' and the heads' (one spherical metric)."""
+        counts = self._plan.max_clusters if self.n_clusters == "auto" else 0
         merge, fitted = fit_merge(rows, self.labels_, len(self.cluster_centers_),
                                   self.merge_heads, gen=gen, logits=self._logits,
-                                  count_up_to=self._plan.max_clusters
-                                  if self.n_clusters == "auto" else 0)
+                                  count_up_to=counts)
         self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
         if fitted is not None:
             count = len(fitted.cluster_centers_)

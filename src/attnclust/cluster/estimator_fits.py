@@ -72,10 +72,11 @@ from ..study.descent import pgd
 from .fixed_point import fixed_point_fit
 from .head_graph import squared_distances
 from .kmeans.ending import fit_to_hard_limit
-from .merge import HeadMerge, MergeSettings, cluster_membership, merge_heads
+from .merge import HeadMerge, cluster_membership, merge_heads
 from .mixture.covariance import Covariance
 from .mixture.tempered import ShapedFitted, shaped_fit
 from .rows import WorkingRows
+from .settings import MergeSettings
 from .warm_start import WarmStart, kmeans_lambda
 
 if TYPE_CHECKING:
@@ -369,7 +370,7 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     be skipped, before any head is tiled, where the ``K`` clusters barely overlap
     (:func:`~attnclust.cluster.merge.posterior_cut` below ``skip_cut``); with ``count_up_to``
     (``n_clusters="auto"``), the heads may hold from 2 to ``max(n_clusters, count_up_to)``
-    clusters (:func:`~attnclust.cluster.merge.merge_heads`).
+    clusters (:func:`~attnclust.cluster.merge.merge_heads`; tiled even there).
     When merged, every row's label is its cluster of largest summed attention and each
     cluster's centre the (weighted) mean of its rows within the merge's reach (of its heads,
     for a cluster that has none), in one pass over the rows; else ``None``. The reach is
@@ -386,7 +387,7 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     sample = rows.take(torch.as_tensor(take)).cpu().double().numpy()
     weights = None if rows.weights is None else rows.weights.cpu().double().numpy()
     proba = None if logits is None or setting is True or not (settings.skip_cut > 0
-                                                               or count_up_to) \
+                                                               or count_up_to > 0) \
         else softmax_heads(logits(rows.heads_out(torch.from_numpy(sample)))).cpu().numpy()
     merge = merge_heads(sample, labels[take], K, rng=gen,
                         weights=None if weights is None else weights[take],

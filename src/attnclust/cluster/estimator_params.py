@@ -32,9 +32,8 @@ from .._validation import (
     check_nonnegative,
 )
 from ..layer.geometry import as_geometry
-from .merge import MergeSettings
 from .mixture.covariance import as_covariance_type
-from .settings import FitSettings
+from .settings import FitSettings, MergeSettings
 
 __all__ = ["CONSTRAINTS", "check_params", "param_names", "parameters"]
 

@@ -75,8 +75,8 @@ class HeadCount(NamedTuple):
 
 def cluster_count(overlap: np.ndarray, similarity: np.ndarray, sizes, most: int, *,
                   settings: MergeSettings = MergeSettings()) -> HeadCount:
-    """The number of clusters the heads' graph holds, at most ``most`` (module docstring,
-    *How many clusters*): the count ``C`` in ``2..most`` after which the normalized cut of
+    """The number of clusters the heads' graph holds, at most ``most`` (module docstring):
+    the count ``C`` in ``2..most`` after which the normalized cut of
     the heads' Genie linkage rises most, ``(N(C + 1) + f) / (N(C) + f)`` with ``f =
     settings.cut_floor`` (ties: the larger ``C``; ``most`` where the ``m`` heads allow no
     rise).
@@ -137,7 +137,7 @@ def _least_shared(P, kept, labels, count, sizes, w) -> float:
 
 def counted_clusters(tiles: HeadTiles, variance: float, kept: np.ndarray, K: int,
                     posterior: np.ndarray, rng: np.random.Generator, settings: MergeSettings,
-                    most: int):
+                    most: int) -> tuple[np.ndarray, float, float, str] | str:
     """The heads' clusters where they hold another count than the ``K`` components, at most
     ``most`` (module docstring) of the heads' attention at ``variance`` (``kept``: each
     head's component; ``posterior``: the components' posterior on the tiles' rows, ``(n,
@@ -148,12 +148,12 @@ def counted_clusters(tiles: HeadTiles, variance: float, kept: np.ndarray, K: int
     similarity = head_similarity(overlap)
     count, cuts, rise, labels = cluster_count(overlap, similarity, sizes, most, settings=settings)
     floor = settings.cut_floor
-    components = normalized_cut(overlap, kept)
     if count == K:
         return f"the heads' cut rises most from {K} to {K + 1} clusters (x{rise:.3g})"
     if rise < settings.min_rise:
         return (f"the heads' cut rises most from {count} to {count + 1} clusters, x{rise:.3g} "
                 f"< {settings.min_rise:g}")
+    components = normalized_cut(overlap, kept) if count < K else np.nan
     if count < K and not cuts[count] < settings.cut_ratio * components:
         return (f"{count} clusters of the heads cut {cuts[count]:.4g}, not below "
                 f"{settings.cut_ratio:g} times the {K} components' {components:.4g}")

@@ -224,25 +224,27 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
         best[closer], parent[closer] = S[j][closer], j
     weight = [-S[a, b] for a, b in ends]
     edges = [ends[e] for e in sorted(range(m - 1), key=weight.__getitem__)]  # stable
-    incident = [[] for _ in range(m)]          # each group's tree edges, by rank: all unused,
-    for e, (a, b) in enumerate(edges):         # since a tree edge always joins two groups
+    incident = [[] for _ in range(m)]          # each group's tree edges (a tree edge always
+    for e, (a, b) in enumerate(edges):         # joins two groups; used ones are skipped)
         incident[a].append(e)
         incident[b].append(e)
     used, first = [False] * len(edges), 0
     leader, members = list(range(m)), [[i] for i in range(m)]
-    size = np.asarray(sizes, dtype=np.float64).copy()       # at a group's leader; inf when gone
+    size = np.asarray(sizes, dtype=np.float64).copy()       # at each group's leader
+    alive = np.ones(m, dtype=bool)
     total, groups = float(size.sum()), m
     while groups > n_clusters and groups > 1:
         while used[first]:
             first += 1
-        least = size.min()
+        live = size[alive]
+        least = live.min()
         pick = first           # the most similar pair: a smallest group's too, or no constraint
         a, b = edges[first]
         if least != size[leader[a]] and least != size[leader[b]] and total > 0:
-            s = np.sort(size[:groups] if groups == m else size[np.isfinite(size)])
-            k = len(s)
+            s, k = np.sort(live), len(live)
             if float((np.arange(1 - k, k, 2) * s).sum()) > gini_threshold * (k - 1) * total:
-                pick = min(min(incident[g]) for g in np.flatnonzero(size == least))
+                pick = min(e for g in np.flatnonzero(alive & (size == least))
+                           for e in incident[g] if not used[e])
         used[pick] = True
         a, b = (leader[i] for i in edges[pick])
         if len(members[a]) < len(members[b]):                # the larger group's leader stays
@@ -250,9 +252,9 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
         for i in members[b]:
             leader[i] = a
         members[a] += members[b]
-        incident[a] = [e for e in incident[a] + incident[b] if e != pick]
+        incident[a] += incident[b]
         size[a] += size[b]
-        size[b] = np.inf
+        alive[b] = False
         groups -= 1
     _, first_item, labels = np.unique(leader, return_index=True, return_inverse=True)
     return np.argsort(np.argsort(first_item))[labels].astype(np.int64)  # by first item

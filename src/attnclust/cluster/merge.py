@@ -54,8 +54,9 @@ fit's partition: each row's label read through the heads (the cluster of largest
 attention, heads labelled by majority) must agree with the fit's labels at an adjusted
 Rand index of at least ``min_redraw`` (default 0.6; shapes 0.66-1, wine 0.02-0.5).
 
-**Not when the K clusters barely overlap.** Before any head is tiled, the fit's posterior
-``P`` ``(n, K)`` on the sampled rows gives the normalized cut of ``Q = P^T W P``:
+**Not when the K clusters barely overlap.** Before any head is tiled (but for
+``n_clusters="auto"``'s count), the fit's posterior ``P`` ``(n, K)`` on the sampled rows
+gives the normalized cut of ``Q = P^T W P``:
 
     Ncut_K = sum_c (1 - Q_cc / vol_c),   vol_c = sum_i w_i P_ic.
 
@@ -111,6 +112,7 @@ __all__ = ["MergeSettings", "HeadMerge", "HeadCount", "n_heads", "squared_distan
            "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
            "posterior_cut", "cluster_count", "split_gain", "merge_heads",
            "cluster_membership"]
+
 
 class HeadMerge(NamedTuple):
     """A merge of heads (:func:`merge_heads`): the heads ``(m, d)``, the cluster of each
@@ -196,8 +198,9 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     on the same rows (module docstring), so the cost grows with the heads, not with the
     rows. ``force``: keep the merge whatever the cuts say. ``proba``: the ``K``-head
     fit's posterior on the rows ``(n, K)``; when given (and not ``force``), the merge is
-    skipped before any head is tiled if :func:`posterior_cut` is below
-    ``settings.skip_cut`` (module docstring), and ``rng`` is not drawn from. ``count_up_to``
+    skipped if :func:`posterior_cut` is below ``settings.skip_cut`` (module docstring):
+    before any head is tiled and without drawing from ``rng``, but for the count of
+    ``count_up_to``. ``count_up_to``
     (``n_clusters="auto"``, whose ``K`` counts Gaussian components: its ``max_clusters``):
     the heads may hold from 2 to ``max(K, count_up_to)`` clusters
     (:mod:`~attnclust.cluster.head_count`; not with ``force``; then the merge is tiled
@@ -290,17 +293,19 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
         if not isinstance(found, str):
             labels_c, cut_c, cut_convex, reason = found
             return HeadMerge(heads, labels_c, wide, True, cut_c, cut_convex, reason, redraw)
+    unseen = (f"; the heads redraw the {K}-head fit's partition at ARI {redraw:.2f}, below "
+              f"{settings.min_redraw:g}: they do not see what it sees")
     if barely is not None:
         why, cut = barely
-        return not_tiled(why if found is None else f"{why}; no other count of clusters: {found}",
-                         cut)
+        why += (f"; no other count of clusters: {found}" if found is not None else
+                unseen if counts else "")
+        return not_tiled(why, cut)
     gain = np.nan                                       # read only where it can decide
     if seen and cutting and cut_merged < cut_kept and not force:
         gain = split_gain(S, w, z, heads, nearest, K, rng) if splits else -np.inf
     merged, reason = _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept)
     if not (force or seen):
-        reason += (f"; the heads redraw the {K}-head fit's partition at ARI {redraw:.2f}, "
-                   f"below {settings.min_redraw:g}: they do not see what it sees")
+        reason += unseen
     if isinstance(found, str):
         reason += f"; no other count of clusters: {found}"
     return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason, redraw)
@@ -309,7 +314,10 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
 def _barely_overlap(proba: np.ndarray | None, weights: np.ndarray | None, K: int,
                     settings: MergeSettings) -> tuple[str, float] | None:
     """Why the ``K`` clusters barely overlap and the :func:`posterior_cut` of their
-    posterior ``proba`` ``(n, K)`` (module docstring), or ``None``."""
+    posterior ``proba`` ``(n, K)`` (module docstring), or ``None``; one cluster has no
+    two to merge."""
+    if K == 1:
+        return "one cluster, no two to merge", 0.0
     if proba is None or settings.skip_cut <= 0:
         return None
     cut = posterior_cut(proba, weights)

@@ -45,6 +45,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .settings import FitSettings, MergeSettings
+
 __all__ = ["FORMAT", "FORMAT_VERSION", "load_model", "model_info", "save_model", "write_model"]
 
 FORMAT = "attnclust-model"
@@ -100,9 +102,6 @@ def _split(values: dict, prefix: str, meta_key: str, meta: dict, arrays: dict) -
 
 def _settings_params() -> dict:
     """The parameters that may hold a frozen dataclass of settings, and its class."""
-    from .merge import MergeSettings
-    from .settings import FitSettings
-
     return {"settings": FitSettings, "merge_heads": MergeSettings}
 
 

@@ -257,7 +257,9 @@ class MergeSettings:
     cut_ratio : float
         The merge is kept when its normalized cut is below ``cut_ratio`` times the
         ``K``-head fit's (default 0.05) and the split gain is above ``split_gain_floor``,
-        or when its cut is below the fit's and the split gain above ``min_split_gain``.
+        or when its cut is below the fit's and the split gain above ``min_split_gain``;
+        with ``n_clusters="auto"``, the heads' count is a shape where its cut is below
+        ``cut_ratio`` times that of as many k-means cells.
     min_split_gain, split_gain_floor, split_rows : float
         The per-row BIC gain of ``2 K`` Gaussian components over ``K``
         (:func:`~attnclust.cluster.merge.split_gain`)
@@ -270,7 +272,8 @@ class MergeSettings:
         partition at an adjusted Rand index of at least ``min_redraw`` (default 0.6; 0
         turns the check off).
     skip_cut : float
-        The merge is skipped, before any head is tiled, when the normalized cut of the
+        The merge is skipped, before any head is tiled (but for the count of
+        ``n_clusters="auto"``), when the normalized cut of the
         ``K``-head fit's own posterior overlap
         (:func:`~attnclust.cluster.head_graph.posterior_cut`) is below ``skip_cut`` (default
         0.03; 0 turns the check off).

@@ -206,8 +206,10 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
     """The covariance floor ``(d,)`` along each feature of the standardized rows ``Z``
-    ``(n, d)`` (module docstring, *The data's resolution*): ``max(reg, h^2 / 12)``, ``h``
-    the least gap between the feature's distinct values (``reg`` for a feature with one).
+    ``(n, d)`` (module docstring, *The data's resolution*): ``max(reg, min(h^2 / 12,
+    v))``, ``h`` the least gap between the feature's distinct values and ``v`` its variance
+    (a rare binary feature's grid is wider than its spread); ``reg`` for a feature with
+    one value. Principal components (rows wider than ``max_dim``) lie on no grid: ``reg``.
 
     Examples
     --------
@@ -219,7 +221,7 @@ def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
     for j in range(Z.shape[1]):
         gaps = np.diff(np.unique(Z[:, j]))
         if len(gaps):
-            floor[j] = max(floor[j], float(gaps.min()) ** 2 / 12.0)
+            floor[j] = max(floor[j], min(float(gaps.min()) ** 2 / 12.0, float(Z[:, j].var())))
     return floor
 
 
