@@ -370,7 +370,7 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     be skipped, before any head is tiled, where the ``K`` clusters barely overlap
     (:func:`~attnclust.cluster.merge.posterior_cut` below ``skip_cut``); with ``count_up_to``
     (``n_clusters="auto"``), the heads may hold from 2 to ``max(n_clusters, count_up_to)``
-    clusters (:func:`~attnclust.cluster.merge.merge_heads`; tiled even there).
+    clusters (:func:`~attnclust.cluster.merge.merge_heads`).
     When merged, every row's label is its cluster of largest summed attention and each
     cluster's centre the (weighted) mean of its rows within the merge's reach (of its heads,
     for a cluster that has none), in one pass over the rows; else ``None``. The reach is

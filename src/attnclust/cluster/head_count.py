@@ -4,8 +4,8 @@ components of least BIC (:mod:`attnclust.cluster.choice.k_choice`), which count 
 or a ring as several components, and concentric rings as one or two (``K = 1`` where the
 gap test's k-means cells see no structure in them).
 
-The merge (:mod:`attnclust.cluster.merge`) tiles the rows with heads (here even where the
-``K`` components barely overlap); their overlap is read again at a wider attention, ``t =
+The merge (:mod:`attnclust.cluster.merge`) tiles the rows with heads (here also for one
+component, ``K = 1``); their overlap is read again at a wider attention, ``t =
 count_temperature`` (default 4), so that a chain of heads along a thin shape holds
 together (at 2, 150 heads parted the tests' two rings and two spirals on some seeds); its
 Genie linkage at each count ``C = 2..C_max + 1`` (``C_max = max(K, max_clusters)``) has

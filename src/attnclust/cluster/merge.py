@@ -54,9 +54,8 @@ fit's partition: each row's label read through the heads (the cluster of largest
 attention, heads labelled by majority) must agree with the fit's labels at an adjusted
 Rand index of at least ``min_redraw`` (default 0.6; shapes 0.66-1, wine 0.02-0.5).
 
-**Not when the K clusters barely overlap.** Before any head is tiled (but for
-``n_clusters="auto"``'s count), the fit's posterior ``P`` ``(n, K)`` on the sampled rows
-gives the normalized cut of ``Q = P^T W P``:
+**Not when the K clusters barely overlap.** Before any head is tiled, the fit's posterior
+``P`` ``(n, K)`` on the sampled rows gives the normalized cut of ``Q = P^T W P``:
 
     Ncut_K = sum_c (1 - Q_cc / vol_c),   vol_c = sum_i w_i P_ic.
 
@@ -198,13 +197,12 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     on the same rows (module docstring), so the cost grows with the heads, not with the
     rows. ``force``: keep the merge whatever the cuts say. ``proba``: the ``K``-head
     fit's posterior on the rows ``(n, K)``; when given (and not ``force``), the merge is
-    skipped if :func:`posterior_cut` is below ``settings.skip_cut`` (module docstring):
-    before any head is tiled and without drawing from ``rng``, but for the count of
-    ``count_up_to``. ``count_up_to``
+    skipped before any head is tiled, and ``rng`` is not drawn from, if
+    :func:`posterior_cut` is below ``settings.skip_cut`` (module docstring). ``count_up_to``
     (``n_clusters="auto"``, whose ``K`` counts Gaussian components: its ``max_clusters``):
     the heads may hold from 2 to ``max(K, count_up_to)`` clusters
-    (:mod:`~attnclust.cluster.head_count`; not with ``force``; then the merge is tiled
-    even where the ``K`` clusters barely overlap); 0: ``K`` clusters.
+    (:mod:`~attnclust.cluster.head_count`; not with ``force``; tiled for one component,
+    ``K = 1``, too); 0: ``K`` clusters.
 
     Returns
     -------
@@ -250,7 +248,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     if m <= K:
         return not_tiled(f"{n} rows give no more heads than clusters ({m} <= {K})")
     barely = None if force else _barely_overlap(proba, weights, K, settings)
-    if barely is not None and not counts:
+    if barely is not None and not (counts and K == 1):    # one cluster: the count may tile
         return not_tiled(*barely)
     cap = min(settings.max_rows, settings.sample_per_head * m)
     sampled = min(n, cap)

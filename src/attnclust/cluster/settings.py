@@ -272,8 +272,7 @@ class MergeSettings:
         partition at an adjusted Rand index of at least ``min_redraw`` (default 0.6; 0
         turns the check off).
     skip_cut : float
-        The merge is skipped, before any head is tiled (but for the count of
-        ``n_clusters="auto"``), when the normalized cut of the
+        The merge is skipped, before any head is tiled, when the normalized cut of the
         ``K``-head fit's own posterior overlap
         (:func:`~attnclust.cluster.head_graph.posterior_cut`) is below ``skip_cut`` (default
         0.03; 0 turns the check off).
