@@ -7,6 +7,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
 from attnclust import AttentionClustering
@@ -521,6 +522,21 @@ def test_bic_gain_is_blind_to_units():
     assert bic_gain(X * [2.0 ** 10, 2.0 ** -7], halves, y) == bic_gain(X, halves, y)
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_the_split_gain_reads_grades_at_their_resolution(seed):
+    """Two clusters of grades 0-3 on 6 features: 4 k-means cells do not describe them
+    better (the gain is below 0, no under-fit). At a floor of 1e-6 along the grid, the
+    4 components' Gaussians could sit on its values and call the 2 clusters under-fit;
+    the split gain reads the rows at the K choice's resolution floor."""
+    from attnclust.cluster.choice.k_choice import bic_gain
+    from test_auto_k import _grades
+
+    G, y = _grades(seed)
+    G = G[:, :6]
+    cells = KMeans(4, n_init=3, random_state=0).fit_predict(G)
+    assert bic_gain(G, y, cells) < 0
+
+
 def test_each_rule_of_the_merge():
     """The crescents' merge cuts the graph far below the fit's halves: merged by the cut
     ratio; with that rule off (a split floor above any gain) by the split gain (the
@@ -553,14 +569,16 @@ def test_a_partition_the_heads_cannot_redraw_is_not_merged():
     # chance level: each of 150 heads takes the majority of its ~5 rows' random bits
     assert res.ncut_merged < 0.05 * res.ncut_kept and abs(res.redraw) < 0.2
     assert not res.merged and "below 0.6: they do not see what it sees" in res.reason
-    # with the check off, the split gain still turns it down: in the standardized rows
-    # two Gaussians, one per value of the fine column, fit them far better than four
+    # with the check off, the cut ratio merges: the fine column is a grid of two values,
+    # on which two Gaussians, one per value, gain nothing at its resolution floor (at a
+    # floor of 1e-6 they sat on the two values and fit the rows far better than four);
+    # a split floor above any gain turns it down
     off = merge_heads(Xb, bit, 2, rng=np.random.default_rng(0),
                       settings=MergeSettings(min_redraw=0))
-    assert not off.merged and "the 2 components fit the rows" in off.reason
+    assert off.merged and "split gain" in off.reason
     off = merge_heads(Xb, bit, 2, rng=np.random.default_rng(0),
-                      settings=MergeSettings(min_redraw=0, split_gain_floor=-100))
-    assert off.merged
+                      settings=MergeSettings(min_redraw=0, split_gain_floor=100))
+    assert not off.merged and "the 2 components fit the rows" in off.reason
     # labels the heads can draw (a convex cut across the rings) are compared as before
     half = merge_heads(Xb, (X[:, 0] > 0).astype(int), 2, rng=np.random.default_rng(0))
     assert half.merged and half.redraw > 0.8

@@ -26,7 +26,8 @@ and by whether ``K`` Gaussians describe the rows: the split gain
     g = (BIC(K) - BIC(2 K)) / n
 
 of ``2 K`` full-covariance Gaussian components over ``K`` started from the fit's partition
-(a uniform background beside each, a few EM steps on the standardized sample; the ``2 K``
+(a uniform background beside each, a few EM steps on the standardized sample at the
+data's resolution, :func:`~attnclust.cluster.choice.k_choice.resolution_floor`; the ``2 K``
 started from k-means cells of the heads: :func:`split_gain`). A BIC lower with twice the
 components says that the ``K`` clusters are not Gaussian. The merge is kept
 

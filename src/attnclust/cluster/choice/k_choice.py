@@ -271,7 +271,7 @@ def bic_gain(rows: np.ndarray, labels: np.ndarray, cells: np.ndarray, *,
     partition ``cells`` ``(n,)`` describes the rows ``(n, d)`` than the one started from
     ``labels`` ``(n,)``, per row; each a :func:`mixture_bic` of full covariances (unchanged,
     as BIC, by an affine map of the rows) on the :func:`standardized` rows, with their
-    principal box's background.
+    principal box's background and their :func:`resolution_floor`.
 
     Examples
     --------
@@ -287,8 +287,10 @@ def bic_gain(rows: np.ndarray, labels: np.ndarray, cells: np.ndarray, *,
     parts = [np.unique(part, return_inverse=True)[1] for part in (labels, cells)]
     counts = [int(part.max()) + 1 for part in parts]
     products = RowProducts(Z - Z.mean(0), max(counts))     # shared by the two mixtures
+    floor = resolution_floor(Z)
     bic = [mixture_bic(Z, part, k, log_volume=log_volume, products=products,
-                       sample_weight=sample_weight) for part, k in zip(parts, counts, strict=True)]
+                       sample_weight=sample_weight, floor=floor)
+           for part, k in zip(parts, counts, strict=True)]
     return (bic[0] - bic[1]) / len(Z)
 
 
