@@ -215,9 +215,11 @@ class FitSettings:
 
 
 _LINKAGES = ("single", "average")
-_MERGE_CHECKS = (   # MergeSettings' fields: (names, what they must be, the test)
-    (("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head", "max_rows",
-      "max_iter"), "an integer >= 1", lambda v: isinstance(v, numbers.Integral) and v >= 1),
+# MergeSettings' counts (integers >= 1, as FitSettings' _COUNTS), then its numbers:
+# (names, what they must be, the test)
+_MERGE_COUNTS = ("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head",
+                 "max_rows", "max_iter")
+_MERGE_CHECKS = (
     (("temperature", "cut_ratio", "count_temperature", "cut_floor", "min_rise", "min_shared",
       "split_rows"), "a positive number", lambda v: v > 0),
     (("gini_threshold",), "in [0, 1]", lambda v: 0 <= v <= 1),
@@ -318,6 +320,8 @@ class MergeSettings:
     split_rows: float = 2.0
 
     def __post_init__(self):
+        for name in _MERGE_COUNTS:
+            _check_count(name, getattr(self, name))
         for names, what, ok in _MERGE_CHECKS:
             for name in names:
                 value = getattr(self, name)
