@@ -172,6 +172,29 @@ def test_more_clusters_than_components_only_for_a_shape():
         est.merge_heads_reason_, est.merge_heads_reason_
 
 
+def _four_rings(seed, n=250):
+    rng = np.random.default_rng(seed)
+    t = rng.uniform(0, 2 * np.pi, 4 * n)
+    r = np.repeat([1.0, 2.0, 3.0, 4.0], n)
+    return np.c_[r * np.cos(t), r * np.sin(t)] + rng.normal(0, 0.03, (4 * n, 2)), \
+        np.repeat([0, 1, 2, 3], n)
+
+
+def test_auto_counts_four_rings_whose_cut_less_than_quintuples():
+    """Four thin concentric rings, which the components' choice calls one cluster: the
+    heads' cut rises 3.5-6-fold after four clusters, so at ``min_rise`` 2 the fit finds
+    the rings (a fifth cluster at most, one ring cut in two) on seeds 0-4, where a
+    5-fold rise left most of them at one cluster."""
+    fits = [_fit(_four_rings(seed)[0], "auto", seed) for seed in range(5)]
+    for seed, est in enumerate(fits):
+        assert est.k_choice_.n_clusters == 1 and est.n_clusters_ in (4, 5), \
+            est.n_clusters_reason_
+        assert adjusted_rand_score(_four_rings(seed)[1], est.labels_) > 0.9
+    five = [_fit(_four_rings(seed)[0], "auto", seed, merge_heads=MergeSettings(min_rise=5.0))
+            for seed in range(5)]
+    assert sum(est.n_clusters_ == 1 for est in five) >= 3
+
+
 def test_merge_heads_counts_more_clusters_than_one_component():
     """merge_heads itself, one component (K = 1, the posterior all ones: nothing to merge)
     with count_up_to: three rings, weighted rows (the weights of one ring doubled) give
@@ -207,9 +230,8 @@ def test_a_model_file_keeps_the_heads_count(tmp_path):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_auto_keeps_one_cluster_per_gaussian_blob(seed):
-    """Touching Gaussian blobs (6 standard deviations apart): the heads' cut rises no
-    more than 5-fold from one count to the next below K, so the components are the
-    clusters."""
+    """Gaussian blobs 6 standard deviations apart: their posterior barely overlaps, so
+    no head is tiled and the components are the clusters."""
     X, y = _blobs(seed)
     est = _fit(X, "auto", seed)
     assert est.n_clusters_ == est.k_choice_.best == 4, est.n_clusters_reason_

@@ -286,7 +286,7 @@ class MergeSettings:
         (default 3e-4: in the rise of the cut from one count to the next, where merged and
         convex cells both separate the clusters, and in the fit's cut at ``K``); another
         count than the components' only where that rise is at least ``min_rise`` (default
-        5) and the components joined into one cluster share at least ``min_shared`` of
+        2) and the components joined into one cluster share at least ``min_shared`` of
         their rows (default 0.015).
 
     Examples
@@ -313,7 +313,7 @@ class MergeSettings:
     skip_cut: float = 0.03
     count_temperature: float = 4.0
     cut_floor: float = 3e-4
-    min_rise: float = 5.0
+    min_rise: float = 2.0
     min_shared: float = 0.015
     min_split_gain: float = 0.05
     split_gain_floor: float = -1.0
