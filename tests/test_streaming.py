@@ -222,6 +222,17 @@ def test_integer_weights_are_repeated_rows_and_zero_weights_absent_rows():
         assert other.stream_state_.n_swaps == weighted.stream_state_.n_swaps
 
 
+def test_a_later_batch_of_weight_zero_adds_nothing_to_the_running_sums():
+    """Rows of weight zero in the middle of a stream (a file's rows that count for
+    nothing) add no weight; the batch's inertia is 0 (it raised ZeroDivisionError)."""
+    est = AttentionClustering(3, init=INIT, inverse_temperature=2.0, random_state=0)
+    est.partial_fit(X[:500])
+    total = est.stream_state_.total
+    est.partial_fit(X[500:1000], sample_weight=np.zeros(500))
+    assert est.stream_state_.total == total and est.inertia_ == 0.0
+    np.testing.assert_array_equal(est.labels_, est.predict(X[500:1000]))
+
+
 def test_partial_fit_after_fit_continues_from_its_heads():
     est = AttentionClustering(3, random_state=0).fit(X)
     before = est.cluster_centers_.copy()

@@ -519,11 +519,11 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
                                        if weights is None else float(weights.sum()))
         with fit_threads(self._plan.device):
             partial_fit(self, self._plan, X, weights)
-            # the last batch's (float64: the running state compares cluster_centers_)
+            # the last batch's (float64, as the running state compares); none at weight zero
             Xp = self._plan.preprocess(X, (self.mean_, self.scale_))
-            self.inertia_ = inertia(self._plan.working_rows(Xp, Communicator.local(len(X)),
-                                                            weights=weights),
-                                    self.cluster_centers_, self.labels_)
+            self.inertia_ = 0.0 if weights is not None and not weights.sum() > 0 else inertia(
+                self._plan.working_rows(Xp, Communicator.local(len(X)), weights=weights),
+                self.cluster_centers_, self.labels_)
         return self
 
     def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, plan: FitPlan):
