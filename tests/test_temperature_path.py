@@ -1,6 +1,8 @@
 """The temperature path: where the heads split, against the derivation and independent
 formulas; determinism; no clusters of a handful of rows."""
 
+import warnings
+
 import matplotlib
 import numpy as np
 import pytest
@@ -131,6 +133,7 @@ def test_plot_and_summary():
     (dict(geometry="torus"), "geometry"),
     (dict(inverse_temperatures=[1.0, -1.0]), "positive"),
     (dict(stride=0), "stride"),
+    (dict(n_decades=1e6), r"n_decades in \(0, 100\], got 1.08 and 1000000.0"),
 ])
 def test_bad_inputs_name_the_bad_value(kwargs, match):
     args = dict(X=_two_blobs(n=50), max_clusters=2) | kwargs
@@ -239,3 +242,18 @@ def test_the_fixed_point_on_distinct_heads_is_the_map_on_all_heads():
     np.testing.assert_allclose(ours, H, rtol=0, atol=carried * np.abs(X).max())
     np.testing.assert_allclose(w, p, rtol=carried)
     assert not converged                             # tol = 0: it ran all 25
+
+
+@pytest.mark.parametrize("scale", [1e160, 1e-155, 1e-300])
+def test_a_spread_beyond_float64s_lambdas_says_so(scale):
+    """Rows of spread 1e160 or 1e-155 (distinct rows, 1e-300 included) put the path's
+    inverse temperatures ``~ 1 / spread^2`` out of float64's range: the error says so
+    (it was eigh failing to converge, 'inverse_temperatures must be positive' that the
+    caller never passed, or 'no spread')."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match=r"X's spread \(.*\) puts the path's inverse "
+                           "temperatures out of float64's range; rescale the data"):
+            temperature_path(_two_blobs(n=50) * scale, 2)
+    with pytest.raises(ValueError, match="100 decades from .* leave float64's range"):
+        temperature_path(_two_blobs(n=50) * 1e-140, 2, n_decades=100)

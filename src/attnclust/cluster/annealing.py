@@ -261,12 +261,13 @@ def path_grid(X, *, geometry: str = "euclidean", grid_ratio: float = 1.08,
     >>> grid.tolist()
     [0.5, 5.0, 50.0]
     """
-    if not grid_ratio > 1 or not n_decades > 0:
-        raise ValueError(f"grid_ratio must be > 1 and n_decades > 0, got {grid_ratio!r} and "
-                         f"{n_decades!r}")
+    if not grid_ratio > 1 or not 0 < n_decades <= 100:
+        raise ValueError(f"grid_ratio must be > 1 and n_decades in (0, 100], got "
+                         f"{grid_ratio!r} and {n_decades!r}")
     lam_c = predicted_first_split(X, geometry=geometry)
-    return 0.5 * lam_c * grid_ratio ** np.arange(
-        int(n_decades * math.log(10) / math.log(grid_ratio) + 1e-9) + 1)
+    with np.errstate(over="ignore"):         # a grid past float64's range: checked by its user
+        return 0.5 * lam_c * grid_ratio ** np.arange(
+            int(n_decades * math.log(10) / math.log(grid_ratio) + 1e-9) + 1)
 
 
 def temperature_path(
@@ -340,14 +341,22 @@ def temperature_path(
     min_size = max(5, n // 100) if min_cluster_size is None else check_int(
         min_cluster_size, "min_cluster_size", 1)
     start, Xc = _center(Xt, geometry)
-    scale = float(((Xc - Xc.mean(0)) ** 2).sum(1).mean().sqrt())
+    peak = float(Xc.abs().max())          # the spread in units of the largest entry: its
+    unit = Xc / peak if peak > 0 else Xc  # squares neither overflow nor underflow
+    scale = peak * float(((unit - unit.mean(0)) ** 2).sum(1).mean().sqrt())
     if not scale > 0:
         raise ValueError("X has no spread: all rows are equal")
+    if not 1e-150 < scale < 1e150:        # squared distances and lambda within float64
+        raise ValueError(f"X's spread ({scale:.3g}) puts the path's inverse temperatures "
+                         "out of float64's range; rescale the data")
     grid = (np.asarray(inverse_temperatures, dtype=float).ravel()
             if inverse_temperatures is not None else
             path_grid(Xt, geometry=geometry, grid_ratio=grid_ratio, n_decades=n_decades))
     if grid.size == 0 or not np.all(np.isfinite(grid) & (grid > 0)):
-        raise ValueError("inverse_temperatures must be positive and finite")
+        raise ValueError("inverse_temperatures must be positive and finite"
+                         if inverse_temperatures is not None else
+                         f"the grid's inverse temperatures, {n_decades:g} decades from "
+                         f"{grid[0]:.3g}, leave float64's range; take fewer decades")
     walk = Walk(Xc.numpy(), Xc, geometry, objective, _KICK * scale, min_size,
                  merge_tol * scale, max_iter, tol * scale)
     with torch_threads(1):   # short (n, K) operations: one thread (see _threads)
