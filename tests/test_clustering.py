@@ -468,6 +468,20 @@ def test_overflowing_rows_without_normalization_are_an_error():
         est.predict(big)
 
 
+@pytest.mark.parametrize("method", ["predict", "predict_proba", "transform", "layer_output",
+                                    "score_samples"])
+def test_predicting_rows_whose_squared_distances_overflow_names_the_row(method):
+    """A fit on rows of spread 1 asked about a row at 1e155 (its squared distance to the
+    heads overflows float64): an error naming the row, where predict_proba, transform and
+    layer_output returned NaN or inf and predict an arbitrary head; a row at 1e100 is
+    still scored, with finite outputs."""
+    est = ac.AttentionClustering(3, random_state=0).fit(np.random.RandomState(0).randn(300, 2))
+    far = np.array([[0.0, 1.0], [1e100, 0.0], [1e155, 0.0]])
+    with pytest.raises(ValueError, match="row 2 of X is too far from the fitted heads"):
+        getattr(est, method)(far)
+    assert np.all(np.isfinite(getattr(est, method)(far[:2])))
+
+
 def test_center_scale_is_scale_invariant_even_when_squares_overflow():
     X = load_iris().data
     ref = SphereClustering(3, normalize="center-scale", random_state=0).fit(X)
