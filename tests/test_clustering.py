@@ -767,6 +767,9 @@ def test_uniform_attention_warns():
                 AttentionClustering(2, inverse_temperature=1e-3, random_state=0)):
         with pytest.warns(DegenerateFitWarning, match="nearly uniform"):
             est.fit(X)
+        # the attention weights tie to rounding there, the logits do not: labels_ is
+        # predict's argmax of the logits (it was the first of the tied weights)
+        np.testing.assert_array_equal(est.labels_, est.predict(X))
 
 
 @pytest.mark.parametrize("loader", [load_iris, load_wine, load_digits])

@@ -150,8 +150,8 @@ def solve(S, Sw, rows: WorkingRows, start, lam, plan: FitPlan, *, gen,
     else:
         res = fit_fixed_point(S, Sw, rows, start.heads, temps, steps, geometry=geometry,
                               **common)
-    labels, stats = rows.assign(
-        lambda chunk: softmax_heads(geometry.logits(chunk, res.heads, lam)), n_clusters)
+    labels, stats = rows.assign(lambda chunk: geometry.logits(chunk, res.heads, lam),
+                                n_clusters)
     return Ending(res, labels, stats[:n_clusters], float(stats[n_clusters]))
 
 

@@ -55,6 +55,7 @@ import torch
 from .._threads import map_chunks, torch_threads
 from .._validation import as_torch_dtype
 from ..layer.geometry import Geometry
+from ..layer.heads import softmax_heads
 from ..layer.results import IterationInfo
 from .communicator import Communicator
 
@@ -502,17 +503,20 @@ class WorkingRows:
             return rows.to(dtype), None
         return rows[:, :-1].to(dtype), rows[:, -1].to(dtype)
 
-    def assign(self, weights: Callable[[torch.Tensor], torch.Tensor], n_clusters: int
+    def assign(self, logits: Callable[[torch.Tensor], torch.Tensor], n_clusters: int
                ) -> tuple[np.ndarray, np.ndarray]:
-        """This rank's labels ``argmax_h weights(rows)_h``, ``(n,)``, and, summed over the
-        ranks, the cluster sizes and the sum of the largest weights, ``(K + 1,)`` (with
-        sample weights: their sums; a head winning only rows of weight zero wins nothing)."""
+        """This rank's labels ``argmax_h logits(rows)_h``, ``(n,)`` (of the logits, as
+        ``predict``: at a small ``lambda`` the attention weights of near heads are equal to
+        rounding, their logits not), and, summed over the ranks, the cluster sizes and the
+        sum of the largest attention weights, ``(K + 1,)`` (with sample weights: their
+        sums; a head winning only rows of weight zero wins nothing)."""
         labels = np.empty(self.rows.shape[0], dtype=np.int64)
         w = self.weights
 
-        def winners(start, chunk):   # labels (written in place) and sum_i max_h w_ih
-            best, z = weights(chunk).max(1)
-            labels[start:start + chunk.shape[0]] = z.cpu().numpy()
+        def winners(start, chunk):   # labels (written in place) and sum_i max_h a_ih
+            scores = logits(chunk)
+            labels[start:start + chunk.shape[0]] = scores.argmax(1).cpu().numpy()
+            best = softmax_heads(scores).max(1).values
             if w is not None:
                 best = best * w[start:start + chunk.shape[0]]
             return float(best.double().sum())
