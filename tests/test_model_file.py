@@ -3,8 +3,11 @@ weighs and scores as the one saved, and a file that is not one is refused in one
 
 from __future__ import annotations
 
+import gc
 import json
+import warnings
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -91,6 +94,32 @@ def test_an_unfitted_estimator_is_not_saved(tmp_path):
     with pytest.raises(ValueError, match="not fitted"):
         ac.save_model(ac.AttentionClustering(2), tmp_path / "m.npz")
     assert not list(tmp_path.iterdir())          # nothing half-written
+
+
+def test_a_path_that_cannot_be_written_is_one_line_and_writes_nothing(rows, tmp_path):
+    """A file where the model's folder should be, or a folder that holds no files: one
+    line naming the path asked for (the raw OS error named a hidden temporary file)."""
+    est = ac.AttentionClustering(2, random_state=0).fit(rows)
+    (tmp_path / "data.npy").write_bytes(b"")
+    for path in (tmp_path / "data.npy" / "m.npz", Path("/proc/m.npz")):
+        with pytest.raises(ValueError) as exc:
+            ac.save_model(est, path)
+        assert _one_line(exc).startswith(f"{path}: cannot write there (")
+        assert "nothing was written" in _one_line(exc)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npy"]
+
+
+def test_a_truncated_file_is_refused_and_closed(rows, tmp_path):
+    est = ac.AttentionClustering(2, random_state=0).fit(rows)
+    ac.save_model(est, tmp_path / "m.npz")
+    data = (tmp_path / "m.npz").read_bytes()
+    (tmp_path / "m.npz").write_bytes(data[:len(data) // 2])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        with pytest.raises(ValueError, match="not an attnclust model file"):
+            ac.load_model(tmp_path / "m.npz")
+        gc.collect()               # a file left open warns when it is collected
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
 
 
 def _rewrite(path, change) -> None:

@@ -178,10 +178,7 @@ def writable_folder(folder: str | os.PathLike) -> Iterator[Path]:
             with tempfile.TemporaryFile(dir=folder):
                 pass
         except OSError as exc:
-            reason = exc.strerror or type(exc).__name__
-            if isinstance(exc, (FileExistsError, NotADirectoryError)):
-                reason = "a file is in the way"
-            raise ValueError(f"{folder}: cannot write there ({reason})") from None
+            raise ValueError(f"{folder}: cannot write there ({_reason(exc)})") from None
         yield folder
     except BaseException:
         with deferred_interrupts():
@@ -189,6 +186,14 @@ def writable_folder(folder: str | os.PathLike) -> Iterator[Path]:
                 with contextlib.suppress(OSError):
                     f.rmdir()   # only if empty: never removes what someone else put there
         raise
+
+
+def _reason(exc: OSError) -> str:
+    """Why a file or folder cannot be created, in words (a file where a folder should be
+    is "in the way")."""
+    if isinstance(exc, (FileExistsError, NotADirectoryError)):
+        return "a file is in the way"
+    return exc.strerror or type(exc).__name__
 
 
 def _check_target(path: Path) -> None:
@@ -205,6 +210,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     ``open(path, "w")`` would give (``0o666`` less the umask, or those of the file it
     replaces), and is removed if the block raises.
 
+    Raises
+    ------
+    ValueError
+        ``path`` is a folder, its folder cannot hold a file (a file in the way, no
+        permission), or the write or the rename fails (a full disk): one line naming
+        ``path``.
+
     Examples
     --------
     >>> import tempfile, pathlib
@@ -216,13 +228,20 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     _check_target(path)
-    tmp = _temp_next_to(path)
     try:
-        yield tmp
-        os.chmod(tmp, _file_mode(path))
-        with deferred_interrupts():
-            os.replace(tmp, path)
-            _LIVE_TEMPS.discard(tmp)
+        tmp = _temp_next_to(path)
+    except OSError as exc:      # the folder cannot hold it: one line naming the path asked
+        raise ValueError(f"{path}: cannot write there ({_reason(exc)}); nothing was "
+                         "written") from None
+    try:
+        try:
+            yield tmp
+            os.chmod(tmp, _file_mode(path))
+            with deferred_interrupts():
+                os.replace(tmp, path)
+                _LIVE_TEMPS.discard(tmp)
+        except OSError as exc:   # a full disk, a file system that refuses the rename
+            raise _write_error(exc, path) from None
     finally:
         _discard(tmp)
 

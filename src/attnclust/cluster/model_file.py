@@ -136,7 +136,9 @@ def save_model(estimator, path: str | os.PathLike, *, info: dict | None = None) 
     Raises
     ------
     ValueError
-        ``estimator`` is not fitted.
+        ``estimator`` is not fitted, or ``path`` cannot be written (a file in the way of
+        its folder, no permission, a full disk): one line naming ``path``; nothing is
+        written.
 
     Examples
     --------
@@ -186,10 +188,11 @@ def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     if path.is_dir():
         raise ValueError(f"{path}: is a folder, not a model file")
     try:
-        archive = np.load(path, allow_pickle=False)
-        if isinstance(archive, np.lib.npyio.NpzFile):
-            with archive:
-                entries = {name: archive[name] for name in archive.files}
+        with open(path, "rb") as f:    # closed here also when NumPy cannot read the archive
+            archive = np.load(f, allow_pickle=False)
+            if isinstance(archive, np.lib.npyio.NpzFile):
+                with archive:
+                    entries = {name: archive[name] for name in archive.files}
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
