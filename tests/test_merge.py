@@ -124,6 +124,9 @@ def test_auto_counts_shapes_not_components(make, seed):
     weak = [w for w in caught if issubclass(w.category, WeakChoiceWarning)]
     # the heads' count: only a doubt about structure is still worth a warning
     assert bool(weak) == (est.k_choice_.weak and est.k_choice_.structure_z < 5)
+    for w in weak:       # the count the fit reports, not the components' (it said K = 10)
+        assert str(w.message).startswith(f"n_clusters='auto' chose K = 2 (the heads' "
+                                         f"clusters of {est.k_choice_.best} Gaussian ")
     assert est.k_choice_.best > 2                       # the components
     assert est.n_clusters_ == 2 and len(est.cluster_centers_) == 2, est.n_clusters_reason_
     assert est.n_clusters_reason_.startswith("2 clusters of the heads (merged: ")

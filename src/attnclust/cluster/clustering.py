@@ -464,7 +464,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         # the heads' count: fewer than the components keep only doubts about structure
         if plan.n_clusters is None and (self.n_clusters_ == K or (
                 self.n_clusters_ < K and self.k_choice_.structure_z < plan.settings.marginal_z)):
-            warn_if_weak(self.k_choice_, stacklevel=2)
+            warn_if_weak(self.k_choice_, clusters=self.n_clusters_, stacklevel=2)
         for name in _FITTED_ARRAYS:     # in the data's dtype, as KMeans and GaussianMixture
             value = getattr(self, name, None)
             if isinstance(value, np.ndarray) and value.dtype.kind == "f":

@@ -482,8 +482,11 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     return KChoice(best, best, bic, weight, z, bool(doubts), reason, shape)
 
 
-def warn_if_weak(choice: KChoice, *, stacklevel: int = 2) -> None:
-    """A :class:`WeakChoiceWarning` with the reason when ``choice`` is weak."""
+def warn_if_weak(choice: KChoice, *, clusters: int | None = None, stacklevel: int = 2) -> None:
+    """A :class:`WeakChoiceWarning` with the reason when ``choice`` is weak; ``clusters``:
+    the fit's count of clusters where its heads joined the components into fewer."""
     if choice.weak:
-        warnings.warn(f"n_clusters='auto' chose K = {choice.n_clusters} on weak evidence: "
-                      f"{choice.reason}", WeakChoiceWarning, stacklevel=stacklevel + 1)
+        K = choice.n_clusters if clusters in (None, choice.n_clusters) else \
+            f"{clusters} (the heads' clusters of {choice.n_clusters} Gaussian components)"
+        warnings.warn(f"n_clusters='auto' chose K = {K} on weak evidence: {choice.reason}",
+                      WeakChoiceWarning, stacklevel=stacklevel + 1)
