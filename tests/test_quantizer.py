@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.utils.estimator_checks import check_estimator
 
 import attnclust as ac
-from _tolerance import eps
+from _tolerance import eps, sum_tol
 from attnclust.study.in_context import identity_attention
 from attnclust.study.quantizer import AttentionQuantizer, estimate_sigma
 
@@ -53,6 +55,22 @@ def test_sigma_estimate_of_the_dirac_mixture_is_zero():
     assert estimate_sigma(X) == 0.0
     q = AttentionQuantizer().fit(X)
     assert q.sigma_ == 0.0 and q.inverse_temperature_ == 1.0
+
+
+def test_sigma_of_rows_whose_squares_overflow_is_their_scale_times_sigma():
+    """Rows of 1e200: ``sigma_hat`` is 1e200 times that of the rows (it was inf, the
+    squared norms overflowing), and ``"auto"`` says that ``lambda`` leaves float64 (it
+    reported ``inverse_temperature ... got 0.0``, which the caller never passed)."""
+    X = ac.GaussianMixture.orthogonal(d=10, k=2, sigma=3.0).sample(500, rng=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        big = estimate_sigma(X * 1e200)
+        # two sums of the n d squares, one of rows scaled by their largest entry (each
+        # square off by 2 u more): 2 sum_tol; the 1 subtracted is 1e-400 of them there
+        assert big / 1e200 == pytest.approx(np.sqrt((estimate_sigma(X) ** 2 * 10 + 1) / 10),
+                                            rel=2 * sum_tol(X.size))
+        with pytest.raises(ValueError, match=r"sigma_hat = .* below float64's range"):
+            AttentionQuantizer().fit(X * 1e200)
 
 
 def test_auto_inverse_temperature_is_the_running_example_rule():

@@ -122,7 +122,12 @@ def test_weights_that_leave_no_spread_are_one_clear_error():
     rounding; the error names the weights (it said "inverse temperature nan")."""
     w = np.ones(len(X))
     w[0] = 1e300
-    with pytest.raises(ValueError, match="under its sample_weight .* make the weights less"):
+    with pytest.raises(ValueError, match="under its sample_weight .* make the weights less") \
+            as caught:
+        _fit(X, w, init="kmeans++")
+    assert "nan" not in str(caught.value)            # no "inverse temperature nan" (1e200)
+    w[0] = 1e200
+    with pytest.raises(ValueError, match=r"puts the inverse temperature out of") as caught:
         _fit(X, w, init="kmeans++")
     tiny = X * 1e-160                         # no spread of its own: equal weights not named
     with pytest.raises(ValueError, match="spread") as caught:

@@ -44,6 +44,7 @@ paper          code                meaning
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -311,7 +312,7 @@ def _spread_error(scale: float, lam: float | None, weights) -> ValueError:
     """The error of a spread ``scale`` that puts the inverse temperature (``lam``, when
     known) out of float64's range; it names the sample weights when they differ (one
     row weighing 1e300 times the others leaves the rest no spread)."""
-    shown = "" if lam is None else f" {lam:.3g}"
+    shown = "" if lam is None or math.isnan(lam) else f" {lam:.3g}"
     unequal = weights is not None and len(weights) and float(weights.max()) > float(
         weights.min())
     return ValueError(f"the data's spread{' under its sample_weight' if unequal else ''} "

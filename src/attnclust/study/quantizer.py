@@ -80,8 +80,13 @@ def estimate_sigma(X) -> float:
         raise ValueError(f"X must be a non-empty (n, d) array, got shape {X.shape}")
     if not np.all(np.isfinite(X)):
         raise ValueError("X contains NaN or inf")
-    excess = np.mean(np.einsum("ij,ij->i", X, X)) - 1.0
-    return float(np.sqrt(max(excess, 0.0) / X.shape[1]))
+    peak = float(np.abs(X).max())
+    if peak <= 1e150:                   # the squared norms stay within float64
+        excess = np.mean(np.einsum("ij,ij->i", X, X)) - 1.0
+        return float(np.sqrt(max(excess, 0.0) / X.shape[1]))
+    U = X / peak                        # in units of the largest entry (1e200: no overflow)
+    return peak * float(np.sqrt(max(np.mean(np.einsum("ij,ij->i", U, U)) - peak ** -2.0,
+                                    0.0) / X.shape[1]))
 
 
 class AttentionQuantizer(RenamedParamsMixin, TransformerMixin, BaseEstimator):
@@ -163,7 +168,12 @@ class AttentionQuantizer(RenamedParamsMixin, TransformerMixin, BaseEstimator):
                 raise ValueError(f"inverse_temperature must be a positive number or 'auto', got "
                                  f"{self.inverse_temperature!r}")
             self.sigma_ = estimate_sigma(X)
-            self.inverse_temperature_ = 1.0 / (1.0 + 2.0 * self.sigma_**2)
+            self.inverse_temperature_ = 1.0 / (1.0 + 2.0 * self.sigma_ * self.sigma_)
+            if not self.inverse_temperature_ > 0:
+                raise ValueError(f"the rows' noise level sigma_hat = {self.sigma_:.3g} puts "
+                                 "inverse_temperature='auto', 1 / (1 + 2 sigma_hat^2), below "
+                                 "float64's range; rescale the rows (the layer expects "
+                                 "centroids of unit norm)")
         else:
             self.inverse_temperature_ = check_inverse_temperature(self.inverse_temperature)
         return self
