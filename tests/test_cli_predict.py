@@ -68,6 +68,23 @@ def test_predict_reads_the_columns_the_model_was_fitted_on(blobs, capsys):
     assert "6 columns" in err and "fitted on 3 (a, b, c)" in err
 
 
+def test_other_column_names_are_read_by_position_with_a_warning(blobs, capsys):
+    """A table whose header names other columns than the model's, as many: read by
+    position, as before, but no longer silently."""
+    X, z, tmp = blobs
+    _iris_like(X, z, tmp / "train.csv")
+    assert main(["fit", str(tmp / "train.csv"), "-k", "3", "--drop-columns", "species",
+                 "--out", str(tmp / "r"), "--quiet"]) == 0
+    (tmp / "other.csv").write_text("u,v,w\n" + "\n".join(
+        ",".join(repr(float(v)) for v in row) for row in X) + "\n")
+    assert main(["predict", str(tmp / "r.model.npz"), str(tmp / "other.csv"), "--out",
+                 str(tmp / "p")]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"attnclust predict: warning: {tmp / 'other.csv'}'s columns (u, v, w) are not those "
+        "the model was fitted on (a, b, c): read by position; choose them with --columns"]
+    np.testing.assert_array_equal(np.load(tmp / "p.labels.npy"), np.load(tmp / "r.labels.npy"))
+
+
 def test_predict_refuses_a_file_that_is_not_a_model(blobs, capsys):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)

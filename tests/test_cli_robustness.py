@@ -173,6 +173,27 @@ def test_any_warning_is_one_line(blobs, capsys, monkeypatch):
         "attnclust fit: warning: a user warning"]
 
 
+def test_options_read_only_with_others_warn_when_given_alone(blobs, capsys):
+    """--max-clusters with a given K and --timeout without --distributed were silently
+    ignored: each says so in a warning line, and the fit runs as without them."""
+    out = str(blobs.parent / "r")
+    assert main(["fit", str(blobs), "-k", "3", "--max-clusters", "20", "--timeout", "5",
+                 "--out", out]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "attnclust fit: warning: --max-clusters is read only with -k auto; -k 3 fits that "
+        "many clusters",
+        "attnclust fit: warning: --timeout is read only with --distributed"]
+
+
+def test_the_estimators_advice_is_given_in_flags(tmp_path, capsys):
+    """An error whose advice names an estimator parameter reads as the command's flag."""
+    X = ac.GaussianMixture.orthogonal(d=3, k=2, sigma=0.1).sample(100, rng=0) * 1e160
+    np.save(tmp_path / "big.npy", X)
+    line = fails(capsys, ["fit", str(tmp_path / "big.npy"), "-k", "2", "--out",
+                          str(tmp_path / "r")])
+    assert "pass --normalize center-scale" in line and "normalize=" not in line
+
+
 # -- output paths ---------------------------------------------------------------------------
 def test_out_equal_to_the_input_is_refused(blobs, capsys):
     before = blobs.read_bytes()

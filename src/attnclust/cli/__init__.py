@@ -22,7 +22,7 @@ import os
 import signal
 
 from . import bench, fit, path, predict, quantize, reproduce
-from ._common import EXIT_USAGE, CommandError, StdoutError, say
+from ._common import EXIT_USAGE, CommandError, StdoutError, as_fit_flags, say
 from ._runtime import (
     EXIT_SIGNAL,
     Interrupted,
@@ -70,6 +70,8 @@ def _run(args) -> int:
             return args.handler(args)
     except (CommandError, ValueError, OSError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
+        if args.command == "fit":       # the estimator's words, in the command's flags
+            message = as_fit_flags(message)
         say(f"attnclust {args.command}: error: {message}")
         return EXIT_USAGE
     except MemoryError as exc:      # not the input's fault: status 1, like other failures

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 
@@ -25,6 +26,32 @@ class StdoutError(CommandError):
     def __init__(self, exc: OSError):
         self.reason = exc.strerror or str(exc)
         super().__init__(f"could not write to stdout ({self.reason})")
+
+
+# the estimator's parameters that attnclust fit sets from flags, and those flags
+_FIT_FLAGS = {"n_clusters": "--n-clusters", "max_clusters": "--max-clusters",
+              "inverse_temperature": "--inverse-temperature", "geometry": "--geometry",
+              "covariance_type": "--covariance-type", "noise_head": "--noise-head",
+              "normalize": "--normalize", "max_iter": "--max-iter", "random_state": "--seed",
+              "device": "--device"}
+
+
+def as_fit_flags(message: str) -> str:
+    """The estimator's ``name='value'`` in a message written as ``attnclust fit``'s flags.
+
+    Examples
+    --------
+    >>> as_fit_flags("rescale the data or pass normalize='center-scale'")
+    'rescale the data or pass --normalize center-scale'
+    >>> as_fit_flags("it needs geometry='euclidean' and noise_head=False, not normalize=None")
+    'it needs --geometry euclidean and no --noise-head, not --normalize none'
+    """
+    def flag(match) -> str:
+        name, value = match.group(1), match.group(2).strip("'")
+        if name == "noise_head" and value in ("True", "False"):
+            return _FIT_FLAGS[name] if value == "True" else f"no {_FIT_FLAGS[name]}"
+        return f"{_FIT_FLAGS[name]} {'none' if value == 'None' else value}"
+    return re.sub(r"\b(" + "|".join(_FIT_FLAGS) + r")=('[^']*'|[\w.+-]+)", flag, message)
 
 
 def say(line: str) -> None:

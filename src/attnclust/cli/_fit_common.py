@@ -6,6 +6,7 @@ the output files.
 from __future__ import annotations
 
 import os
+import warnings
 
 from ._common import (
     CommandError,
@@ -18,6 +19,7 @@ from ._common import (
 
 # torch's gloo and TCPStore fail on timeouts of 1e10 s and more; a day-long job is 1e5 s
 MAX_TIMEOUT = 1e7
+DEFAULT_TIMEOUT = 300.0       # --timeout: seconds a rank waits for the others
 
 
 def prepare(args) -> tuple[dict, str]:
@@ -51,15 +53,9 @@ def fit_params(args) -> dict:
                            f"{args.covariance_type}")
     if args.max_iter < 1:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
-    max_clusters = getattr(args, "max_clusters", 10)
-    if max_clusters < 2:
-        raise CommandError(f"--max-clusters must be an integer of at least 2, got "
-                           f"{max_clusters}")
+    max_clusters = _max_clusters_and_timeout(args)
     check_seed(args.seed)
     check_device(args.device)
-    if not 0 < args.timeout <= MAX_TIMEOUT:       # also false for nan
-        raise CommandError(f"--timeout must be a positive number of seconds, at most "
-                           f"{MAX_TIMEOUT:g}, got {args.timeout}")
     given = inverse_temperature_arg(args, default="auto")
     inverse_temperature = given
     if given != "auto":
@@ -74,6 +70,25 @@ def fit_params(args) -> dict:
                 anneal=False if args.no_anneal else "auto", max_iter=args.max_iter,
                 random_state=args.seed, device=args.device, noise_head=args.noise_head,
                 max_clusters=max_clusters)
+
+
+def _max_clusters_and_timeout(args) -> int:
+    """``--max-clusters`` (default 10), checked, and ``--timeout`` set (default
+    :data:`DEFAULT_TIMEOUT`), checked; each given where it is not read warns."""
+    max_clusters = getattr(args, "max_clusters", None)
+    if max_clusters is not None and max_clusters < 2:
+        raise CommandError(f"--max-clusters must be an integer of at least 2, got "
+                           f"{max_clusters}")
+    if max_clusters is not None and args.n_clusters != "auto":
+        warnings.warn(f"--max-clusters is read only with -k auto; -k {args.n_clusters} "
+                      "fits that many clusters", UserWarning, stacklevel=3)
+    if args.timeout is not None and not args.distributed:
+        warnings.warn("--timeout is read only with --distributed", UserWarning, stacklevel=3)
+    args.timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
+    if not 0 < args.timeout <= MAX_TIMEOUT:       # also false for nan
+        raise CommandError(f"--timeout must be a positive number of seconds, at most "
+                           f"{MAX_TIMEOUT:g}, got {args.timeout}")
+    return 10 if max_clusters is None else max_clusters
 
 
 def output_prefix(args) -> str:

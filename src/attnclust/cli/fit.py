@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
                         ".csv.gz, .tsv.gz), or .parquet (pip install attnclust[parquet])")
     p.add_argument("--n-clusters", "-k", type=_n_clusters_arg, required=True, metavar="K",
                    help="number of clusters (heads), or 'auto' (chosen by the BIC of the layer)")
-    p.add_argument("--max-clusters", type=int, default=10, metavar="N",
+    p.add_argument("--max-clusters", type=int, default=None, metavar="N",
                    help="with -k auto: the largest K scored (default: 10)")
     p.add_argument("--out", default=None, metavar="PREFIX",
                    help="output prefix: PREFIX.centers.{npy,csv}, PREFIX.labels.{npy,csv}, "
@@ -71,7 +71,7 @@ def add_parser(sub) -> None:
                         "(gloo on CPU, NCCL on CUDA); each rank memory-maps only its rows "
                         "of a .npy (a .csv is read whole, then sliced); rank 0 alone prints "
                         "and writes")
-    p.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=float, default=None, metavar="SECONDS",
                    help="with --distributed: how long a rank waits for the others before "
                         "failing (rendezvous and each collective; default: 300, at most "
                         "1e7)")

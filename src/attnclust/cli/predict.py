@@ -69,16 +69,26 @@ def run(args) -> int:
 def _read(args, fitted_on):
     """DATA, its columns those the model was fitted on where neither column option is
     given and DATA has them all by name (a label column beside them is left out), else as
-    the options say."""
+    the options say; read by position under other names, with a warning."""
+    import warnings
+
     from .._io import ColumnError
     from ._data import read_table
 
-    named = fitted_on and not all(n.startswith("x") and n[1:].isdigit() for n in fitted_on)
-    if args.columns is None and args.drop_columns is None and named and not any(
-            "," in n for n in fitted_on):
+    def named(columns) -> bool:        # names of a header, not the x1, x2, ... of none
+        return bool(columns) and not all(n.startswith("x") and n[1:].isdigit()
+                                         for n in columns)
+    chosen = args.columns is not None or args.drop_columns is not None
+    if not chosen and named(fitted_on) and not any("," in n for n in fitted_on):
         args.columns = ",".join(fitted_on)
         try:
             return read_table(args)
         except ColumnError:
             args.columns = None
-    return read_table(args)
+    table = read_table(args)
+    if not chosen and named(fitted_on) and named(table.columns) and \
+            list(table.columns) != list(fitted_on):
+        warnings.warn(f"{args.data}'s columns ({', '.join(table.columns)}) are not those the "
+                      f"model was fitted on ({', '.join(fitted_on)}): read by position; "
+                      "choose them with --columns", UserWarning, stacklevel=2)
+    return table
