@@ -283,11 +283,11 @@ def test_assign_is_argmax_sizes_and_sharpness_whatever_the_chunks(chunk, workers
                                workers=workers)
     heads = torch.as_tensor(rows.heads_in(X[[0, 1, 2]]))
 
-    def weights(c):
-        return torch.softmax(Euclidean().logits(c, heads, 2.0), 1)
-    labels, stats = rows.assign(weights, 3)
+    def logits(c):
+        return Euclidean().logits(c, heads, 2.0)
+    labels, stats = rows.assign(logits, 3)
     Y = _all(rows)
-    W = weights(Y).numpy()
+    W = torch.softmax(logits(Y), 1).numpy()
     # products of blocks of other sizes (other kernels): labels off rounding ties, the
     # sizes those of the labels, the largest weights (each within its logits' rounding) summed
     # in other orders
