@@ -628,6 +628,18 @@ def test_grades_count_their_clusters_not_their_grid(seed):
     assert est.n_clusters_ == 2 and ac.adjusted_rand_index(y, est.labels_) > 0.9
 
 
+@pytest.mark.parametrize("far", [1e3, 1e5, 1e8])
+def test_one_far_row_leaves_the_clusters_of_the_others(far):
+    """One row far from three blobs inflates every feature's standard deviation: the
+    blobs, standardized, became narrower than the covariance floor 1e-6 and one
+    component (K = 2: the blobs and the far row). The floor follows the rows' typical
+    spread (their quartile range), and the blobs are counted as without the far row."""
+    X = _three_blobs()
+    est = ac.AttentionClustering(n_clusters="auto", random_state=0).fit(np.r_[X, [[far, far]]])
+    assert est.n_clusters_ in (3, 4)                  # the far row: the background or its own
+    assert ac.adjusted_rand_index(est.labels_[:-1], np.repeat([0, 1, 2], 150)) == 1.0
+
+
 @pytest.mark.parametrize("extra", ["constant", "near-constant"])
 def test_a_constant_column_changes_no_choice(extra):
     X = _three_blobs()

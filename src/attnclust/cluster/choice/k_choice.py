@@ -46,7 +46,12 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   feature is therefore ``max(1e-6, h_j^2 / 12)``, ``h_j`` the least gap between the
   feature's distinct values (:func:`resolution_floor`; continuous features have gaps
   far below, and keep ``1e-6``); the choice is then that of the rows spread uniformly
-  within their grid cells.
+  within their grid cells. The ``1e-6`` itself is relative to the feature's typical
+  spread, ``s_j^2 = (IQR_j / 1.349)^2`` (the variance of a Gaussian of that quartile
+  range; at most 1, the standardized variance): one row at 1e5 beside three blobs of
+  spread 0.5 inflated every standard deviation 300-fold, the blobs standardized became
+  narrower than a floor of ``1e-6`` and one component (``K = 2``, the blobs and the far
+  row; ``tests/test_auto_k.py``).
 - **The scan stops** once ``BIC(K)`` has stayed above the least so far for ``settings.patience``
   values of ``K`` in a row (or at ``max_clusters``); the ``K`` not scanned have
   ``BIC = inf``.
@@ -206,10 +211,11 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
     """The covariance floor ``(d,)`` along each feature of the standardized rows ``Z``
-    ``(n, d)`` (module docstring, *The data's resolution*): ``max(reg, min(h^2 / 12,
-    v))``, ``h`` the least gap between the feature's distinct values and ``v`` its variance
-    (a rare binary feature's grid is wider than its spread); ``reg`` for a feature with
-    one value. Principal components (rows wider than ``max_dim``) lie on no grid: ``reg``.
+    ``(n, d)`` (module docstring, *The data's resolution*): ``max(reg min(1, s^2),
+    min(h^2 / 12, v))``, ``s`` the feature's typical spread (its quartile range over
+    1.349; 1 where that is 0), ``h`` the least gap between its distinct values and ``v``
+    its variance (a rare binary feature's grid is wider than its spread). Principal
+    components (rows wider than ``max_dim``) lie on no grid.
 
     Examples
     --------
@@ -217,7 +223,9 @@ def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
     >>> resolution_floor(Z).round(6).tolist()                # a grid of step 1, and not
     [0.083333, 0.00067]
     """
-    floor = np.full(Z.shape[1], float(reg))
+    q1, q3 = np.percentile(Z, [25.0, 75.0], axis=0)
+    typical = (q3 - q1) / 1.349          # the spread of a Gaussian of that quartile range
+    floor = float(reg) * np.where(typical > 0, np.minimum(typical ** 2, 1.0), 1.0)
     for j in range(Z.shape[1]):
         gaps = np.diff(np.unique(Z[:, j]))
         if len(gaps):
