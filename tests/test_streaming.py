@@ -14,6 +14,7 @@ import attnclust as ac
 from _tolerance import attention_risk_tol, eps, sum_tol
 from attnclust.cli import main
 from attnclust.cluster.clustering import AttentionClustering
+from attnclust.cluster.degenerate import DegenerateFitWarning
 from attnclust.cluster.fixed_point import pass_sums, step_from_sums
 
 MIX = ac.GaussianMixture.random(d=4, k=3, sigma=0.1, min_angle=1.0, rng=0)
@@ -231,6 +232,22 @@ def test_a_later_batch_of_weight_zero_adds_nothing_to_the_running_sums():
     est.partial_fit(X[500:1000], sample_weight=np.zeros(500))
     assert est.stream_state_.total == total and est.inertia_ == 0.0
     np.testing.assert_array_equal(est.labels_, est.predict(X[500:1000]))
+
+
+def test_a_first_batch_that_caps_lambda_warns_and_the_shape_is_recorded():
+    """Three rows first: their clusters have no spread and lambda, fixed for the stream,
+    is at its cap; it said nothing (fit warns). A stream records its heads' shape, as a
+    fit does (covariance_type_ was missing)."""
+    est = AttentionClustering(3, random_state=0)
+    with pytest.warns(DegenerateFitWarning, match="of the first batch, which fixes lambda"):
+        est.partial_fit(X[:3])
+    assert (est.covariance_type_, est.covariance_type_reason_) == (
+        "spherical", "spherical: partial_fit streams spherical heads")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)    # later batches: no repeat
+        est.partial_fit(X[3:500])
+    given = AttentionClustering(3, covariance_type="spherical", random_state=0)
+    assert given.partial_fit(X[:500]).covariance_type_reason_ == "given"
 
 
 def test_partial_fit_after_fit_continues_from_its_heads():

@@ -32,13 +32,22 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["DegenerateFitWarning", "warn_if_degenerate"]
+__all__ = ["DegenerateFitWarning", "warn_capped", "warn_if_degenerate"]
 
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
 
 
 class DegenerateFitWarning(ConvergenceWarning):
     """A fit ended somewhere its clusters cannot be trusted (dead head, degenerate lambda)."""
+
+
+def warn_capped(inverse_temperature: float, *, where: str = "", stacklevel: int = 2) -> None:
+    """The :class:`DegenerateFitWarning` of a ``lambda`` at its cap (``where``: which rows
+    set it, when not all of them)."""
+    warnings.warn(f"the clusters{where} have (nearly) no spread, so "
+                  f"lambda={inverse_temperature:.3g} is at its cap (1e12 over the data's "
+                  "mean squared spread, or 1e12 when the rows are all equal; 1e6 in "
+                  "float32); duplicated rows?", DegenerateFitWarning, stacklevel=stacklevel + 1)
 
 
 def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
@@ -67,10 +76,7 @@ def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
                       f"{K} clusters; try another random_state or init, or fewer clusters",
                       DegenerateFitWarning, stacklevel=stacklevel + 1)
     if capped:
-        warnings.warn(f"the clusters have (nearly) no spread, so {shown} is at its cap "
-                      "(1e12 over the data's mean squared spread, or 1e12 when the rows "
-                      "are all equal; 1e6 in float32); duplicated rows?",
-                      DegenerateFitWarning, stacklevel=stacklevel + 1)
+        warn_capped(inverse_temperature, stacklevel=stacklevel + 1)
     # at the cap the attention is as sharp as it gets: heads that share their rows
     # (reported above as winning none) are the cause, not a small lambda
     if not capped and K > 1 and sharpness / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):

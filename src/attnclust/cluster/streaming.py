@@ -63,6 +63,7 @@ import torch
 
 from .._validation import as_generator
 from .communicator import Communicator
+from .degenerate import warn_capped
 from .fixed_point import forget_heads, pass_sums, step_from_sums
 from .kmeans.swap import single_swap
 from .rows import WorkingSpace
@@ -100,6 +101,10 @@ def _first_state(plan: FitPlan, Xp: np.ndarray, weights, gen) -> StreamState:
     """Initial heads and lambda from the first batch, as ``fit`` starts (see above)."""
     rows = plan.working_rows(Xp, Communicator.local(Xp.shape[0]), weights=weights)
     S, _, start, lam = plan.warm_start(rows, gen, hard=False)
+    if start.capped:            # every later batch keeps it: say so now, as fit does
+        warn_capped(rows.inverse_temperature_out(float(lam)),
+                    where=" of the first batch, which fixes lambda for the stream,",
+                    stacklevel=4)
     return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.space,
                        S.dtype, str(plan.device), rows.chunk)
 
@@ -127,7 +132,9 @@ def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = 
     Sets ``cluster_centers_``, ``n_clusters_``, ``inverse_temperature_``, ``labels_`` (of
     this batch, as ``MiniBatchKMeans`` does), ``n_steps_`` (batches seen), ``n_iter_`` (the
     same), ``loss_curve_`` (after each batch, the risk of the running sums: rows seen,
-    weighted) and ``stream_state_``.
+    weighted) and ``stream_state_``; on the first batch ``covariance_type_`` (spherical)
+    and its reason, and a ``DegenerateFitWarning`` where its ``lambda``, which every batch
+    keeps, is at its cap (a first batch of a few rows or of equal rows).
 
     Examples
     --------
@@ -156,6 +163,9 @@ def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = 
         state = _first_state(plan, Xp, weights, as_generator(plan.random_state, "random_state"))
         state.weight_unit = unit
         est.loss_curve_ = np.zeros(0)
+        est.covariance_type_ = "spherical"             # as fit records its heads' shape
+        est.covariance_type_reason_ = ("given" if plan.covariance.name == "spherical" else
+                                       "spherical: partial_fit streams spherical heads")
     else:
         Xp = plan.preprocess(X, (est.mean_, est.scale_))
         if resumed:
