@@ -164,8 +164,8 @@ def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = 
         state.weight_unit = unit
         est.loss_curve_ = np.zeros(0)
         est.covariance_type_ = "spherical"             # as fit records its heads' shape
-        est.covariance_type_reason_ = ("given" if plan.covariance.name == "spherical" else
-                                       "spherical: partial_fit streams spherical heads")
+        est.covariance_type_reason_ = ("spherical: partial_fit streams spherical heads"
+                                       if plan.covariance.automatic else "given")
     else:
         Xp = plan.preprocess(X, (est.mean_, est.scale_))
         if resumed:
