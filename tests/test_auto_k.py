@@ -11,6 +11,7 @@ from itertools import groupby
 import numpy as np
 import pytest
 from sklearn.cluster import KMeans
+from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
 from _tolerance import sum_tol
@@ -739,3 +740,18 @@ def test_the_choice_of_k_reads_the_weights():
         warnings.simplefilter("ignore")
         est = ac.AttentionClustering("auto", random_state=0).fit(X, sample_weight=w)
     assert est.n_clusters_ == 1 and "too few rows (2)" in est.n_clusters_reason_
+
+
+_NO_STREAM = ("partial_fit needs n_clusters as a number: 'auto' chooses K on all the rows "
+              "at once, and it raises a ValueError saying so")
+
+
+@parametrize_with_checks([ac.AttentionClustering("auto", max_iter=20)],
+                         expected_failed_checks=lambda est: {
+                             "check_n_features_in_after_fitting": _NO_STREAM,
+                             "check_estimators_partial_fit_n_features": _NO_STREAM})
+def test_sklearn_compatible(estimator, check):
+    """``n_clusters="auto"`` passes scikit-learn's estimator checks but for partial_fit's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(estimator)

@@ -197,9 +197,9 @@ def check_streaming(est) -> None:
                          f"solver={est.solver!r}, penalty={est.penalty!r}")
     fitted = hasattr(est, "cluster_centers_")
     if not fitted and isinstance(est.n_clusters, str):
-        raise ValueError("partial_fit needs n_clusters as a number: 'auto' reads K off the "
-                         "temperature path of all the rows (fit n_clusters='auto' on a "
-                         "sample, then stream on from that fit)")
+        raise ValueError("partial_fit needs n_clusters as a number: 'auto' chooses K on "
+                         "all the rows at once (fit n_clusters='auto' on a sample, then "
+                         "stream on from that fit)")
     if fitted and est.n_clusters not in ("auto", len(est.cluster_centers_)):
         raise ValueError(f"n_clusters={est.n_clusters} but the estimator streams "
                          f"{len(est.cluster_centers_)} heads; fit a new estimator to change "
