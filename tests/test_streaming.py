@@ -232,6 +232,14 @@ def test_a_later_batch_of_weight_zero_adds_nothing_to_the_running_sums():
     est.partial_fit(X[500:1000], sample_weight=np.zeros(500))
     assert est.stream_state_.total == total and est.inertia_ == 0.0
     np.testing.assert_array_equal(est.labels_, est.predict(X[500:1000]))
+    # a batch of weight zero and few rows: no swap (it split an empty cell: IndexError)
+    rng = np.random.default_rng(0)
+    blobs = np.r_[rng.normal(-3, 1, (300, 2)), rng.normal(3, 1, (300, 2))]
+    for seed in range(3):
+        stream = AttentionClustering(3, random_state=seed).partial_fit(blobs[::2])
+        swaps = stream.stream_state_.n_swaps
+        stream.partial_fit(blobs[1:100:2], sample_weight=np.zeros(50))
+        assert stream.stream_state_.n_swaps == swaps
 
 
 def test_a_first_batch_that_caps_lambda_warns_and_the_shape_is_recorded():

@@ -228,7 +228,8 @@ def _step(est, state: StreamState, rows: torch.Tensor, weights, geometry) -> Non
     """Add the batch's sums to the running ones and take the step; set the attributes."""
     w = None if weights is None else torch.as_tensor(weights, dtype=state.dtype,
                                                      device=rows.device)
-    _swap(state, rows, w, geometry)
+    if w is None or float(w.sum()) > 0:      # a batch of weight zero has no cost to lower
+        _swap(state, rows, w, geometry)
     batch = pass_sums(rows, state.heads, state.lam, geometry=geometry, weights=w,
                       chunk=state.chunk)
     state.sums = batch if state.sums.numel() == 0 else state.sums + batch
