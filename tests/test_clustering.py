@@ -471,13 +471,24 @@ def test_overflowing_rows_without_normalization_are_an_error():
         est.predict(big)
 
 
-@pytest.mark.parametrize("method", ["predict", "predict_proba", "transform", "layer_output",
-                                    "score_samples"])
-def test_predicting_rows_whose_squared_distances_overflow_names_the_row(method):
-    """A fit on rows of spread 1 asked about a row at 1e155 (its squared distance to the
-    heads overflows float64): an error naming the row, where predict_proba, transform and
-    layer_output returned NaN or inf and predict an arbitrary head; a row at 1e100 is
-    still scored, with finite outputs."""
+@pytest.mark.parametrize("far", [1e17, 1e100, 1e155])
+def test_far_rows_go_to_the_head_farthest_along_their_direction(far):
+    """A row ``r u`` far from the heads (``r`` 1e17 to 1e155 times their spread) is
+    nearest the head of largest ``<u, mu_h>``: predict says so and predict_proba is that
+    head's (product-form logits; the squared distances tied every head from 1e17 and
+    overflowed at 1e155, giving head 0 and NaN)."""
+    est = AttentionClustering(3, covariance_type="spherical", random_state=0).fit(
+        np.random.RandomState(0).randn(300, 2))
+    u = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.0, -1.0]])
+    nearest = (u @ est.cluster_centers_.T).argmax(1)
+    np.testing.assert_array_equal(est.predict(far * u), nearest)
+    np.testing.assert_array_equal(est.predict_proba(far * u), np.eye(3)[nearest])
+
+
+@pytest.mark.parametrize("method", ["transform", "score_samples"])
+def test_a_distance_that_overflows_names_the_row(method):
+    """Distances and densities of a row at 1e155 (its squared distance overflows
+    float64): an error naming the row, where they returned inf; at 1e100, finite."""
     est = ac.AttentionClustering(3, random_state=0).fit(np.random.RandomState(0).randn(300, 2))
     far = np.array([[0.0, 1.0], [1e100, 0.0], [1e155, 0.0]])
     with pytest.raises(ValueError, match="row 2 of X is too far from the fitted heads"):

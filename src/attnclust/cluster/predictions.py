@@ -110,25 +110,23 @@ class LayerPredictionsMixin:
         X = self._validate(X, reset=False)
         step = chunk_rows(None, X.shape[1], len(self.cluster_centers_))
         center = (self.mean_, self.scale_)
-        middle = np.asarray(self.cluster_centers_, dtype=np.float64).mean(0)
-        out = np.concatenate([fn(self._within_range(
-            self._plan.preprocess(X[s:s + step], center, offset=s), middle, s))
-            for s in range(0, X.shape[0], step)])
+        out = np.concatenate([self._finite(fn(self._plan.preprocess(X[s:s + step], center,
+                                                                   offset=s)), X, s)
+                              for s in range(0, X.shape[0], step)])
         return out.astype(X.dtype, copy=False) if keep_dtype else out
 
     @staticmethod
-    def _within_range(Xp: np.ndarray, middle: np.ndarray, offset: int) -> np.ndarray:
-        """The preprocessed rows ``Xp``, unless a row's squared distance from the heads'
-        ``middle`` overflows float64 (its attention and distances would be NaN or inf):
-        then a ``ValueError`` naming the row (``offset``: the block's first row)."""
-        with np.errstate(over="ignore", invalid="ignore"):
-            far = ~np.isfinite(np.square(np.asarray(Xp, dtype=np.float64) - middle).sum(1))
-        if far.any():
-            i = int(np.flatnonzero(far)[0])
-            raise ValueError(f"row {offset + i} of X is too far from the fitted heads: its "
-                             "squared distance to them overflows float64 (entries up to "
-                             f"{float(np.abs(Xp[i]).max()):.3g} in the fit's units)")
-        return Xp
+    def _finite(out: np.ndarray, X: np.ndarray, offset: int) -> np.ndarray:
+        """A block's outputs ``out``, unless a row's are not finite (a row so far from the
+        heads that its squared distance overflows float64: a distance, a density or,
+        under shaped heads, an attention of NaN or inf): then a ``ValueError`` naming the
+        row (``offset``: the block's first row in ``X``)."""
+        if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
+            i = int(np.flatnonzero(~np.isfinite(out.reshape(len(out), -1)).all(1))[0])
+            raise ValueError(f"row {offset + i} of X is too far from the fitted heads to "
+                             "score: its squared distance to them overflows float64 "
+                             f"(entries up to {float(np.abs(X[offset + i]).max()):.3g})")
+        return out
 
     def predict_proba(self, X) -> np.ndarray:
         """Attention weights ``a_h(x)``, shape (n_samples, n_clusters), rows sum to one

@@ -405,7 +405,9 @@ class Euclidean(Geometry):
         product form) for the rows where the product form's rounding could reorder the two
         highest logits or move one by more than ``_PRECISE``: its terms grow with the
         distance from the frame's origin, and a far head (a row at 1e9 beside two blobs
-        near 0) left the near heads' logits equal to rounding."""
+        near 0) left the near heads' logits equal to rounding. Not for rows farther from
+        the heads than their reach: there the squared distances round more (a row 1e17
+        away tied every head) and the product form orders the heads."""
         center = heads.mean(0)
         xc, hc = x - center, heads - center
         logits = self.logits(xc, hc, lam)
@@ -417,7 +419,12 @@ class Euclidean(Geometry):
             torch.linalg.vector_norm(xc, dim=1) * reach + reach * reach)
         top, z = logits.max(1)
         runner = logits.scatter(1, z[:, None], float("-inf")).amax(1)
-        redo = torch.nonzero((top - runner <= 2.0 * error) | (error > _PRECISE))[:, 0]
+        # the differences round ||x - mu||^2 instead: less only where the runner-up head is
+        # within about the heads' reach (far rows' distances tie to rounding; 1e17 away)
+        big = xc.abs().amax(1).clamp_min(torch.finfo(x.dtype).tiny)   # ||xc||, no overflow
+        norm = big * torch.linalg.vector_norm(xc / big[:, None], dim=1)
+        near = norm * norm - 2.0 * runner / lam <= (norm + reach) * reach
+        redo = torch.nonzero(((top - runner <= 2.0 * error) | (error > _PRECISE)) & near)[:, 0]
         if redo.numel():
             dist = torch.cdist(x[redo], heads, compute_mode="donot_use_mm_for_euclid_dist")
             logits[redo] = (-0.5 * lam) * dist.square_()    # another constant per row
