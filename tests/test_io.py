@@ -3,6 +3,7 @@ writes, and the data loader's handling of dtypes and CSV headers."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -47,6 +48,22 @@ def test_atomic_path_upper_case_suffix_with_a_path_based_writer(tmp_path):
         np.save(tmp, X)
     assert os.listdir(tmp_path) == ["q.NPY"]
     np.testing.assert_array_equal(np.load(tmp_path / "q.NPY"), X)
+
+
+def test_atomic_path_names_its_target_for_its_own_write_errors_only(tmp_path):
+    """A full disk while the block writes the temporary file: one line naming the target
+    (not the hidden temporary); an error about another file (an input the block reads)
+    passes through as it is; nothing is left either way."""
+    with pytest.raises(ValueError, match=r"a\.npz: no space left on the device"):
+        with atomic_path(tmp_path / "a.npz") as tmp:
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
+    with pytest.raises(FileNotFoundError, match="missing.csv"):
+        with atomic_path(tmp_path / "a.npz"):
+            (tmp_path / "missing.csv").read_text()
+    (tmp_path / "data.csv").write_text("")
+    with pytest.raises(ValueError, match=r"x\.npy: cannot write there \(a file is in the way"):
+        save_matrices({tmp_path / "data.csv" / "x.npy": np.eye(2)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.csv"]
 
 
 @posix_only

@@ -196,6 +196,15 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or type(exc).__name__
 
 
+def _staged_temp(path: Path) -> Path:
+    """:func:`_temp_next_to`, its failure one line naming ``path`` (not the temporary)."""
+    try:
+        return _temp_next_to(path)
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot write there ({_reason(exc)}); nothing was "
+                         "written") from None
+
+
 def _check_target(path: Path) -> None:
     if path.is_dir():
         raise ValueError(f"{path}: is a folder, cannot write a file there")
@@ -214,8 +223,9 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     ------
     ValueError
         ``path`` is a folder, its folder cannot hold a file (a file in the way, no
-        permission), or the write or the rename fails (a full disk): one line naming
-        ``path``.
+        permission), or the write of the temporary file or the rename fails (a full
+        disk): one line naming ``path``; the block's errors about other files pass
+        through.
 
     Examples
     --------
@@ -228,19 +238,20 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     path = Path(path)
     _check_target(path)
-    try:
-        tmp = _temp_next_to(path)
-    except OSError as exc:      # the folder cannot hold it: one line naming the path asked
-        raise ValueError(f"{path}: cannot write there ({_reason(exc)}); nothing was "
-                         "written") from None
+    tmp = _staged_temp(path)
     try:
         try:
             yield tmp
+        except OSError as exc:   # the block's write of tmp (a full disk), not its other files
+            if exc.filename not in (None, str(tmp)):
+                raise
+            raise _write_error(exc, path) from None
+        try:
             os.chmod(tmp, _file_mode(path))
             with deferred_interrupts():
                 os.replace(tmp, path)
                 _LIVE_TEMPS.discard(tmp)
-        except OSError as exc:   # a full disk, a file system that refuses the rename
+        except OSError as exc:   # a file system that refuses the rename
             raise _write_error(exc, path) from None
     finally:
         _discard(tmp)
@@ -276,7 +287,7 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
     staged: list[tuple[Path, Path]] = []
     try:
         for path, array in targets:
-            tmp = _temp_next_to(path)
+            tmp = _staged_temp(path)
             staged.append((tmp, path))
             try:
                 if callable(array):     # a writer of its own format (a figure)
