@@ -69,8 +69,10 @@ def test_sigma_of_rows_whose_squares_overflow_is_their_scale_times_sigma():
         # square off by 2 u more): 2 sum_tol; the 1 subtracted is 1e-400 of them there
         assert big / 1e200 == pytest.approx(np.sqrt((estimate_sigma(X) ** 2 * 10 + 1) / 10),
                                             rel=2 * sum_tol(X.size))
+        q = AttentionQuantizer()
         with pytest.raises(ValueError, match=r"sigma_hat = .* below float64's range"):
-            AttentionQuantizer().fit(X * 1e200)
+            q.fit(X * 1e200)
+        assert not hasattr(q, "inverse_temperature_")      # a failed fit leaves it unfitted
 
 
 def test_auto_inverse_temperature_is_the_running_example_rule():

@@ -133,7 +133,8 @@ def test_plot_and_summary():
     (dict(geometry="torus"), "geometry"),
     (dict(inverse_temperatures=[1.0, -1.0]), "positive"),
     (dict(stride=0), "stride"),
-    (dict(n_decades=1e6), r"n_decades in \(0, 100\], got 1.08 and 1000000.0"),
+    (dict(n_decades=1e6), r"n_decades=1000000.0 at grid_ratio=1.08 is a grid of 2.99e\+07"),
+    (dict(grid_ratio=1 + 1e-9, n_decades=3.0), r"is a grid of 6.91e\+09 inverse temperatures"),
 ])
 def test_bad_inputs_name_the_bad_value(kwargs, match):
     args = dict(X=_two_blobs(n=50), max_clusters=2) | kwargs

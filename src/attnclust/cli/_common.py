@@ -43,15 +43,19 @@ def as_fit_flags(message: str) -> str:
     --------
     >>> as_fit_flags("rescale the data or pass normalize='center-scale'")
     'rescale the data or pass --normalize center-scale'
-    >>> as_fit_flags("it needs geometry='euclidean' and noise_head=False, not normalize=None")
-    'it needs --geometry euclidean and no --noise-head, not --normalize none'
+    >>> as_fit_flags("it needs geometry='euclidean' and noise_head=False, not normalize=None.")
+    'it needs --geometry euclidean and no --noise-head, not --normalize none.'
+    >>> as_fit_flags("/data/geometry=sphere/x.csv: no such file; lambda=1e-3")
+    '/data/geometry=sphere/x.csv: no such file; lambda=1e-3'
     """
     def flag(match) -> str:
         name, value = match.group(1), match.group(2).strip("'")
         if name == "noise_head" and value in ("True", "False"):
             return _FIT_FLAGS[name] if value == "True" else f"no {_FIT_FLAGS[name]}"
         return f"{_FIT_FLAGS[name]} {'none' if value == 'None' else value}"
-    return re.sub(r"\b(" + "|".join(_FIT_FLAGS) + r")=('[^']*'|[\w.+-]+)", flag, message)
+    # a name not inside a path or a word, and a value without a sentence's closing period
+    return re.sub(r"(?<![\w/.=-])(" + "|".join(_FIT_FLAGS) + r")=('[^']*'|[\w+-]+(?:\.[\w+-]+)*)",
+                  flag, message)
 
 
 def say(line: str) -> None:

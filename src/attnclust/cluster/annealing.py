@@ -249,6 +249,9 @@ def _follow(walk: Walk, start, grid, K, stride, callback) -> list[tuple]:
     return rows
 
 
+_MAX_GRID = 100_000    # values of the default grid: about 0.8 MB, and as many fixed points
+
+
 def path_grid(X, *, geometry: str = "euclidean", grid_ratio: float = 1.08,
               n_decades: float = 3.0) -> np.ndarray:
     """The default grid: ``0.5 lambda_c grid_ratio^j`` over ``n_decades`` decades.
@@ -261,13 +264,17 @@ def path_grid(X, *, geometry: str = "euclidean", grid_ratio: float = 1.08,
     >>> grid.tolist()
     [0.5, 5.0, 50.0]
     """
-    if not grid_ratio > 1 or not 0 < n_decades <= 100:
-        raise ValueError(f"grid_ratio must be > 1 and n_decades in (0, 100], got "
-                         f"{grid_ratio!r} and {n_decades!r}")
+    if not grid_ratio > 1 or not n_decades > 0:
+        raise ValueError(f"grid_ratio must be > 1 and n_decades > 0, got {grid_ratio!r} and "
+                         f"{n_decades!r}")
+    size = n_decades * math.log(10) / math.log(grid_ratio) + 1
+    if not size <= _MAX_GRID:
+        raise ValueError(f"n_decades={n_decades!r} at grid_ratio={grid_ratio!r} is a grid of "
+                         f"{size:.3g} inverse temperatures, more than {_MAX_GRID:,}; take "
+                         "fewer decades or a larger ratio")
     lam_c = predicted_first_split(X, geometry=geometry)
     with np.errstate(over="ignore"):         # a grid past float64's range: checked by its user
-        return 0.5 * lam_c * grid_ratio ** np.arange(
-            int(n_decades * math.log(10) / math.log(grid_ratio) + 1e-9) + 1)
+        return 0.5 * lam_c * grid_ratio ** np.arange(int(size - 1 + 1e-9) + 1)
 
 
 def temperature_path(
@@ -301,6 +308,8 @@ def temperature_path(
     inverse_temperatures : array-like, optional
         The grid; by default ``0.5 / lambda_c`` times ``grid_ratio ** j`` over
         ``n_decades`` decades, ``lambda_c`` the predicted first split of the annealing.
+    grid_ratio, n_decades : float, default=1.08 and 3.0
+        The default grid's ratio (``> 1``) and span (``> 0``), at most 100,000 values.
     min_cluster_size : int, optional
         Rows a cluster needs to be counted; default ``max(5, n // 100)``.
     merge_tol : float

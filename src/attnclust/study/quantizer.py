@@ -167,13 +167,14 @@ class AttentionQuantizer(RenamedParamsMixin, TransformerMixin, BaseEstimator):
             if self.inverse_temperature != "auto":
                 raise ValueError(f"inverse_temperature must be a positive number or 'auto', got "
                                  f"{self.inverse_temperature!r}")
-            self.sigma_ = estimate_sigma(X)
-            self.inverse_temperature_ = 1.0 / (1.0 + 2.0 * self.sigma_ * self.sigma_)
-            if not self.inverse_temperature_ > 0:
-                raise ValueError(f"the rows' noise level sigma_hat = {self.sigma_:.3g} puts "
+            sigma = estimate_sigma(X)
+            lam = 1.0 / (1.0 + 2.0 * sigma * sigma)
+            if not lam > 0:                   # checked before the estimator is changed
+                raise ValueError(f"the rows' noise level sigma_hat = {sigma:.3g} puts "
                                  "inverse_temperature='auto', 1 / (1 + 2 sigma_hat^2), below "
                                  "float64's range; rescale the rows (the layer expects "
                                  "centroids of unit norm)")
+            self.sigma_, self.inverse_temperature_ = sigma, lam
         else:
             self.inverse_temperature_ = check_inverse_temperature(self.inverse_temperature)
         return self
