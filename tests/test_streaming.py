@@ -258,6 +258,26 @@ def test_a_first_batch_that_caps_lambda_warns_and_the_shape_is_recorded():
     assert given.partial_fit(X[:500]).covariance_type_reason_ == "given"
 
 
+def test_partial_fit_after_a_fit_of_shaped_heads_is_refused():
+    """A default fit that chose full heads (iris): the stream's spherical steps would move
+    the centres while predict read the fit's covariances (predict agreed with labels_ on
+    82% of a batch); partial_fit says to fit spherical heads instead, and changes
+    nothing."""
+    from sklearn.datasets import load_iris
+
+    iris = load_iris().data
+    est = AttentionClustering(3, random_state=0).fit(iris)
+    assert est.covariance_type_ == "full"
+    before = est.cluster_centers_.copy()
+    with pytest.raises(ValueError, match="partial_fit streams spherical heads, and this "
+                                         "fit's heads are full"):
+        est.partial_fit(iris[:50])
+    np.testing.assert_array_equal(est.cluster_centers_, before)
+    spherical = AttentionClustering(3, covariance_type="spherical", random_state=0).fit(iris)
+    spherical.partial_fit(iris[:50])
+    np.testing.assert_array_equal(spherical.predict(iris[:50]), spherical.labels_)
+
+
 def test_partial_fit_after_fit_continues_from_its_heads():
     est = AttentionClustering(3, random_state=0).fit(X)
     before = est.cluster_centers_.copy()

@@ -53,7 +53,7 @@ def fit_params(args) -> dict:
                            f"{args.covariance_type}")
     if args.max_iter < 1:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
-    max_clusters = _max_clusters_and_timeout(args)
+    max_clusters, args.timeout = _max_clusters_and_timeout(args)
     check_seed(args.seed)
     check_device(args.device)
     given = inverse_temperature_arg(args, default="auto")
@@ -72,9 +72,9 @@ def fit_params(args) -> dict:
                 max_clusters=max_clusters)
 
 
-def _max_clusters_and_timeout(args) -> int:
-    """``--max-clusters`` (default 10), checked, and ``--timeout`` set (default
-    :data:`DEFAULT_TIMEOUT`), checked; each given where it is not read warns."""
+def _max_clusters_and_timeout(args) -> tuple[int, float]:
+    """``--max-clusters`` (default 10) and ``--timeout`` (default :data:`DEFAULT_TIMEOUT`),
+    checked; each given where it is not read warns."""
     max_clusters = getattr(args, "max_clusters", None)
     if max_clusters is not None and max_clusters < 2:
         raise CommandError(f"--max-clusters must be an integer of at least 2, got "
@@ -84,11 +84,11 @@ def _max_clusters_and_timeout(args) -> int:
                       "fits that many clusters", UserWarning, stacklevel=3)
     if args.timeout is not None and not args.distributed:
         warnings.warn("--timeout is read only with --distributed", UserWarning, stacklevel=3)
-    args.timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
-    if not 0 < args.timeout <= MAX_TIMEOUT:       # also false for nan
+    timeout = DEFAULT_TIMEOUT if args.timeout is None else args.timeout
+    if not 0 < timeout <= MAX_TIMEOUT:       # also false for nan
         raise CommandError(f"--timeout must be a positive number of seconds, at most "
-                           f"{MAX_TIMEOUT:g}, got {args.timeout}")
-    return 10 if max_clusters is None else max_clusters
+                           f"{MAX_TIMEOUT:g}, got {timeout}")
+    return 10 if max_clusters is None else max_clusters, timeout
 
 
 def output_prefix(args) -> str:

@@ -198,8 +198,15 @@ def check_streaming(est) -> None:
     fitted = hasattr(est, "cluster_centers_")
     if not fitted and isinstance(est.n_clusters, str):
         raise ValueError("partial_fit needs n_clusters as a number: 'auto' chooses K on "
-                         "all the rows at once (fit n_clusters='auto' on a sample, then "
-                         "stream on from that fit)")
+                         "all the rows at once (fit n_clusters='auto', "
+                         "covariance_type='spherical' on a sample, then stream on from "
+                         "that fit)")
+    plan = getattr(est, "_plan", None)
+    if fitted and plan is not None and plan.covariance.shaped:
+        raise ValueError(f"partial_fit streams spherical heads, and this fit's heads are "
+                         f"{est.covariance_type_} (their covariances would not follow the "
+                         "stream, and predict would read them); fit with "
+                         "covariance_type='spherical' to stream on from the fit")
     if fitted and est.n_clusters not in ("auto", len(est.cluster_centers_)):
         raise ValueError(f"n_clusters={est.n_clusters} but the estimator streams "
                          f"{len(est.cluster_centers_)} heads; fit a new estimator to change "
