@@ -641,6 +641,20 @@ def test_one_far_row_leaves_the_clusters_of_the_others(far):
     assert ac.adjusted_rand_index(est.labels_[:-1], np.repeat([0, 1, 2], 150)) == 1.0
 
 
+def test_the_floor_of_a_mostly_zero_feature_follows_its_other_rows():
+    """More than half the rows at 0 (a count), the rest in 0.5-1.5, and one row at 1e5:
+    the quartile range is 0, and the floor follows the 5-95% range (not the variance the
+    far row inflated, nor the standardized 1)."""
+    from attnclust.cluster.choice.k_choice import resolution_floor, standardized
+
+    rng = np.random.default_rng(0)
+    x = np.r_[np.zeros(600), rng.uniform(0.5, 1.5, 399), [1e5]]
+    Z = standardized(x[:, None])
+    q05, q95 = np.percentile(Z[:, 0], [5.0, 95.0])
+    assert resolution_floor(Z)[0] == pytest.approx(1e-6 * ((q95 - q05) / 3.29) ** 2, rel=1e-12)
+    assert resolution_floor(Z)[0] < 1e-12
+
+
 @pytest.mark.parametrize("extra", ["constant", "near-constant"])
 def test_a_constant_column_changes_no_choice(extra):
     X = _three_blobs()

@@ -406,8 +406,8 @@ def test_zero_row_with_row_normalization_names_the_row():
     (dict(inverse_temperature=-1.0), "inverse_temperature"),
     (dict(inverse_temperature="hot"), "inverse_temperature"),
     (dict(init=np.ones((2, 2))), "init"),
-    (dict(init=None), r"init must be 'kmeans\+\+', 'sphere', 'anneal' or an array of shape "
-                      r"\(n_clusters, n_features\) = \(2, 3\), got None"),
+    (dict(init=None), r"init must be 'kmeans\+\+' or 'sphere' or 'anneal' or an array of "
+                      r"shape \(n_clusters, n_features\), got None"),
     (dict(init=5), r"or an array of shape .*, got 5"),
     (dict(penalty="ridge"), "penalty"),
     (dict(dtype="float16"), "dtype"),

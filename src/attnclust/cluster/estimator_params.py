@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 from sklearn.base import BaseEstimator
 
 from .._validation import (
@@ -57,10 +58,19 @@ CONSTRAINTS = {
     "device": ((), check_device),
     "dtype": (("auto",), as_torch_dtype),
     "callback": ((None,), lambda v: _check_callable(v, "callback")),
+    "init": (("kmeans++", "sphere", "anneal"), lambda v: _check_init(v)),
     "noise_head": ((True, False), None),
     "merge_heads": (("auto", True, False), lambda v: _check_merge_settings(v)),
     "settings": ((None,), lambda v: _check_fit_settings(v)),
 }
+
+
+def _check_init(value):
+    """An array of heads, whose shape ``fit`` checks against ``(n_clusters, n_features)``."""
+    if isinstance(value, str) or np.ndim(value) != 2:
+        raise ValueError(f"init must be an array of shape (n_clusters, n_features), got "
+                         f"{value!r}")      # the table adds the names it may be
+    return value
 
 
 def _check_merge_settings(value):

@@ -219,9 +219,6 @@ def _initial_heads(S: torch.Tensor, rows: WorkingRows, init, K: int, geometry: G
         centers = _SEEDINGS[init](S, K, gen, geometry, weights)
     else:
         centers = np.array(init, dtype=np.float64)
-        if centers.ndim != 2:         # None or a number: no array of heads
-            raise ValueError(f"init must be 'kmeans++', 'sphere', 'anneal' or an array of "
-                             f"shape (n_clusters, n_features) = {(K, d)}, got {init!r}")
         if centers.shape != (K, d):
             raise ValueError(f"init array must have shape (n_clusters, n_features) = "
                              f"{(K, d)}, got {centers.shape}")
