@@ -412,7 +412,10 @@ def test_a_weak_choice_of_k_is_said_on_the_terminal(tmp_path, capsys):
     assert main(["fit", str(tmp_path / "x.npy"), "-k", "auto", "--max-clusters", "3",
                  "--out", str(tmp_path / "r")]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines() if "weak evidence" in line]
-    assert len(lines) == 1 and lines[0].startswith("attnclust fit: warning: n_clusters='auto'")
+    # in the command's words: its flags, not the estimator's parameters
+    assert len(lines) == 1 and lines[0].startswith("attnclust fit: warning: --n-clusters auto "
+                                                   "chose K = 3 on weak evidence")
+    assert lines[0].endswith("raise --max-clusters")
     assert main(["fit", str(tmp_path / "x.npy"), "-k", "auto", "--max-clusters", "3",
                  "--out", str(tmp_path / "r"), "--quiet"]) == 0
     assert capsys.readouterr().err == ""

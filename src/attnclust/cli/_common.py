@@ -47,15 +47,21 @@ def as_fit_flags(message: str) -> str:
     'it needs --geometry euclidean and no --noise-head, not --normalize none.'
     >>> as_fit_flags("/data/geometry=sphere/x.csv: no such file; lambda=1e-3")
     '/data/geometry=sphere/x.csv: no such file; lambda=1e-3'
+    >>> as_fit_flags("K = max_clusters = 3: raise max_clusters (n_clusters_reason_)")
+    'K = max_clusters = 3: raise --max-clusters (n_clusters_reason_)'
     """
     def flag(match) -> str:
         name, value = match.group(1), match.group(2).strip("'")
         if name == "noise_head" and value in ("True", "False"):
             return _FIT_FLAGS[name] if value == "True" else f"no {_FIT_FLAGS[name]}"
         return f"{_FIT_FLAGS[name]} {'none' if value == 'None' else value}"
-    # a name not inside a path or a word, and a value without a sentence's closing period
-    return re.sub(r"(?<![\w/.=-])(" + "|".join(_FIT_FLAGS) + r")=('[^']*'|[\w+-]+(?:\.[\w+-]+)*)",
-                  flag, message)
+    # a name not inside a path or a word, and a value without a sentence's closing period;
+    # then a name alone after the advice's verb ("raise max_clusters")
+    names = "(" + "|".join(_FIT_FLAGS) + ")"
+    message = re.sub(r"(?<![\w/.=-])" + names + r"=('[^']*'|[\w+-]+(?:\.[\w+-]+)*)", flag,
+                     message)
+    return re.sub(r"\b(raise|lower|pass) " + names + r"(?![\w=])",
+                  lambda m: f"{m.group(1)} {_FIT_FLAGS[m.group(2)]}", message)
 
 
 def say(line: str) -> None:
