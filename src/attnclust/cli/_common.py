@@ -37,7 +37,8 @@ _FIT_FLAGS = {"n_clusters": "--n-clusters", "max_clusters": "--max-clusters",
 
 
 def as_fit_flags(message: str) -> str:
-    """The estimator's ``name='value'`` in a message written as ``attnclust fit``'s flags.
+    """The estimator's ``name='value'`` in a message, and a name after "raise", "lower" or
+    "pass", written as ``attnclust fit``'s flags.
 
     Examples
     --------
