@@ -414,15 +414,15 @@ class Euclidean(Geometry):
         if heads.shape[0] < 2:
             return logits
         reach = torch.linalg.vector_norm(hc, dim=1).max()
+        big = xc.abs().amax(1).clamp_min(torch.finfo(x.dtype).tiny)   # |x|, no overflow
+        norm = big * torch.linalg.vector_norm(xc / big[:, None], dim=1)
         # the rounding of lam (<x, mu> - ||mu||^2 / 2): d + 2 terms up to |x| |mu| + |mu|^2
         error = ((x.shape[1] + 2) * torch.finfo(x.dtype).eps * lam) * (
-            torch.linalg.vector_norm(xc, dim=1) * reach + reach * reach)
+            norm * reach + reach * reach)
         top, z = logits.max(1)
         runner = logits.scatter(1, z[:, None], float("-inf")).amax(1)
-        # the differences round ||x - mu||^2 instead: less only where the runner-up head is
-        # within about the heads' reach (far rows' distances tie to rounding; 1e17 away)
-        big = xc.abs().amax(1).clamp_min(torch.finfo(x.dtype).tiny)   # ||xc||, no overflow
-        norm = big * torch.linalg.vector_norm(xc / big[:, None], dim=1)
+        # the differences round ||x - mu||^2 instead, the runner-up's ||x||^2 - 2 runner /
+        # lam: less only within about the heads' reach (1e17 away they tied every head)
         near = norm * norm - 2.0 * runner / lam <= (norm + reach) * reach
         redo = torch.nonzero(((top - runner <= 2.0 * error) | (error > _PRECISE)) & near)[:, 0]
         if redo.numel():
