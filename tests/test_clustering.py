@@ -496,6 +496,24 @@ def test_a_distance_that_overflows_names_the_row(method):
     assert np.all(np.isfinite(getattr(est, method)(far[:2])))
 
 
+def test_a_label_whose_logits_overflow_is_refused_not_head_0():
+    """Diagonal heads and a row at 1e155 (its Mahalanobis distance overflows), or a
+    given lambda of 1e250 and a row at 1e60 (the logits overflow): every logit is -inf
+    or +inf and predict returned head 0; it raises as predict_proba does. With a noise
+    head such a row is noise (-1)."""
+    X = np.r_[np.random.RandomState(0).randn(300, 2), np.random.RandomState(1).randn(300, 2)
+              + [6.0, 0.0]]
+    shaped = AttentionClustering(2, covariance_type="diag", random_state=0).fit(X)
+    assert shaped.predict([[1e150, 0.0]]).tolist() == shaped.predict([[1e150, 1.0]]).tolist()
+    big = AttentionClustering(2, covariance_type="spherical", inverse_temperature=1e250,
+                              random_state=0).fit(X)
+    for est, row in ((shaped, [1e155, 0.0]), (big, [1e60, 1e60])):
+        with pytest.raises(ValueError, match="row 1 of X is too far from the fitted heads"):
+            est.predict([[0.0, 0.0], row])
+    noisy = AttentionClustering(2, noise_head=True, random_state=0).fit(X)
+    assert noisy.predict([[1e155, 0.0]]).tolist() == [-1]
+
+
 def test_center_scale_is_scale_invariant_even_when_squares_overflow():
     X = load_iris().data
     ref = SphereClustering(3, normalize="center-scale", random_state=0).fit(X)

@@ -118,14 +118,14 @@ class LayerPredictionsMixin:
     @staticmethod
     def _finite(out: np.ndarray, X: np.ndarray, offset: int) -> np.ndarray:
         """A block's outputs ``out``, unless a row's are not finite (a row so far from the
-        heads that its squared distance overflows float64: a distance, a density or,
-        under shaped heads, an attention of NaN or inf): then a ``ValueError`` naming the
-        row (``offset``: the block's first row in ``X``)."""
+        heads that its squared distance or its logits overflow float64: a distance, a
+        density, an attention or, from :meth:`predict`, a label of NaN or inf): then a
+        ``ValueError`` naming the row (``offset``: the block's first row in ``X``)."""
         if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
             i = int(np.flatnonzero(~np.isfinite(out.reshape(len(out), -1)).all(1))[0])
             raise ValueError(f"row {offset + i} of X is too far from the fitted heads to "
-                             "score: its squared distance to them overflows float64 "
-                             f"(entries up to {float(np.abs(X[offset + i]).max()):.3g})")
+                             "score: its squared distance to them, or its logits, overflow "
+                             f"float64 (entries up to {float(np.abs(X[offset + i]).max()):.3g})")
         return out
 
     def predict_proba(self, X) -> np.ndarray:
@@ -140,13 +140,15 @@ class LayerPredictionsMixin:
         small ``lambda`` the weights of near heads are equal to rounding, their logits
         not). With ``noise_head=True``: ``-1`` where the background head's log-joint is
         the highest."""
-        def labels(Xp):
-            logits = self._logits(Xp)
-            best = logits.argmax(1)
-            if self._plan.noise_head:
-                best[logits.max(1).values < self._noise_log_joint()] = NOISE_LABEL
-            return best.cpu().numpy().astype(np.int64)
-        return self._by_chunks(X, labels)
+        def labels(Xp):         # float: a row whose logits overflow is NaN, and refused
+            top, best = self._logits(Xp).max(1)
+            if self._plan.noise_head:           # -inf: no head explains the row, noise
+                best[top < self._noise_log_joint()] = NOISE_LABEL
+            out = best.double()
+            out[torch.isnan(top) | (top == math.inf) | ((top == -math.inf) & (best >= 0))] = \
+                math.nan
+            return out.cpu().numpy()
+        return self._by_chunks(X, labels).astype(np.int64)
 
     def _noise_log_joint(self) -> float:
         """``log pi_0 + log(1 / V)`` of the background head (preprocessed units)."""

@@ -51,7 +51,10 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   range; at most 1, the standardized variance): one row at 1e5 beside three blobs of
   spread 0.5 inflated every standard deviation 1,600-fold (2.9 to 4,700), the blobs became
   narrower than a floor of ``1e-6`` and one component (``K = 2``, the blobs and the far
-  row; ``tests/test_auto_k.py``).
+  row; ``tests/test_auto_k.py``). It stays above the rounding of the EM's covariances,
+  ``1e3 eps max_i z_i^2``: beyond about 1e6 times the blobs' spread the far row leaves
+  them below it again (``K = 2``, as before), and ten equal rows at 1e5 beside 5,000 no
+  longer give a covariance that is not positive definite.
 - **The scan stops** once ``BIC(K)`` has stayed above the least so far for ``settings.patience``
   values of ``K`` in a row (or at ``max_clusters``); the ``K`` not scanned have
   ``BIC = inf``.
@@ -144,6 +147,7 @@ __all__ = ["COVARIANCE_TYPES", "KChoice", "WeakChoiceWarning",
 
 COVARIANCE_TYPES = ("spherical", "diag", "full")   # shapes the BIC chooses among
 _REG = 1e-6            # covariance floor in the standardized space (unit variances)
+_ROUNDING = 1e3        # the floor's least multiple of eps |z|^2 (the EM's rounding)
 
 
 class WeakChoiceWarning(UserWarning):
@@ -212,9 +216,10 @@ def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
     """The covariance floor ``(d,)`` along each feature of the standardized rows ``Z``
     ``(n, d)`` (module docstring, *The data's resolution*): ``max(reg min(1, s^2),
-    min(h^2 / 12, v))``, ``s`` the feature's typical spread (its quartile range over
-    1.349, else its 5-95% range over 3.29, else 1), ``h`` the least gap between its
-    distinct values and ``v``
+    1e3 eps max_i z_i^2, min(h^2 / 12, v))``, ``s`` the feature's typical spread (its
+    quartile range over 1.349, else its 5-95% range over 3.29, else 1), the second term
+    the rounding of the EM's covariances, ``h`` the least gap between its distinct values
+    and ``v``
     its variance (a rare binary feature's grid is wider than its spread). Principal
     components (rows wider than ``max_dim``) lie on no grid.
 
@@ -225,10 +230,14 @@ def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
     [0.083333, 0.00067]
     """
     q05, q25, q75, q95 = np.percentile(Z, [5.0, 25.0, 75.0, 95.0], axis=0)
-    # the spread of a Gaussian of that quartile range, or of that 5-95% range where more
-    # than half the rows share one value (counts mostly zero)
+    # the spread of a Gaussian of that quartile range, or of that 5-95% range where the
+    # middle half of the rows share one value (counts mostly zero)
     typical = np.where(q75 > q25, (q75 - q25) / 1.349, (q95 - q05) / 3.29)
-    floor = float(reg) * np.where(typical > 0, np.minimum(typical ** 2, 1.0), 1.0)
+    # and above the rounding of the EM's covariances, E[z^2] - E[z]^2: a few eps |z|^2 (a
+    # row at 1e10 beside blobs left a floor of 1e-26, and a covariance not positive definite)
+    rounding = _ROUNDING * np.finfo(np.float64).eps * (Z * Z).max(0, initial=0.0)
+    floor = np.maximum(float(reg) * np.where(typical > 0, np.minimum(typical ** 2, 1.0), 1.0),
+                       rounding)
     for j in range(Z.shape[1]):
         gaps = np.diff(np.unique(Z[:, j]))
         if len(gaps):
