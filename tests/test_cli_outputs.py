@@ -294,6 +294,23 @@ def test_the_streamed_fit_names_the_total_weight_too(blobs, capsys, weight_args)
     assert f"weights={w.sum():.6g}" in head and "batches=" in head
 
 
+def test_leading_chunks_of_weight_zero_are_skipped(blobs, capsys):
+    """A streamed fit whose first chunk weighs nothing: that chunk cannot seed the heads,
+    and it was refused with 'no row has a positive weight' though the file's weights sum
+    to 200; it is skipped, and weights that are all zero are still refused."""
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    w = np.r_[np.zeros(100), np.ones(len(X) - 100)]
+    np.save(tmp / "w.npy", w)
+    assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--batch-rows", "100",
+                 "--sample-weight", str(tmp / "w.npy"), "--out", str(tmp / "s")]) == 0
+    assert f"weights={w.sum():.6g}" in capsys.readouterr().out
+    np.save(tmp / "w.npy", np.zeros(len(X)))
+    line = fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--batch-rows", "100",
+                          "--sample-weight", str(tmp / "w.npy"), "--out", str(tmp / "z")])
+    assert "no row has a positive weight" in line
+
+
 @pytest.mark.parametrize("weights, match", [
     # rows counted from 1, as the data's own messages count them
     (np.r_[-1.0, np.ones(299)], "must be non-negative, got -1.0 at row 1"),

@@ -36,9 +36,13 @@ def run(args) -> int:
 
         def fit():
             for block, w in _chunks(args, X, weights):
-                model.partial_fit(block, sample_weight=w)
+                # leading chunks of weight zero count for nothing and cannot seed the heads
+                if hasattr(model, "cluster_centers_") or w is None or w.sum() > 0:
+                    model.partial_fit(block, sample_weight=w)
                 if bar is not None:
                     bar.update(block.shape[0])
+            if not hasattr(model, "cluster_centers_"):
+                raise CommandError("sample_weight sums to zero: no row has a positive weight")
             return model
         est, seconds = run_fit(fit, bar)
         _write_outputs(args, prefix, est, X, weights, seconds)
