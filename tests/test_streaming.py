@@ -278,6 +278,24 @@ def test_partial_fit_after_a_fit_of_shaped_heads_is_refused():
     np.testing.assert_array_equal(spherical.predict(iris[:50]), spherical.labels_)
 
 
+def test_a_stream_after_a_fit_starts_from_its_clusters_weight():
+    """After a fit, a batch of one row, then the others: the stream starts from the fit's
+    heads weighing their clusters' rows (as MiniBatchKMeans keeps its counts), so the
+    centres stay the fit's; from empty running sums the heads the row barely touched
+    leapt out of the data (a centre at (133, 139), then at 5.7e40 after the other
+    rows, and a cluster with no row)."""
+    from sklearn.datasets import make_blobs
+
+    blobs, _ = make_blobs(400, centers=3, random_state=1)
+    est = AttentionClustering(3, covariance_type="spherical", random_state=0).fit(blobs)
+    fitted = est.cluster_centers_.copy()
+    est.partial_fit(blobs[:1])
+    est.partial_fit(blobs[1:])
+    gaps = np.linalg.norm(est.cluster_centers_[:, None] - fitted[None], axis=-1).min(1)
+    assert gaps.max() < 0.1, est.cluster_centers_
+    assert np.bincount(est.predict(blobs), minlength=3).min() > 100
+
+
 def test_partial_fit_after_fit_continues_from_its_heads():
     est = AttentionClustering(3, random_state=0).fit(X)
     before = est.cluster_centers_.copy()

@@ -111,15 +111,21 @@ def _first_state(plan: FitPlan, Xp: np.ndarray, weights, gen) -> StreamState:
 
 def _resumed_state(est, plan: FitPlan, Xp: np.ndarray) -> StreamState:
     """A state for an estimator fitted by ``fit``: its heads and lambda, in a working space
-    taken from this batch, and no sums yet (this batch's statistics decide the first step
-    alone)."""
+    taken from this batch, and running sums of the heads as rows weighing their clusters'
+    sizes (``labels_``; as ``MiniBatchKMeans`` keeps its counts): from no sums, a first
+    batch of one row moved the heads it barely touched out of the data."""
     plan = plan.with_clusters(len(est.cluster_centers_))
     rows = plan.working_rows(Xp, Communicator.local(Xp.shape[0]))
     one = rows.read(0, 1)
     heads = torch.as_tensor(rows.heads_in(est.cluster_centers_), dtype=one.dtype,
                             device=one.device)
-    return StreamState(heads, float(rows.inverse_temperature_in(est.inverse_temperature_)),
-                       heads.new_zeros(0), 0.0, rows.space, one.dtype,
+    lam = float(rows.inverse_temperature_in(est.inverse_temperature_))
+    labels = getattr(est, "labels_", None)          # -1: a noise row, in no cluster
+    sizes = torch.as_tensor(np.ones(len(heads)) if labels is None else np.bincount(
+        labels[labels >= 0], minlength=len(heads)), dtype=one.dtype, device=one.device)
+    sums = pass_sums(heads, heads, lam, geometry=plan.geometry, weights=sizes,
+                     chunk=rows.chunk)
+    return StreamState(heads, lam, sums, float(sizes.sum()), rows.space, one.dtype,
                        str(plan.device), rows.chunk)
 
 
