@@ -145,8 +145,7 @@ class LayerPredictionsMixin:
             if self._plan.noise_head:           # -inf: no head explains the row, noise
                 best[top < self._noise_log_joint()] = NOISE_LABEL
             out = best.double()
-            out[torch.isnan(top) | (top == math.inf) | ((top == -math.inf) & (best >= 0))] = \
-                math.nan
+            out[~torch.isfinite(top) & (best >= 0)] = math.nan
             return out.cpu().numpy()
         return self._by_chunks(X, labels).astype(np.int64)
 

@@ -219,9 +219,8 @@ def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
     1e3 eps max_i z_i^2, min(h^2 / 12, v))``, ``s`` the feature's typical spread (its
     quartile range over 1.349, else its 5-95% range over 3.29, else 1), the second term
     the rounding of the EM's covariances, ``h`` the least gap between its distinct values
-    and ``v``
-    its variance (a rare binary feature's grid is wider than its spread). Principal
-    components (rows wider than ``max_dim``) lie on no grid.
+    and ``v`` its variance (a rare binary feature's grid is wider than its spread).
+    Principal components (rows wider than ``max_dim``) lie on no grid.
 
     Examples
     --------
