@@ -13,7 +13,11 @@ the same rounds. Every method runs with its default threads. Data, float32:
   10, sigma 3): many heads share boundaries;
 - 70,000 x 784 image-like rows: 10 classes, each a smooth 28 x 28 template (a few
   Gaussian bumps), times a random contrast, plus a smooth low-rank deformation and pixel
-  noise (the shape of MNIST-like data; nothing is downloaded).
+  noise (the shape of MNIST-like data; nothing is downloaded);
+- 1,000,000 points of two interleaved crescents (``make_moons``, noise 0.05), where the
+  default merges its heads into the clusters; beside it ``merge_heads=False``, the
+  ``K``-head fit alone: the difference is the merge's cost at scale (issue 39: the merge
+  works on heads, its cost must not grow with the rows beyond the fit's).
 
 Targets (issue 18): at most 3x ``faiss.Kmeans`` (its defaults: 25 iterations on at most
 256 rows per centroid) and at most 1.0x ``KMeans(n_init=1)``, at an ARI at least
@@ -33,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 from sklearn.cluster import KMeans
+from sklearn.datasets import make_moons
 from sklearn.metrics import adjusted_rand_score
 
 import attnclust as ac
@@ -114,6 +119,8 @@ def _cases(scale: int):
         yield f"n={n // scale} d={d} K={K}", *_data(n // scale, d, K, np.float32, seed=0), K
     yield f"grid of 100 blobs n={100_000 // scale}", *_grid(100_000 // scale, seed=0), 100
     yield f"image-like n={70_000 // scale} d=784 K=10", *_images(70_000 // scale, seed=0), 10
+    X, z = make_moons(1_000_000 // scale, noise=0.05, random_state=0)
+    yield f"two crescents n={1_000_000 // scale}", X.astype(np.float32), z, 2
 
 
 def run(quick: bool) -> list[dict]:
@@ -124,6 +131,9 @@ def run(quick: bool) -> list[dict]:
             "AttentionClustering": lambda X, K=K: ac.AttentionClustering(K, random_state=0)
             .fit(X).labels_,
         }
+        if name.startswith("two crescents"):
+            methods["AttentionClustering no merge"] = lambda X, K=K: ac.AttentionClustering(
+                K, random_state=0, merge_heads=False).fit(X).labels_
         if (faiss_fit := _faiss(K, 0)) is not None:
             methods["faiss.Kmeans"] = faiss_fit
         rounds = 1 if quick else ROUNDS

@@ -14,7 +14,9 @@ from attnclust import AttentionClustering
 from attnclust.cluster.merge import (
     MergeSettings,
     adjusted_rand,
+    cluster_argmax,
     cluster_count,
+    cluster_labels,
     cluster_membership,
     gini_index,
     gini_linkage,
@@ -513,6 +515,37 @@ def test_merge_heads_function_and_membership():
     assert adjusted_rand_score(y, P.argmax(1)) > 0.98
     A = head_attention(X, res.heads, res.variance)
     np.testing.assert_allclose(P[:, 0], A[:, res.head_labels == 0].sum(1))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cluster_argmax_is_the_argmax_of_the_summed_attention(seed):
+    # logits near ties between clusters (a shared offset per row and small differences)
+    # and far apart; clusters of 1 to 40 heads, one without heads; the full sums are the
+    # independent reference
+    rng = np.random.default_rng(seed)
+    sizes = np.r_[rng.integers(1, 40, 4), 0, 1]
+    logits = rng.normal(0, rng.choice([0.01, 1.0, 30.0], (500, 1)), (500, sizes.sum()))
+    logits += rng.normal(0, 1e3, (500, 1))
+    labels, top = cluster_argmax(logits, sizes)
+    owner = np.repeat(np.arange(len(sizes)), sizes)
+    A = np.exp(logits - logits.max(1, keepdims=True))
+    sums = np.stack([A[:, owner == c].sum(1) for c in range(len(sizes))], 1)
+    np.testing.assert_array_equal(labels, sums.argmax(1))
+    np.testing.assert_array_equal(top, logits.max(1))
+    assert 4 not in labels
+
+
+def test_cluster_labels_agree_with_the_membership():
+    X, _ = _spirals(0)
+    res = merge_heads(X, (X[:, 0] > 0).astype(int), 2, rng=np.random.default_rng(0),
+                      force=True)
+    labels, nearest = cluster_labels(X, res)
+    np.testing.assert_array_equal(labels, cluster_membership(X, res).argmax(1))
+    # both ||x||^2 - 2 <x, mu> + ||mu||^2 in some order: (d + 4) rounding units of
+    # (||x|| + ||mu||)^2 apart at most (the logits' division by v and product by v: two)
+    scale = np.linalg.norm(X, axis=1) + np.linalg.norm(res.heads, axis=1).max()
+    tol = (X.shape[1] + 4) * np.finfo(np.float64).eps * scale ** 2
+    assert np.all(np.abs(nearest - squared_distances(X, res.heads).min(1)) <= tol)
 
 
 def _split_gain(X, labels, K, seed):

@@ -72,7 +72,7 @@ from ..study.descent import pgd
 from .fixed_point import fixed_point_fit
 from .head_graph import squared_distances
 from .kmeans.ending import fit_to_hard_limit
-from .merge import HeadMerge, cluster_membership, merge_heads
+from .merge import HeadMerge, cluster_labels, merge_heads
 from .mixture.covariance import Covariance
 from .mixture.tempered import ShapedFitted, shaped_fit
 from .rows import WorkingRows
@@ -401,10 +401,9 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
 
     def chunk_sums(start: int, chunk: torch.Tensor):
         x = chunk.cpu().double().numpy()
-        d2 = squared_distances(x, merge.heads)                  # (rows, m), read twice
-        z = cluster_membership(x, merge, squared=d2).argmax(1)
+        z, nearest = cluster_labels(x, merge)
         member = np.eye(K)[z]                                    # (rows, K)
-        member[d2.min(1) > reach] = 0.0
+        member[nearest > reach] = 0.0
         if weights is not None:
             member *= weights[start:start + len(x), None]
         return z, member.T @ x, member.sum(0)

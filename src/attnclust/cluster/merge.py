@@ -111,7 +111,7 @@ __all__ = ["MergeSettings", "HeadMerge", "HeadCount", "n_heads", "squared_distan
            "head_attention", "head_overlap", "head_similarity",
            "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
            "posterior_cut", "cluster_count", "split_gain", "merge_heads",
-           "cluster_membership"]
+           "cluster_membership", "cluster_argmax", "cluster_labels"]
 
 
 class HeadMerge(NamedTuple):
@@ -376,3 +376,64 @@ def cluster_membership(X: np.ndarray, merge: HeadMerge, *,
     A = head_attention(X, merge.heads, merge.variance, squared=squared)
     K = int(merge.head_labels.max()) + 1
     return A @ np.eye(K)[merge.head_labels]
+
+
+
+
+def cluster_argmax(logits: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's cluster of largest summed attention, ``argmax_c sum_{h in c} exp g_h``,
+    and its top logit ``max_h g_h``, both ``(n,)``, from its heads' logits ``g`` ``(n, m)``
+    (up to a constant of the row) whose columns are grouped by cluster: the first
+    ``sizes[0]`` heads are cluster 0's, and so on. Ties: the first cluster.
+
+    With ``M_c`` the largest logit of cluster ``c``'s ``m_c`` heads, the cluster ``c*`` of
+    the top head sums at least ``exp M_c*`` and any other at most ``m_c exp M_c``: where
+    ``M_c + log m_c < M_c* - 0.001`` for every ``c != c*``, the label is ``c*`` without an
+    exponential. Only the other rows (near a border between clusters) sum their heads'
+    attention, so that on many rows this costs a fraction of the sums.
+
+    Examples
+    --------
+    >>> g = np.array([[0.0, -1.0, -9.0], [-2.0, -2.0, -1.5], [-9.0, -8.0, 0.0]])
+    >>> labels, top = cluster_argmax(g, np.array([2, 1]))
+    >>> labels.tolist(), top.tolist()     # row 1: two heads' 2 e^-2 = 0.27 > e^-1.5 = 0.22
+    ([0, 0, 1], [0.0, -1.5, 0.0])
+    """
+    held = np.flatnonzero(sizes)                       # a cluster without heads wins no row
+    starts = np.cumsum(sizes)[held] - sizes[held]
+    best = np.maximum.reduceat(logits, starts, axis=1)         # M_c, (n, clusters held)
+    rows = np.arange(len(logits))
+    first = best.argmax(1)
+    top = best[rows, first]
+    rival = best + np.log(sizes[held])
+    rival[rows, first] = -np.inf
+    near = np.flatnonzero(rival.max(1, initial=-np.inf) >= top - 1e-3)
+    if len(near):                       # the sums, where another cluster may win
+        attention = np.exp(logits[near] - top[near, None])
+        first[near] = np.add.reduceat(attention, starts, axis=1).argmax(1)
+    return held[first], top
+
+
+def cluster_labels(X: np.ndarray, merge: HeadMerge) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's cluster of largest membership, ``argmax_c p_c(x)``
+    (:func:`cluster_argmax`: :func:`cluster_membership`'s argmax at a fraction of its cost
+    on many rows), and its squared distance to its nearest head, both ``(n,)``.
+
+    Examples
+    --------
+    >>> merge = HeadMerge(np.array([[0.0], [1.0], [5.0]]), np.array([0, 0, 1]), 0.5,
+    ...                   True, 0.0, 1.0, "")
+    >>> X = np.array([[0.5], [3.0], [5.0]])
+    >>> labels, nearest = cluster_labels(X, merge)
+    >>> labels.tolist(), nearest.tolist()
+    ([0, 0, 1], [0.25, 4.0, 0.0])
+    >>> labels.tolist() == cluster_membership(X, merge).argmax(1).tolist()
+    True
+    """
+    X = np.asarray(X, dtype=np.float64)
+    order = np.argsort(merge.head_labels, kind="stable")      # heads grouped by cluster
+    heads, v = merge.heads[order], merge.variance
+    logits = X @ (heads.T / v)                    # -||x - mu_h||^2 / 2v + ||x||^2 / 2v
+    logits -= np.einsum("md,md->m", heads, heads) / (2.0 * v)
+    labels, top = cluster_argmax(logits, np.bincount(merge.head_labels))
+    return labels, np.maximum(np.einsum("nd,nd->n", X, X) - 2.0 * v * top, 0.0)

@@ -25,6 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from ..layer.heads import softmax_heads
 from .estimator_fits import shaped_log_joint
+from .merge import cluster_argmax
 from .mixture.likelihood import spherical_log_density, squared_distances
 from .mixture.noise_head import NOISE_LABEL
 from .rows import chunk_rows, fit_threads
@@ -50,6 +51,18 @@ class MergedHeadsMixin:
         labels = torch.as_tensor(self.head_labels_, device=X.device)
         return torch.stack([torch.logsumexp(logits[:, labels == c], 1)
                             for c in range(len(self.cluster_centers_))], 1)
+
+    def _merged_labels(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each preprocessed row's cluster of largest summed attention (the argmax of
+        :meth:`_merged_logits`, with no exponential on most rows:
+        :func:`~attnclust.cluster.merge.cluster_argmax`) and its top head logit."""
+        order = np.argsort(self.head_labels_, kind="stable")     # heads grouped by cluster
+        heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64)[order],
+                                device=X.device)
+        logits = self._plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+        labels, top = cluster_argmax(logits.cpu().numpy(), np.bincount(
+            self.head_labels_, minlength=len(self.cluster_centers_)))
+        return torch.from_numpy(top), torch.from_numpy(labels)
 
     def _log_density(self, X: torch.Tensor) -> torch.Tensor:
         """``log p(x)`` of preprocessed rows; merged: the equal-weight mixture of
@@ -90,17 +103,22 @@ class LayerPredictionsMixin:
     ((4, 2), True)
     """
 
-    def _logits(self, Xp: np.ndarray) -> torch.Tensor:
+    def _logits(self, Xp: np.ndarray, *, top: bool = False):
         """Attention logits ``(n, K)`` of preprocessed rows, in float64 (the geometry's
-        precise ones: for Euclidean heads, from the differences ``x - mu_h``)."""
+        precise ones: for Euclidean heads, from the differences ``x - mu_h``); ``top``:
+        only each row's highest logit and its head, both ``(n,)``."""
         plan, heads = self._plan, self._heads64()
         X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64), device=plan.device)
         with fit_threads(plan.device):
             if plan.covariance.shaped:
-                return shaped_log_joint(X, self, plan.covariance)
-            if self._heads_merged:
-                return self._merged_logits(X)
-            return plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+                logits = shaped_log_joint(X, self, plan.covariance)
+            elif self._heads_merged:
+                if top:
+                    return self._merged_labels(X)
+                logits = self._merged_logits(X)
+            else:
+                logits = plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+        return logits.max(1) if top else logits
 
     def _by_chunks(self, X, fn, *, keep_dtype: bool = False) -> np.ndarray:
         """``fn(preprocessed rows)`` on blocks of about 2 MB of rows (their float64 copies
@@ -141,7 +159,7 @@ class LayerPredictionsMixin:
         not). With ``noise_head=True``: ``-1`` where the background head's log-joint is
         the highest."""
         def labels(Xp):         # float: a row whose logits overflow is NaN, and refused
-            top, best = self._logits(Xp).max(1)
+            top, best = self._logits(Xp, top=True)
             if self._plan.noise_head:           # -inf: no head explains the row, noise
                 best[top < self._noise_log_joint()] = NOISE_LABEL
             out = best.double()
