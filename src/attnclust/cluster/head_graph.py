@@ -212,18 +212,9 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
     only candidates (Gagolewski et al. 2016). A Python loop over at most ``m`` edges; under
     the constraint, a smallest group's best pair is the first of its own tree edges."""
     m = len(S)
-    inside, parent = np.zeros(m, dtype=bool), np.zeros(m, dtype=np.int64)
-    best = S[0].astype(np.float64, copy=True)                # Prim's tree, from item 0
-    inside[0], best[0] = True, -np.inf
-    ends = []
-    for _ in range(m - 1):
-        j = int(np.argmax(best))
-        ends.append((int(parent[j]), j))
-        inside[j], best[j] = True, -np.inf
-        closer = (S[j] > best) & ~inside
-        best[closer], parent[closer] = S[j][closer], j
-    weight = [-S[a, b] for a, b in ends]
-    edges = [ends[e] for e in sorted(range(m - 1), key=weight.__getitem__)]  # stable
+    ends = _maximum_spanning_tree(S)
+    weight = -S[ends[:, 0], ends[:, 1]]
+    edges = ends[np.argsort(weight, kind="stable")].tolist()            # most similar first
     incident = [[] for _ in range(m)]          # each group's tree edges (a tree edge always
     for e, (a, b) in enumerate(edges):         # joins two groups; used ones are skipped)
         incident[a].append(e)
@@ -231,19 +222,19 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
     used, first = [False] * len(edges), 0
     leader, members = list(range(m)), [[i] for i in range(m)]
     size = np.asarray(sizes, dtype=np.float64).copy()       # at each group's leader
-    alive = np.ones(m, dtype=bool)
+    live = size.copy()                                      # and inf for a group joined
     total, groups = float(size.sum()), m
     while groups > n_clusters and groups > 1:
         while used[first]:
             first += 1
-        live = size[alive]
         least = live.min()
         pick = first           # the most similar pair: a smallest group's too, or no constraint
         a, b = edges[first]
         if least != size[leader[a]] and least != size[leader[b]] and total > 0:
-            s, k = np.sort(live), len(live)
-            if float((np.arange(1 - k, k, 2) * s).sum()) > gini_threshold * (k - 1) * total:
-                pick = min(e for g in np.flatnonzero(alive & (size == least))
+            s = np.sort(live)[:groups]
+            if float((np.arange(1 - groups, groups, 2) * s).sum()) > \
+                    gini_threshold * (groups - 1) * total:
+                pick = min(e for g in np.flatnonzero(live == least)
                            for e in incident[g] if not used[e])
         used[pick] = True
         a, b = (leader[i] for i in edges[pick])
@@ -254,10 +245,29 @@ def _single_genie(S: np.ndarray, sizes, n_clusters: int, gini_threshold: float) 
         members[a] += members[b]
         incident[a] += incident[b]
         size[a] += size[b]
-        alive[b] = False
+        live[a], live[b] = size[a], np.inf
         groups -= 1
     _, first_item, labels = np.unique(leader, return_index=True, return_inverse=True)
     return np.argsort(np.argsort(first_item))[labels].astype(np.int64)  # by first item
+
+
+def _maximum_spanning_tree(S: np.ndarray) -> np.ndarray:
+    """The ``m - 1`` edges ``(parent, item)`` ``(m - 1, 2)`` of the maximum spanning tree of
+    ``S`` ``(m, m)`` by Prim's algorithm from item 0, in the order the items join (ties:
+    the first item, and its first parent to reach that similarity)."""
+    m = len(S)
+    outside = np.array(S, dtype=np.float64, copy=True)    # columns of joined items: -inf
+    outside[:, 0] = -np.inf
+    best, parent = outside[0].copy(), np.zeros(m, dtype=np.int64)
+    ends = np.empty((m - 1, 2), dtype=np.int64)
+    for t in range(m - 1):
+        j = int(best.argmax())
+        ends[t] = parent[j], j
+        outside[:, j], best[j] = -np.inf, -np.inf
+        closer = outside[j] > best
+        np.copyto(best, outside[j], where=closer)
+        parent[closer] = j
+    return ends
 
 
 def normalized_cut(overlap: np.ndarray, labels: np.ndarray) -> float:
