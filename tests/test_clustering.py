@@ -1018,3 +1018,28 @@ def test_a_legacy_random_state_seeds_the_fit():
     fits = [AttentionClustering(2, random_state=np.random.RandomState(7)).fit(X)
             for _ in range(2)]
     np.testing.assert_array_equal(fits[0].cluster_centers_, fits[1].cluster_centers_)
+
+
+def test_set_output_wraps_transform_as_fit_transform():
+    pd = pytest.importorskip("pandas")
+    X = np.random.default_rng(0).normal(size=(60, 3))
+    frame = pd.DataFrame(X, columns=["a", "b", "c"])
+    est = AttentionClustering(3, random_state=0).set_output(transform="pandas")
+    fitted = est.fit_transform(frame)
+    out = est.transform(frame)
+    assert isinstance(out, pd.DataFrame) and isinstance(fitted, pd.DataFrame)
+    assert list(out.columns) == list(est.get_feature_names_out())
+    np.testing.assert_array_equal(out.to_numpy(), fitted.to_numpy())
+    plain = AttentionClustering(3, random_state=0).fit(frame).transform(frame)
+    assert isinstance(plain, np.ndarray)
+
+
+@pytest.mark.parametrize("params, message", [
+    (dict(inverse_temperature="2"), "inverse_temperature must be 'auto' or a positive number"),
+    (dict(verbose="loud"), "verbose must be True or False or an integer >= 0"),
+    (dict(verbose=None), "verbose must be"),
+])
+def test_strings_and_none_that_are_no_setting(params, message):
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    with pytest.raises(ValueError, match=message):
+        AttentionClustering(2, **params).fit(X)

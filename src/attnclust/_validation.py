@@ -152,7 +152,7 @@ def check_inverse_temperature(value) -> float:
     >>> check_inverse_temperature(2)
     2.0
     """
-    if isinstance(value, bool):
+    if isinstance(value, (bool, str)):         # "2" is no number (a string: "auto" only)
         raise ValueError(f"inverse_temperature must be a positive number, got {value!r}")
     try:
         lam = float(value)

@@ -62,6 +62,7 @@ CONSTRAINTS = {
     "noise_head": ((True, False), None),
     "merge_heads": (("auto", True, False), lambda v: _check_merge_settings(v)),
     "settings": ((None,), lambda v: _check_fit_settings(v)),
+    "verbose": ((True, False), lambda v: check_int(v, "verbose", 0)),
 }
 
 

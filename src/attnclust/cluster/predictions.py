@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 import torch
+from sklearn.base import TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 from ..layer.heads import softmax_heads
@@ -79,10 +80,11 @@ class MergedHeadsMixin:
         return int(self.heads_.size) + 1
 
 
-class LayerPredictionsMixin:
+class LayerPredictionsMixin(TransformerMixin):
     """``predict_proba``, ``predict``, ``layer_output`` and ``transform`` of a fitted
     estimator (see the module docstring); it reads the estimator's ``_validate``,
-    ``_plan`` and fitted attributes.
+    ``_plan`` and fitted attributes. A ``TransformerMixin``, so that scikit-learn's
+    ``set_output`` wraps the ``transform`` defined here (it wraps a class's own).
 
     Examples
     --------
