@@ -135,11 +135,26 @@ def test_plot_and_summary():
     (dict(stride=0), "stride"),
     (dict(n_decades=1e6), r"n_decades=1000000.0 at grid_ratio=1.08 is a grid of 2.99e\+07"),
     (dict(grid_ratio=1 + 1e-9, n_decades=3.0), r"is a grid of 6.91e\+09 inverse temperatures"),
+    (dict(max_iter=0), "max_iter must be an integer >= 1"),
+    (dict(merge_tol=np.nan), "merge_tol must be a finite number >= 0"),
+    (dict(merge_tol=-1.0), "merge_tol must be a finite number >= 0"),
+    (dict(tol=-1.0), "tol must be a finite number >= 0"),
+    (dict(min_cluster_size=51), "min_cluster_size=51 is more than the 50 rows"),
+    (dict(inverse_temperatures=[[1.0, 2.0]]), r"one-dimensional, got shape \(1, 2\)"),
+    (dict(X=np.array([[0.0, 1j], [1.0, 1.0]])), "X must be real, got complex values"),
 ])
 def test_bad_inputs_name_the_bad_value(kwargs, match):
     args = dict(X=_two_blobs(n=50), max_clusters=2) | kwargs
     with pytest.raises(ValueError, match=match):
         temperature_path(args.pop("X"), **args)
+
+
+def test_a_few_rows_count_their_clusters():
+    # the default min_cluster_size, max(5, n // 100), is at most n // 2: two clusters of
+    # four rows each are counted (at 5, no cluster of 8 rows could be)
+    X = np.r_[np.zeros((4, 2)), np.full((4, 2), 10.0)] + np.arange(8)[:, None] * 1e-3
+    path = temperature_path(X, max_clusters=2)
+    assert path.n_clusters.max() == 2
 
 
 def test_heads_stay_in_the_dtype_independent_path():

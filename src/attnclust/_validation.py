@@ -51,8 +51,20 @@ def as_generator(rng, name: str = "rng") -> np.random.Generator:
 def as_tensor(x, *, name: str = "x", dtype=None, device=None) -> torch.Tensor:
     """Convert array-like ``x`` to a floating tensor, keeping a tensor's dtype and device.
 
-    NumPy arrays and lists become float64 unless ``dtype`` says otherwise.
+    NumPy arrays and lists become float64 unless ``dtype`` says otherwise; complex values
+    are refused (a conversion would drop their imaginary parts).
+
+    Examples
+    --------
+    >>> as_tensor([[1, 2]]).dtype
+    torch.float64
+    >>> as_tensor(np.array([1 + 1j]), name="X")
+    Traceback (most recent call last):
+    ...
+    ValueError: X must be real, got complex values
     """
+    if torch.is_tensor(x) and x.is_complex() or np.iscomplexobj(x):
+        raise ValueError(f"{name} must be real, got complex values")
     if isinstance(x, torch.Tensor):
         t = x
         if not t.is_floating_point():

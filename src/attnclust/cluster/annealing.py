@@ -72,7 +72,7 @@ import numpy as np
 import torch
 
 from .._threads import torch_threads
-from .._validation import as_tensor, check_finite, check_int
+from .._validation import as_tensor, check_finite, check_int, check_nonnegative
 from ..layer.geometry import as_geometry
 from ..plotting.path import plot_path
 from ._path_step import Walk, step, unit_heads
@@ -311,12 +311,14 @@ def temperature_path(
     grid_ratio, n_decades : float, default=1.08 and 3.0
         The default grid's ratio (``> 1``) and span (``> 0``), at most 100,000 values.
     min_cluster_size : int, optional
-        Rows a cluster needs to be counted; default ``max(5, n // 100)``.
+        Rows a cluster needs to be counted, at most ``n``; default ``max(5, n // 100)``,
+        at most ``n // 2`` (so that two clusters of a few rows count).
     merge_tol : float
-        Heads closer than ``merge_tol`` times the data's root-mean-square spread coincide.
+        Heads closer than ``merge_tol`` (``>= 0``) times the data's root-mean-square
+        spread coincide.
     max_iter, tol :
-        Fixed-point iterations per ``lambda`` and the head shift (relative to the
-        spread) at which they stop.
+        Fixed-point iterations per ``lambda`` (``>= 1``) and the head shift (relative to
+        the spread, ``>= 0``) at which they stop.
     stride : int, default=1
         Grid values stepped at once while the count of clusters and of distinct heads
         stays the same. A stride across which either changes is taken again one value at
@@ -347,8 +349,16 @@ def temperature_path(
     K = check_int(max_clusters, "max_clusters", 1)
     stride = check_int(stride, "stride", 1)
     n = Xt.shape[0]
-    min_size = max(5, n // 100) if min_cluster_size is None else check_int(
+    min_size = min(max(5, n // 100), n // 2) if min_cluster_size is None else check_int(
         min_cluster_size, "min_cluster_size", 1)
+    if min_size > n:
+        raise ValueError(f"min_cluster_size={min_size} is more than the {n} rows: no "
+                         "cluster could be counted")
+    max_iter = check_int(max_iter, "max_iter", 1)
+    merge_tol, tol = check_nonnegative(merge_tol, "merge_tol"), check_nonnegative(tol, "tol")
+    if inverse_temperatures is not None and np.ndim(inverse_temperatures) > 1:
+        raise ValueError("inverse_temperatures must be one-dimensional, got shape "
+                         f"{np.shape(inverse_temperatures)}")
     start, Xc = _center(Xt, geometry)
     peak = float(Xc.abs().max())          # the spread in units of the largest entry: its
     unit = Xc / peak if peak > 0 else Xc  # squares neither overflow nor underflow
