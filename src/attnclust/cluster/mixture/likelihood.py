@@ -102,11 +102,23 @@ def _log_bessel_iv(v: float, kappa: float) -> float:
     scaled = float(ive(v, kappa))
     if _TINY <= scaled < math.inf:       # not subnormal: all its digits
         return math.log(scaled) + kappa
+    if kappa > 1e3 * (v * v + 1.0):      # ive is NaN from kappa ~ 1e10: Hankel's expansion
+        return _log_bessel_iv_large(v, kappa)
     y = 0.25 * kappa * kappa
     if y <= 1e-3 * (v + 1.0):            # the series' first three terms, to 2e-10
         return v * math.log(0.5 * kappa) - math.lgamma(v + 1.0) + math.log1p(
             y / (v + 1.0) * (1.0 + y / (2.0 * (v + 2.0))))
     return _log_bessel_iv_uniform(v, kappa)
+
+
+def _log_bessel_iv_large(v: float, kappa: float) -> float:
+    """``log I_v(kappa)`` for ``kappa >> v^2`` by Hankel's expansion (DLMF 10.40.1) to its
+    fourth term: ``e^kappa / sqrt(2 pi kappa)`` times ``1 - (mu - 1) / (8 kappa) + (mu - 1)
+    (mu - 9) / (2! (8 kappa)^2) - ...``, ``mu = 4 v^2``; relative error below ``(mu /
+    8 kappa)^4`` (1e-12 where ``kappa > 1e3 (v^2 + 1)``)."""
+    mu, x = 4.0 * v * v, 1.0 / (8.0 * kappa)
+    series = x * (mu - 1.0) * (-1.0 + x * (mu - 9.0) / 2.0 * (1.0 - x * (mu - 25.0) / 3.0))
+    return kappa - 0.5 * math.log(2.0 * math.pi * kappa) + math.log1p(series)
 
 
 def _log_bessel_iv_uniform(v: float, kappa: float) -> float:
