@@ -70,6 +70,15 @@ def test_auto_refuses_other_strings_and_bad_max_clusters():
         ac.AttentionClustering("auto", max_clusters=0).fit(X)
 
 
+
+def test_max_clusters_one_answers_one_cluster_without_blaming_the_rows():
+    X, _ = _blobs(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")          # no WeakChoiceWarning: the user asked
+        est = ac.AttentionClustering("auto", max_clusters=1, random_state=0).fit(X)
+    assert est.n_clusters_ == 1 and est.n_clusters_reason_ == (
+        "K = max_clusters = 1: no other K to compare")
+
 def test_anneal_init_does_not_depend_on_the_seed_and_matches_kmeans():
     X, _ = _blobs(4, rng=1)
     a = ac.AttentionClustering(4, init="anneal", random_state=0).fit(X)

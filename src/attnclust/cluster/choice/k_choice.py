@@ -445,6 +445,9 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     Z = standardized(rows, s.max_dim)
     n = Z.shape[0]
     top = int(min(max_clusters, n - 1))
+    if max_clusters < 2:
+        return KChoice(1, 1, np.zeros(1), 1.0, 0.0, False,
+                       "K = max_clusters = 1: no other K to compare")
     if top < 2:
         return KChoice(1, 1, np.zeros(1), 1.0, 0.0, True,
                        f"too few rows ({n}) to compare K = 1 with K >= 2")
