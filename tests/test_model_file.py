@@ -65,6 +65,18 @@ def test_info_is_kept_beside_the_model(rows, tmp_path):
     assert model_info(path) == info
 
 
+
+@pytest.mark.parametrize("info, message", [
+    ({"when": object()}, r"info\['when'\] is a object: info holds JSON values only"),
+    ({"runs": [1, {"seed": 1j}]}, r"info\['runs'\]\[1\]\['seed'\] is a complex"),
+    ({1: "a"}, r"info has the key 1: info's keys are strings"),
+])
+def test_info_that_is_no_json_is_refused_by_name(rows, tmp_path, info, message):
+    path = tmp_path / "m.npz"
+    with pytest.raises(ValueError, match=message):
+        ac.save_model(ac.AttentionClustering(2, random_state=0).fit(rows), path, info=info)
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
 def _one_line(exc: pytest.ExceptionInfo) -> str:
     message = str(exc.value)
     assert "\n" not in message
@@ -187,3 +199,13 @@ def test_settings_are_saved_as_the_record_of_their_fields(rows, tmp_path):
     loaded = ac.load_model(path)
     assert loaded.settings == settings
     np.testing.assert_array_equal(loaded.fit(rows).cluster_centers_, est.cluster_centers_)
+
+
+def test_partial_fit_goes_on_from_a_loaded_model_as_from_the_fit(rows, tmp_path):
+    path = tmp_path / "m.npz"
+    est = ac.AttentionClustering(3, covariance_type="spherical", random_state=0).fit(rows)
+    ac.save_model(est, path)
+    loaded = ac.load_model(path)
+    batch = rows[:40]
+    np.testing.assert_array_equal(loaded.partial_fit(batch).cluster_centers_,
+                                  est.partial_fit(batch).cluster_centers_)

@@ -29,8 +29,11 @@ predicts, gives attention weights and scores exactly as the one saved.
 What is not kept: a ``callback`` and a ``random_state`` that is a generator (saved as
 ``None``; they act only in ``fit``), a torch ``dtype`` (saved by its name), and fitted
 attributes that are neither arrays nor JSON values (the record of ``n_clusters="auto"``,
-``k_choice_``, and a stream's state, ``stream_state_``: a loaded model predicts but does
-not continue ``partial_fit``); their names are in the file's ``meta.json``.
+``k_choice_``, and a stream's running sums, ``stream_state_``); their names are in the
+file's ``meta.json``. ``partial_fit`` on a loaded model goes on from its heads as after
+``fit``, each head weighing the rows of its cluster in ``labels_``: the same as the
+estimator saved after ``fit``; after a stream, whose ``labels_`` are its last batch's,
+the heads weigh that batch's rows rather than the whole stream's.
 """
 
 from __future__ import annotations
@@ -54,17 +57,34 @@ FORMAT_VERSION = 1
 _META = "meta.json"
 
 
-def _json_value(value):
+def _json_value(value, name: str = "info"):
     """``value`` as JSON (numbers, strings, booleans, None, lists and string-keyed dicts
-    of them; NumPy scalars as Python's), or ``TypeError``."""
-    def plain(v):
-        if isinstance(v, np.generic):
-            return v.item()
-        if isinstance(v, np.ndarray):
-            return v.tolist()
-        raise TypeError(type(v).__name__)
-    json.dumps(value, default=plain)            # raises TypeError for anything else
-    return json.loads(json.dumps(value, default=plain))
+    of them; NumPy scalars and arrays as Python's), or a ``ValueError`` naming the entry
+    that is none of them.
+
+    Examples
+    --------
+    >>> _json_value({"columns": np.array([1, 2]), "n": np.int64(3)})
+    {'columns': [1, 2], 'n': 3}
+    >>> _json_value({"when": {"day": object()}})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: info['when']['day'] is a object: info holds JSON values only (...)
+    """
+    if isinstance(value, np.generic | np.ndarray):
+        value = value.tolist()
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise ValueError(f"{name} has the key {key!r}: info's keys are strings")
+        return {key: _json_value(v, f"{name}[{key!r}]") for key, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v, f"{name}[{i}]") for i, v in enumerate(value)]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    raise ValueError(f"{name} is a {type(value).__name__}: info holds JSON values only "
+                     "(numbers, strings, booleans, None, and lists and string-keyed dicts "
+                     "of them)")
 
 
 def _digest(meta: dict, arrays: dict[str, np.ndarray]) -> str:
