@@ -63,7 +63,7 @@ def as_tensor(x, *, name: str = "x", dtype=None, device=None) -> torch.Tensor:
     ...
     ValueError: X must be real, got complex values
     """
-    if torch.is_tensor(x) and x.is_complex() or np.iscomplexobj(x):
+    if x.is_complex() if isinstance(x, torch.Tensor) else np.iscomplexobj(x):
         raise ValueError(f"{name} must be real, got complex values")
     if isinstance(x, torch.Tensor):
         t = x
