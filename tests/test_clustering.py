@@ -222,7 +222,7 @@ def test_chunked_passes_give_the_same_fit():
 def test_batch_size_of_the_fixed_point_solver_is_the_deprecated_chunk_size():
     """batch_size meant rows per chunk for the fixed-point solver and the mini-batch for
     pgd: the chunks are chunk_size now, and batch_size keeps its old meaning there with a
-    FutureWarning until 0.4; with pgd it is the mini-batch, without a warning."""
+    FutureWarning until 0.5; with pgd it is the mini-batch, without a warning."""
     X = ac.GaussianMixture.orthogonal(d=6, k=3, sigma=0.1).sample(400, rng=0)
     new = ac.AttentionClustering(3, random_state=0, chunk_size=50).fit(X)
     with pytest.warns(FutureWarning, match="batch_size as the rows per chunk .* chunk_size"):

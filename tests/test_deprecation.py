@@ -121,10 +121,10 @@ def test_assignment_error_takes_its_mixture_as_mix():
 
 
 @pytest.mark.parametrize("cls", [ac.AttentionClustering, ac.AttentionQuantizer])
-def test_set_params_takes_the_old_name_until_0_4(cls):
+def test_set_params_takes_the_old_name_until_0_5(cls):
     est = cls()
     with pytest.warns(FutureWarning, match=r"set_params\(\): 'temperature' is deprecated and "
-                                           r"will be removed in 0\.4"):
+                                           r"will be removed in 0\.5"):
         assert est.set_params(temperature=2.5) is est
     assert est.get_params()["inverse_temperature"] == 2.5
     with pytest.raises(ValueError, match="both 'inverse_temperature' and its deprecated"):
@@ -147,10 +147,10 @@ def test_grid_search_over_the_old_name():
     assert old.best_estimator_.inverse_temperature == new.best_estimator_.inverse_temperature
 
 
-def test_old_names_are_kept_until_0_4():
-    with pytest.warns(FutureWarning, match=r"will be removed in 0\.4"):
+def test_old_names_are_kept_until_0_5():
+    with pytest.warns(FutureWarning, match=r"will be removed in 0\.5"):
         ac.AttentionClustering(temperature=2.0)
-    with pytest.warns(FutureWarning, match=r"will be removed in 0\.4"):
+    with pytest.warns(FutureWarning, match=r"will be removed in 0\.5"):
         assert ac.AttentionQuantizer().fit(X).temperature_ > 0
 
 
@@ -183,7 +183,7 @@ def test_every_public_module_of_0_2_is_still_importable_by_its_path():
 def test_an_old_module_path_warns_and_gives_the_new_module(monkeypatch, old):
     new = importlib.import_module(ac._MOVED[old])
     _forget(monkeypatch, old)
-    with pytest.warns(FutureWarning, match=rf"{old} is now {ac._MOVED[old]}; .* 0\.4"):
+    with pytest.warns(FutureWarning, match=rf"{old} is now {ac._MOVED[old]}; .* 0\.5"):
         module = importlib.import_module(old)
     assert module is new                       # one module: one set of names to patch
     assert new.__spec__.name == new.__name__   # its own spec, as its relative imports need

@@ -14,7 +14,7 @@ first public name read imports them all, as an eager ``import`` would.
 import importlib
 import sys
 
-from ._deprecation import MovedModules, moved_module, warn_deprecated
+from ._deprecation import REMOVED_IN, MovedModules, moved_module, warn_deprecated
 
 __version__ = "0.4.0.dev0"
 
@@ -53,7 +53,7 @@ _NAMES = {
 # modules that the package exposed as attributes (``attnclust.descent``)
 _MODULES = {"descent": "study.descent", "study": "study", "cluster": "cluster", "layer": "layer"}
 
-# the modules of 0.2, by their old paths: importing one warns until 0.4
+# the modules of 0.2, by their old paths: importing one warns until 0.5
 _MOVED = {f"{__name__}.{old}": f"{__name__}.{half}.{old}" for half, olds in {
     "study": ["experiments", "in_context", "metrics", "mixture", "objectives", "quantizer",
               "risk"],
@@ -96,7 +96,7 @@ def __getattr__(name: str):
     if new is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     warn_deprecated(f"the module {__name__}.{name} is now {new}; it will be removed from "
-                    "its old path in 0.4", stacklevel=2)
+                    f"its old path in {REMOVED_IN}", stacklevel=2)
     return importlib.import_module(new)
 
 
@@ -115,7 +115,7 @@ class _LazyModule:
 
 
 # the module of 0.2 named attnclust.pgd is attnclust.study.descent: `from attnclust.pgd import X`
-# warns until 0.4, and importing it leaves attnclust.pgd the function
+# warns until 0.5, and importing it leaves attnclust.pgd the function
 sys.modules[__name__ + ".pgd"] = moved_module(__name__ + ".pgd",
                                               _LazyModule(__name__ + ".study.descent"))
 

@@ -2,7 +2,7 @@
 
 In 0.2 ``temperature`` became ``inverse_temperature`` (``lambda`` multiplies the logits,
 so larger is sharper) and ``assignment_error``'s ``mixture`` became ``mix`` (the name of a
-mixture everywhere else); the old names still work, until 0.4, and warn with a
+mixture everywhere else); the old names still work, until 0.5, and warn with a
 ``FutureWarning``: as keywords, as attributes, and through an estimator's ``set_params``
 (so parameter grids written for 0.1, as in ``GridSearchCV``, keep working).
 In 0.3 the module ``attnclust.pgd`` became ``attnclust.study.descent`` (``attnclust.pgd`` is
@@ -27,7 +27,7 @@ __all__ = ["REMOVED_IN", "MovedModules", "RenamedAttribute", "RenamedParamsMixin
            "moved_module", "renamed_keywords", "warn_deprecated"]
 
 # the release that drops the old names
-REMOVED_IN = "0.4"
+REMOVED_IN = "0.5"   # deprecated in 0.2, kept one release more than first said
 
 
 def _warn(old: str, new: str, where: str, stacklevel: int) -> None:

@@ -226,7 +226,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     batch_size : int, optional
         Mini-batch size of the stochastic steps of ``solver="pgd"`` (default: full batch).
         With the fixed-point solver it is read as ``chunk_size``, with a ``FutureWarning``
-        (its meaning in 0.1 and 0.2), until 0.4.
+        (its meaning in 0.1 and 0.2), until 0.5.
     chunk_size : int, optional
         Rows per chunk of each pass (memory only: the result does not depend on it;
         default: 16,384, fewer for wide data, about 2 MB per block).
@@ -345,7 +345,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     ((3, 10, 10), 1.0)
     """
 
-    # the names of 0.1, until 0.4 (set_params takes them too)
+    # the names of 0.1, until 0.5 (set_params takes them too)
     temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")
     temperature_curve_ = RenamedAttribute("temperature_curve_", "inverse_temperature_curve_")
 

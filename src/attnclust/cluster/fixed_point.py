@@ -533,7 +533,7 @@ def _stages(lam, n_steps, old_lams, old_steps) -> list[tuple[float, int]]:
             raise ValueError("pass inverse_temperature and n_steps, or the deprecated "
                              "inverse_temperatures and stage_steps, not both")
         warn_deprecated("inverse_temperatures and stage_steps are deprecated and will be "
-                        "removed in 0.4; pass inverse_temperature=attnclust.layer.schedules."
+                        "removed in 0.5; pass inverse_temperature=attnclust.layer.schedules."
                         "Stages(values, steps) and n_steps=sum(steps)", stacklevel=3)
         return list(zip(old_lams, old_steps, strict=True))
     if lam is None or n_steps is None:

@@ -36,7 +36,7 @@ class IterationInfo(NamedTuple):
     heads: torch.Tensor | None = None
     """The updated heads (a copy)."""
 
-    temperature = RenamedAttribute("temperature", "inverse_temperature")   # until 0.4
+    temperature = RenamedAttribute("temperature", "inverse_temperature")   # until 0.5
 
 
 class History(NamedTuple):
@@ -63,7 +63,7 @@ class History(NamedTuple):
     heads: np.ndarray
     """The recorded heads, shape ``(T, K, d)``."""
 
-    temperature = RenamedAttribute("temperature", "inverse_temperature")   # until 0.4
+    temperature = RenamedAttribute("temperature", "inverse_temperature")   # until 0.5
 
 
 class SolverResult(NamedTuple):

@@ -49,7 +49,7 @@ from .._validation import (
     check_inverse_temperature,
     readonly_tensor,
 )
-from .in_context import BACKENDS, identity_attention
+from .in_context import check_options, identity_attention
 
 __all__ = ["AttentionQuantizer", "estimate_sigma"]
 
@@ -134,7 +134,7 @@ class AttentionQuantizer(RenamedParamsMixin, TransformerMixin, BaseEstimator):
     (500, 10)
     """
 
-    temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")  # until 0.4
+    temperature_ = RenamedAttribute("temperature_", "inverse_temperature_")  # until 0.5
 
     @renamed_keywords(temperature="inverse_temperature")
     def __init__(self, inverse_temperature="auto", *, n_steps=1, exclude_self=False,
@@ -161,8 +161,8 @@ class AttentionQuantizer(RenamedParamsMixin, TransformerMixin, BaseEstimator):
         """
         X = validate_data(self, as_numpy_input(X), dtype=[np.float64, np.float32])
         check_device(self.device)
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        check_options(self.n_steps, self.exclude_self, self.renormalize, self.backend,
+                      self.chunk_size)
         if isinstance(self.inverse_temperature, str):
             if self.inverse_temperature != "auto":
                 raise ValueError(f"inverse_temperature must be a positive number or 'auto', got "
