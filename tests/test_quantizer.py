@@ -124,6 +124,10 @@ def test_scikit_learn_contract():
     ({}, np.array([[1.0, np.inf]]), "infinity"),
     ({}, np.ones((0, 2)), "0 sample"),
     ({}, np.ones(3), "2D array"),
+    ({"n_steps": 0}, np.ones((3, 2)), "n_steps must be an integer >= 1, got 0"),
+    ({"exclude_self": "no"}, np.ones((3, 2)), "exclude_self must be True or False"),
+    ({"renormalize": "x"}, np.ones((3, 2)), "renormalize must be True or False"),
+    ({"chunk_size": 0}, np.ones((3, 2)), "chunk_size must be a positive int"),
 ])
 def test_fit_rejects_bad_input(params, X, match):
     with pytest.raises(ValueError, match=match):
@@ -134,8 +138,9 @@ def test_transform_checks_the_dimension():
     q = AttentionQuantizer().fit(np.ones((4, 3)))
     with pytest.raises(ValueError, match="3 features"):
         q.transform(np.ones((4, 2)))
+    q.set_params(n_steps=0)                   # set after fit: transform checks it too
     with pytest.raises(ValueError, match="n_steps"):
-        AttentionQuantizer(n_steps=0).fit(np.ones((4, 3))).transform(np.ones((4, 3)))
+        q.transform(np.ones((4, 3)))
 
 
 # -- devices and tensor input: the shared checks (issue 10) -------------------------------------

@@ -71,6 +71,7 @@ from .mixture import GaussianMixture
 
 __all__ = [
     "BACKENDS",
+    "check_options",
     "dense_bytes",
     "fused_available",
     "identity_attention",
@@ -144,10 +145,7 @@ def identity_attention(
            [1., 0.]])
     """
     lam = check_inverse_temperature(inverse_temperature)
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
-        raise ValueError(f"n_steps must be an integer >= 1, got {n_steps!r}")
+    cq, ck = check_options(n_steps, exclude_self, renormalize, backend, chunk_size)
     is_tensor = isinstance(X, torch.Tensor)
     keep_f32 = not is_tensor and getattr(X, "dtype", None) == np.float32
     x = as_tensor(X, name="X", dtype=torch.float32 if keep_f32 else None)
@@ -160,7 +158,6 @@ def identity_attention(
     check_finite(x, "X")
     if exclude_self and x.shape[-2] < 2:
         raise ValueError(f"exclude_self needs a prompt of at least 2 tokens, got L={x.shape[-2]}")
-    cq, ck = _chunk_sizes(chunk_size)
 
     batched = x.ndim == 3
     y = x if batched else x.unsqueeze(0)  # (B, L, d)
@@ -295,6 +292,30 @@ def _check_no_overflow(y: torch.Tensor, x: torch.Tensor, lam: float, step: int) 
                      f"{step + 1}: the scores lambda <x_i, x_j> exceed the largest "
                      f"{str(x.dtype).removeprefix('torch.')} (lambda = {lam:g}, largest "
                      f"|x_ij| = {biggest:g}); rescale X or lower lambda")
+
+
+def check_options(n_steps, exclude_self, renormalize, backend, chunk_size
+                  ) -> tuple[int | None, int | None]:
+    """The options of :func:`identity_attention`, checked (booleans must be ``True`` or
+    ``False``: ``"no"`` is no ``False``); returns the query and key block sizes.
+
+    Examples
+    --------
+    >>> check_options(1, False, True, "auto", 256)
+    (256, 256)
+    >>> check_options(1, "no", False, "auto", None)
+    Traceback (most recent call last):
+    ...
+    ValueError: exclude_self must be True or False, got 'no'
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
+        raise ValueError(f"n_steps must be an integer >= 1, got {n_steps!r}")
+    for name, value in (("exclude_self", exclude_self), ("renormalize", renormalize)):
+        if not isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be True or False, got {value!r}")
+    return _chunk_sizes(chunk_size)
 
 
 def _chunk_sizes(chunk_size) -> tuple[int | None, int | None]:
