@@ -45,7 +45,9 @@ def test_auto_finds_clear_clusters(k):
 
 def test_auto_says_one_cluster_for_one_blob():
     X = np.random.default_rng(3).standard_normal((500, 2))
-    est = ac.AttentionClustering("auto", random_state=0).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est = ac.AttentionClustering("auto", random_state=0).fit(X)
     assert est.n_clusters_ == 1 and "no structure" in est.n_clusters_reason_
 
 
@@ -78,6 +80,20 @@ def test_max_clusters_one_answers_one_cluster_without_blaming_the_rows():
         est = ac.AttentionClustering("auto", max_clusters=1, random_state=0).fit(X)
     assert est.n_clusters_ == 1 and est.n_clusters_reason_ == (
         "K = max_clusters = 1: no other K to compare")
+
+
+@pytest.mark.parametrize("X", [np.repeat([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], 20, 0),
+                               np.repeat(5.0 * np.eye(4), 20, 0)])
+def test_one_cluster_of_a_few_repeated_points_is_a_weak_choice(X):
+    """Four points, each repeated 20 times, fill their grid at its resolution and the
+    structure test calls them one cluster; the choice then says that it is weak, and how to
+    keep them apart (a Gaussian blob's one cluster stays quiet:
+    test_auto_says_one_cluster_for_one_blob)."""
+    from attnclust.cluster.choice.k_choice import WeakChoiceWarning
+
+    with pytest.warns(WeakChoiceWarning, match=r"only 4 distinct values.*n_clusters=4"):
+        est = ac.AttentionClustering("auto", random_state=0).fit(X)
+    assert est.n_clusters_ == 1
 
 def test_anneal_init_does_not_depend_on_the_seed_and_matches_kmeans():
     X, _ = _blobs(4, rng=1)

@@ -485,10 +485,14 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
         bic_one = (f"one component has the least BIC (BIC(1) {one:+.1f} from the least of "
                    f"K >= 2)" if not thin else f"K = {best} leaves fewer than {s.thin_rows} "
                    f"rows per cluster, too few for its BIC")
-        return KChoice(1, best, bic, weight, z, False,
+        distinct = len(np.unique(rows, axis=0))   # a few points, repeated: say so
+        few = (f"; weak: the rows take only {distinct} distinct values, which the test reads "
+               f"at the data's resolution (pass n_clusters={distinct} to keep them apart)"
+               if distinct <= top else "")
+        return KChoice(1, best, bic, weight, z, bool(few),
                        f"no structure: the {best} k-means cells remove no more scatter than "
                        f"in uniform rows (z = {z:.1f} <= {s.structure_z:g}) and {bic_one}; "
-                       f"{said}", shape)
+                       f"{said}{few}", shape)
     doubts = ([f"other K are close (BIC weight {weight:.2f} < {s.confident:g})"]
               if weight < s.confident else [])
     if z <= s.structure_z:
