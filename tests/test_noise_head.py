@@ -118,6 +118,21 @@ def test_noise_rows_get_the_noise_label_and_the_clusters_keep_theirs():
     assert np.mean(ari) >= np.mean(ari_default) - 0.01
 
 
+
+@pytest.mark.parametrize(("far", "n_far"), [(100.0, 1), (100.0, 3), (100.0, 5), (1e4, 1)])
+def test_far_outliers_are_noise_not_a_head(far, n_far):
+    """Three blobs and a few rows far away: the default fit's cells give the far rows a head
+    of their own and join two blobs (a likelihood the EM does not leave); the start that
+    gives their cell's rows to the nearest blob lets the background take them."""
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(600, n_features=4, centers=3, random_state=0)
+    outliers = np.full((n_far, 4), far) + 0.1 * np.arange(n_far)[:, None]
+    est = AttentionClustering(3, noise_head=True, random_state=0).fit(np.r_[X, outliers])
+    assert np.all(est.labels_[600:] == NOISE_LABEL)
+    assert ac.adjusted_rand_index(y, est.labels_[:600]) == 1.0
+    assert "for the background to take their rows" in est.covariance_type_reason_
+
 def test_without_noise_the_background_takes_almost_nothing():
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(c, 0.5, (300, 2)) for c in ((0, 0), (5, 0), (0, 5))])

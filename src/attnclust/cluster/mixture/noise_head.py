@@ -48,6 +48,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, NamedTuple
 
+import numpy as np
+
 from ..rows import WorkingRows
 from ..settings import FitSettings
 from .candidates import LeanRows, LeanRun, lean_attributes, lean_run
@@ -55,8 +57,6 @@ from .shape_choice import ShapeChoice, choice_rows, choose_lean, shaped_candidat
 from .tempered import ShapedFitted
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from ..estimator_fits import Ending
     from ..plan import FitPlan
 
@@ -101,6 +101,18 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
     K, log_scale = plan.n_clusters, math.log(rows.scale)
     crows, labels = choice_rows(rows, end.result.heads, end.labels, gen, settings=plan.settings)
     choice, run = choose_lean(crows, labels, plan, log_scale, rows.n_total, gen, noise=True)
+    d = crows.rows.shape[1]
+    start = _without_tiny_cells(crows.read(0, crows.rows.shape[0]).double().cpu().numpy(),
+                                labels, K, d + 2, gen)
+    if start is not None:        # a head on a few far rows: they start beside another head
+        again, rerun = choose_lean(crows, start, plan, log_scale, rows.n_total, gen, noise=True)
+        floored = not _chosen(choice).eligible
+        if _chosen(again).eligible and (floored or _chosen(again).icl < _chosen(choice).icl):
+            why = ("from the default fit's cells a head sat at the covariance floor" if floored
+                   else f"a lower ICL than from the default fit's cells, {_chosen(choice).icl:g}")
+            choice, run = again._replace(reason=again.reason + (
+                f"; started with the default fit's cells of fewer than {d + 2} rows joined to "
+                f"their nearest cells, for the background to take their rows ({why})")), rerun
     choice = choice._replace(reason=choice.reason + "; each beside a uniform background "
                              "head (noise_head=True)")
     if crows is not rows:       # all rows, with their box, from the sample's fit
@@ -129,6 +141,45 @@ def check_noise_head(n_total: int, n_features: int, n_clusters: int, *,
         raise ValueError(f"noise_head=True fits diagonal or full heads, and both are too "
                          f"costly here ({n_total:,} rows, {n_clusters} heads, "
                          f"{n_features} features): fit without it")
+
+
+def _chosen(choice: ShapeChoice):
+    """The criteria of the chosen candidate."""
+    return next(s for s in choice.scores if s.covariance.name == choice.covariance.name)
+
+
+def _without_tiny_cells(X: np.ndarray, labels: np.ndarray, K: int, min_rows: int,
+                        gen: np.random.Generator) -> np.ndarray | None:
+    """A start partition of the rows ``X`` ``(n, d)`` where the cells of ``labels`` with
+    fewer than ``min_rows`` rows (a head on a far outlier, at the covariance floor) give
+    their rows to the nearest other cell (whose head the background then relieves of
+    them) and their heads to halves of the largest cells (2-means of the cell's own rows);
+    ``None`` where no cell is that small, or every one is.
+
+    Examples
+    --------
+    >>> X = np.r_[np.zeros((5, 1)), np.ones((5, 1)), [[100.0]]]
+    >>> start = _without_tiny_cells(X, np.r_[[0] * 10, 1], 2, 3, np.random.default_rng(0))
+    >>> start[-1], sorted(start[:5].tolist() + start[5:10].tolist()) == [0] * 5 + [1] * 5
+    (np.int64(0), True)
+    """
+    from ..kmeans.batch import best_of_seedings
+
+    counts = np.bincount(labels, minlength=K)
+    tiny, kept = np.flatnonzero(counts < min_rows), np.flatnonzero(counts >= min_rows)
+    if not len(tiny) or not len(kept):
+        return None
+    means = np.stack([X[labels == k].mean(0) for k in kept])
+    start = labels.copy()
+    moved = np.flatnonzero(np.isin(labels, tiny))
+    start[moved] = kept[((X[moved, None] - means[None]) ** 2).sum(-1).argmin(1)]
+    own = np.ones(len(X), dtype=bool)
+    own[moved] = False                  # the far rows split no cell
+    for head in tiny:
+        largest = np.flatnonzero(own & (start == np.bincount(start[own], minlength=K).argmax()))
+        halves = np.asarray(best_of_seedings(X[largest], 2, 3, gen).labels)
+        start[largest[halves == 1]] = head
+    return start
 
 
 def _noise_fit(rows: WorkingRows, run: LeanRun, K: int, choice: ShapeChoice) -> NoiseFit:
