@@ -96,3 +96,16 @@ def test_functions_validate_inverse_temperature_and_accept_numpy():
         for bad in (-1.0, 0.0, float("nan"), "hot", True):
             with pytest.raises(ValueError, match="inverse_temperature"):
                 fn(x, heads, inverse_temperature=bad)
+
+
+@pytest.mark.parametrize(("x", "heads", "match"), [
+    (torch.ones(3, 2, dtype=torch.float32), torch.eye(2, dtype=torch.float64),
+     "x is torch.float32 on cpu and the heads torch.float64"),
+    (torch.ones(3, 3, dtype=torch.float64), torch.eye(2, dtype=torch.float64),
+     r"x of shape \(3, 3\) and heads of shape \(2, 2\)"),
+    (torch.ones(3, 2, dtype=torch.float64), torch.ones(2, dtype=torch.float64),
+     "heads must be"),
+])
+def test_mismatched_tokens_and_heads_are_named(x, heads, match):
+    with pytest.raises(ValueError, match=match):
+        attention_heads(x, heads, inverse_temperature=1.0)

@@ -85,6 +85,12 @@ def _inputs(x, heads, inverse_temperature, geometry):
     heads = as_tensor(heads, name="heads")
     if not isinstance(x, torch.Tensor):
         x = as_tensor(x, name="x", dtype=heads.dtype, device=heads.device)
+    if heads.ndim != 2 or x.ndim < 1 or x.shape[-1] != heads.shape[-1]:
+        raise ValueError(f"x of shape {tuple(x.shape)} and heads of shape "
+                         f"{tuple(heads.shape)}: heads must be (K, d) and x (..., d)")
+    if x.dtype != heads.dtype or x.device != heads.device:
+        raise ValueError(f"x is {x.dtype} on {x.device} and the heads {heads.dtype} on "
+                         f"{heads.device}: pass them in one dtype, on one device")
     return x, heads, check_inverse_temperature(inverse_temperature), as_geometry(geometry)
 
 
