@@ -150,3 +150,8 @@ def test_metric_inputs_are_checked(mix):
         spread_ratio(np.ones((3, 2)), np.ones((3, 2)), [0, 1])
     with pytest.raises(ValueError, match="tol"):
         count_clusters(np.ones((3, 2)), tol=0.0)
+
+
+def test_centroid_distance_needs_a_centroid():
+    with pytest.raises(ValueError, match="at least one centroid"):
+        ac.centroid_distance(np.empty((0, 2)), np.empty((0, 2)))

@@ -148,3 +148,13 @@ def test_bad_arguments_are_named():
         ShapedAttentionHeads(m, covariance_type="diag", precisions_cholesky=-np.ones((2, 3)))
     with pytest.raises(ValueError, match="weights must be 2 positive"):
         ShapedAttentionHeads(m, weights=[1.0, 0.0])
+
+
+@pytest.mark.parametrize(("x", "log_weights", "match"), [
+    (np.zeros((1, 2)), np.zeros(3), r"log_weights must have shape \(2,\), one per head"),
+    (np.zeros((1, 3)), None, r"x must have shape \(\.\.\., 2\) as the means"),
+])
+def test_shaped_inputs_of_the_wrong_shape_are_named(x, log_weights, match):
+    with pytest.raises(ValueError, match=match):
+        shaped_weights(x, np.zeros((2, 2)), np.ones((2, 2)), log_weights,
+                       covariance_type="diag")

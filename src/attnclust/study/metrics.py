@@ -132,6 +132,9 @@ def centroid_distance(heads, centroids) -> CentroidDistance:
     (0.0, 0.0)
     """
     heads_np, centroids_np = _to_numpy(heads), _to_numpy(centroids)
+    if centroids_np.size == 0:
+        raise ValueError(f"centroids must hold at least one centroid, got shape "
+                         f"{centroids_np.shape}")
     matching = match_heads(heads_np, centroids_np)
     dist = np.linalg.norm(heads_np[matching] - centroids_np, axis=1)
     return CentroidDistance(float(dist.max()), float(np.sqrt(np.mean(dist**2))), matching)

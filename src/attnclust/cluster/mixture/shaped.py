@@ -214,6 +214,12 @@ def _inputs(x, means, factors, log_weights, inverse_temperature, covariance_type
     if expected is None or tuple(factors.shape) != tuple(expected):
         raise ValueError(f"precisions_cholesky must have shape {expected} for "
                          f"covariance_type={cov.name!r}, got {tuple(factors.shape)}")
+    if log_weights is not None and tuple(log_weights.shape) != (means.shape[0],):
+        raise ValueError(f"log_weights must have shape ({means.shape[0]},), one per head, "
+                         f"got {tuple(log_weights.shape)}")
+    if x.ndim < 1 or x.shape[-1] != means.shape[1]:
+        raise ValueError(f"x must have shape (..., {means.shape[1]}) as the means, got "
+                         f"{tuple(x.shape)}")
     return x, means, factors, log_weights, check_inverse_temperature(inverse_temperature), cov
 
 
