@@ -154,6 +154,30 @@ def test_outputs_may_not_overwrite_the_input(tmp_path, capsys):
     assert "is the input file" in line
 
 
+
+def test_outputs_may_not_overwrite_the_weight_file(tmp_path, capsys):
+    X = ac.GaussianMixture.random(d=2, k=2, sigma=0.1, rng=0).sample(50, rng=0)
+    np.save(tmp_path / "d.npy", X)
+    np.savetxt(tmp_path / "d.weights.csv", np.ones(50), header="w", comments="")
+    before = (tmp_path / "d.weights.csv").read_bytes()
+    line = fails(capsys, ["fit", str(tmp_path / "d.npy"), "-k", "2", "--covariance-type",
+                          "diag", "--sample-weight", str(tmp_path / "d.weights.csv")])
+    assert "d.weights.csv is the input file" in line
+    assert (tmp_path / "d.weights.csv").read_bytes() == before
+
+
+def test_an_earlier_output_read_as_data_is_not_removed_as_stale(tmp_path):
+    X = ac.GaussianMixture.random(d=2, k=3, sigma=0.1, rng=0).sample(90, rng=0)
+    np.save(tmp_path / "x.npy", X)
+    out = str(tmp_path / "r")
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "3", "--proba", "--out", out,
+                 "--quiet"]) == 0
+    proba = (tmp_path / "r.proba.npy").read_bytes()
+    assert main(["fit", str(tmp_path / "r.proba.npy"), "-k", "2", "--out", out,
+                 "--quiet"]) == 0
+    assert (tmp_path / "r.proba.npy").read_bytes() == proba     # the data read stays
+    assert not (tmp_path / "r.proba.csv").exists()              # the other stale file goes
+
 def test_distributed_plot_is_refused_before_any_work(blobs, capsys):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)

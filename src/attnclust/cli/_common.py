@@ -169,16 +169,18 @@ def check_device(device: str) -> None:
         raise CommandError(str(exc)) from None
 
 
-def refuse_overwriting_input(data: str, outputs) -> None:
-    """An output that is the input file itself (same path or same file) is refused."""
+def same_file(a, b) -> bool:
+    """Whether the paths ``a`` and ``b`` name one file (the same path, or a link to it)."""
     from pathlib import Path
 
-    source = Path(data)
+    a, b = Path(a), Path(b)
+    return a.resolve() == b.resolve() or (a.exists() and b.exists() and os.path.samefile(a, b))
+
+
+def refuse_overwriting_input(data: str, outputs) -> None:
+    """An output that is the input file itself (same path or same file) is refused."""
     for out in outputs:
-        out = Path(out)
-        same = (out.resolve() == source.resolve()
-                or (out.exists() and source.exists() and os.path.samefile(out, source)))
-        if same:
+        if same_file(out, data):
             raise CommandError(f"the output {out} is the input file {data}; choose another "
                                "--out")
 

@@ -27,8 +27,14 @@ def prepare(args) -> tuple[dict, str]:
     and no output would overwrite DATA (before any work)."""
     params = fit_params(args)
     prefix = output_prefix(args)
-    refuse_overwriting_input(args.data, output_files(args, prefix))
+    for source in input_files(args):
+        refuse_overwriting_input(source, output_files(args, prefix))
     return params, prefix
+
+
+def input_files(args) -> list[str]:
+    """The files ``fit`` reads: DATA, and the ``--sample-weight`` file."""
+    return [args.data] + ([args.sample_weight] if args.sample_weight is not None else [])
 
 
 def fit_params(args) -> dict:

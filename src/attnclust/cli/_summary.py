@@ -8,7 +8,8 @@ import json
 import math
 import os
 
-from ._common import write_all
+from ._common import same_file, write_all
+from ._fit_common import input_files
 
 # rows read for the table's attention and risk: all of them up to this many, else this
 # many drawn at random (the sizes are always of every row): a pass of predict_proba and
@@ -33,7 +34,9 @@ def write_fit(args, prefix: str, outputs: dict, head: list[str], sizes, conf_mea
     record = {**record, "files": sorted(p.name for p in [*outputs, summary_path])}
     outputs[summary_path] = lambda p: Path(p).write_text(
         json.dumps(_finite(record), indent=2) + "\n", encoding="utf-8")
-    stale = [p for p in previous_outputs(prefix) if p not in outputs]
+    inputs = input_files(args)          # an earlier output read as input now stays
+    stale = [p for p in previous_outputs(prefix)
+             if p not in outputs and not any(same_file(p, source) for source in inputs)]
     write_all(outputs, summary(head, sizes, conf_mean, outputs))
     with deferred_interrupts():
         for path in stale:
