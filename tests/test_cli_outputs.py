@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -508,3 +509,16 @@ def test_help_and_version_do_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip().splitlines()
     assert out[-1] == "False"
+
+
+def test_the_weight_column_counts_the_columns_kept_and_is_named(tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    rows = [f"s{i % 3},2,{5 + 3 * rng.random()},{rng.random()}" for i in range(60)]
+    (tmp_path / "sw.csv").write_text("species,w,a,b\n" + "\n".join(rows) + "\n")
+    assert main(["fit", str(tmp_path / "sw.csv"), "-k", "2", "--drop-columns", "species",
+                 "--weight-column", "1", "--out", str(tmp_path / "r")]) == 0
+    out, err = capsys.readouterr()
+    assert "--weight-column 1 is 'w', counted among the columns" in err
+    assert "weights=120" in out            # sixty rows of weight 2
+    record = json.loads((tmp_path / "r.summary.json").read_text())
+    assert record["input"]["columns"] == ["a", "b"]

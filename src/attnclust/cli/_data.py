@@ -33,6 +33,18 @@ def read_table(args, *, min_columns: int = 1, mmap: bool = False):
     return table
 
 
+def note_weight_column(args, columns: list[str]) -> None:
+    """With ``--columns`` or ``--drop-columns``, a note on stderr naming the column that
+    ``--weight-column J`` takes (J counts the columns they keep, not DATA's)."""
+    from ._common import say
+
+    j = args.weight_column
+    selected = getattr(args, "columns", None) or getattr(args, "drop_columns", None)
+    if j is not None and selected and 1 <= j <= len(columns) and not args.quiet:
+        say(f"attnclust {args.command}: note: --weight-column {j} is {columns[j - 1]!r}, "
+            "counted among the columns --columns and --drop-columns keep")
+
+
 def open_rows(args, open_npy):
     """DATA, its rows read when indexed: a .npy opened by ``open_npy`` (a memory map, or
     :class:`attnclust._io.NpyRows`) with its shape checked, anything else read whole by

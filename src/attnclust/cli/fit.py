@@ -12,7 +12,7 @@ import argparse
 
 from . import fit_distributed, fit_streamed
 from ._common import CommandError, inverse_temperature_option, reading_options
-from ._data import min_columns, read_table, split_weights
+from ._data import min_columns, note_weight_column, read_table, split_weights
 from ._fit_common import (
     output_files,
     plot_writer,
@@ -118,8 +118,9 @@ def _weight_options(parser) -> None:
                             "one-column .csv; non-negative, not all zero): a row of weight "
                             "w counts as w copies of it")
     group.add_argument("--weight-column", type=int, default=None, metavar="J",
-                       help="take the weights from column J of DATA (counted from 1), "
-                            "which is then left out of the features")
+                       help="take the weights from column J of the columns read "
+                            "(counted from 1: DATA's, or those --columns and --drop-columns "
+                            "keep), which is then left out of the features")
 
 
 def run(args) -> int:
@@ -140,6 +141,7 @@ def run(args) -> int:
     table = read_table(args, min_columns=min_columns(args), mmap=True)
     X, weights = split_weights(args, table.X)
     features = _features(args, table.columns)
+    note_weight_column(args, table.columns)
     if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")
