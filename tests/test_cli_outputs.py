@@ -522,3 +522,19 @@ def test_the_weight_column_counts_the_columns_kept_and_is_named(tmp_path, capsys
     assert "weights=120" in out            # sixty rows of weight 2
     record = json.loads((tmp_path / "r.summary.json").read_text())
     assert record["input"]["columns"] == ["a", "b"]
+
+
+def test_a_streamed_fit_keeps_the_column_names(tmp_path, capsys):
+    X = ac.GaussianMixture.random(d=2, k=3, sigma=0.1, rng=0).sample(300, rng=0)
+    np.savetxt(tmp_path / "s.csv", X, delimiter=",", header="a,b", comments="")
+    np.savetxt(tmp_path / "r.csv", X[:, ::-1], delimiter=",", header="b,a", comments="")
+    out = str(tmp_path / "m")
+    assert main(["fit", str(tmp_path / "s.csv"), "-k", "3", "--batch-rows", "50",
+                 "--max-iter", "1", "--out", out]) == 0
+    assert "warning: --max-iter is not read with --batch-rows" in capsys.readouterr().err
+    assert (tmp_path / "m.centers.csv").read_text().splitlines()[0] == "a,b"
+    # predict reads the model's columns by name, whatever their order in the table
+    assert main(["predict", f"{out}.model.npz", str(tmp_path / "r.csv"), "--out",
+                 str(tmp_path / "p"), "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"),
+                                  np.load(tmp_path / "m.labels.npy"))

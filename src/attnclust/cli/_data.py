@@ -46,9 +46,10 @@ def note_weight_column(args, columns: list[str]) -> None:
 
 
 def open_rows(args, open_npy):
-    """DATA, its rows read when indexed: a .npy opened by ``open_npy`` (a memory map, or
+    """DATA, its rows read when indexed, and the names of the features among its columns
+    (:func:`feature_names`): a .npy opened by ``open_npy`` (a memory map, or
     :class:`attnclust._io.NpyRows`) with its shape checked, anything else read whole by
-    :func:`attnclust._io.load_matrix`."""
+    :func:`read_table`."""
     from pathlib import Path
 
     from .._io import check_matrix_shape
@@ -58,8 +59,16 @@ def open_rows(args, open_npy):
     if path.suffix.lower() == ".npy" and path.is_file() and not selected:
         X = open_npy(path)
         check_matrix_shape(X, path, min_columns=min_columns(args))
-        return X
-    return read_table(args, min_columns=min_columns(args)).X
+        return X, feature_names(args, [f"x{j}" for j in range(X.shape[1])])
+    table = read_table(args, min_columns=min_columns(args))
+    return table.X, feature_names(args, table.columns)
+
+
+def feature_names(args, columns: list[str]) -> list[str]:
+    """The names of the clustered columns: the columns read less the weight column."""
+    if args.weight_column is None:
+        return list(columns)
+    return [c for j, c in enumerate(columns) if j != args.weight_column - 1]
 
 
 def checked_block(args, block, where, start: int, n_rows: int, weights=None):

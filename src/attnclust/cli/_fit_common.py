@@ -57,6 +57,10 @@ def fit_params(args) -> dict:
         raise CommandError(f"--noise-head chooses diagonal or full heads beside the "
                            f"background: leave --covariance-type at auto, got "
                            f"{args.covariance_type}")
+    if args.max_iter is not None and args.batch_rows is not None:
+        warnings.warn("--max-iter is not read with --batch-rows: the stream takes one "
+                      "fixed-point step per chunk", UserWarning, stacklevel=2)
+    args.max_iter = 300 if args.max_iter is None else args.max_iter
     if args.max_iter < 1:
         raise CommandError(f"--max-iter must be a positive integer, got {args.max_iter}")
     max_clusters, args.timeout = _max_clusters_and_timeout(args)

@@ -12,7 +12,7 @@ import argparse
 
 from . import fit_distributed, fit_streamed
 from ._common import CommandError, inverse_temperature_option, reading_options
-from ._data import min_columns, note_weight_column, read_table, split_weights
+from ._data import feature_names, min_columns, note_weight_column, read_table, split_weights
 from ._fit_common import (
     output_files,
     plot_writer,
@@ -60,9 +60,10 @@ def add_parser(sub) -> None:
                         "--geometry sphere, as given otherwise)")
     p.add_argument("--no-anneal", action="store_true",
                    help="fit at the target inverse temperature only")
-    p.add_argument("--max-iter", type=int, default=300, metavar="N",
+    p.add_argument("--max-iter", type=int, default=None, metavar="N",
                    help="most fixed-point steps at the final inverse temperature (default: "
-                        "300); the fit stops earlier when it converges")
+                        "300); the fit stops earlier when it converges (not read with "
+                        "--batch-rows: one step per chunk)")
     p.add_argument("--seed", type=int, default=0, help="random_state (default: 0)")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
     p.add_argument("--device", default="cpu", help="torch device, e.g. cpu or cuda (default: cpu)")
@@ -140,7 +141,7 @@ def run(args) -> int:
     # a float32/float64 .npy stays memory-mapped: no float64 copy made here
     table = read_table(args, min_columns=min_columns(args), mmap=True)
     X, weights = split_weights(args, table.X)
-    features = _features(args, table.columns)
+    features = feature_names(args, table.columns)
     note_weight_column(args, table.columns)
     if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
@@ -181,9 +182,3 @@ def run(args) -> int:
 # pass over the rows each; above, they are left out)
 CRITERIA_ROWS = 200_000
 
-
-def _features(args, columns: list[str]) -> list[str]:
-    """The names of the clustered columns: DATA's selected columns less the weight column."""
-    if args.weight_column is None:
-        return list(columns)
-    return [c for j, c in enumerate(columns) if j != args.weight_column - 1]

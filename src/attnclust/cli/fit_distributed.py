@@ -44,8 +44,9 @@ def run(args) -> int:
         return 1
     try:
         with contextlib.ExitStack() as rank0_folder:
-            X, weights = _checked_shard(args, rank, world, prefix, rank0_folder, ddp)
-            _fit_shard(args, X, rank, world, prefix, params, ddp, weights)
+            X, weights, features = _checked_shard(args, rank, world, prefix, rank0_folder,
+                                                  ddp)
+            _fit_shard(args, X, rank, world, prefix, params, ddp, weights, features)
         return 0
     except ddp.DistributedError as exc:
         say(f"attnclust fit: error: {exc}")
@@ -68,13 +69,13 @@ def load_shard(args, rank: int, world_size: int):
     from ..cluster.distributed import shard_bounds
 
     path = Path(args.data)
-    X = open_rows(args, open_npy)
+    X, features = open_rows(args, open_npy)
     n = X.shape[0]
     if n < world_size:
         raise ValueError(f"{path}: {n} rows, fewer rows than ranks ({world_size}); run at most "
                          f"{n} processes")
     start, stop = shard_bounds(n, rank, world_size)
-    return checked_block(args, X[start:stop], path, start, n)
+    return *checked_block(args, X[start:stop], path, start, n), features
 
 
 def _agree_on_errors(error: str | None, ddp) -> None:
@@ -102,7 +103,7 @@ def _checked_shard(args, rank: int, world: int, prefix: str, rank0_folder, ddp):
     try:
         X, error = load_shard(args, rank, world), None
     except (ValueError, OSError, CommandError) as exc:
-        X, error = (None, None), str(exc)
+        X, error = (None, None, None), str(exc)
     if rank == 0 and error is None:            # rank 0 writes: its folder is checked now
         try:
             rank0_folder.enter_context(writable_folder(Path(prefix).parent))
@@ -113,7 +114,7 @@ def _checked_shard(args, rank: int, world: int, prefix: str, rank0_folder, ddp):
 
 
 def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
-               weights=None) -> None:
+               weights=None, features=None) -> None:
     """Fit on every rank; sum the summary's statistics; rank 0 prints and writes."""
     import numpy as np
     import torch
@@ -147,11 +148,12 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
                       risk=risk, seconds=seconds, ranks=f"ranks={world} ({dist.get_backend()})  "),
             f"communicated per rank: {stats.bytes} bytes in {stats.calls} all-reduces, of "
             f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes"]
-    outputs = output_files(args, prefix, est.cluster_centers_, labels, proba=lambda: proba)
+    outputs = output_files(args, prefix, est.cluster_centers_, labels, proba=lambda: proba,
+                           features=features)
     with np.errstate(invalid="ignore", divide="ignore"):
         conf_mean = conf_sum / sizes
     record = fit_record(args, est, n=est.n_samples_total_, d=X.shape[1],
-                        features=[f"x{j}" for j in range(X.shape[1])], notes=[], sizes=sizes,
+                        features=features, notes=[], sizes=sizes,
                         conf_mean=conf_mean, risk=risk, seconds=seconds,
                         rows_read=est.n_samples_total_)
     write_fit(args, prefix, outputs, head, sizes, conf_mean, est=est, record=record)

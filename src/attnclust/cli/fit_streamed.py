@@ -22,7 +22,7 @@ def run(args) -> int:
     params, prefix = prepare(args)
     # a .npy read block by block with plain reads (its values checked as they are read; a
     # memory map would keep every page it touched resident)
-    X = open_rows(args, NpyRows)
+    X, features = open_rows(args, NpyRows)
     # a weight file is read whole (n numbers); a weight column chunk by chunk
     weights = None if args.sample_weight is None else file_weights(args, X.shape[0])
     if args.n_clusters > min(args.batch_rows, X.shape[0]):
@@ -45,7 +45,7 @@ def run(args) -> int:
                 raise CommandError("sample_weight sums to zero: no row has a positive weight")
             return model
         est, seconds = run_fit(fit, bar)
-        _write_outputs(args, prefix, est, X, weights, seconds)
+        _write_outputs(args, prefix, est, X, weights, seconds, features)
     return 0
 
 
@@ -59,9 +59,9 @@ def _chunks(args, X, weights):
         yield checked_block(args, block, args.data, start, X.shape[0], weights)
 
 
-def _write_outputs(args, prefix, est, X, weights, seconds) -> None:
+def _write_outputs(args, prefix, est, X, weights, seconds, features) -> None:
     """Print the summary, from one more pass over the chunks, and write the outputs (labels
-    and attention written chunk by chunk)."""
+    and attention written chunk by chunk; ``features``: the clustered columns' names)."""
     import numpy as np
 
     K = args.n_clusters
@@ -77,9 +77,10 @@ def _write_outputs(args, prefix, est, X, weights, seconds) -> None:
         total += float(ww.sum())
     n = X.shape[0]
     names = [f"cluster_{k}" for k in range(K)]
+    labels = _chunked_writer(args, X, weights, lambda b: est.predict(b), (n,), np.int64,
+                             ["label"])
     outputs = output_files(
-        args, prefix, est.cluster_centers_,
-        _chunked_writer(args, X, weights, lambda b: est.predict(b), (n,), np.int64, ["label"]),
+        args, prefix, est.cluster_centers_, labels, features=features,
         proba=lambda: _chunked_writer(args, X, weights, est.predict_proba, (n, K), np.float64,
                                       names),
         picture=lambda: plot_writer(args, est, _Features(args, X), None, sizes))
@@ -90,7 +91,6 @@ def _write_outputs(args, prefix, est, X, weights, seconds) -> None:
                      risk=sq_err / total, seconds=seconds)
     with np.errstate(invalid="ignore", divide="ignore"):
         conf_mean = conf_sum / sizes
-    features = [f"x{j}" for j in range(est.n_features_in_)]
     record = fit_record(args, est, n=n, d=est.n_features_in_, features=features, notes=[],
                         sizes=sizes, conf_mean=conf_mean, risk=sq_err / total,
                         seconds=seconds, rows_read=n)
