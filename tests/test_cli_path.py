@@ -88,3 +88,29 @@ def test_path_says_what_fit_k_auto_chooses_and_why_they_differ(two_blobs, tmp_pa
                  "--out", str(tmp_path / "uf"), "--quiet"]) == 0
     fitted = json.loads((tmp_path / "uf.summary.json").read_text())["n_clusters"]
     assert fitted == record["fit_auto_n_clusters"]
+
+
+def test_path_and_quantize_read_tables_as_fit_does(tmp_path, capsys):
+    X = ac.GaussianMixture.antipodal(d=2, sigma=0.3).sample(200, rng=0)
+    rows = [f"{float(a)!r},{float(b)!r},s{i % 2}" for i, (a, b) in enumerate(X)]
+    (tmp_path / "t.csv").write_text("a,b,species\n" + "\n".join(rows) + "\n")
+    (tmp_path / "out").mkdir()
+    assert main(["path", str(tmp_path / "t.csv"), "--max-clusters", "3", "--drop-columns",
+                 "species", "--out", f"{tmp_path / 'out'}/", "--quiet"]) == 0
+    assert _files(tmp_path / "out") == ["t.path.json", "t.path.png"]
+    assert json.loads((tmp_path / "out" / "t.path.json").read_text())["d"] == 2
+    assert main(["quantize", str(tmp_path / "t.csv"), "--inverse-temperature", "1",
+                 "--columns", "a,b", "--out", str(tmp_path / "q.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "q.npy"),
+                               ac.identity_attention(X, 1.0), rtol=1e-12, atol=1e-12)
+
+
+def test_a_path_that_ends_on_its_last_count_says_to_follow_more_heads(tmp_path, capsys):
+    X = np.concatenate([np.random.default_rng(0).normal(c, 0.3, (100, 2))
+                        for c in ((0, 0), (6, 0), (0, 6))])
+    np.save(tmp_path / "x.npy", X)
+    assert main(["path", str(tmp_path / "x.npy"), "--max-clusters", "3", "--quiet"]) == 0
+    out = capsys.readouterr().out       # the three-cluster plateau never closed
+    assert "chose K=1" in out and "follow more heads (--max-clusters)" in out
+    assert main(["path", str(tmp_path / "x.npy"), "--max-clusters", "4", "--quiet"]) == 0
+    assert "chose K=3" in capsys.readouterr().out

@@ -3,7 +3,15 @@ risk against lambda, written as a picture and a JSON summary (with the K it sugg
 
 from __future__ import annotations
 
-from ._common import CommandError, progress_bar, refuse_overwriting_input, write_all
+import os
+
+from ._common import (
+    CommandError,
+    progress_bar,
+    reading_options,
+    refuse_overwriting_input,
+    write_all,
+)
 
 
 def add_parser(sub) -> None:
@@ -14,7 +22,7 @@ def add_parser(sub) -> None:
                    help="number of heads followed (the path stops once they are all apart)")
     p.add_argument("--out", default=None, metavar="PREFIX",
                    help="output prefix: PREFIX.png and PREFIX.json (default: DATA without its "
-                        "suffix, plus .path)")
+                        "suffix, plus .path; a folder ending in / gets that name inside)")
     p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
                    help="euclidean (default), or sphere (rows scaled onto the unit sphere)")
     p.add_argument("--objective", default="free_energy", choices=["free_energy", "risk"],
@@ -23,6 +31,7 @@ def add_parser(sub) -> None:
     p.add_argument("--min-cluster-size", type=int, default=None, metavar="M",
                    help="rows a cluster needs to be counted (default: max(5, n/100))")
     p.add_argument("--quiet", action="store_true", help="no progress bar, no warnings")
+    reading_options(p)
     p.set_defaults(handler=run)
 
 
@@ -32,7 +41,10 @@ def _prefix(args) -> str:
     if args.out is None:
         return str(Path(args.data).with_suffix("")) + ".path"
     if not args.out.strip():
-        raise CommandError("--out must not be empty: give a prefix such as results/path1")
+        raise CommandError("--out must not be empty: give a prefix such as results/path1, or "
+                           "a folder ending in /")
+    if args.out.endswith(("/", os.sep)) or Path(args.out).is_dir():
+        return str(Path(args.out) / Path(args.data).with_suffix("").name) + ".path"
     return args.out
 
 
@@ -46,14 +58,15 @@ def run(args) -> int:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from .._io import check_nonzero_rows, load_matrix, writable_folder
+    from .._io import check_nonzero_rows, writable_folder
     from ..cluster.annealing import path_grid, temperature_path
     from ..layer.geometry import as_geometry
+    from ._data import read_table
 
     prefix = _prefix(args)
     outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]
     refuse_overwriting_input(args.data, outputs)
-    X = load_matrix(args.data, min_columns=2)
+    X = read_table(args, min_columns=2).X
     if not 1 <= args.max_clusters <= X.shape[0]:
         raise CommandError(f"--max-clusters must be between 1 and the number of rows "
                            f"({X.shape[0]}) of {args.data}, got {args.max_clusters}")
@@ -79,6 +92,8 @@ def run(args) -> int:
             if bar is not None:
                 bar.close()
         choice = path.choose_n_clusters()
+        choice = choice._replace(reason=choice.reason.replace("(max_clusters)",
+                                                              "(--max-clusters)"))
         auto = _fit_auto_choice(X, args.max_clusters, args.geometry)
         summary = {"data": str(args.data), "n": int(X.shape[0]), "d": int(X.shape[1]),
                    "max_clusters": args.max_clusters, "chosen_n_clusters": choice.n_clusters,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from ._common import (
     CommandError,
-    header,
-    header_option,
     inverse_temperature_arg,
     inverse_temperature_option,
+    reading_options,
     refuse_overwriting_input,
     write_all,
 )
@@ -27,15 +26,16 @@ def add_parser(sub) -> None:
                    help="project tokens back to the sphere after each step")
     p.add_argument("--backend", default="auto", help="auto, dense, fused or chunked")
     p.add_argument("--quiet", action="store_true", help="no warnings")
-    header_option(p)
+    reading_options(p)
     p.set_defaults(handler=run)
 
 
 def run(args) -> int:
     from pathlib import Path
 
-    from .._io import load_matrix, writable_folder
+    from .._io import writable_folder
     from ..study.in_context import identity_attention
+    from ._data import read_table
 
     out = Path(args.out)
     if out.suffix.lower() not in (".npy", ".csv") or out.name.startswith("."):
@@ -50,7 +50,7 @@ def run(args) -> int:
     if args.n_steps < 1:
         raise CommandError(f"--n-steps must be a positive integer, got {args.n_steps}")
     refuse_overwriting_input(args.data, [out])
-    X = load_matrix(args.data, min_columns=2, header=header(args))
+    X = read_table(args, min_columns=2).X
     with writable_folder(out.parent):
         # the library refuses overflow (NaN or inf) and a dense L x L that cannot fit
         Y = identity_attention(X, lam, n_steps=args.n_steps,

@@ -115,9 +115,13 @@ def widest_plateau(plateaus: tuple[Plateau, ...], min_cluster_size: int, *,
                              f"{min_cluster_size} rows or more")
     best = max(found, key=lambda p: (p.width, -p.n_clusters))
     if best.width < min_width:
+        last = plateaus[-1]
+        cut = (f"; the path ended on K = {last.n_clusters}, its heads all apart, before its "
+               "plateau closed: follow more heads (max_clusters) to measure it"
+               if not last.closed and last.n_clusters >= 2 else "")
         return ClusterChoice(1, None, f"no plateau of K >= 2 spans lambda by a factor "
                              f"{math.exp(min_width):.2f} (widest: K = {best.n_clusters}, "
-                             f"factor {math.exp(best.width):.2f})")
+                             f"factor {math.exp(best.width):.2f}){cut}")
     return ClusterChoice(best.n_clusters, best, f"the widest plateau of the path: "
                          f"{best.n_clusters} clusters for lambda in [{best.start:.3g}, "
                          f"{best.stop:.3g}], a factor {math.exp(best.width):.2f}")
