@@ -708,8 +708,8 @@ def test_partial_fit_after_a_merged_fit_streams_one_head_per_cluster():
     X, _ = _rings(0, 200)
     est = AttentionClustering(n_clusters=2, merge_heads=True, random_state=0).fit(X)
     assert est.merge_heads_
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+    with pytest.warns(UserWarning, match=r"streams one head per cluster .* merged heads, "
+                                         "which drew the clusters' shapes, are dropped"):
         est.partial_fit(X[:100])
     assert not est.merge_heads_ and "partial_fit" in est.merge_heads_reason_
     assert est.head_labels_.tolist() == [0, 1]

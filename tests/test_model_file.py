@@ -209,3 +209,16 @@ def test_partial_fit_goes_on_from_a_loaded_model_as_from_the_fit(rows, tmp_path)
     batch = rows[:40]
     np.testing.assert_array_equal(loaded.partial_fit(batch).cluster_centers_,
                                   est.partial_fit(batch).cluster_centers_)
+
+
+def test_the_choice_of_k_is_not_saved_and_says_so(tmp_path):
+    X = np.concatenate([np.random.default_rng(0).normal(c, 0.3, (100, 2)) for c in (0, 5)])
+    est = ac.AttentionClustering("auto", random_state=0).fit(X)
+    path = tmp_path / "m.npz"
+    ac.save_model(est, path)
+    loaded = ac.load_model(path)
+    assert not hasattr(loaded, "k_choice_")        # not a list in its place
+    with np.load(path) as archive:
+        meta = json.loads(archive["meta.json"].item())
+    assert "k_choice_" in meta["not_saved"]
+    np.testing.assert_array_equal(loaded.predict(X), est.predict(X))

@@ -78,8 +78,8 @@ def _json_value(value, name: str = "info"):
             if not isinstance(key, str):
                 raise ValueError(f"{name} has the key {key!r}: info's keys are strings")
         return {key: _json_value(v, f"{name}[{key!r}]") for key, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_value(v, f"{name}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, list | tuple) and not hasattr(value, "_fields"):  # no NamedTuple:
+        return [_json_value(v, f"{name}[{i}]") for i, v in enumerate(value)]  # read as a list
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise ValueError(f"{name} is a {type(value).__name__}: info holds JSON values only "

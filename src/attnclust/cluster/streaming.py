@@ -55,6 +55,7 @@ paper          code            meaning
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -185,6 +186,11 @@ def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = 
     # after a fit's merge of heads: the stream moves cluster_centers_, one head per cluster,
     # and the merged heads (left in place) would go on predicting
     merged = hasattr(est, "merge_heads_")
+    if merged and est.merge_heads_:
+        warnings.warn(f"partial_fit after a fit whose {len(est.heads_)} heads merged into "
+                      f"{len(est.cluster_centers_)} clusters streams one head per cluster "
+                      "(cluster_centers_): the merged heads, which drew the clusters' shapes, "
+                      "are dropped; fit again to keep them", UserWarning, stacklevel=3)
     if merged:
         est.merge_heads_ = False        # the step's own predictions: one head per cluster
     _step(est, state, state.to_working(Xp), weights, plan.geometry)
