@@ -299,13 +299,13 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         ``sample_weight``, as ``KMeans.inertia_``; rows labelled ``-1`` (noise) are left
         out. After ``partial_fit``: of the last batch.
     n_features_in_ : int
+    n_steps_, stream_state_ : with ``partial_fit``, the batches taken and the running sums
     mean_, scale_ : preprocessing of ``normalize="center-scale"`` (None otherwise)
     covariances_, precisions_, precisions_cholesky_, weights_ : ndarray
         Shaped heads only (names and shapes as in ``sklearn.mixture.GaussianMixture``).
 
-    The fitted arrays (``cluster_centers_``, the shaped heads' arrays, ``mean_``) have the
-    dtype of the rows given to ``fit`` (float32 or float64; ``partial_fit`` keeps
-    float64), as do ``predict_proba``, ``transform`` and ``layer_output``.
+    The fitted arrays and ``predict_proba``, ``transform``, ``layer_output`` have the dtype
+    of the rows given to ``fit`` (float32 or float64; ``partial_fit`` keeps float64).
     covariance_floor_ : ndarray of shape (n_features,)
         Shaped heads only: the floor added to every covariance's diagonal.
     heads_, head_labels_ : ndarray of shape (n_heads, n_features) and (n_heads,)
@@ -321,8 +321,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     covariance_type_reason_ : str
         Why: ``"given"``, or the criteria of ``"auto"``'s candidates.
     covariance_type_criteria_ : dict
-        With ``"auto"``: each candidate's log-likelihood, entropy, parameters, rows, BIC
-        and ICL (data units; :class:`~attnclust.cluster.mixture.candidates.ShapeScore`); else empty.
+        With ``"auto"``: each candidate's :class:`~attnclust.cluster.mixture.candidates.ShapeScore`
+        (log-likelihood, entropy, parameters, rows, BIC, ICL; data units); else empty.
     noise_weight_, noise_log_density_ : float
         With ``noise_head=True``: the background head's weight (``weights_`` then sums to
         one minus it) and the log of its density in the preprocessed space.
