@@ -482,3 +482,10 @@ def test_reproduce_into_a_full_stdout_keeps_the_complete_figure(tmp_path, capsys
     line = fails(capsys, ["reproduce", "fake", "--out", str(tmp_path)])
     assert line == "attnclust reproduce: error: could not write to stdout (No space left on device)"
     assert _files(tmp_path) == ["fake.json", "fake.npz", "fake.pdf", "fake.png"]
+
+
+def test_a_mistyped_option_is_named_by_its_command(blobs, capsys):
+    line = fails(capsys, ["fit", str(blobs), "-k", "3", "--outt", "x"])
+    assert line == ("attnclust fit: error: unrecognized arguments: --outt x (see attnclust "
+                    "fit --help)")
+    assert not list(blobs.parent.glob("x.*.npy"))

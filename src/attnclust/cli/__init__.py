@@ -60,6 +60,7 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in _COMMANDS:
         command.add_parser(sub)
+    parser.set_defaults(commands=sub.choices)   # a command's parser names its own errors
     return parser
 
 
@@ -88,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     try:
         with stdout_named() as stdout:
-            args = parser.parse_args(argv)
+            args, unknown = parser.parse_known_args(argv)
+            if unknown:        # "attnclust fit: error: ...", not "attnclust: error: ..."
+                args.commands[args.command].error(
+                    f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:          # --help (0) or a usage error, already printed (2)
         if stdout.failure is not None:     # --help into a full disk or a closed pipe
             say(f"attnclust: error: {stdout.failure}")
