@@ -66,8 +66,8 @@ def test_fit_default_prefix_is_next_to_the_data(blobs):
 @pytest.mark.parametrize("name, content, match", [
     ("missing.npy", None, "no such file"),
     ("words.csv", "a,b\n1,x\n", "non-numeric value 'x'"),
-    ("nan.csv", "1,2\nnan,3\n", "NaN or inf at row 2"),
-    ("inf.csv", "1,2\n3,inf\n", "NaN or inf"),
+    ("nan.csv", "1,2\nnan,3\n", "missing value 'nan' at line 2, column 1"),
+    ("inf.csv", "1,2\n3,inf\n", "infinite value 'inf' at line 2, column 2"),
     ("empty.csv", "", "empty"),
     ("ragged.csv", "1,2\n3\n", "line 2 has 1 fields"),
     ("binary.csv", b"\xff\xfe\x00\x81", "not a text CSV"),
@@ -138,7 +138,7 @@ def test_quantize_bad_input(tmp_path, capsys):
     (tmp_path / "nan.csv").write_text("1,2\n3,nan\n")
     line = fails(capsys, ["quantize", str(tmp_path / "nan.csv"), "--inverse-temperature", "1",
                            "--out", str(tmp_path / "q.npy")])
-    assert line.startswith("attnclust quantize: error:") and "NaN" in line
+    assert line.startswith("attnclust quantize: error:") and "missing value 'nan'" in line
     np.save(tmp_path / "x.npy", np.ones((4, 2)))
     assert "--out" in fails(capsys, ["quantize", str(tmp_path / "x.npy"), "--inverse-temperature",
                                       "1", "--out", str(tmp_path / "q.txt")])

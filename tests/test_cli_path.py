@@ -39,7 +39,7 @@ def test_default_prefix_is_next_to_the_data(two_blobs):
 
 
 @pytest.mark.parametrize(("content", "args", "match"), [
-    ("1,2\n3,nan\n", [], "NaN"),
+    ("1,2\n3,nan\n", [], "missing value 'nan' at line 2"),
     ("a,b\n1,x\n", [], "x"),
     ("", [], "no rows"),
     ("1,2\n3,4\n", ["--max-clusters", "3"], "--max-clusters"),

@@ -147,7 +147,7 @@ def test_load_accepts_real_npy_dtypes(tmp_path):
 
 @pytest.mark.parametrize("text, match", [
     ("1,x,3\n4,5,6\n7,8,9\n", "non-numeric value 'x' at line 1, column 2"),
-    ("1,,3\n4,5,6\n", "non-numeric value '' at line 1, column 2"),
+    ("1,,3\n4,5,6\n", "missing value '' at line 1, column 2"),
     ("# comment\n\na,b\n1,2\n3,y\n", "non-numeric value 'y' at line 5, column 2"),
     ("# comment\n1,2\n\n3,4,5\n", "line 4 has 3 fields, expected 2"),
 ])

@@ -213,17 +213,28 @@ def _numbers(path: Path, rows, keep: list[int], names: list[str], guessed_data: 
             except ValueError:
                 raise ValueError(_non_numeric(path, row[j], line_no, j, names, guessed_data
                                               and line_no == rows[0][0])) from None
+            if not math.isfinite(out[i, jj]):         # named by its line, as other cells
+                raise ValueError(_non_numeric(path, row[j], line_no, j, names, False))
     return out
+
+
+# cells that say a value is missing (pandas' default markers, less those float() reads)
+_MISSING = {"", "na", "n/a", "nan", "-nan", "null", "none", "<na>", "#n/a", "?", "-"}
 
 
 def _non_numeric(path: Path, cell: str, line_no: int, j: int, names: list[str],
                  first_line: bool) -> str:
-    name = names[j]
+    """Why a cell is refused, and what to do: a missing value, an infinity, text."""
+    name, where = names[j], f"at line {line_no}, column {j + 1} ({names[j]!r})"
+    if cell.strip().lower() in _MISSING:
+        return (f"{path}: missing value {cell!r} {where}; fill in or leave out the rows "
+                "with missing values (each row is clustered whole)")
+    if cell.strip().lower().lstrip("+-") in ("inf", "infinity"):
+        return f"{path}: infinite value {cell!r} {where}"
     hint = ("if line 1 is a header, pass --header yes" if first_line else
             f"select the numeric columns with --columns, or leave this one out with "
             f"--drop-columns {name if ',' not in name else j}")
-    return (f"{path}: non-numeric value {cell!r} at line {line_no}, column {j + 1} "
-            f"({name!r}); {hint}")
+    return f"{path}: non-numeric value {cell!r} {where}; {hint}"
 
 
 def _parse_csv(path: Path, header: bool | None = None) -> np.ndarray:
