@@ -168,3 +168,12 @@ def test_summary_json_says_when_heads_merged(tmp_path):
     assert main(["predict", str(tmp_path / "r.model.npz"), str(tmp_path / "x.npy"),
                  "--out", str(tmp_path / "p"), "--quiet"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"), est.labels_)
+
+
+def test_data_and_model_swapped_says_which_comes_first(blobs, capsys):
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    assert main(["fit", str(tmp / "x.npy"), "-k", "3", "--out", str(tmp / "r"), "--quiet"]) == 0
+    (tmp / "x.csv").write_text("a,b\n1,2\n")
+    line = fails(capsys, ["predict", str(tmp / "x.csv"), str(tmp / "r.model.npz")])
+    assert "not a NumPy .npz archive" in line and "takes MODEL first, then DATA" in line

@@ -38,7 +38,13 @@ def run(args) -> int:
         outputs += [Path(f"{prefix}.proba.{s}") for s in ("npy", "csv")]
     refuse_overwriting_input(args.data, outputs)
     refuse_overwriting_input(args.model, outputs)
-    est = load_model(args.model)
+    try:
+        est = load_model(args.model)
+    except ValueError as exc:       # DATA first, then MODEL: say so
+        swapped = str(args.data).lower().endswith(".npz") and \
+            not str(args.model).lower().endswith(".npz")
+        raise CommandError(f"{exc}; attnclust predict takes MODEL first, then DATA"
+                           if swapped else str(exc)) from None
     fitted_on = model_info(args.model).get("columns")
     table = _read(args, fitted_on)
     X = table.X

@@ -216,8 +216,10 @@ def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        raise _refuse(path, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) \
-            from None
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if "pickle" in why:            # NumPy's words for any file it cannot read as data
+            why = "not a NumPy .npz archive"
+        raise _refuse(path, why) from None
     if not isinstance(archive, np.lib.npyio.NpzFile):          # a .npy: one array
         raise _refuse(path, "one array, not an archive")
     if _META not in entries:
