@@ -538,3 +538,20 @@ def test_a_streamed_fit_keeps_the_column_names(tmp_path, capsys):
                  str(tmp_path / "p"), "--quiet"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"),
                                   np.load(tmp_path / "m.labels.npy"))
+
+
+def test_centers_and_covariances_are_written_in_the_data_units(tmp_path):
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, (0.3, 30.0), (80, 2)) for c in ((0, 0), (5, 500))])
+    np.save(tmp_path / "x.npy", X)
+    assert main(["fit", str(tmp_path / "x.npy"), "-k", "2", "--normalize", "center-scale",
+                 "--covariance-type", "diag", "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    labels = np.load(tmp_path / "r.labels.npy")
+    centers = np.load(tmp_path / "r.centers.npy")
+    covariances = np.load(tmp_path / "r.covariances.npy")
+    # two blobs far apart: posteriors of 0 or 1 to rounding, so each head's mean and
+    # variance are its rows' (to the EM's stopping rule and the floor, 1e-6 of a variance)
+    for k in range(2):
+        rows = X[labels == k]
+        np.testing.assert_allclose(centers[k], rows.mean(0), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(covariances[k], rows.var(0), rtol=1e-3)

@@ -195,6 +195,17 @@ def noise_proba(est, X):
     return joint / joint.sum(1, keepdims=True)
 
 
+def data_units(est):
+    """The heads ``(K, d)`` and their covariances (or ``None``) in the data's units: the
+    estimator keeps them in the units it fits in, which ``--normalize center-scale``
+    centres and scales (by one number, ``scale_``)."""
+    centers, covariances = est.cluster_centers_, getattr(est, "covariances_", None)
+    if getattr(est, "mean_", None) is None:
+        return centers, covariances
+    return (centers * est.scale_ + est.mean_,
+            None if covariances is None else covariances * est.scale_ ** 2)
+
+
 def plot_writer(args, est, X, labels, sizes=None):
     """Draw the picture now (``labels``: of every row, or None to predict those drawn;
     ``sizes``: the clusters' sizes, when known without them); return the function that

@@ -14,6 +14,7 @@ from . import fit_distributed, fit_streamed
 from ._common import CommandError, inverse_temperature_option, reading_options
 from ._data import feature_names, min_columns, note_weight_column, read_table, split_weights
 from ._fit_common import (
+    data_units,
     output_files,
     plot_writer,
     predict_proba,
@@ -152,8 +153,8 @@ def run(args) -> int:
         model.set_params(callback=callback)
         est, seconds = run_fit(lambda: model.fit(X, sample_weight=weights), bar)
         est.set_params(callback=None)       # a progress bar is no part of the model
-        outputs = output_files(args, prefix, est.cluster_centers_, est.labels_,
-                               covariances=getattr(est, "covariances_", None),
+        centers, covariances = data_units(est)
+        outputs = output_files(args, prefix, centers, est.labels_, covariances=covariances,
                                weights=getattr(est, "weights_", None), features=features,
                                noise=hasattr(est, "noise_weight_"),
                                proba=lambda: predict_proba(est, X),

@@ -13,6 +13,7 @@ import contextlib
 from ._common import CommandError, say
 from ._data import checked_block, open_rows
 from ._fit_common import (
+    data_units,
     output_files,
     predict_proba,
     prepare,
@@ -148,7 +149,7 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
                       risk=risk, seconds=seconds, ranks=f"ranks={world} ({dist.get_backend()})  "),
             f"communicated per rank: {stats.bytes} bytes in {stats.calls} all-reduces, of "
             f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes"]
-    outputs = output_files(args, prefix, est.cluster_centers_, labels, proba=lambda: proba,
+    outputs = output_files(args, prefix, data_units(est)[0], labels, proba=lambda: proba,
                            features=features)
     with np.errstate(invalid="ignore", divide="ignore"):
         conf_mean = conf_sum / sizes

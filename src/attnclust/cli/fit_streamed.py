@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ._common import CommandError, progress_bar
 from ._data import checked_block, file_weights, open_rows
-from ._fit_common import output_files, plot_writer, prepare, run_fit
+from ._fit_common import data_units, output_files, plot_writer, prepare, run_fit
 from ._summary import block_sums, fit_record, head_line, write_fit
 
 
@@ -80,7 +80,7 @@ def _write_outputs(args, prefix, est, X, weights, seconds, features) -> None:
     labels = _chunked_writer(args, X, weights, lambda b: est.predict(b), (n,), np.int64,
                              ["label"])
     outputs = output_files(
-        args, prefix, est.cluster_centers_, labels, features=features,
+        args, prefix, data_units(est)[0], labels, features=features,
         proba=lambda: _chunked_writer(args, X, weights, est.predict_proba, (n, K), np.float64,
                                       names),
         picture=lambda: plot_writer(args, est, _Features(args, X), None, sizes))
