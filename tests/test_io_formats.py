@@ -50,6 +50,24 @@ def test_parquet_reads_its_numeric_columns(tmp_path, rows):
     assert table.columns == ["a", "b", "c"]
 
 
+@pytest.mark.parametrize("kind", ["timestamp", "date", "duration"])
+def test_parquet_dates_and_durations_are_no_features(tmp_path, kind):
+    """pyarrow hands them over as integers (nanoseconds since 1970, ~1e18): refused, as the
+    same column in a CSV is, and named."""
+    pa = pytest.importorskip("pyarrow")
+    import datetime
+
+    import pyarrow.parquet as pq
+
+    values = {"timestamp": [datetime.datetime(2020, 1, i + 1) for i in range(4)],
+              "date": [datetime.date(2020, 1, i + 1) for i in range(4)],
+              "duration": [datetime.timedelta(seconds=i) for i in range(4)]}[kind]
+    pq.write_table(pa.table({"a": np.arange(4.0), "t": pa.array(values)}), tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match=r"column 't' is not numeric .* --drop-columns t"):
+        load_table(tmp_path / "x.parquet")
+    assert load_table(tmp_path / "x.parquet", drop_columns=["t"]).columns == ["a"]
+
+
 def test_pandas_index_is_left_out_with_a_note(tmp_path, rows):
     # pandas' DataFrame.to_csv(): an unnamed first column holding the index 0..n-1
     lines = _text(rows).splitlines()

@@ -486,9 +486,14 @@ def _parquet(path: Path, selection) -> Table:
     names = [n for n in names if n not in index]
     keep = selection(names)
     out = np.empty((table.num_rows, len(keep)))
+    import pyarrow as pa
+
     for jj, j in enumerate(keep):
         column = table.column(names[j])
-        try:
+        try:            # numbers and booleans only: a date read as nanoseconds is no feature
+            if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+                    or pa.types.is_boolean(column.type) or pa.types.is_decimal(column.type)):
+                raise TypeError(column.type)
             out[:, jj] = column.to_numpy(zero_copy_only=False).astype(np.float64)
         except (TypeError, ValueError):
             raise ValueError(f"{path}: column {names[j]!r} is not numeric ({column.type}); "
