@@ -82,7 +82,7 @@ POSITION = {
     "attnclust.layer": (0.05, 1.4),
 }
 LOOK = {
-    "attnclust": (2, 2.8, "shared: checks, files, threads, deprecations"),
+    "attnclust": (2, 2.8, "shared: checks, files, threads, spectra, deprecations"),
     "attnclust.cli": (4, 7.75, "the command line, one module per command"),
     "attnclust.study.experiments": (2, 2.8, "one module per figure of the paper"),
     "attnclust.cluster": (4, 7.75, "AttentionClustering: its plan, rows, fits and "

@@ -131,3 +131,17 @@ def test_noise_rows_are_grey_and_counted_apart():
     rows = next(c for c in fig.axes[0].collections if len(c.get_offsets()) == len(X))
     grey = np.all(rows.get_facecolors()[:, :3] == 0.6, axis=1)
     np.testing.assert_array_equal(grey, est.labels_ == -1)
+
+
+def test_principal_axes_of_wide_rows_are_scikit_learns_pca():
+    """Beyond 256 columns the axes come from Lanczos iterations on the rows (no d x d
+    matrix); at most 5,000 rows are read, so 400 rows give PCA's axes and shares, to the
+    iterations' convergence on eigenvalues 9 and 4 over noise of variance 0.01."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 600)) * np.r_[3.0, 2.0, np.full(598, 0.1)]
+    mean, axes, share = principal_axes(X)
+    ref = PCA(2).fit(X)
+    np.testing.assert_allclose(mean, ref.mean_, atol=1e-12)
+    np.testing.assert_allclose(np.abs(np.sum(axes * ref.components_, axis=1)), 1.0,
+                               atol=1e-9)
+    np.testing.assert_allclose(share, ref.explained_variance_ratio_, rtol=1e-9)

@@ -273,3 +273,20 @@ def test_a_spread_beyond_float64s_lambdas_says_so(scale):
             temperature_path(_two_blobs(n=50) * scale, 2)
     with pytest.raises(ValueError, match="100 decades from .* leave float64's range"):
         temperature_path(_two_blobs(n=50) * 1e-140, 2, n_decades=100)
+
+
+def test_wide_rows_follow_the_path_without_a_dense_covariance():
+    """300 columns, beyond attnclust._spectral.DENSE_FEATURES: the first split is 1 over
+    the largest eigenvalue of the covariance (NumPy's dense eigvalsh as the reference, to
+    Lanczos' convergence) and the three blobs make a path of three clusters."""
+    from attnclust.cluster.annealing import predicted_first_split
+
+    rng = np.random.default_rng(0)
+    centres = 3.0 * rng.normal(size=(3, 300))
+    X = np.concatenate([c + rng.normal(size=(60, 300)) for c in centres])
+    reference = 1.0 / np.linalg.eigvalsh(np.cov(X.T, bias=True))[-1]
+    assert predicted_first_split(X) == pytest.approx(reference, rel=1e-9)
+    assert temperature_path(X, max_clusters=4).choose_n_clusters().n_clusters == 3
+    sphere = X / np.linalg.norm(X, axis=1, keepdims=True)
+    assert temperature_path(sphere, max_clusters=4, geometry="sphere"
+                            ).choose_n_clusters().n_clusters == 3

@@ -43,6 +43,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .._spectral import DENSE_FEATURES, leading_eigenpairs
 from ..layer.geometry import as_geometry
 from .fixed_point import fixed_point_fit
 
@@ -114,6 +115,22 @@ def _weighted_cov(X, w, mean) -> np.ndarray:
     return (Xc.T * w[rows]) @ Xc
 
 
+def _wide_top(X, W, means, heads) -> tuple[np.ndarray, np.ndarray]:
+    """The eigenvalues ``(G, d)`` (only the last, the largest, filled) and top eigenvectors
+    ``(G, d)`` of the groups' covariances (attention ``W`` ``(G, n)``, ``means`` ``(G,
+    d)``; on the sphere projected on the tangent at ``heads``), from their rows, for wide
+    ``X`` (:func:`~attnclust._spectral.leading_eigenpairs`)."""
+    vals, top = np.zeros(means.shape), np.zeros(means.shape)
+    for g, (w, m) in enumerate(zip(W, means, strict=True)):
+        rows = np.flatnonzero(w > 1e-12)                  # as _weighted_cov
+        Y = X[rows] - m
+        if heads is not None:
+            Y -= np.outer(Y @ heads[g], heads[g])
+        val, vec = leading_eigenpairs(Y, 1, w[rows])
+        vals[g, -1], top[g] = val[0], vec[:, 0]
+    return vals, top
+
+
 def _group_stats(X, heads, weights, labels, lam, geometry, objective, min_size):
     """Each group's split ratio ``(G,)``, principal direction ``(G, d)`` and size ``(G,)``:
     its attention-weighted covariance ``C_g`` (mean ``m_g``) makes the annealing map expand
@@ -131,15 +148,18 @@ def _group_stats(X, heads, weights, labels, lam, geometry, objective, min_size):
     if grow.size == 0:
         return ratios, directions, sizes
     means = (W[grow] @ X) / total[grow, None]
-    cov = np.stack([_weighted_cov(X, W[g], m) / total[g] for g, m in zip(grow, means,
-                                                                        strict=True)])
-    norms = 1.0
-    if unit:                                                      # tangent at the head
-        h = heads[_first_heads(labels)[grow]]
-        proj = np.eye(X.shape[1]) - h[:, :, None] * h[:, None, :]
-        cov, norms = proj @ cov @ proj, np.linalg.norm(means, axis=1)
-    vals, vecs = np.linalg.eigh(cov)
-    top = vecs[:, :, -1]
+    h = heads[_first_heads(labels)[grow]] if unit else None          # tangent at the head
+    norms = np.linalg.norm(means, axis=1) if unit else 1.0
+    if X.shape[1] > DENSE_FEATURES:
+        vals, top = _wide_top(X, W[grow], means, h)
+    else:
+        cov = np.stack([_weighted_cov(X, W[g], m) / total[g] for g, m in zip(grow, means,
+                                                                            strict=True)])
+        if unit:
+            proj = np.eye(X.shape[1]) - h[:, :, None] * h[:, None, :]
+            cov = proj @ cov @ proj
+        vals, vecs = np.linalg.eigh(cov)
+        top = vecs[:, :, -1]
     top *= np.sign(top[np.arange(len(grow)), np.abs(top).argmax(1)])[:, None]
     ratios[grow] = (math.inf if objective == "risk"
                     else lam * vals[:, -1] / np.maximum(norms, 1e-300))

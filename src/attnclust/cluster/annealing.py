@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .._spectral import DENSE_FEATURES, leading_eigenpairs
 from .._threads import torch_threads
 from .._validation import as_tensor, check_finite, check_int, check_nonnegative
 from ..layer.geometry import as_geometry
@@ -206,8 +207,14 @@ def predicted_first_split(X, *, geometry: str = "euclidean",
     if _check_objective(objective) == "risk":
         return 0.0
     start, Xc = _center(Xt, as_geometry(geometry).name)
-    cov = torch.cov(Xc.T, correction=0).reshape(Xt.shape[1], Xt.shape[1])
-    top = float(torch.linalg.eigvalsh(_tangent_cov(cov, start, geometry))[-1])
+    if Xt.shape[1] > DENSE_FEATURES:      # wide rows: no d x d matrix (attnclust._spectral)
+        Y = (Xc - Xc.mean(0)).numpy()
+        if unit_heads(geometry):
+            Y = Y - np.outer(Y @ start.numpy(), start.numpy())
+        top = float(leading_eigenpairs(Y, 1)[0][0])
+    else:
+        cov = torch.cov(Xc.T, correction=0).reshape(Xt.shape[1], Xt.shape[1])
+        top = float(torch.linalg.eigvalsh(_tangent_cov(cov, start, geometry))[-1])
     if not top > 0:
         return math.inf
     return (float(torch.linalg.vector_norm(Xt.mean(0))) if unit_heads(geometry) else 1.0) / top

@@ -33,11 +33,13 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from .._spectral import DENSE_FEATURES, leading_eigenpairs
 from ..layer.geometry import as_geometry
 
 __all__ = ["plot_clusters", "principal_axes"]
 
 _BLOCK = 1 << 16          # rows per block of the PCA's sums
+_WIDE_ROWS = 5000         # rows whose axes stand for all beyond DENSE_FEATURES columns
 _GRID = 160               # grid points per side of the d = 2 boundary
 _LEGEND_MAX = 20          # clusters named in the legend, at most
 _NOISE_COLOR = (0.6, 0.6, 0.6, 1.0)  # rows of the noise head (label -1): grey
@@ -45,7 +47,9 @@ _NOISE_COLOR = (0.6, 0.6, 0.6, 1.0)  # rows of the noise head (label -1): grey
 
 def principal_axes(X, *, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean ``(d,)``, the two leading principal axes ``(2, d)`` and the variance shares of
-    the two, from sums over blocks of rows (so a memory map is read, never copied).
+    the two, from sums over blocks of rows (so a memory map is read, never copied); beyond
+    :data:`~attnclust._spectral.DENSE_FEATURES` columns, of at most 5,000 rows evenly
+    spaced (:func:`~attnclust._spectral.leading_eigenpairs`).
 
     Examples
     --------
@@ -62,6 +66,11 @@ def principal_axes(X, *, block: int = _BLOCK) -> tuple[np.ndarray, np.ndarray, n
     for s in range(0, n, block):
         total += np.asarray(X[s:s + block], dtype=np.float64).sum(0)
     mean = total / n
+    if d > DENSE_FEATURES:     # wide rows: the axes of at most _WIDE_ROWS rows, by Lanczos
+        Y = np.asarray(X[::-(-n // _WIDE_ROWS)], dtype=np.float64) - mean
+        vals, vecs = leading_eigenpairs(Y, 2)
+        trace = float((Y * Y).sum()) / len(Y)
+        return mean, vecs.T, vals / max(trace, np.finfo(np.float64).tiny)
     cov = np.zeros((d, d))
     for s in range(0, n, block):
         C = np.asarray(X[s:s + block], dtype=np.float64) - mean     # (m, d)
