@@ -98,7 +98,7 @@ def test_save_matrices_failing_rename_leaves_nothing(tmp_path, third_rename_fail
     """A rename that fails after others succeeded: the files already renamed are removed."""
     calls = third_rename_fails
     outputs = {tmp_path / f"r.{n}": np.eye(2) for n in ("a.npy", "a.csv", "b.npy", "b.csv")}
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(ValueError, match="no space left on the device"):
         save_matrices(outputs)
     assert len(calls) == 3
     assert os.listdir(tmp_path) == []
@@ -115,6 +115,29 @@ def test_save_matrices_writes_every_file_before_renaming_any(tmp_path, monkeypat
     assert events == ["w", "w", "w", "r", "r", "r"]
     assert sorted(os.listdir(tmp_path)) == ["x.csv", "x.npy", "y.npy"]
 
+
+
+def test_a_failed_rename_puts_back_the_files_it_replaced(tmp_path, monkeypatch):
+    """Old outputs x.npy, y.npy; the new y.npy cannot be renamed into place (a file the
+    user may not replace): the new x.npy, renamed first, is undone, and the error names
+    y.npy in one line. A file of their own beside them stays."""
+    np.save(tmp_path / "x.npy", np.ones(2))
+    np.save(tmp_path / "y.npy", np.ones(3))
+    (tmp_path / "mine.txt").write_text("mine")
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if os.path.basename(dst) == "y.npy" and ".tmp" in os.path.basename(src):
+            raise PermissionError(1, "Operation not permitted")
+        return real_replace(src, dst)
+    monkeypatch.setattr(_atomic.os, "replace", replace)
+    with pytest.raises(ValueError, match=r"y\.npy: cannot write \(Operation not permitted\); "
+                                         "nothing was written"):
+        save_matrices({tmp_path / "x.npy": np.zeros(2), tmp_path / "y.npy": np.zeros(3),
+                       tmp_path / "z.npy": np.zeros(4)})
+    np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), np.ones(2))
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.ones(3))
+    assert sorted(os.listdir(tmp_path)) == ["mine.txt", "x.npy", "y.npy"]
 
 def test_a_folder_in_the_way_is_reported_before_writing(tmp_path):
     (tmp_path / "r.csv").mkdir()

@@ -308,19 +308,52 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
 
 
 def _rename_all(staged: list[tuple[Path, Path]]) -> None:
-    """Rename every ``(tmp, path)``; on a failure remove the targets already created."""
+    """Rename every ``(tmp, path)``; on a failure put every target back as it was: those
+    created here removed, those replaced restored from the hard links made before each
+    rename (where the file system allows them), and the failure one line naming its
+    target."""
     created: list[Path] = []
+    kept: list[tuple[Path, Path]] = []         # (hard link to the old file, target)
     try:
         for tmp, path in staged:
             existed = path.exists()
-            os.replace(tmp, path)
+            old = _linked_copy(path) if existed else None
+            try:
+                os.replace(tmp, path)
+            except BaseException:
+                if old is not None:             # this target was not replaced
+                    _discard(old)
+                raise
             _LIVE_TEMPS.discard(tmp)
-            if not existed:
+            if old is not None:
+                kept.append((old, path))
+            elif not existed:
                 created.append(path)
-    except BaseException:
-        for path in created:
-            path.unlink(missing_ok=True)
+    except BaseException as exc:
+        for done in created:
+            done.unlink(missing_ok=True)
+        for old, done in kept:
+            with contextlib.suppress(OSError):  # the others are put back all the same
+                os.replace(old, done)
+        if isinstance(exc, OSError):
+            raise _write_error(exc, path) from None
         raise
+    finally:
+        for old, _ in kept:
+            _discard(old)
+
+
+def _linked_copy(path: Path) -> Path | None:
+    """A hard link to ``path`` under a temporary name next to it, or ``None`` where the
+    file system refuses one (the file then cannot be restored after a failed rename)."""
+    tmp = _temp_next_to(path)
+    try:
+        tmp.unlink()
+        os.link(path, tmp)
+    except OSError:
+        _discard(tmp)
+        return None
+    return tmp
 
 
 def save_matrix(X, path: str | os.PathLike) -> None:
