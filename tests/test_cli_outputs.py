@@ -555,3 +555,15 @@ def test_centers_and_covariances_are_written_in_the_data_units(tmp_path):
         rows = X[labels == k]
         np.testing.assert_allclose(centers[k], rows.mean(0), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(covariances[k], rows.var(0), rtol=1e-3)
+
+
+def test_a_gzipped_table_names_its_outputs_without_its_suffixes(tmp_path):
+    import gzip
+
+    X = ac.GaussianMixture.random(d=2, k=2, sigma=0.1, rng=0).sample(60, rng=0)
+    text = "a,b\n" + "\n".join(f"{float(u)!r},{float(v)!r}" for u, v in X) + "\n"
+    with gzip.open(tmp_path / "blobs.csv.gz", "wt") as f:
+        f.write(text)
+    assert main(["fit", str(tmp_path / "blobs.csv.gz"), "-k", "2", "--quiet"]) == 0
+    assert (tmp_path / "blobs.centers.csv").exists()
+    assert not list(tmp_path.glob("blobs.csv.*.csv"))

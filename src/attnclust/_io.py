@@ -115,6 +115,18 @@ def _suffix(path: Path) -> str:
     return path.suffix.lower()
 
 
+def data_stem(path: str | os.PathLike) -> str:
+    """The file's name without the suffix that names its kind (``.csv.gz`` as one).
+
+    Examples
+    --------
+    >>> data_stem("runs/blobs.csv.gz"), data_stem("x.npy"), data_stem("a.b.tsv")
+    ('blobs', 'x', 'a.b')
+    """
+    path = Path(path)
+    return path.name[:len(path.name) - len(_suffix(path))] if _suffix(path) else path.name
+
+
 def _read_text(path: Path, gz: bool) -> str:
     import gzip
 

@@ -50,6 +50,8 @@ def as_fit_flags(message: str) -> str:
     '/data/geometry=sphere/x.csv: no such file; lambda=1e-3'
     >>> as_fit_flags("K = max_clusters = 3: raise max_clusters (n_clusters_reason_)")
     'K = max_clusters = 3: raise --max-clusters (n_clusters_reason_)'
+    >>> as_fit_flags("inverse_temperature must be a positive number, got 'x'")
+    "--inverse-temperature must be a positive number, got 'x'"
     """
     def flag(match) -> str:
         name, value = match.group(1), match.group(2).strip("'")
@@ -60,6 +62,8 @@ def as_fit_flags(message: str) -> str:
     # then a name alone after the advice's verb ("raise max_clusters")
     names = "(" + "|".join(_FIT_FLAGS) + ")"
     message = re.sub(r"(?<![\w/.=-])" + names + r"=('[^']*'|[\w+-]+(?:\.[\w+-]+)*)", flag,
+                     message)
+    message = re.sub(r"^" + names + r" must be", lambda m: f"{_FIT_FLAGS[m.group(1)]} must be",
                      message)
     return re.sub(r"\b(raise|lower|pass) " + names + r"(?![\w=])",
                   lambda m: f"{m.group(1)} {_FIT_FLAGS[m.group(2)]}", message)

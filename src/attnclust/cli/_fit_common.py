@@ -108,13 +108,15 @@ def output_prefix(args) -> str:
     if Path(args.data).is_dir():
         raise CommandError(f"{args.data} is a folder: give a data file (.npy, .csv, .tsv, "
                            ".parquet)")
+    from .._io import data_stem
+
     if args.out is None:
-        return str(Path(args.data).with_suffix(""))
+        return str(Path(args.data).parent / data_stem(args.data))
     if not args.out.strip():
         raise CommandError("--out must not be empty: give a prefix such as results/run1, or a "
                            "folder ending in /")
     if args.out.endswith(("/", os.sep)) or Path(args.out).is_dir():
-        return str(Path(args.out) / Path(args.data).stem)
+        return str(Path(args.out) / data_stem(args.data))
     return args.out
 
 

@@ -12,7 +12,14 @@ import argparse
 
 from . import fit_distributed, fit_streamed
 from ._common import CommandError, inverse_temperature_option, reading_options
-from ._data import feature_names, min_columns, note_weight_column, read_table, split_weights
+from ._data import (
+    feature_names,
+    min_columns,
+    normalizes_rows,
+    note_weight_column,
+    read_table,
+    split_weights,
+)
 from ._fit_common import (
     data_units,
     output_files,
@@ -135,7 +142,7 @@ def run(args) -> int:
 
     import numpy as np
 
-    from .._io import writable_folder
+    from .._io import check_nonzero_rows, writable_folder
     from ..cluster.clustering import AttentionClustering
 
     params, prefix = prepare(args)
@@ -144,6 +151,11 @@ def run(args) -> int:
     X, weights = split_weights(args, table.X)
     features = feature_names(args, table.columns)
     note_weight_column(args, table.columns)
+    if normalizes_rows(args):              # named by the file's row, before the fit
+        check_nonzero_rows(X, args.data)
+    if args.plot and X.shape[1] < 2:
+        raise CommandError(f"--plot draws two columns or more; {args.data} has one feature: "
+                           "leave out --plot")
     if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")

@@ -42,7 +42,8 @@ def run(args) -> int:
                 if bar is not None:
                     bar.update(block.shape[0])
             if not hasattr(model, "cluster_centers_"):
-                raise CommandError("sample_weight sums to zero: no row has a positive weight")
+                raise CommandError("the weights sum to zero (--sample-weight, "
+                                   "--weight-column): no row has a positive weight")
             return model
         est, seconds = run_fit(fit, bar)
         _write_outputs(args, prefix, est, X, weights, seconds, features)

@@ -38,13 +38,15 @@ def add_parser(sub) -> None:
 def _prefix(args) -> str:
     from pathlib import Path
 
+    from .._io import data_stem
+
     if args.out is None:
-        return str(Path(args.data).with_suffix("")) + ".path"
+        return str(Path(args.data).parent / data_stem(args.data)) + ".path"
     if not args.out.strip():
         raise CommandError("--out must not be empty: give a prefix such as results/path1, or "
                            "a folder ending in /")
     if args.out.endswith(("/", os.sep)) or Path(args.out).is_dir():
-        return str(Path(args.out) / Path(args.data).with_suffix("").name) + ".path"
+        return str(Path(args.out) / data_stem(args.data)) + ".path"
     return args.out
 
 

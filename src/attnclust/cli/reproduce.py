@@ -11,7 +11,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("list", help="list the reproducible figures")
     p.set_defaults(handler=run_list)
 
-    p = sub.add_parser("reproduce", help="reproduce figures (fig1 .. fig9, or all)")
+    p = sub.add_parser("reproduce",
+                       help="reproduce the paper's figures (names: attnclust list; or all)")
     p.add_argument("figures", nargs="+", metavar="FIG", help="figure names, or 'all'")
     p.add_argument("--quick", action="store_true", help="small configs (minutes, not hours)")
     p.add_argument("--out", default="results", help="output folder (default: results)")
