@@ -116,15 +116,9 @@ def _suffix(path: Path) -> str:
 
 
 def data_stem(path: str | os.PathLike) -> str:
-    """The file's name without the suffix that names its kind (``.csv.gz`` as one).
-
-    Examples
-    --------
-    >>> data_stem("runs/blobs.csv.gz"), data_stem("x.npy"), data_stem("a.b.tsv")
-    ('blobs', 'x', 'a.b')
-    """
+    """The file's name less the suffix of its kind (``blobs.csv.gz``: ``blobs``)."""
     path = Path(path)
-    return path.name[:len(path.name) - len(_suffix(path))] if _suffix(path) else path.name
+    return path.name[:len(path.name) - len(_suffix(path))]
 
 
 def _read_text(path: Path, gz: bool) -> str:
@@ -230,13 +224,12 @@ def _numbers(path: Path, rows, keep: list[int], names: list[str], guessed_data: 
     return out
 
 
-# cells that say a value is missing (pandas' default markers, less those float() reads)
-_MISSING = {"", "na", "n/a", "nan", "-nan", "null", "none", "<na>", "#n/a", "?", "-"}
+_MISSING = {"", "na", "n/a", "nan", "-nan", "null", "none", "<na>", "#n/a", "?", "-"}  # as pandas
 
 
 def _non_numeric(path: Path, cell: str, line_no: int, j: int, names: list[str],
                  first_line: bool) -> str:
-    """Why a cell is refused, and what to do: a missing value, an infinity, text."""
+    """Why a cell is refused (missing, infinite, text), and what to do."""
     name, where = names[j], f"at line {line_no}, column {j + 1} ({names[j]!r})"
     if cell.strip().lower() in _MISSING:
         return (f"{path}: missing value {cell!r} {where}; fill in or leave out the rows "
@@ -247,11 +240,6 @@ def _non_numeric(path: Path, cell: str, line_no: int, j: int, names: list[str],
             f"select the numeric columns with --columns, or leave this one out with "
             f"--drop-columns {name if ',' not in name else j}")
     return f"{path}: non-numeric value {cell!r} {where}; {hint}"
-
-
-def _parse_csv(path: Path, header: bool | None = None) -> np.ndarray:
-    """The matrix of a ``.csv``: :func:`load_table`'s, every column kept."""
-    return _parse_text(path, header, None, False, lambda names: list(range(len(names)))).X
 
 
 def read_npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, int]:
