@@ -378,8 +378,6 @@ def cluster_membership(X: np.ndarray, merge: HeadMerge, *,
     return A @ np.eye(K)[merge.head_labels]
 
 
-
-
 def cluster_argmax(logits: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each row's cluster of largest summed attention, ``argmax_c sum_{h in c} exp g_h``,
     and its top logit ``max_h g_h``, both ``(n,)``, from its heads' logits ``g`` ``(n, m)``

@@ -54,9 +54,9 @@ class MergedHeadsMixin:
                             for c in range(len(self.cluster_centers_))], 1)
 
     def _merged_labels(self, X: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each preprocessed row's cluster of largest summed attention (the argmax of
-        :meth:`_merged_logits`, with no exponential on most rows:
-        :func:`~attnclust.cluster.merge.cluster_argmax`) and its top head logit."""
+        """Each preprocessed row's top head logit and its cluster of largest summed
+        attention (the argmax of :meth:`_merged_logits`, with no exponential on most rows:
+        :func:`~attnclust.cluster.merge.cluster_argmax`), both ``(n,)``."""
         order = np.argsort(self.head_labels_, kind="stable")     # heads grouped by cluster
         heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64)[order],
                                 device=X.device)
