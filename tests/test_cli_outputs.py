@@ -567,3 +567,9 @@ def test_a_gzipped_table_names_its_outputs_without_its_suffixes(tmp_path):
     assert main(["fit", str(tmp_path / "blobs.csv.gz"), "-k", "2", "--quiet"]) == 0
     assert (tmp_path / "blobs.centers.csv").exists()
     assert not list(tmp_path.glob("blobs.csv.*.csv"))
+
+
+def test_a_data_file_named_by_its_suffix_alone_keeps_its_outputs_beside_it(tmp_path):
+    from attnclust._io import data_stem
+
+    assert data_stem("runs/blobs.csv.gz") == "blobs" and data_stem("dd/.csv") == ".csv"

@@ -139,6 +139,28 @@ def test_a_failed_rename_puts_back_the_files_it_replaced(tmp_path, monkeypatch):
     np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), np.ones(3))
     assert sorted(os.listdir(tmp_path)) == ["mine.txt", "x.npy", "y.npy"]
 
+
+def test_a_rename_that_cannot_be_undone_is_said(tmp_path, monkeypatch):
+    """Without hard links (a file system that refuses them) a replaced file cannot be put
+    back: the error names it rather than saying that nothing was written."""
+    for name in ("x.npy", "y.npy"):
+        np.save(tmp_path / name, np.ones(2))
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if os.path.basename(dst) == "y.npy":
+            raise PermissionError(1, "Operation not permitted")
+        return real_replace(src, dst)
+
+    def link(src, dst):
+        raise OSError(1, "Operation not permitted")
+    monkeypatch.setattr(_atomic.os, "replace", replace)
+    monkeypatch.setattr(_atomic.os, "link", link)
+    with pytest.raises(ValueError, match=r"y\.npy: cannot write .* written anyway, not put "
+                                         r"back: .*x\.npy \(no hard link to restore it"):
+        save_matrices({tmp_path / "x.npy": np.zeros(2), tmp_path / "y.npy": np.zeros(2)})
+    assert sorted(os.listdir(tmp_path)) == ["x.npy", "y.npy"]      # no temporary left
+
 def test_a_folder_in_the_way_is_reported_before_writing(tmp_path):
     (tmp_path / "r.csv").mkdir()
     with pytest.raises(ValueError, match="is a folder"):
@@ -171,6 +193,7 @@ def test_load_accepts_real_npy_dtypes(tmp_path):
 @pytest.mark.parametrize("text, match", [
     ("1,x,3\n4,5,6\n7,8,9\n", "non-numeric value 'x' at line 1, column 2"),
     ("1,,3\n4,5,6\n", "missing value '' at line 1, column 2"),
+    ("1,2,3\n4,1e400,6\n", "infinite value '1e400' at line 2, column 2"),
     ("# comment\n\na,b\n1,2\n3,y\n", "non-numeric value 'y' at line 5, column 2"),
     ("# comment\n1,2\n\n3,4,5\n", "line 4 has 3 fields, expected 2"),
 ])

@@ -222,3 +222,10 @@ def test_the_choice_of_k_is_not_saved_and_says_so(tmp_path):
         meta = json.loads(archive["meta.json"].item())
     assert "k_choice_" in meta["not_saved"]
     np.testing.assert_array_equal(loaded.predict(X), est.predict(X))
+
+
+def test_an_archive_of_object_arrays_is_named_as_such(tmp_path):
+    path = tmp_path / "o.npz"
+    np.savez(path, a=np.array([object()], dtype=object))
+    with pytest.raises(ValueError, match="it holds object arrays, which only pickle reads"):
+        ac.load_model(path)

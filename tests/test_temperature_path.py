@@ -290,3 +290,19 @@ def test_wide_rows_follow_the_path_without_a_dense_covariance():
     sphere = X / np.linalg.norm(X, axis=1, keepdims=True)
     assert temperature_path(sphere, max_clusters=4, geometry="sphere"
                             ).choose_n_clusters().n_clusters == 3
+
+
+def test_wide_rows_without_spread_in_a_group_or_at_all():
+    """Two points repeated, 300 columns: a group whose rows all sit on its mean has no
+    direction (Lanczos cannot start from a zero operator; the Gram matrix says 0), and a
+    tensor that requires grad is read as the dense branch reads it."""
+    import torch
+
+    from attnclust.cluster.annealing import predicted_first_split
+
+    X = np.r_[np.zeros((10, 300)), np.ones((10, 300))]
+    assert temperature_path(X, max_clusters=3).choose_n_clusters().n_clusters == 2
+    assert predicted_first_split(np.ones((20, 300))) == np.inf
+    wide = torch.randn(20, 300, dtype=torch.float64, requires_grad=True)
+    reference = 1.0 / np.linalg.eigvalsh(np.cov(wide.detach().numpy().T, bias=True))[-1]
+    assert predicted_first_split(wide) == pytest.approx(reference, rel=1e-9)

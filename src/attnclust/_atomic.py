@@ -310,37 +310,63 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
 def _rename_all(staged: list[tuple[Path, Path]]) -> None:
     """Rename every ``(tmp, path)``; on a failure put every target back as it was: those
     created here removed, those replaced restored from the hard links made before each
-    rename (where the file system allows them), and the failure one line naming its
-    target."""
+    rename. The failure is one line naming its target, and any target that could not be
+    put back (a file system without hard links, a restore refused: its earlier version
+    then kept under a temporary name beside it)."""
     created: list[Path] = []
-    kept: list[tuple[Path, Path]] = []         # (hard link to the old file, target)
+    kept: list[tuple[Path | None, Path]] = []   # (hard link to the old file or None, target)
     try:
         for tmp, path in staged:
             existed = path.exists()
-            old = _linked_copy(path) if existed else None
+            if existed:
+                kept.append((_linked_copy(path), path))
             try:
                 os.replace(tmp, path)
             except BaseException:
-                if old is not None:             # this target was not replaced
-                    _discard(old)
+                if existed:                       # this target was not replaced
+                    old = kept.pop()[0]
+                    if old is not None:
+                        _discard(old)
                 raise
             _LIVE_TEMPS.discard(tmp)
-            if old is not None:
-                kept.append((old, path))
-            elif not existed:
+            if not existed:
                 created.append(path)
     except BaseException as exc:
-        for done in created:
-            done.unlink(missing_ok=True)
-        for old, done in kept:
-            with contextlib.suppress(OSError):  # the others are put back all the same
-                os.replace(old, done)
+        left = _put_back(created, kept)
+        kept.clear()                     # restored, or the only copies of the old files
         if isinstance(exc, OSError):
-            raise _write_error(exc, path) from None
+            error = _write_error(exc, path)
+            if left:
+                error = ValueError(str(error).replace("nothing was written", "") +
+                                   "written anyway, not put back: " + "; ".join(left))
+            raise error from None
         raise
     finally:
-        for old, _ in kept:
-            _discard(old)
+        for old, _ in kept:              # renamed: the old files' links are not needed
+            if old is not None:
+                _discard(old)
+
+
+def _put_back(created: list[Path], kept: list[tuple[Path | None, Path]]) -> list[str]:
+    """Remove the targets ``created``, restore those replaced from their ``kept`` links;
+    what could not be undone, in words."""
+    left = []
+    for path in created:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            left.append(str(path))
+    for old, path in kept:
+        if old is None:
+            left.append(f"{path} (no hard link to restore it from)")
+            continue
+        try:
+            os.replace(old, path)
+            _LIVE_TEMPS.discard(old)
+        except OSError:
+            _LIVE_TEMPS.discard(old)            # the only copy now: kept, named
+            left.append(f"{path} (its earlier version is {old})")
+    return left
 
 
 def _linked_copy(path: Path) -> Path | None:

@@ -118,7 +118,7 @@ def _suffix(path: Path) -> str:
 def data_stem(path: str | os.PathLike) -> str:
     """The file's name less the suffix of its kind (``blobs.csv.gz``: ``blobs``)."""
     path = Path(path)
-    return path.name[:len(path.name) - len(_suffix(path))]
+    return path.name[:len(path.name) - len(_suffix(path))] or path.name     # ".csv": itself
 
 
 def _read_text(path: Path, gz: bool) -> str:
@@ -219,8 +219,11 @@ def _numbers(path: Path, rows, keep: list[int], names: list[str], guessed_data: 
             except ValueError:
                 raise ValueError(_non_numeric(path, row[j], line_no, j, names, guessed_data
                                               and line_no == rows[0][0])) from None
-            if not math.isfinite(out[i, jj]):         # named by its line, as other cells
+            if math.isnan(out[i, jj]):                # named by its line, as other cells
                 raise ValueError(_non_numeric(path, row[j], line_no, j, names, False))
+            if math.isinf(out[i, jj]):                # inf, or beyond float64 (1e400)
+                raise ValueError(f"{path}: infinite value {row[j]!r} at line {line_no}, "
+                                 f"column {j + 1} ({names[j]!r})")
     return out
 
 
@@ -234,8 +237,6 @@ def _non_numeric(path: Path, cell: str, line_no: int, j: int, names: list[str],
     if cell.strip().lower() in _MISSING:
         return (f"{path}: missing value {cell!r} {where}; fill in or leave out the rows "
                 "with missing values (each row is clustered whole)")
-    if cell.strip().lower().lstrip("+-") in ("inf", "infinity"):
-        return f"{path}: infinite value {cell!r} {where}"
     hint = ("if line 1 is a header, pass --header yes" if first_line else
             f"select the numeric columns with --columns, or leave this one out with "
             f"--drop-columns {name if ',' not in name else j}")

@@ -116,18 +116,18 @@ def _weighted_cov(X, w, mean) -> np.ndarray:
 
 
 def _wide_top(X, W, means, heads) -> tuple[np.ndarray, np.ndarray]:
-    """The eigenvalues ``(G, d)`` (only the last, the largest, filled) and top eigenvectors
-    ``(G, d)`` of the groups' covariances (attention ``W`` ``(G, n)``, ``means`` ``(G,
-    d)``; on the sphere projected on the tangent at ``heads``), from their rows, for wide
-    ``X`` (:func:`~attnclust._spectral.leading_eigenpairs`)."""
-    vals, top = np.zeros(means.shape), np.zeros(means.shape)
+    """The largest eigenvalue ``(G,)`` and its eigenvector ``(G, d)`` of each group's
+    covariance (attention ``W`` ``(G, n)``, ``means`` ``(G, d)``; on the sphere projected
+    on the tangent at ``heads``), from its rows, for wide ``X``
+    (:func:`~attnclust._spectral.leading_eigenpairs`)."""
+    vals, top = np.zeros(len(means)), np.zeros(means.shape)
     for g, (w, m) in enumerate(zip(W, means, strict=True)):
         rows = np.flatnonzero(w > 1e-12)                  # as _weighted_cov
         Y = X[rows] - m
         if heads is not None:
             Y -= np.outer(Y @ heads[g], heads[g])
         val, vec = leading_eigenpairs(Y, 1, w[rows])
-        vals[g, -1], top[g] = val[0], vec[:, 0]
+        vals[g], top[g] = val[0], vec[:, 0]
     return vals, top
 
 
@@ -159,10 +159,10 @@ def _group_stats(X, heads, weights, labels, lam, geometry, objective, min_size):
             proj = np.eye(X.shape[1]) - h[:, :, None] * h[:, None, :]
             cov = proj @ cov @ proj
         vals, vecs = np.linalg.eigh(cov)
-        top = vecs[:, :, -1]
+        vals, top = vals[:, -1], vecs[:, :, -1]
     top *= np.sign(top[np.arange(len(grow)), np.abs(top).argmax(1)])[:, None]
     ratios[grow] = (math.inf if objective == "risk"
-                    else lam * vals[:, -1] / np.maximum(norms, 1e-300))
+                    else lam * vals / np.maximum(norms, 1e-300))
     directions[grow] = top
     return ratios, directions, sizes
 

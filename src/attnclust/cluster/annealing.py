@@ -208,9 +208,10 @@ def predicted_first_split(X, *, geometry: str = "euclidean",
         return 0.0
     start, Xc = _center(Xt, as_geometry(geometry).name)
     if Xt.shape[1] > DENSE_FEATURES:      # wide rows: no d x d matrix (attnclust._spectral)
-        Y = (Xc - Xc.mean(0)).numpy()
+        Y = (Xc - Xc.mean(0)).detach().cpu().numpy()
         if unit_heads(geometry):
-            Y = Y - np.outer(Y @ start.numpy(), start.numpy())
+            h = start.detach().cpu().numpy()
+            Y = Y - np.outer(Y @ h, h)
         top = float(leading_eigenpairs(Y, 1)[0][0])
     else:
         cov = torch.cov(Xc.T, correction=0).reshape(Xt.shape[1], Xt.shape[1])

@@ -104,7 +104,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .._deprecation import warn_deprecated
+from .._deprecation import REMOVED_IN, warn_deprecated
 from .._threads import add_chunks
 from ..layer.geometry import Geometry, Sphere, as_geometry
 from ..layer.heads import softmax_heads
@@ -533,8 +533,8 @@ def _stages(lam, n_steps, old_lams, old_steps) -> list[tuple[float, int]]:
             raise ValueError("pass inverse_temperature and n_steps, or the deprecated "
                              "inverse_temperatures and stage_steps, not both")
         warn_deprecated("inverse_temperatures and stage_steps are deprecated and will be "
-                        "removed in 0.5; pass inverse_temperature=attnclust.layer.schedules."
-                        "Stages(values, steps) and n_steps=sum(steps)", stacklevel=3)
+                        f"removed in {REMOVED_IN}; pass inverse_temperature=attnclust.layer."
+                        "schedules.Stages(values, steps) and n_steps=sum(steps)", stacklevel=3)
         return list(zip(old_lams, old_steps, strict=True))
     if lam is None or n_steps is None:
         raise ValueError("fixed_point_fit needs inverse_temperature and n_steps")

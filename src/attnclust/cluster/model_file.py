@@ -203,6 +203,16 @@ def _refuse(path, why: str) -> ValueError:
                       "attnclust fit or attnclust.cluster.model_file.save_model")
 
 
+def _unread(exc: Exception) -> str:
+    """Why NumPy could not read a model file, in words (not its advice to unpickle)."""
+    why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if "contains pickled" in why:          # NumPy's words for a file it cannot read as data
+        return "not a NumPy .npz archive"
+    if "Object arrays" in why:
+        return "it holds object arrays, which only pickle reads"
+    return why
+
+
 def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     """The metadata and the arrays of the file, checked against its digest."""
     if path.is_dir():
@@ -216,10 +226,7 @@ def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if "pickle" in why:            # NumPy's words for any file it cannot read as data
-            why = "not a NumPy .npz archive"
-        raise _refuse(path, why) from None
+        raise _refuse(path, _unread(exc)) from None
     if not isinstance(archive, np.lib.npyio.NpzFile):          # a .npy: one array
         raise _refuse(path, "one array, not an archive")
     if _META not in entries:

@@ -59,6 +59,7 @@ from typing import Any
 
 import numpy as np
 
+from .._deprecation import REMOVED_IN
 from .._validation import check_inverse_temperature
 from ..layer.geometry import Geometry, as_geometry
 from .communicator import Communicator
@@ -349,8 +350,8 @@ def _rows_per_chunk(p: dict) -> int | None:
     if p["batch_size"] is None or p["solver"] == "pgd":
         return p["chunk_size"]
     warnings.warn("batch_size as the rows per chunk of the fixed-point solver is "
-                  "deprecated and will be removed in 0.5: pass chunk_size (batch_size is "
-                  "the mini-batch of solver='pgd')", FutureWarning, stacklevel=5)
+                  f"deprecated and will be removed in {REMOVED_IN}: pass chunk_size "
+                  "(batch_size is the mini-batch of solver='pgd')", FutureWarning, stacklevel=5)
     return p["batch_size"] if p["chunk_size"] is None else p["chunk_size"]
 
 

@@ -115,7 +115,7 @@ class LayerPredictionsMixin(TransformerMixin):
             if plan.covariance.shaped:
                 logits = shaped_log_joint(X, self, plan.covariance)
             elif self._heads_merged:
-                if top:
+                if top and X.device.type == "cpu":      # a device keeps its logits there
                     return self._merged_labels(X)
                 logits = self._merged_logits(X)
             else:

@@ -106,10 +106,13 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
                                 labels, K, d + 2, gen)
     if start is not None:        # a head on a few far rows: they start beside another head
         again, rerun = choose_lean(crows, start, plan, log_scale, rows.n_total, gen, noise=True)
-        floored = not _chosen(choice).eligible
-        if _chosen(again).eligible and (floored or _chosen(again).icl < _chosen(choice).icl):
+        floored = _chosen(choice).at_floor
+        if _chosen(again).eligible and (not _chosen(choice).eligible
+                                        or _chosen(again).icl < _chosen(choice).icl):
             why = ("from the default fit's cells a head sat at the covariance floor" if floored
-                   else f"a lower ICL than from the default fit's cells, {_chosen(choice).icl:g}")
+                   else f"a lower ICL than from the default fit's cells, {_chosen(choice).icl:g}"
+                   if _chosen(choice).eligible else "the run from the default fit's cells "
+                   "stopped early")
             choice, run = again._replace(reason=again.reason + (
                 f"; started with the default fit's cells of fewer than {d + 2} rows joined to "
                 f"their nearest cells, for the background to take their rows ({why})")), rerun
@@ -175,10 +178,14 @@ def _without_tiny_cells(X: np.ndarray, labels: np.ndarray, K: int, min_rows: int
     start[moved] = kept[((X[moved, None] - means[None]) ** 2).sum(-1).argmin(1)]
     own = np.ones(len(X), dtype=bool)
     own[moved] = False                  # the far rows split no cell
-    for head in tiny:
-        largest = np.flatnonzero(own & (start == np.bincount(start[own], minlength=K).argmax()))
-        halves = np.asarray(best_of_seedings(X[largest], 2, 3, gen).labels)
-        start[largest[halves == 1]] = head
+    for head in tiny:                   # the widest cell (by its own rows' scatter) splits
+        scatter = [float(((X[r] - X[r].mean(0)) ** 2).sum()) if len(r) else 0.0
+                   for r in (np.flatnonzero(own & (start == k)) for k in range(K))]
+        if not max(scatter) > 0:
+            return None                 # repeated points only: no half for the head
+        widest = np.flatnonzero(own & (start == int(np.argmax(scatter))))
+        halves = np.asarray(best_of_seedings(X[widest], 2, 3, gen).labels)
+        start[widest[halves == 1]] = head
     return start
 
 
