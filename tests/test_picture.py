@@ -145,3 +145,14 @@ def test_principal_axes_of_wide_rows_are_scikit_learns_pca():
     np.testing.assert_allclose(np.abs(np.sum(axes * ref.components_, axis=1)), 1.0,
                                atol=1e-9)
     np.testing.assert_allclose(share, ref.explained_variance_ratio_, rtol=1e-9)
+
+
+def test_a_two_column_picture_names_its_axes_by_the_columns():
+    X = ac.GaussianMixture.orthogonal(d=2, k=2, sigma=0.1).sample(200, rng=0)
+    est = ac.AttentionClustering(2, random_state=0).fit(X)
+    fig = plot_clusters(est, X, feature_names=["height", "weight"])
+    assert (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()) == ("height", "weight")
+    pd = pytest.importorskip("pandas")
+    frame = pd.DataFrame(X, columns=["a", "b"])
+    fig = plot_clusters(ac.AttentionClustering(2, random_state=0).fit(frame), X)
+    assert (fig.axes[0].get_xlabel(), fig.axes[0].get_ylabel()) == ("a", "b")

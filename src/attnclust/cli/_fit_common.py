@@ -208,10 +208,11 @@ def data_units(est):
             None if covariances is None else covariances * est.scale_ ** 2)
 
 
-def plot_writer(args, est, X, labels, sizes=None):
+def plot_writer(args, est, X, labels, sizes=None, features=None):
     """Draw the picture now (``labels``: of every row, or None to predict those drawn;
-    ``sizes``: the clusters' sizes, when known without them); return the function that
-    writes it (as a PNG) when the outputs are staged."""
+    ``sizes``: the clusters' sizes, when known without them; ``features``: the columns'
+    names, for its axes); return the function that writes it (as a PNG) when the
+    outputs are staged."""
     import matplotlib
 
     from ..plotting.clusters import plot_clusters
@@ -219,6 +220,7 @@ def plot_writer(args, est, X, labels, sizes=None):
 
     with matplotlib.rc_context(RC):
         fig = plot_clusters(est, X, labels=labels, sizes=sizes, random_state=args.seed,
+                            feature_names=features,
                             title=f"attnclust fit {os.path.basename(args.data)}: "
                                   f"K={est.n_clusters}, lambda={est.inverse_temperature_:.3g}, "
                                   f"{X.shape[0]:,} rows")

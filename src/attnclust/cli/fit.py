@@ -170,7 +170,8 @@ def run(args) -> int:
                                weights=getattr(est, "weights_", None), features=features,
                                noise=hasattr(est, "noise_weight_"),
                                proba=lambda: predict_proba(est, X),
-                               picture=lambda: plot_writer(args, est, X, est.labels_))
+                               picture=lambda: plot_writer(args, est, X, est.labels_,
+                                                           features=features))
         labels = est.labels_        # noise rows (-1) in no cluster; no copy without them
         sizes = np.bincount(labels if labels.min(initial=0) >= 0 else labels[labels >= 0],
                             minlength=est.n_clusters_)

@@ -84,7 +84,8 @@ def _write_outputs(args, prefix, est, X, weights, seconds, features) -> None:
         args, prefix, data_units(est)[0], labels, features=features,
         proba=lambda: _chunked_writer(args, X, weights, est.predict_proba, (n, K), np.float64,
                                       names),
-        picture=lambda: plot_writer(args, est, _Features(args, X), None, sizes))
+        picture=lambda: plot_writer(args, est, _Features(args, X), None, sizes,
+                                    features=features))
     weighted = args.sample_weight is not None or args.weight_column is not None
     head = head_line(n, est.n_features_in_, K, weights=np.array([total]) if weighted else None,
                      inverse_temperature=est.inverse_temperature_,

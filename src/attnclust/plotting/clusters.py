@@ -138,7 +138,7 @@ def _boundary(ax, est, pts: np.ndarray) -> None:
 
 
 def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
-                  random_state=0, title: str | None = None) -> Figure:
+                  random_state=0, title: str | None = None, feature_names=None) -> Figure:
     """A figure of the fitted clusters of ``X`` (see the module docstring).
 
     Parameters
@@ -157,6 +157,9 @@ def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
         Seeds that sample.
     title : str, optional
         First line of the title (default: the estimator, ``K`` and ``lambda``).
+    feature_names : list of str, optional
+        The two columns' names on the axes of a 2-D picture (default: the estimator's
+        ``feature_names_in_``, else ``x1`` and ``x2``).
 
     Returns
     -------
@@ -188,8 +191,10 @@ def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
     if d == 2:
         pts, hpts = rows, heads
         _boundary(ax, est, np.vstack([pts, hpts]))
-        ax.set_xlabel("x1")
-        ax.set_ylabel("x2")
+        names = feature_names if feature_names is not None else \
+            getattr(est, "feature_names_in_", ["x1", "x2"])
+        ax.set_xlabel(str(names[0]))
+        ax.set_ylabel(str(names[1]))
         alpha = np.full(len(idx), 0.8)
     else:
         mean, axes, share = principal_axes(X if not _normalizes_rows(est) else
