@@ -23,6 +23,9 @@ def run(args) -> int:
     # a .npy read block by block with plain reads (its values checked as they are read; a
     # memory map would keep every page it touched resident)
     X, features = open_rows(args, NpyRows)
+    if args.plot and len(features) < 2:
+        raise CommandError(f"--plot draws two columns or more; {args.data} has one feature: "
+                           "leave out --plot")
     # a weight file is read whole (n numbers); a weight column chunk by chunk
     weights = None if args.sample_weight is None else file_weights(args, X.shape[0])
     if args.n_clusters > min(args.batch_rows, X.shape[0]):
