@@ -33,6 +33,13 @@ def read_table(args, *, min_columns: int = 1, mmap: bool = False):
     return table
 
 
+def check_plot_columns(args, n_features: int) -> None:
+    """``--plot`` needs two features: refused before the fit."""
+    if args.plot and n_features < 2:
+        raise CommandError(f"--plot draws two columns or more; {args.data} has one feature: "
+                           "leave out --plot")
+
+
 def note_weight_column(args, columns: list[str]) -> None:
     """With ``--columns`` or ``--drop-columns``, a note on stderr naming the column that
     ``--weight-column J`` takes (J counts the columns they keep, not DATA's)."""

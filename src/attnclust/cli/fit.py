@@ -13,6 +13,7 @@ import argparse
 from . import fit_distributed, fit_streamed
 from ._common import CommandError, inverse_temperature_option, reading_options
 from ._data import (
+    check_plot_columns,
     feature_names,
     min_columns,
     normalizes_rows,
@@ -153,9 +154,7 @@ def run(args) -> int:
     note_weight_column(args, table.columns)
     if normalizes_rows(args):              # named by the file's row, before the fit
         check_nonzero_rows(X, args.data)
-    if args.plot and X.shape[1] < 2:
-        raise CommandError(f"--plot draws two columns or more; {args.data} has one feature: "
-                           "leave out --plot")
+    check_plot_columns(args, X.shape[1])
     if args.n_clusters != "auto" and args.n_clusters > X.shape[0]:
         raise CommandError(f"--n-clusters {args.n_clusters} is larger than the number of rows "
                            f"({X.shape[0]}) of {args.data}")

@@ -5,7 +5,7 @@ rows, then the summary and every output computed chunk by chunk (labels and atte
 from __future__ import annotations
 
 from ._common import CommandError, progress_bar
-from ._data import checked_block, file_weights, open_rows
+from ._data import check_plot_columns, checked_block, file_weights, open_rows
 from ._fit_common import data_units, output_files, plot_writer, prepare, run_fit
 from ._summary import block_sums, fit_record, head_line, write_fit
 
@@ -23,9 +23,7 @@ def run(args) -> int:
     # a .npy read block by block with plain reads (its values checked as they are read; a
     # memory map would keep every page it touched resident)
     X, features = open_rows(args, NpyRows)
-    if args.plot and len(features) < 2:
-        raise CommandError(f"--plot draws two columns or more; {args.data} has one feature: "
-                           "leave out --plot")
+    check_plot_columns(args, len(features))
     # a weight file is read whole (n numbers); a weight column chunk by chunk
     weights = None if args.sample_weight is None else file_weights(args, X.shape[0])
     if args.n_clusters > min(args.batch_rows, X.shape[0]):
