@@ -570,3 +570,41 @@ def test_one_schedule_type_for_both_solvers():
                                   [2.0] * 5 + [8.0] * 5 + [30.0])
     assert lam.stages(20) == [(2.0, 5), (8.0, 5), (30.0, 10)] and lam.finished_at == 10
     assert Anneal(10.0, ratio=4.0, steps=2).stages(4) == [(2.5, 1), (5.0, 1), (10.0, 2)]
+
+
+def test_mixtures_or_data_sets_are_one_or_one_per_run():
+    """More mixtures or data sets than runs were cut to the runs' number, silently."""
+    mix = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2)
+    h0 = ac.normalize(torch.randn(2, 4, dtype=torch.float64, generator=torch.Generator()
+                                  .manual_seed(0)))
+    two = torch.stack([h0, h0])
+    with pytest.raises(ValueError, match="3 mixtures or data sets for 2 runs"):
+        ac.pgd([mix] * 3, two, inverse_temperature=5.0, n_steps=1)
+    with pytest.raises(ValueError, match="2 mixtures or data sets for 1 run"):
+        ac.pgd([mix] * 2, h0, inverse_temperature=5.0, n_steps=1)
+    X = mix.sample(50, rng=0)
+    with pytest.raises(ValueError, match="2 mixtures or data sets for 1 run"):
+        ac.pgd(np.stack([X, X]), h0, inverse_temperature=5.0, n_steps=1)
+    assert ac.pgd([mix] * 2, two, inverse_temperature=5.0, n_steps=1).heads.shape == (2, 2, 4)
+
+
+@pytest.mark.parametrize("kwargs", [dict(inverse_temperature="30"),
+                                    dict(inverse_temperature=True),
+                                    dict(inverse_temperature=[True, 2.0]),
+                                    dict(step_size=True), dict(rho=True)])
+def test_booleans_and_strings_are_no_numbers(kwargs):
+    mix = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2)
+    heads = ac.normalize(torch.ones(2, 2, 4, dtype=torch.float64) + torch.eye(4)[:2])
+    with pytest.raises(ValueError, match="must be a"):
+        ac.pgd(mix, heads, n_steps=1, **({"inverse_temperature": 5.0} | kwargs))
+
+
+def test_batched_risks_check_their_inverse_temperatures():
+    mix = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2)
+    X = torch.as_tensor(mix.sample(50, rng=0))
+    H = ac.normalize(torch.ones(1, 2, 4, dtype=torch.float64) + torch.eye(4)[:2])
+    for lam in (-1.0, 0.0, float("nan"), [1.0, 2.0, 3.0]):
+        with pytest.raises(ValueError, match="inverse_temperature must be"):
+            ac.empirical_risk(H, X, inverse_temperature=lam)
+        with pytest.raises(ValueError, match="inverse_temperature must be"):
+            ac.PopulationRisk(mix).value_and_grad(H, lam)

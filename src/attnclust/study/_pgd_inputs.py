@@ -40,7 +40,8 @@ from .objectives import (
     Repulsion,
 )
 
-__all__ = ["as_objective", "check_options", "initial_heads", "penalty_terms", "restrict"]
+__all__ = ["as_objective", "check_options", "check_problems", "initial_heads", "penalty_terms",
+           "restrict"]
 
 _PENALTIES = (None, "repulsion", "balance")
 _METHODS = ("auto", "exact", "qmc")
@@ -80,6 +81,28 @@ def as_objective(objective, *, batch_size, reduce, gen, method, n_samples, qmc_s
                               geometry=geometry)
     return EmpiricalRisk(objective, batch_size=batch_size, reduce=reduce, rng=gen,
                          geometry=geometry)
+
+
+def check_problems(risk, n_runs: int) -> None:
+    """``ValueError`` unless the risk holds one mixture or data set, or one per run (more
+    were silently cut to the runs' number, fewer raised from inside).
+
+    Examples
+    --------
+    >>> import attnclust as ac
+    >>> risk = ac.PopulationRisk([ac.GaussianMixture.orthogonal(d=4, k=2)] * 3)
+    >>> check_problems(risk, 2)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: 3 mixtures or data sets for 2 runs: give one, or one per run (...)
+    """
+    mix, X = getattr(risk, "mix", None), getattr(risk, "X", None)
+    count = len(mix) if mix is not None and X is None else \
+        X.shape[0] if X is not None and X.ndim == 3 else 1
+    if count not in (1, n_runs):
+        raise ValueError(f"{count} mixtures or data sets for {n_runs} run"
+                         f"{'s' * (n_runs != 1)}: give one, or one per run (heads0 of shape "
+                         f"({count}, K, d))")
 
 
 def initial_heads(heads0, d: int | None, device, geometry: Geometry) -> torch.Tensor:

@@ -169,8 +169,10 @@ def run_vector(value, n_runs: int, name: str, *, positive: bool) -> np.ndarray:
     ...
     ValueError: rho must be a finite number >= 0 (or one per run), got [1.0, -1.0]
     """
+    numbers = np.ndim(value) <= 1 and not any(   # True and "0.5" are no numbers here
+        isinstance(v, (bool, np.bool_, str)) for v in np.ravel(np.asarray(value, dtype=object)))
     arr = np.broadcast_to(np.asarray(value, dtype=np.float64), (n_runs,)).copy() \
-        if np.ndim(value) <= 1 else None
+        if numbers else None
     if arr is None or not np.all(np.isfinite(arr)) or np.any(arr <= 0 if positive else arr < 0):
         kind = "positive finite number" if positive else "finite number >= 0"
         raise ValueError(f"{name} must be a {kind} (or one per run), got {value!r}")

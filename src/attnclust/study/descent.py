@@ -95,7 +95,14 @@ from .._deprecation import renamed_keywords
 from .._validation import as_generator, as_tensor, check_int
 from ..layer.geometry import as_geometry
 from ..layer.results import History, IterationInfo, SolverResult
-from ._pgd_inputs import as_objective, check_options, initial_heads, penalty_terms, restrict
+from ._pgd_inputs import (
+    as_objective,
+    check_options,
+    check_problems,
+    initial_heads,
+    penalty_terms,
+    restrict,
+)
 from ._run_schedules import RunSchedule, legacy_schedule, run_vector
 from .inits import init_on_manifold, init_on_sphere
 
@@ -238,6 +245,7 @@ def pgd(
     single = given.ndim == 2
     H = initial_heads(heads0, getattr(risk, "d", None), device, geometry)  # (R, K, d)
     R = H.shape[0]
+    check_problems(risk, R)
     n_steps = check_int(n_steps, "n_steps", 0)
     lam_at = RunSchedule("inverse_temperature", legacy_schedule(
         "inverse_temperature", inverse_temperature, inverse_temperature_schedule, R, n_steps),

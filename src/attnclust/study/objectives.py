@@ -58,7 +58,7 @@ class ValueAndGrad(NamedTuple):
 
 
 def _lam(lam, heads: torch.Tensor) -> torch.Tensor:
-    return torch.as_tensor(lam, dtype=torch.float64).expand(heads.shape[0]).cpu()
+    return _risk.run_inverse_temperatures(lam, heads.shape[0])
 
 
 class Objective:

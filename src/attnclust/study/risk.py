@@ -94,6 +94,7 @@ __all__ = [
     "repulsion",
     "balance",
     "mean_attention",
+    "run_inverse_temperatures",
 ]
 
 
@@ -261,6 +262,31 @@ def qmc_risk(
     return RiskEstimate(value, stderr)
 
 
+def run_inverse_temperatures(lam, n_runs: int) -> torch.Tensor:
+    """``lambda`` of ``n_runs`` runs as ``(R,)`` float64 on the CPU, checked: a number or
+    one per run, positive and finite (the batched paths' check, as
+    :func:`~attnclust._validation.check_inverse_temperature` is one run's).
+
+    Examples
+    --------
+    >>> run_inverse_temperatures(2.0, 3).tolist()
+    [2.0, 2.0, 2.0]
+    >>> run_inverse_temperatures([1.0, -1.0], 2)
+    Traceback (most recent call last):
+    ...
+    ValueError: inverse_temperature must be positive and finite, got [1.0, -1.0]
+    """
+    value = torch.as_tensor(lam).detach().cpu()
+    if value.dtype == torch.bool or value.ndim > 1 or value.numel() not in (1, n_runs):
+        raise ValueError(f"inverse_temperature must be a number or one per run ({n_runs}), "
+                         f"got {lam!r}")
+    value = value.to(torch.float64)
+    if not bool(torch.all(torch.isfinite(value) & (value > 0))):
+        raise ValueError(f"inverse_temperature must be positive and finite, got "
+                         f"{value.tolist()}")
+    return value.expand(n_runs)
+
+
 def _row_mean(heads, X, inverse_temperature, batch_size, per_rows, *, name: str = "X",
               kind: str = "a non-empty (n, d) array", geometry: str = "sphere"):
     """``(1/n) sum_i f(x_i, a(x_i))`` over the rows of ``X``, ``batch_size`` rows at a time.
@@ -288,8 +314,8 @@ def _row_mean(heads, X, inverse_temperature, batch_size, per_rows, *, name: str 
             raise ValueError(f"{name} must be a non-empty (n, {d}) or (R, n, {d}) array, got "
                              f"shape {tuple(X.shape)}")
         check_finite(X, name)
-        lam = torch.as_tensor(inverse_temperature, dtype=heads.dtype, device=heads.device)
-        lam = lam.expand(heads.shape[0])[:, None, None]  # (R, 1, 1)
+        lam = run_inverse_temperatures(inverse_temperature, heads.shape[0]).to(
+            dtype=heads.dtype, device=heads.device)[:, None, None]  # (R, 1, 1)
     X = X.to(heads.dtype)
     n = X.shape[-2]
     step = n if batch_size is None else check_int(batch_size, "batch_size", 1)
