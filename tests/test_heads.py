@@ -109,3 +109,19 @@ def test_functions_validate_inverse_temperature_and_accept_numpy():
 def test_mismatched_tokens_and_heads_are_named(x, heads, match):
     with pytest.raises(ValueError, match=match):
         attention_heads(x, heads, inverse_temperature=1.0)
+
+
+def test_a_layer_of_no_heads_or_of_infinite_ones_is_refused():
+    with pytest.raises(ValueError, match=r"K, d >= 1"):
+        AttentionHeads(np.zeros((0, 2)), 2.0)
+    with pytest.raises(ValueError, match=r"K, d >= 1"):      # the function too (no
+        attention_heads(torch.ones(3, 2), torch.ones(0, 2),  # IndexError from a max)
+                        inverse_temperature=1.0)
+    with pytest.raises(ValueError, match="inf"):
+        AttentionHeads([[np.inf, 0.0], [1.0, 0.0]], 2.0)
+
+
+def test_heads_far_from_the_origin_are_normalized_in_float32():
+    layer = AttentionHeads(torch.tensor([[3e20, 4e20], [1.0, 0.0]]), 1.0)
+    np.testing.assert_allclose(layer.heads.detach().numpy(), [[0.6, 0.8], [1.0, 0.0]],
+                               rtol=4 * np.finfo(np.float32).eps)

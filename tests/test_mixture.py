@@ -126,3 +126,15 @@ def test_bad_sample_sizes():
         mix.posterior(np.zeros((3, 5)))
     with pytest.raises(ValueError, match="k <= d"):
         GaussianMixture.orthogonal(d=2, k=3)
+
+
+def test_float32_unit_centroids_are_unit_centroids():
+    """Unit rows in float32 are 1 to float32's rounding (~1e-8 off in float64): accepted
+    within a bound from float32's epsilon and made unit in float64; a row 1% long is not."""
+    c = np.random.default_rng(0).normal(size=(3, 5)).astype(np.float32)
+    c /= np.linalg.norm(c, axis=1, keepdims=True)
+    mix = GaussianMixture(c, sigma=0.1)
+    np.testing.assert_allclose(np.linalg.norm(mix.centroids, axis=1), 1.0, rtol=0,
+                               atol=4 * np.finfo(np.float64).eps)
+    with pytest.raises(ValueError, match="off 1 by up to 0.01"):
+        GaussianMixture(1.01 * c)

@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from .._deprecation import RenamedAttribute, renamed_keywords
-from .._validation import as_tensor, check_inverse_temperature
+from .._validation import as_tensor, check_finite, check_inverse_temperature
 from .geometry import GEOMETRIES, Geometry, as_geometry
 
 __all__ = ["GEOMETRIES", "head_logits", "head_weights", "attention_heads", "AttentionHeads",
@@ -85,9 +85,10 @@ def _inputs(x, heads, inverse_temperature, geometry):
     heads = as_tensor(heads, name="heads")
     if not isinstance(x, torch.Tensor):
         x = as_tensor(x, name="x", dtype=heads.dtype, device=heads.device)
-    if heads.ndim != 2 or x.ndim < 1 or x.shape[-1] != heads.shape[-1]:
+    if heads.ndim != 2 or 0 in heads.shape or x.ndim < 1 or x.shape[-1] != heads.shape[-1]:
         raise ValueError(f"x of shape {tuple(x.shape)} and heads of shape "
-                         f"{tuple(heads.shape)}: heads must be (K, d) and x (..., d)")
+                         f"{tuple(heads.shape)}: heads must be (K, d), K, d >= 1, and x "
+                         "(..., d)")
     if x.dtype != heads.dtype or x.device != heads.device:
         raise ValueError(f"x is {x.dtype} on {x.device} and the heads {heads.dtype} on "
                          f"{heads.device}: pass them in one dtype, on one device")
@@ -188,8 +189,10 @@ class AttentionHeads(nn.Module):
                  geometry: str | Geometry = "sphere"):
         super().__init__()
         heads = as_tensor(heads, name="heads")
-        if heads.ndim != 2:
-            raise ValueError(f"heads must have shape (K, d), got {tuple(heads.shape)}")
+        if heads.ndim != 2 or 0 in heads.shape:
+            raise ValueError(f"heads must have shape (K, d) with K, d >= 1, got "
+                             f"{tuple(heads.shape)}")
+        check_finite(heads, "heads")
         geometry = as_geometry(geometry)
         self.geometry = geometry.name
         self.heads = nn.Parameter(geometry.projx(heads.detach().clone()))

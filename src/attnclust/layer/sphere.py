@@ -31,13 +31,25 @@ def normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
     Raises ``ValueError`` naming the first zero row (it has no direction), unless
     ``eps > 0``.
 
+    Rows whose squares overflow or underflow (``3e20`` or ``3e-30`` in float32) are
+    measured in units of their largest entry.
+
     Examples
     --------
     >>> import torch
     >>> normalize(torch.tensor([[3.0, 4.0]]))
     tensor([[0.6000, 0.8000]])
+    >>> normalize(torch.tensor([[3e20, 4e20], [3e-30, 4e-30]]))
+    tensor([[0.6000, 0.8000],
+            [0.6000, 0.8000]])
     """
     norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    off = (norm == 0) | torch.isinf(norm)
+    if bool(off.any()):     # squares out of range: in units of the row's largest entry
+        big = x.abs().amax(-1, keepdim=True)
+        unit = torch.where(big > 0, big, torch.ones_like(big))
+        norm = torch.where(off, unit * torch.linalg.vector_norm(x / unit, dim=-1, keepdim=True),
+                           norm)
     if eps == 0.0 and not x.requires_grad:
         zero = norm[..., 0] == 0
         if bool(zero.any()):

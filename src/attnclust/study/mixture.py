@@ -74,9 +74,15 @@ class GaussianMixture:
             )
         if not np.all(np.isfinite(centroids)):
             raise ValueError("centroids contain NaN or inf")
+        given = np.asarray(self.centroids).dtype        # float32 unit rows are off by ~1e-8
+        coarse = given.kind == "f" and np.finfo(given).eps > np.finfo(np.float64).eps
+        tol = 4 * (centroids.shape[1] + 1) * np.finfo(given).eps if coarse else _UNIT_TOL
         norms = np.linalg.norm(centroids, axis=1)
-        if np.any(np.abs(norms - 1.0) > _UNIT_TOL):
-            raise ValueError(f"centroids must have unit norm, got norms {np.round(norms, 6)}")
+        if np.any(np.abs(norms - 1.0) > tol):
+            raise ValueError(f"centroids must have unit norm, got norms off 1 by up to "
+                             f"{np.abs(norms - 1.0).max():.3g} (allowed {tol:.2g})")
+        if coarse:                                      # unit in float64, as the risks read
+            centroids = centroids / norms[:, None]
         sigma = check_nonnegative(self.sigma, "sigma")
         k = centroids.shape[0]
         if self.weights is None:
