@@ -158,3 +158,18 @@ def test_shaped_inputs_of_the_wrong_shape_are_named(x, log_weights, match):
     with pytest.raises(ValueError, match=match):
         shaped_weights(x, np.zeros((2, 2)), np.ones((2, 2)), log_weights,
                        covariance_type="diag")
+
+
+def test_a_lower_or_non_positive_factor_is_refused():
+    """A lower triangular factor lost its off-diagonal in the module and gave another
+    posterior than the function; a non-positive diagonal gave NaN."""
+    cov = np.array([[[1.0, 0.3], [0.3, 0.5]], [[0.2, 0.0], [0.0, 2.0]]])
+    u = np.linalg.inv(np.linalg.cholesky(cov)).transpose(0, 2, 1)     # upper: accepted
+    means = np.array([[0.0, 0.0], [1.0, 0.0]])
+    shaped_weights(np.zeros((1, 2)), means, u)
+    for bad, match in ((u.transpose(0, 2, 1), "upper triangular"),
+                       (-u, "positive diagonal")):
+        with pytest.raises(ValueError, match=match):
+            shaped_weights(np.zeros((1, 2)), means, bad)
+        with pytest.raises(ValueError, match=match):
+            ShapedAttentionHeads(means, covariance_type="full", precisions_cholesky=bad)

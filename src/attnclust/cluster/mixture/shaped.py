@@ -214,6 +214,12 @@ def _inputs(x, means, factors, log_weights, inverse_temperature, covariance_type
     if expected is None or tuple(factors.shape) != tuple(expected):
         raise ValueError(f"precisions_cholesky must have shape {expected} for "
                          f"covariance_type={cov.name!r}, got {tuple(factors.shape)}")
+    if factors.ndim == 3 and not torch.equal(factors, torch.triu(factors)):
+        raise ValueError("precisions_cholesky must be upper triangular, as GaussianMixture's "
+                         "(U with U U^T the precision): from a covariance's Cholesky factor C, "
+                         "U = inv(C)^T")
+    if not bool((cov.diagonal(factors) > 0).all()):
+        raise ValueError("precisions_cholesky must have a positive diagonal")
     if log_weights is not None and tuple(log_weights.shape) != (means.shape[0],):
         raise ValueError(f"log_weights must have shape ({means.shape[0]},), one per head, "
                          f"got {tuple(log_weights.shape)}")
@@ -271,9 +277,7 @@ class ShapedAttentionHeads(nn.Module):
         else:
             _, _, factors, _, _, _ = _inputs(means[:1], means, precisions_cholesky, None, 1.0,
                                              cov)
-        diag = cov.diagonal(factors)
-        if not bool((diag > 0).all()):
-            raise ValueError("precisions_cholesky must have a positive diagonal")
+        diag = cov.diagonal(factors)                   # positive: unit, or checked there
         self.means = nn.Parameter(means)
         self.log_diagonal = nn.Parameter(diag.log().clone())
         upper = cov.strict_upper(factors)
