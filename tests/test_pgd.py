@@ -608,3 +608,24 @@ def test_batched_risks_check_their_inverse_temperatures():
             ac.empirical_risk(H, X, inverse_temperature=lam)
         with pytest.raises(ValueError, match="inverse_temperature must be"):
             ac.PopulationRisk(mix).value_and_grad(H, lam)
+
+
+@pytest.mark.parametrize(("make", "match"), [
+    (lambda: Anneal(3.0, ratio=0, steps=5), "ratio must be a finite number > 0"),
+    (lambda: Anneal(3.0, steps=-10), "steps must be a finite number >= 0"),
+    (lambda: Decay(3.0, steps=float("nan")), "steps must be a finite number >= 0"),
+    (lambda: Anneal(3.0, steps="10"), "steps must be a finite number >= 0"),
+    (lambda: Stages([1.0, 2.0], [-3, 5]), "steps must be a finite number >= 0"),
+])
+def test_schedules_check_their_steps_and_ratio(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+@pytest.mark.parametrize("rho", [Decay(-5.0, steps=10), lambda t: -5.0,
+                                 lambda t: float("nan")])
+def test_a_scheduled_rho_is_checked_as_a_number_is(rho):
+    mix = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2)
+    heads = ac.normalize(torch.ones(2, 4, dtype=torch.float64) + torch.eye(4)[:2])
+    with pytest.raises(ValueError, match="rho at step 0 must be a finite number >= 0"):
+        ac.pgd(mix, heads, inverse_temperature=5.0, penalty="repulsion", rho=rho, n_steps=3)

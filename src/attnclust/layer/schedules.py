@@ -90,6 +90,16 @@ def _progress(t: int, steps: float) -> float:
     return min(1.0, t / steps) if steps > 0 else 1.0
 
 
+def _checked(value, name: str, *, positive: bool = False) -> float:
+    """A schedule's number of steps (``>= 0``) or ratio (``> 0``), finite; booleans and
+    strings refused (``steps="10"`` was stored as given, ``ratio=0`` divided by zero)."""
+    if isinstance(value, (bool, np.bool_, str)) or not isinstance(value, (int, float, np.number)) \
+            or not np.isfinite(value) or (value <= 0 if positive else value < 0):
+        raise ValueError(f"{name} must be a finite number {'> 0' if positive else '>= 0'}, "
+                         f"got {value!r}")
+    return value
+
+
 class Anneal(Schedule):
     """Geometric from ``value / ratio`` to ``value`` over ``steps`` steps, then ``value``.
 
@@ -110,7 +120,8 @@ class Anneal(Schedule):
     """
 
     def __init__(self, value, *, ratio: float = 100.0, steps: float):
-        self.value, self.ratio, self.steps = value, ratio, steps
+        self.value, self.steps = value, _checked(steps, "steps")
+        self.ratio = _checked(ratio, "ratio", positive=True)
         self.finished_at = steps
 
     def __call__(self, t: int):
@@ -129,7 +140,7 @@ class Decay(Schedule):
     """
 
     def __init__(self, value, *, steps: float):
-        self.value, self.steps = value, steps
+        self.value, self.steps = value, _checked(steps, "steps")
         self.finished_at = steps
 
     def __call__(self, t: int):
@@ -150,7 +161,8 @@ class Stages(Schedule):
         if len(values) != len(steps) or not values:
             raise ValueError(f"values and steps must be non-empty and of one length, got "
                              f"{len(values)} and {len(steps)}")
-        self.values, self.steps = [float(v) for v in values], [int(s) for s in steps]
+        self.values = [float(v) for v in values]
+        self.steps = [int(_checked(s, "steps")) for s in steps]
         self._ends = np.cumsum(self.steps)
         self.finished_at = int(self._ends[-2]) if len(self.steps) > 1 else 0
 

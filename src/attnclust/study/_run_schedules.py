@@ -31,7 +31,6 @@ from __future__ import annotations
 import numpy as np
 
 from .._deprecation import REMOVED_IN, warn_deprecated
-from .._validation import check_inverse_temperature
 from ..layer.schedules import Anneal, Decay, Schedule, as_schedule
 
 __all__ = ["RunSchedule", "group_runs", "legacy_schedule", "per_run", "run_vector"]
@@ -86,7 +85,7 @@ class RunSchedule:
     """
 
     def __init__(self, name: str, value, n_runs: int, *, positive: bool):
-        self.name = name
+        self.name, self.positive = name, positive
         entries = per_run(value, n_runs, name) if isinstance(value, (list, tuple)) else None
         if entries is None or all(_is_number(e) for e in entries):
             if entries is None and not _is_number(value):
@@ -112,8 +111,9 @@ class RunSchedule:
         out = self.base.copy()
         for sched, idx in self.parts:
             out[idx] = np.broadcast_to(np.asarray(sched(t), dtype=np.float64), out.shape)[idx]
-        if self.name == "inverse_temperature" and not np.all((out > 0) & np.isfinite(out)):
-            check_inverse_temperature(out[~((out > 0) & np.isfinite(out))][0])
+        ok = np.isfinite(out) & (out > 0 if self.positive else out >= 0)
+        if not ok.all():             # a schedule's value is checked as a number is
+            run_vector(float(out[~ok][0]), 1, f"{self.name} at step {t}", positive=self.positive)
         return out
 
 
