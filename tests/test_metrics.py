@@ -155,3 +155,12 @@ def test_metric_inputs_are_checked(mix):
 def test_centroid_distance_needs_a_centroid():
     with pytest.raises(ValueError, match="at least one centroid"):
         ac.centroid_distance(np.empty((0, 2)), np.empty((0, 2)))
+
+
+def test_heads_of_nan_are_refused_not_scored():
+    mix = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2)
+    X, labels = mix.sample(20, rng=0, return_labels=True)
+    with pytest.raises(ValueError, match="finite"):
+        ac.centroid_distance(np.full((2, 4), np.nan), mix.centroids)
+    with pytest.raises(ValueError, match="NaN"):
+        ac.assignment_error(np.full((2, 4), np.nan), X, labels, inverse_temperature=1.0)

@@ -629,3 +629,11 @@ def test_a_scheduled_rho_is_checked_as_a_number_is(rho):
     heads = ac.normalize(torch.ones(2, 4, dtype=torch.float64) + torch.eye(4)[:2])
     with pytest.raises(ValueError, match="rho at step 0 must be a finite number >= 0"):
         ac.pgd(mix, heads, inverse_temperature=5.0, penalty="repulsion", rho=rho, n_steps=3)
+
+
+def test_no_runs_or_no_heads_are_named_at_the_entry():
+    mix = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2)
+    with pytest.raises(ValueError, match=r"none of them 0, got \(0, 2, 4\)"):
+        ac.pgd(mix, torch.zeros(0, 2, 4), inverse_temperature=1.0, n_steps=1)
+    with pytest.raises(ValueError, match=r"none of them 0, got \(1, 0, 4\)"):
+        ac.empirical_risk(torch.zeros(1, 0, 4), torch.ones(5, 4), inverse_temperature=1.0)

@@ -173,3 +173,8 @@ def test_a_lower_or_non_positive_factor_is_refused():
             shaped_weights(np.zeros((1, 2)), means, bad)
         with pytest.raises(ValueError, match=match):
             ShapedAttentionHeads(means, covariance_type="full", precisions_cholesky=bad)
+
+
+def test_a_shaped_layer_of_no_heads_is_refused():
+    with pytest.raises(ValueError, match=r"K, d >= 1, got \(0, 2\)"):
+        ShapedAttentionHeads(np.zeros((0, 2)))

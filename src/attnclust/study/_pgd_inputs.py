@@ -116,8 +116,9 @@ def initial_heads(heads0, d: int | None, device, geometry: Geometry) -> torch.Te
     [[[0.6, 0.8]]]
     """
     heads = as_tensor(heads0, name="heads0", dtype=torch.float64).detach().clone()
-    if heads.ndim not in (2, 3) or heads.shape[-2] < 1:
-        raise ValueError(f"heads0 must have shape (K, d) or (R, K, d), got {tuple(heads.shape)}")
+    if heads.ndim not in (2, 3) or 0 in heads.shape:
+        raise ValueError(f"heads0 must have shape (K, d) or (R, K, d), none of them 0, got "
+                         f"{tuple(heads.shape)}")
     if d is not None and heads.shape[-1] != d:
         raise ValueError(f"heads0 must have d={d} columns, got {heads.shape[-1]}")
     check_finite(heads, "heads0")

@@ -39,7 +39,7 @@ from scipy.optimize import linear_sum_assignment
 from sklearn.metrics import adjusted_rand_score
 
 from .._deprecation import renamed_keywords
-from .._validation import as_tensor
+from .._validation import as_tensor, check_finite
 from ..layer.heads import head_weights
 from .in_context import infinite_prompt_limit
 from .mixture import GaussianMixture
@@ -104,6 +104,8 @@ def match_heads(heads, centroids) -> np.ndarray:
     if len(heads) < len(centroids):
         raise ValueError(f"need at least as many heads as centroids, got {len(heads)} < "
                          f"{len(centroids)}")
+    if not (np.isfinite(heads).all() and np.isfinite(centroids).all()):
+        raise ValueError("heads and centroids must be finite (no NaN or inf)")
     cost = np.linalg.norm(centroids[:, None, :] - heads[None, :, :], axis=-1)  # (K', K)
     rows, cols = linear_sum_assignment(cost)
     matching = np.empty(len(centroids), dtype=np.int64)
@@ -187,6 +189,8 @@ def assignment_error(heads, X, labels, *, inverse_temperature: float,
     """
     X_t = as_tensor(X, name="X")
     heads_t = as_tensor(heads, name="heads", dtype=X_t.dtype)
+    check_finite(X_t, "X")                 # NaN rows were all in head 0: half of them right
+    check_finite(heads_t, "heads")
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0 or labels.size != X_t.shape[0] or \
             not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:

@@ -310,6 +310,9 @@ def _row_mean(heads, X, inverse_temperature, batch_size, per_rows, *, name: str 
         lam = check_inverse_temperature(inverse_temperature)
     else:
         d = heads.shape[-1]
+        if 0 in heads.shape:
+            raise ValueError(f"heads must have shape (R, K, d), none of them 0, got "
+                             f"{tuple(heads.shape)}")
         if X.ndim not in (2, 3) or X.shape[-2] == 0 or X.shape[-1] != d:
             raise ValueError(f"{name} must be a non-empty (n, {d}) or (R, n, {d}) array, got "
                              f"shape {tuple(X.shape)}")

@@ -265,8 +265,9 @@ class ShapedAttentionHeads(nn.Module):
                  covariance_type: str = "spherical", precisions_cholesky=None, weights=None):
         super().__init__()
         means = as_tensor(means, name="means").detach().clone()
-        if means.ndim != 2:
-            raise ValueError(f"means must have shape (K, d), got {tuple(means.shape)}")
+        if means.ndim != 2 or 0 in means.shape:
+            raise ValueError(f"means must have shape (K, d) with K, d >= 1, got "
+                             f"{tuple(means.shape)}")
         cov = self._covariance = as_covariance(covariance_type)
         self.covariance_type = cov.name
         self.inverse_temperature = check_inverse_temperature(inverse_temperature)
