@@ -138,3 +138,11 @@ def test_float32_unit_centroids_are_unit_centroids():
                                atol=4 * np.finfo(np.float64).eps)
     with pytest.raises(ValueError, match="off 1 by up to 0.01"):
         GaussianMixture(1.01 * c)
+
+
+@pytest.mark.parametrize("sigma", [1e-155, 1e-300])
+def test_the_bayes_classifier_at_a_spread_whose_square_underflows(sigma):
+    """sigma^2 is 0 in float64 below ~1e-154: the posterior was NaN and the label 0."""
+    mix = GaussianMixture.antipodal(d=2, sigma=sigma)
+    np.testing.assert_array_equal(mix.predict([[-1.0, 0.0], [1.0, 0.0]]), [1, 0])
+    np.testing.assert_array_equal(mix.posterior([[-1.0, 0.0]]), [[0.0, 1.0]])

@@ -159,7 +159,9 @@ class AttentionHeads(nn.Module):
 
     The heads are a trainable parameter. With ``geometry="sphere"`` keep them on the
     sphere with :func:`attnclust.layer.sphere.normalize` after each optimizer step (or train them
-    with :func:`attnclust.pgd`, which does); Euclidean heads are free.
+    with :func:`attnclust.pgd`, which does); Euclidean heads are free. The ``state_dict``
+    holds the heads only: build the layer with its ``inverse_temperature`` and
+    ``geometry``, then load it (as a ``Linear``'s sizes are its constructor's).
 
     Parameters
     ----------

@@ -295,7 +295,10 @@ class GaussianMixture:
             post = np.zeros_like(scores)
             post[np.arange(len(X)), best] = 1.0
             return post
-        logits = log_w + scores / self.sigma**2
+        # shifted, then divided by sigma twice: sigma^2 under- or overflows beyond 1e+-154
+        shifted = scores - scores.max(axis=1, keepdims=True)
+        with np.errstate(over="ignore"):                # -inf: a cluster out of reach
+            logits = log_w + (shifted / self.sigma) / self.sigma
         logits -= logits.max(axis=1, keepdims=True)
         post = np.exp(logits)
         return post / post.sum(axis=1, keepdims=True)
