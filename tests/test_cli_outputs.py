@@ -573,3 +573,12 @@ def test_a_data_file_named_by_its_suffix_alone_keeps_its_outputs_beside_it(tmp_p
     from attnclust._io import data_stem
 
     assert data_stem("runs/blobs.csv.gz") == "blobs" and data_stem("dd/.csv") == ".csv"
+
+
+def test_header_no_is_the_data_s_not_the_weight_file_s(tmp_path, capsys):
+    X = ac.GaussianMixture.random(d=2, k=2, sigma=0.1, rng=0).sample(40, rng=0)
+    np.savetxt(tmp_path / "x.csv", X, delimiter=",")
+    np.savetxt(tmp_path / "w.csv", np.full(40, 2.0), header="w", comments="")
+    assert main(["fit", str(tmp_path / "x.csv"), "-k", "2", "--header", "no",
+                 "--sample-weight", str(tmp_path / "w.csv"), "--out", str(tmp_path / "r")]) == 0
+    assert "weights=80" in capsys.readouterr().out

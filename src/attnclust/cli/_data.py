@@ -150,7 +150,7 @@ def _checked_weights(weights, n: int, where: str, first_row: int = 1):
 
 def _weight_file(args, where: str):
     """The weights of ``--sample-weight``: a .npy of shape (n,) or (n, 1), or a one-column
-    .csv (read with DATA's --header rule), as float64."""
+    .csv (its header, if any, detected: ``--header`` is DATA's), as float64."""
     import numpy as np
 
     from .._io import load_matrix, open_npy
@@ -159,7 +159,7 @@ def _weight_file(args, where: str):
     if path.lower().endswith(".npy") and os.path.isfile(path):
         weights = np.asarray(open_npy(path))    # (n,) allowed: load_matrix wants 2-D
     else:
-        weights = load_matrix(path, header=header(args))
+        weights = load_matrix(path)
     if weights.ndim == 2 and weights.shape[1] == 1:
         weights = weights[:, 0]
     if weights.ndim != 1 or weights.shape[0] == 0:
