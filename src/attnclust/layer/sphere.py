@@ -45,11 +45,12 @@ def normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
     """
     norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True)
     off = (norm == 0) | torch.isinf(norm)
-    if bool(off.any()):     # squares out of range: in units of the row's largest entry
-        big = x.abs().amax(-1, keepdim=True)
-        unit = torch.where(big > 0, big, torch.ones_like(big))
-        norm = torch.where(off, unit * torch.linalg.vector_norm(x / unit, dim=-1, keepdim=True),
-                           norm)
+    if not bool(off.any()):                             # the common case: nothing to mend
+        return x / norm
+    big = x.abs().amax(-1, keepdim=True)    # squares out of range: in units of the largest
+    unit = torch.where(big > 0, big, torch.ones_like(big))
+    norm = torch.where(off, unit * torch.linalg.vector_norm(x / unit, dim=-1, keepdim=True),
+                       norm)
     if eps == 0.0 and not x.requires_grad:
         zero = norm[..., 0] == 0
         if bool(zero.any()):
