@@ -55,13 +55,16 @@ def _disk_full(exc: OSError, path: Path) -> bool:
     return False
 
 
-def _write_error(exc: OSError, path: Path) -> Exception:
-    """One line for a failed write of ``path``: a full disk said so, with the path."""
+def _write_error(exc: OSError, path: Path, left: list[str] | None = None) -> Exception:
+    """One line for a failed write of ``path``: a full disk said so, with the path;
+    ``left``: the files a failed set of renames could not put back, else nothing was
+    written."""
+    done = "nothing was written" if not left else \
+        "written anyway, not put back: " + "; ".join(left)
     if _disk_full(exc, path):
         return ValueError(f"{path}: no space left on the device (the disk or quota is "
-                          "full); free some space or write elsewhere (--out); nothing was "
-                          "written")
-    return ValueError(f"{path}: cannot write ({exc.strerror or exc}); nothing was written")
+                          f"full); free some space or write elsewhere (--out); {done}")
+    return ValueError(f"{path}: cannot write ({exc.strerror or exc}); {done}")
 
 # temporary files created and not yet renamed or removed (see remove_temporaries)
 _LIVE_TEMPS: set[Path] = set()
@@ -335,11 +338,7 @@ def _rename_all(staged: list[tuple[Path, Path]]) -> None:
         left = _put_back(created, kept)
         kept.clear()                     # restored, or the only copies of the old files
         if isinstance(exc, OSError):
-            error = _write_error(exc, path)
-            if left:
-                error = ValueError(str(error).replace("nothing was written", "") +
-                                   "written anyway, not put back: " + "; ".join(left))
-            raise error from None
+            raise _write_error(exc, path, left) from None
         raise
     finally:
         for old, _ in kept:              # renamed: the old files' links are not needed

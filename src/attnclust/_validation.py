@@ -63,18 +63,22 @@ def as_tensor(x, *, name: str = "x", dtype=None, device=None) -> torch.Tensor:
     ...
     ValueError: X must be real, got complex values
     """
-    if x.is_complex() if isinstance(x, torch.Tensor) else np.iscomplexobj(x):
-        raise ValueError(f"{name} must be real, got complex values")
     if isinstance(x, torch.Tensor):
         t = x
+        if t.is_complex():
+            raise ValueError(f"{name} must be real, got complex values")
         if not t.is_floating_point():
             t = t.to(torch.get_default_dtype() if dtype is None else dtype)
     else:
-        try:
-            # copies only read-only or non-contiguous arrays, which torch cannot wrap
-            t = torch.from_numpy(np.require(np.asarray(x, dtype=np.float64), requirements="CW"))
+        try:                # one conversion; complex values refused, not cast
+            a = np.asarray(x)
+            if a.dtype.kind != "c":     # copies only what torch cannot wrap (read-only...)
+                t = torch.from_numpy(np.require(a.astype(np.float64, copy=False),
+                                                requirements="CW"))
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{name} must be numeric, got {type(x).__name__}") from exc
+        if a.dtype.kind == "c":
+            raise ValueError(f"{name} must be real, got complex values")
     if dtype is not None or device is not None:
         t = t.to(dtype=dtype or t.dtype, device=device or t.device)
     return t

@@ -27,8 +27,9 @@ def prepare(args) -> tuple[dict, str]:
     and no output would overwrite DATA (before any work)."""
     params = fit_params(args)
     prefix = output_prefix(args)
+    outputs = output_files(args, prefix)
     for source in input_files(args):
-        refuse_overwriting_input(source, output_files(args, prefix))
+        refuse_overwriting_input(source, outputs)
     return params, prefix
 
 
@@ -101,22 +102,23 @@ def _max_clusters_and_timeout(args) -> tuple[int, float]:
     return 10 if max_clusters is None else max_clusters, timeout
 
 
-def output_prefix(args) -> str:
-    """The ``fit`` output prefix: ``--out`` (a folder when it ends in /), else DATA's stem."""
+def output_prefix(args, suffix: str = "") -> str:
+    """The output prefix: ``--out``, else DATA's stem beside it, or inside ``--out`` when
+    that is a folder (ends in /); ``suffix`` follows the stem (``path``'s ``.path``)."""
     from pathlib import Path
+
+    from .._io import data_stem
 
     if Path(args.data).is_dir():
         raise CommandError(f"{args.data} is a folder: give a data file (.npy, .csv, .tsv, "
                            ".parquet)")
-    from .._io import data_stem
-
     if args.out is None:
-        return str(Path(args.data).parent / data_stem(args.data))
+        return str(Path(args.data).parent / data_stem(args.data)) + suffix
     if not args.out.strip():
         raise CommandError("--out must not be empty: give a prefix such as results/run1, or a "
                            "folder ending in /")
     if args.out.endswith(("/", os.sep)) or Path(args.out).is_dir():
-        return str(Path(args.out) / data_stem(args.data))
+        return str(Path(args.out) / data_stem(args.data)) + suffix
     return args.out
 
 

@@ -3,8 +3,6 @@ risk against lambda, written as a picture and a JSON summary (with the K it sugg
 
 from __future__ import annotations
 
-import os
-
 from ._common import (
     CommandError,
     progress_bar,
@@ -35,21 +33,6 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=run)
 
 
-def _prefix(args) -> str:
-    from pathlib import Path
-
-    from .._io import data_stem
-
-    if args.out is None:
-        return str(Path(args.data).parent / data_stem(args.data)) + ".path"
-    if not args.out.strip():
-        raise CommandError("--out must not be empty: give a prefix such as results/path1, or "
-                           "a folder ending in /")
-    if args.out.endswith(("/", os.sep)) or Path(args.out).is_dir():
-        return str(Path(args.out) / data_stem(args.data)) + ".path"
-    return args.out
-
-
 def run(args) -> int:
     import json
     from pathlib import Path
@@ -64,8 +47,9 @@ def run(args) -> int:
     from ..cluster.annealing import path_grid, temperature_path
     from ..layer.geometry import as_geometry
     from ._data import read_table
+    from ._fit_common import output_prefix
 
-    prefix = _prefix(args)
+    prefix = output_prefix(args, suffix=".path")
     outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]
     refuse_overwriting_input(args.data, outputs)
     X = read_table(args, min_columns=2).X

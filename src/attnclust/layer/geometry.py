@@ -43,7 +43,7 @@ from abc import ABC, abstractmethod
 import numpy as np
 import torch
 
-from .sphere import normalize, retract, riemannian_gradient, tangent
+from .sphere import normalize, retract, riemannian_gradient, row_norms, tangent
 
 __all__ = ["GEOMETRIES", "Euclidean", "Geometry", "Sphere", "Stateless", "as_geometry"]
 
@@ -414,8 +414,7 @@ class Euclidean(Geometry):
         if heads.shape[0] < 2:
             return logits
         reach = torch.linalg.vector_norm(hc, dim=1).max()
-        big = xc.abs().amax(1).clamp_min(torch.finfo(x.dtype).tiny)   # |x|, no overflow
-        norm = big * torch.linalg.vector_norm(xc / big[:, None], dim=1)
+        norm = row_norms(xc)                                             # no overflow
         # the rounding of lam (<x, mu> - ||mu||^2 / 2): d + 2 terms up to |x| |mu| + |mu|^2
         error = ((x.shape[1] + 2) * torch.finfo(x.dtype).eps * lam) * (
             norm * reach + reach * reach)

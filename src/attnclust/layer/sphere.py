@@ -22,7 +22,8 @@ import torch
 
 from .._validation import as_generator
 
-__all__ = ["normalize", "tangent", "riemannian_gradient", "retract", "random_sphere"]
+__all__ = ["normalize", "row_norms", "tangent", "riemannian_gradient", "retract",
+           "random_sphere"]
 
 
 def normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
@@ -47,10 +48,7 @@ def normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
     off = (norm == 0) | torch.isinf(norm)
     if not bool(off.any()):                             # the common case: nothing to mend
         return x / norm
-    big = x.abs().amax(-1, keepdim=True)    # squares out of range: in units of the largest
-    unit = torch.where(big > 0, big, torch.ones_like(big))
-    norm = torch.where(off, unit * torch.linalg.vector_norm(x / unit, dim=-1, keepdim=True),
-                       norm)
+    norm = torch.where(off, row_norms(x)[..., None], norm)    # squares out of range
     if eps == 0.0 and not x.requires_grad:
         zero = norm[..., 0] == 0
         if bool(zero.any()):
@@ -59,6 +57,21 @@ def normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
             raise ValueError(f"cannot normalize a zero vector ({where} zero and has no "
                              "direction)")
     return x / norm.clamp_min(eps) if eps > 0 else x / norm
+
+
+def row_norms(x: torch.Tensor) -> torch.Tensor:
+    """The Euclidean norms of the rows of ``x`` ``(..., d)``: ``(...)``, each in units of
+    its largest entry, so that no square overflows or underflows (``3e20`` or ``3e-30``
+    in float32).
+
+    Examples
+    --------
+    >>> import torch
+    >>> row_norms(torch.tensor([[3e20, 4e20], [0.0, 0.0]]))
+    tensor([5.0000e+20, 0.0000e+00])
+    """
+    big = x.abs().amax(-1).clamp_min(torch.finfo(x.dtype).tiny)
+    return big * torch.linalg.vector_norm(x / big[..., None], dim=-1)
 
 
 def tangent(mu: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
