@@ -565,6 +565,47 @@ def test_a_near_tie_takes_the_fewer_clusters():
         assert "bare mention" in choice.reason and choice.weak
 
 
+def _thirty_rows_in_three_blobs(seed):
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.normal(c, 1.0, (10, 2)) for c in ((0, 0), (3, 0), (1.5, 2.6))])
+
+
+def test_one_cluster_needs_strong_evidence():
+    """Thirty rows in three blobs 3 sd apart (seed 7): no structure by the gap test, and one
+    component has the least BIC by 4.9, positive but not strong evidence (Kass and
+    Raftery: 6). K = 1 needs strong evidence, so the choice is the best K >= 2, weak, and
+    the reason says why; asking only for positive evidence (2) answers one cluster."""
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
+
+    X = _thirty_rows_in_three_blobs(7)
+    choice = choose_n_clusters(X, 6, random_state=0)
+    one = choice.bic[0] - np.min(choice.bic[1:])
+    assert -SETTINGS.strong_evidence < one < -2.0 and choice.structure_z <= SETTINGS.structure_z
+    assert choice.n_clusters >= 2 and choice.weak, choice.reason
+    assert "not the BIC's choice by 6" in choice.reason
+    positive = choose_n_clusters(X, 6, random_state=0, settings=FitSettings(strong_evidence=2))
+    assert positive.n_clusters == 1, positive.reason
+
+
+def test_strong_evidence_keeps_gaussians_whole_and_splits_more_small_mixtures():
+    """Both error rates of K = 1 on thirty rows, 20 seeds each, against asking only for
+    positive evidence (2): one Gaussian is one cluster as often (18; on the other two the
+    BIC does not prefer one component at all), and thirty rows in three blobs 3 sd apart
+    answer K = 1 less often (11 against 16)."""
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
+
+    weaker = FitSettings(strong_evidence=2)
+    ones = np.zeros((2, 2), dtype=int)           # (Gaussian, mixture) x (strong, positive)
+    for s in range(20):
+        gaussian = np.random.default_rng(s).normal(size=(30, 2))
+        for row, X in enumerate((gaussian, _thirty_rows_in_three_blobs(s))):
+            for col, settings in enumerate((SETTINGS, weaker)):
+                ones[row, col] += choose_n_clusters(X, 6, random_state=s,
+                                                    settings=settings).n_clusters == 1
+    assert ones[0, 0] == ones[0, 1] >= 18, ones
+    assert ones[1, 0] < ones[1, 1], ones
+
+
 # -- hostile inputs ---------------------------------------------------------------------
 def _three_blobs(seed=0, n=150):
     rng = np.random.default_rng(seed)

@@ -126,6 +126,9 @@ class FitSettings:
     bare_mention : float, default=2.0
         BIC above the least that is "not worth more than a bare mention" (Kass and
         Raftery): the fewest ``K`` within it is chosen.
+    strong_evidence : float, default=6.0
+        BIC below the least of ``K >= 2`` that is "strong" evidence (Kass and Raftery):
+        one component must have the least BIC by at least this for ``K = 1``.
     thin_rows : int, default=5
         Rows per cluster of the chosen ``K`` below which its BIC is not trusted against
         ``K = 1``.
@@ -178,6 +181,7 @@ class FitSettings:
     early_level: float = 1e-4
     structure_z: float = 3.0
     bare_mention: float = 2.0
+    strong_evidence: float = 6.0
     thin_rows: int = 5
     confident: float = 0.9
     marginal_z: float = 5.0
@@ -194,7 +198,7 @@ class FitSettings:
         _check_range("min_moved", self.min_moved, 0, 1)
         _check_range("early_level", self.early_level, 0, 1, open_low=True, open_high=True)
         _check_range("confident", self.confident, 0, 1)
-        for name in ("structure_z", "bare_mention", "marginal_z"):
+        for name in ("structure_z", "bare_mention", "strong_evidence", "marginal_z"):
             _check_range(name, getattr(self, name), 0, math.inf, open_high=True)
         self._check_looks()
 
