@@ -60,9 +60,18 @@ def test_api_pages_list_every_public_name(tmp_path):
 
 
 @pytest.mark.parametrize("page", sorted((DOCS / "guide").glob("*.md")), ids=lambda p: p.name)
-def test_guide_pages_start_with_a_title(page):
-    first = page.read_text(encoding="utf-8").lstrip().splitlines()[0]
-    assert first.startswith("# "), f"{page.name} must start with a '# Title' line"
+def test_guide_pages_follow_the_guide_rules(page):
+    """docs/development.md: a guide page starts with a '# Title' line, is listed in the
+    toctree of docs/guide/index.md, is at most 300 lines long and carries no dates."""
+    text = page.read_text(encoding="utf-8")
+    assert text.lstrip().splitlines()[0].startswith("# "), \
+        f"{page.name} must start with a '# Title' line"
+    assert len(text.splitlines()) <= 300, f"{page.name} is over 300 lines"
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), f"{page.name} carries a date"
+    if page.name != "index.md":
+        toctree = (DOCS / "guide" / "index.md").read_text(encoding="utf-8")
+        assert re.search(rf"^{re.escape(page.stem)}$", toctree, re.M), \
+            f"{page.name} is not in the toctree of docs/guide/index.md"
 
 
 def test_the_source_tree_of_the_development_page_names_every_module():

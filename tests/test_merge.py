@@ -186,18 +186,20 @@ def _four_rings(seed, n=250):
 
 
 def test_auto_counts_four_rings_whose_cut_less_than_quintuples():
-    """Four thin concentric rings, which the components' choice calls one cluster: the
-    heads' cut rises 3.5-6-fold after four clusters, so at ``min_rise`` 2 the fit finds
-    the rings (a fifth cluster at most, one ring cut in two) on seeds 0-4, where a
-    5-fold rise left most of them at one cluster."""
+    """Four thin concentric rings, which the components' choice calls one cluster (or two,
+    where one component's BIC is lower by less than strong evidence: seed 1): the heads'
+    cut rises 3.5-6-fold after four clusters, so at ``min_rise`` 2 the fit finds the rings
+    (a fifth cluster at most, one ring cut in two) on seeds 0-4, where a 5-fold rise left
+    most of them at the components' count."""
     fits = [_fit(_four_rings(seed)[0], "auto", seed) for seed in range(5)]
     for seed, est in enumerate(fits):
-        assert est.k_choice_.n_clusters == 1 and est.n_clusters_ in (4, 5), \
+        assert est.k_choice_.n_clusters <= 2 and est.n_clusters_ in (4, 5), \
             est.n_clusters_reason_
         assert adjusted_rand_score(_four_rings(seed)[1], est.labels_) > 0.9
+    assert sum(est.k_choice_.n_clusters == 1 for est in fits) >= 3
     five = [_fit(_four_rings(seed)[0], "auto", seed, merge_heads=MergeSettings(min_rise=5.0))
             for seed in range(5)]
-    assert sum(est.n_clusters_ == 1 for est in five) >= 3
+    assert sum(est.n_clusters_ == est.k_choice_.n_clusters <= 2 for est in five) >= 3
 
 
 def test_merge_heads_counts_more_clusters_than_one_component():

@@ -89,7 +89,7 @@ def add_parser(sub) -> None:
     _weight_options(p)
     p.add_argument("--batch-rows", type=int, default=None, metavar="N",
                    help="stream DATA through partial_fit in chunks of N rows (one pass; a "
-                        ".npy is memory-mapped and read chunk by chunk, a .csv is parsed "
+                        ".npy is read chunk by chunk, a .csv is parsed "
                         "whole), then write the outputs chunk by chunk: memory bounded by "
                         "the chunk, not the file; the rows should come in random order "
                         "(a file sorted by cluster seeds every head from its first "

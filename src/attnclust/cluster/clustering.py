@@ -137,7 +137,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         BIC is within 2 of the least (the BIC of the layer with shaped heads, the least
         over spherical, diagonal and full covariances, and a uniform background, built
         from k-means cells of the standardized rows), or ``K = 1`` when a gap test finds
-        no structure (:mod:`attnclust.cluster.choice.k_choice`; ``docs/guide/temperature-path.md``:
+        no structure and one component has the least BIC by strong evidence, 6 (or the
+        ``K`` found leaves fewer than 5 rows per cluster, where the gap test decides
+        alone; :mod:`attnclust.cluster.choice.k_choice`; ``docs/guide/temperature-path.md``:
         the criterion, its measured accuracy and false-positive rate, and why it does not
         read ``K`` off the temperature path, which ``fit`` no longer follows). A weak
         choice warns (:class:`~attnclust.cluster.choice.k_choice.WeakChoiceWarning`). The fit then
@@ -222,7 +224,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (overlapping
         clusters converge slowly, and the labels stop changing long before ``1e-6``).
         ``solver="pgd"``: stop when the Riemannian gradient's norm is below ``tol``
-        (``"auto"``: ``1e-6``). Shaped heads: see ``covariance_type``.
+        (``"auto"``: as the fixed-point steps', ``1e-6`` on the sphere, ``1e-4`` for
+        Euclidean heads). Shaped heads: see ``covariance_type``.
     batch_size : int, optional
         Mini-batch size of the stochastic steps of ``solver="pgd"`` (default: full batch).
         With the fixed-point solver it is read as ``chunk_size``, with a ``FutureWarning``

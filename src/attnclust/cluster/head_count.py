@@ -2,7 +2,8 @@
 the heads' graph (:mod:`attnclust.cluster.head_graph`), against the ``K`` Gaussian
 components of least BIC (:mod:`attnclust.cluster.choice.k_choice`), which count a crescent
 or a ring as several components, and concentric rings as one or two (``K = 1`` where the
-gap test's k-means cells see no structure in them).
+gap test's k-means cells see no structure in them and one component has the least BIC
+by strong evidence).
 
 The merge (:mod:`attnclust.cluster.merge`) tiles the rows with heads (here also for one
 component, ``K = 1``); their overlap is read again at a wider attention, ``t =

@@ -73,12 +73,13 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   (three clusters, ``BIC(1)`` 4.1 below) are no longer one cluster. Either alone
   errs on real data: the gap test calls nested, touching and non-convex clusters
   structureless (rings, a dense disk inside a sparse one, spirals: ``K = 1`` on 69 of
-  303 multi-cluster sets and seeds of the public development battery), and the BIC
+  303 multi-cluster sets and seeds of the public development battery when it decided
+  alone, measured once in 0.3 with seeds 0-2; nothing regenerates it), and the BIC
   splits one non-Gaussian cluster into several Gaussians (a uniform square, a disk, a
-  ring). Together, ``K = 1`` on 11 of those 303 (3.6%; mean ARI over the 95 sets with 2
-  to 12 clusters, seeds 0-2: 0.534 -> 0.605), while a Gaussian blob, round or elongated,
-  is still one cluster (every seed); a uniform square, disk or cube, a ring and a
-  sphere's surface are now split, with a weak choice saying why
+  ring). Together, ``K = 1`` on 5 of the battery's 475 multi-cluster fits (95 sets with
+  2 to 12 clusters, seeds 0-4: one table whose rows are the points of a grid), while a
+  Gaussian blob, round or elongated, is still one cluster (every seed); a uniform
+  square, a ring and a sphere's surface are split, with a weak choice saying why
   (``attnclust bench --only auto_k``: both rates). Where ``K*`` leaves fewer than
   ``settings.thin_rows`` rows per cluster (a few rows, on which Gaussians on one or two rows
   each win the BIC without bound: 5 rows of noise were 4 clusters), the test decides
@@ -165,7 +166,8 @@ class KChoice(NamedTuple):
     """The choice of :func:`choose_n_clusters`, its scores and why."""
 
     n_clusters: int
-    """``K*``, or 1 when the rows hold no structure by the test."""
+    """``K*``, or 1 when the rows hold no structure by the test and one component has
+    the least BIC by strong evidence (module docstring, *No structure*)."""
     best: int
     """The fewest ``K >= 2`` whose BIC is within ``settings.bare_mention`` of the least."""
     bic: np.ndarray
@@ -429,8 +431,9 @@ def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list]:
 def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                       settings: FitSettings | None = None) -> KChoice:
     """``n_clusters="auto"``: the fewest ``K`` in ``2..max_clusters`` whose BIC is within
-    ``settings.bare_mention`` of the least, or 1 when the structure test fails (module
-    docstring), on a sample of ``settings.k_rows`` rows drawn with ``random_state`` when
+    ``settings.bare_mention`` of the least, or 1 when the structure test finds no
+    structure and one component has the least BIC by ``settings.strong_evidence`` (or
+    ``K*`` leaves fewer than ``settings.thin_rows`` rows per cluster; module docstring), on a sample of ``settings.k_rows`` rows drawn with ``random_state`` when
     there are more; ``settings``: the choice's settings
     (:class:`~attnclust.cluster.settings.FitSettings`, the defaults when ``None``).
 

@@ -19,8 +19,8 @@ component where ``lambda sigma < 10`` (32, float32 kernel: what fits the 10-minu
 budget), ``sharp_n_samples`` (1,024) where ``lambda sigma >= 10``. With 32 points at
 ``lambda = 100`` (``lambda sigma = 10``) a head nearest to none of the points gets no
 gradient, a dead head that the population risk does not have; the measurements that
-set the 1,024 (and its check against 4,096 on a subset) are in
-``docs/guide/temperature-path.md``. 1,024 points cost about 13 times the 32-point time
+set the 1,024 (and its check against 4,096 on a subset) are in ``docs/study.md``
+(*Figure 6's QMC resolution*). 1,024 points cost about 13 times the 32-point time
 per run, so only the first ``sharp_n_runs`` (20) of each point's 200 inits are run
 there (Wilson intervals up to +-0.2; the 200 at ``lambda sigma < 10`` are unchanged).
 """
