@@ -433,8 +433,9 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     """``n_clusters="auto"``: the fewest ``K`` in ``2..max_clusters`` whose BIC is within
     ``settings.bare_mention`` of the least, or 1 when the structure test finds no
     structure and one component has the least BIC by ``settings.strong_evidence`` (or
-    ``K*`` leaves fewer than ``settings.thin_rows`` rows per cluster; module docstring), on a sample of ``settings.k_rows`` rows drawn with ``random_state`` when
-    there are more; ``settings``: the choice's settings
+    ``K*`` leaves fewer than ``settings.thin_rows`` rows per cluster; module docstring),
+    on a sample of ``settings.k_rows`` rows drawn with ``random_state`` when there are
+    more; ``settings``: the choice's settings
     (:class:`~attnclust.cluster.settings.FitSettings`, the defaults when ``None``).
 
     Examples
