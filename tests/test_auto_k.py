@@ -606,6 +606,27 @@ def test_strong_evidence_keeps_gaussians_whole_and_splits_more_small_mixtures():
     assert ones[1, 0] < ones[1, 1], ones
 
 
+def test_a_cluster_of_a_row_or_two_makes_the_choice_weak():
+    """Thirty rows of three blobs 10 sd apart: Gaussians on one or two rows win the BIC
+    (K = 6, one cluster of one row), and the choice says so with a WeakChoiceWarning."""
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(30, 2, centers=[[0, 0], [10, 0], [0, 10]], random_state=4)
+    with pytest.warns(ac.WeakChoiceWarning, match="a cluster of 1 row, fewer than 5"):
+        est = ac.AttentionClustering("auto", random_state=0).fit(X)
+    assert est.k_choice_.weak and est.n_clusters_ > 3
+
+
+def test_a_refit_with_a_given_k_leaves_no_choice_of_k():
+    """k_choice_ and n_clusters_reason_ belong to the fit that chose K: a refit with a
+    given K drops them (they were kept, quoting the old K)."""
+    X = _three_blobs(0)
+    est = ac.AttentionClustering("auto", random_state=0).fit(X)
+    assert est.k_choice_.n_clusters == 3
+    est.set_params(n_clusters=5).fit(X)
+    assert not hasattr(est, "k_choice_") and not hasattr(est, "n_clusters_reason_")
+
+
 # -- hostile inputs ---------------------------------------------------------------------
 def _three_blobs(seed=0, n=150):
     rng = np.random.default_rng(seed)

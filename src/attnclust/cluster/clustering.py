@@ -456,6 +456,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         plan = self._resolve(comm.n_total, X.shape[0], data_parallel=data_parallel,
                              weight_total=None if weights is None else float(comm.sum_array(
                                  weights.sum())))
+        for name in ("k_choice_", "n_clusters_reason_"):   # none left from an earlier fit
+            self.__dict__.pop(name, None)
         K = plan.n_clusters if plan.n_clusters is not None else \
             self._choose_n_clusters(X, plan, weights)
         with fit_threads(plan.device) as workers:

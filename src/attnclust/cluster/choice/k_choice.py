@@ -113,7 +113,9 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   often stop at 10 with ``z_10 < -6.01``.
 
 The choice is **weak** (a :class:`WeakChoiceWarning` at ``fit``) when ``weight < 0.9``,
-when ``K* = max_clusters`` (the rows may hold more), when the structure is only
+when ``K* = max_clusters`` (the rows may hold more), when one of ``K*``'s k-means cells
+holds fewer than ``settings.thin_rows`` rows (a Gaussian on a row or two wins the BIC
+without bound: 30 rows of three blobs gave six "clusters", one of one row), when the structure is only
 marginal (``3 < z < 5``), or when the gap test found none and the BIC alone chose
 ``K* >= 2``. Where the fit's heads then hold fewer clusters than these components
 (:mod:`attnclust.cluster.head_count`), the first two doubts are moot and ``fit`` warns
@@ -512,6 +514,10 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                       f"choice by {s.strong_evidence:g} (BIC(1) {one:+.1f} from the least of "
                       "K >= 2: one cluster of a non-Gaussian shape, clusters nested or "
                       "touching, or too few rows to tell)")
+    smallest = int(np.bincount(cells[best - 1][0], minlength=best).min())
+    if smallest < s.thin_rows:       # a Gaussian on a row or two wins the BIC unboundedly
+        doubts.append(f"a cluster of {smallest} row{'s' * (smallest != 1)}, fewer than "
+                      f"{s.thin_rows}: its Gaussian may fit those rows, not a cluster")
     if best == top and top < n - 1:        # (the scan reached top: it had not stopped)
         doubts.append(f"K = max_clusters = {top}: the rows may hold more, raise max_clusters")
     if s.structure_z < z < s.marginal_z:
