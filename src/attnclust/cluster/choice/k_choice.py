@@ -115,8 +115,8 @@ depend on the units; the likelihoods themselves do not, up to a constant).
 The choice is **weak** (a :class:`WeakChoiceWarning` at ``fit``) when ``weight < 0.9``,
 when ``K* = max_clusters`` (the rows may hold more), when one of ``K*``'s k-means cells
 holds fewer than ``settings.thin_rows`` rows (a Gaussian on a row or two wins the BIC
-without bound: 30 rows of three blobs gave six "clusters", one of one row), when the structure is only
-marginal (``3 < z < 5``), or when the gap test found none and the BIC alone chose
+without bound: 30 rows of three blobs gave six "clusters", one of one row), when the
+structure is only marginal (``3 < z < 5``), or when the gap test found none and the BIC alone chose
 ``K* >= 2``. Where the fit's heads then hold fewer clusters than these components
 (:mod:`attnclust.cluster.head_count`), the first two doubts are moot and ``fit`` warns
 only for the last two (``z < settings.marginal_z``); where they hold more (a shape that
