@@ -118,7 +118,7 @@ holds fewer than ``settings.thin_rows`` rows (a Gaussian on a row or two wins th
 without bound: 30 rows of three blobs gave six "clusters", one of one row), when the
 structure is only marginal (``3 < z < 5``), or when the gap test found none and the BIC alone chose
 ``K* >= 2``. Where the fit's heads then hold fewer clusters than these components
-(:mod:`attnclust.cluster.head_count`), the first two doubts are moot and ``fit`` warns
+(:mod:`attnclust.cluster.head_count`), the first three doubts are moot and ``fit`` warns
 only for the last two (``z < settings.marginal_z``); where they hold more (a shape that
 convex cells cut through, which the gap test's k-means cells miss), for none.
 
