@@ -606,15 +606,52 @@ def test_strong_evidence_keeps_gaussians_whole_and_splits_more_small_mixtures():
     assert ones[1, 0] < ones[1, 1], ones
 
 
-def test_a_cluster_of_a_row_or_two_makes_the_choice_weak():
-    """Thirty rows of three blobs 10 sd apart: Gaussians on one or two rows win the BIC
-    (K = 6, one cluster of one row), and the choice says so with a WeakChoiceWarning."""
+def test_a_mixture_with_a_head_at_the_floor_is_not_scored():
+    """A Gaussian on fewer rows than dimensions sits at the covariance floor, and its
+    likelihood is the floor's: mixture_bic gives it an infinite BIC when told the least
+    floor, a finite one (far below one component's) when not."""
+    from attnclust.cluster.choice.k_choice import mixture_bic
+
+    rng = np.random.default_rng(0)
+    Z = np.r_[rng.normal(size=(40, 5)), rng.normal(size=(2, 5)) + 10.0]   # two far rows
+    labels = np.repeat([0, 1], [40, 2])
+    volume = float(np.log(np.ptp(Z, 0)).sum())
+    least = np.full(5, 1e-6)
+    free = mixture_bic(Z, labels, 2, log_volume=volume, covariance_type="full", floor=least)
+    one = mixture_bic(Z, np.zeros(42, int), 1, log_volume=volume, covariance_type="full",
+                      floor=least)
+    assert np.isfinite(free) and free < one
+    assert mixture_bic(Z, labels, 2, log_volume=volume, covariance_type="full",
+                       floor=least, least_floor=least) == np.inf
+
+
+def test_few_rows_per_cluster_or_feature_give_no_gaussians_on_single_rows():
+    """Gaussians on one or two rows won the BIC without bound: 30 rows of three blobs 10
+    sd apart gave six clusters (one of one row) and one Gaussian of 100 rows in 30
+    dimensions seven or eight. With the heads at the floor not scored: three clusters on
+    seeds 0-7 and one cluster on 3 draws."""
     from sklearn.datasets import make_blobs
 
-    X, _ = make_blobs(30, 2, centers=[[0, 0], [10, 0], [0, 10]], random_state=4)
-    with pytest.warns(ac.WeakChoiceWarning, match="a cluster of 1 row, fewer than 5"):
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
+
+    for s in range(8):
+        X, _ = make_blobs(30, 2, centers=[[0, 0], [10, 0], [0, 10]], random_state=s)
+        assert choose_n_clusters(X, 10, random_state=0).n_clusters == 3, s
+    for s in (100, 101, 102):
+        X = np.random.default_rng(s).normal(size=(100, 30))
+        assert choose_n_clusters(X, 10, random_state=0).n_clusters == 1, s
+
+
+def test_a_cluster_of_a_few_rows_makes_the_choice_weak():
+    """Three blobs of 20 rows and two rows far from them, close together: four clusters,
+    one of two rows, and the choice says its Gaussian may fit those rows (weak)."""
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(60, 2, centers=[[0, 0], [10, 0], [0, 10]], random_state=0)
+    X = np.r_[X, [[40.0, 40.0], [40.5, 40.2]]]
+    with pytest.warns(ac.WeakChoiceWarning, match="a cluster of 2 rows, fewer than 5"):
         est = ac.AttentionClustering("auto", random_state=0).fit(X)
-    assert est.k_choice_.weak and est.n_clusters_ > 3
+    assert est.k_choice_.n_clusters == 4 and est.k_choice_.weak
 
 
 def test_a_refit_with_a_given_k_leaves_no_choice_of_k():

@@ -134,17 +134,14 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     ----------
     n_clusters : int or "auto", default=8
         Number of heads ``K``; ``"auto"``: the fewest ``K`` in ``2..max_clusters`` whose
-        BIC is within 2 of the least (the BIC of the layer with shaped heads, the least
-        over spherical, diagonal and full covariances, and a uniform background, built
-        from k-means cells of the standardized rows), or ``K = 1`` when a gap test finds
-        no structure and one component has the least BIC by strong evidence, 6 (or the
-        ``K`` found leaves fewer than 5 rows per cluster, where the gap test decides
-        alone; :mod:`attnclust.cluster.choice.k_choice`; ``docs/guide/temperature-path.md``:
-        the criterion, its measured accuracy and false-positive rate, and why it does not
-        read ``K`` off the temperature path, which ``fit`` no longer follows). A weak
-        choice warns (:class:`~attnclust.cluster.choice.k_choice.WeakChoiceWarning`). The fit then
-        uses the ``covariance_type`` asked for; the default fit's heads may then count
-        fewer or more clusters (:mod:`attnclust.cluster.head_count`).
+        BIC is within 2 of the least (the layer with shaped heads of the best shape and a
+        uniform background, from k-means cells of the standardized rows), or ``K = 1``
+        where a gap test finds no structure and one component has the least BIC by 6 or
+        more (:mod:`attnclust.cluster.choice.k_choice`; ``docs/guide/temperature-path.md``:
+        the criterion and its measured error rates). A weak choice warns
+        (:class:`~attnclust.cluster.choice.k_choice.WeakChoiceWarning`). The fit then uses
+        the ``covariance_type`` asked for; the default fit's heads may then count fewer or
+        more clusters (:mod:`attnclust.cluster.head_count`).
     geometry : {"euclidean", "sphere"}, default="euclidean"
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones
@@ -221,11 +218,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         as ``KMeans``. Fixed-point steps (a given ``inverse_temperature``, or the sphere):
         stop when no head moves by more than ``tol`` in one step (for Euclidean heads,
         relative to the root-mean-square distance of the rows from their mean);
-        ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (overlapping
-        clusters converge slowly, and the labels stop changing long before ``1e-6``).
-        ``solver="pgd"``: stop when the Riemannian gradient's norm is below ``tol``
-        (``"auto"``: as the fixed-point steps', ``1e-6`` on the sphere, ``1e-4`` for
-        Euclidean heads). Shaped heads: see ``covariance_type``.
+        ``"auto"``: ``1e-6`` on the sphere, ``1e-4`` for Euclidean heads (their labels
+        settle long before ``1e-6``). ``solver="pgd"``: the Riemannian gradient's norm
+        below ``tol`` (``"auto"``: as those steps). Shaped heads: see ``covariance_type``.
     batch_size : int, optional
         Mini-batch size of the stochastic steps of ``solver="pgd"`` (default: full batch).
         With the fixed-point solver it is read as ``chunk_size``, with a ``FutureWarning``

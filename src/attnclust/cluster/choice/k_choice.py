@@ -146,7 +146,7 @@ from scipy.special import stdtrit
 
 from ..._validation import as_generator
 from ..kmeans.batch import best_of_seedings
-from ..mixture.candidates import score_lean
+from ..mixture.candidates import head_at_floor, score_lean
 from ..mixture.covariance import as_covariance
 from ..mixture.em import LeanEM, RowProducts
 from ..settings import FitSettings
@@ -239,15 +239,7 @@ def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
     >>> resolution_floor(Z).round(6).tolist()                # a grid of step 1, and not
     [0.083333, 0.00067]
     """
-    q05, q25, q75, q95 = np.percentile(Z, [5.0, 25.0, 75.0, 95.0], axis=0)
-    # the spread of a Gaussian of that quartile range, or of that 5-95% range where the
-    # middle half of the rows share one value (counts mostly zero)
-    typical = np.where(q75 > q25, (q75 - q25) / 1.349, (q95 - q05) / 3.29)
-    # and above the rounding of the EM's covariances, E[z^2] - E[z]^2: a few eps |z|^2 (a
-    # row at 1e10 beside blobs left a floor of 1e-26, and a covariance not positive definite)
-    rounding = _ROUNDING * np.finfo(np.float64).eps * (Z * Z).max(0, initial=0.0)
-    floor = np.maximum(float(reg) * np.where(typical > 0, np.minimum(typical ** 2, 1.0), 1.0),
-                       rounding)
+    floor = _spread_floor(Z, reg)
     for j in range(Z.shape[1]):
         gaps = np.diff(np.unique(Z[:, j]))
         if len(gaps):
@@ -255,11 +247,26 @@ def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
     return floor
 
 
+def _spread_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
+    """The part of :func:`resolution_floor` set by each feature's typical spread and by
+    the EM's rounding, without the grid's."""
+    q05, q25, q75, q95 = np.percentile(Z, [5.0, 25.0, 75.0, 95.0], axis=0)
+    # the spread of a Gaussian of that quartile range, or of that 5-95% range where the
+    # middle half of the rows share one value (counts mostly zero)
+    typical = np.where(q75 > q25, (q75 - q25) / 1.349, (q95 - q05) / 3.29)
+    # and above the rounding of the EM's covariances, E[z^2] - E[z]^2: a few eps |z|^2 (a
+    # row at 1e10 beside blobs left a floor of 1e-26, and a covariance not positive definite)
+    rounding = _ROUNDING * np.finfo(np.float64).eps * (Z * Z).max(0, initial=0.0)
+    return np.maximum(float(reg) * np.where(typical > 0, np.minimum(typical ** 2, 1.0), 1.0),
+                      rounding)
+
+
 def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                 log_volume: float, steps: int = FitSettings.em_steps,
                 covariance_type: str = "full", products: RowProducts | None = None,
                 sample_weight: np.ndarray | None = None,
-                floor: np.ndarray | None = None) -> float:
+                floor: np.ndarray | None = None,
+                least_floor: np.ndarray | None = None) -> float:
     """BIC of the mixture of ``covariance_type`` heads with a uniform background
     (density ``exp(-log_volume)``) started from the cells ``labels`` ``(n,)`` and ``steps``
     EM steps (module docstring): the shaped layer's EM at ``lambda = 1``
@@ -269,6 +276,9 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     (:class:`~attnclust.cluster.mixture.candidates.ShapeScore`). ``products``: the centred rows'
     :class:`~attnclust.cluster.mixture.em.RowProducts`, shared by the calls on them;
     ``sample_weight``: the rows' weights ``(n,)`` (the likelihood of ``n`` rows, weighted).
+    ``least_floor`` ``(d,)``: where a head's covariance comes within 1% of it in some
+    direction, the BIC is ``inf``: that head's likelihood is the floor's, not a cluster's
+    (a Gaussian on fewer rows than dimensions).
 
     Examples
     --------
@@ -289,6 +299,8 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     for _ in range(steps):
         if not em.step():
             break
+    if least_floor is not None and head_at_floor(shape, em.params[1], least_floor):
+        return math.inf
     # the shape's mixture parameters (means, weights, covariances), and the background's
     state = em.state
     return score_lean(state.lse, state.top, em.w, shape, shape.n_parameters(n_clusters, d) + 1,
@@ -325,12 +337,13 @@ def bic_gain(rows: np.ndarray, labels: np.ndarray, cells: np.ndarray, *,
 
 
 def _least_bic(products, labels, n_clusters, log_volume, steps: int,
-               floor: np.ndarray) -> tuple[float, str]:
+               floor: np.ndarray, least_floor: np.ndarray) -> tuple[float, str]:
     """The least BIC over the shapes of :data:`COVARIANCE_TYPES` on the centred rows'
-    :class:`~attnclust.cluster.mixture.em.RowProducts`, and that shape."""
+    :class:`~attnclust.cluster.mixture.em.RowProducts`, and that shape (``inf`` for a shape
+    with a head at ``least_floor``: :func:`mixture_bic`)."""
     return min((mixture_bic(products.X, labels, n_clusters, log_volume=log_volume,
                             steps=steps, covariance_type=c, products=products,
-                            floor=floor), c)
+                            floor=floor, least_floor=least_floor), c)
                for c in COVARIANCE_TYPES)
 
 
@@ -399,17 +412,30 @@ def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
 
 
 def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list]:
+    """:func:`_scan_once` without the mixtures that put a head at the floor, or, where
+    every ``K >= 2`` does (the k-means cells of one far row alone), with them (the choice
+    then says that a cluster holds a row or two)."""
+    cells, scores = _scan_once(Z, top, gen, log_volume, settings, strict=True)
+    if np.isfinite([b for b, _ in scores[1:]]).any():
+        return cells, scores
+    return _scan_once(Z, top, gen, log_volume, settings, strict=False)
+
+
+def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
+               ) -> tuple[list, list]:
     """The cells (:func:`_kmeans`) and the least BIC with its shape (:func:`_least_bic`, at
     the rows' :func:`resolution_floor`) of
     ``K = 1, 2, ...`` until the BIC has risen ``settings.patience`` times in a row or ``K = top``
-    (module docstring); the cells may hold one ``K`` more than the scores."""
+    (module docstring); the cells may hold one ``K`` more than the scores. ``strict``: a
+    mixture with a head at the floor is not scored (:func:`mixture_bic`)."""
     cells = [_kmeans(Z, 1, gen)]
     tie = sum(Z.shape) * np.finfo(np.float64).eps  # W_K rounding: n terms of d products
     products = RowProducts(Z - Z.mean(0), top)          # shared by every K's mixtures
     floor = resolution_floor(Z)
+    spread = _spread_floor(Z) if strict else None
 
     def least(labels, k):
-        return _least_bic(products, labels, k, log_volume, settings.em_steps, floor)
+        return _least_bic(products, labels, k, log_volume, settings.em_steps, floor, spread)
     scores = [least(cells[0][0], 1)]
     for k in range(2, top + 2):        # K = k - 1 is scored once K = k's cells are known
         if k <= top:
