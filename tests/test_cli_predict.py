@@ -136,6 +136,35 @@ def test_a_rerun_leaves_nothing_stale(blobs):
     assert not {"r.proba.npy", "r.proba.csv", "r.png", "r.covariances.npy"} & left
 
 
+def test_a_rerun_that_cannot_remove_a_stale_file_writes_nothing(blobs, monkeypatch, capsys):
+    """An earlier fit's picture that cannot be removed (a file the user may not delete):
+    the rerun fails in one line and leaves the earlier fit's files as they were, where it
+    renamed its own into place and left the picture stale beside them; a folder in the
+    place of an earlier output is not the command's, and stays."""
+    from pathlib import Path
+
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    fit = ["fit", str(tmp / "x.npy"), "--out", str(tmp / "r"), "--quiet"]
+    assert main([*fit, "-k", "3", "--proba", "--plot"]) == 0
+    before = {p.name: p.read_bytes() for p in tmp.iterdir()}
+    real_unlink = Path.unlink
+
+    def unlink(self, missing_ok=False):
+        if self.name == "r.png":
+            raise PermissionError(1, "Operation not permitted")
+        return real_unlink(self, missing_ok=missing_ok)
+    monkeypatch.setattr(Path, "unlink", unlink)
+    err = fails(capsys, [*fit, "-k", "2"])
+    assert "r.png: cannot remove (Operation not permitted); nothing was written" in err
+    assert {p.name: p.read_bytes() for p in tmp.iterdir()} == before
+    monkeypatch.undo()
+    (tmp / "r.proba.npy").unlink()
+    (tmp / "r.proba.npy").mkdir()
+    assert main([*fit, "-k", "2"]) == 0
+    assert (tmp / "r.proba.npy").is_dir() and not (tmp / "r.png").exists()
+
+
 def test_noise_column_makes_the_argmax_the_label(tmp_path):
     rng = np.random.default_rng(0)
     X = np.concatenate([rng.normal(size=(200, 2)) * 0.2 + c for c in ([0, 0], [4, 0])]

@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,6 +116,33 @@ def test_save_matrices_writes_every_file_before_renaming_any(tmp_path, monkeypat
     assert events == ["w", "w", "w", "r", "r", "r"]
     assert sorted(os.listdir(tmp_path)) == ["x.csv", "x.npy", "y.npy"]
 
+
+
+def test_files_removed_with_the_renames_all_or_nothing(tmp_path, monkeypatch):
+    """remove=: an earlier run's file goes with the renames; where it cannot be removed
+    (a file the user may not delete), nothing is written, the file removed before it
+    and the one replaced are back, and the error says which file in one line."""
+    np.save(tmp_path / "x.npy", np.ones(2))
+    for name in ("old.png", "old.csv"):
+        (tmp_path / name).write_text(name)
+    save_matrices({tmp_path / "x.npy": np.zeros(2)}, remove=[tmp_path / "old.png"])
+    assert sorted(os.listdir(tmp_path)) == ["old.csv", "x.npy"]
+    np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), np.zeros(2))
+    (tmp_path / "old.png").write_text("old.png")
+    real_unlink = Path.unlink
+
+    def unlink(self, missing_ok=False):
+        if self.name == "old.png":
+            raise PermissionError(1, "Operation not permitted")
+        return real_unlink(self, missing_ok=missing_ok)
+    monkeypatch.setattr(Path, "unlink", unlink)
+    with pytest.raises(ValueError, match=r"old\.png: cannot remove \(Operation not "
+                                         r"permitted\); nothing was written"):
+        save_matrices({tmp_path / "x.npy": np.full(2, 5.0), tmp_path / "y.npy": np.eye(2)},
+                      remove=[tmp_path / "old.csv", tmp_path / "old.png"])
+    assert sorted(os.listdir(tmp_path)) == ["old.csv", "old.png", "x.npy"]
+    np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), np.zeros(2))
+    assert (tmp_path / "old.csv").read_text() == "old.csv"
 
 
 def test_a_failed_rename_puts_back_the_files_it_replaced(tmp_path, monkeypatch):

@@ -22,7 +22,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -55,16 +55,18 @@ def _disk_full(exc: OSError, path: Path) -> bool:
     return False
 
 
-def _write_error(exc: OSError, path: Path, left: list[str] | None = None) -> Exception:
-    """One line for a failed write of ``path``: a full disk said so, with the path;
-    ``left``: the files a failed set of renames could not put back, else nothing was
-    written."""
+def _write_error(exc: OSError, path: Path, left: list[str] | None = None, *,
+                 removing: bool = False) -> Exception:
+    """One line for a failed write (``removing``: removal) of ``path``: a full disk said
+    so, with the path; ``left``: the files a failed set of renames could not put back,
+    else nothing was written."""
     done = "nothing was written" if not left else \
         "written anyway, not put back: " + "; ".join(left)
     if _disk_full(exc, path):
         return ValueError(f"{path}: no space left on the device (the disk or quota is "
                           f"full); free some space or write elsewhere (--out); {done}")
-    return ValueError(f"{path}: cannot write ({exc.strerror or exc}); {done}")
+    return ValueError(f"{path}: cannot {'remove' if removing else 'write'} "
+                      f"({exc.strerror or exc}); {done}")
 
 # temporary files created and not yet renamed or removed (see remove_temporaries)
 _LIVE_TEMPS: set[Path] = set()
@@ -261,7 +263,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
-                  before_rename: Callable[[], None] | None = None) -> None:
+                  before_rename: Callable[[], None] | None = None,
+                  remove: Iterable[str | os.PathLike] = ()) -> None:
     """Write every ``path -> array`` (by suffix, see :func:`save_matrix`), all or nothing.
 
     A value may also be a function that writes its file at the path it is given (a
@@ -275,6 +278,9 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
 
     ``before_rename`` is called once every file is staged and before any rename (the
     command line prints its summary there): if it raises, nothing is written.
+    ``remove``: files removed with the renames, all or nothing with them (the outputs of
+    an earlier run that this one does not write); one that cannot be removed fails the
+    call, and every file removed or renamed is put back.
 
     Examples
     --------
@@ -303,15 +309,16 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
         if before_rename is not None:
             before_rename()
         with deferred_interrupts():
-            _rename_all(staged)
+            _rename_all([(None, Path(p)) for p in remove if Path(p).exists()] + staged)
     finally:
         with deferred_interrupts():     # a signal must not cut the cleanup short
             for tmp, _ in staged:
                 _discard(tmp)
 
 
-def _rename_all(staged: list[tuple[Path, Path]]) -> None:
-    """Rename every ``(tmp, path)``; on a failure put every target back as it was: those
+def _rename_all(staged: list[tuple[Path | None, Path]]) -> None:
+    """Rename every ``(tmp, path)`` (``tmp`` ``None``: remove ``path``, where it is); on a
+    failure put every target back as it was: those
     created here removed, those replaced restored from the hard links made before each
     rename. The failure is one line naming its target, and any target that could not be
     put back (a file system without hard links, a restore refused: its earlier version
@@ -324,7 +331,7 @@ def _rename_all(staged: list[tuple[Path, Path]]) -> None:
             if existed:
                 kept.append((_linked_copy(path), path))
             try:
-                os.replace(tmp, path)
+                _move(tmp, path)
             except BaseException:
                 if existed:                       # this target was not replaced
                     old = kept.pop()[0]
@@ -338,12 +345,20 @@ def _rename_all(staged: list[tuple[Path, Path]]) -> None:
         left = _put_back(created, kept)
         kept.clear()                     # restored, or the only copies of the old files
         if isinstance(exc, OSError):
-            raise _write_error(exc, path, left) from None
+            raise _write_error(exc, path, left, removing=tmp is None) from None
         raise
     finally:
         for old, _ in kept:              # renamed: the old files' links are not needed
             if old is not None:
                 _discard(old)
+
+
+def _move(tmp: Path | None, path: Path) -> None:
+    """Rename ``tmp`` onto ``path``, or remove ``path`` where ``tmp`` is ``None``."""
+    if tmp is None:
+        path.unlink(missing_ok=True)
+    else:
+        os.replace(tmp, path)
 
 
 def _put_back(created: list[Path], kept: list[tuple[Path | None, Path]]) -> list[str]:

@@ -189,15 +189,16 @@ def refuse_overwriting_input(data: str, outputs) -> None:
                                "--out")
 
 
-def write_all(outputs: dict, summary: str) -> None:
-    """Stage every ``path -> array``, print ``summary``, then rename all: all or nothing.
+def write_all(outputs: dict, summary: str, remove=()) -> None:
+    """Stage every ``path -> array``, print ``summary``, then rename all and remove the
+    files ``remove`` (an earlier run's): all or nothing.
 
     The summary is printed (and flushed) before the renames, so a failure to print it (a
     full disk behind stdout, a closed pipe) leaves no output file, like any other failure.
     """
     from .._io import save_matrices
 
-    save_matrices(outputs, before_rename=lambda: _print_summary(summary))
+    save_matrices(outputs, before_rename=lambda: _print_summary(summary), remove=remove)
 
 
 def _print_summary(summary: str) -> None:

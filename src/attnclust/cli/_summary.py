@@ -21,11 +21,12 @@ def write_fit(args, prefix: str, outputs: dict, head: list[str], sizes, conf_mea
               est, record: dict) -> None:
     """Stage ``outputs``, PREFIX.model.npz (``est``) and PREFIX.summary.json (``record``
     and the files written), print the summary (``head`` lines, the clusters, the files),
-    then rename them all into place (see :func:`attnclust.cli._common.write_all`); last,
-    remove the files of an earlier fit into the same PREFIX that this one did not write."""
+    then rename them all into place and remove the files of an earlier fit into the same
+    PREFIX that this one did not write, all or nothing (see
+    :func:`attnclust.cli._common.write_all`); a folder in the place of such a file is not
+    this command's, and stays."""
     from pathlib import Path
 
-    from .._atomic import deferred_interrupts
     from ..cluster.model_file import write_model
 
     model, summary_path = Path(f"{prefix}.model.npz"), Path(f"{prefix}.summary.json")
@@ -35,12 +36,9 @@ def write_fit(args, prefix: str, outputs: dict, head: list[str], sizes, conf_mea
     outputs[summary_path] = lambda p: Path(p).write_text(
         json.dumps(_finite(record), indent=2) + "\n", encoding="utf-8")
     inputs = input_files(args)          # an earlier output read as input now stays
-    stale = [p for p in previous_outputs(prefix)
-             if p not in outputs and not any(same_file(p, source) for source in inputs)]
-    write_all(outputs, summary(head, sizes, conf_mean, outputs))
-    with deferred_interrupts():
-        for path in stale:
-            path.unlink(missing_ok=True)
+    stale = [p for p in previous_outputs(prefix) if p not in outputs and not p.is_dir()
+             and not any(same_file(p, source) for source in inputs)]
+    write_all(outputs, summary(head, sizes, conf_mean, outputs), remove=stale)
 
 
 def previous_outputs(prefix: str) -> list:
@@ -241,8 +239,5 @@ def block_sums(est, block, labels, proba, n_clusters: int, weights=None):
 
     clustered = labels >= 0         # noise rows (-1) are in no cluster
     conf = np.bincount(labels[clustered], weights=proba.max(1)[clustered], minlength=n_clusters)
-    if weights is None:
-        return conf, -est.score(block) * block.shape[0]
-    if weights.sum() > 0:
-        return conf, -est.score(block, sample_weight=weights) * float(weights.sum())
-    return conf, 0.0
+    errors = est.squared_errors(block)
+    return conf, float(errors.sum() if weights is None else errors @ weights)

@@ -8,6 +8,7 @@ the preprocessing), on rows preprocessed as in ``fit`` and read in blocks of abo
     a_h(x)  = softmax_h( logits_h(x) )          predict_proba (merged heads: summed per cluster)
     z(x)    = argmax_h logits_h(x)              predict (-1: the noise head's row)
     T_mu(x) = sum_h a_h(x) mu_h                 layer_output
+    ||x - T_mu(x)||^2                           squared_errors (the empirical risk's terms)
     d_h(x)  = ||x - mu_h||                      transform (KMeans.transform's)
 
 The logits are computed in float64 whatever the data's dtype; the outputs come back in
@@ -188,6 +189,25 @@ class LayerPredictionsMixin(TransformerMixin):
         return self._by_chunks(X, lambda Xp: (softmax_heads(self._logits(Xp))
                                               @ self._heads64()).cpu().numpy(),
                                keep_dtype=True)
+
+    def squared_errors(self, X) -> np.ndarray:
+        """The layer's squared error ``||x - T_mu(x)||^2`` of each preprocessed row, shape
+        (n_samples,), float64: the terms of the empirical risk, whose mean is the risk.
+
+        Examples
+        --------
+        >>> import attnclust as ac
+        >>> X = np.r_[np.zeros((5, 2)), np.full((5, 2), 10.0)]
+        >>> est = ac.AttentionClustering(2, random_state=0).fit(X)
+        >>> float(est.squared_errors(X).max()) < 1e-9     # each row is its head
+        True
+        """
+        def errors(Xp):
+            x = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64),
+                                device=self._plan.device)
+            out = softmax_heads(self._logits(Xp)) @ self._heads64()
+            return ((x - out) ** 2).sum(1).cpu().numpy()
+        return self._by_chunks(X, errors)
 
     def transform(self, X) -> np.ndarray:
         """Euclidean distances ``||x - mu_h||`` of the preprocessed rows to the cluster

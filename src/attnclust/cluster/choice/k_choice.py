@@ -32,7 +32,14 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   ``log L_K`` is that of the last step. Each shape gets its own EM; ``BIC(K)`` is the least
   of the three (full covariances for elongated clusters; spherical ones where ``d^2``
   parameters per head are more than the rows support, e.g. 20 features and 100-300 rows
-  per cluster, where the full shape alone undercounts). The chosen ``K*`` is the
+  per cluster, where the full shape alone undercounts). A shape whose EM leaves a head
+  at the covariance floor in some direction (within 1% of the floor of the features'
+  typical spread, not of the grid below) is not scored at that ``K``: a Gaussian on
+  fewer rows than dimensions, a row alone, has the floor's likelihood, which wins the
+  BIC without bound (30 rows of three blobs were six clusters, one of one row; one
+  Gaussian of 100 rows in 30 dimensions seven or eight). Where every ``K >= 2`` has
+  such a head (the k-means cells of one far row alone), they are scored as they are,
+  and the choice says that a cluster holds a row or two. The chosen ``K*`` is the
   fewest clusters ``K >= 2`` whose BIC is within ``settings.bare_mention`` of the least:
   Kass and Raftery's scale (1995) calls a BIC difference of 0 to 2 evidence "not worth
   more than a bare mention", and such evidence adds no cluster (near ties: uniform noise
