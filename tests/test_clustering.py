@@ -770,6 +770,18 @@ def test_float32_data_is_fitted_in_float32():
     assert np.mean(a.labels_ == b.labels_) > 0.999
 
 
+def test_fitted_arrays_that_overflow_float32_are_refused():
+    """float32 rows at 1e20 (finite): the covariances, 1e40, overflow float32; the fit
+    says so rather than keep infinite covariances, and leaves none of the arrays cast."""
+    X, _ = _blobs([[0, 0], [4, 0], [0, 4]], seed=4)
+    with pytest.raises(ValueError, match=r"the fitted covariances_ overflow float32 \(at "
+                                         r"most 3.4e\+38\): pass float64 rows"):
+        AttentionClustering(3, covariance_type="full", random_state=0).fit(
+            (X * 1e20).astype(np.float32))
+    est = AttentionClustering(3, covariance_type="full", random_state=0).fit(X * 1e20)
+    assert np.isfinite(est.covariances_).all() and est.covariances_.dtype == np.float64
+
+
 def test_tensor_that_requires_grad_is_accepted():
     X, _ = _blobs([[0, 0], [4, 0]], seed=5)
     t = torch.as_tensor(X).requires_grad_(True)

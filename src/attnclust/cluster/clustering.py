@@ -95,7 +95,7 @@ from .choice.k_choice import choose_n_clusters, warn_if_weak
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .endings import ending_for
-from .estimator_fits import Reporter, fit_merge
+from .estimator_fits import Reporter, fit_merge, in_data_dtype
 from .estimator_params import check_params, param_names, parameters
 from .kmeans.result import inertia
 from .mixture.covariance import Spherical, as_covariance_type
@@ -280,22 +280,19 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     inverse_temperature_ : float
         The inverse temperature used (the resolved value of ``"auto"``).
     n_iter_ : int
-        Steps taken, all stages together (with the steps on the sample, on more
-        rows than the sample; with the hard limit's Lloyd steps and passes).
+        Steps taken, all stages together (the sample's, the hard limit's Lloyd steps).
     loss_curve_ : ndarray
         Empirical risk (without the penalty) after each step over all rows, at the
         inverse temperature in ``inverse_temperature_curve_`` (non-increasing while that
-        is constant and there is no penalty); its last entry is the risk of the data.
-        For a fit that ends in the hard limit: its risk there (``lambda = infinity``, the
-        k-means objective per row) of the sample's partition when the sample holds every
-        row, else after each step over all rows.
+        is constant and there is no penalty). A fit that ends in the hard limit: its risk
+        there (the k-means objective per row) of the sample's partition where the sample
+        holds every row, else after each step over all rows.
     inverse_temperature_curve_ : ndarray
     converged_ : bool
     inertia_ : float
-        Sum of the squared Euclidean distances of the training rows to their cluster's
-        centre (``cluster_centers_[labels_]``, in the preprocessed space), weighted by
-        ``sample_weight``, as ``KMeans.inertia_``; rows labelled ``-1`` (noise) are left
-        out. After ``partial_fit``: of the last batch.
+        Sum of the squared distances of the training rows to their cluster's centre
+        (preprocessed space), weighted by ``sample_weight``, as ``KMeans.inertia_``;
+        noise rows (``-1``) left out. After ``partial_fit``: of the last batch.
     n_features_in_ : int
     n_steps_, stream_state_ : with ``partial_fit``, the batches taken and the running sums
     mean_, scale_ : preprocessing of ``normalize="center-scale"`` (None otherwise)
@@ -465,10 +462,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         if plan.n_clusters is None and (self.n_clusters_ == K or (
                 self.n_clusters_ < K and self.k_choice_.structure_z < plan.settings.marginal_z)):
             warn_if_weak(self.k_choice_, clusters=self.n_clusters_, stacklevel=2)
-        for name in _FITTED_ARRAYS:     # in the data's dtype, as KMeans and GaussianMixture
-            value = getattr(self, name, None)
-            if isinstance(value, np.ndarray) and value.dtype.kind == "f":
-                setattr(self, name, value.astype(X.dtype, copy=False))
+        in_data_dtype(self, _FITTED_ARRAYS, X.dtype)   # as KMeans and GaussianMixture
         return self
 
     def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan, weights=None) -> int:

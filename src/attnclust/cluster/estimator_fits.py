@@ -84,7 +84,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Reporter", "Ending", "RiskFitted", "ShapedFitted", "solve", "risk_attributes",
            "fit_fixed_point", "fit_pgd", "fit_hard_limit", "fit_shaped", "shaped_log_joint",
-           "with_deferred_lambda", "MergedFitted", "fit_merge"]
+           "with_deferred_lambda", "MergedFitted", "fit_merge", "in_data_dtype"]
 
 _logger = logging.getLogger("attnclust")
 
@@ -420,3 +420,18 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
         head_labels_=merge.head_labels,
         inverse_temperature_=rows.inverse_temperature_out(1.0 / merge.variance))
 
+
+def in_data_dtype(est, names, dtype) -> None:
+    """The fitted arrays ``names`` of ``est`` (those it has, floating) in the data's
+    ``dtype``, as ``KMeans`` and ``GaussianMixture`` keep them; a ``ValueError`` where one
+    overflows it (float32 rows at 1e20: covariances of 1e40), before any is cast."""
+    cast = {}
+    for name in names:
+        value = getattr(est, name, None)
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+            cast[name] = value.astype(dtype, copy=False)
+            if np.isfinite(value).all() and not np.isfinite(cast[name]).all():
+                raise ValueError(f"the fitted {name} overflow {np.dtype(dtype)} (at most "
+                                 f"{np.finfo(dtype).max:.3g}): pass float64 rows")
+    for name, value in cast.items():
+        setattr(est, name, value)
