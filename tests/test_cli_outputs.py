@@ -341,7 +341,7 @@ def test_leading_chunks_of_weight_zero_are_skipped(blobs, capsys):
     (np.r_[-1.0, np.ones(299)], "must be non-negative, got -1.0 at row 1"),
     (np.r_[np.ones(299), np.nan], "must be finite, got nan at row 300"),
     (np.ones(299), "299 weights for the 300 rows of"),
-    (np.zeros(300), "sums to zero"),
+    (np.zeros(300), r"--sample-weight \S*w\.npy: the weights sum to zero"),   # the file named
     (np.ones((300, 2)), r"one weight per row, shape \(n,\) or \(n, 1\), got shape \(300, 2\)"),
 ])
 def test_bad_weights_are_one_line_and_no_file(blobs, capsys, weights, match):
@@ -352,6 +352,18 @@ def test_bad_weights_are_one_line_and_no_file(blobs, capsys, weights, match):
                            str(tmp / "w.npy"), "--out", str(tmp / "r")])
     assert re.search(match, line), line
     assert sorted(p.name for p in tmp.iterdir()) == ["w.npy", "x.npy"]
+
+
+def test_text_in_a_weights_file_gives_no_advice_meant_for_data(blobs, capsys):
+    """A weights CSV with a word in it: one line naming the cell and --sample-weight, not
+    DATA's advice (--columns, --drop-columns: options that do not apply to the weights)."""
+    X, _, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    (tmp / "w.csv").write_text("w\n" + "1\n" * 150 + "heavy\n" + "1\n" * 149)
+    line = fails(capsys, ["fit", str(tmp / "x.npy"), "-k", "3", "--sample-weight",
+                           str(tmp / "w.csv"), "--out", str(tmp / "r")])
+    assert "non-numeric value 'heavy' at line 152" in line and "--sample-weight" in line
+    assert "--drop-columns" not in line and "--columns" not in line
 
 
 def test_a_bad_weight_column_entry_is_named_by_its_row_in_the_file(tmp_path, capsys):

@@ -44,6 +44,7 @@ def test_default_prefix_is_next_to_the_data(two_blobs):
     ("", [], "no rows"),
     ("1,2\n3,4\n", ["--max-clusters", "3"], "--max-clusters"),
     ("1,2\n3,4\n", ["--max-clusters", "0"], "--max-clusters"),
+    ("1,2\n3,4\n", ["--max-clusters", "1"], "between 2 and the number of rows"),  # as fit's
     ("1,2\n3,4\n", ["--min-cluster-size", "0"], "--min-cluster-size"),
     ("1,2\n0,0\n", ["--geometry", "sphere"], "zero"),
 ])

@@ -123,7 +123,9 @@ def split_weights(args, X, *, rows: slice | None = None, n_rows: int | None = No
     else:
         weights = file_weights(args, X.shape[0] if n_rows is None else n_rows)
         return X, (weights if rows is None else weights[rows])
-    return X, _checked_weights(weights, X.shape[0], where, 1 if rows is None else rows.start + 1)
+    if rows is None:
+        return X, _all_weights(weights, X.shape[0], where)
+    return X, _checked_weights(weights, X.shape[0], where, rows.start + 1)
 
 
 def file_weights(args, n: int):
@@ -133,7 +135,15 @@ def file_weights(args, n: int):
     if weights.shape[0] != n:
         raise CommandError(f"{where}: {weights.shape[0]} weights for the {n} rows of "
                            f"{args.data}")
-    return _checked_weights(weights, n, where)
+    return _all_weights(weights, n, where)
+
+
+def _all_weights(weights, n: int, where: str):
+    """Every row's weights, checked (:func:`_checked_weights`): some must be positive."""
+    weights = _checked_weights(weights, n, where)
+    if not weights.sum() > 0:
+        raise CommandError(f"{where}: the weights sum to zero (no row has a positive weight)")
+    return weights
 
 
 def _checked_weights(weights, n: int, where: str, first_row: int = 1):
@@ -159,7 +169,11 @@ def _weight_file(args, where: str):
     if path.lower().endswith(".npy") and os.path.isfile(path):
         weights = np.asarray(open_npy(path))    # (n,) allowed: load_matrix wants 2-D
     else:
-        weights = load_matrix(path)
+        try:
+            weights = load_matrix(path)
+        except ValueError as exc:      # its advice (--columns, --drop-columns) is DATA's
+            raise CommandError(f"{str(exc).split('; ')[0]} ({where}: one number per "
+                               "row)") from None
     if weights.ndim == 2 and weights.shape[1] == 1:
         weights = weights[:, 0]
     if weights.ndim != 1 or weights.shape[0] == 0:

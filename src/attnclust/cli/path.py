@@ -15,9 +15,12 @@ from ._common import (
 def add_parser(sub) -> None:
     p = sub.add_parser("path", help="the temperature path of a .npy/.csv file: clusters and "
                                     "risk against lambda (picture + JSON)")
-    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    p.add_argument("data", metavar="DATA",
+                   help="data file, read as attnclust fit reads it (.npy, .csv, .tsv, "
+                        ".gz, .parquet)")
     p.add_argument("--max-clusters", type=int, required=True, metavar="N",
-                   help="number of heads followed (the path stops once they are all apart)")
+                   help="number of heads followed, at least 2 (the path stops once they are "
+                        "all apart)")
     p.add_argument("--out", default=None, metavar="PREFIX",
                    help="output prefix: PREFIX.png and PREFIX.json (default: DATA without its "
                         "suffix, plus .path; a folder ending in / gets that name inside)")
@@ -53,8 +56,8 @@ def run(args) -> int:
     outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]
     refuse_overwriting_input(args.data, outputs)
     X = read_table(args, min_columns=2).X
-    if not 1 <= args.max_clusters <= X.shape[0]:
-        raise CommandError(f"--max-clusters must be between 1 and the number of rows "
+    if not 2 <= args.max_clusters <= X.shape[0]:
+        raise CommandError(f"--max-clusters must be between 2 and the number of rows "
                            f"({X.shape[0]}) of {args.data}, got {args.max_clusters}")
     if args.min_cluster_size is not None and args.min_cluster_size < 1:
         raise CommandError(f"--min-cluster-size must be a positive integer, got "

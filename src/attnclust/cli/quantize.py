@@ -15,7 +15,9 @@ from ._common import (
 
 def add_parser(sub) -> None:
     p = sub.add_parser("quantize", help="apply identity attention (in-context quantization)")
-    p.add_argument("data", metavar="DATA", help="data file (.npy, or .csv with or without header)")
+    p.add_argument("data", metavar="DATA",
+                   help="data file, read as attnclust fit reads it (.npy, .csv, .tsv, "
+                        ".gz, .parquet)")
     inverse_temperature_option(p, required=True,
                                help="inverse temperature lambda (it multiplies the logits: "
                                     "larger is sharper)")
