@@ -403,3 +403,22 @@ def test_summary_sums_in_blocks_equal_the_whole_matrix(blobs):
     # the risk: the layer's mean squared error, against its outputs on the whole matrix
     risk = float(((X - est.layer_output(X)) ** 2).sum(1).mean())
     assert abs(sq_err / len(X) - risk) < attention_risk_tol(n, s, lam, K, d)[0]
+
+
+def test_a_header_naming_two_columns_alike_is_refused(tmp_path, capsys):
+    """A model names its columns, and predict finds them by name: a header 'a,a,b' is one
+    line at fit, saying how to keep one; with one left out, predict reads the training
+    file back and gives fit's labels."""
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(0, 1, (40, 3)), rng.normal(8, 1, (40, 3))]
+    data = tmp_path / "d.csv"
+    np.savetxt(data, X, delimiter=",", header="a,a,b", comments="")
+    line = fails(capsys, ["fit", str(data), "-k", "2", "--out", str(tmp_path / "r")])
+    assert "the header names columns 0 and 1 (0-based) both 'a'" in line
+    assert "--drop-columns 1" in line
+    assert main(["fit", str(data), "-k", "2", "--drop-columns", "1", "--out",
+                 str(tmp_path / "r"), "--quiet"]) == 0
+    assert main(["predict", str(tmp_path / "r.model.npz"), str(data), "--drop-columns", "1",
+                 "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"),
+                                  np.load(tmp_path / "r.labels.npy"))
