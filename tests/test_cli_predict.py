@@ -206,3 +206,22 @@ def test_data_and_model_swapped_says_which_comes_first(blobs, capsys):
     (tmp / "x.csv").write_text("a,b\n1,2\n")
     line = fails(capsys, ["predict", str(tmp / "x.csv"), str(tmp / "r.model.npz")])
     assert "not a NumPy .npz archive" in line and "takes MODEL first, then DATA" in line
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".csv"])
+def test_predict_finds_the_columns_of_a_file_without_header_by_position(tmp_path, suffix):
+    """fit on column 1 of a file without header (its name: x1): predict on the same file
+    reads that column back, as it does by name for a header, and gives fit's labels."""
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.normal(size=200), np.r_[rng.normal(0, 1, 100), rng.normal(9, 1, 100)]]
+    data = tmp_path / f"x{suffix}"
+    if suffix == ".npy":
+        np.save(data, X)
+    else:
+        np.savetxt(data, X, delimiter=",")
+    assert main(["fit", str(data), "-k", "2", "--columns", "1", "--out", str(tmp_path / "r"),
+                 "--quiet"]) == 0
+    assert main(["predict", str(tmp_path / "r.model.npz"), str(data), "--out",
+                 str(tmp_path / "p"), "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"),
+                                  np.load(tmp_path / "r.labels.npy"))

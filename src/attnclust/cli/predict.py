@@ -74,8 +74,9 @@ def run(args) -> int:
 
 def _read(args, fitted_on):
     """DATA, its columns those the model was fitted on where neither column option is
-    given and DATA has them all by name (a label column beside them is left out), else as
-    the options say; read by position under other names, with a warning."""
+    given and DATA has them all by name (a label column beside them is left out; without a
+    header, by the names ``x0, x1, ...`` that fit gave them), else as the options say; read
+    by position under other names, with a warning."""
     import warnings
 
     from .._io import ColumnError
@@ -85,7 +86,7 @@ def _read(args, fitted_on):
         return bool(columns) and not all(n.startswith("x") and n[1:].isdigit()
                                          for n in columns)
     chosen = args.columns is not None or args.drop_columns is not None
-    if not chosen and named(fitted_on) and not any("," in n for n in fitted_on):
+    if not chosen and fitted_on and not any("," in n for n in fitted_on):
         args.columns = ",".join(fitted_on)
         try:
             return read_table(args)
