@@ -414,8 +414,7 @@ def test_a_header_naming_two_columns_alike_is_refused(tmp_path, capsys):
     data = tmp_path / "d.csv"
     np.savetxt(data, X, delimiter=",", header="a,a,b", comments="")
     line = fails(capsys, ["fit", str(data), "-k", "2", "--out", str(tmp_path / "r")])
-    assert "the header names columns 0 and 1 (0-based) both 'a'" in line
-    assert "--drop-columns 1" in line
+    assert "the header names two kept columns 'a'" in line and "--drop-columns" in line
     assert main(["fit", str(data), "-k", "2", "--drop-columns", "1", "--out",
                  str(tmp_path / "r"), "--quiet"]) == 0
     assert main(["predict", str(tmp_path / "r.model.npz"), str(data), "--drop-columns", "1",

@@ -465,13 +465,6 @@ def _selection(path: Path, columns, drop_columns):
         keep = [j for j in keep if j not in drop]
         if not keep:
             raise ValueError(f"{path}: no column left to cluster (--columns, --drop-columns)")
-        seen: dict[str, int] = {}
-        for j in keep:                 # a model names its columns: each name once
-            if names[j] in seen:
-                raise ValueError(f"{path}: the header names columns {seen[names[j]]} and "
-                                 f"{j} (0-based) both {names[j]!r}; rename one, or leave one "
-                                 f"out with --drop-columns {j}")
-            seen[names[j]] = j
         return keep
     return pick
 

@@ -27,6 +27,11 @@ def read_table(args, *, min_columns: int = 1, mmap: bool = False):
     columns, drop = column_lists(args)
     table = load_table(args.data, min_columns=min_columns, mmap=mmap, header=header(args),
                        columns=columns, drop_columns=drop)
+    twice = [n for j, n in enumerate(table.columns) if n in table.columns[:j]]
+    if twice:                # a model names its columns, and predict finds them by name
+        raise CommandError(f"{args.data}: the header names two kept columns {twice[0]!r}; "
+                           "rename one, or leave one out with --drop-columns (by its 0-based "
+                           "index)")
     if not getattr(args, "quiet", False):
         for note in table.notes:
             say(f"attnclust {args.command}: note: {note}")

@@ -303,7 +303,27 @@ def load_model(path: str | os.PathLike):
         est._plan = _plan(est)
     except (TypeError, ValueError, KeyError) as exc:
         raise _refuse(path, f"its parameters do not make an estimator: {exc}") from None
+    why = _disagreement(est)
+    if why:
+        raise _refuse(path, f"its fitted attributes disagree: {why}")
     return est
+
+
+def _disagreement(est) -> str:
+    """What a loaded estimator's fitted attributes lack or where their shapes disagree (a
+    file edited by hand, its digest written again), in words; ``""``: nothing."""
+    d = getattr(est, "n_features_in_", None)
+    centers = getattr(est, "cluster_centers_", None)
+    if d is None or centers is None:
+        return "no cluster_centers_ or n_features_in_"
+    for name in ("cluster_centers_", "heads_"):
+        value = getattr(est, name, None)
+        if value is not None and (np.ndim(value) != 2 or np.shape(value)[1] != d):
+            return f"{name} of shape {np.shape(value)}, not (K, n_features_in_ = {d})"
+    lam = getattr(est, "inverse_temperature_", 1.0)
+    if not (isinstance(lam, (int, float, np.floating)) and lam > 0):
+        return f"inverse_temperature_ = {lam!r}, not a number > 0"
+    return ""
 
 
 def _plan(est):
