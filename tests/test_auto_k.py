@@ -654,6 +654,18 @@ def test_a_cluster_of_a_few_rows_makes_the_choice_weak():
     assert est.k_choice_.n_clusters == 4 and est.k_choice_.weak
 
 
+@pytest.mark.parametrize("z, said, marginal", [(3.176, "3.2", "3.2"), (4.97, "5.0", "4.9")])
+def test_a_marginal_structure_quotes_its_z_as_the_reason_does(monkeypatch, z, said, marginal):
+    """The reason quotes z twice: the same digits, but where rounding shows 5.0 (below
+    the bound 5), which the doubt shows as 4.9 (it read 'z = 3.2 ... marginal (z = 3.1')."""
+    from attnclust.cluster.choice import k_choice
+
+    monkeypatch.setattr(k_choice, "structure_z", lambda *a, **k: z)
+    choice = k_choice.choose_n_clusters(_three_blobs(0), 6, random_state=0)
+    assert f"structure test z = {said}" in choice.reason
+    assert f"the structure is marginal (z = {marginal} < 5)" in choice.reason
+
+
 def test_a_refit_with_a_given_k_leaves_no_choice_of_k():
     """k_choice_ and n_clusters_reason_ belong to the fit that chose K: a refit with a
     given K drops them (they were kept, quoting the old K)."""

@@ -554,7 +554,8 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     if best == top and top < n - 1:        # (the scan reached top: it had not stopped)
         doubts.append(f"K = max_clusters = {top}: the rows may hold more, raise max_clusters")
     if s.structure_z < z < s.marginal_z:
-        shown = math.floor(z * 10.0) / 10.0          # 4.97 shown as 4.9, not "5.0 < 5"
+        # as 'said' shows it, but 4.97 as 4.9, not "5.0 < 5"
+        shown = z if round(z, 1) < s.marginal_z else math.floor(z * 10.0) / 10.0
         doubts.append(f"the structure is marginal (z = {shown:.1f} < {s.marginal_z:g})")
     reason = said + ("; weak: " + "; ".join(doubts) if doubts else "; confident")
     return KChoice(best, best, bic, weight, z, bool(doubts), reason, shape)
