@@ -587,6 +587,18 @@ def test_one_cluster_needs_strong_evidence():
     assert positive.n_clusters == 1, positive.reason
 
 
+def test_positive_evidence_suffices_where_the_gap_test_finds_structure_absent():
+    """An elongated Gaussian (seed 4 of the one-cluster data): one component has the least
+    BIC by 5.5 only, but its cells remove far less scatter than uniform rows (z = -12.8):
+    the test finds structure absent, not only unproven, and positive evidence suffices."""
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
+
+    choice = choose_n_clusters(_one_cluster("elongated", 4), 10, random_state=4)
+    one = choice.bic[0] - np.min(choice.bic[1:])
+    assert -SETTINGS.strong_evidence < one < -SETTINGS.bare_mention
+    assert choice.structure_z < -SETTINGS.structure_z and choice.n_clusters == 1
+
+
 def test_strong_evidence_keeps_gaussians_whole_and_splits_more_small_mixtures():
     """Both error rates of K = 1 on thirty rows, 20 seeds each, against asking only for
     positive evidence (2): one Gaussian is one cluster as often (18; on the other two the

@@ -136,12 +136,12 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         Number of heads ``K``; ``"auto"``: the fewest ``K`` in ``2..max_clusters`` whose
         BIC is within 2 of the least (the layer with shaped heads of the best shape and a
         uniform background, from k-means cells of the standardized rows), or ``K = 1``
-        where a gap test finds no structure and one component has the least BIC by 6 or
-        more (:mod:`attnclust.cluster.choice.k_choice`; ``docs/guide/temperature-path.md``:
-        the criterion and its measured error rates). A weak choice warns
-        (:class:`~attnclust.cluster.choice.k_choice.WeakChoiceWarning`). The fit then uses
-        the ``covariance_type`` asked for; the default fit's heads may then count fewer or
-        more clusters (:mod:`attnclust.cluster.head_count`).
+        where a gap test finds no structure and one component has the least BIC by 6 (2
+        where the test finds structure absent; :mod:`attnclust.cluster.choice.k_choice`,
+        ``docs/guide/temperature-path.md``: the criterion and its measured error rates).
+        A weak choice warns (:class:`~attnclust.cluster.choice.k_choice.WeakChoiceWarning`).
+        The fit then uses the ``covariance_type`` asked for; the default fit's heads may
+        then count fewer or more clusters (:mod:`attnclust.cluster.head_count`).
     geometry : {"euclidean", "sphere"}, default="euclidean"
         Free heads whose attention is ``softmax_h(-lambda ||x - mu_h||^2 / 2)`` (soft
         k-means cells), or the paper's unit heads, ``softmax_h(lambda <x, mu_h>)`` (cones

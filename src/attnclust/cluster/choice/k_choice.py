@@ -72,6 +72,12 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   least BIC by strong evidence (``BIC(1) <= BIC(K) - settings.strong_evidence`` for every
   ``K >= 2``, 6 by default, "strong" on Kass and Raftery's scale; the mixture above with one
   Gaussian and the background), **and** the rows hold no structure by the test below.
+  Where the test finds structure absent, not only unproven (``z < -structure_z``: the
+  cells remove less scatter than in uniform rows, as a blob's do), positive evidence
+  (``settings.bare_mention``, 2) suffices: an elongated Gaussian of 500 rows had ``BIC(1)``
+  5.5 below at ``z = -12.8`` (``tests/test_auto_k.py``, one-cluster data); no mixture of
+  2 or 3 blobs 3 or 4 sd apart (30-500 rows, 2-5 features, 12 seeds each) and no
+  development set (seeds 0-1) met that clause (one-off probes).
   Weaker evidence for one component is what a few rows of several clusters give: thirty
   rows in three blobs 3 sd apart answered ``K = 1`` on 16 of 20 seeds when positive
   evidence (2) sufficed, 11 with strong, while one Gaussian of thirty rows stays one
@@ -527,7 +533,10 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     one = float(bic[0] - bic[least - 1])        # BIC(1) above the least of K >= 2
     # on a few rows per cluster, Gaussians on one or two rows each win the BIC unboundedly
     thin = n < s.thin_rows * best
-    if z <= s.structure_z and (one <= -s.strong_evidence or thin):
+    # one component by strong evidence; by positive evidence (bare_mention) where the gap
+    # test finds structure absent, not only unproven (z below -structure_z: a blob's cells)
+    evidence = s.bare_mention if z < -s.structure_z else s.strong_evidence
+    if z <= s.structure_z and (one <= -evidence or thin):
         bic_one = (f"one component has the least BIC (BIC(1) {one:+.1f} from the least of "
                    f"K >= 2)" if not thin else f"K = {best} leaves fewer than {s.thin_rows} "
                    f"rows per cluster, too few for its BIC")
@@ -544,7 +553,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     if z <= s.structure_z:
         doubts.append(f"the k-means cells remove no more scatter than in uniform rows (z = "
                       f"{z:.1f} <= {s.structure_z:g}), but one component is not the BIC's "
-                      f"choice by {s.strong_evidence:g} (BIC(1) {one:+.1f} from the least of "
+                      f"choice by {evidence:g} (BIC(1) {one:+.1f} from the least of "
                       "K >= 2: one cluster of a non-Gaussian shape, clusters nested or "
                       "touching, or too few rows to tell)")
     smallest = int(np.bincount(cells[best - 1][0], minlength=best).min())
