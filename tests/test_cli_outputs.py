@@ -263,6 +263,10 @@ def test_bench_device_runs_only_the_benchmarks_that_take_it(tmp_path, capsys):
     assert main(["bench", "--dir", str(tmp_path)]) == 0       # without --device: both run
     out = capsys.readouterr().out
     assert "ran" in out and "skipped" not in out
+    (tmp_path / "bench_none.py").write_text("def run(quick):\n    return None\n")
+    assert main(["bench", "--dir", str(tmp_path), "--only", "none"]) == 0
+    out = capsys.readouterr().out           # no --device to blame: 'not --device None'
+    assert "(no rows: its run() returned None)" in out and "--device" not in out
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a CUDA device is here")

@@ -41,7 +41,8 @@ def run(args) -> int:
         try:
             for name, rows in run_benchmarks([path], quick=args.quick, device=device):
                 table = format_table(rows) if rows is not None else \
-                    f"(skipped: it measures the CPU only, not --device {device})"
+                    f"(skipped: it measures the CPU only, not --device {device})" \
+                    if device is not None else "(no rows: its run() returned None)"
                 print(f"\n== {name}")
                 print(table, flush=True)
         except (Exception, SystemExit) as exc:   # a benchmark's bug is not ours to re-raise
