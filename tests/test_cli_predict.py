@@ -5,12 +5,14 @@ nothing of the earlier run that it did not write again."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
 
 import attnclust as ac
 from _cli import fails
+from attnclust import _atomic
 from attnclust.cli import main
 
 
@@ -141,20 +143,18 @@ def test_a_rerun_that_cannot_remove_a_stale_file_writes_nothing(blobs, monkeypat
     the rerun fails in one line and leaves the earlier fit's files as they were, where it
     renamed its own into place and left the picture stale beside them; a folder in the
     place of an earlier output is not the command's, and stays."""
-    from pathlib import Path
-
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)
     fit = ["fit", str(tmp / "x.npy"), "--out", str(tmp / "r"), "--quiet"]
     assert main([*fit, "-k", "3", "--proba", "--plot"]) == 0
     before = {p.name: p.read_bytes() for p in tmp.iterdir()}
-    real_unlink = Path.unlink
+    real_replace = os.replace
 
-    def unlink(self, missing_ok=False):
-        if self.name == "r.png":
+    def replace(src, dst):                  # r.png may not be moved (nor removed)
+        if os.path.basename(src) == "r.png":
             raise PermissionError(1, "Operation not permitted")
-        return real_unlink(self, missing_ok=missing_ok)
-    monkeypatch.setattr(Path, "unlink", unlink)
+        return real_replace(src, dst)
+    monkeypatch.setattr(_atomic.os, "replace", replace)
     err = fails(capsys, [*fit, "-k", "2"])
     assert "r.png: cannot remove (Operation not permitted); nothing was written" in err
     assert {p.name: p.read_bytes() for p in tmp.iterdir()} == before

@@ -7,7 +7,6 @@ import errno
 import os
 import stat
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -129,13 +128,13 @@ def test_files_removed_with_the_renames_all_or_nothing(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["old.csv", "x.npy"]
     np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), np.zeros(2))
     (tmp_path / "old.png").write_text("old.png")
-    real_unlink = Path.unlink
+    real_replace = os.replace
 
-    def unlink(self, missing_ok=False):
-        if self.name == "old.png":
+    def replace(src, dst):                  # old.png may not be moved (nor removed)
+        if os.path.basename(src) == "old.png":
             raise PermissionError(1, "Operation not permitted")
-        return real_unlink(self, missing_ok=missing_ok)
-    monkeypatch.setattr(Path, "unlink", unlink)
+        return real_replace(src, dst)
+    monkeypatch.setattr(_atomic.os, "replace", replace)
     with pytest.raises(ValueError, match=r"old\.png: cannot remove \(Operation not "
                                          r"permitted\); nothing was written"):
         save_matrices({tmp_path / "x.npy": np.full(2, 5.0), tmp_path / "y.npy": np.eye(2)},
@@ -143,6 +142,28 @@ def test_files_removed_with_the_renames_all_or_nothing(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["old.csv", "old.png", "x.npy"]
     np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), np.zeros(2))
     assert (tmp_path / "old.csv").read_text() == "old.csv"
+
+
+def test_a_file_removed_with_the_renames_comes_back_without_hard_links(tmp_path,
+                                                                      monkeypatch):
+    """A file system that refuses hard links, and a rename that fails after an earlier
+    run's file was removed: the file is back (it was set aside by a rename, not linked),
+    and nothing new is written."""
+    (tmp_path / "old.csv").write_text("old")
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if os.path.basename(dst) == "y.npy":
+            raise PermissionError(1, "Permission denied")
+        return real_replace(src, dst)
+    monkeypatch.setattr(_atomic.os, "link", lambda *a: (_ for _ in ()).throw(OSError(1, "no")))
+    monkeypatch.setattr(_atomic.os, "replace", replace)
+    with pytest.raises(ValueError, match=r"y\.npy: cannot write \(Permission denied\); "
+                                         "nothing was written"):
+        save_matrices({tmp_path / "x.npy": np.eye(2), tmp_path / "y.npy": np.eye(2)},
+                      remove=[tmp_path / "old.csv"])
+    assert sorted(os.listdir(tmp_path)) == ["old.csv"]
+    assert (tmp_path / "old.csv").read_text() == "old"
 
 
 def test_a_failed_rename_puts_back_the_files_it_replaced(tmp_path, monkeypatch):

@@ -309,29 +309,34 @@ def save_matrices(outputs: Mapping[str | os.PathLike, object], *,
         if before_rename is not None:
             before_rename()
         with deferred_interrupts():
-            _rename_all([(None, Path(p)) for p in remove if Path(p).exists()] + staged)
+            _rename_all(staged, [Path(p) for p in remove if os.path.lexists(p)])
     finally:
         with deferred_interrupts():     # a signal must not cut the cleanup short
             for tmp, _ in staged:
                 _discard(tmp)
 
 
-def _rename_all(staged: list[tuple[Path | None, Path]]) -> None:
-    """Rename every ``(tmp, path)`` (``tmp`` ``None``: remove ``path``, where it is); on a
-    failure put every target back as it was: those
-    created here removed, those replaced restored from the hard links made before each
-    rename. The failure is one line naming its target, and any target that could not be
-    put back (a file system without hard links, a restore refused: its earlier version
-    then kept under a temporary name beside it)."""
+def _rename_all(staged: list[tuple[Path, Path]], removed: Sequence[Path] = ()) -> None:
+    """Set every path of ``removed`` aside (renamed beside it), then rename every ``(tmp,
+    path)``; on a failure put every target back as it was: those set aside renamed back,
+    those created here removed, those replaced restored from the hard links made before
+    each rename; once all are renamed, those set aside are removed. The failure is one
+    line naming its target, and any target that could not be put back (a file system
+    without hard links, a restore refused: its earlier version then kept under a
+    temporary name beside it)."""
     created: list[Path] = []
     kept: list[tuple[Path | None, Path]] = []   # (hard link to the old file or None, target)
+    path, removing = None, True
     try:
+        for path in removed:
+            kept.append((_set_aside(path), path))
+        removing = False
         for tmp, path in staged:
             existed = path.exists()
             if existed:
                 kept.append((_linked_copy(path), path))
             try:
-                _move(tmp, path)
+                os.replace(tmp, path)
             except BaseException:
                 if existed:                       # this target was not replaced
                     old = kept.pop()[0]
@@ -345,7 +350,7 @@ def _rename_all(staged: list[tuple[Path | None, Path]]) -> None:
         left = _put_back(created, kept)
         kept.clear()                     # restored, or the only copies of the old files
         if isinstance(exc, OSError):
-            raise _write_error(exc, path, left, removing=tmp is None) from None
+            raise _write_error(exc, path, left, removing=removing) from None
         raise
     finally:
         for old, _ in kept:              # renamed: the old files' links are not needed
@@ -353,12 +358,15 @@ def _rename_all(staged: list[tuple[Path | None, Path]]) -> None:
                 _discard(old)
 
 
-def _move(tmp: Path | None, path: Path) -> None:
-    """Rename ``tmp`` onto ``path``, or remove ``path`` where ``tmp`` is ``None``."""
-    if tmp is None:
-        path.unlink(missing_ok=True)
-    else:
-        os.replace(tmp, path)
+def _set_aside(path: Path) -> Path:
+    """``path`` renamed to a temporary name beside it (no hard link needed to restore it)."""
+    aside = _temp_next_to(path)
+    try:
+        os.replace(path, aside)
+    except BaseException:
+        _discard(aside)
+        raise
+    return aside
 
 
 def _put_back(created: list[Path], kept: list[tuple[Path | None, Path]]) -> list[str]:

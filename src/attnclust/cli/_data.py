@@ -27,11 +27,6 @@ def read_table(args, *, min_columns: int = 1, mmap: bool = False):
     columns, drop = column_lists(args)
     table = load_table(args.data, min_columns=min_columns, mmap=mmap, header=header(args),
                        columns=columns, drop_columns=drop)
-    twice = [n for j, n in enumerate(table.columns) if n in table.columns[:j]]
-    if twice:                # a model names its columns, and predict finds them by name
-        raise CommandError(f"{args.data}: the header names two kept columns {twice[0]!r}; "
-                           "rename one, or leave one out with --drop-columns (by its 0-based "
-                           "index)")
     if not getattr(args, "quiet", False):
         for note in table.notes:
             say(f"attnclust {args.command}: note: {note}")
@@ -77,10 +72,18 @@ def open_rows(args, open_npy):
 
 
 def feature_names(args, columns: list[str]) -> list[str]:
-    """The names of the clustered columns: the columns read less the weight column."""
-    if args.weight_column is None:
-        return list(columns)
-    return [c for j, c in enumerate(columns) if j != args.weight_column - 1]
+    """The names of the clustered columns: the columns read less the weight column; each
+    once (the model names its columns, and ``predict`` finds them by name)."""
+    features = list(columns) if args.weight_column is None else \
+        [c for j, c in enumerate(columns) if j != args.weight_column - 1]
+    seen: set[str] = set()
+    for name in features:
+        if name in seen:
+            raise CommandError(f"{args.data}: the header names two kept columns {name!r}; "
+                               "rename one, or leave one out with --drop-columns (by its "
+                               "0-based index)")
+        seen.add(name)
+    return features
 
 
 def checked_block(args, block, where, start: int, n_rows: int, weights=None):

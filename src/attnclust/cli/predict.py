@@ -75,8 +75,8 @@ def run(args) -> int:
 def _read(args, fitted_on):
     """DATA, its columns those the model was fitted on where neither column option is
     given and DATA has them all by name (a label column beside them is left out; without a
-    header, by the names ``x0, x1, ...`` that fit gave them), else as the options say; read
-    by position under other names, with a warning."""
+    header, columns that fit chose by the names ``x0, x1, ...`` it gave them), else as the
+    options say; read by position under other names, with a warning."""
     import warnings
 
     from .._io import ColumnError
@@ -86,7 +86,12 @@ def _read(args, fitted_on):
         return bool(columns) and not all(n.startswith("x") and n[1:].isdigit()
                                          for n in columns)
     chosen = args.columns is not None or args.drop_columns is not None
-    if not chosen and fitted_on and not any("," in n for n in fitted_on):
+    # columns of a file without header that fit chose (not its first ones, in order: those
+    # stay read by position, and a wider DATA is refused, not read in part)
+    chosen_at_fit = bool(fitted_on) and not named(fitted_on) and \
+        fitted_on != [f"x{j}" for j in range(len(fitted_on))]
+    if not chosen and (named(fitted_on) or chosen_at_fit) and \
+            not any("," in n for n in fitted_on):
         args.columns = ",".join(fitted_on)
         try:
             return read_table(args)
