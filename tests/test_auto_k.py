@@ -485,7 +485,7 @@ def test_the_scan_keeps_the_merged_cells_where_they_are_better():
     X, _ = _separated(10, 5, seed=2)
     Z = kc.standardized(X)
     _, lo, hi = kc._principal_box(Z)
-    cells, scores = kc._scan(Z, 12, np.random.default_rng(0),
+    cells, scores, _ = kc._scan(Z, 12, np.random.default_rng(0),
                              float(np.log(hi - lo).sum()), SETTINGS)
     tie = sum(Z.shape) * np.finfo(float).eps
     for k in range(2, min(len(scores) + 1, len(cells))):
@@ -652,6 +652,31 @@ def test_few_rows_per_cluster_or_feature_give_no_gaussians_on_single_rows():
     for s in (100, 101, 102):
         X = np.random.default_rng(s).normal(size=(100, 30))
         assert choose_n_clusters(X, 10, random_state=0).n_clusters == 1, s
+
+
+def test_clusters_of_equal_rows_or_of_a_constant_feature_still_count():
+    """A head at the floor on enough rows is a cluster, not a Gaussian fitting a row or
+    two: 15 equal rows beside two blobs (three clusters), and a blob whose second
+    feature is 0 exactly (a clipped column) beside another (two clusters, seeds 0-2)."""
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
+
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal((0, 0), 1, (100, 2)), rng.normal((8, 0), 1, (100, 2)),
+              np.tile([[0.0, 6.0]], (15, 1))]
+    assert choose_n_clusters(X, 10, random_state=0).n_clusters == 3
+    for s in range(3):
+        rng = np.random.default_rng(s)
+        X = np.r_[rng.normal((0, 0), 1, (200, 2)), np.c_[rng.normal(6, 1, 200), np.zeros(200)]]
+        assert choose_n_clusters(X, 10, random_state=s).n_clusters == 2, s
+
+
+def test_a_scan_where_every_k_has_a_gaussian_on_one_row_says_so():
+    """One row far from three blobs is alone in the k-means cells of every K: the mixtures
+    are scored as they are, and the choice says so (weak)."""
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
+
+    choice = choose_n_clusters(np.r_[_three_blobs(), [[1e5, 1e5]]], 10, random_state=0)
+    assert choice.weak and "every K >= 2 put a Gaussian on fewer rows" in choice.reason
 
 
 def test_a_cluster_of_a_few_rows_makes_the_choice_weak():

@@ -10,7 +10,7 @@ import pytest
 import torch
 from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits, load_iris, load_wine
-from sklearn.exceptions import ConvergenceWarning
+from sklearn.exceptions import ConvergenceWarning, NotFittedError
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 import attnclust as ac
@@ -772,12 +772,14 @@ def test_float32_data_is_fitted_in_float32():
 
 def test_fitted_arrays_that_overflow_float32_are_refused():
     """float32 rows at 1e20 (finite): the covariances, 1e40, overflow float32; the fit
-    says so rather than keep infinite covariances, and leaves none of the arrays cast."""
+    says so rather than keep infinite covariances, and leaves the estimator unfitted."""
     X, _ = _blobs([[0, 0], [4, 0], [0, 4]], seed=4)
+    refused = AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
     with pytest.raises(ValueError, match=r"the fitted covariances_ overflow float32 \(at "
                                          r"most 3.4e\+38\): pass float64 rows"):
-        AttentionClustering(3, covariance_type="full", random_state=0).fit(
-            (X * 1e20).astype(np.float32))
+        refused.fit((X * 1e20).astype(np.float32))
+    with pytest.raises(NotFittedError):            # neither this fit nor the earlier one
+        refused.predict(X)
     est = AttentionClustering(3, covariance_type="full", random_state=0).fit(X * 1e20)
     assert np.isfinite(est.covariances_).all() and est.covariances_.dtype == np.float64
 

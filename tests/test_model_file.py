@@ -235,6 +235,8 @@ def test_an_archive_of_object_arrays_is_named_as_such(tmp_path):
     (lambda a: a.update({"attr.cluster_centers_": np.zeros((3, 5))}),
      r"cluster_centers_ of shape \(3, 5\), not \(K, n_features_in_ = 3\)"),
     (lambda a: a.pop("attr.cluster_centers_"), "no cluster_centers_ or n_features_in_"),
+    (lambda a: a.update({"attr.inverse_temperature_": np.float64(-1.0)}),
+     r"inverse_temperature_ = .*-1\..*, not a number > 0"),
 ])
 def test_a_file_edited_by_hand_with_its_digest_written_again_is_refused(rows, tmp_path, edit,
                                                                           message):

@@ -49,6 +49,7 @@ def test_the_documentation_check_can_fail():
     (dict(looks=(10, 4)), r"looks must be increasing integers in \[2, n_references\)"),
     (dict(looks=(4, 20)), r"= \[2, 20\), got \(4, 20\)"),
     (dict(looks=4), "looks must be increasing integers"),
+    (dict(strong_evidence=1.0), r"strong_evidence must be at least bare_mention \(2.0\)"),
 ])
 def test_bad_values_raise_naming_the_field(change, message):
     with pytest.raises(ValueError, match=message):

@@ -13,7 +13,7 @@ from ._fit_common import input_files
 
 # rows read for the table's attention and risk: all of them up to this many, else this
 # many drawn at random (the sizes are always of every row): a pass of predict_proba and
-# score over millions of rows cost the summary 30 times the fit's time
+# score (the risk's terms then) over millions of rows cost the summary 30 times the fit's time
 SUMMARY_ROWS = 100_000
 
 
@@ -217,7 +217,7 @@ def summary_sums(est, X, n_clusters: int, *, chunk: int = 1 << 16, weights=None)
     (weighted by the sample weights, when given).
 
     In blocks of rows, so a memory-mapped ``X`` is never copied whole for the summary
-    (``predict_proba`` and ``score`` act row by row, so the sums are exact).
+    (``predict_proba`` and ``squared_errors`` act row by row, so the sums are exact).
     """
     import numpy as np
 

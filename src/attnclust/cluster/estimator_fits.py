@@ -423,14 +423,17 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
 
 def in_data_dtype(est, names, dtype) -> None:
     """The fitted arrays ``names`` of ``est`` (those it has, floating) in the data's
-    ``dtype``, as ``KMeans`` and ``GaussianMixture`` keep them; a ``ValueError`` where one
-    overflows it (float32 rows at 1e20: covariances of 1e40), before any is cast."""
+    ``dtype``, as ``KMeans`` and ``GaussianMixture`` keep them; where one overflows it
+    (float32 rows at 1e20: covariances of 1e40), a ``ValueError``, and ``est`` left
+    unfitted (no attribute of this fit, nor of an earlier one, kept)."""
     cast = {}
     for name in names:
         value = getattr(est, name, None)
         if isinstance(value, np.ndarray) and value.dtype.kind == "f":
             cast[name] = value.astype(dtype, copy=False)
             if np.isfinite(value).all() and not np.isfinite(cast[name]).all():
+                for fitted in [k for k in vars(est) if k.endswith("_") and k[0] != "_"]:
+                    delattr(est, fitted)
                 raise ValueError(f"the fitted {name} overflow {np.dtype(dtype)} (at most "
                                  f"{np.finfo(dtype).max:.3g}): pass float64 rows")
     for name, value in cast.items():

@@ -271,8 +271,9 @@ def load_model(path: str | os.PathLike):
     Raises
     ------
     ValueError
-        One line: no such file, not a model file, a file of another format version, or a
-        file changed since it was written (its digest does not match).
+        One line: no such file, not a model file, a file of another format version, a
+        file changed since it was written (its digest does not match), or one whose
+        fitted attributes disagree (a file edited by hand, its digest written again).
 
     Examples
     --------

@@ -192,7 +192,8 @@ class LayerPredictionsMixin(TransformerMixin):
 
     def squared_errors(self, X) -> np.ndarray:
         """The layer's squared error ``||x - T_mu(x)||^2`` of each preprocessed row, shape
-        (n_samples,), float64: the terms of the empirical risk, whose mean is the risk.
+        (n_samples,), float64: the terms of the layer's empirical risk (shaped heads are
+        fitted on their likelihood instead: their ``loss_curve_`` is ``-score``).
 
         Examples
         --------

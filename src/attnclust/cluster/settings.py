@@ -125,10 +125,13 @@ class FitSettings:
         The structure test's ``z`` above which the rows hold structure.
     bare_mention : float, default=2.0
         BIC above the least that is "not worth more than a bare mention" (Kass and
-        Raftery): the fewest ``K`` within it is chosen.
+        Raftery): the fewest ``K`` within it is chosen; and the evidence for one
+        component that ``K = 1`` needs where the structure test finds structure absent
+        (``z < -structure_z``).
     strong_evidence : float, default=6.0
         BIC below the least of ``K >= 2`` that is "strong" evidence (Kass and Raftery):
-        one component must have the least BIC by at least this for ``K = 1``.
+        what one component needs for ``K = 1`` where the structure test finds none (at
+        least ``bare_mention``; :mod:`attnclust.cluster.choice.k_choice`, *No structure*).
     thin_rows : int, default=5
         Rows per cluster of the chosen ``K`` below which its BIC is not trusted against
         ``K = 1``.
@@ -200,6 +203,9 @@ class FitSettings:
         _check_range("confident", self.confident, 0, 1)
         for name in ("structure_z", "bare_mention", "strong_evidence", "marginal_z"):
             _check_range(name, getattr(self, name), 0, math.inf, open_high=True)
+        if self.strong_evidence < self.bare_mention:
+            raise ValueError(f"strong_evidence must be at least bare_mention "
+                             f"({self.bare_mention!r}), got {self.strong_evidence!r}")
         self._check_looks()
 
     def _check_looks(self) -> None:

@@ -34,12 +34,14 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   parameters per head are more than the rows support, e.g. 20 features and 100-300 rows
   per cluster, where the full shape alone undercounts). A shape whose EM leaves a head
   at the covariance floor in some direction (within 1% of the floor of the features'
-  typical spread, not of the grid below) is not scored at that ``K``: a Gaussian on
-  fewer rows than dimensions, a row alone, has the floor's likelihood, which wins the
-  BIC without bound (30 rows of three blobs were six clusters, one of one row; one
-  Gaussian of 100 rows in 30 dimensions seven or eight). Where every ``K >= 2`` has
-  such a head (the k-means cells of one far row alone), they are scored as they are,
-  and the choice says that a cluster holds a row or two. The chosen ``K*`` is the
+  typical spread, not of the grid below) on fewer rows than its covariance needs (2;
+  ``d + 1`` for a full one) is not scored at that ``K``: such a Gaussian, on a row
+  alone or on fewer rows than dimensions, has the floor's likelihood, which wins the BIC
+  without bound (30 rows of three blobs were six clusters, one of one row; one Gaussian
+  of 100 rows in 30 dimensions seven or eight). A head at the floor on more rows is a
+  cluster (many equal rows; rows constant along a feature) and is scored. Where every
+  ``K >= 2`` has such a head (the k-means cells of one far row alone), they are scored
+  as they are, and the choice says so (weak). The chosen ``K*`` is the
   fewest clusters ``K >= 2`` whose BIC is within ``settings.bare_mention`` of the least:
   Kass and Raftery's scale (1995) calls a BIC difference of 0 to 2 evidence "not worth
   more than a bare mention", and such evidence adds no cluster (near ties: uniform noise
@@ -159,7 +161,7 @@ from scipy.special import stdtrit
 
 from ..._validation import as_generator
 from ..kmeans.batch import best_of_seedings
-from ..mixture.candidates import head_at_floor, score_lean
+from ..mixture.candidates import AT_FLOOR, score_lean
 from ..mixture.covariance import as_covariance
 from ..mixture.em import LeanEM, RowProducts
 from ..settings import FitSettings
@@ -182,7 +184,8 @@ class KChoice(NamedTuple):
 
     n_clusters: int
     """``K*``, or 1 when the rows hold no structure by the test and one component has
-    the least BIC by strong evidence (module docstring, *No structure*)."""
+    the least BIC by strong evidence, or positive where the test finds structure absent
+    (module docstring, *No structure*)."""
     best: int
     """The fewest ``K >= 2`` whose BIC is within ``settings.bare_mention`` of the least."""
     bic: np.ndarray
@@ -290,8 +293,8 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     :class:`~attnclust.cluster.mixture.em.RowProducts`, shared by the calls on them;
     ``sample_weight``: the rows' weights ``(n,)`` (the likelihood of ``n`` rows, weighted).
     ``least_floor`` ``(d,)``: where a head's covariance comes within 1% of it in some
-    direction, the BIC is ``inf``: that head's likelihood is the floor's, not a cluster's
-    (a Gaussian on fewer rows than dimensions).
+    direction on fewer rows than the covariance needs, the BIC is ``inf``: that head's
+    likelihood is the floor's, not a cluster's (:func:`_degenerate`).
 
     Examples
     --------
@@ -312,12 +315,22 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     for _ in range(steps):
         if not em.step():
             break
-    if least_floor is not None and head_at_floor(shape, em.params[1], least_floor):
+    if least_floor is not None and _degenerate(em.result(), shape, least_floor):
         return math.inf
     # the shape's mixture parameters (means, weights, covariances), and the background's
     state = em.state
     return score_lean(state.lse, state.top, em.w, shape, shape.n_parameters(n_clusters, d) + 1,
                       d, 0.0).bic
+
+
+def _degenerate(fit, shape, least_floor: np.ndarray) -> bool:
+    """Whether a head of the EM's ``fit`` sits at ``least_floor`` in some direction on
+    fewer rows than its covariance needs (2; ``d + 1`` for a full one): its likelihood is
+    the floor's. A cluster of many equal rows, or of rows constant along a feature, sits
+    there on enough rows, and counts."""
+    need = fit.means.shape[1] + 1 if shape.name == "full" else 2
+    at_floor = shape.floor_ratio(np.asarray(fit.covariances), least_floor) <= AT_FLOOR
+    return bool((at_floor & (fit.counts[:len(at_floor)] < need)).any())
 
 
 def bic_gain(rows: np.ndarray, labels: np.ndarray, cells: np.ndarray, *,
@@ -424,14 +437,14 @@ def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
     raise ValueError(f"n_references={n_references}: the test needs at least 2")
 
 
-def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list]:
-    """:func:`_scan_once` without the mixtures that put a head at the floor, or, where
-    every ``K >= 2`` does (the k-means cells of one far row alone), with them (the choice
-    then says that a cluster holds a row or two)."""
+def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list, bool]:
+    """:func:`_scan_once` without the mixtures that put a head at the floor on too few rows
+    (:func:`_degenerate`), or, where every ``K >= 2`` does (the k-means cells of one far row
+    alone), with them; and whether it fell back so."""
     cells, scores = _scan_once(Z, top, gen, log_volume, settings, strict=True)
     if np.isfinite([b for b, _ in scores[1:]]).any():
-        return cells, scores
-    return _scan_once(Z, top, gen, log_volume, settings, strict=False)
+        return cells, scores, False
+    return *_scan_once(Z, top, gen, log_volume, settings, strict=False), True
 
 
 def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
@@ -469,12 +482,28 @@ def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
     return cells, scores
 
 
+def _few_rows_doubts(labels: np.ndarray, best: int, floored: bool, s: FitSettings
+                     ) -> list[str]:
+    """The doubts of clusters on a row or two: a cell of ``K*`` with fewer than
+    ``s.thin_rows`` rows; a scan where every ``K >= 2`` put a Gaussian on too few rows
+    (``floored``: :func:`_scan`)."""
+    smallest = int(np.bincount(labels, minlength=best).min())
+    doubts = [f"a cluster of {smallest} row{'s' * (smallest != 1)}, fewer than "
+              f"{s.thin_rows}: its Gaussian may fit those rows, not a cluster"
+              ] if smallest < s.thin_rows else []
+    if floored:
+        doubts.append("every K >= 2 put a Gaussian on fewer rows than its covariance needs "
+                      "(its likelihood the floor's), and was scored so")
+    return doubts
+
+
 def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                       settings: FitSettings | None = None) -> KChoice:
     """``n_clusters="auto"``: the fewest ``K`` in ``2..max_clusters`` whose BIC is within
     ``settings.bare_mention`` of the least, or 1 when the structure test finds no
-    structure and one component has the least BIC by ``settings.strong_evidence`` (or
-    ``K*`` leaves fewer than ``settings.thin_rows`` rows per cluster; module docstring),
+    structure and one component has the least BIC by ``settings.strong_evidence``
+    (``settings.bare_mention`` where the test finds structure absent; or ``K*`` leaves
+    fewer than ``settings.thin_rows`` rows per cluster; module docstring),
     on a sample of ``settings.k_rows`` rows drawn with ``random_state`` when there are
     more; ``settings``: the choice's settings
     (:class:`~attnclust.cluster.settings.FitSettings`, the defaults when ``None``).
@@ -507,7 +536,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
         return KChoice(1, 1, np.zeros(1), 1.0, 0.0, False,
                        "no spread: every row is the same, one cluster")
     log_volume = _principal_log_volume(Z)
-    cells, scores = _scan(Z, top, gen, log_volume, s)
+    cells, scores, floored = _scan(Z, top, gen, log_volume, s)
     bic = np.full(top, np.inf)
     bic[:len(scores)] = [b for b, _ in scores]
     least = 2 + int(np.argmin(bic[1:]))
@@ -556,10 +585,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                       f"choice by {evidence:g} (BIC(1) {one:+.1f} from the least of "
                       "K >= 2: one cluster of a non-Gaussian shape, clusters nested or "
                       "touching, or too few rows to tell)")
-    smallest = int(np.bincount(cells[best - 1][0], minlength=best).min())
-    if smallest < s.thin_rows:       # a Gaussian on a row or two wins the BIC unboundedly
-        doubts.append(f"a cluster of {smallest} row{'s' * (smallest != 1)}, fewer than "
-                      f"{s.thin_rows}: its Gaussian may fit those rows, not a cluster")
+    doubts += _few_rows_doubts(cells[best - 1][0], best, floored, s)
     if best == top and top < n - 1:        # (the scan reached top: it had not stopped)
         doubts.append(f"K = max_clusters = {top}: the rows may hold more, raise max_clusters")
     if s.structure_z < z < s.marginal_z:
