@@ -115,3 +115,22 @@ def test_a_path_that_ends_on_its_last_count_says_to_follow_more_heads(tmp_path, 
     assert "chose K=1" in out and "follow more heads (--max-clusters)" in out
     assert main(["path", str(tmp_path / "x.npy"), "--max-clusters", "4", "--quiet"]) == 0
     assert "chose K=3" in capsys.readouterr().out
+
+
+def test_path_says_when_the_fit_it_agrees_with_is_weak_and_names_its_objective(tmp_path,
+                                                                               capsys):
+    """Eight rows in two groups far apart: path and fit -k auto both answer 2, and fit's
+    choice is weak (clusters of 4 rows), which path now says; with --objective risk the
+    path is the layer's risk minimizer, not soft k-means."""
+    rng = np.random.default_rng(2)
+    centres = rng.normal(size=(2, 2)) * 100
+    np.save(tmp_path / "e.npy", np.concatenate([c + rng.normal(size=(4, 2)) for c in centres]))
+    assert main(["path", str(tmp_path / "e.npy"), "--max-clusters", "4", "--out",
+                 str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out
+    assert "fit -k auto chooses the same K=2" in out and "; weak: a cluster of 4 rows" in out
+    assert main(["path", str(tmp_path / "e.npy"), "--max-clusters", "4", "--objective",
+                 "risk", "--out", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "instead" in out and "plateau of the layer's risk minimizer" in out
+    assert "soft k-means" not in out

@@ -92,7 +92,7 @@ def run(args) -> int:
         splits = ", ".join(f"{s:.3g}" for s in path.split_inverse_temperatures) or "none"
         line = (f"n={X.shape[0]}  d={X.shape[1]}  splits at lambda = {splits}\n"
                 f"chose K={choice.n_clusters}: {choice.reason}\n"
-                + _agreement(choice.n_clusters, auto) +
+                + _agreement(choice.n_clusters, auto, args.objective) +
                 f"wrote {outputs[0]}, {outputs[1]}")
         try:
             write_all({outputs[0]: lambda p: fig.savefig(p, dpi=120),
@@ -118,11 +118,15 @@ def _fit_auto_choice(X, max_clusters: int, geometry: str) -> tuple[int, str]:
     return est.n_clusters_, est.n_clusters_reason_
 
 
-def _agreement(n_clusters: int, auto: tuple[int, str]) -> str:
-    """A line saying whether ``fit -k auto`` chooses the same ``K``, and why not."""
+def _agreement(n_clusters: int, auto: tuple[int, str], objective: str) -> str:
+    """A line saying whether ``fit -k auto`` chooses the same ``K``, and why not, and
+    where its choice is weak, why."""
+    weak = auto[1].split("; weak: ", 1)[1] if "; weak: " in auto[1] else ""
     if auto[0] == n_clusters:
         return (f"fit -k auto chooses the same K={n_clusters} (by its own criterion: the BIC "
-                "of a Gaussian mixture, the clusters of its heads, a test for no structure)\n")
+                "of a Gaussian mixture, the clusters of its heads, a test for no structure)"
+                + (f"; weak: {weak}" if weak else "") + "\n")
+    path = "soft k-means" if objective == "free_energy" else "the layer's risk minimizer"
     return (f"fit -k auto chooses K={auto[0]} instead: it scores Gaussian mixtures by their "
             f"BIC and counts the clusters of their heads ({auto[1]}), where the path reads K "
-            "off its widest plateau of soft k-means\n")
+            f"off its widest plateau of {path}\n")
