@@ -68,6 +68,20 @@ def test_parquet_dates_and_durations_are_no_features(tmp_path, kind):
     assert load_table(tmp_path / "x.parquet", drop_columns=["t"]).columns == ["a"]
 
 
+def test_a_missing_value_in_parquet_is_named_as_in_a_csv(tmp_path):
+    """A null (None) in a parquet column is a missing value, named with its row and
+    column, as a CSV's empty cell is (it was 'NaN or inf at row 3, column 2')."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"a": np.arange(4.0), "b": pa.array([1.0, 2.0, None, 4.0])}),
+                   tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match=r"missing value at row 3, column 'b'; fill in or "
+                                         "leave out the rows with missing values"):
+        load_table(tmp_path / "x.parquet")
+    assert load_table(tmp_path / "x.parquet", drop_columns=["b"]).columns == ["a"]
+
+
 def test_pandas_index_is_left_out_with_a_note(tmp_path, rows):
     # pandas' DataFrame.to_csv(): an unnamed first column holding the index 0..n-1
     lines = _text(rows).splitlines()

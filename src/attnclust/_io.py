@@ -473,6 +473,7 @@ def _parquet(path: Path, selection) -> Table:
     """A parquet file's numeric columns, through pyarrow (the extra ``attnclust[parquet]``);
     pandas' stored index (``__index_level_N__``) left out."""
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise ValueError(f"{path}: reading parquet needs pyarrow: pip install "
@@ -487,10 +488,12 @@ def _parquet(path: Path, selection) -> Table:
     names = [n for n in names if n not in index]
     keep = selection(names)
     out = np.empty((table.num_rows, len(keep)))
-    import pyarrow as pa
-
     for jj, j in enumerate(keep):
         column = table.column(names[j])
+        if column.null_count:    # a missing value (None), as in a CSV: named, not read as NaN
+            row = int(column.is_null().to_numpy(zero_copy_only=False).argmax()) + 1
+            raise ValueError(f"{path}: missing value at row {row}, column {names[j]!r}; fill in "
+                             "or leave out the rows with missing values")
         try:            # numbers and booleans only: a date read as nanoseconds is no feature
             if not (pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
                     or pa.types.is_boolean(column.type) or pa.types.is_decimal(column.type)):
@@ -583,8 +586,7 @@ def load_table(path: str | os.PathLike, *, min_columns: int = 1, mmap: bool = Fa
 
 def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,
                 mmap: bool = False, header: bool | None = None) -> np.ndarray:
-    r"""Read a data matrix, one point per row (:func:`load_table`'s matrix, every column
-    kept).
+    r"""A data matrix, one point per row (:func:`load_table`'s matrix, every column kept).
 
     Examples
     --------
