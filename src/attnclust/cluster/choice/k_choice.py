@@ -37,11 +37,11 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   typical spread, not of the grid below) on fewer rows than its covariance needs (2;
   ``d + 1`` for a full one) is not scored at that ``K``: such a Gaussian, on a row
   alone or on fewer rows than dimensions, has the floor's likelihood, which wins the BIC
-  without bound (30 rows of three blobs were six clusters, one of one row; one Gaussian
-  of 100 rows in 30 dimensions seven or eight). A head at the floor on more rows is a
-  cluster (many equal rows; rows constant along a feature) and is scored. Where every
-  ``K >= 2`` has such a head (the k-means cells of one far row alone), they are scored
-  as they are, and the choice says so (weak). The chosen ``K*`` is the
+  without bound (30 rows of three blobs were six clusters; one Gaussian of 100 rows in 30
+  dimensions seven or eight); a head at the floor on more rows (equal rows, a constant
+  feature) is a cluster. Where every ``K >= 2`` has such a head (one far row alone in
+  every k-means cell), they are scored as they are, and the choice says so (weak). The
+  chosen ``K*`` is the
   fewest clusters ``K >= 2`` whose BIC is within ``settings.bare_mention`` of the least:
   Kass and Raftery's scale (1995) calls a BIC difference of 0 to 2 evidence "not worth
   more than a bare mention", and such evidence adds no cluster (near ties: uniform noise
@@ -77,31 +77,26 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   Where the test finds structure absent, not only unproven (``z < -structure_z``: the
   cells remove less scatter than in uniform rows, as a blob's do), positive evidence
   (``settings.bare_mention``, 2) suffices: an elongated Gaussian of 500 rows had ``BIC(1)``
-  5.5 below at ``z = -12.8`` (``tests/test_auto_k.py``, one-cluster data); no mixture of
-  2 or 3 blobs 3 or 4 sd apart (30-500 rows, 2-5 features, 12 seeds each) and no
-  development set (seeds 0-1) met that clause (one-off probes).
-  Weaker evidence for one component is what a few rows of several clusters give: thirty
-  rows in three blobs 3 sd apart answered ``K = 1`` on 16 of 20 seeds when positive
-  evidence (2) sufficed, 11 with strong, while one Gaussian of thirty rows stays one
-  cluster as often (18 of 20; on 20 Gaussians of sixty rows ``BIC(1)`` is 9.7 or more
-  below; ``tests/test_auto_k.py``); on the development battery the 30 rows of ``insect``
-  (three clusters, ``BIC(1)`` 4.1 below) are no longer one cluster. Either alone
-  errs on real data: the gap test calls nested, touching and non-convex clusters
-  structureless (rings, a dense disk inside a sparse one, spirals: ``K = 1`` on 69 of
-  303 multi-cluster sets and seeds of the public development battery when it decided
-  alone, measured once in 0.3 with seeds 0-2; nothing regenerates it), and the BIC
-  splits one non-Gaussian cluster into several Gaussians (a uniform square, a disk, a
-  ring). Together, ``K = 1`` on 5 of the battery's 475 multi-cluster fits (95 sets with
-  2 to 12 clusters, seeds 0-4: one table whose rows are the points of a grid), while a
-  Gaussian blob, round or elongated, is still one cluster (every seed); a uniform
-  square, a ring and a sphere's surface are split, with a weak choice saying why
-  (``attnclust bench --only auto_k``: both rates). Where ``K*`` leaves fewer than
-  ``settings.thin_rows`` rows per cluster (a few rows, on which Gaussians on one or two rows
-  each win the BIC without bound: 5 rows of noise were 4 clusters), the test decides
-  alone. The test (a gap
-  statistic at ``K*``, after Tibshirani, Walther and Hastie 2001): the k-means cells of
-  ``K*`` remove a share of the scatter, ``D = log(W_1 / W_K*)`` (``W_K`` the within-cell
-  sum of squares); the same is computed on ``settings.n_references`` reference sets drawn
+  5.5 below at ``z = -12.8`` (``tests/test_auto_k.py``); no mixture of 2-3 blobs 3-4 sd
+  apart (one-off probes) nor development set (seeds 0-1) met that clause.
+  A few rows of several clusters give weaker evidence for one component: 30 rows in
+  three blobs 3 sd apart answered ``K = 1`` on 16 of 20 seeds with positive evidence
+  (2), 11 with strong, while one 30-row Gaussian stays one cluster as often (18 of 20;
+  ``tests/test_auto_k.py``); the battery's ``insect`` (30 rows, ``BIC(1)`` 4.1 below)
+  is split. Either test alone errs on real data: the gap test calls nested, touching and
+  non-convex clusters structureless (``K = 1`` on 69 of 303 multi-cluster fits of the
+  development battery, measured once in 0.3), and the BIC splits one non-Gaussian
+  cluster into several Gaussians (a uniform square, a disk, a ring). Together, ``K = 1``
+  on 5 of the battery's 475 multi-cluster fits (95 sets with 2 to 12 clusters, seeds
+  0-4: one table whose rows are the points of a grid), while a Gaussian blob, round or
+  elongated, is still one cluster (every seed); a uniform square, a ring and a sphere's
+  surface are split, with a weak choice saying why (``attnclust bench --only auto_k``:
+  both rates). Where ``K*`` leaves fewer than ``settings.thin_rows`` rows per cluster (a
+  few rows, on which Gaussians on one or two rows each win the BIC without bound: 5 rows
+  of noise were 4 clusters), the test decides alone. The test (a gap statistic at
+  ``K*``, after Tibshirani, Walther and Hastie 2001): the k-means cells of ``K*``
+  remove a share of the scatter, ``D = log(W_1 / W_K*)`` (``W_K`` the within-cell sum
+  of squares); the same is computed on ``settings.n_references`` reference sets drawn
   uniformly in the rows' principal box (the distribution without clusters that fills
   the same box; one k-means run each). The rows hold structure when ``D`` exceeds the
   references' mean by ``settings.structure_z`` of their standard deviations, ``z = (D - mean
@@ -292,9 +287,8 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     (:class:`~attnclust.cluster.mixture.candidates.ShapeScore`). ``products``: the centred rows'
     :class:`~attnclust.cluster.mixture.em.RowProducts`, shared by the calls on them;
     ``sample_weight``: the rows' weights ``(n,)`` (the likelihood of ``n`` rows, weighted).
-    ``least_floor`` ``(d,)``: where a head's covariance comes within 1% of it in some
-    direction on fewer rows than the covariance needs, the BIC is ``inf``: that head's
-    likelihood is the floor's, not a cluster's (:func:`_degenerate`).
+    ``least_floor`` ``(d,)``: the BIC is ``inf`` where a head sits at it on too few rows
+    (its likelihood the floor's, not a cluster's: :func:`_degenerate`).
 
     Examples
     --------
@@ -328,7 +322,7 @@ def _degenerate(fit, shape, least_floor: np.ndarray) -> bool:
     fewer rows than its covariance needs (2; ``d + 1`` for a full one): its likelihood is
     the floor's. A cluster of many equal rows, or of rows constant along a feature, sits
     there on enough rows, and counts."""
-    need = fit.means.shape[1] + 1 if shape.name == "full" else 2
+    need = fit.means.shape[1] + 1 if shape.joint else 2
     at_floor = shape.floor_ratio(np.asarray(fit.covariances), least_floor) <= AT_FLOOR
     return bool((at_floor & (fit.counts[:len(at_floor)] < need)).any())
 

@@ -105,6 +105,7 @@ class Covariance(Stateless, ABC):
     name: str
     shaped: bool
     automatic = False     # the covariance type is the fit's (see :class:`ShapeChoiceMarker`)
+    joint = False         # one covariance over all features: d + 1 rows give it full rank
 
     # -- shapes -----------------------------------------------------------------------------
     @abstractmethod
@@ -384,6 +385,7 @@ class Full(Covariance):
 
     name = "full"
     shaped = True
+    joint = True
 
     def shape(self, n_heads, n_features):
         return (n_heads, n_features, n_features)
