@@ -703,6 +703,23 @@ def test_a_marginal_structure_quotes_its_z_as_the_reason_does(monkeypatch, z, sa
     assert f"the structure is marginal (z = {marginal} < 5)" in choice.reason
 
 
+def test_integer_weights_choose_k_as_repeated_rows_do():
+    """An integer weight is that many copies of its row, for the choice of K too: six rows
+    of weight 30 beside two blobs give the BIC of the rows repeated, bit for bit, and the
+    same K (the choice read them once each, and answered as without weights)."""
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal((0, 0), 1, (150, 2)), rng.normal((8, 0), 1, (150, 2)),
+              rng.normal((4, 7), 1, (6, 2))]
+    w = np.r_[np.ones(300), np.full(6, 30.0)]
+    weighted = ac.AttentionClustering("auto", random_state=0).fit(X, sample_weight=w)
+    repeated = ac.AttentionClustering("auto", random_state=0).fit(
+        np.repeat(X, w.astype(int), axis=0))
+    np.testing.assert_array_equal(weighted.k_choice_.bic, repeated.k_choice_.bic)
+    assert weighted.n_clusters_ == repeated.n_clusters_
+    unweighted = ac.AttentionClustering("auto", random_state=0).fit(X)
+    assert not np.array_equal(unweighted.k_choice_.bic, weighted.k_choice_.bic)
+
+
 def test_a_refit_with_a_given_k_leaves_no_choice_of_k():
     """k_choice_ and n_clusters_reason_ belong to the fit that chose K: a refit with a
     given K drops them (they were kept, quoting the old K)."""

@@ -438,6 +438,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         weights = check_sample_weight(sample_weight, X.shape[0])
         data_parallel = comm is not None
         comm = comm if data_parallel else Communicator.local(X.shape[0])
+        given = weights                     # integer weights: copies of rows, for K's choice
         if weights is not None:
             # weights count only relative to each other: brought to at most the number of
             # ranks (the unit: the mean over ranks of their largest weight), so that their
@@ -451,7 +452,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         for name in ("k_choice_", "n_clusters_reason_"):   # none left from an earlier fit
             self.__dict__.pop(name, None)
         K = plan.n_clusters if plan.n_clusters is not None else \
-            self._choose_n_clusters(X, plan, weights)
+            self._choose_n_clusters(X, plan, given)
         with fit_threads(plan.device) as workers:
             rows = self._fit(X, comm, workers, weights, plan.with_clusters(K))
             if not self.merge_heads_:               # one head per cluster
@@ -468,16 +469,19 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan, weights=None) -> int:
         """``n_clusters="auto"``: :func:`~attnclust.cluster.choice.k_choice.choose_n_clusters` of
         the preprocessed rows with the plan's settings (at most ``settings.k_rows`` of them,
-        drawn with ``random_state`` when there are more: in proportion to the checked
-        ``weights`` when given; rows of weight zero are left out, and the rows drawn count
-        once each);
+        drawn with ``random_state`` when there are more). With ``weights``, rows of weight
+        zero are left out; integer weights summing to at most ``k_rows`` are that many
+        copies of their rows, as ``fit`` reads them; other unequal weights draw as many
+        rows (at most ``k_rows``) in proportion to them, with replacement;
         sets ``k_choice_`` and ``n_clusters_reason_``, and warns when the choice is weak."""
         if weights is not None:
             X, w = X[weights > 0], weights[weights > 0]
-            if X.shape[0] > plan.settings.k_rows:
+            k_rows = plan.settings.k_rows
+            if np.array_equal(w, np.round(w)) and w.sum() <= k_rows:
+                X = np.repeat(X, w.astype(np.int64), axis=0)
+            elif np.ptp(w) > 0:
                 gen = as_generator(plan.random_state, "random_state")
-                X = X[np.sort(gen.choice(X.shape[0], plan.settings.k_rows, replace=False,
-                                         p=w / w.sum()))]
+                X = X[np.sort(gen.choice(len(X), min(k_rows, len(X)), p=w / w.sum()))]
         local = Communicator.local(X.shape[0])
         self.mean_, self.scale_ = plan.learn_center(X, local)
         rows = plan.preprocess(X, (self.mean_, self.scale_), comm=local)
