@@ -5,14 +5,12 @@ nothing of the earlier run that it did not write again."""
 from __future__ import annotations
 
 import json
-import os
 
 import numpy as np
 import pytest
 
 import attnclust as ac
 from _cli import fails
-from attnclust import _atomic
 from attnclust.cli import main
 
 
@@ -138,7 +136,8 @@ def test_a_rerun_leaves_nothing_stale(blobs):
     assert not {"r.proba.npy", "r.proba.csv", "r.png", "r.covariances.npy"} & left
 
 
-def test_a_rerun_that_cannot_remove_a_stale_file_writes_nothing(blobs, monkeypatch, capsys):
+def test_a_rerun_that_cannot_remove_a_stale_file_writes_nothing(blobs, monkeypatch, capsys,
+                                                                  refuse_rename):
     """An earlier fit's picture that cannot be removed (a file the user may not delete):
     the rerun fails in one line and leaves the earlier fit's files as they were, where it
     renamed its own into place and left the picture stale beside them; a folder in the
@@ -148,13 +147,7 @@ def test_a_rerun_that_cannot_remove_a_stale_file_writes_nothing(blobs, monkeypat
     fit = ["fit", str(tmp / "x.npy"), "--out", str(tmp / "r"), "--quiet"]
     assert main([*fit, "-k", "3", "--proba", "--plot"]) == 0
     before = {p.name: p.read_bytes() for p in tmp.iterdir()}
-    real_replace = os.replace
-
-    def replace(src, dst):                  # r.png may not be moved (nor removed)
-        if os.path.basename(src) == "r.png":
-            raise PermissionError(1, "Operation not permitted")
-        return real_replace(src, dst)
-    monkeypatch.setattr(_atomic.os, "replace", replace)
+    refuse_rename(lambda src, dst: src == "r.png")      # may not be moved (nor removed)
     err = fails(capsys, [*fit, "-k", "2"])
     assert "r.png: cannot remove (Operation not permitted); nothing was written" in err
     assert {p.name: p.read_bytes() for p in tmp.iterdir()} == before

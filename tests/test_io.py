@@ -117,7 +117,7 @@ def test_save_matrices_writes_every_file_before_renaming_any(tmp_path, monkeypat
 
 
 
-def test_files_removed_with_the_renames_all_or_nothing(tmp_path, monkeypatch):
+def test_files_removed_with_the_renames_all_or_nothing(tmp_path, refuse_rename):
     """remove=: an earlier run's file goes with the renames; where it cannot be removed
     (a file the user may not delete), nothing is written, the file removed before it
     and the one replaced are back, and the error says which file in one line."""
@@ -128,13 +128,7 @@ def test_files_removed_with_the_renames_all_or_nothing(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["old.csv", "x.npy"]
     np.testing.assert_array_equal(np.load(tmp_path / "x.npy"), np.zeros(2))
     (tmp_path / "old.png").write_text("old.png")
-    real_replace = os.replace
-
-    def replace(src, dst):                  # old.png may not be moved (nor removed)
-        if os.path.basename(src) == "old.png":
-            raise PermissionError(1, "Operation not permitted")
-        return real_replace(src, dst)
-    monkeypatch.setattr(_atomic.os, "replace", replace)
+    refuse_rename(lambda src, dst: src == "old.png")    # may not be moved (nor removed)
     with pytest.raises(ValueError, match=r"old\.png: cannot remove \(Operation not "
                                          r"permitted\); nothing was written"):
         save_matrices({tmp_path / "x.npy": np.full(2, 5.0), tmp_path / "y.npy": np.eye(2)},
@@ -145,19 +139,13 @@ def test_files_removed_with_the_renames_all_or_nothing(tmp_path, monkeypatch):
 
 
 def test_a_file_removed_with_the_renames_comes_back_without_hard_links(tmp_path,
-                                                                      monkeypatch):
+                                                                      refuse_rename,
+                                                                      no_hard_links):
     """A file system that refuses hard links, and a rename that fails after an earlier
     run's file was removed: the file is back (it was set aside by a rename, not linked),
     and nothing new is written."""
     (tmp_path / "old.csv").write_text("old")
-    real_replace = os.replace
-
-    def replace(src, dst):
-        if os.path.basename(dst) == "y.npy":
-            raise PermissionError(1, "Permission denied")
-        return real_replace(src, dst)
-    monkeypatch.setattr(_atomic.os, "link", lambda *a: (_ for _ in ()).throw(OSError(1, "no")))
-    monkeypatch.setattr(_atomic.os, "replace", replace)
+    refuse_rename(lambda src, dst: dst == "y.npy", "Permission denied")
     with pytest.raises(ValueError, match=r"y\.npy: cannot write \(Permission denied\); "
                                          "nothing was written"):
         save_matrices({tmp_path / "x.npy": np.eye(2), tmp_path / "y.npy": np.eye(2)},
@@ -166,20 +154,14 @@ def test_a_file_removed_with_the_renames_comes_back_without_hard_links(tmp_path,
     assert (tmp_path / "old.csv").read_text() == "old"
 
 
-def test_a_failed_rename_puts_back_the_files_it_replaced(tmp_path, monkeypatch):
+def test_a_failed_rename_puts_back_the_files_it_replaced(tmp_path, refuse_rename):
     """Old outputs x.npy, y.npy; the new y.npy cannot be renamed into place (a file the
     user may not replace): the new x.npy, renamed first, is undone, and the error names
     y.npy in one line. A file of their own beside them stays."""
     np.save(tmp_path / "x.npy", np.ones(2))
     np.save(tmp_path / "y.npy", np.ones(3))
     (tmp_path / "mine.txt").write_text("mine")
-    real_replace = os.replace
-
-    def replace(src, dst):
-        if os.path.basename(dst) == "y.npy" and ".tmp" in os.path.basename(src):
-            raise PermissionError(1, "Operation not permitted")
-        return real_replace(src, dst)
-    monkeypatch.setattr(_atomic.os, "replace", replace)
+    refuse_rename(lambda src, dst: dst == "y.npy" and ".tmp" in src)
     with pytest.raises(ValueError, match=r"y\.npy: cannot write \(Operation not permitted\); "
                                          "nothing was written"):
         save_matrices({tmp_path / "x.npy": np.zeros(2), tmp_path / "y.npy": np.zeros(3),
@@ -189,22 +171,12 @@ def test_a_failed_rename_puts_back_the_files_it_replaced(tmp_path, monkeypatch):
     assert sorted(os.listdir(tmp_path)) == ["mine.txt", "x.npy", "y.npy"]
 
 
-def test_a_rename_that_cannot_be_undone_is_said(tmp_path, monkeypatch):
+def test_a_rename_that_cannot_be_undone_is_said(tmp_path, refuse_rename, no_hard_links):
     """Without hard links (a file system that refuses them) a replaced file cannot be put
     back: the error names it rather than saying that nothing was written."""
     for name in ("x.npy", "y.npy"):
         np.save(tmp_path / name, np.ones(2))
-    real_replace = os.replace
-
-    def replace(src, dst):
-        if os.path.basename(dst) == "y.npy":
-            raise PermissionError(1, "Operation not permitted")
-        return real_replace(src, dst)
-
-    def link(src, dst):
-        raise OSError(1, "Operation not permitted")
-    monkeypatch.setattr(_atomic.os, "replace", replace)
-    monkeypatch.setattr(_atomic.os, "link", link)
+    refuse_rename(lambda src, dst: dst == "y.npy")
     with pytest.raises(ValueError, match=r"y\.npy: cannot write .* written anyway, not put "
                                          r"back: .*x\.npy \(no hard link to restore it"):
         save_matrices({tmp_path / "x.npy": np.zeros(2), tmp_path / "y.npy": np.zeros(2)})
