@@ -38,7 +38,7 @@ _FIT_FLAGS = {"n_clusters": "--n-clusters", "max_clusters": "--max-clusters",
 
 def as_fit_flags(message: str) -> str:
     """The estimator's ``name='value'`` in a message, and a name after "raise", "lower" or
-    "pass", written as ``attnclust fit``'s flags.
+    "pass" or in parentheses, written as ``attnclust fit``'s flags.
 
     Examples
     --------
@@ -52,6 +52,8 @@ def as_fit_flags(message: str) -> str:
     'K = max_clusters = 3: raise --max-clusters (n_clusters_reason_)'
     >>> as_fit_flags("inverse_temperature must be a positive number, got 'x'")
     "--inverse-temperature must be a positive number, got 'x'"
+    >>> as_fit_flags("follow more heads (max_clusters) to measure it")
+    'follow more heads (--max-clusters) to measure it'
     """
     def flag(match) -> str:
         name, value = match.group(1), match.group(2).strip("'")
@@ -65,8 +67,8 @@ def as_fit_flags(message: str) -> str:
                      message)
     message = re.sub(r"^" + names + r" must be", lambda m: f"{_FIT_FLAGS[m.group(1)]} must be",
                      message)
-    return re.sub(r"\b(raise|lower|pass) " + names + r"(?![\w=])",
-                  lambda m: f"{m.group(1)} {_FIT_FLAGS[m.group(2)]}", message)
+    return re.sub(r"(\b(?:raise|lower|pass) |\()" + names + r"(?![\w=])",
+                  lambda m: f"{m.group(1)}{_FIT_FLAGS[m.group(2)]}", message)
 
 
 def say(line: str) -> None:

@@ -12,8 +12,8 @@ from ._common import same_file, write_all
 from ._fit_common import input_files
 
 # rows read for the table's attention and risk: all of them up to this many, else this
-# many drawn at random (the sizes are always of every row): a pass of predict_proba and
-# score (the risk's terms then) over millions of rows cost the summary 30 times the fit's time
+# many drawn at random (the sizes are always of every row): a pass of predict_proba and of
+# the risk's terms over millions of rows cost the summary 30 times the fit's time
 SUMMARY_ROWS = 100_000
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ._common import (
     CommandError,
+    as_fit_flags,
     progress_bar,
     reading_options,
     refuse_overwriting_input,
@@ -81,8 +82,7 @@ def run(args) -> int:
             if bar is not None:
                 bar.close()
         choice = path.choose_n_clusters()
-        choice = choice._replace(reason=choice.reason.replace("(max_clusters)",
-                                                              "(--max-clusters)"))
+        choice = choice._replace(reason=as_fit_flags(choice.reason))
         auto = _fit_auto_choice(X, args.max_clusters, args.geometry)
         summary = {"data": str(args.data), "n": int(X.shape[0]), "d": int(X.shape[1]),
                    "max_clusters": args.max_clusters, "chosen_n_clusters": choice.n_clusters,

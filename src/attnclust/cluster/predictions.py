@@ -186,9 +186,11 @@ class LayerPredictionsMixin(TransformerMixin):
         """Layer outputs ``T_mu(x) = sum_h a_h(x) mu_h`` of the preprocessed rows, shape
         (n_samples, n_features), in the dtype of ``X`` (what ``transform`` returned before
         0.3)."""
-        return self._by_chunks(X, lambda Xp: (softmax_heads(self._logits(Xp))
-                                              @ self._heads64()).cpu().numpy(),
-                               keep_dtype=True)
+        return self._by_chunks(X, lambda Xp: self._outputs(Xp).cpu().numpy(), keep_dtype=True)
+
+    def _outputs(self, Xp) -> torch.Tensor:
+        """``T_mu(x)`` of the preprocessed rows ``Xp`` (float64, on the plan's device)."""
+        return softmax_heads(self._logits(Xp)) @ self._heads64()
 
     def squared_errors(self, X) -> np.ndarray:
         """The layer's squared error ``||x - T_mu(x)||^2`` of each preprocessed row, shape
@@ -206,8 +208,7 @@ class LayerPredictionsMixin(TransformerMixin):
         def errors(Xp):
             x = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64),
                                 device=self._plan.device)
-            out = softmax_heads(self._logits(Xp)) @ self._heads64()
-            return ((x - out) ** 2).sum(1).cpu().numpy()
+            return ((x - self._outputs(Xp)) ** 2).sum(1).cpu().numpy()
         return self._by_chunks(X, errors)
 
     def transform(self, X) -> np.ndarray:

@@ -156,7 +156,7 @@ from scipy.special import stdtrit
 
 from ..._validation import as_generator
 from ..kmeans.batch import best_of_seedings
-from ..mixture.candidates import AT_FLOOR, score_lean
+from ..mixture.candidates import heads_at_floor, score_lean
 from ..mixture.covariance import as_covariance
 from ..mixture.em import LeanEM, RowProducts
 from ..settings import FitSettings
@@ -323,7 +323,7 @@ def _degenerate(fit, shape, least_floor: np.ndarray) -> bool:
     the floor's. A cluster of many equal rows, or of rows constant along a feature, sits
     there on enough rows, and counts."""
     need = fit.means.shape[1] + 1 if shape.joint else 2
-    at_floor = shape.floor_ratio(np.asarray(fit.covariances), least_floor) <= AT_FLOOR
+    at_floor = heads_at_floor(shape, fit.covariances, least_floor)
     return bool((at_floor & (fit.counts[:len(at_floor)] < need)).any())
 
 

@@ -87,8 +87,8 @@ if TYPE_CHECKING:
     from ..plan import FitPlan
 
 __all__ = ["AT_FLOOR", "REG_COVAR", "LeanRows", "LeanRun", "ShapeScore", "bic", "box_log_volume",
-           "core_start", "head_at_floor", "held_whole", "icl", "lean_attributes", "lean_run",
-           "merges_cells", "run_or_stop", "score_lean"]
+           "core_start", "head_at_floor", "heads_at_floor", "held_whole", "icl",
+           "lean_attributes", "lean_run", "merges_cells", "run_or_stop", "score_lean"]
 
 AT_FLOOR = 1.01             # a covariance within 1% of the floor: no spread of its own
 REG_COVAR = 1e-6            # the shaped fits' floor (attnclust.cluster.mixture.tempered.shaped_fit)
@@ -266,7 +266,12 @@ def head_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray) -
     """Whether a head's covariance sits at the floor in some direction (the degeneracy
     :func:`~attnclust.cluster.mixture.tempered.shaped_fit` warns of): its likelihood is then the
     floor's."""
-    return bool((cov.floor_ratio(np.asarray(covariances), floor) <= AT_FLOOR).any())
+    return bool(heads_at_floor(cov, covariances, floor).any())
+
+
+def heads_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray) -> np.ndarray:
+    """Which heads' covariances sit at the floor in some direction, ``(K,)``."""
+    return cov.floor_ratio(np.asarray(covariances), floor) <= AT_FLOOR
 
 
 def score_lean(lse: np.ndarray, top: np.ndarray, w, cov: Covariance, n_parameters: int,
