@@ -379,6 +379,9 @@ def test_merge_heads_false_true_and_settings():
     assert forced.merge_heads_ and "merge_heads=True" in forced.merge_heads_reason_
     off = _fit(X, 4, 0, merge_heads=False)
     assert not off.merge_heads_ and off.merge_heads_reason_ == "not merged: merge_heads=False"
+    # NumPy's booleans, which the checks accept, are the same settings
+    assert _fit(X, 4, 0, merge_heads=np.True_).merge_heads_reason_ == forced.merge_heads_reason_
+    assert _fit(X, 4, 0, merge_heads=np.False_).merge_heads_reason_ == off.merge_heads_reason_
     X, y = _crescents(0)
     # as many heads as clusters: nothing to merge, whatever the cuts (a merged cut that
     # underflows to 0 is below any cut_ratio times the kept one)

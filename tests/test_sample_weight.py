@@ -117,6 +117,27 @@ def test_weights_of_any_magnitude_give_the_same_fit(factor, dtype):
     _same_fit(_fit(X.astype(dtype), w * factor, init="kmeans++"), ref, rows=X.astype(dtype))
 
 
+@pytest.mark.parametrize("params", [{}, dict(covariance_type="spherical", init=INIT)])
+def test_inertia_is_the_weighted_sum_of_squared_distances(params):
+    """``inertia_`` is ``sum_i w_i ||x_i - c(x_i)||^2`` in the weights' own scale, as
+    ``KMeans.inertia_`` (the fit divides the weights by their largest; twice every weight
+    had given the same inertia), and integer weights give the repeated rows' inertia."""
+    def fit(rows, w=None):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return AttentionClustering(3, random_state=0, **params).fit(rows, sample_weight=w)
+    for w in (COUNTS, 2.0 * COUNTS, 1e-3 * COUNTS):
+        est = fit(X, w)
+        d2 = ((X - est.cluster_centers_[est.labels_]) ** 2).sum(1)
+        # the fit's distances are those of its working space (centred, scaled): each
+        # within a few eps ||x||^2 of these, far below a factor of two
+        rel = sum_tol(len(X)) + 16 * eps() * float((X * X).sum(1).max() / d2.mean())
+        assert est.inertia_ == pytest.approx(float(w @ d2), rel=rel)
+    if "init" in params:                       # the same start: the same fit, to rounding
+        assert fit(X, COUNTS).inertia_ == pytest.approx(
+            fit(np.repeat(X, COUNTS, axis=0)).inertia_, rel=1e-8)
+
+
 def test_weights_that_leave_no_spread_are_one_clear_error():
     """One row weighing 1e300 times the others: the weighted rows are that row, to
     rounding; the error names the weights (it said "inverse temperature nan")."""

@@ -302,6 +302,9 @@ def test_partial_fit_after_fit_continues_from_its_heads():
     est.partial_fit(X)                      # all rows: the batch fit's own fixed point
     np.testing.assert_allclose(est.cluster_centers_, before, atol=1e-3)
     assert est.n_steps_ == 1
+    est.partial_fit(X)
+    est.fit(X)                              # a new fit keeps nothing of the stream's
+    assert not hasattr(est, "n_steps_") and not hasattr(est, "stream_state_")
 
 
 def test_bad_batches_are_clear_errors():

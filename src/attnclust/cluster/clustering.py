@@ -96,7 +96,7 @@ from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .endings import ending_for
 from .estimator_fits import Reporter, fit_merge, in_data_dtype
-from .estimator_params import check_params, param_names, parameters
+from .estimator_params import as_flag, check_params, param_names, parameters
 from .kmeans.result import inertia
 from .mixture.covariance import Spherical, as_covariance_type
 from .mixture.likelihood import LikelihoodMixin
@@ -113,8 +113,9 @@ __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperat
 # the attributes some fits set and others not: a stream's state, the shaped heads', ...
 _SHAPED_ARRAYS = ("covariances_", "precisions_", "precisions_cholesky_", "weights_",
                   "covariance_floor_")
-_FIT_ONLY_SOME = ("stream_state_", *_SHAPED_ARRAYS, "noise_weight_", "noise_log_density_",
-                  "heads_", "head_labels_", "merge_heads_", "merge_heads_reason_")
+_FIT_ONLY_SOME = ("stream_state_", "n_steps_", *_SHAPED_ARRAYS, "noise_weight_",
+                  "noise_log_density_", "heads_", "head_labels_", "merge_heads_",
+                  "merge_heads_reason_")
 # the fitted arrays kept in the dtype of the rows given to fit
 _FITTED_ARRAYS = ("cluster_centers_", "covariances_", "precisions_", "precisions_cholesky_",
                   "weights_", "covariance_floor_", "mean_", "heads_")
@@ -411,7 +412,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
                              "geometry='euclidean', inverse_temperature='auto', "
                              "solver='fixed-point', init='kmeans++' or 'anneal' and "
                              "penalty=None")
-        if self.merge_heads is True and (not plan.chooses_shape or plan.noise_head
+        if as_flag(self.merge_heads) is True and (not plan.chooses_shape or plan.noise_head
                                          or plan.n_clusters is None or data_parallel):
             raise ValueError("merge_heads=True merges the heads of the default fit: it needs "
                              "an integer n_clusters, geometry='euclidean', "
@@ -438,14 +439,14 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         weights = check_sample_weight(sample_weight, X.shape[0])
         data_parallel = comm is not None
         comm = comm if data_parallel else Communicator.local(X.shape[0])
-        given = weights                     # integer weights: copies of rows, for K's choice
+        given, unit = weights, 1.0          # integer weights: copies of rows, for K's choice
         if weights is not None:
             # weights count only relative to each other: brought to at most the number of
             # ranks (the unit: the mean over ranks of their largest weight), so that their
             # sums cannot overflow and float32 holds them (weights of 1e39 or 1e-46 are
-            # inf or 0 there)
-            unit = float(comm.sum_array(weights.max(initial=0.0) / comm.sum_array(1.0)))
-            weights = weights / unit if unit > 0 else weights
+            # inf or 0 there); inertia_ is in the weights' own scale (all zero: refused)
+            unit = float(comm.sum_array(weights.max(initial=0.0) / comm.sum_array(1.0))) or 1.0
+            weights = weights / unit
         plan = self._resolve(comm.n_total, X.shape[0], data_parallel=data_parallel,
                              weight_total=None if weights is None else float(comm.sum_array(
                                  weights.sum())))
@@ -457,7 +458,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
             rows = self._fit(X, comm, workers, weights, plan.with_clusters(K))
             if not self.merge_heads_:               # one head per cluster
                 self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(K)
-            self.inertia_ = inertia(rows, self.cluster_centers_, self.labels_)
+            self.inertia_ = unit * inertia(rows, self.cluster_centers_, self.labels_)
         self.n_clusters_ = len(self.cluster_centers_)
         # the heads' count: fewer than the components keep only doubts about structure
         if plan.n_clusters is None and (self.n_clusters_ == K or (
@@ -545,10 +546,11 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         self.__dict__.update(outcome.extra)
         if outcome.degeneracy is not None:
             warn_if_degenerate(**outcome.degeneracy, stacklevel=3)
+        merge = as_flag(self.merge_heads)
         self.merge_heads_, self.merge_heads_reason_ = False, "not merged: " + (
-            "merge_heads=False" if self.merge_heads is False else "only the default fit, "
-            "given K, on one process, merges")
-        if self.merge_heads is not False and ending.merges_heads and rows.comm.world == 1:
+            "merge_heads=False" if merge is False else "only the default fit, given K, on "
+            "one process, merges")
+        if merge is not False and ending.merges_heads and rows.comm.world == 1:
             self._merge_heads(rows, gen)
         return rows
 
@@ -557,7 +559,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         fitted attributes are the clusters' and the heads' (one spherical metric)."""
         counts = self._plan.max_clusters if self.n_clusters == "auto" else 0
         merge, fitted = fit_merge(rows, self.labels_, len(self.cluster_centers_),
-                                  self.merge_heads, gen=gen, logits=self._logits,
+                                  as_flag(self.merge_heads), gen=gen, logits=self._logits,
                                   count_up_to=counts)
         self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
         if fitted is not None:
