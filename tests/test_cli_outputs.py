@@ -305,6 +305,34 @@ def test_sample_weight_file_and_column_give_the_weighted_fit(blobs, capsys):
     assert f"weights={w.sum():.6g}" in out and "d=4" in out
 
 
+def test_integer_weights_of_a_first_zero_are_read_with_or_without_pandas_header(blobs):
+    """A one-column file whose first line is 0 above integer weights: the first weight, or
+    pandas' header of a Series (to_csv(index=False) writes "0"); it could not be used at
+    all. The line count tells: n lines are the weights, n + 1 a header and the weights."""
+    X, _, tmp = blobs
+    w = np.random.default_rng(0).integers(1, 4, size=len(X))
+    w[0] = 0
+    np.save(tmp / "x.npy", X)
+    (tmp / "plain.csv").write_text("".join(f"{v}\n" for v in w))
+    (tmp / "pandas.csv").write_text("0\n" + "".join(f"{v}\n" for v in w))
+    ref = ac.AttentionClustering(3, random_state=0).fit(X, sample_weight=w.astype(float))
+    for name in ("plain", "pandas"):
+        _, labels = _fit_files(tmp, [str(tmp / "x.npy"), "--sample-weight",
+                                     str(tmp / f"{name}.csv")])
+        np.testing.assert_array_equal(labels, ref.labels_)
+
+
+def test_a_fortran_ordered_npy_streams_as_it_fits(blobs):
+    """--batch-rows refused a Fortran-ordered .npy, which fit reads."""
+    X, _, tmp = blobs
+    np.save(tmp / "c.npy", X)
+    np.save(tmp / "f.npy", np.asfortranarray(X))
+    got = [_fit_files(tmp, [str(tmp / f"{name}.npy"), "--batch-rows", "100"])
+           for name in ("c", "f")]
+    np.testing.assert_array_equal(got[0][0], got[1][0])
+    np.testing.assert_array_equal(got[0][1], got[1][1])
+
+
 @pytest.mark.parametrize("weight_args", [["--sample-weight", "w.npy"], ["--weight-column", "3"]])
 def test_the_streamed_fit_names_the_total_weight_too(blobs, capsys, weight_args):
     """The summary of a fit streamed by --batch-rows, with weights from a file or a column

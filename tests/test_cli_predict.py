@@ -218,3 +218,32 @@ def test_predict_finds_the_columns_of_a_file_without_header_by_position(tmp_path
                  str(tmp_path / "p"), "--quiet"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"),
                                   np.load(tmp_path / "r.labels.npy"))
+
+
+def test_columns_named_like_generated_ones_are_read_by_name(blobs, capsys):
+    """A header x0,x1,x2 (a user's, not the names of a file without one) in another order
+    was read by position, with no warning."""
+    X, z, tmp = blobs
+    np.savetxt(tmp / "a.csv", X, delimiter=",", header="x0,x1,x2", comments="")
+    np.savetxt(tmp / "b.csv", X[:, ::-1], delimiter=",", header="x2,x1,x0", comments="")
+    assert main(["fit", str(tmp / "a.csv"), "-k", "3", "--out", str(tmp / "m"),
+                 "--quiet"]) == 0
+    for name in ("a", "b"):
+        assert main(["predict", str(tmp / "m.model.npz"), str(tmp / f"{name}.csv"), "--out",
+                     str(tmp / f"p{name}"), "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp / "pa.labels.npy"), np.load(tmp / "pb.labels.npy"))
+
+
+def test_a_model_fitted_on_a_missing_device_predicts_on_the_cpu(blobs, capsys):
+    """A model saved with device="cuda" gave a traceback of torch's on a machine without
+    CUDA; info that is no list of names (save_model takes any) gave one too."""
+    X, z, tmp = blobs
+    np.save(tmp / "x.npy", X)
+    est = ac.AttentionClustering(3, random_state=0).fit(X)
+    ac.save_model(est.set_params(device="meta"), tmp / "gpu.model.npz")
+    ac.save_model(est.set_params(device="cpu"), tmp / "odd.model.npz", info={"columns": [0, 1]})
+    for model in ("gpu", "odd"):
+        assert main(["predict", str(tmp / f"{model}.model.npz"), str(tmp / "x.npy"), "--out",
+                     str(tmp / model)]) == 0
+        np.testing.assert_array_equal(np.load(tmp / f"{model}.labels.npy"), est.labels_)
+    assert "device='meta'" in capsys.readouterr().err

@@ -451,6 +451,28 @@ def test_out_of_memory_is_one_line_and_writes_nothing(blobs, capsys, monkeypatch
     assert _files(blobs.parent) == ["x.npy"]
 
 
+def test_torch_failing_to_allocate_is_out_of_memory(blobs, capsys, monkeypatch):
+    """torch raises a RuntimeError, not a MemoryError, when an allocation fails (a full
+    covariance of 200,000 features): it was a traceback; its other errors still are."""
+    from attnclust.cluster.clustering import AttentionClustering
+
+    def fit(self, X, y=None, sample_weight=None):
+        raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to "
+                           "allocate 320000000000 bytes")
+
+    monkeypatch.setattr(AttentionClustering, "fit", fit)
+    line = fails(capsys, ["fit", str(blobs), "-k", "3", "--out", str(blobs.parent / "r")],
+                 status=1)
+    assert line.startswith("attnclust fit: error: out of memory (DefaultCPUAllocator")
+
+    def bug(self, X, y=None, sample_weight=None):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(AttentionClustering, "fit", bug)
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        main(["fit", str(blobs), "-k", "3", "--out", str(blobs.parent / "r")])
+
+
 class _FullOnFlush:
     """A buffered stdout: writes are accepted, flushing them finds the disk full."""
 

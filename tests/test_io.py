@@ -367,3 +367,30 @@ def test_crafted_npy_headers_are_one_line_value_errors(tmp_path, content, match)
     with pytest.raises(ValueError, match=match) as info:
         load_matrix(tmp_path / "c.npy")
     assert "\n" not in str(info.value) and str(tmp_path / "c.npy") in str(info.value)
+
+
+@pytest.mark.parametrize("name, text, match", [
+    # a spreadsheet's #N/A first in its line was a comment: the row dropped, every later
+    # label shifted against the file's rows
+    ("d.csv", "a,b\n1.5,2.5\n#N/A,2.0\n3.5,4.5\n", "missing value '#N/A' at line 3, column 1"),
+    # tabs at the ends of a line are fields of a .tsv, not whitespace to strip
+    ("d.tsv", "a\tb\tc\n1.0\t2.0\t\n1.5\t2.5\t3.0\n", "missing value '' at line 2, column 3"),
+    ("d.csv", "a,b\n1,2\n1_000,3\n", "non-numeric value '1_000' at line 3"),   # Python's syntax
+    # a header as wide as no row: its names were dropped without a word
+    ("d.csv", "a,b\n1,2,3\n4,5,6\n", r"the header \(line 1\) has 2 fields, the rows 3$"),
+    ("d.csv", "sepal length\tpetal length\n1.0\t2.0\n1.5\t2.5\n", "has 4 fields, the rows 2 "
+     ".names with spaces need commas or tabs between them"),
+])
+def test_csv_cells_that_were_read_wrong_are_named(tmp_path, name, text, match):
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ValueError, match=match):
+        load_matrix(tmp_path / name)
+
+
+def test_a_comment_is_a_hash_and_a_space(tmp_path):
+    """numpy.savetxt's header, "# a,b", is a comment; "#a" is a name."""
+    (tmp_path / "c.csv").write_text("# a,b\n1,2\n3,4\n")
+    np.testing.assert_array_equal(load_matrix(tmp_path / "c.csv"), [[1, 2], [3, 4]])
+    (tmp_path / "n.csv").write_text("#a,b\n1,2\n3,4\n")
+    from attnclust._io import load_table
+    assert load_table(tmp_path / "n.csv").columns == ["#a", "b"]

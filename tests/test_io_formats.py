@@ -158,3 +158,16 @@ def test_r_row_names_are_left_out_with_a_note(tmp_path, rows):
     lines[1] = '"7",' + lines[1].split(",", 1)[1]
     (tmp_path / "y.csv").write_text("\n".join(lines) + "\n")
     assert load_table(tmp_path / "y.csv").X.shape == (len(rows), 4)
+
+
+def test_a_named_pandas_index_is_left_out_of_parquet(tmp_path, rows):
+    """pandas stores a named index as a column its metadata names ("sample_id"): it was
+    clustered as a feature."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    df = pd.DataFrame(rows, columns=list("abc"), index=pd.Index(np.arange(40) * 3 + 100,
+                                                                 name="sample_id"))
+    df.to_parquet(tmp_path / "x.parquet")
+    table = load_table(tmp_path / "x.parquet")
+    np.testing.assert_array_equal(table.X, rows)
+    assert table.columns == ["a", "b", "c"] and "sample_id" in table.notes[0]

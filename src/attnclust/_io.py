@@ -1,18 +1,18 @@
-"""Reading data matrices, one point per row: ``.npy`` or ``.csv``, and the checks of
-their rows.
+"""Reading data matrices, one point per row: ``.npy``, ``.csv`` or parquet, and the
+checks of their rows.
 
-A ``.npy`` header is checked against the file's size before anything is allocated; the
-file is then memory-mapped (:func:`open_npy`) or read by blocks of rows
-(:class:`NpyRows`). A ``.csv`` is parsed with its header detected (:func:`load_matrix`).
-Every error is one line that names the file and, where it applies, the line or row.
-
-The atomic writes (an interrupted run never leaves a partial file) are
-:mod:`attnclust._atomic`; their names are importable from here too.
+A ``.csv`` is parsed with its header detected (:func:`load_matrix`). Every error is one
+line that names the file and, where it applies, the line or row. The ``.npy`` reads
+(the header checked against the file's size before anything is allocated, then a memory
+map or blocks of rows) are :mod:`attnclust._npy`, the atomic writes (an interrupted run
+never leaves a partial file) :mod:`attnclust._atomic`; their names are importable from
+here too.
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import re
@@ -30,6 +30,7 @@ from ._atomic import (  # the writes: importable from here, where the command li
     save_matrix,
     writable_folder,
 )
+from ._npy import NpyRows, first_line, open_npy, read_npy_header
 
 __all__ = ["SUFFIXES", "ColumnError", "NpyRows", "Table", "atomic_path", "check_finite_rows",
            "check_matrix_shape", "check_nonzero_rows", "deferred_interrupts", "interrupt",
@@ -37,19 +38,16 @@ __all__ = ["SUFFIXES", "ColumnError", "NpyRows", "Table", "atomic_path", "check_
            "save_matrix", "save_matrices", "writable_folder"]
 
 
-def _human(n_bytes: float) -> str:
-    """A byte count for messages: ``'58.2 TiB'``."""
-    units = ("bytes", "KiB", "MiB", "GiB", "TiB")
-    power = 0
-    while n_bytes >= 1024 and power < len(units) - 1:
-        n_bytes /= 1024
-        power += 1
-    return f"{n_bytes:.0f} bytes" if power == 0 else f"{n_bytes:.1f} {units[power]}"
+def _float(cell: str) -> float:
+    """A cell's number; ``ValueError`` for text, and for Python's ``1_000`` too."""
+    if "_" in cell:
+        raise ValueError(cell)
+    return float(cell)
 
 
 def _is_number(cell: str) -> bool:
     try:
-        float(cell)
+        _float(cell)
     except ValueError:
         return False
     return True
@@ -152,9 +150,10 @@ def _parse_text(path: Path, header: bool | None, delimiter: str | None, gz: bool
     selected (``selection``: a function of the names, before any value is converted), the
     values converted with errors naming the line and column."""
     text = _read_text(path, gz)
-    # (line number in the file, stripped text) of the lines that hold data or a header
-    lines = [(n, ln.strip()) for n, ln in enumerate(text.splitlines(), start=1)]
-    lines = [(n, ln) for n, ln in lines if ln and not ln.startswith("#")]
+    # (line number, text) of the lines that hold data or a header: not blank, no comment
+    # ("# ..." as numpy.savetxt writes a header; "#N/A" is a missing value); tabs kept
+    lines = [(n, ln.strip(" \r\n")) for n, ln in enumerate(text.splitlines(), start=1)]
+    lines = [(n, ln) for n, ln in lines if ln.strip() and not re.match(r"#(\s|$)", ln)]
     if not lines:
         raise ValueError(f"{path}: empty file (no rows)")
     first = lines[0][1]
@@ -180,7 +179,11 @@ def _parse_text(path: Path, header: bool | None, delimiter: str | None, gz: bool
                     if detected and not header and line_no == rows[0][0] else "")
             raise ValueError(f"{path}: line {line_no} has {len(row)} fields, "
                              f"expected {width}{hint}")
-    names = cells if header and len(cells) == width else [f"x{j}" for j in range(width)]
+    if header and len(cells) != width:
+        spaces = " (names with spaces need commas or tabs between them: a .tsv)"
+        raise ValueError(f"{path}: the header (line {lines[0][0]}) has {len(cells)} fields, "
+                         f"the rows {width}{spaces if delimiter is None else ''}")
+    names = cells if header else [f"x{j}" for j in range(width)]
     notes = []
     if header and names[0] == "" and width > 1 and _is_index([r for _, r in rows]):
         notes.append(f"{path}: left out the first column, a row index (no name, the values "
@@ -215,7 +218,7 @@ def _numbers(path: Path, rows, keep: list[int], names: list[str], guessed_data: 
     for i, (line_no, row) in enumerate(rows):
         for jj, j in enumerate(keep):
             try:
-                out[i, jj] = float(row[j])
+                out[i, jj] = _float(row[j])
             except ValueError:
                 raise ValueError(_non_numeric(path, row[j], line_no, j, names, guessed_data
                                               and line_no == rows[0][0])) from None
@@ -241,153 +244,6 @@ def _non_numeric(path: Path, cell: str, line_no: int, j: int, names: list[str],
             f"select the numeric columns with --columns, or leave this one out with "
             f"--drop-columns {name if ',' not in name else j}")
     return f"{path}: non-numeric value {cell!r} {where}; {hint}"
-
-
-def read_npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], np.dtype, int]:
-    """``(shape, dtype, data offset)`` of a ``.npy`` file, checked against the file's size.
-
-    Nothing of the data is read or allocated: a file whose header declares more data than
-    it holds (truncated, or crafted to make a reader allocate terabytes) is refused here.
-
-    Raises
-    ------
-    ValueError
-        Not a ``.npy`` file, an unsupported format version, an object (pickled) dtype, or
-        fewer data bytes than the header declares.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.npy"
-    >>> np.save(path, np.zeros((3, 2), dtype=np.float32))
-    >>> read_npy_header(path)
-    ((3, 2), dtype('float32'), 128)
-    """
-    shape, _, dtype, offset = _npy_header(path)
-    return shape, dtype, offset
-
-
-def _npy_header(path: str | os.PathLike) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    """:func:`read_npy_header` with the header's ``fortran_order`` too: ``(shape, fortran
-    order, dtype, data offset)``."""
-    path = Path(path)
-    fmt = np.lib.format
-    readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
-    try:
-        with open(path, "rb") as f:
-            version = fmt.read_magic(f)
-            if version not in readers:
-                raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
-            shape, fortran, dtype = readers[version](f)
-            offset = f.tell()
-            size = os.fstat(f.fileno()).st_size
-    except OSError as exc:
-        raise ValueError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (ValueError, EOFError, SyntaxError) as exc:
-        raise ValueError(f"{path}: not a readable .npy array ({_first_line(exc)})") from None
-    if dtype.hasobject:
-        raise ValueError(f"{path}: array of Python objects (dtype {dtype}); the data must be "
-                         "real numbers")
-    declared = math.prod(shape) * dtype.itemsize     # Python ints: no overflow
-    if size - offset < declared:
-        raise ValueError(f"{path}: truncated or inconsistent .npy file: its header declares "
-                         f"shape {shape} of {dtype} ({_human(declared)} of data), but the "
-                         f"file holds {_human(max(size - offset, 0))}")
-    return tuple(int(n) for n in shape), bool(fortran), dtype, offset
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def _check_real_dtype(path: Path, dtype: np.dtype) -> None:
-    """Refuse any ``.npy`` dtype but bool, integers and real floats (timedelta included)."""
-    if np.issubdtype(dtype, np.complexfloating):
-        raise ValueError(f"{path}: complex array (dtype {dtype}); the data must be real numbers")
-    # kind, not issubdtype(number): timedelta64 subclasses numpy's signed integers
-    if dtype.kind not in "biuf":
-        raise ValueError(f"{path}: non-numeric array of dtype {dtype}; the data must be "
-                         "real numbers")
-
-
-def open_npy(path: str | os.PathLike) -> np.memmap | np.ndarray:
-    """A ``.npy`` matrix, memory-mapped read-only, after checking its header and dtype.
-
-    Raises ``ValueError`` as :func:`read_npy_header`, and for complex or other non-real
-    dtypes. An empty array (which cannot be mapped) is returned as a plain array.
-    """
-    path = Path(path)
-    shape, dtype, _ = read_npy_header(path)
-    _check_real_dtype(path, dtype)
-    if math.prod(shape) == 0:
-        return np.empty(shape, dtype=dtype)
-    try:
-        return np.load(path, mmap_mode="r", allow_pickle=False)
-    except (ValueError, EOFError, OSError) as exc:
-        raise ValueError(f"{path}: not a readable .npy array ({_first_line(exc)})") from None
-
-
-class NpyRows:
-    """The rows of a 2-D ``.npy`` file, read on demand with plain reads (no memory map).
-
-    A memory map keeps every page it has touched in the process's resident memory until
-    the system reclaims it; reading blocks into fresh arrays keeps the resident memory of
-    a pass over the file at one block. Indexing: a slice of rows (step 1), an integer
-    array of rows, or anything NumPy takes on the block of those rows.
-
-    Examples
-    --------
-    >>> import tempfile, pathlib
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "x.npy"
-    >>> np.save(path, np.arange(12.0).reshape(4, 3))
-    >>> rows = NpyRows(path)
-    >>> rows.shape, rows[1:3].tolist(), rows[np.array([0, 3])][:, 0].tolist()
-    ((4, 3), [[3.0, 4.0, 5.0], [6.0, 7.0, 8.0]], [0.0, 9.0])
-    """
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        shape, fortran, self.dtype, self._offset = _npy_header(self.path)
-        _check_real_dtype(self.path, self.dtype)
-        if len(shape) != 2:
-            raise ValueError(f"{self.path}: expected a 2-D array (one point per row), got "
-                             f"shape {shape}")
-        if fortran:                        # a Fortran-ordered file is not row by row
-            raise ValueError(f"{self.path}: a Fortran-ordered .npy; save it in C order "
-                             "(np.save of np.ascontiguousarray(X))")
-        self.shape = shape
-        self.ndim, self.size = 2, math.prod(shape)
-
-    def _read(self, start: int, stop: int) -> np.ndarray:
-        n, d = self.shape
-        start, stop = max(0, min(start, n)), max(0, min(stop, n))
-        count = max(0, stop - start) * d
-        row_bytes = d * self.dtype.itemsize
-        with open(self.path, "rb") as f:
-            f.seek(self._offset + start * row_bytes)
-            block = np.fromfile(f, dtype=self.dtype, count=count)
-        return block.reshape(-1, d)
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key):
-        rows, rest = (key[0], key[1:]) if isinstance(key, tuple) else (key, ())
-        if isinstance(rows, slice) and rows.step in (None, 1):
-            start, stop, _ = rows.indices(self.shape[0])
-            block = self._read(start, stop)
-        else:                       # rows picked out of blocks, in the order asked
-            idx = np.arange(self.shape[0])[rows]
-            flat = np.atleast_1d(idx)
-            block = np.empty((flat.size, self.shape[1]), self.dtype)
-            for start in range(0, self.shape[0], _CHECK_ROWS):
-                here = np.flatnonzero((flat >= start) & (flat < start + _CHECK_ROWS))
-                if here.size:
-                    block[here] = self._read(start, start + _CHECK_ROWS)[flat[here] - start]
-            if np.ndim(idx) == 0:
-                block = block[0]
-        return block[(slice(None), *rest)] if rest else block
 
 
 # rows checked at once by the finiteness check: bounded memory on memory-mapped files
@@ -471,7 +327,7 @@ def _selection(path: Path, columns, drop_columns):
 
 def _parquet(path: Path, selection) -> Table:
     """A parquet file's numeric columns, through pyarrow (the extra ``attnclust[parquet]``);
-    pandas' stored index (``__index_level_N__``) left out."""
+    pandas' stored index (``__index_level_N__``, or named in its metadata) left out."""
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -481,9 +337,14 @@ def _parquet(path: Path, selection) -> Table:
     try:
         table = pq.read_table(path)
     except Exception as exc:        # pyarrow's errors have no common base but Exception
-        raise ValueError(f"{path}: not a readable parquet file ({_first_line(exc)})") from None
+        raise ValueError(f"{path}: not a readable parquet file ({first_line(exc)})") from None
     names = list(table.column_names)
-    index = [n for n in names if n.startswith("__index_level_")]
+    try:            # pandas' index columns, as its metadata names them (a named index too)
+        stored = json.loads((table.schema.metadata or {}).get(b"pandas", b"{}"))
+        index = [n for n in stored.get("index_columns", []) if isinstance(n, str) and n in names]
+    except (ValueError, AttributeError):
+        index = []
+    index += [n for n in names if n.startswith("__index_level_") and n not in index]
     notes = [f"{path}: left out {', '.join(index)}, a pandas index"] if index else []
     names = [n for n in names if n not in index]
     keep = selection(names)

@@ -75,11 +75,19 @@ def _run(args) -> int:
             message = as_fit_flags(message)
         say(f"attnclust {args.command}: error: {message}")
         return EXIT_USAGE
-    except MemoryError as exc:      # not the input's fault: status 1, like other failures
+    except (MemoryError, RuntimeError) as exc:   # not the input's fault: status 1
         detail = " ".join(str(exc).split())
+        if isinstance(exc, RuntimeError) and not _allocation(detail):
+            raise                   # torch's other errors are bugs: their traceback
         say(f"attnclust {args.command}: error: out of memory"
-            + (f" ({detail})" if detail else ""))
+            + (f" ({detail[:300]})" if detail else ""))
         return 1
+
+
+def _allocation(message: str) -> bool:
+    """Whether torch's ``RuntimeError`` is a failed allocation (it raises no MemoryError)."""
+    return any(s in message for s in ("can't allocate memory", "out of memory",
+                                      "not enough memory"))
 
 
 def main(argv: list[str] | None = None) -> int:

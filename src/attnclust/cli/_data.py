@@ -139,7 +139,7 @@ def split_weights(args, X, *, rows: slice | None = None, n_rows: int | None = No
 def file_weights(args, n: int):
     """The ``n`` checked weights of the ``--sample-weight`` file."""
     where = f"--sample-weight {args.sample_weight}"
-    weights = _weight_file(args, where)
+    weights = _weight_file(args, where, n)
     if weights.shape[0] != n:
         raise CommandError(f"{where}: {weights.shape[0]} weights for the {n} rows of "
                            f"{args.data}")
@@ -166,9 +166,11 @@ def _checked_weights(weights, n: int, where: str, first_row: int = 1):
         raise CommandError(f"{where}: {str(exc).removeprefix('sample_weight ')}") from None
 
 
-def _weight_file(args, where: str):
+def _weight_file(args, where: str, n: int):
     """The weights of ``--sample-weight``: a .npy of shape (n,) or (n, 1), or a one-column
-    .csv (its header, if any, detected: ``--header`` is DATA's), as float64."""
+    .csv (its header, if any, detected: ``--header`` is DATA's; a first line of a number
+    that could be either, pandas' ``0`` above integer weights, is a header where the lines
+    below it are the ``n`` rows' weights), as float64."""
     import numpy as np
 
     from .._io import load_matrix, open_npy
@@ -178,7 +180,13 @@ def _weight_file(args, where: str):
         weights = np.asarray(open_npy(path))    # (n,) allowed: load_matrix wants 2-D
     else:
         try:
-            weights = load_matrix(path)
+            try:
+                weights = load_matrix(path)
+            except ValueError as exc:
+                if "cannot tell whether the first line" not in str(exc):
+                    raise
+                weights = load_matrix(path, header=False)
+                weights = weights[1:] if len(weights) == n + 1 else weights
         except ValueError as exc:      # its advice (--columns, --drop-columns) is DATA's
             raise CommandError(f"{str(exc).split('; ')[0]} ({where}: one number per "
                                "row)") from None

@@ -45,7 +45,10 @@ def run(args) -> int:
             not str(args.model).lower().endswith(".npz")
         raise CommandError(f"{exc}; attnclust predict takes MODEL first, then DATA"
                            if swapped else str(exc)) from None
-    fitted_on = model_info(args.model).get("columns")
+    info = model_info(args.model)       # a file written by save_model: any info at all
+    fitted_on = info.get("columns") if isinstance(info, dict) else None
+    if not (isinstance(fitted_on, list) and all(isinstance(c, str) for c in fitted_on)):
+        fitted_on = None
     table = _read(args, fitted_on)
     X = table.X
     d = est.n_features_in_
@@ -98,6 +101,10 @@ def _read(args, fitted_on):
         except ColumnError:
             args.columns = None
     table = read_table(args)
+    if not chosen and fitted_on and list(table.columns) != list(fitted_on) and \
+            sorted(table.columns) == sorted(fitted_on) and not any("," in n for n in fitted_on):
+        args.columns = ",".join(fitted_on)      # the same names in another order: a header's
+        return read_table(args)                 # (x0, x1, ... too), read by name
     if not chosen and named(fitted_on) and named(table.columns) and \
             list(table.columns) != list(fitted_on):
         warnings.warn(f"{args.data}'s columns ({', '.join(table.columns)}) are not those the "

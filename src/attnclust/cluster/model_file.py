@@ -299,6 +299,7 @@ def load_model(path: str | os.PathLike):
             if isinstance(params.get(name), dict):      # a record of the settings' fields
                 params[name] = cls(**params[name])
         est = AttentionClustering(**params)
+        _portable(est, path)
         for name, value in _values(meta, arrays, "attr", "attributes").items():
             setattr(est, name, value)
         est._plan = _plan(est)
@@ -308,6 +309,20 @@ def load_model(path: str | os.PathLike):
     if why:
         raise _refuse(path, f"its fitted attributes disagree: {why}")
     return est
+
+
+def _portable(est, path: Path) -> None:
+    """A model fitted on a device this machine lacks (``"cuda"`` on a laptop) predicts on
+    the CPU, with a warning: its arrays are NumPy's, on no device."""
+    from .._validation import check_device
+
+    try:
+        check_device(est.device)
+    except ValueError:
+        warnings.warn(f"{path}: fitted with device={est.device!r}, which this machine does "
+                      "not have; it predicts on the CPU (device='cpu')", UserWarning,
+                      stacklevel=3)
+        est.set_params(device="cpu")
 
 
 def _disagreement(est) -> str:
