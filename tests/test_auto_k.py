@@ -720,6 +720,26 @@ def test_integer_weights_choose_k_as_repeated_rows_do():
     assert not np.array_equal(unweighted.k_choice_.bic, weighted.k_choice_.bic)
 
 
+def test_nearly_equal_weights_choose_k_as_no_weights_do():
+    """Other weights give each row ``floor(n p_i)`` copies and the rest by residual draws:
+    one weight of 1.01 among ones of 30 rows in three blobs leaves every row once (the
+    unweighted BIC, bit for bit); drawn with replacement, repeated rows had read as tiny
+    clusters, ``K = 10``. Weights of 1 and 3 give the heavy rows about three copies."""
+    rng = np.random.default_rng(2)
+    X = np.concatenate([rng.normal(c, 1.0, (10, 2)) for c in ((0, 0), (9, 0), (0, 9))])
+    w = np.ones(30)
+    w[0] = 1.01
+    for seed in range(3):
+        plain = ac.AttentionClustering("auto", random_state=seed).fit(X)
+        near = ac.AttentionClustering("auto", random_state=seed).fit(X, sample_weight=w)
+        np.testing.assert_array_equal(near.k_choice_.bic, plain.k_choice_.bic)
+        assert near.n_clusters_ == plain.n_clusters_ == 3
+    from attnclust.cluster.rows import residual_copies
+    heavy = np.r_[np.ones(20), np.full(10, 3.0)]           # 20 + 30 = 50 of weight
+    copies = residual_copies(heavy, 30, np.random.default_rng(0))
+    assert copies.sum() == 30 and set(copies[:20]) <= {0, 1} and set(copies[20:]) <= {1, 2}
+
+
 def test_a_refit_with_a_given_k_leaves_no_choice_of_k():
     """k_choice_ and n_clusters_reason_ belong to the fit that chose K: a refit with a
     given K drops them (they were kept, quoting the old K)."""
@@ -926,6 +946,19 @@ def test_few_rows_of_noise_are_one_cluster(n, d):
     X = np.random.default_rng(0).normal(size=(n, d))
     choice = choose_n_clusters(X, 10, random_state=0)
     assert choice.n_clusters == 1, choice.reason
+    # one cluster for want of rows, not by evidence: weak, and it says so (two blobs of
+    # five rows 3 sd apart in 30-D were one cluster with no warning)
+    if "too few for its BIC" in choice.reason:
+        assert choice.weak and "weak: too few rows to tell" in choice.reason
+
+
+def test_two_blobs_of_five_rows_in_30_dimensions_are_a_weak_choice():
+    from attnclust.cluster.choice.k_choice import WeakChoiceWarning
+
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(size=(5, 30)), rng.normal(size=(5, 30)) + 3])
+    with pytest.warns(WeakChoiceWarning, match="too few rows to tell"):
+        ac.AttentionClustering("auto", random_state=0).fit(X)
 
 
 def test_the_estimator_chooses_k_with_its_settings():

@@ -104,7 +104,7 @@ from .mixture.noise_head import check_noise_head
 from .mixture.shape_choice import ShapeChoice
 from .plan import FitPlan, anneal_stages, resolve
 from .predictions import LayerPredictionsMixin, MergedHeadsMixin
-from .rows import fit_threads
+from .rows import fit_threads, residual_copies
 from .warm_start import auto_inverse_temperature
 
 __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperature"]
@@ -176,9 +176,10 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         :func:`attnclust.cluster.annealing.anneal_heads`, on the unweighted sample: no
         randomness, one init), random directions (uniform on the sphere; for Euclidean
         heads scaled to the data's root-mean-square distance from its mean, around the
-        mean), or given heads (normalized on the sphere). With ``inverse_temperature=
-        "auto"`` a seeding is replaced by the hard Lloyd heads that estimate ``lambda`` (a
-        warm start); given heads only estimate ``lambda`` so, and the fit starts from them.
+        mean), or given heads (normalized on the sphere), in the space of
+        ``cluster_centers_`` (``normalize="center-scale"``: ``(c - mean_) / scale_``). With
+        ``inverse_temperature="auto"`` a seeding is replaced by the hard Lloyd heads that
+        estimate ``lambda`` (a warm start); given heads only estimate ``lambda`` so.
     n_init : int or "auto", default="auto"
         Seedings tried (each on the warm-start sample, followed by hard Lloyd steps); the
         one of lowest k-means objective starts the fit. ``"auto"``: 10 for Euclidean heads
@@ -441,10 +442,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         comm = comm if data_parallel else Communicator.local(X.shape[0])
         given, unit = weights, 1.0          # integer weights: copies of rows, for K's choice
         if weights is not None:
-            # weights count only relative to each other: brought to at most the number of
-            # ranks (the unit: the mean over ranks of their largest weight), so that their
-            # sums cannot overflow and float32 holds them (weights of 1e39 or 1e-46 are
-            # inf or 0 there); inertia_ is in the weights' own scale (all zero: refused)
+            # relative weights, brought to at most the ranks' count (the unit: the mean of
+            # the ranks' largest) so that their sums cannot overflow and float32 holds them
+            # (1e39 or 1e-46 were inf or 0); inertia_ in their own scale (all 0: refused)
             unit = float(comm.sum_array(weights.max(initial=0.0) / comm.sum_array(1.0))) or 1.0
             weights = weights / unit
         plan = self._resolve(comm.n_total, X.shape[0], data_parallel=data_parallel,
@@ -469,20 +469,20 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
 
     def _choose_n_clusters(self, X: np.ndarray, plan: FitPlan, weights=None) -> int:
         """``n_clusters="auto"``: :func:`~attnclust.cluster.choice.k_choice.choose_n_clusters` of
-        the preprocessed rows with the plan's settings (at most ``settings.k_rows`` of them,
-        drawn with ``random_state`` when there are more). With ``weights``, rows of weight
-        zero are left out; integer weights summing to at most ``k_rows`` are that many
-        copies of their rows, as ``fit`` reads them; other unequal weights draw as many
-        rows (at most ``k_rows``) in proportion to them, with replacement;
-        sets ``k_choice_`` and ``n_clusters_reason_``, and warns when the choice is weak."""
+        the preprocessed rows with the plan's settings (at most ``settings.k_rows``, drawn
+        with ``random_state`` when there are more). Rows of weight zero are left out;
+        integer weights summing to at most ``k_rows`` are copies of their rows, as ``fit``
+        reads them; other unequal weights give as many rows (at most ``k_rows``) by
+        :func:`~attnclust.cluster.rows.residual_copies`. Sets ``k_choice_`` and
+        ``n_clusters_reason_``, and warns when the choice is weak."""
         if weights is not None:
             X, w = X[weights > 0], weights[weights > 0]
             k_rows = plan.settings.k_rows
             if np.array_equal(w, np.round(w)) and w.sum() <= k_rows:
                 X = np.repeat(X, w.astype(np.int64), axis=0)
             elif np.ptp(w) > 0:
-                gen = as_generator(plan.random_state, "random_state")
-                X = X[np.sort(gen.choice(len(X), min(k_rows, len(X)), p=w / w.sum()))]
+                X = np.repeat(X, residual_copies(w, min(k_rows, len(X)), as_generator(
+                    plan.random_state, "random_state")), axis=0)
         local = Communicator.local(X.shape[0])
         self.mean_, self.scale_ = plan.learn_center(X, local)
         rows = plan.preprocess(X, (self.mean_, self.scale_), comm=local)

@@ -61,7 +61,7 @@ from ..layer.results import IterationInfo
 from .communicator import Communicator
 
 __all__ = ["WorkingRows", "WorkingSpace", "center_scale", "chunk_rows", "computation_dtype",
-           "fit_threads", "normalize_rows", "preprocess", "squared_norms"]
+           "fit_threads", "normalize_rows", "preprocess", "residual_copies", "squared_norms"]
 
 _CHUNK = 16_384           # rows per chunk of a pass by default, at most ...
 _CHUNK_NUMBERS = 1 << 19  # ... and at most this many numbers per (rows, d or K) block
@@ -156,6 +156,30 @@ def squared_norms(X: np.ndarray, how: str, offset: int = 0) -> np.ndarray:
                          f"overflows float64 (largest entry {np.abs(X[bad[0]]).max():.3g}); "
                          "rescale the data or use normalize='rows'")
     return sq
+
+
+def residual_copies(weights: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:
+    """Copies of each row ``(len(weights),)``, ``n`` in all, in proportion to positive
+    ``weights``: ``floor(n p_i)`` (``p_i = w_i / sum w``), then one more for as many rows
+    as are missing, drawn without replacement in proportion to the remainders (residual
+    resampling). A row is copied only where its weight is at least ``1 / n`` of the total:
+    nearly equal weights give each row once, not repeated rows that read as clusters.
+
+    Examples
+    --------
+    >>> residual_copies(np.array([1.0, 1.0, 1.01]), 3, np.random.default_rng(0)).tolist()
+    [1, 1, 1]
+    >>> int(residual_copies(np.array([8.0, 1.0, 1.0]), 10, np.random.default_rng(0))[0])
+    8
+    """
+    expected = n * (weights / weights.sum())
+    copies = np.floor(expected).astype(np.int64)
+    rest = n - int(copies.sum())
+    if rest > 0:
+        remainder = expected - copies
+        copies[gen.choice(len(copies), rest, replace=False,
+                          p=remainder / remainder.sum())] += 1
+    return copies
 
 
 def _total(values, w):

@@ -566,7 +566,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
         distinct = len(np.unique(rows, axis=0))   # a few points, repeated: say so
         few = (f"; weak: the rows take only {distinct} distinct values, which the test reads "
                f"at the data's resolution (pass n_clusters={distinct} to keep them apart)"
-               if distinct <= top else "")
+               if distinct <= top else "; weak: too few rows to tell" if thin else "")
         return KChoice(1, best, bic, weight, z, bool(few),
                        f"no structure: the {best} k-means cells remove no more scatter than "
                        f"in uniform rows (z = {z:.1f} <= {s.structure_z:g}) and {bic_one}; "
