@@ -391,6 +391,19 @@ def test_merge_heads_false_true_and_settings():
     assert len(more.heads_) == 40
 
 
+def test_rows_of_one_feature_are_not_merged():
+    """On a line every cluster of heads is an interval, which the K-head fit's cells draw:
+    two overlapping Gaussians (rounded to integers, as public benchmark sets store them)
+    were merged at the widest gap between heads, 0.35 ARI where the fit has 0.61."""
+    r = np.random.RandomState(0)
+    sd = 60 * np.sqrt(0.5)
+    X = np.round(np.r_[r.randn(1024, 1) * sd + 500, r.randn(1024, 1) * sd + 600])
+    est = _fit(X, 2, 0)
+    assert not est.merge_heads_ and "one feature" in est.merge_heads_reason_
+    np.testing.assert_array_equal(est.labels_, _fit(X, 2, 0, merge_heads=False).labels_)
+    assert _fit(X, 2, 0, merge_heads=True).merge_heads_         # forced, it merges
+
+
 @pytest.mark.parametrize("value, message", [
     ("yes", "merge_heads must be 'auto' or True or False or a MergeSettings, got 'yes'"),
     (1.5, "merge_heads must be 'auto' or True or False or a MergeSettings, got 1.5"),
