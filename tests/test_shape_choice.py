@@ -431,7 +431,7 @@ def _radial_pair(seed, d=8, sep=1.5, n=1000):
 def test_a_shaped_fit_that_parts_cores_from_tails_falls_back_to_spherical(seed, monkeypatch):
     """Diagonal heads on the cores and on the tails beat two clusters on ICL (ARI about
     0); the valley between the spherical cells turns them down for the spherical fit."""
-    from attnclust.cluster import valley
+    from attnclust.cluster.mixture import valley
 
     X, y = _radial_pair(seed)
     est = _fit(X, 2, seed)
@@ -443,6 +443,38 @@ def test_a_shaped_fit_that_parts_cores_from_tails_falls_back_to_spherical(seed, 
     assert collapsed.covariance_type_ != "spherical"
     assert adjusted_rand_score(y, collapsed.labels_) < 0.2
     assert valley.cores_from_tails(X, est.labels_, collapsed.labels_)
+
+
+@pytest.mark.parametrize("d, sep", [(2, 0.8), (4, 0.7), (8, 0.5)])
+def test_radial_clusters_a_spread_apart_keep_the_spherical_cells(d, sep):
+    """The same clusters with their centres 0.5-0.8 times the spread of their distances
+    apart (the held-out benchmarks' family at its widest spreads): the rows projected on
+    the segment between the cells (the earlier guard) showed no valley, and the shaped
+    fit parted cores from tails (ARI 0); the tube's density does, on every seed."""
+    for seed in range(3):
+        X, y = _radial_pair(seed, d=d, sep=sep, n=2000)
+        est = _fit(X, 2, seed)
+        spherical = _spherical(2, seed).fit(X)
+        assert est.covariance_type_ == "spherical", est.covariance_type_reason_
+        assert adjusted_rand_score(y, est.labels_) > 0.25
+        assert adjusted_rand_score(est.labels_, spherical.labels_) > 0.9
+
+
+def test_a_core_beside_half_a_ring_is_no_valley():
+    """A dense disk inside a ring: the spherical cells each hold half the ring, one of them
+    the disk too; along their segment the disk is one peak, which the ring's half (spread
+    around the tube) does not match. The earlier guard saw a valley there and turned the
+    shaped fit (ARI 1) down for the spherical one (ARI 0.2)."""
+    from attnclust.cluster.mixture.valley import cores_from_tails
+
+    rng = np.random.default_rng(1)
+    t = rng.uniform(0, 2 * np.pi, 400)
+    ring = 3 * np.c_[np.cos(t), np.sin(t)] * (1 + 0.03 * rng.standard_normal((400, 1)))
+    X, y = np.r_[0.3 * rng.standard_normal((400, 2)), ring], np.repeat([0, 1], 400)
+    for seed in range(3):
+        halves = _spherical(2, seed).fit(X).labels_
+        assert adjusted_rand_score(y, halves) < 0.3
+        assert not cores_from_tails(X, halves, y)
 
 
 @pytest.mark.parametrize("seed", range(2))

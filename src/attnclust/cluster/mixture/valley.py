@@ -5,20 +5,33 @@ from their centres have a density sharply peaked at each centre with wide tails.
 Gaussian diagonal or full mixture can fit them better as *one narrow head on both cores
 and one wide head on the tails* than as two clusters: its likelihood (and ICL) wins,
 and its partition (cores against tails, ARI about 0) ignores the two clusters the
-spherical partition finds (ARI 0.7-0.9 at d = 8). A cluster nested in another (a ball in
-a shell, a blob in a ring) gives the same picture of the heads, a narrow one inside a
-wide one, and there the shaped fit is right. What tells them apart is the density
-between the spherical cells:
+spherical partition finds. A cluster nested in another (a ball in a shell, a blob in a
+ring) gives the same picture of the heads, a narrow one inside a wide one, and there the
+shaped fit is right. What tells them apart is the density between the spherical cells,
+read in a tube along the segment between the two cells of closest means ``m_a, m_b``:
 
-    t_i    = <x_i - m_a, m_b - m_a> / ||m_b - m_a||^2      (rows of cells a, b)
-    rho(s) = sum_{i: |t_i - s| < h} w_i                     (rows near the point s)
-    valley = rho(1/2) < v * min(rho(0), rho(1))
+    t_i    = <x_i - m_a, m_b - m_a> / ||m_b - m_a||^2       (rows of cells a, b)
+    r_i    = ||x_i - m_a - t_i (m_b - m_a)||                 (distance to the segment's line)
+    rho(s) = sum_{i: |t_i - s| < h, r_i <= r_q} w_i          (rows near the point s)
 
-for the two spherical cells ``a, b`` of closest means ``m_a, m_b``: where the two cells
-are separated by a valley of density, they are two clusters, and a shaped partition
-that disagrees with them (ARI below ``agreement``) has parted cores from tails. Nested
-clusters have their peak between the spherical cells (the inner cluster), elongated
-clusters their rows; both keep the shaped fit.
+with ``r_q`` the ``q`` quantile of ``r`` (the tube: a quarter of the pair's rows). The
+cells are two clusters where ``rho`` has a peak on each side of their boundary ``s =
+1/2`` (the largest of ``rho`` over ``s <= 1/2`` and over ``s >= 1/2``, each at least
+``balance`` times the other) and a valley at the boundary, ``rho(1/2)`` below ``v``
+times the lower peak ``rho*`` and below it by ``z`` standard deviations of the counts,
+``rho* - rho(1/2) >= z sqrt(rho* + rho(1/2))`` (weights in units of their mean: counts
+of rows; a dip elsewhere, or of a few rows, as between elongated clusters that the cells
+cut, is no valley); a shaped partition
+that disagrees with them (ARI below ``agreement``) has then parted cores from tails.
+Nested clusters have their peak between the spherical cells (the inner cluster), a core
+beside half a ring one peak that the ring's half, spread around the tube, does not match,
+and elongated clusters a flat density along the segment: all keep the shaped fit.
+
+Why a tube and peaks: the density of all rows projected on the segment (a slab) mixes
+the tails of every direction into the middle, and at a separation of about one spread
+(the clusters' centres 0.5-0.8 times the spread of their distances apart) it left no
+valley where the tube's density falls to a tenth; the spherical cells' means lie beyond
+the peaks, in the tails that the cells' far sides add.
 
 Notation
 --------
@@ -27,26 +40,65 @@ symbol          code                meaning
 ==============  ==================  ===============================================
 ``m_a``         ``means``           the spherical cells' means
 ``h``           ``width``           half-width of the windows, in units of the segment
+``q``           ``tube``            the share of the pair's rows the tube holds
 ``v``           ``valley``          the depth a valley needs (default 0.5)
+``z``           ``z``               its standard deviations below the lower peak (3)
 ==============  ==================  ===============================================
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..head_graph import adjusted_rand
 
-__all__ = ["cores_from_tails"]
+__all__ = ["cores_from_tails", "tube_density"]
+
+_POINTS = np.arange(-2, 13) / 10           # s = -0.2, -0.1, ..., 1.2 along the segment
+
+
+def tube_density(X: np.ndarray, spherical: np.ndarray, weights: np.ndarray, *,
+                 tube: float = 0.25, width: float = 0.1) -> np.ndarray:
+    """``rho(s)`` at ``s = -0.2, -0.1, ..., 1.2`` (module docstring) along the segment
+    between the two cells of closest means of the partition ``spherical`` ``(n,)`` (at
+    least two cells) of rows ``X`` ``(n, d)`` of ``weights`` ``(n,)``.
+
+    Examples
+    --------
+    >>> X = np.r_[np.zeros((5, 2)), np.ones((5, 2))]
+    >>> tube_density(X, np.repeat([0, 1], 5), np.ones(10)).tolist()[1:4]
+    [0.0, 5.0, 0.0]
+    """
+    held = weights > 0
+    X, spherical, weights = X[held], spherical[held], weights[held]
+    cells = np.unique(spherical)
+    means = np.stack([np.average(X[spherical == c], axis=0, weights=weights[spherical == c])
+                      for c in cells])                                   # (k, d)
+    gap = ((means[:, None] - means[None]) ** 2).sum(-1)
+    gap[np.diag_indices(len(cells))] = np.inf
+    a, b = np.unravel_index(int(np.argmin(gap)), gap.shape)
+    pair = (spherical == cells[a]) | (spherical == cells[b])
+    step = means[b] - means[a]
+    length2 = max(float(step @ step), np.finfo(np.float64).tiny)
+    Z = X[pair] - means[a]
+    t = Z @ step / length2
+    off = np.maximum(np.einsum("nd,nd->n", Z, Z) - t * t * length2, 0.0)   # r_i^2
+    inside = off <= np.quantile(off, tube)
+    t, w = t[inside], weights[pair][inside]
+    w = w / w.mean()                            # in rows: counts for unit weights
+    return np.array([w[np.abs(t - s) < width].sum() for s in _POINTS])
 
 
 def cores_from_tails(X: np.ndarray, spherical: np.ndarray, shaped: np.ndarray,
                      weights: np.ndarray | None = None, *, agreement: float = 0.5,
-                     valley: float = 0.5, width: float = 0.1) -> bool:
+                     valley: float = 0.5, balance: float = 0.25, tube: float = 0.25,
+                     width: float = 0.1, z: float = 3.0) -> bool:
     """Whether the shaped partition ``shaped`` ``(n,)`` of rows ``X`` ``(n, d)`` parts
     cores from tails: it disagrees with the spherical partition ``spherical`` ``(n,)``
     (adjusted Rand index below ``agreement``) while the two spherical cells of closest
-    means are separated by a valley of density (module docstring).
+    means are two peaks of density with a valley between them (module docstring).
 
     Examples
     --------
@@ -54,7 +106,7 @@ def cores_from_tails(X: np.ndarray, spherical: np.ndarray, shaped: np.ndarray,
     >>> u = rng.normal(size=(1000, 8))
     >>> u /= np.linalg.norm(u, axis=1, keepdims=True)
     >>> y = np.repeat([0, 1], 500)
-    >>> X = rng.normal(size=(1000, 1)) * u + 1.5 * np.c_[y, np.zeros((1000, 7))]
+    >>> X = rng.normal(size=(1000, 1)) * u + 0.8 * np.c_[y, np.zeros((1000, 7))]
     >>> core = (np.linalg.norm(X - X.mean(0), axis=1) < 1.0).astype(int)
     >>> cores_from_tails(X, y, core), cores_from_tails(X, y, y)
     (True, False)
@@ -62,21 +114,12 @@ def cores_from_tails(X: np.ndarray, spherical: np.ndarray, shaped: np.ndarray,
     spherical, shaped = np.asarray(spherical), np.asarray(shaped)
     if adjusted_rand(spherical, shaped) >= agreement:
         return False
-    cells = np.unique(spherical)
-    if len(cells) < 2:
-        return False
     w = np.ones(len(X)) if weights is None else np.asarray(weights, dtype=np.float64)
-    means = np.stack([np.average(X[spherical == c], axis=0, weights=w[spherical == c])
-                      if w[spherical == c].sum() > 0 else X[spherical == c].mean(0)
-                      for c in cells])                                   # (k, d)
-    gap = ((means[:, None] - means[None]) ** 2).sum(-1)
-    gap[np.diag_indices(len(cells))] = np.inf
-    a, b = np.unravel_index(int(np.argmin(gap)), gap.shape)
-    pair = (spherical == cells[a]) | (spherical == cells[b])
-    step = means[b] - means[a]
-    t = (X[pair] - means[a]) @ step / max(float(step @ step), np.finfo(np.float64).tiny)
-
-    def near(s: float) -> float:
-        return float(w[pair][np.abs(t - s) < width].sum())
-
-    return near(0.5) < valley * min(near(0.0), near(1.0))
+    if len(np.unique(spherical[w > 0])) < 2:
+        return False
+    rho = tube_density(X, spherical, w, tube=tube, width=width)
+    middle = len(rho) // 2                          # s = 1/2: the cells' boundary
+    low, high = sorted((rho[:middle + 1].max(), rho[middle:].max()))
+    dip = low - rho[middle]              # in rows, each count's sd about its square root
+    return bool(low >= balance * high and rho[middle] < valley * low
+                and dip >= z * math.sqrt(low + rho[middle]))
