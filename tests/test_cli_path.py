@@ -46,6 +46,9 @@ def test_default_prefix_is_next_to_the_data(two_blobs):
     ("1,2\n3,4\n", ["--max-clusters", "0"], "--max-clusters"),
     ("1,2\n3,4\n", ["--max-clusters", "1"], "between 2 and the number of rows"),  # as fit's
     ("1,2\n3,4\n", ["--min-cluster-size", "0"], "--min-cluster-size"),
+    # the option's name, not the library's min_cluster_size=
+    ("1,2\n3,4\n", ["--min-cluster-size", "3"], "--min-cluster-size must be between 1 and "
+                                                 "the number of rows (2)"),
     ("1,2\n0,0\n", ["--geometry", "sphere"], "zero"),
 ])
 def test_bad_input_is_one_line_exit_2_and_no_file(tmp_path, capsys, content, args, match):

@@ -60,9 +60,9 @@ def run(args) -> int:
     if not 2 <= args.max_clusters <= X.shape[0]:
         raise CommandError(f"--max-clusters must be between 2 and the number of rows "
                            f"({X.shape[0]}) of {args.data}, got {args.max_clusters}")
-    if args.min_cluster_size is not None and args.min_cluster_size < 1:
-        raise CommandError(f"--min-cluster-size must be a positive integer, got "
-                           f"{args.min_cluster_size}")
+    if args.min_cluster_size is not None and not 1 <= args.min_cluster_size <= X.shape[0]:
+        raise CommandError(f"--min-cluster-size must be between 1 and the number of rows "
+                           f"({X.shape[0]}) of {args.data}, got {args.min_cluster_size}")
     if as_geometry(args.geometry).unit_heads:       # rows onto the sphere, as fit does
         check_nonzero_rows(X, args.data)
         X = X / np.linalg.norm(X, axis=1, keepdims=True)
