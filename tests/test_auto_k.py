@@ -721,23 +721,24 @@ def test_integer_weights_choose_k_as_repeated_rows_do():
 
 
 def test_nearly_equal_weights_choose_k_as_no_weights_do():
-    """Other weights give each row ``floor(n p_i)`` copies and the rest by residual draws:
-    one weight of 1.01 among ones of 30 rows in three blobs leaves every row once (the
-    unweighted BIC, bit for bit); drawn with replacement, repeated rows had read as tiny
-    clusters, ``K = 10``. Weights of 1 and 3 give the heavy rows about three copies."""
+    """Other weights give each row ``floor(n p_i)`` copies and the rest by largest
+    remainder: weights whose range is less than their mean (one of 1.01 among ones, or
+    uniform on 0.7-1.3) leave every row once, the unweighted BIC bit for bit; drawn with
+    replacement, repeated rows had read as tiny clusters (``K = 10`` for the 1.01)."""
     rng = np.random.default_rng(2)
     X = np.concatenate([rng.normal(c, 1.0, (10, 2)) for c in ((0, 0), (9, 0), (0, 9))])
-    w = np.ones(30)
-    w[0] = 1.01
-    for seed in range(3):
-        plain = ac.AttentionClustering("auto", random_state=seed).fit(X)
-        near = ac.AttentionClustering("auto", random_state=seed).fit(X, sample_weight=w)
-        np.testing.assert_array_equal(near.k_choice_.bic, plain.k_choice_.bic)
-        assert near.n_clusters_ == plain.n_clusters_ == 3
+    near = np.ones(30)
+    near[0] = 1.01
+    for w in (near, rng.uniform(0.7, 1.3, 30)):
+        for seed in range(3):
+            plain = ac.AttentionClustering("auto", random_state=seed).fit(X)
+            weighted = ac.AttentionClustering("auto", random_state=seed).fit(X, sample_weight=w)
+            np.testing.assert_array_equal(weighted.k_choice_.bic, plain.k_choice_.bic)
+            assert weighted.n_clusters_ == plain.n_clusters_ == 3
     from attnclust.cluster.rows import residual_copies
-    heavy = np.r_[np.ones(20), np.full(10, 3.0)]           # 20 + 30 = 50 of weight
-    copies = residual_copies(heavy, 30, np.random.default_rng(0))
-    assert copies.sum() == 30 and set(copies[:20]) <= {0, 1} and set(copies[20:]) <= {1, 2}
+    # expected copies 0.6 (weight 1) and 1.8 (weight 3): the larger remainders first
+    copies = residual_copies(np.r_[np.ones(20), np.full(10, 3.0)], 30)
+    assert copies.tolist() == [1] * 10 + [0] * 10 + [2] * 10
 
 
 def test_a_refit_with_a_given_k_leaves_no_choice_of_k():

@@ -30,7 +30,7 @@ from ._atomic import (  # the writes: importable from here, where the command li
     save_matrix,
     writable_folder,
 )
-from ._npy import NpyRows, first_line, open_npy, read_npy_header
+from ._npy import BLOCK_ROWS, NpyRows, first_line, open_npy, read_npy_header
 
 __all__ = ["SUFFIXES", "ColumnError", "NpyRows", "Table", "atomic_path", "check_finite_rows",
            "check_matrix_shape", "check_nonzero_rows", "deferred_interrupts", "interrupt",
@@ -46,11 +46,25 @@ def _float(cell: str) -> float:
 
 
 def _is_number(cell: str) -> bool:
+    """Whether a cell reads as a number (``1_000`` too: a line of them is a row of data,
+    refused when read, not a header)."""
     try:
-        _float(cell)
+        float(cell)
     except ValueError:
         return False
     return True
+
+
+# a spreadsheet's error values, which are missing values and start like a comment
+_SHEET_ERROR = re.compile(r"#(N/?A|VALUE!|DIV/0!|REF!|NAME\?|NUM!|NULL!)", re.IGNORECASE)
+
+
+def _kept(line: str, delimiter: str | None) -> bool:
+    """Whether a line holds data or a header: not blank (a line of tabs in a ``.tsv`` is
+    empty cells) and no comment (``#``, but for a spreadsheet's ``#N/A`` and the like)."""
+    if not (line.strip() or (delimiter == "\t" and line)):
+        return False
+    return not line.startswith("#") or _SHEET_ERROR.match(line) is not None
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -153,7 +167,7 @@ def _parse_text(path: Path, header: bool | None, delimiter: str | None, gz: bool
     # (line number, text) of the lines that hold data or a header: not blank, no comment
     # ("# ..." as numpy.savetxt writes a header; "#N/A" is a missing value); tabs kept
     lines = [(n, ln.strip(" \r\n")) for n, ln in enumerate(text.splitlines(), start=1)]
-    lines = [(n, ln) for n, ln in lines if ln.strip() and not re.match(r"#(\s|$)", ln)]
+    lines = [(n, ln) for n, ln in lines if _kept(ln, delimiter)]
     if not lines:
         raise ValueError(f"{path}: empty file (no rows)")
     first = lines[0][1]
@@ -179,11 +193,12 @@ def _parse_text(path: Path, header: bool | None, delimiter: str | None, gz: bool
                     if detected and not header and line_no == rows[0][0] else "")
             raise ValueError(f"{path}: line {line_no} has {len(row)} fields, "
                              f"expected {width}{hint}")
-    if header and len(cells) != width:
-        spaces = " (names with spaces need commas or tabs between them: a .tsv)"
+    if detected and header and len(cells) != width:
+        split = (" (split on whitespace: separate the fields by commas, or name the file "
+                 ".tsv)" if delimiter is None and len(cells) > width else "")
         raise ValueError(f"{path}: the header (line {lines[0][0]}) has {len(cells)} fields, "
-                         f"the rows {width}{spaces if delimiter is None else ''}")
-    names = cells if header else [f"x{j}" for j in range(width)]
+                         f"the rows {width}{split}; pass --header yes to skip it")
+    names = cells if header and len(cells) == width else [f"x{j}" for j in range(width)]
     notes = []
     if header and names[0] == "" and width > 1 and _is_index([r for _, r in rows]):
         notes.append(f"{path}: left out the first column, a row index (no name, the values "
@@ -246,10 +261,6 @@ def _non_numeric(path: Path, cell: str, line_no: int, j: int, names: list[str],
     return f"{path}: non-numeric value {cell!r} {where}; {hint}"
 
 
-# rows checked at once by the finiteness check: bounded memory on memory-mapped files
-_CHECK_ROWS = 1 << 16
-
-
 def check_finite_rows(X, path, *, row_offset: int = 0) -> None:
     """``ValueError`` naming the first NaN or inf (row and column counted from 1).
 
@@ -258,8 +269,8 @@ def check_finite_rows(X, path, *, row_offset: int = 0) -> None:
     """
     if X.dtype.kind != "f":
         return                      # bool and integers are always finite
-    for start in range(0, X.shape[0], _CHECK_ROWS):
-        bad = ~np.isfinite(X[start:start + _CHECK_ROWS])
+    for start in range(0, X.shape[0], BLOCK_ROWS):
+        bad = ~np.isfinite(X[start:start + BLOCK_ROWS])
         if bad.any():
             i, j = np.argwhere(bad)[0]
             raise ValueError(f"{path}: NaN or inf at row {row_offset + start + i + 1}, "
@@ -279,8 +290,8 @@ def check_matrix_shape(X, path, *, min_columns: int = 1) -> None:
 
 def check_nonzero_rows(X, path, *, row_offset: int = 0) -> None:
     """``ValueError`` naming the first all-zero row (counted from 1), read in blocks."""
-    for start in range(0, X.shape[0], _CHECK_ROWS):
-        zero = np.flatnonzero(~np.asarray(X[start:start + _CHECK_ROWS]).any(axis=1))
+    for start in range(0, X.shape[0], BLOCK_ROWS):
+        zero = np.flatnonzero(~np.asarray(X[start:start + BLOCK_ROWS]).any(axis=1))
         if zero.size:
             raise ValueError(f"{path}: row {row_offset + start + zero[0] + 1} is all zeros and "
                              "has no direction; normalizing rows onto the sphere needs "

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["NpyRows", "first_line", "open_npy", "read_npy_header"]
+__all__ = ["BLOCK_ROWS", "NpyRows", "first_line", "open_npy", "read_npy_header"]
 
-_BLOCK_ROWS = 1 << 16      # rows read at once where rows are picked out of the file
+BLOCK_ROWS = 1 << 16       # rows read or checked at once: bounded memory on large files
 
 
 def _human(n_bytes: float) -> str:
@@ -115,8 +115,8 @@ class NpyRows:
 
     A memory map keeps every page it has touched in the process's resident memory until
     the system reclaims it; reading blocks into fresh arrays keeps the resident memory of
-    a pass over the file at one block (a Fortran-ordered file, column by column, is read
-    through a memory map). Indexing: a slice of rows (step 1), an integer
+    a pass over the file at one block (of a Fortran-ordered file, one read per column).
+    Indexing: a slice of rows (step 1), an integer
     array of rows, or anything NumPy takes on the block of those rows.
 
     Examples
@@ -136,18 +136,23 @@ class NpyRows:
         if len(shape) != 2:
             raise ValueError(f"{self.path}: expected a 2-D array (one point per row), got "
                              f"shape {shape}")
-        # a Fortran-ordered file is not row by row: its rows are read through a memory map
-        self._columns = open_npy(self.path) if fortran else None
+        self._fortran = fortran            # column by column: a block is d reads
         self.shape = shape
         self.ndim, self.size = 2, math.prod(shape)
 
     def _read(self, start: int, stop: int) -> np.ndarray:
         n, d = self.shape
         start, stop = max(0, min(start, n)), max(0, min(stop, n))
-        if self._columns is not None:
-            return np.ascontiguousarray(self._columns[start:max(start, stop)])
-        count = max(0, stop - start) * d
-        row_bytes = d * self.dtype.itemsize
+        rows, size = max(0, stop - start), self.dtype.itemsize
+        if self._fortran:
+            block = np.empty((rows, d), self.dtype)
+            with open(self.path, "rb") as f:
+                for j in range(d * (rows > 0)):
+                    f.seek(self._offset + (j * n + start) * size)
+                    block[:, j] = np.fromfile(f, dtype=self.dtype, count=rows)
+            return block
+        count = rows * d
+        row_bytes = d * size
         with open(self.path, "rb") as f:
             f.seek(self._offset + start * row_bytes)
             block = np.fromfile(f, dtype=self.dtype, count=count)
@@ -165,10 +170,10 @@ class NpyRows:
             idx = np.arange(self.shape[0])[rows]
             flat = np.atleast_1d(idx)
             block = np.empty((flat.size, self.shape[1]), self.dtype)
-            for start in range(0, self.shape[0], _BLOCK_ROWS):
-                here = np.flatnonzero((flat >= start) & (flat < start + _BLOCK_ROWS))
+            for start in range(0, self.shape[0], BLOCK_ROWS):
+                here = np.flatnonzero((flat >= start) & (flat < start + BLOCK_ROWS))
                 if here.size:
-                    block[here] = self._read(start, start + _BLOCK_ROWS)[flat[here] - start]
+                    block[here] = self._read(start, start + BLOCK_ROWS)[flat[here] - start]
             if np.ndim(idx) == 0:
                 block = block[0]
         return block[(slice(None), *rest)] if rest else block

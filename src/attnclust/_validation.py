@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 __all__ = [
+    "as_flag",
     "as_generator",
     "as_numpy_input",
     "as_tensor",
@@ -323,12 +324,24 @@ def check_sample_weight(sample_weight, n_samples: int, *,
     return w
 
 
+def as_flag(value):
+    """A parameter that may be a boolean (``noise_head``, ``merge_heads``, ...) with
+    NumPy's booleans as Python's, which the checks accept; any other value as given.
+
+    Examples
+    --------
+    >>> as_flag(np.True_) is True, as_flag("auto")
+    (True, 'auto')
+    """
+    return bool(value) if isinstance(value, bool | np.bool_) else value
+
+
 def _is_constant(value, option) -> bool:
     """Whether ``value`` is the constant ``option`` (None, a bool or a string)."""
     if option is None:
         return value is None
     if isinstance(option, bool):
-        return isinstance(value, bool | np.bool_) and bool(value) == option
+        return as_flag(value) is option
     return isinstance(value, str) and value == option
 
 

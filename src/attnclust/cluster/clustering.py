@@ -90,13 +90,13 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.validation import validate_data
 
 from .._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keywords
-from .._validation import as_generator, as_numpy_input, check_sample_weight
+from .._validation import as_flag, as_generator, as_numpy_input, check_sample_weight
 from .choice.k_choice import choose_n_clusters, warn_if_weak
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .endings import ending_for
 from .estimator_fits import Reporter, fit_merge, in_data_dtype
-from .estimator_params import as_flag, check_params, param_names, parameters
+from .estimator_params import check_params, param_names, parameters
 from .kmeans.result import inertia
 from .mixture.covariance import Spherical, as_covariance_type
 from .mixture.likelihood import LikelihoodMixin
@@ -481,8 +481,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
             if np.array_equal(w, np.round(w)) and w.sum() <= k_rows:
                 X = np.repeat(X, w.astype(np.int64), axis=0)
             elif np.ptp(w) > 0:
-                X = np.repeat(X, residual_copies(w, min(k_rows, len(X)), as_generator(
-                    plan.random_state, "random_state")), axis=0)
+                X = np.repeat(X, residual_copies(w, min(k_rows, len(X))), axis=0)
         local = Communicator.local(X.shape[0])
         self.mean_, self.scale_ = plan.learn_center(X, local)
         rows = plan.preprocess(X, (self.mean_, self.scale_), comm=local)

@@ -36,7 +36,7 @@ from ..layer.geometry import as_geometry
 from .mixture.covariance import as_covariance_type
 from .settings import FitSettings, MergeSettings
 
-__all__ = ["CONSTRAINTS", "as_flag", "check_params", "param_names", "parameters"]
+__all__ = ["CONSTRAINTS", "check_params", "param_names", "parameters"]
 
 # parameter -> (the constants it may be, a check of any other value: None, none allowed)
 CONSTRAINTS = {
@@ -111,18 +111,6 @@ def parameters(est) -> dict:
     True
     """
     return {name: getattr(est, name) for name in param_names(type(est))}
-
-
-def as_flag(value):
-    """A parameter that may be a boolean (``noise_head``, ``merge_heads``, ...) with
-    NumPy's booleans as Python's, which the checks accept; any other value as given.
-
-    Examples
-    --------
-    >>> as_flag(np.True_) is True, as_flag("auto")
-    (True, 'auto')
-    """
-    return bool(value) if isinstance(value, bool | np.bool_) else value
 
 
 def _is(value, name: str) -> bool:

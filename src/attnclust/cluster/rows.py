@@ -158,27 +158,28 @@ def squared_norms(X: np.ndarray, how: str, offset: int = 0) -> np.ndarray:
     return sq
 
 
-def residual_copies(weights: np.ndarray, n: int, gen: np.random.Generator) -> np.ndarray:
-    """Copies of each row ``(len(weights),)``, ``n`` in all, in proportion to positive
-    ``weights``: ``floor(n p_i)`` (``p_i = w_i / sum w``), then one more for as many rows
-    as are missing, drawn without replacement in proportion to the remainders (residual
-    resampling). A row is copied only where its weight is at least ``1 / n`` of the total:
-    nearly equal weights give each row once, not repeated rows that read as clusters.
+def residual_copies(weights: np.ndarray, n: int) -> np.ndarray:
+    """Copies of each row ``(len(weights),)``, ``n`` in all, in proportion to non-negative
+    ``weights``: ``floor(n p_i)`` (``p_i = w_i / sum w``), then one more for the rows of
+    largest remainders (ties: the first rows) until there are ``n`` (the largest-remainder
+    rule). With ``n`` the rows, weights whose range is less than their mean give each row
+    once (``n p_i`` all within one of each other): not repeated rows, which read as
+    clusters.
 
     Examples
     --------
-    >>> residual_copies(np.array([1.0, 1.0, 1.01]), 3, np.random.default_rng(0)).tolist()
+    >>> residual_copies(np.array([1.0, 1.0, 1.01]), 3).tolist()
     [1, 1, 1]
-    >>> int(residual_copies(np.array([8.0, 1.0, 1.0]), 10, np.random.default_rng(0))[0])
-    8
+    >>> residual_copies(np.array([8.0, 1.0, 1.0]), 10).tolist()
+    [8, 1, 1]
     """
+    weights = np.asarray(weights, dtype=np.float64)
+    if not (np.all(weights >= 0) and weights.sum() > 0):
+        raise ValueError("residual_copies needs non-negative weights with a positive sum")
     expected = n * (weights / weights.sum())
     copies = np.floor(expected).astype(np.int64)
     rest = n - int(copies.sum())
-    if rest > 0:
-        remainder = expected - copies
-        copies[gen.choice(len(copies), rest, replace=False,
-                          p=remainder / remainder.sum())] += 1
+    copies[np.argsort(copies - expected, kind="stable")[:max(rest, 0)]] += 1
     return copies
 
 

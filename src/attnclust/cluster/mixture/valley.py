@@ -19,9 +19,10 @@ cells are two clusters where ``rho`` has a peak on each side of their boundary `
 1/2`` (the largest of ``rho`` over ``s <= 1/2`` and over ``s >= 1/2``, each at least
 ``balance`` times the other) and a valley at the boundary, ``rho(1/2)`` below ``v``
 times the lower peak ``rho*`` and below it by ``z`` standard deviations of the counts,
-``rho* - rho(1/2) >= z sqrt(rho* + rho(1/2))`` (weights in units of their mean: counts
-of rows; a dip elsewhere, or of a few rows, as between elongated clusters that the cells
-cut, is no valley); a shaped partition
+``rho* - rho(1/2) >= z sqrt(v* + v(1/2))``, ``v`` the windows' sums of ``w_i^2`` (weights
+in units of their mean: for equal weights ``v = rho``, the counts' Poisson variance; a
+dip elsewhere, or of a few rows, as between elongated clusters that the cells cut, is no
+valley); a shaped partition
 that disagrees with them (ARI below ``agreement``) has then parted cores from tails.
 Nested clusters have their peak between the spherical cells (the inner cluster), a core
 beside half a ring one peak that the ring's half, spread around the tube, does not match,
@@ -60,10 +61,11 @@ _POINTS = np.arange(-2, 13) / 10           # s = -0.2, -0.1, ..., 1.2 along the 
 
 
 def tube_density(X: np.ndarray, spherical: np.ndarray, weights: np.ndarray, *,
-                 tube: float = 0.25, width: float = 0.1) -> np.ndarray:
+                 tube: float = 0.25, width: float = 0.1, squares: bool = False) -> np.ndarray:
     """``rho(s)`` at ``s = -0.2, -0.1, ..., 1.2`` (module docstring) along the segment
     between the two cells of closest means of the partition ``spherical`` ``(n,)`` (at
-    least two cells) of rows ``X`` ``(n, d)`` of ``weights`` ``(n,)``.
+    least two cells of positive weight) of rows ``X`` ``(n, d)`` of ``weights`` ``(n,)``;
+    ``squares``: the sums of the weights' squares instead (the variance of ``rho``).
 
     Examples
     --------
@@ -74,6 +76,8 @@ def tube_density(X: np.ndarray, spherical: np.ndarray, weights: np.ndarray, *,
     held = weights > 0
     X, spherical, weights = X[held], spherical[held], weights[held]
     cells = np.unique(spherical)
+    if len(cells) < 2:
+        raise ValueError("tube_density needs two cells of rows of positive weight")
     means = np.stack([np.average(X[spherical == c], axis=0, weights=weights[spherical == c])
                       for c in cells])                                   # (k, d)
     gap = ((means[:, None] - means[None]) ** 2).sum(-1)
@@ -88,7 +92,8 @@ def tube_density(X: np.ndarray, spherical: np.ndarray, weights: np.ndarray, *,
     inside = off <= np.quantile(off, tube)
     t, w = t[inside], weights[pair][inside]
     w = w / w.mean()                            # in rows: counts for unit weights
-    return np.array([w[np.abs(t - s) < width].sum() for s in _POINTS])
+    near = np.abs(t[None] - _POINTS[:, None]) < width             # (points, rows)
+    return near @ w if not squares else near @ (w * w)
 
 
 def cores_from_tails(X: np.ndarray, spherical: np.ndarray, shaped: np.ndarray,
@@ -117,9 +122,12 @@ def cores_from_tails(X: np.ndarray, spherical: np.ndarray, shaped: np.ndarray,
     w = np.ones(len(X)) if weights is None else np.asarray(weights, dtype=np.float64)
     if len(np.unique(spherical[w > 0])) < 2:
         return False
-    rho = tube_density(X, spherical, w, tube=tube, width=width)
+    rho, var = (tube_density(X, spherical, w, tube=tube, width=width, squares=q)
+                for q in (False, True))
     middle = len(rho) // 2                          # s = 1/2: the cells' boundary
-    low, high = sorted((rho[:middle + 1].max(), rho[middle:].max()))
-    dip = low - rho[middle]              # in rows, each count's sd about its square root
+    peaks = (int(np.argmax(rho[:middle + 1])), middle + int(np.argmax(rho[middle:])))
+    i = min(peaks, key=lambda k: rho[k])                            # the lower peak
+    low, high = rho[i], max(rho[k] for k in peaks)
+    dip = low - rho[middle]              # in rows; its variance: the windows' sums of w^2
     return bool(low >= balance * high and rho[middle] < valley * low
-                and dip >= z * math.sqrt(low + rho[middle]))
+                and dip >= z * math.sqrt(var[i] + var[middle]))
