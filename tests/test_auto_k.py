@@ -80,6 +80,8 @@ def test_max_clusters_one_answers_one_cluster_without_blaming_the_rows():
         est = ac.AttentionClustering("auto", max_clusters=1, random_state=0).fit(X)
     assert est.n_clusters_ == 1 and est.n_clusters_reason_ == (
         "K = max_clusters = 1: no other K to compare")
+    # nothing was scored: no BIC, no structure test (they read 0 and 0)
+    assert np.isinf(est.k_choice_.bic).all() and np.isnan(est.k_choice_.structure_z)
 
 
 @pytest.mark.parametrize("X", [np.repeat([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], 20, 0),
@@ -739,6 +741,19 @@ def test_nearly_equal_weights_choose_k_as_no_weights_do():
     # expected copies 0.6 (weight 1) and 1.8 (weight 3): the larger remainders first
     copies = residual_copies(np.r_[np.ones(20), np.full(10, 3.0)], 30)
     assert copies.tolist() == [1] * 10 + [0] * 10 + [2] * 10
+
+
+def test_the_scan_goes_on_while_a_shape_falls_towards_the_least():
+    """Twelve separated Gaussians of 40 rows in 24-D: full covariances, each over a few
+    clusters, had the least BIC at K = 4 and rose after it while the spherical BIC fell
+    by thousands a step; the scan stopped at 7 and answered 4. A shape
+    still falling towards the least keeps it going, to 12."""
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
+
+    rng = np.random.RandomState(0)
+    X = np.vstack([c + 3.0 * rng.randn(40, 24) for c in rng.uniform(0, 100, (12, 24))])
+    choice = choose_n_clusters(X, 24, random_state=0)
+    assert choice.n_clusters == 12 and choice.covariance_type == "spherical", choice.reason
 
 
 def test_a_refit_with_a_given_k_leaves_no_choice_of_k():

@@ -376,7 +376,8 @@ def test_predict_on_new_rows_follows_the_heads():
 def test_merge_heads_false_true_and_settings():
     X, y = _blobs(0)
     forced = _fit(X, 4, 0, merge_heads=True)
-    assert forced.merge_heads_ and "merge_heads=True" in forced.merge_heads_reason_
+    assert forced.merge_heads_ and "(merge_heads=True; against the 4-head fit's" in \
+        forced.merge_heads_reason_
     off = _fit(X, 4, 0, merge_heads=False)
     assert not off.merge_heads_ and off.merge_heads_reason_ == "not merged: merge_heads=False"
     # NumPy's booleans, which the checks accept, are the same settings

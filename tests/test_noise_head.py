@@ -271,3 +271,20 @@ def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check(estimator)
+
+
+def test_a_background_that_takes_most_rows_warns():
+    """Two crescents, which no Gaussian describes: the background took 71% of the rows
+    with no word (a grid of integers, all of them). Blobs over noise rows (one row in
+    seven) do not warn."""
+    from sklearn.datasets import make_moons
+
+    from attnclust.cluster.degenerate import DegenerateFitWarning
+
+    X = make_moons(600, noise=0.05, random_state=0)[0]
+    with pytest.warns(DegenerateFitWarning, match=r"the background took \d+% of the rows"):
+        est = AttentionClustering(2, noise_head=True, random_state=0).fit(X)
+    assert (est.labels_ == NOISE_LABEL).mean() > 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)
+        AttentionClustering(3, noise_head=True, random_state=0).fit(_blobs_over_noise(0)[0])

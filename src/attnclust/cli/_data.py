@@ -195,4 +195,4 @@ def _weight_file(args, where: str, n: int):
     if weights.ndim != 1 or weights.shape[0] == 0:
         raise CommandError(f"{where}: expected one weight per row, shape (n,) or (n, 1), "
                            f"got shape {weights.shape}")
-    return np.asarray(weights, dtype=np.float64)
+    return np.array(weights, dtype=np.float64)     # a copy: a mapped file is read-only

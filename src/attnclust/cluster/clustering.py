@@ -246,8 +246,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         bars), in the data's units; steps are counted over the whole fit.
     max_clusters : int, default=10
         With ``n_clusters="auto"``: the largest ``K`` scored (the scan stops once the BIC
-        has risen for three ``K`` in a row) and counted by the heads. Set it above the
-        largest ``K`` expected; ``K = max_clusters`` warns that the rows may hold more.
+        has risen for three ``K`` in a row, no shape catching up) and counted by the
+        heads. Set it above the largest ``K`` expected; ``K = max_clusters`` warns.
     noise_head : bool, default=False
         With ``covariance_type="auto"``: a head more, a uniform background over the rows'
         box beside the shaped heads, takes the rows no cluster explains (noise,
@@ -256,12 +256,13 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         (:mod:`attnclust.cluster.mixture.noise_head`; ``docs/guide/shaped-heads.md``: what it
         gains and loses, measured). Rows held by one process on the CPU.
     merge_heads : "auto", bool or MergeSettings, default="auto"
-        Clusters of any shape (the default fit, given ``K``): more spherical heads than
-        clusters, fitted on at most 3,000 rows, are joined into ``K`` clusters by the
-        overlap of their attention (:mod:`attnclust.cluster.merge`), and replace the
-        ``K``-head fit (``"auto"``) when the normalized cut of the heads' overlap graph is
-        below 0.05 times the ``K``-head fit's; ``True``: always (the default fit only);
-        ``False``: never; a ``MergeSettings``: ``"auto"`` with those settings.
+        Clusters of any shape (the default fit): more spherical heads than clusters,
+        fitted on at most 3,000 rows, are joined into ``K`` clusters by the overlap of
+        their attention and replace the ``K``-head fit (``"auto"``) where its rules say so
+        (:mod:`attnclust.cluster.merge`: the heads' normalized cut against the fit's, the
+        split gain, and when no merge is tried); ``True``: always (the default fit with
+        an integer ``K`` only, else a ``ValueError``); ``False``: never; a
+        ``MergeSettings``: ``"auto"`` with those settings.
     settings : FitSettings, optional
         The tuning settings of the fit's choices (the warm-start sample, the shape choice's
         sample and cost guards, its candidates' EM, the choice of ``K``), each documented

@@ -26,11 +26,13 @@ read.
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from .degenerate import DegenerateFitWarning
 from .estimator_fits import Reporter, fit_shaped, risk_attributes, solve, with_deferred_lambda
 from .mixture.noise_head import fit_noise_head
 from .mixture.shape_choice import ShapeChoice, fit_chosen_shape, given_shape
@@ -119,6 +121,14 @@ class _NoiseHead(FitEnding):
     def run(self, rows, warm, plan, *, gen, report):
         end = _solve(rows, warm, plan, gen, report)
         noise = fit_noise_head(rows, end, plan, gen=gen)
+        labels = np.asarray(noise.fitted.labels_)
+        w = None if rows.weights is None else rows.weights.cpu().numpy()
+        share = float(np.average(labels < 0, weights=w))
+        if share > 0.5:                 # (user, fit, _fit, run)
+            warnings.warn(f"noise_head=True: the background took {share:.0%} of the rows; "
+                          "clusters that are not Gaussian (crescents, rows on a grid) read "
+                          "as noise to it: fit without noise_head", DegenerateFitWarning,
+                          stacklevel=4)
         return Outcome(noise.fitted, noise.choice, {
             "noise_weight_": noise.noise_weight, "noise_log_density_": noise.noise_log_density})
 

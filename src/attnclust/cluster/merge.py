@@ -358,7 +358,7 @@ def _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept) -> 
     """Whether the merge is kept (module docstring, *When to merge*), and why in words."""
     under_fit = gain > settings.min_split_gain            # False when not read (nan, -inf)
     merged = bool(force or (seen and ((lower and gain > settings.split_gain_floor) or under_fit)))
-    why = "merge_heads=True" if force else "below" if under_fit and not lower else \
+    why = "merge_heads=True; against" if force else "below" if under_fit and not lower else \
         f"{'below' if lower else 'not below'} {settings.cut_ratio:g} times"
     reason = (f"{'merged' if merged else 'not merged'}: {m} heads into {K} clusters, "
               f"normalized cut of the heads' overlap {cut_merged:.4g} ({why} the {K}-head "

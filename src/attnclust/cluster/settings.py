@@ -113,7 +113,8 @@ class FitSettings:
     em_steps : int, default=5
         EM steps from each partition's cells.
     patience : int, default=3
-        ``K`` scanned past the least BIC so far before the scan stops.
+        ``K`` scanned past the least BIC so far before the scan stops, unless a shape's
+        BIC, falling by ``r`` at the last ``K``, is within ``patience r`` of that least.
     n_references : int, default=20
         Uniform reference sets of the structure test (one k-means run each).
     looks : tuple of int, default=(4, 10)

@@ -18,34 +18,29 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   (the within-cell sum of squares) is lower, **the cells of ``K + 1`` merged**: the two
   cells whose merge raises ``W`` least (Ward's cost) become one head, then Lloyd's steps
   from those ``K`` heads; tried as each ``K + 1`` is scanned, and down ``K - 1, ...``
-  while it lowers ``W``. Three seedings can all end in a local minimum that joins two
-  separated clusters and cuts a third (a 10-blob mixture in 5-D: BIC(10) above BIC(9)
-  and BIC(11), so K = 11); the cells of 11, one blob cut in two, merged, give the 10
-  blobs. ``BIC(K)`` is computed once ``K + 1``'s merge has been tried (again when a
-  merge cascading down replaces cells already scored).
+  while it lowers ``W`` (three seedings can all join two separated clusters and cut a
+  third; the cells of ``K + 1``, the third cut in two, merged, do not). ``BIC(K)`` is
+  computed once ``K + 1``'s merge has been tried (again when a merge cascading down
+  replaces cells already scored).
 - **The mixture of each partition.** Each cell gives a head (its mean, covariance of the
   shape and weight), beside a **uniform background** of density ``1 / V`` (``V`` the
   volume of the rows' box along their principal axes) with its own weight ``pi_0`` (its
   one parameter, the last ``+ 1`` of ``p_K``): scattered rows then need no Gaussian of
-  their own. ``settings.em_steps`` steps of EM (the shaped layer's fixed point at ``lambda = 1``),
-  all heads at once, move the heads from the cells to the likelihood's nearby maximum;
-  ``log L_K`` is that of the last step. Each shape gets its own EM; ``BIC(K)`` is the least
-  of the three (full covariances for elongated clusters; spherical ones where ``d^2``
-  parameters per head are more than the rows support, e.g. 20 features and 100-300 rows
-  per cluster, where the full shape alone undercounts). A shape whose EM leaves a head
+  their own. ``settings.em_steps`` EM steps (the shaped layer's fixed point at ``lambda
+  = 1``) move the heads to the likelihood's nearby maximum; ``log L_K`` is the last's.
+  Each shape gets its own EM; ``BIC(K)`` is the least of the three (full covariances for
+  elongated clusters; spherical ones where ``d^2`` parameters per head are more than the
+  rows support, e.g. 20 features and 100-300 rows per cluster). A shape whose EM leaves a head
   at the covariance floor in some direction (within 1% of the floor of the features'
   typical spread, not of the grid below) on fewer rows than its covariance needs (2;
-  ``d + 1`` for a full one) is not scored at that ``K``: such a Gaussian, on a row
-  alone or on fewer rows than dimensions, has the floor's likelihood, which wins the BIC
-  without bound (30 rows of three blobs were six clusters; one Gaussian of 100 rows in 30
-  dimensions seven or eight); a head at the floor on more rows (equal rows, a constant
-  feature) is a cluster. Where every ``K >= 2`` has such a head (one far row alone in
-  every k-means cell), they are scored as they are, and the choice says so (weak). The
-  chosen ``K*`` is the
+  ``d + 1`` for a full one) is not scored at that ``K``: such a Gaussian has the floor's
+  likelihood, which wins the BIC without bound; a head at the floor on more rows (equal
+  rows, a constant feature) is a cluster. Where every ``K >= 2`` has such a head, they
+  are scored as they are, and the choice says so (weak). The chosen ``K*`` is the
   fewest clusters ``K >= 2`` whose BIC is within ``settings.bare_mention`` of the least:
   Kass and Raftery's scale (1995) calls a BIC difference of 0 to 2 evidence "not worth
   more than a bare mention", and such evidence adds no cluster (near ties: uniform noise
-  taken by one or two more Gaussians, BIC 1.4 above at the true 6 and 0 at 8).
+  taken by one or two more Gaussians).
 - **The data's resolution.** A feature recorded on a grid of step ``h`` (integer counts,
   grades 0-3, lengths to 0.1 cm) cannot resolve a variance below ``h^2 / 12``, the
   variance of the rounding (Sheppard's correction): a Gaussian narrower than that along
@@ -57,16 +52,16 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   far below, and keep ``1e-6``); the choice is then that of the rows spread uniformly
   within their grid cells. The ``1e-6`` itself is relative to the feature's typical
   spread, ``s_j^2 = (IQR_j / 1.349)^2`` (the variance of a Gaussian of that quartile
-  range; at most 1, the standardized variance): one row at 1e5 beside three blobs of
-  spread 0.5 inflated every standard deviation 1,600-fold (2.9 to 4,700), the blobs became
-  narrower than a floor of ``1e-6`` and one component (``K = 2``, the blobs and the far
-  row; ``tests/test_auto_k.py``). It stays above the rounding of the EM's covariances,
-  ``1e3 eps max_i z_i^2``: beyond about 1e6 times the blobs' spread the far row leaves
-  them below it again (``K = 2``, as before), and ten equal rows at 1e5 beside 5,000 no
-  longer give a covariance that is not positive definite.
-- **The scan stops** once ``BIC(K)`` has stayed above the least so far for ``settings.patience``
-  values of ``K`` in a row (or at ``max_clusters``); the ``K`` not scanned have
-  ``BIC = inf``.
+  range; at most 1, the standardized variance): one row at 1e5 beside three blobs
+  inflated every standard deviation 1,600-fold, and the blobs became narrower than a
+  floor of ``1e-6`` (``tests/test_auto_k.py``). It stays above the rounding of the EM's
+  covariances, ``1e3 eps max_i z_i^2``.
+- **The scan stops** once ``BIC(K)`` has stayed above the least so far for
+  ``settings.patience`` values of ``K`` in a row and no shape's BIC, falling by ``r`` at
+  the last ``K``, is within ``patience r`` of that least (or at ``max_clusters``); the
+  ``K`` not scanned have ``BIC = inf``. Full covariances that each covered a few of 16
+  clusters in 32-D had the least BIC at ``K = 5``, while the spherical one fell by
+  5,000-10,000 a step to its least (and the least of all) at 16: the scan stopped at 8.
 - **How sure.** ``exp(-BIC(K) / 2)`` normalized over ``K >= 2`` is the BIC's
   approximation of the posterior probability of each ``K`` (equal priors); ``weight`` is
   that of ``K*``.
@@ -77,16 +72,10 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   Where the test finds structure absent, not only unproven (``z < -structure_z``: the
   cells remove less scatter than in uniform rows, as a blob's do), positive evidence
   (``settings.bare_mention``, 2) suffices: an elongated Gaussian of 500 rows had ``BIC(1)``
-  5.5 below at ``z = -12.8`` (``tests/test_auto_k.py``); no mixture of 2-3 blobs 3-4 sd
-  apart (one-off probes) nor development set (seeds 0-1) met that clause.
-  A few rows of several clusters give weaker evidence for one component: 30 rows in
-  three blobs 3 sd apart answered ``K = 1`` on 16 of 20 seeds with positive evidence
-  (2), 11 with strong, while one 30-row Gaussian stays one cluster as often (18 of 20;
-  ``tests/test_auto_k.py``); the battery's ``insect`` (30 rows, ``BIC(1)`` 4.1 below)
-  is split. Either test alone errs on real data: the gap test calls nested, touching and
-  non-convex clusters structureless (``K = 1`` on 69 of 303 multi-cluster fits of the
-  development battery, measured once in 0.3), and the BIC splits one non-Gaussian
-  cluster into several Gaussians (a uniform square, a disk, a ring). Together, ``K = 1``
+  5.5 below at ``z = -12.8`` (``tests/test_auto_k.py``). Either test alone errs on real
+  data: the gap test calls nested, touching and non-convex clusters structureless
+  (``K = 1`` on 69 of 303 multi-cluster fits of the development battery, measured once
+  in 0.3), and the BIC splits one non-Gaussian cluster into several. Together, ``K = 1``
   on 5 of the battery's 475 multi-cluster fits (95 sets with 2 to 12 clusters, seeds
   0-4: one table whose rows are the points of a grid), while a Gaussian blob, round or
   elongated, is still one cluster (every seed); a uniform square, a ring and a sphere's
@@ -97,18 +86,13 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   ``K*``, after Tibshirani, Walther and Hastie 2001): the k-means cells of ``K*``
   remove a share of the scatter, ``D = log(W_1 / W_K*)`` (``W_K`` the within-cell sum
   of squares); the same is computed on ``settings.n_references`` reference sets drawn
-  uniformly in the rows' principal box (the distribution without clusters that fills
-  the same box; one k-means run each). The rows hold structure when ``D`` exceeds the
-  references' mean by ``settings.structure_z`` of their standard deviations, ``z = (D - mean
-  D_ref) / (sd D_ref sqrt(1 + 1/B)) > 3``, in the standardized space **or**, when that
-  finds none, in the rows' own units (``z`` is then the larger of the two):
-  standardizing stretches the noise across a separation along one feature (two blobs
-  apart along ``x``, with ``y`` scaled up to unit variance), and the test in that space
-  alone missed two-blob mixtures. A Gaussian blob
-  gives ``z`` far below 0 in both (its cells remove less scatter than a uniform's). A
-  uniform square is the null, but its ``z`` is not ``t_19``: over 300 squares (500
-  rows) its mean was 0.55 and its standard deviation 1.0 (``K*`` is the ``K`` whose cells
-  fit the rows best), and with the second space 6 of the 300 passed 3.
+  uniformly in the rows' principal box (one k-means run each). The rows hold structure
+  when ``z = (D - mean D_ref) / (sd D_ref sqrt(1 + 1/B)) > settings.structure_z`` (3), in
+  the standardized space **or**, when that finds none, in the rows' own units (``z`` is
+  then the larger of the two: standardizing stretches the noise across a separation
+  along one feature). A Gaussian blob gives ``z`` far below 0 in both. A uniform square
+  is the null, but its ``z`` is not ``t_19``: over 300 squares (500 rows) its mean was
+  0.55 and its standard deviation 1.0, and with the second space 6 of the 300 passed 3.
 - **The test stops early** when the references drawn so far already decide it: after
   ``b`` of them (``b`` in ``settings.looks``), ``z_b`` (the same ``z`` of those ``b``) is
   returned when ``|z_b| > c_b``, ``c_b`` the ``1 - settings.early_level`` quantile
@@ -118,9 +102,7 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   look says "structure" with probability ``settings.early_level``: the level of the test,
   ``P(t_19 > 3) = 0.0037`` with all 20, rises by at most ``2e-4`` (Bonferroni over the
   looks). On the separated mixtures of ``benchmarks/bench_auto_k.py`` ``z_4 > 22.2`` on
-  84 of 90 (4 references, not 20; the full test's ``z`` there: 3.4 to 400); on 100
-  one-cluster sets no early look said structure (``|z_4| < 13``), and Gaussian blobs
-  often stop at 10 with ``z_10 < -6.01``.
+  84 of 90; Gaussian blobs often stop at 10 with ``z_10 < -6.01``.
 
 The choice is **weak** (a :class:`WeakChoiceWarning` at ``fit``) when ``weight < 0.9``,
 when ``K* = max_clusters`` (the rows may hold more), when one of ``K*``'s k-means cells
@@ -356,15 +338,15 @@ def bic_gain(rows: np.ndarray, labels: np.ndarray, cells: np.ndarray, *,
     return (bic[0] - bic[1]) / len(Z)
 
 
-def _least_bic(products, labels, n_clusters, log_volume, steps: int,
-               floor: np.ndarray, least_floor: np.ndarray) -> tuple[float, str]:
-    """The least BIC over the shapes of :data:`COVARIANCE_TYPES` on the centred rows'
-    :class:`~attnclust.cluster.mixture.em.RowProducts`, and that shape (``inf`` for a shape
-    with a head at ``least_floor``: :func:`mixture_bic`)."""
-    return min((mixture_bic(products.X, labels, n_clusters, log_volume=log_volume,
-                            steps=steps, covariance_type=c, products=products,
-                            floor=floor, least_floor=least_floor), c)
-               for c in COVARIANCE_TYPES)
+def _shape_bics(products, labels, n_clusters, log_volume, steps: int,
+                floor: np.ndarray, least_floor: np.ndarray) -> list[tuple[float, str]]:
+    """The BIC of each shape of :data:`COVARIANCE_TYPES` on the centred rows'
+    :class:`~attnclust.cluster.mixture.em.RowProducts`, with the shape (``inf`` for a
+    shape with a head at ``least_floor``: :func:`mixture_bic`)."""
+    return [(mixture_bic(products.X, labels, n_clusters, log_volume=log_volume,
+                         steps=steps, covariance_type=c, products=products,
+                         floor=floor, least_floor=least_floor), c)
+            for c in COVARIANCE_TYPES]
 
 
 def _kmeans(Z, k, rng, n_init=FitSettings.k_init, init=None):
@@ -441,11 +423,22 @@ def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list, b
     return *_scan_once(Z, top, gen, log_volume, settings, strict=False), True
 
 
+def _catching_up(shapes: list, least: float, patience: int) -> bool:
+    """Whether a shape's BIC, falling by ``r`` at the last ``K``, stands less than
+    ``patience`` times ``r`` above the ``least`` BIC (``shapes``: every shape's ``(BIC,
+    shape)`` at ``K = 1, 2, ...``): at that pace it reaches the least within the patience."""
+    now, before = (np.array([b for b, _ in shapes[i]]) for i in (-1, -2))
+    with np.errstate(invalid="ignore"):
+        fall = before - now
+        return bool(np.any(np.isfinite(fall) & (fall > 0) & (now - least < patience * fall)))
+
+
 def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
                ) -> tuple[list, list]:
-    """The cells (:func:`_kmeans`) and the least BIC with its shape (:func:`_least_bic`, at
+    """The cells (:func:`_kmeans`) and the least BIC with its shape (of :func:`_shape_bics`, at
     the rows' :func:`resolution_floor`) of
-    ``K = 1, 2, ...`` until the BIC has risen ``settings.patience`` times in a row or ``K = top``
+    ``K = 1, 2, ...`` until the BIC has risen ``settings.patience`` times in a row with no
+    shape catching up (:func:`_catching_up`) or ``K = top``
     (module docstring); the cells may hold one ``K`` more than the scores. ``strict``: a
     mixture with a head at the floor is not scored (:func:`mixture_bic`)."""
     cells = [_kmeans(Z, 1, gen)]
@@ -454,8 +447,12 @@ def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
     floor = resolution_floor(Z)
     spread = _spread_floor(Z) if strict else None
 
+    shapes = []                          # every shape's (BIC, shape) at K = 1, 2, ...
+
     def least(labels, k):
-        return _least_bic(products, labels, k, log_volume, settings.em_steps, floor, spread)
+        bics = _shape_bics(products, labels, k, log_volume, settings.em_steps, floor, spread)
+        shapes[k - 1:k] = [bics]
+        return min(bics)
     scores = [least(cells[0][0], 1)]
     for k in range(2, top + 2):        # K = k - 1 is scored once K = k's cells are known
         if k <= top:
@@ -471,8 +468,10 @@ def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
                 j -= 1
         if k >= 3:
             scores.append(least(cells[k - 2][0], k - 1))
-            if k - 1 - (2 + int(np.argmin([b for b, _ in scores[1:]]))) >= settings.patience:
-                break                                   # risen that many times in a row
+            if k - 1 - (2 + int(np.argmin([b for b, _ in scores[1:]]))) >= settings.patience \
+                    and not _catching_up(shapes, min(b for b, _ in scores[1:]),
+                                         settings.patience):
+                break                   # risen that many times in a row, none falling to it
     return cells, scores
 
 
@@ -521,7 +520,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     n = Z.shape[0]
     top = int(min(max_clusters, n - 1))
     if max_clusters < 2:
-        return KChoice(1, 1, np.zeros(1), 1.0, 0.0, False,
+        return KChoice(1, 1, np.full(1, np.inf), 1.0, math.nan, False,   # nothing scored
                        "K = max_clusters = 1: no other K to compare")
     if top < 2:
         return KChoice(1, 1, np.zeros(1), 1.0, 0.0, True,
@@ -566,7 +565,8 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
         distinct = len(np.unique(rows, axis=0))   # a few points, repeated: say so
         few = (f"; weak: the rows take only {distinct} distinct values, which the test reads "
                f"at the data's resolution (pass n_clusters={distinct} to keep them apart)"
-               if distinct <= top else "; weak: too few rows to tell" if thin else "")
+               if distinct <= top else "; weak: too few rows to tell" if thin or np.bincount(
+                   cells[best - 1][0]).min() < s.thin_rows else "")     # (a cell of a few)
         return KChoice(1, best, bic, weight, z, bool(few),
                        f"no structure: the {best} k-means cells remove no more scatter than "
                        f"in uniform rows (z = {z:.1f} <= {s.structure_z:g}) and {bic_one}; "
