@@ -161,8 +161,8 @@ class KChoice(NamedTuple):
 
     n_clusters: int
     """``K*``, or 1 when the rows hold no structure by the test and one component has
-    the least BIC by strong evidence, or positive where the test finds structure absent
-    (module docstring, *No structure*)."""
+    the least BIC by strong evidence (positive where the test finds structure absent),
+    or ``K*`` leaves too few rows per cluster (module docstring, *No structure*)."""
     best: int
     """The fewest ``K >= 2`` whose BIC is within ``settings.bare_mention`` of the least."""
     bic: np.ndarray
