@@ -664,3 +664,12 @@ def test_every_public_name_of_distributed_is_used():
     text += Path(__file__).read_text().split("def test_every_public_name_of_distributed")[0]
     unused = [name for name in ac.cluster.distributed.__all__ if name not in text]
     assert unused == []
+
+
+def test_a_communicator_whose_counts_disagree_with_the_rows_is_refused():
+    """n_total is every rank's rows: a local communicator of 10**6 rows over 2,000 fitted
+    them with sums divided by 10**6 (centres 1.04 off), one of 50 failed inside torch."""
+    X = np.random.default_rng(0).normal(size=(200, 2))
+    for comm in (Communicator.local(10**6), Communicator.local(50)):
+        with pytest.raises(ValueError, match=r"comm: the ranks hold 200 rows, but n_total"):
+            AttentionClustering(2, random_state=0).fit(X, comm=comm)

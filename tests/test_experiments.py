@@ -239,6 +239,31 @@ def test_interrupted_run_leaves_no_cache(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_run_stopped_before_its_json_leaves_no_cache_of_another_seed(tmp_path, monkeypatch):
+    """A seed-1 run stopped after its arrays were renamed into place, before its JSON: the
+    seed-0 JSON beside them vouched for them, and a later seed-0 run re-plotted seed 1's
+    arrays. The old JSON is removed first, so the later run recomputes."""
+    import attnclust.study.experiments._runner as runner
+
+    reproduce("fig4", out=tmp_path, quick=True, seed=0)
+    seed0 = json.loads((tmp_path / "fig4-quick.json").read_text())["plotted"]
+    real = runner.atomic_path
+
+    def stop_at_json(path, *args, **kwargs):
+        if str(path).endswith(".json"):
+            raise KeyboardInterrupt
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "atomic_path", stop_at_json)
+    with pytest.raises(KeyboardInterrupt):
+        reproduce("fig4", out=tmp_path, quick=True, seed=1, recompute=True)
+    monkeypatch.setattr(runner, "atomic_path", real)
+    assert runner._load_cached(tmp_path / "fig4-quick", FIGURES["fig4"].QUICK, 0) is None
+    reproduce("fig4", out=tmp_path, quick=True, seed=0)
+    again = json.loads((tmp_path / "fig4-quick.json").read_text())
+    assert again["seed"] == 0 and again["plotted"] == seed0      # recomputed: seed 0's
+
+
 def test_reproduce_all_runs_every_figure_in_order(tmp_path, monkeypatch, capsys):
     """``reproduce all`` is every figure of FIGURES, in order (the figures' own tests render
     one figure each; this checks the expansion without rendering any)."""

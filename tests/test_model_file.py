@@ -233,10 +233,18 @@ def test_an_archive_of_object_arrays_is_named_as_such(tmp_path):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda a: a.update({"attr.cluster_centers_": np.zeros((3, 5))}),
-     r"cluster_centers_ of shape \(3, 5\), not \(K, n_features_in_ = 3\)"),
+     r"its fitted attributes disagree: cluster_centers_ of shape \(3, 5\), not \(K >= 1, "
+     r"n_features_in_ = 3\)"),
+    (lambda a: a.update({"attr.cluster_centers_": np.zeros((0, 3))}),   # a predict IndexError
+     r"cluster_centers_ of shape \(0, 3\)"),
+    (lambda a: a.update({"attr.cluster_centers_": np.full((3, 3), np.nan)}), "finite numbers"),
     (lambda a: a.pop("attr.cluster_centers_"), "no cluster_centers_ or n_features_in_"),
     (lambda a: a.update({"attr.inverse_temperature_": np.float64(-1.0)}),
-     r"inverse_temperature_ = .*-1\..*, not a number > 0"),
+     r"inverse_temperature_ = .*-1\..*, not a finite number > 0"),
+    (lambda a: a.update({"attr.inverse_temperature_": np.float64(np.inf)}),
+     "not a finite number > 0"),
+    # a name that shadows a method ("'int' object is not callable" at predict)
+    (lambda a: a.update({"attr.predict": np.int64(1)}), "'predict' is no fitted attribute"),
 ])
 def test_a_file_edited_by_hand_with_its_digest_written_again_is_refused(rows, tmp_path, edit,
                                                                           message):
@@ -255,5 +263,17 @@ def test_a_file_edited_by_hand_with_its_digest_written_again_is_refused(rows, tm
     meta["sha256"] = model_file._digest(meta, arrays)
     with open(path, "wb") as f:
         np.savez(f, **{model_file._META: np.array(json.dumps(meta))}, **arrays)
-    with pytest.raises(ValueError, match=f"its fitted attributes disagree: {message}"):
+    with pytest.raises(ValueError, match=message):
+        ac.load_model(path)
+
+
+def test_a_member_that_is_not_an_array_is_refused(rows, tmp_path):
+    """A file added to the archive (a README) gave an AttributeError of the digest's."""
+    import zipfile
+
+    path = tmp_path / "m.npz"
+    ac.save_model(ac.AttentionClustering(3, random_state=0).fit(rows), path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("README.txt", "notes")
+    with pytest.raises(ValueError, match="a member that is not an array"):
         ac.load_model(path)

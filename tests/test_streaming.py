@@ -477,3 +477,66 @@ def test_a_stream_maps_its_rows_as_fit_does(dtype):
     assert state.space.scale == rows.scale
     np.testing.assert_array_equal(state.space.shift, rows.shift)
     assert torch.equal(state.to_working(X), rows.read(0, len(X)).to(state.dtype))
+
+
+def _snapshot(est) -> dict:
+    """The estimator's fitted state, as comparable values."""
+    return {"centers": est.cluster_centers_.copy(), "steps": est.n_steps_,
+            "curve": est.loss_curve_.copy(), "total": est.stream_state_.total,
+            "batches": est.stream_state_.n_batches}
+
+
+def _same_state(a: dict, b: dict) -> None:
+    np.testing.assert_array_equal(a["centers"], b["centers"])
+    np.testing.assert_array_equal(a["curve"], b["curve"])
+    assert (a["steps"], a["total"], a["batches"]) == (b["steps"], b["total"], b["batches"])
+
+
+def test_a_refused_or_stopped_batch_changes_nothing(monkeypatch):
+    """A batch of rows at 1e200 was refused only after its step (the centres at 1e198,
+    every later predict refused); a batch stopped inside its step left the running sums
+    with it and a retry counted it twice. Now either leaves the stream as it was."""
+    import attnclust.cluster.streaming as streaming
+
+    est = AttentionClustering(3, random_state=0)
+    for batch in _batches(X[:1000], 500):
+        est.partial_fit(batch)
+    before = _snapshot(est)
+    with pytest.raises(ValueError, match="out of float64's range"):
+        est.partial_fit(X[1000:1010] * 1e200)
+    _same_state(_snapshot(est), before)
+    assert est.predict(X[:5]).shape == (5,)
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(streaming, "step_from_sums", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        est.partial_fit(X[1000:1500])
+    _same_state(_snapshot(est), before)
+    monkeypatch.undo()
+    retried = est.partial_fit(X[1000:1500])
+    once = AttentionClustering(3, random_state=0)
+    for batch in _batches(X[:1500], 500):
+        once.partial_fit(batch)
+    _same_state(_snapshot(retried), _snapshot(once))
+
+
+def test_a_batch_of_weight_zero_takes_no_step():
+    """It moved the heads (the last step repeated from unchanged sums) and counted a step."""
+    est = AttentionClustering(3, random_state=0)
+    for batch in _batches(X[:1000], 500):
+        est.partial_fit(batch)
+    before = _snapshot(est)
+    est.partial_fit(X[1000:1100], sample_weight=np.zeros(100))
+    _same_state(_snapshot(est), before)
+    assert est.labels_.shape == (100,) and est.inertia_ == 0.0
+
+
+def test_inertia_of_a_batch_is_in_the_weights_own_scale():
+    """Weights of 1e308 overflowed the batch's inertia (refused after the step); float32
+    rows with weights of 1e39 gave inf. The stream's unit keeps them finite."""
+    for rows, scale in ((X[:500], 1e308), (X[:500].astype(np.float32), 1e39)):
+        est = AttentionClustering(3, random_state=0).partial_fit(
+            rows, sample_weight=np.full(500, scale))
+        ref = AttentionClustering(3, random_state=0).partial_fit(rows)
+        assert est.inertia_ == pytest.approx(scale * ref.inertia_, rel=1e-5)

@@ -141,6 +141,9 @@ def test_plot_and_summary():
     (dict(tol=-1.0), "tol must be a finite number >= 0"),
     (dict(min_cluster_size=51), "min_cluster_size=51 is more than the 50 rows"),
     (dict(inverse_temperatures=[[1.0, 2.0]]), r"one-dimensional, got shape \(1, 2\)"),
+    # a grid read backwards or twice gave plateaus of negative width
+    (dict(inverse_temperatures=[4.0, 2.0, 1.0]), "inverse_temperatures must increase strictly"),
+    (dict(inverse_temperatures=[1.0, 2.0, 1.0, 2.0]), "must increase strictly"),
     (dict(X=np.array([[0.0, 1j], [1.0, 1.0]])), "X must be real, got complex values"),
 ])
 def test_bad_inputs_name_the_bad_value(kwargs, match):

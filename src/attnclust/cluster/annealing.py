@@ -314,7 +314,7 @@ def temperature_path(
         The fixed point followed (module docstring): deterministic annealing, or the
         minimizer of the layer's risk (which never merges its heads).
     inverse_temperatures : array-like, optional
-        The grid; by default ``0.5 / lambda_c`` times ``grid_ratio ** j`` over
+        The grid, strictly increasing; by default ``0.5 / lambda_c`` times ``grid_ratio ** j`` over
         ``n_decades`` decades, ``lambda_c`` the predicted first split of the annealing.
     grid_ratio, n_decades : float, default=1.08 and 3.0
         The default grid's ratio (``> 1``) and span (``> 0``), at most 100,000 values.
@@ -384,6 +384,8 @@ def temperature_path(
                          if inverse_temperatures is not None else
                          f"the grid's inverse temperatures, {n_decades:g} decades from "
                          f"{grid[0]:.3g}, leave float64's range; take fewer decades")
+    if np.any(np.diff(grid) <= 0):         # the path follows the heads as lambda grows
+        raise ValueError("inverse_temperatures must increase strictly")
     walk = Walk(Xc.numpy(), Xc, geometry, objective, _KICK * scale, min_size,
                  merge_tol * scale, max_iter, tol * scale)
     with torch_threads(1):   # short (n, K) operations: one thread (see _threads)

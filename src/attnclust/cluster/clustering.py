@@ -22,30 +22,22 @@ centred and scaled to unit root-mean-square norm) are one
 Fit
 ---
 ``fit`` reads as its algorithm: prepare the working rows, warm start on a sample
-(:func:`attnclust.cluster.plan.estimator_warm_start`: seedings, hard Lloyd steps
-and, with ``inverse_temperature="auto"``, ``lambda = 1 / s^2``), run the plan's ending
-(:mod:`attnclust.cluster.endings`: the risk's heads by the hard limit, fixed-point steps
-or PGD, a given or a chosen shape of the heads, a noise head), store, warn (a dead head
-or a degenerate ``lambda`` warns with a :class:`DegenerateFitWarning`, not converging
-with a ``ConvergenceWarning``), and for the default merge heads into clusters. The
-solver runs, and why the default ends in the hard limit, are told in
-:mod:`attnclust.cluster.estimator_fits`. The parameters are read once, checked
+(:func:`attnclust.cluster.plan.estimator_warm_start`), run the plan's ending
+(:mod:`attnclust.cluster.endings`; the solvers: :mod:`attnclust.cluster.estimator_fits`),
+store, warn (:class:`DegenerateFitWarning`, ``ConvergenceWarning``), and for the default
+merge heads into clusters. The parameters are read once, checked
 (:mod:`attnclust.cluster.estimator_params`) and resolved into one immutable
-:class:`~attnclust.cluster.plan.FitPlan` (every ``"auto"`` value, the annealing stages, the
-ending, the tuning ``settings``): the solvers read the plan, and the fitted estimator
-keeps it for its predictions.
+:class:`~attnclust.cluster.plan.FitPlan`, which the solvers read and the fitted estimator
+keeps for its predictions.
 
 Shaped heads
 ------------
 ``covariance_type="diag"`` or ``"full"`` gives each (Euclidean) head its own metric and
-weight (:mod:`attnclust.cluster.mixture.shaped`), fitted after the same warm start by tempered EM
-on the likelihood of the Gaussian mixture the heads describe
-(:mod:`attnclust.cluster.mixture.tempered`; the layer's risk does not reward shaped cells, see
-``docs/guide/shaped-heads.md``). ``"spherical"`` is the fit above. The default,
+weight (:mod:`attnclust.cluster.mixture.shaped`), fitted after the same warm start by
+tempered EM on the likelihood of the Gaussian mixture the heads describe
+(:mod:`attnclust.cluster.mixture.tempered`). ``"spherical"`` is the fit above. The default,
 ``"auto"``, fits it, then the shaped candidates from its heads, and keeps the shape of
-least ICL (:mod:`attnclust.cluster.mixture.shape_choice`): no single shape wins on every kind of
-data. It reads the spherical heads' ``"auto"`` lambda only once they are chosen
-(:func:`~attnclust.cluster.warm_start.kmeans_lambda`, the same lambda).
+least ICL (:mod:`attnclust.cluster.mixture.shape_choice`).
 
 Data-parallel fitting
 ---------------------
@@ -77,6 +69,7 @@ are that mixture's, with one meaning for every shape (:mod:`attnclust.cluster.mi
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
@@ -440,7 +433,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         X = self._validate(X, reset=True)
         weights = check_sample_weight(sample_weight, X.shape[0])
         data_parallel = comm is not None
-        comm = comm if data_parallel else Communicator.local(X.shape[0])
+        comm = comm.checked(X.shape[0]) if data_parallel else Communicator.local(X.shape[0])
         given, unit = weights, 1.0          # integer weights: copies of rows, for K's choice
         if weights is not None:
             # relative weights, brought to at most the ranks' count (the unit: the mean of
@@ -495,11 +488,9 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         """Update the heads with one batch of rows ``X`` (n_batch, n_features).
 
         The first call seeds the heads and fixes the inverse temperature on its batch, as
-        ``fit`` starts; every call adds its batch's sufficient statistics to running sums
-        (scikit-learn's ``MiniBatchKMeans`` rule: running counts) and takes one
-        fixed-point step from them, after at most one swap of two heads that lowers the
-        batch's k-means cost (:mod:`attnclust.cluster.kmeans.swap`). ``labels_`` are those
-        of the last batch. See :mod:`attnclust.cluster.streaming`.
+        ``fit`` starts; every call adds its batch's sums to running ones and takes one
+        fixed-point step from them (:mod:`attnclust.cluster.streaming`). ``labels_`` and
+        ``inertia_`` are the last batch's. A batch refused, or stopped, changes nothing.
         """
         from .streaming import check_streaming, partial_fit
 
@@ -513,16 +504,25 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         check_streaming(self)          # also after a fit, whose solver may not stream
         X = self._validate(X, reset=not fitted)
         weights = check_sample_weight(sample_weight, X.shape[0])
-        if not fitted:                 # the first batch: the plan of the stream
-            self._plan = self._resolve(X.shape[0], X.shape[0], weight_total=None
-                                       if weights is None else float(weights.sum()))
-        with fit_threads(self._plan.device):
-            partial_fit(self, self._plan, X, weights)
-            # the last batch's (float64, as the running state compares); none at weight zero
-            Xp = self._plan.preprocess(X, (self.mean_, self.scale_))
-            self.inertia_ = 0.0 if weights is not None and not weights.sum() > 0 else inertia(
-                self._plan.working_rows(Xp, Communicator.local(len(X)), weights=weights),
-                self.cluster_centers_, self.labels_)
+        saved = copy.deepcopy(self.__dict__)     # a refused or stopped batch changes nothing
+        try:
+            if not fitted:             # the first batch: the plan of the stream
+                self._plan = self._resolve(X.shape[0], X.shape[0], weight_total=None
+                                           if weights is None else float(weights.max()))
+            with fit_threads(self._plan.device):
+                partial_fit(self, self._plan, X, weights)
+                # the last batch's (float64, as the running state compares), in the weights'
+                # own scale from the stream's units; none at weight zero
+                unit = 1.0 if weights is None else self.stream_state_.weight_unit
+                Xp = self._plan.preprocess(X, (self.mean_, self.scale_))
+                self.inertia_ = 0.0 if weights is not None and not weights.max() > 0 else \
+                    unit * inertia(self._plan.working_rows(
+                        Xp, Communicator.local(len(X)), weights=None if weights is None
+                        else weights / unit), self.cluster_centers_, self.labels_)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
         return self
 
     def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, plan: FitPlan):

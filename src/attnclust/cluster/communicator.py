@@ -78,6 +78,25 @@ class Communicator:
         """One process holding all ``n_rows`` rows: sums are the identity."""
         return cls(_identity, _identity, 0, int(n_rows))
 
+    def checked(self, n_local: int) -> Communicator:
+        """This communicator, after checking that its ranks' ``n_local`` rows add up to
+        ``n_total`` and that this rank's lie within them (one sum over the ranks); else a
+        ``ValueError`` (the fit would divide its sums by a wrong count, or index past
+        the rows).
+
+        Examples
+        --------
+        >>> Communicator.local(5).checked(4)
+        Traceback (most recent call last):
+        ...
+        ValueError: comm: the ranks hold 4 rows, but n_total=5 (offset 0)
+        """
+        held = int(round(float(self.sum_array(float(n_local)))))
+        if held != self.n_total or not 0 <= self.offset <= self.n_total - n_local:
+            raise ValueError(f"comm: the ranks hold {held} rows, but n_total={self.n_total} "
+                             f"(offset {self.offset})")
+        return self
+
     def sum_array(self, a) -> np.ndarray:
         """A NumPy array (or number) summed over the ranks, as float64."""
         t = torch.from_numpy(np.array(a, dtype=np.float64))

@@ -229,6 +229,8 @@ def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
         raise _refuse(path, _unread(exc)) from None
     if not isinstance(archive, np.lib.npyio.NpzFile):          # a .npy: one array
         raise _refuse(path, "one array, not an archive")
+    if any(not isinstance(v, np.ndarray) for v in entries.values()):
+        raise _refuse(path, "a member that is not an array")
     if _META not in entries:
         raise _refuse(path, f"no {_META}")
     try:
@@ -301,6 +303,8 @@ def load_model(path: str | os.PathLike):
         est = AttentionClustering(**params)
         _portable(est, path)
         for name, value in _values(meta, arrays, "attr", "attributes").items():
+            if not (name.isidentifier() and name.endswith("_") and not name.startswith("_")):
+                raise ValueError(f"{name!r} is no fitted attribute")   # not a method's name
             setattr(est, name, value)
         est._plan = _plan(est)
     except (TypeError, ValueError, KeyError) as exc:
@@ -334,11 +338,13 @@ def _disagreement(est) -> str:
         return "no cluster_centers_ or n_features_in_"
     for name in ("cluster_centers_", "heads_"):
         value = getattr(est, name, None)
-        if value is not None and (np.ndim(value) != 2 or np.shape(value)[1] != d):
-            return f"{name} of shape {np.shape(value)}, not (K, n_features_in_ = {d})"
+        if value is not None and (np.ndim(value) != 2 or np.shape(value)[1] != d
+                                  or not len(value) or not np.all(np.isfinite(value))):
+            return (f"{name} of shape {np.shape(value)}, not (K >= 1, n_features_in_ = {d}) "
+                    "finite numbers")
     lam = getattr(est, "inverse_temperature_", 1.0)
-    if not (isinstance(lam, (int, float, np.floating)) and lam > 0):
-        return f"inverse_temperature_ = {lam!r}, not a number > 0"
+    if not (isinstance(lam, (int, float, np.floating)) and 0 < lam < np.inf):
+        return f"inverse_temperature_ = {lam!r}, not a finite number > 0"
     return ""
 
 

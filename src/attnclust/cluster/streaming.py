@@ -247,8 +247,10 @@ def _step(est, state: StreamState, rows: torch.Tensor, weights, geometry) -> Non
     """Add the batch's sums to the running ones and take the step; set the attributes."""
     w = None if weights is None else torch.as_tensor(weights, dtype=state.dtype,
                                                      device=rows.device)
-    if w is None or float(w.sum()) > 0:      # a batch of weight zero has no cost to lower
-        _swap(state, rows, w, geometry)
+    if w is not None and not float(w.sum()) > 0:   # no row: no step (the heads stayed put
+        est.labels_ = geometry.logits(rows, state.heads, state.lam).argmax(1).cpu().numpy()
+        return                                     # only when it repeated the last one's)
+    _swap(state, rows, w, geometry)
     batch = pass_sums(rows, state.heads, state.lam, geometry=geometry, weights=w,
                       chunk=state.chunk)
     state.sums = batch if state.sums.numel() == 0 else state.sums + batch

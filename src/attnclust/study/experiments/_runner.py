@@ -101,6 +101,9 @@ def _load_cached(stem: Path, config: dict, seed: int) -> FigureResult | None:
 
 
 def _save(result: FigureResult, stem: Path, meta: dict) -> None:
+    # the old JSON goes first: a run stopped between the arrays and their JSON must not
+    # leave another run's JSON beside them (it would vouch for them)
+    stem.with_suffix(".json").unlink(missing_ok=True)
     with atomic_path(stem.with_suffix(".npz")) as tmp:
         np.savez_compressed(tmp, **result.arrays)
     document = {**meta, "config": _jsonable(result.config), "summary": _jsonable(result.summary),
