@@ -61,17 +61,18 @@ _POINTS = np.arange(-2, 13) / 10           # s = -0.2, -0.1, ..., 1.2 along the 
 
 
 def tube_density(X: np.ndarray, spherical: np.ndarray, weights: np.ndarray, *,
-                 tube: float = 0.25, width: float = 0.1, squares: bool = False) -> np.ndarray:
+                 tube: float = 0.25, width: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
     """``rho(s)`` at ``s = -0.2, -0.1, ..., 1.2`` (module docstring) along the segment
     between the two cells of closest means of the partition ``spherical`` ``(n,)`` (at
-    least two cells of positive weight) of rows ``X`` ``(n, d)`` of ``weights`` ``(n,)``;
-    ``squares``: the sums of the weights' squares instead (the variance of ``rho``).
+    least two cells of positive weight) of rows ``X`` ``(n, d)`` of ``weights`` ``(n,)``,
+    and ``v(s)``, the windows' sums of the weights' squares (the variance of ``rho``).
 
     Examples
     --------
     >>> X = np.r_[np.zeros((5, 2)), np.ones((5, 2))]
-    >>> tube_density(X, np.repeat([0, 1], 5), np.ones(10)).tolist()[1:4]
-    [0.0, 5.0, 0.0]
+    >>> rho, v = tube_density(X, np.repeat([0, 1], 5), np.ones(10))
+    >>> rho.tolist()[1:4], bool((v == rho).all())
+    ([0.0, 5.0, 0.0], True)
     """
     held = weights > 0
     X, spherical, weights = X[held], spherical[held], weights[held]
@@ -93,7 +94,7 @@ def tube_density(X: np.ndarray, spherical: np.ndarray, weights: np.ndarray, *,
     t, w = t[inside], weights[pair][inside]
     w = w / w.mean()                            # in rows: counts for unit weights
     near = np.abs(t[None] - _POINTS[:, None]) < width             # (points, rows)
-    return near @ w if not squares else near @ (w * w)
+    return near @ w, near @ (w * w)
 
 
 def cores_from_tails(X: np.ndarray, spherical: np.ndarray, shaped: np.ndarray,
@@ -122,8 +123,7 @@ def cores_from_tails(X: np.ndarray, spherical: np.ndarray, shaped: np.ndarray,
     w = np.ones(len(X)) if weights is None else np.asarray(weights, dtype=np.float64)
     if len(np.unique(spherical[w > 0])) < 2:
         return False
-    rho, var = (tube_density(X, spherical, w, tube=tube, width=width, squares=q)
-                for q in (False, True))
+    rho, var = tube_density(X, spherical, w, tube=tube, width=width)
     middle = len(rho) // 2                          # s = 1/2: the cells' boundary
     peaks = (int(np.argmax(rho[:middle + 1])), middle + int(np.argmax(rho[middle:])))
     i = min(peaks, key=lambda k: rho[k])                            # the lower peak
