@@ -247,9 +247,9 @@ def _step(est, state: StreamState, rows: torch.Tensor, weights, geometry) -> Non
     """Add the batch's sums to the running ones and take the step; set the attributes."""
     w = None if weights is None else torch.as_tensor(weights, dtype=state.dtype,
                                                      device=rows.device)
-    if w is not None and not float(w.sum()) > 0:   # no row: no step (the heads stayed put
+    if w is not None and not float(w.sum()) > 0:   # no row, no step: the last one again,
         est.labels_ = geometry.logits(rows, state.heads, state.lam).argmax(1).cpu().numpy()
-        return                                     # only when it repeated the last one's)
+        return                                     # from the same sums, moved the heads
     _swap(state, rows, w, geometry)
     batch = pass_sums(rows, state.heads, state.lam, geometry=geometry, weights=w,
                       chunk=state.chunk)
