@@ -89,6 +89,19 @@ def test_one_column_is_refused():
         plot_clusters(est, np.zeros((10, 1)))
 
 
+def test_rows_as_a_list_and_bad_companions():
+    """A list of rows (array-like, as documented) was an AttributeError; a 1-D array, too
+    few labels and max_points=0 were errors from inside NumPy and scikit-learn."""
+    X = np.arange(40.0).reshape(20, 2)
+    est = ac.AttentionClustering(2, random_state=0).fit(X)
+    assert len(plot_clusters(est, X.tolist()).axes) >= 1
+    for kwargs, match in ((dict(X=X[:, 0]), r"at least 2 columns, got shape \(20,\)"),
+                          (dict(X=X, labels=np.zeros(3, int)), "labels has 3 entries, X 20"),
+                          (dict(X=X, max_points=0), "max_points must be at least 1")):
+        with pytest.raises(ValueError, match=match):
+            plot_clusters(est, **kwargs)
+
+
 def test_legend_counts_all_rows_only_when_it_knows_them():
     X = ac.GaussianMixture.random(d=3, k=2, sigma=0.1, rng=0).sample(3000, rng=0)
     est = ac.AttentionClustering(2, random_state=0).fit(X)

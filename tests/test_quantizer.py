@@ -83,6 +83,9 @@ def test_auto_inverse_temperature_is_the_running_example_rule():
     # four roundings (square, product, sum, quotient), maybe in another order
     assert q.inverse_temperature_ == pytest.approx(1.0 / (1.0 + 2.0 * q.sigma_**2), rel=4 * eps())
     assert q.inverse_temperature_ == pytest.approx(1.0 / (1.0 + 2.0 * 0.3**2), rel=0.01)
+    # a refit at a given lambda keeps no estimate of sigma (sigma_ is "auto"'s only)
+    q.set_params(inverse_temperature=2.0).fit(X)
+    assert q.inverse_temperature_ == 2.0 and not hasattr(q, "sigma_")
 
 
 def test_transform_is_identity_attention_on_the_prompt():

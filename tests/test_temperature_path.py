@@ -67,6 +67,9 @@ def test_more_heads_than_clusters_finds_the_clusters_without_outlier_clusters():
     assert np.all(choice.plateau.sizes >= 150)      # the 3 outliers are no cluster
     for plateau in path.plateaus:
         assert np.all(plateau.sizes >= path.min_cluster_size)
+    for bad in (np.nan, -1.0):          # they read as 0, silently
+        with pytest.raises(ValueError, match="min_width must be a finite number >= 0"):
+            path.choose_n_clusters(min_width=bad)
 
 
 def test_one_gaussian_blob_is_one_cluster_and_clear_blobs_are_found():

@@ -147,7 +147,8 @@ class TemperaturePath:
         grid begins. ``K = 1`` when no later plateau is at least ``min_width`` wide (one
         blob splits in a cascade of narrow plateaus); ties go to the smaller ``K``.
         """
-        return widest_plateau(self.plateaus, self.min_cluster_size, min_width=min_width)
+        return widest_plateau(self.plateaus, self.min_cluster_size,
+                              min_width=check_nonnegative(min_width, "min_width"))
 
     def to_dict(self) -> dict:
         """A JSON-ready summary (grid, counts, risk, splits, plateaus with their heads)."""

@@ -173,9 +173,16 @@ def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
     >>> fig.axes[0].get_xlabel()
     'x1'
     """
+    if not hasattr(X, "shape"):       # array-like: a list of rows (a memory map stays one)
+        X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or X.shape[1] < 2:
+        raise ValueError(f"plot_clusters needs rows of at least 2 columns, got shape "
+                         f"{X.shape}")
     n, d = X.shape
-    if d < 2:
-        raise ValueError(f"plot_clusters needs at least 2 columns, got {d}")
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"labels has {len(labels)} entries, X {n} rows")
+    if not int(max_points) >= 1:
+        raise ValueError(f"max_points must be at least 1, got {max_points}")
     idx = _sample(n, int(max_points), random_state)
     sample = X[idx]                                                  # one read of the rows
     rows = _plotted_rows(est, sample)                                # (m, d)

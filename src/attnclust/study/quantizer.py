@@ -177,6 +177,7 @@ class AttentionQuantizer(RenamedParamsMixin, TransformerMixin, BaseEstimator):
             self.sigma_, self.inverse_temperature_ = sigma, lam
         else:
             self.inverse_temperature_ = check_inverse_temperature(self.inverse_temperature)
+            self.__dict__.pop("sigma_", None)          # an earlier "auto" fit's estimate
         return self
 
     def transform(self, X):
