@@ -173,9 +173,9 @@ def plot_clusters(est, X, *, labels=None, sizes=None, max_points: int = 20_000,
     >>> fig.axes[0].get_xlabel()
     'x1'
     """
-    if not hasattr(X, "shape"):       # array-like: a list of rows (a memory map stays one)
+    if not hasattr(X, "shape"):       # array-like: a list of rows (row readers stay as they are)
         X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2 or X.shape[1] < 2:
+    if len(X.shape) != 2 or X.shape[1] < 2:
         raise ValueError(f"plot_clusters needs rows of at least 2 columns, got shape "
                          f"{X.shape}")
     n, d = X.shape
