@@ -551,15 +551,15 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
             "merge_heads=False" if merge is False else "only the default fit, given K, on "
             "one process, merges")
         if merge is not False and ending.merges_heads and rows.comm.world == 1:
-            self._merge_heads(rows, gen)
+            self._merge_heads(rows, gen, merge)
         return rows
 
-    def _merge_heads(self, rows, gen: np.random.Generator) -> None:
-        """Heads merged into clusters where the data say so (:func:`fit_merge`); then the
-        fitted attributes are the clusters' and the heads' (one spherical metric)."""
+    def _merge_heads(self, rows, gen: np.random.Generator, setting) -> None:
+        """Heads merged into clusters (:func:`fit_merge`; ``setting``: ``merge_heads`` as a
+        flag); then the fitted attributes are the clusters' and the heads'."""
         counts = self._plan.max_clusters if self.n_clusters == "auto" else 0
         merge, fitted = fit_merge(rows, self.labels_, len(self.cluster_centers_),
-                                  as_flag(self.merge_heads), gen=gen, logits=self._logits,
+                                  setting, gen=gen, logits=self._logits,
                                   count_up_to=counts)
         self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
         if fitted is not None:

@@ -121,7 +121,8 @@ def check_params(p: dict, n_samples: int, n_local: int, *, data_parallel: bool =
                  weight_total: float | None = None) -> None:
     """The table ``CONSTRAINTS``, then the rules that tie parameters together
     (``n_samples`` rows in all, ``n_local`` of them on this rank, of a ``data_parallel``
-    fit; ``weight_total``: the sum of the sample weights, when given).
+    fit; ``weight_total``: where sample weights are given, their sum or their largest,
+    positive where any weight is).
 
     Examples
     --------

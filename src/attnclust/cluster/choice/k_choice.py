@@ -449,11 +449,10 @@ def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
 
     shapes = []                          # every shape's (BIC, shape) at K = 1, 2, ...
 
-    def least(labels, k):
-        bics = _shape_bics(products, labels, k, log_volume, settings.em_steps, floor, spread)
-        shapes[k - 1:k] = [bics]
-        return min(bics)
-    scores = [least(cells[0][0], 1)]
+    def score(labels, k):                # K = k's, in place of any earlier scores of k
+        shapes[k - 1:k] = [_shape_bics(products, labels, k, log_volume, settings.em_steps,
+                                       floor, spread)]
+    score(cells[0][0], 1)
     for k in range(2, top + 2):        # K = k - 1 is scored once K = k's cells are known
         if k <= top:
             cells.append(_kmeans(Z, k, gen, settings.k_init))
@@ -463,16 +462,16 @@ def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
                 if fewer[1] >= cells[j - 1][1] * (1.0 - tie):
                     break
                 cells[j - 1] = fewer
-                if j - 1 < len(scores):                 # K = j was scored: again
-                    scores[j - 1] = least(fewer[0], j)
+                if j - 1 < len(shapes):                 # K = j was scored: again
+                    score(fewer[0], j)
                 j -= 1
         if k >= 3:
-            scores.append(least(cells[k - 2][0], k - 1))
-            if k - 1 - (2 + int(np.argmin([b for b, _ in scores[1:]]))) >= settings.patience \
-                    and not _catching_up(shapes, min(b for b, _ in scores[1:]),
-                                         settings.patience):
+            score(cells[k - 2][0], k - 1)
+            least = [min(bics)[0] for bics in shapes[1:]]           # K >= 2, least shape
+            if k - 1 - (2 + int(np.argmin(least))) >= settings.patience and \
+                    not _catching_up(shapes, min(least), settings.patience):
                 break                   # risen that many times in a row, none falling to it
-    return cells, scores
+    return cells, [min(bics) for bics in shapes]
 
 
 def _few_rows_doubts(labels: np.ndarray, best: int, floored: bool, s: FitSettings
@@ -565,8 +564,8 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
         distinct = len(np.unique(rows, axis=0))   # a few points, repeated: say so
         few = (f"; weak: the rows take only {distinct} distinct values, which the test reads "
                f"at the data's resolution (pass n_clusters={distinct} to keep them apart)"
-               if distinct <= top else "; weak: too few rows to tell" if thin or np.bincount(
-                   cells[best - 1][0]).min() < s.thin_rows else "")     # (a cell of a few)
+               if distinct <= top else "; weak: too few rows to tell" if thin or
+               _few_rows_doubts(cells[best - 1][0], best, False, s) else "")  # (a cell of a few)
         return KChoice(1, best, bic, weight, z, bool(few),
                        f"no structure: the {best} k-means cells remove no more scatter than "
                        f"in uniform rows (z = {z:.1f} <= {s.structure_z:g}) and {bic_one}; "
