@@ -93,16 +93,15 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   along one feature). A Gaussian blob gives ``z`` far below 0 in both. A uniform square
   is the null, but its ``z`` is not ``t_19``: over 300 squares (500 rows) its mean was
   0.55 and its standard deviation 1.0, and with the second space 6 of the 300 passed 3.
-- **The test stops early** when the references drawn so far already decide it: after
-  ``b`` of them (``b`` in ``settings.looks``), ``z_b`` (the same ``z`` of those ``b``) is
-  returned when ``|z_b| > c_b``, ``c_b`` the ``1 - settings.early_level`` quantile
-  of Student's ``t`` with ``b - 1`` degrees of freedom (22.2 at ``b = 4``, 6.01 at 10);
-  else all ``settings.n_references`` are drawn. Were the rows one more draw of the references
-  (the null, ``D`` and ``D_ref`` normal), ``z_b`` would be ``t_{b-1}``, so each early
-  look says "structure" with probability ``settings.early_level``: the level of the test,
-  ``P(t_19 > 3) = 0.0037`` with all 20, rises by at most ``2e-4`` (Bonferroni over the
-  looks). On the separated mixtures of ``benchmarks/bench_auto_k.py`` ``z_4 > 22.2`` on
-  84 of 90; Gaussian blobs often stop at 10 with ``z_10 < -6.01``.
+  The test and its early stop: :mod:`attnclust.cluster.choice.structure`.
+- **Clusters, not components.** Where ``K*`` is not 1, ``K`` is the number of modes of
+  the mixture of ``K*`` components (``K*``'s least-BIC shape and EM), at least 2 and at
+  most ``K*``: each component's mean climbs the mixture's density by modal EM, and the
+  components that reach one mode are one cluster
+  (:func:`~attnclust.cluster.choice.modes.mixture_modes`). Two clusters peaked at their
+  centres with wide tails take 6-10 components of least BIC, and have two modes
+  (``tests/test_modes.py``); Gaussian clusters more than two spreads apart keep one
+  component each. ``K = 2`` where the mixture has one mode: one cluster is the test's.
 
 The choice is **weak** (a :class:`WeakChoiceWarning` at ``fit``) when ``weight < 0.9``,
 when ``K* = max_clusters`` (the rows may hold more), when one of ``K*``'s k-means cells
@@ -120,6 +119,7 @@ Notation
 paper       code                 meaning
 ==========  ===================  ================================================
 ``K*``      ``best``             the fewest ``K >= 2`` within 2 of the least BIC
+``K``       ``n_clusters``       the modes of ``K*``'s mixture (at least 2), or 1
 ``BIC(K)``  ``bic``              ``(max_clusters,)``, ``K = 1..max_clusters``
 ``pi_0``    (background weight)  weight of the uniform background
 ``D``       (gap)                ``log(W_1 / W_K*)`` of the rows' k-means cells
@@ -134,14 +134,14 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import stdtrit
 
 from ..._validation import as_generator
-from ..kmeans.batch import best_of_seedings
 from ..mixture.candidates import heads_at_floor, score_lean
 from ..mixture.covariance import as_covariance
 from ..mixture.em import LeanEM, RowProducts
 from ..settings import FitSettings
+from .modes import mixture_modes
+from .structure import _kmeans, _principal_box, early_bound, structure_z
 
 __all__ = ["COVARIANCE_TYPES", "KChoice", "WeakChoiceWarning",
            "bic_gain", "choose_n_clusters", "early_bound", "mixture_bic",
@@ -160,7 +160,8 @@ class KChoice(NamedTuple):
     """The choice of :func:`choose_n_clusters`, its scores and why."""
 
     n_clusters: int
-    """``K*``, or 1 when the rows hold no structure by the test and one component has
+    """The modes of ``K*``'s mixture, at least 2 (module docstring, *Clusters, not
+    components*), or 1 when the rows hold no structure by the test and one component has
     the least BIC by strong evidence (positive where the test finds structure absent),
     or ``K*`` leaves too few rows per cluster (module docstring, *No structure*)."""
     best: int
@@ -208,13 +209,6 @@ def _principal_log_volume(Z: np.ndarray) -> float:
     background's density is its opposite."""
     _, lo, hi = _principal_box(Z)
     return float(np.log(np.maximum(hi - lo, 1e-12)).sum())
-
-
-def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The rows in their principal axes ``(n, d)``, and that box's lower and upper ends."""
-    _, _, Vt = np.linalg.svd(Z - Z.mean(0), full_matrices=False)
-    P = (Z - Z.mean(0)) @ Vt.T
-    return P, P.min(0), P.max(0)
 
 
 def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
@@ -282,21 +276,30 @@ def mixture_bic(Z: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     True
     """
     shape = as_covariance(covariance_type)
+    em = _mixture_em(Z, labels, n_clusters, shape, log_volume, steps, products,
+                     sample_weight, floor)
+    if least_floor is not None and _degenerate(em.result(), shape, least_floor):
+        return math.inf
+    # the shape's mixture parameters (means, weights, covariances), and the background's
+    d = em.X.shape[1]
+    return score_lean(em.state.lse, em.state.top, em.w, shape,
+                      shape.n_parameters(n_clusters, d) + 1, d, 0.0).bic
+
+
+def _mixture_em(Z, labels, n_clusters, shape, log_volume, steps, products=None,
+                sample_weight=None, floor=None) -> LeanEM:
+    """:func:`mixture_bic`'s EM after its ``steps`` (on the centred rows'
+    :class:`~attnclust.cluster.mixture.em.RowProducts`, when not given)."""
     if products is None:   # centred: the likelihood is the same, the moments' scale smaller
         products = RowProducts(Z - Z.mean(0), n_clusters)
-    n, d = products.X.shape
+    d = products.X.shape[1]
     em = LeanEM(products.X, n_clusters, shape, np.full(d, _REG) if floor is None else floor,
                 labels, tol=-math.inf,
                 products=products, log_background=-log_volume, sample_weight=sample_weight)
     for _ in range(steps):
         if not em.step():
             break
-    if least_floor is not None and _degenerate(em.result(), shape, least_floor):
-        return math.inf
-    # the shape's mixture parameters (means, weights, covariances), and the background's
-    state = em.state
-    return score_lean(state.lse, state.top, em.w, shape, shape.n_parameters(n_clusters, d) + 1,
-                      d, 0.0).bic
+    return em
 
 
 def _degenerate(fit, shape, least_floor: np.ndarray) -> bool:
@@ -349,16 +352,6 @@ def _shape_bics(products, labels, n_clusters, log_volume, steps: int,
             for c in COVARIANCE_TYPES]
 
 
-def _kmeans(Z, k, rng, n_init=FitSettings.k_init, init=None):
-    """K-means cells ``(labels, W_K, heads)``: the best of ``n_init`` runs, or one from
-    the heads ``init``."""
-    if k == 1:
-        return (np.zeros(Z.shape[0], dtype=np.int64), float(((Z - Z.mean(0)) ** 2).sum()),
-                Z.mean(0, keepdims=True))
-    run = best_of_seedings(Z, k, n_init, rng, init=init)
-    return np.asarray(run.labels), float(run.objective) * Z.shape[0], np.asarray(run.heads)
-
-
 def _merged(Z, cells, rng):
     """``K - 1`` cells from the ``K`` of ``cells``: the two whose merge raises ``W`` least
     (Ward's cost ``n_a n_b / (n_a + n_b) |c_a - c_b|^2``) become one head, then Lloyd's
@@ -371,46 +364,6 @@ def _merged(Z, cells, rng):
     a, b = np.unravel_index(int(np.argmin(cost)), cost.shape)
     joined = (n[a] * heads[a] + n[b] * heads[b]) / max(n[a] + n[b], 1.0)
     return _kmeans(Z, len(heads) - 1, rng, init=np.r_[np.delete(heads, [a, b], 0), joined[None]])
-
-
-def early_bound(b: int, level: float = FitSettings.early_level) -> float:
-    """``c_b``: the bound on ``|z|`` that stops the test after ``b`` references, the
-    ``1 - level`` quantile of Student's ``t`` with ``b - 1`` degrees of freedom
-    (``z``'s law after ``b`` references when the rows are one more draw of them)."""
-    return float(stdtrit(b - 1, 1.0 - level))
-
-
-def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
-                n_references: int = FitSettings.n_references,
-                looks: tuple[int, ...] = FitSettings.looks,
-                level: float = FitSettings.early_level) -> float:
-    """The test for no structure (module docstring): ``z`` of ``D = log(W_1 / W_K)`` of
-    the rows (``within``: their ``W_K``) against uniform references in their principal box,
-    drawn until ``|z|`` passes :func:`early_bound` at a look of ``looks`` or
-    ``n_references`` are drawn (``looks=()``: all of them).
-
-    Examples
-    --------
-    >>> rng = np.random.default_rng(0)
-    >>> Z = np.r_[rng.normal(-3, 1, (200, 2)), rng.normal(3, 1, (200, 2))]
-    >>> W2 = ((Z - np.where(np.arange(400)[:, None] < 200, -3, 3)) ** 2).sum()
-    >>> bool(structure_z(Z, W2, 2, np.random.default_rng(1)) > 3)
-    True
-    """
-    P, lo, hi = _principal_box(Z)
-    total = float(((Z - Z.mean(0)) ** 2).sum())
-    gap = math.log(total / max(within, 1e-300))
-    refs = []
-    for b in range(1, n_references + 1):
-        U = rng.uniform(lo, hi, P.shape)
-        w1 = float(((U - U.mean(0)) ** 2).sum())
-        refs.append(math.log(w1 / max(_kmeans(U, n_clusters, rng, 1)[1], 1e-300)))
-        if b in looks or b == n_references:
-            spread = float(np.std(refs, ddof=1)) * math.sqrt(1.0 + 1.0 / b)
-            z = (gap - float(np.mean(refs))) / max(spread, 1e-12)
-            if b == n_references or abs(z) > early_bound(b, level):
-                return z
-    raise ValueError(f"n_references={n_references}: the test needs at least 2")
 
 
 def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list, bool]:
@@ -474,6 +427,14 @@ def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
     return cells, [min(bics) for bics in shapes]
 
 
+def _mode_count(Z, labels, best, shape, log_volume, s: FitSettings) -> int:
+    """How many modes the mixture of ``best`` heads of ``shape`` started from the cells
+    ``labels`` (:func:`mixture_bic`'s) has (:mod:`~attnclust.cluster.choice.modes`)."""
+    fit = _mixture_em(Z, labels, best, as_covariance(shape), log_volume, s.em_steps,
+                      floor=resolution_floor(Z)).result()
+    return int(mixture_modes(fit.means, fit.covariances, fit.weights[:best]).max()) + 1
+
+
 def _few_rows_doubts(labels: np.ndarray, best: int, floored: bool, s: FitSettings
                      ) -> list[str]:
     """The doubts of clusters on a row or two: a cell of ``K*`` with fewer than
@@ -491,8 +452,9 @@ def _few_rows_doubts(labels: np.ndarray, best: int, floored: bool, s: FitSetting
 
 def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                       settings: FitSettings | None = None) -> KChoice:
-    """``n_clusters="auto"``: the fewest ``K`` in ``2..max_clusters`` whose BIC is within
-    ``settings.bare_mention`` of the least, or 1 when the structure test finds no
+    """``n_clusters="auto"``: the modes (at least 2) of the mixture of the fewest ``K*``
+    components in ``2..max_clusters`` whose BIC is within ``settings.bare_mention`` of the
+    least, or 1 when the structure test finds no
     structure and one component has the least BIC by ``settings.strong_evidence``
     (``settings.bare_mention`` where the test finds structure absent; or ``K*`` leaves
     fewer than ``settings.thin_rows`` rows per cluster; module docstring),
@@ -570,6 +532,9 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                        f"no structure: the {best} k-means cells remove no more scatter than "
                        f"in uniform rows (z = {z:.1f} <= {s.structure_z:g}) and {bic_one}; "
                        f"{said}{few}", shape)
+    K = max(2, min(best, _mode_count(Z, cells[best - 1][0], best, shape, log_volume, s)))
+    if K < best:
+        said += f"; its {best} components climb to {K} modes of their density (modal EM)"
     doubts = ([f"other K are close (BIC weight {weight:.2f} < {s.confident:g})"]
               if weight < s.confident else [])
     if z <= s.structure_z:
@@ -579,14 +544,14 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                       "K >= 2: one cluster of a non-Gaussian shape, clusters nested or "
                       "touching, or too few rows to tell)")
     doubts += _few_rows_doubts(cells[best - 1][0], best, floored, s)
-    if best == top and top < n - 1:        # (the scan reached top: it had not stopped)
+    if K == best == top < n - 1:           # (the scan reached top: it had not stopped)
         doubts.append(f"K = max_clusters = {top}: the rows may hold more, raise max_clusters")
     if s.structure_z < z < s.marginal_z:
         # as 'said' shows it, but 4.97 as 4.9, not "5.0 < 5"
         shown = z if round(z, 1) < s.marginal_z else math.floor(z * 10.0) / 10.0
         doubts.append(f"the structure is marginal (z = {shown:.1f} < {s.marginal_z:g})")
     reason = said + ("; weak: " + "; ".join(doubts) if doubts else "; confident")
-    return KChoice(best, best, bic, weight, z, bool(doubts), reason, shape)
+    return KChoice(K, best, bic, weight, z, bool(doubts), reason, shape)
 
 
 def warn_if_weak(choice: KChoice, *, clusters: int | None = None, stacklevel: int = 2) -> None:
