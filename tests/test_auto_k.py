@@ -431,17 +431,13 @@ def test_structure_test_also_in_the_rows_own_units():
     """Two blobs apart along x only: standardizing scales y's noise up to unit variance,
     and in that space the gap test alone finds no more structure than in uniform rows; in
     the rows' own units it does, so K = 2 (z is then the larger of the two)."""
-    from attnclust.cluster.choice.k_choice import (
-        _kmeans,
-        choose_n_clusters,
-        standardized,
-        structure_z,
-    )
+    from attnclust.cluster.choice.k_choice import choose_n_clusters, standardized
+    from attnclust.cluster.choice.structure import kmeans_cells, structure_z
 
     rng = np.random.default_rng(0)
     X = np.r_[rng.normal(0, [1.4, 1.4], (270, 2)), rng.normal([5.5, 0], [0.6, 0.6], (170, 2))]
     Z = standardized(X)
-    z_std = structure_z(Z, _kmeans(Z, 2, np.random.default_rng(0))[1], 2,
+    z_std = structure_z(Z, kmeans_cells(Z, 2, np.random.default_rng(0))[1], 2,
                         np.random.default_rng(1))
     choice = choose_n_clusters(X, 10, random_state=0)
     assert z_std <= 3 < choice.structure_z and choice.n_clusters == 2, (z_std, choice.reason)
@@ -465,7 +461,8 @@ def test_merged_cells_join_a_blob_cut_in_two():
     least, then Lloyd's steps. Four blobs, one cut in two by its median along x: the two
     halves are merged (the cheapest pair by far) and the four cells are the blobs, with
     the blobs' within sum of squares (within rounding of n + d products)."""
-    from attnclust.cluster.choice.k_choice import _kmeans, _merged
+    from attnclust.cluster.choice.k_choice import _merged
+    from attnclust.cluster.choice.structure import kmeans_cells
 
     X, z = _blobs(4, d=2, n_each=150, sep=10.0, rng=4)
     cut = z.copy()
@@ -476,7 +473,7 @@ def test_merged_cells_join_a_blob_cut_in_two():
     assert ac.adjusted_rand_index(z, labels) == 1.0 and fewer.shape == (4, 2)
     truth = sum(((X[z == h] - X[z == h].mean(0)) ** 2).sum() for h in range(4))
     assert abs(within - truth) <= sum(X.shape) * np.finfo(float).eps * truth
-    assert _kmeans(X, 1, None)[1] > within
+    assert kmeans_cells(X, 1, None)[1] > within
 
 
 def test_the_scan_keeps_the_merged_cells_where_they_are_better():
@@ -486,7 +483,7 @@ def test_the_scan_keeps_the_merged_cells_where_they_are_better():
 
     X, _ = _separated(10, 5, seed=2)
     Z = kc.standardized(X)
-    _, lo, hi = kc._principal_box(Z)
+    _, lo, hi = kc.principal_box(Z)
     cells, scores, _ = kc._scan(Z, 12, np.random.default_rng(0),
                              float(np.log(hi - lo).sum()), SETTINGS)
     tie = sum(Z.shape) * np.finfo(float).eps
@@ -501,7 +498,7 @@ def test_early_bounds_are_the_t_quantiles_and_hold_their_level():
     counted over 400,000 simulated tests, within 5 binomial standard deviations."""
     from scipy.stats import t
 
-    from attnclust.cluster.choice.k_choice import early_bound
+    from attnclust.cluster.choice.structure import early_bound
 
     rng = np.random.default_rng(0)
     m = 400_000
@@ -519,9 +516,9 @@ def test_early_bounds_are_the_t_quantiles_and_hold_their_level():
 
 def _full_and_sequential(Z, k, seed):
     """The structure test with all references and the sequential one, same draws."""
-    from attnclust.cluster.choice.k_choice import _kmeans, structure_z
+    from attnclust.cluster.choice.structure import kmeans_cells, structure_z
 
-    within = _kmeans(Z, k, np.random.default_rng(seed))[1]
+    within = kmeans_cells(Z, k, np.random.default_rng(seed))[1]
     return (structure_z(Z, within, k, np.random.default_rng(seed), looks=()),
             structure_z(Z, within, k, np.random.default_rng(seed)))
 
@@ -530,11 +527,11 @@ def test_sequential_structure_test_stops_early_on_clear_cases():
     """Separated blobs: z passes c_4 after 4 references, so the sequential z is the full
     test's computed on the first 4 draws (bit for bit: the same draws, the same sums), and
     both say structure."""
-    from attnclust.cluster.choice.k_choice import _kmeans, early_bound, structure_z
+    from attnclust.cluster.choice.structure import early_bound, kmeans_cells, structure_z
 
     for k, d in ((2, 2), (4, 5), (7, 20)):
         X, _ = _separated(k, d, seed=k)
-        within = _kmeans(X, k, np.random.default_rng(0))[1]
+        within = kmeans_cells(X, k, np.random.default_rng(0))[1]
         full, seq = _full_and_sequential(X, k, 0)
         first4 = structure_z(X, within, k, np.random.default_rng(0), n_references=4, looks=())
         assert seq == first4 > early_bound(4) and full > SETTINGS.structure_z, (k, d, full, seq)

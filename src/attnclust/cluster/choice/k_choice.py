@@ -141,7 +141,7 @@ from ..mixture.covariance import as_covariance
 from ..mixture.em import LeanEM, RowProducts
 from ..settings import FitSettings
 from .modes import mixture_modes
-from .structure import _kmeans, _principal_box, early_bound, structure_z
+from .structure import early_bound, kmeans_cells, principal_box, structure_z
 
 __all__ = ["COVARIANCE_TYPES", "KChoice", "WeakChoiceWarning",
            "bic_gain", "choose_n_clusters", "early_bound", "mixture_bic",
@@ -207,7 +207,7 @@ def standardized(rows: np.ndarray, max_dim: int = FitSettings.max_dim) -> np.nda
 def _principal_log_volume(Z: np.ndarray) -> float:
     """The log-volume of the rows' principal box (each side at least 1e-12): the uniform
     background's density is its opposite."""
-    _, lo, hi = _principal_box(Z)
+    _, lo, hi = principal_box(Z)
     return float(np.log(np.maximum(hi - lo, 1e-12)).sum())
 
 
@@ -363,7 +363,8 @@ def _merged(Z, cells, rng):
     np.fill_diagonal(cost, np.inf)
     a, b = np.unravel_index(int(np.argmin(cost)), cost.shape)
     joined = (n[a] * heads[a] + n[b] * heads[b]) / max(n[a] + n[b], 1.0)
-    return _kmeans(Z, len(heads) - 1, rng, init=np.r_[np.delete(heads, [a, b], 0), joined[None]])
+    return kmeans_cells(Z, len(heads) - 1, rng,
+                        init=np.r_[np.delete(heads, [a, b], 0), joined[None]])
 
 
 def _scan(Z, top, gen, log_volume, settings: FitSettings) -> tuple[list, list, bool]:
@@ -388,13 +389,13 @@ def _catching_up(shapes: list, least: float, patience: int) -> bool:
 
 def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
                ) -> tuple[list, list]:
-    """The cells (:func:`_kmeans`) and the least BIC with its shape (of :func:`_shape_bics`, at
+    """The cells (:func:`kmeans_cells`) and the least BIC with its shape (of :func:`_shape_bics`, at
     the rows' :func:`resolution_floor`) of
     ``K = 1, 2, ...`` until the BIC has risen ``settings.patience`` times in a row with no
     shape catching up (:func:`_catching_up`) or ``K = top``
     (module docstring); the cells may hold one ``K`` more than the scores. ``strict``: a
     mixture with a head at the floor is not scored (:func:`mixture_bic`)."""
-    cells = [_kmeans(Z, 1, gen)]
+    cells = [kmeans_cells(Z, 1, gen)]
     tie = sum(Z.shape) * np.finfo(np.float64).eps  # W_K rounding: n terms of d products
     products = RowProducts(Z - Z.mean(0), top)          # shared by every K's mixtures
     floor = resolution_floor(Z)
@@ -408,7 +409,7 @@ def _scan_once(Z, top, gen, log_volume, settings: FitSettings, *, strict: bool
     score(cells[0][0], 1)
     for k in range(2, top + 2):        # K = k - 1 is scored once K = k's cells are known
         if k <= top:
-            cells.append(_kmeans(Z, k, gen, settings.k_init))
+            cells.append(kmeans_cells(Z, k, gen, settings.k_init))
             j = k - 1          # K - 1 from K's cells merged, down while that lowers W_{K-1}
             while j >= 2:
                 fewer = _merged(Z, cells[j], gen)
@@ -506,7 +507,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     if own.shape[1] > s.max_dim:
         own = own @ np.linalg.svd(own, full_matrices=False)[2][:s.max_dim].T
     if z <= s.structure_z and float((own ** 2).sum()) > 0:
-        z = max(z, structure_z(own, _kmeans(own, best, gen, s.k_init)[1], best, gen,
+        z = max(z, structure_z(own, kmeans_cells(own, best, gen, s.k_init)[1], best, gen,
                                 **test))
     fewer = (f", within {s.bare_mention:g} of it (not worth more than a bare mention) at K = "
              f"{best}, the fewest" if best < least else "")

@@ -29,17 +29,17 @@ from scipy.special import stdtrit
 from ..kmeans.batch import best_of_seedings
 from ..settings import FitSettings
 
-__all__ = ["early_bound", "structure_z"]
+__all__ = ["early_bound", "kmeans_cells", "principal_box", "structure_z"]
 
 
-def _principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def principal_box(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The rows in their principal axes ``(n, d)``, and that box's lower and upper ends."""
     _, _, Vt = np.linalg.svd(Z - Z.mean(0), full_matrices=False)
     P = (Z - Z.mean(0)) @ Vt.T
     return P, P.min(0), P.max(0)
 
 
-def _kmeans(Z, k, rng, n_init=FitSettings.k_init, init=None):
+def kmeans_cells(Z, k, rng, n_init=FitSettings.k_init, init=None):
     """K-means cells ``(labels, W_K, heads)``: the best of ``n_init`` runs, or one from
     the heads ``init``."""
     if k == 1:
@@ -73,14 +73,14 @@ def structure_z(Z: np.ndarray, within: float, n_clusters: int, rng, *,
     >>> bool(structure_z(Z, W2, 2, np.random.default_rng(1)) > 3)
     True
     """
-    P, lo, hi = _principal_box(Z)
+    P, lo, hi = principal_box(Z)
     total = float(((Z - Z.mean(0)) ** 2).sum())
     gap = math.log(total / max(within, 1e-300))
     refs = []
     for b in range(1, n_references + 1):
         U = rng.uniform(lo, hi, P.shape)
         w1 = float(((U - U.mean(0)) ** 2).sum())
-        refs.append(math.log(w1 / max(_kmeans(U, n_clusters, rng, 1)[1], 1e-300)))
+        refs.append(math.log(w1 / max(kmeans_cells(U, n_clusters, rng, 1)[1], 1e-300)))
         if b in looks or b == n_references:
             spread = float(np.std(refs, ddof=1)) * math.sqrt(1.0 + 1.0 / b)
             z = (gap - float(np.mean(refs))) / max(spread, 1e-12)
