@@ -409,6 +409,9 @@ def test_zero_row_with_row_normalization_names_the_row():
     (dict(init=None), r"init must be 'kmeans\+\+' or 'sphere' or 'anneal' or an array of "
                       r"shape \(n_clusters, n_features\), got None"),
     (dict(init=5), r"or an array of shape .*, got 5"),
+    # checked before K is chosen (it was refused after, naming the n_clusters chosen)
+    (dict(n_clusters="auto", init=np.eye(3)[:2] + 0.1), r"init given as 2 heads fixes K: "
+                                                       r"pass n_clusters=2, not 'auto'"),
     (dict(penalty="ridge"), "penalty"),
     (dict(dtype="float16"), "dtype"),
     (dict(solver="newton"), "solver"),

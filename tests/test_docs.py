@@ -114,3 +114,20 @@ def test_the_architecture_picture_is_drawn(tmp_path):
     pytest.importorskip("matplotlib")
     _architecture().draw(tmp_path / "architecture.png")
     assert (tmp_path / "architecture.png").stat().st_size > 10_000
+
+
+def test_the_shaped_heads_page_example_runs():
+    """docs/guide/shaped-heads.md's example, on blobs where the default fit chooses round
+    heads: it read covariances_ after that fit, which round heads do not have (an
+    AttributeError)."""
+    from sklearn.datasets import make_blobs
+
+    text = (DOCS / "guide" / "shaped-heads.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    X, _ = make_blobs(600, centers=3, random_state=0)
+    scope = {"X": X}
+    assert blocks
+    for block in blocks:
+        exec(block, scope)
+    assert scope["est"].covariance_type_ == "spherical"       # the case the page missed
+    assert scope["full"].covariances_.shape == (3, 2, 2)

@@ -10,7 +10,7 @@ import pytest
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
-from attnclust import AttentionClustering
+from attnclust import AttentionClustering, DegenerateFitWarning, load_model, save_model
 from attnclust.cluster.merge import (
     MergeSettings,
     adjusted_rand,
@@ -734,6 +734,81 @@ def test_partial_fit_after_a_merged_fit_streams_one_head_per_cluster():
     assert est.head_labels_.tolist() == [0, 1]
     assert np.array_equal(est.heads_, est.cluster_centers_)
     assert (est.labels_ == est.predict(X[:100])).all()
+
+
+def test_partial_fit_after_a_merged_fit_streams_at_the_clusters_lambda(tmp_path):
+    """The merged heads' lambda is theirs (150 heads a small distance apart: 1,550 on two
+    moons); one head per cluster streamed at it made every row's attention 0 or 1 and a
+    score 180 times a fresh stream's (-336 against -1.9). The stream reads the clusters'
+    own lambda on its first batch, as a fresh stream does: the two streams' lambda and
+    score are then of one size (within a factor of two: the centres differ, the merged
+    fit's are the crescents' means), and a model file streams on alike."""
+    from sklearn.datasets import make_moons
+
+    X, _ = make_moons(600, noise=0.05, random_state=0)
+    est = _fit(X, 2, 0)
+    assert est.merge_heads_ and est.inverse_temperature_ > 100
+    save_model(est, tmp_path / "merged.npz")
+    loaded = load_model(tmp_path / "merged.npz")
+    fresh = AttentionClustering(2, random_state=0).partial_fit(X[:100])
+    with pytest.warns(UserWarning, match="merged heads, which drew the clusters' shapes"):
+        est.partial_fit(X[:100])
+    with pytest.warns(UserWarning, match="merged heads, which drew the clusters' shapes"):
+        loaded.partial_fit(X[:100])
+    assert 0.5 < est.inverse_temperature_ / fresh.inverse_temperature_ < 2.0
+    assert 2.0 * fresh.score(X) < est.score(X) < 0.5 * fresh.score(X)
+    assert loaded.inverse_temperature_ == est.inverse_temperature_
+    np.testing.assert_array_equal(loaded.cluster_centers_, est.cluster_centers_)
+
+
+def test_a_merged_cluster_of_no_row_warns():
+    """A forced merge of 60 rows of noise in 300 dimensions leaves cluster 0 without a row
+    (sizes 0, 59, 1): it warns as a fit's dead head does (it was silent)."""
+    X = np.random.default_rng(0).normal(size=(60, 300))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = AttentionClustering(3, random_state=0, merge_heads=True).fit(X)
+    empty = np.flatnonzero(np.bincount(est.labels_, minlength=3) == 0).tolist()
+    assert est.merge_heads_ and empty                     # the case: a cluster of no row
+    said = [w for w in caught if issubclass(w.category, DegenerateFitWarning)
+            and f"cluster(s) {empty} win no row" in str(w.message)]
+    assert len(said) == 1 and said[0].filename == __file__   # at the caller of fit
+
+
+def test_draw_copies_has_the_law_of_the_repeated_rows_draw():
+    """Integer weights: the copies of each row in a draw of ``size`` rows without
+    replacement from the rows repeated (multivariate hypergeometric): ``size`` in all, never
+    more than the weight, and each row's mean over ``R`` draws within 5 standard errors of
+    ``size p_i`` (variance ``size p_i (1 - p_i) (N - size) / (N - 1)``, ``p_i = w_i / N``).
+    Other weights: ``size`` draws in proportion to them (multinomial)."""
+    from attnclust.cluster.head_graph import draw_copies
+
+    rng = np.random.default_rng(0)
+    w, size, R = np.array([0.0, 1.0, 2.0, 5.0, 12.0]), 7, 4000
+    N, p = w.sum(), w / w.sum()
+    draws = np.stack([draw_copies(w, size, rng) for _ in range(R)])
+    assert (draws.sum(1) == size).all() and (draws <= w).all()
+    sd = np.sqrt(size * p * (1 - p) * (N - size) / (N - 1) / R)
+    assert np.all(np.abs(draws.mean(0) - size * p) <= 5 * sd)
+    real = np.stack([draw_copies(w * 0.3, size, rng) for _ in range(R)])
+    assert (real.sum(1) == size).all() and real[:, 0].max() == 0
+    assert np.all(np.abs(real.mean(0) - size * p) <= 5 * np.sqrt(size * p * (1 - p) / R))
+
+
+def test_tiling_weighted_rows_seeds_as_the_repeated_rows():
+    """One head seeded from three rows of weights 1, 1 and 8 (no Lloyd step): the seed is
+    each row with probability ``w_i / 10``, as from the ten repeated rows (within 5
+    standard errors over 3,000 seedings). A pool drawn by weight without replacement, then
+    a uniform seed in it, had put the heavy row at 0.49, not 0.8."""
+    X, w, R = np.array([[0.0], [1.0], [2.0]]), np.array([1.0, 1.0, 8.0]), 3000
+    rng = np.random.default_rng(0)
+    seeds = [tile_heads(X, 1, rng, max_iter=0, weights=w)[0, 0] for _ in range(R)]
+    repeated = [tile_heads(np.repeat(X, [1, 1, 8], axis=0), 1, rng, max_iter=0)[0, 0]
+                for _ in range(R)]
+    p = w / w.sum()
+    for drawn in (seeds, repeated):
+        share = np.bincount(np.asarray(drawn, dtype=np.int64), minlength=3) / R
+        assert np.all(np.abs(share - p) <= 5 * np.sqrt(p * (1 - p) / R))
 
 
 def test_a_far_row_the_merge_sample_missed_moves_no_centre():

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sklearn.datasets import make_moons
 
 import attnclust as ac
 from _tolerance import assert_labels_off_ties, assert_same_labels, eps, sum_tol
@@ -203,6 +204,67 @@ def test_weights_need_the_fixed_point_solver():
 
 def test_a_scalar_weight_is_every_rows():
     _same_fit(_fit(X, 3.0), _fit(X))
+
+
+# -- the default fit's merge of heads: its heads and draws count rows ----------------------
+MOONS = make_moons(600, noise=0.06, random_state=0)[0]       # the default fit merges them
+
+
+def _merged(rows, weights=None, seed=0):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est = AttentionClustering(2, random_state=seed).fit(rows, sample_weight=weights)
+    assert est.merge_heads_                          # the claims are about merged fits
+    return est
+
+
+def _same_merge(a, b, *, labels_b=None, rows=MOONS) -> None:
+    """Two merged fits of the same weighted rows written two ways, whose merges make the
+    same draws: their working rows differ by the rounding of a (weighted) mean and spread
+    over the ``n`` rows (``n eps`` of the rows' size, :func:`sum_tol`), which the heads
+    (means of rows) and their lambda (a mean of squared distances) carry; labels may
+    differ only within that of a tie (:func:`_labels_agree_off_ties`)."""
+    tol = sum_tol(len(rows))
+    assert len(a.heads_) == len(b.heads_)
+    np.testing.assert_allclose(a.heads_, b.heads_, rtol=0, atol=tol * np.abs(rows).max())
+    assert a.inverse_temperature_ == pytest.approx(b.inverse_temperature_, rel=tol)
+    _labels_agree_off_ties(a, b, b.labels_ if labels_b is None else labels_b, rows)
+
+
+@pytest.mark.parametrize("c", [1.0, 7.0, 1e-4])
+def test_equal_weights_are_no_weights_when_the_heads_merge(c):
+    """All ones (all sevens, all 1e-4) are no weights in the merge too: the same heads,
+    drawn alike. The merge drew its samples by weight (another random stream than without
+    weights): lambda 1,198 with all ones against 1,249 without."""
+    _same_merge(_merged(MOONS, np.full(len(MOONS), c)), _merged(MOONS))
+
+
+@pytest.mark.parametrize("kind", ["ones", "twos", "integers", "reals"])
+def test_zero_weights_are_absent_rows_when_the_heads_merge(kind):
+    """Rows of weight zero are no rows in the merge too, beside equal, integer or other
+    weights (it drew its samples by weight, even equal ones: lambda 1,033 with rows of
+    weight zero against 970 without them)."""
+    keep = np.random.default_rng(2).random(len(MOONS)) < 0.7
+    w = {"ones": np.ones(len(MOONS)), "twos": np.full(len(MOONS), 2.0),
+         "integers": np.random.default_rng(5).integers(1, 4, len(MOONS)).astype(float),
+         "reals": np.random.default_rng(5).uniform(0.5, 2.0, len(MOONS))}[kind]
+    weighted = _merged(MOONS, np.where(keep, w, 0.0))
+    dropped = _merged(MOONS[keep], None if kind in ("ones", "twos") else w[keep])
+    _same_merge(dropped, weighted, labels_b=weighted.labels_[keep], rows=MOONS[keep])
+
+
+def test_integer_weights_merge_as_the_repeated_rows_in_distribution():
+    """Integer weights are copies of rows in the merge: as many heads as for the repeated
+    rows (150 for 923 copies of 600 rows; 91 before, from the 600 rows), samples drawn
+    with the repeated rows' law (not their draws), so that the merged lambda over eight
+    seeds has the repeated rows' mean, within 4 standard errors of the difference of
+    the two means (it was half of it: 1,015 against 2,227)."""
+    w = np.random.default_rng(1).integers(0, 4, len(MOONS))
+    weighted = [_merged(MOONS, w.astype(float), seed) for seed in range(8)]
+    repeated = [_merged(np.repeat(MOONS, w, axis=0), seed=seed) for seed in range(8)]
+    assert {len(e.heads_) for e in weighted} == {len(e.heads_) for e in repeated} == {150}
+    a, b = (np.array([e.inverse_temperature_ for e in fits]) for fits in (weighted, repeated))
+    assert abs(a.mean() - b.mean()) < 4 * np.sqrt(a.var(ddof=1) / 8 + b.var(ddof=1) / 8)
 
 
 # -- data-parallel: weights per row, sums over ranks ---------------------------------------

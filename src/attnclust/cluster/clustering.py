@@ -88,10 +88,10 @@ from .choice.k_choice import choose_n_clusters, warn_if_weak
 from .communicator import Communicator
 from .degenerate import DegenerateFitWarning, warn_if_degenerate
 from .endings import ending_for
-from .estimator_fits import Reporter, fit_merge, in_data_dtype
+from .estimator_fits import SHAPED_ARRAYS, Reporter, in_data_dtype, merge_into
 from .estimator_params import check_params, param_names, parameters
 from .kmeans.result import inertia
-from .mixture.covariance import Spherical, as_covariance_type
+from .mixture.covariance import as_covariance_type
 from .mixture.likelihood import LikelihoodMixin
 from .mixture.noise_head import check_noise_head
 from .mixture.shape_choice import ShapeChoice
@@ -104,9 +104,7 @@ __all__ = ["AttentionClustering", "DegenerateFitWarning", "auto_inverse_temperat
 
 
 # the attributes some fits set and others not: a stream's state, the shaped heads', ...
-_SHAPED_ARRAYS = ("covariances_", "precisions_", "precisions_cholesky_", "weights_",
-                  "covariance_floor_")
-_FIT_ONLY_SOME = ("stream_state_", "n_steps_", *_SHAPED_ARRAYS, "noise_weight_",
+_FIT_ONLY_SOME = ("stream_state_", "n_steps_", *SHAPED_ARRAYS, "noise_weight_",
                   "noise_log_density_", "heads_", "head_labels_", "merge_heads_",
                   "merge_heads_reason_")
 # the fitted arrays kept in the dtype of the rows given to fit
@@ -173,6 +171,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         ``cluster_centers_`` (``normalize="center-scale"``: ``(c - mean_) / scale_``). With
         ``inverse_temperature="auto"`` a seeding is replaced by the hard Lloyd heads that
         estimate ``lambda`` (a warm start); given heads only estimate ``lambda`` so.
+        Given heads fix ``K``: they take an integer ``n_clusters``, not ``"auto"``.
     n_init : int or "auto", default="auto"
         Seedings tried (each on the warm-start sample, followed by hard Lloyd steps); the
         one of lowest k-means objective starts the fit. ``"auto"``: 10 for Euclidean heads
@@ -424,7 +423,10 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         sum of the fit (seeding, Lloyd steps, the ``"auto"`` inverse temperature, the
         fixed-point steps, the centring of Euclidean heads, the cluster sizes of the
         warnings) is weighted, so an integer weight acts as that many copies of the row
-        and a zero weight as no row.
+        and a zero weight as no row. The merge of heads counts rows
+        (:mod:`attnclust.cluster.merge`, *Sample weights*): equal weights are no weights,
+        and integer weights give the repeated rows' merge in distribution over
+        ``random_state`` (its draws have the same law, they are not the same draws).
 
         With ``comm`` (a :class:`~attnclust.cluster.communicator.Communicator`), ``X`` is this
         rank's share of the rows of a data-parallel fit (see :mod:`attnclust.cluster.distributed`)
@@ -449,7 +451,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         K = plan.n_clusters if plan.n_clusters is not None else \
             self._choose_n_clusters(X, plan, given)
         with fit_threads(plan.device) as workers:
-            rows = self._fit(X, comm, workers, weights, plan.with_clusters(K))
+            rows = self._fit(X, comm, workers, weights, plan.with_clusters(K), given)
             if not self.merge_heads_:               # one head per cluster
                 self.heads_, self.head_labels_ = self.cluster_centers_, np.arange(K)
             self.inertia_ = unit * inertia(rows, self.cluster_centers_, self.labels_)
@@ -525,10 +527,12 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
             raise
         return self
 
-    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, plan: FitPlan):
+    def _fit(self, X: np.ndarray, comm: Communicator, workers: int, weights, plan: FitPlan,
+             given=None):
         """The algorithm on validated rows, for the resolved ``plan`` (its warnings point
         at the caller of ``fit``): prepare the rows, warm start, run the plan's ending
-        (:mod:`attnclust.cluster.endings`), store, warn, merge; returns the working rows."""
+        (:mod:`attnclust.cluster.endings`), store, warn, merge (``given``: the sample
+        weights as given, which the merge counts rows by); returns the working rows."""
         if plan.noise_head:             # before any work, and before this fit's state
             check_noise_head(comm.n_total, X.shape[1], plan.n_clusters, settings=plan.settings)
         gen = as_generator(plan.random_state, "random_state")
@@ -551,31 +555,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
             "merge_heads=False" if merge is False else "only the default fit, given K, on "
             "one process, merges")
         if merge is not False and ending.merges_heads and rows.comm.world == 1:
-            self._merge_heads(rows, gen, merge)
+            merge_into(self, rows, gen, merge, given)     # then a cluster of no row warns
         return rows
-
-    def _merge_heads(self, rows, gen: np.random.Generator, setting) -> None:
-        """Heads merged into clusters (:func:`fit_merge`; ``setting``: ``merge_heads`` as a
-        flag); then the fitted attributes are the clusters' and the heads'."""
-        counts = self._plan.max_clusters if self.n_clusters == "auto" else 0
-        merge, fitted = fit_merge(rows, self.labels_, len(self.cluster_centers_),
-                                  setting, gen=gen, logits=self._logits,
-                                  count_up_to=counts)
-        self.merge_heads_, self.merge_heads_reason_ = merge.merged, merge.reason
-        if fitted is not None:
-            count = len(fitted.cluster_centers_)
-            if count != len(self.cluster_centers_):      # n_clusters="auto": the heads' count
-                self.n_clusters_reason_ = (f"{count} clusters of the heads ({merge.reason}), "
-                                           f"from the choice of Gaussian components: "
-                                           f"{self.n_clusters_reason_}")
-                self._plan = self._plan.with_clusters(count)
-            self.__dict__.update(fitted._asdict())
-            for name in _SHAPED_ARRAYS:             # the shaped heads' arrays: none now
-                self.__dict__.pop(name, None)
-            self._plan = self._plan.with_covariance(Spherical())
-            self.covariance_type_reason_ = (f"heads merged ({merge.reason}); the K-head "
-                                            f"fit chose {self.covariance_type_reason_}")
-            self.covariance_type_ = "spherical"
 
     def _record_shape(self, choice: ShapeChoice) -> None:
         """The heads' shape of the fit (``covariance_type_``), why (the reason) and the

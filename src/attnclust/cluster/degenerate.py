@@ -51,12 +51,13 @@ def warn_capped(inverse_temperature: float, *, where: str = "", stacklevel: int 
 
 
 def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
-                       inverse_temperature: float, stacklevel: int = 2) -> None:
+                       inverse_temperature: float, what: str = "head(s)",
+                       stacklevel: int = 2) -> None:
     """A :class:`DegenerateFitWarning` for each check of the module docstring that fails.
 
     ``sizes`` are the rows won by each head ``(K,)`` (or their weights), ``sharpness`` the
     (weighted) sum over rows of the largest attention weight, ``capped`` whether ``lambda``
-    is at its cap.
+    is at its cap; ``what``: the items ``sizes`` count (``"cluster(s)"``: of merged heads).
 
     Examples
     --------
@@ -72,7 +73,7 @@ def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
     shown = f"lambda={inverse_temperature:.3g}"
     dead = np.flatnonzero(sizes == 0)
     if dead.size:
-        warnings.warn(f"head(s) {dead.tolist()} win no row: the fit found fewer than "
+        warnings.warn(f"{what} {dead.tolist()} win no row: the fit found fewer than "
                       f"{K} clusters; try another random_state or init, or fewer clusters",
                       DegenerateFitWarning, stacklevel=stacklevel + 1)
     if capped:

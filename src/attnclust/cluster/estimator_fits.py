@@ -69,11 +69,12 @@ from ..layer.heads import softmax_heads
 from ..layer.results import History, SolverResult
 from ..layer.schedules import Stages
 from ..study.descent import pgd
+from .degenerate import warn_if_degenerate
 from .fixed_point import fixed_point_fit
 from .head_graph import squared_distances
 from .kmeans.ending import fit_to_hard_limit
-from .merge import HeadMerge, cluster_labels, merge_heads
-from .mixture.covariance import Covariance
+from .merge import HeadMerge, cluster_labels, merge_heads, sample_rows, weights_in_rows
+from .mixture.covariance import Covariance, Spherical
 from .mixture.tempered import ShapedFitted, shaped_fit
 from .rows import WorkingRows
 from .settings import MergeSettings
@@ -84,7 +85,12 @@ if TYPE_CHECKING:
 
 __all__ = ["Reporter", "Ending", "RiskFitted", "ShapedFitted", "solve", "risk_attributes",
            "fit_fixed_point", "fit_pgd", "fit_hard_limit", "fit_shaped", "shaped_log_joint",
-           "with_deferred_lambda", "MergedFitted", "fit_merge", "in_data_dtype"]
+           "with_deferred_lambda", "MergedFitted", "fit_merge", "merge_into", "SHAPED_ARRAYS",
+           "in_data_dtype"]
+
+# the shaped heads' fitted arrays, which a fit of round heads (a merge of heads) drops
+SHAPED_ARRAYS = ("covariances_", "precisions_", "precisions_cholesky_", "weights_",
+                 "covariance_floor_")
 
 _logger = logging.getLogger("attnclust")
 
@@ -362,9 +368,14 @@ class MergedFitted(NamedTuple):
 def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *,
               gen: np.random.Generator,
               logits: Callable[[np.ndarray], torch.Tensor] | None = None,
-              count_up_to: int = 0) -> tuple[HeadMerge, MergedFitted | None]:
+              count_up_to: int = 0, sample_weight: np.ndarray | None = None
+              ) -> tuple[HeadMerge, MergedFitted | None]:
     """:func:`~attnclust.cluster.merge.merge_heads` on at most ``max_rows`` working rows drawn
-    with ``gen`` (rows held by one process), against the fit's ``labels``; ``setting``: the
+    with ``gen`` (rows held by one process), against the fit's ``labels``; with weights,
+    ``max_rows`` rows of their total counted in rows
+    (:func:`~attnclust.cluster.merge.weights_in_rows` of ``sample_weight``, the weights as
+    given to ``fit``, else of the rows' own: an integer weight is that many copies of its
+    row; :func:`~attnclust.cluster.merge.sample_rows`); ``setting``: the
     estimator's ``merge_heads`` (``True`` forces the merge). ``logits``: the fit's attention
     logits of preprocessed rows ``(n, K)``; their softmax on the sampled rows lets the merge
     be skipped, before any head is tiled, where the ``K`` clusters barely overlap
@@ -380,17 +391,18 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
     centre, while the clusters' tails, a little beyond the sample's farthest row, count."""
     settings = setting if isinstance(setting, MergeSettings) else MergeSettings()
     K, n = int(n_clusters), rows.rows.shape[0]
-    held = np.arange(n) if rows.weights is None else \
-        np.flatnonzero(rows.weights.cpu().numpy() > 0)      # a row of weight 0 is no row
-    take = np.sort(gen.choice(held, settings.max_rows, replace=False)) \
-        if len(held) > settings.max_rows else held
-    sample = rows.take(torch.as_tensor(take)).cpu().double().numpy()
     weights = None if rows.weights is None else rows.weights.cpu().double().numpy()
+    held = np.arange(n) if weights is None else np.flatnonzero(weights > 0)  # 0: no row
+    given = weights if sample_weight is None else np.asarray(sample_weight, np.float64)
+    # equal weights are no weights: the rows' draws, as without them
+    copies = None if given is None else weights_in_rows(given[held])
+    picked, sampled_weights = sample_rows(len(held), copies, settings.max_rows, gen)
+    take = held[picked]
+    sample = rows.take(torch.as_tensor(take)).cpu().double().numpy()
     proba = None if logits is None or setting is True or not (settings.skip_cut > 0
                                                                or count_up_to > 0) \
         else softmax_heads(logits(rows.heads_out(torch.from_numpy(sample)))).cpu().numpy()
-    merge = merge_heads(sample, labels[take], K, rng=gen,
-                        weights=None if weights is None else weights[take],
+    merge = merge_heads(sample, labels[take], K, rng=gen, weights=sampled_weights,
                         settings=settings, force=setting is True, proba=proba,
                         count_up_to=count_up_to)
     if not merge.merged:
@@ -419,6 +431,42 @@ def fit_merge(rows: WorkingRows, labels: np.ndarray, n_clusters: int, setting, *
         heads_=rows.heads_out(torch.from_numpy(merge.heads)),
         head_labels_=merge.head_labels,
         inverse_temperature_=rows.inverse_temperature_out(1.0 / merge.variance))
+
+
+def merge_into(est, rows: WorkingRows, gen: np.random.Generator, setting,
+               sample_weight: np.ndarray | None = None) -> None:
+    """The fitted estimator ``est``'s heads merged into clusters (:func:`fit_merge` of its
+    rows and ``sample_weight`` as given to ``fit``; ``setting``: ``merge_heads`` as a
+    flag). Where they merge, the fitted attributes become the clusters' and the heads'
+    (round heads: the shaped arrays are dropped), and a cluster that wins no row warns
+    with a :class:`~attnclust.DegenerateFitWarning` for the caller of ``fit``, as a head
+    of the ``K``-head fit does."""
+    counts = est._plan.max_clusters if est.n_clusters == "auto" else 0
+    merge, fitted = fit_merge(rows, est.labels_, len(est.cluster_centers_), setting,
+                              gen=gen, logits=est._logits, count_up_to=counts,
+                              sample_weight=sample_weight)
+    est.merge_heads_, est.merge_heads_reason_ = merge.merged, merge.reason
+    if fitted is None:
+        return
+    count = len(fitted.cluster_centers_)
+    if count != len(est.cluster_centers_):          # n_clusters="auto": the heads' count
+        est.n_clusters_reason_ = (f"{count} clusters of the heads ({merge.reason}), from "
+                                  f"the choice of Gaussian components: "
+                                  f"{est.n_clusters_reason_}")
+        est._plan = est._plan.with_clusters(count)
+    est.__dict__.update(fitted._asdict())
+    for name in SHAPED_ARRAYS:                      # the shaped heads' arrays: none now
+        est.__dict__.pop(name, None)
+    est._plan = est._plan.with_covariance(Spherical())
+    est.covariance_type_reason_ = (f"heads merged ({merge.reason}); the K-head fit chose "
+                                   f"{est.covariance_type_reason_}")
+    est.covariance_type_ = "spherical"
+    # the clusters' rows (sums of weights): one of no row is a cluster the fit did not find
+    sizes = np.bincount(fitted.labels_, minlength=count, weights=None if rows.weights is None
+                        else rows.weights.cpu().double().numpy()).astype(np.float64)
+    warn_if_degenerate(sizes, float(sizes.sum()), capped=False,   # their attention is sharp
+                       inverse_temperature=est.inverse_temperature_, what="cluster(s)",
+                       stacklevel=4)
 
 
 def in_data_dtype(est, names, dtype) -> None:

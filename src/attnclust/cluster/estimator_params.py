@@ -117,6 +117,18 @@ def _is(value, name: str) -> bool:
     return isinstance(value, str) and value == name
 
 
+def _check_auto(p: dict, data_parallel: bool) -> None:
+    """``n_clusters="auto"``'s rules: one process, and no given heads (they fix ``K``;
+    refused before ``K`` is chosen, not after)."""
+    if data_parallel:
+        raise ValueError("n_clusters='auto' is not data-parallel: choose K on one process "
+                         "and pass it")
+    if not isinstance(p["init"], str):
+        raise ValueError(f"init given as {len(p['init'])} heads fixes K: pass "
+                         f"n_clusters={len(p['init'])}, not 'auto' (which chooses K), or "
+                         "init='kmeans++'")
+
+
 def check_params(p: dict, n_samples: int, n_local: int, *, data_parallel: bool = False,
                  weight_total: float | None = None) -> None:
     """The table ``CONSTRAINTS``, then the rules that tie parameters together
@@ -134,9 +146,8 @@ def check_params(p: dict, n_samples: int, n_local: int, *, data_parallel: bool =
     """
     check_constraints(p, CONSTRAINTS)
     unit_heads, solver = as_geometry(p["geometry"]).unit_heads, p["solver"]
-    if data_parallel and _is(p["n_clusters"], "auto"):
-        raise ValueError("n_clusters='auto' is not data-parallel: choose K on one process "
-                         "and pass it")
+    if _is(p["n_clusters"], "auto"):
+        _check_auto(p, data_parallel)
     if weight_total is not None and solver != "fixed-point":
         raise ValueError(f"sample_weight needs solver='fixed-point', got {solver!r}")
     if weight_total is not None and not weight_total > 0:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["squared_distances", "tile_heads", "head_attention", "head_overlap",
+__all__ = ["squared_distances", "draw_copies", "tile_heads", "head_attention", "head_overlap",
            "head_similarity", "gini_index",
            "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
            "posterior_cut"]
@@ -45,6 +45,36 @@ def squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
     return np.maximum(d2, 0.0, out=d2)
 
 
+# integer weights summing to less than this are drawn as copies of rows (the
+# multivariate hypergeometric's "marginals" method loses precision above 1e9 items)
+_MOST_COPIES = 10**9
+
+
+def draw_copies(weights: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Copies of each row ``(n,)`` in a random draw of ``size`` rows from rows of non-negative
+    ``weights`` ``(n,)`` counted in rows. Integer weights are copies of their rows: the
+    counts of ``size`` rows drawn without replacement from the rows repeated, the
+    multivariate hypergeometric law (a row is drawn at most as often as its weight; the
+    same law as ``rng.choice`` of the repeated rows, not the same draws). Other weights,
+    and integer weights of a billion rows or more (where a draw of a few thousand rows
+    hardly repeats one), give ``size`` draws in proportion to the weights, with
+    replacement (multinomial counts).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> copies = draw_copies(np.array([0.0, 1.0, 3.0, 6.0]), 5, rng)
+    >>> int(copies.sum()), int(copies[0]), bool(np.all(copies <= [0, 1, 3, 6]))
+    (5, 0, True)
+    >>> int(draw_copies(np.array([0.5, 1.5]), 4, rng).sum())
+    4
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if np.array_equal(w, np.round(w)) and w.sum() < _MOST_COPIES:
+        return rng.multivariate_hypergeometric(w.astype(np.int64), int(size))
+    return rng.multinomial(int(size), w / w.sum())
+
+
 def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_iter: int = 5,
                weights: np.ndarray | None = None, pool: int = 2) -> np.ndarray:
     """``n_heads`` heads ``(m, d)`` that tile the rows ``X`` ``(n, d)``: k-means++ seeding
@@ -57,25 +87,38 @@ def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_ite
     it, and the engine's seeding with its steps left the dev battery's mean ARI and NCA
     where they were (greedy) or lowered them (one draw per head) at more cost.
 
+    ``weights`` ``(n,)`` count rows: the pool is ``pool * m`` rows of the weights' total
+    (:func:`draw_copies`), each seed drawn with probability proportional to its copies in
+    the pool (times the squared distance), so that integer weights tile as the rows
+    repeated do, in distribution.
+
     Examples
     --------
     >>> X = np.repeat(np.arange(10.0), 20)[:, None]          # 10 distinct values
     >>> heads = tile_heads(X, 10, np.random.default_rng(0), pool=20)   # the pool: every row
     >>> np.sort(heads[:, 0]).tolist() == np.arange(10.0).tolist()  # D^2 draws: one per value
     True
+    >>> heads = tile_heads(np.arange(10.0)[:, None], 10, np.random.default_rng(0),
+    ...                    weights=np.full(10, 20.0), pool=20)        # the same, as weights
+    >>> np.sort(heads[:, 0]).tolist() == np.arange(10.0).tolist()
+    True
     """
     n, m = X.shape[0], int(n_heads)
-    positive = n if weights is None else int(np.count_nonzero(weights))
-    if pool * m < positive:
-        draw = None if weights is None else weights / weights.sum()
-        P = X[np.sort(rng.choice(n, pool * m, replace=False, p=draw))]
+    copies = None                                           # the pool's weights
+    if weights is None:
+        P = X[np.sort(rng.choice(n, pool * m, replace=False))] if pool * m < n else X
+    elif pool * m < weights.sum():
+        drawn = draw_copies(weights, pool * m, rng)
+        P, copies = X[drawn > 0], drawn[drawn > 0].astype(np.float64)
     else:
-        P = X if weights is None else X[weights > 0]
+        P, copies = X[weights > 0], weights[weights > 0]
     D = squared_distances(P, P)                             # (p, p)
-    pick = [int(rng.integers(len(P)))]
+    first = int(rng.integers(len(P))) if copies is None else \
+        int(np.searchsorted(np.cumsum(copies), rng.random() * copies.sum(), side="right"))
+    pick = [min(first, len(P) - 1)]
     nearest = D[pick[0]].copy()
     for u in rng.random(m - 1):                              # k-means++: D^2 draws
-        total = np.cumsum(nearest)
+        total = np.cumsum(nearest if copies is None else nearest * copies)
         if total[-1] <= 0:                                   # fewer distinct rows than heads
             break
         pick.append(min(int(np.searchsorted(total, u * total[-1])), len(P) - 1))
@@ -308,9 +351,10 @@ def majority_labels(nearest: np.ndarray, labels: np.ndarray, n_heads: int, n_clu
     return votes.argmax(1).astype(np.int64)
 
 
-def adjusted_rand(a: np.ndarray, b: np.ndarray) -> float:
+def adjusted_rand(a: np.ndarray, b: np.ndarray, weights: np.ndarray | None = None) -> float:
     """The adjusted Rand index of two labelings ``(n,)`` (as scikit-learn's
-    ``adjusted_rand_score``, from the contingency table by ``bincount``: no input checks).
+    ``adjusted_rand_score``, from the contingency table by ``bincount``: no input checks);
+    ``weights`` ``(n,)``: the rows' copies (an integer weight counts as that many rows).
 
     Examples
     --------
@@ -318,6 +362,9 @@ def adjusted_rand(a: np.ndarray, b: np.ndarray) -> float:
     1.0
     >>> round(adjusted_rand(np.array([0, 0, 1, 1]), np.array([0, 1, 0, 1])), 3)
     -0.5
+    >>> a, b, w = np.array([0, 0, 1]), np.array([0, 1, 1]), np.array([2, 1, 3])
+    >>> adjusted_rand(a, b, w) == adjusted_rand(np.repeat(a, w), np.repeat(b, w))
+    True
     """
     _, a = np.unique(a, return_inverse=True)
     _, b = np.unique(b, return_inverse=True)
@@ -325,9 +372,10 @@ def adjusted_rand(a: np.ndarray, b: np.ndarray) -> float:
     def pairs(counts):
         c = counts.astype(np.float64)
         return float((c * (c - 1)).sum()) / 2.0
-    both, left, right = pairs(np.bincount(a * (b.max() + 1) + b)), pairs(np.bincount(a)), \
-        pairs(np.bincount(b))
-    expected = left * right / max(len(a) * (len(a) - 1) / 2.0, 1.0)
+    both, left, right = (pairs(np.bincount(c, weights=weights))
+                         for c in (a * (b.max() + 1) + b, a, b))
+    n = len(a) if weights is None else float(np.sum(weights))
+    expected = left * right / max(n * (n - 1) / 2.0, 1.0)
     top = (left + right) / 2.0
     return 1.0 if top == expected else (both - expected) / (top - expected)
 

@@ -73,6 +73,17 @@ the heads may hold another count of clusters, read on their graph at a wider att
 A cluster's membership is the sum of its heads' attention, ``p_c(x) = sum_{h in c}
 a_h(x)``, and a row's label is the cluster of largest membership.
 
+**Sample weights** count rows (:func:`weights_in_rows`): a row of weight zero is no row;
+where the rows of positive weight weigh the same, they are read unweighted, with the
+draws of the rows alone (all ones, or all sevens, are no weights); an integer weight is
+that many copies of its row; other weights are scaled to a mean of one row. The number
+of heads and the sample sizes are of the weights' total, and every sample is a draw of
+that many rows (:func:`~attnclust.cluster.head_graph.draw_copies`): for integer weights
+the counts of a draw without replacement from the rows repeated, so that the merge of
+weighted rows is the merge of the repeated rows in distribution over the random draws
+(the same law, not the same draws: the draws that pick rows differ), and each cut, split
+gain and adjusted Rand index counts the copies.
+
 Notation
 --------
 ==============  ==================  ===============================================
@@ -96,6 +107,7 @@ from .choice.k_choice import bic_gain
 from .head_count import HeadCount, HeadTiles, cluster_count, counted_clusters
 from .head_graph import (
     adjusted_rand,
+    draw_copies,
     gini_index,
     gini_linkage,
     head_attention,
@@ -111,7 +123,8 @@ from .kmeans.batch import best_of_seedings
 from .mixture.covariance import as_covariance
 from .settings import FitSettings, MergeSettings
 
-__all__ = ["MergeSettings", "HeadMerge", "HeadCount", "n_heads", "squared_distances", "tile_heads",
+__all__ = ["MergeSettings", "HeadMerge", "HeadCount", "n_heads", "weights_in_rows", "sample_rows",
+           "squared_distances", "tile_heads",
            "head_attention", "head_overlap", "head_similarity",
            "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
            "posterior_cut", "cluster_count", "split_gain", "merge_heads",
@@ -150,6 +163,30 @@ def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSetting
     return int(min(m, n_rows // settings.rows_per_head))
 
 
+def weights_in_rows(weights: np.ndarray) -> np.ndarray | None:
+    """Positive sample weights ``(n,)`` as the merge counts rows (module docstring,
+    *Sample weights*): ``None`` where they are all equal (the rows, unweighted: scaling
+    the weights changes nothing), integer weights as they are (copies of the rows), other
+    weights scaled to a mean of one row.
+
+    Examples
+    --------
+    >>> weights_in_rows(np.full(3, 7.0)) is None, weights_in_rows(np.array([1.0, 3.0]))
+    (True, array([1., 3.]))
+    >>> weights_in_rows(np.array([0.5, 1.0, 1.5])).tolist()
+    [0.5, 1.0, 1.5]
+    >>> weights_in_rows(np.array([1e-300, 3e-300])).tolist()
+    [0.5, 1.5]
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    if not len(w) or np.ptp(w) == 0:
+        return None
+    if np.array_equal(w, np.round(w)):
+        return w
+    w = w / w.max()                         # no overflow of the sum of weights of 1e308
+    return w * (len(w) / w.sum())
+
+
 def split_gain(S: np.ndarray, weights: np.ndarray | None, labels: np.ndarray,
                heads: np.ndarray, nearest: np.ndarray, n_clusters: int,
                rng: np.random.Generator) -> float:
@@ -158,7 +195,8 @@ def split_gain(S: np.ndarray, weights: np.ndarray | None, labels: np.ndarray,
     :func:`~attnclust.cluster.choice.k_choice.bic_gain`): ``K`` components from the fit's
     ``labels`` ``(n,)``, ``2 K`` from k-means cells of the ``heads`` ``(m, d)``, each row in
     the cell of its ``nearest`` head; ``-inf`` (no evidence) where the heads allow no
-    ``2 K`` cells.
+    ``2 K`` cells. Integer ``weights`` ``(n,)`` are copies of the rows (the rows repeated),
+    others weigh them.
 
     Examples
     --------
@@ -179,6 +217,11 @@ def split_gain(S: np.ndarray, weights: np.ndarray | None, labels: np.ndarray,
     if 2 * K >= len(heads):
         return -np.inf
     cells = np.asarray(best_of_seedings(heads, 2 * K, 1, rng, max_iter=10).labels)[nearest]
+    if weights is not None and np.array_equal(weights, np.round(weights)):
+        # copies of rows, as repeated: bic_gain standardizes and floors the rows unweighted
+        copies = np.asarray(weights, dtype=np.int64)
+        return bic_gain(np.repeat(S, copies, axis=0), np.repeat(labels, copies),
+                        np.repeat(cells, copies))
     return bic_gain(S, labels, cells, sample_weight=weights)
 
 
@@ -200,7 +243,9 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     The heads tile at most ``min(sample_per_head * m, max_rows)`` rows (a sample drawn
     with ``rng``; :func:`tile_heads`); the overlap, the linkage and the cuts are computed
     on the same rows (module docstring), so the cost grows with the heads, not with the
-    rows. ``force``: keep the merge whatever the cuts say. ``proba``: the ``K``-head
+    rows. ``weights`` ``(n,)``: the rows' weights counted in rows (module docstring,
+    *Sample weights*): the heads ``m`` and the sample are of their total, not of ``n``.
+    ``force``: keep the merge whatever the cuts say. ``proba``: the ``K``-head
     fit's posterior on the rows ``(n, K)``; when given (and not ``force``), the merge is
     skipped before any head is tiled, and ``rng`` is not drawn from, if
     :func:`posterior_cut` is below ``settings.skip_cut`` (module docstring). ``count_up_to``
@@ -245,28 +290,28 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     """
     n, K = X.shape[0], int(n_clusters)
     counts = count_up_to > 0 and not force
+    weights = None if weights is None else np.asarray(weights, dtype=np.float64)
+    units = n if weights is None else int(round(float(weights.sum())))   # rows they count
 
     def not_tiled(reason: str, cut_kept: float = np.nan) -> HeadMerge:
         return HeadMerge(np.empty((0, X.shape[1])), np.empty(0, np.int64), np.nan, False,
                          np.nan, cut_kept, "not merged: " + reason)
-    m = n_heads(K, min(n, settings.max_rows), settings)     # at most one per rows_per_head tiled
-    why = _nothing_to_tile(n, X.shape[1], m, K, counts or force)
+    m = n_heads(K, min(units, settings.max_rows), settings)  # at most one per rows_per_head
+    why = _nothing_to_tile(units, X.shape[1], m, K, counts or force)
     if why:
         return not_tiled(why)
     barely = None if force else _barely_overlap(proba, weights, K, settings)
     if barely is not None and not (counts and K == 1):    # one cluster: the count may tile
         return not_tiled(*barely)
     cap = min(settings.max_rows, settings.sample_per_head * m)
-    sampled = min(n, cap)
+    sampled = min(units, cap)
     splits = _splits(sampled, X.shape[1], K, settings.split_rows)
     if not (splits or counts or force):
         return not_tiled(f"{sampled} sampled rows are fewer than {settings.split_rows:g} "
                          f"per parameter of {2 * K} full-covariance components (split gain)")
-    take = np.sort(rng.choice(n, cap, replace=False)) if n > cap else np.arange(n)
+    take, w = sample_rows(n, weights, cap, rng)
     z = np.asarray(labels)[take]
-    tiles = _tiles(np.asarray(X[take], dtype=np.float64),
-                   None if weights is None else np.asarray(weights, dtype=np.float64)[take],
-                   m, rng, settings)
+    tiles = _tiles(np.asarray(X[take], dtype=np.float64), w, m, rng, settings)
     S, w, heads, d2, nearest, sizes = tiles
     m = len(heads)
     if m <= K:                                               # fewer distinct rows than heads
@@ -284,7 +329,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     kept = majority_labels(nearest, z, m, K, w)
     cut_merged, cut_kept = normalized_cut(overlap, head_labels), normalized_cut(overlap, kept)
     components = A @ np.eye(K)[kept]          # each component's membership, read on the heads
-    redraw = adjusted_rand(z, components.argmax(1))
+    redraw = adjusted_rand(z, components.argmax(1), w)
     cutting = cut_kept >= settings.cut_floor     # below it the fit's cells cut nothing
     lower = cutting and cut_merged < settings.cut_ratio * cut_kept
     seen = redraw >= settings.min_redraw
@@ -313,6 +358,34 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     if isinstance(found, str):
         reason += f"; no other count of clusters: {found}"
     return HeadMerge(heads, head_labels, variance, merged, cut_merged, cut_kept, reason, redraw)
+
+
+def sample_rows(n: int, weights: np.ndarray | None, cap: int,
+                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None]:
+    """The merge's sample of at most ``cap`` of ``n`` rows of ``weights`` ``(n,)`` (counted
+    in rows: :func:`weights_in_rows`), drawn with ``rng``: the sampled rows' indices,
+    sorted, and their weights. Unweighted, ``cap`` rows drawn without replacement;
+    weighted, ``cap`` rows of the weights' total, each sampled row weighing its copies in
+    the draw (:func:`~attnclust.cluster.head_graph.draw_copies`: for integer weights, the
+    law of the repeated rows' draw).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> take, w = sample_rows(5, None, 3, rng)
+    >>> len(take), w
+    (3, None)
+    >>> take, w = sample_rows(3, np.array([0.0, 2.0, 5.0]), 4, rng)
+    >>> int(w.sum()), bool(np.all(w <= np.array([0.0, 2.0, 5.0])[take]))
+    (4, True)
+    """
+    if weights is None:
+        return (np.sort(rng.choice(n, cap, replace=False)) if n > cap else np.arange(n)), None
+    if not weights.sum() > cap:
+        return np.arange(n), weights
+    copies = draw_copies(weights, cap, rng)
+    take = np.flatnonzero(copies)
+    return take, copies[take].astype(np.float64)
 
 
 def _nothing_to_tile(n: int, d: int, m: int, K: int, counted: bool) -> str:

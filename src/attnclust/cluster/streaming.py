@@ -51,6 +51,13 @@ paper          code            meaning
 =============  ==============  =============================================
 
 ``stream_state_.n_swaps`` counts the swaps taken.
+
+After ``fit``
+-------------
+The stream goes on from the fitted heads (:func:`_resumed_state`). After a fit whose heads
+merged into clusters it streams one head per cluster, the clusters' centres, and
+``lambda`` is not the merged heads' (set for many heads a small distance apart) but the
+clusters' own, read on the first batch as a first batch fixes it.
 """
 
 from __future__ import annotations
@@ -67,7 +74,8 @@ from .communicator import Communicator
 from .degenerate import warn_capped
 from .fixed_point import forget_heads, pass_sums, step_from_sums
 from .kmeans.swap import single_swap
-from .rows import WorkingSpace
+from .rows import WorkingRows, WorkingSpace
+from .warm_start import boundary_variance
 
 if TYPE_CHECKING:
     from .plan import FitPlan
@@ -110,17 +118,20 @@ def _first_state(plan: FitPlan, Xp: np.ndarray, weights, gen) -> StreamState:
                        S.dtype, str(plan.device), rows.chunk)
 
 
-def _resumed_state(est, plan: FitPlan, Xp: np.ndarray) -> StreamState:
+def _resumed_state(est, plan: FitPlan, Xp: np.ndarray, weights=None) -> StreamState:
     """A state for an estimator fitted by ``fit``: its heads and lambda, in a working space
     taken from this batch, and running sums of the heads as rows weighing their clusters'
     sizes (``labels_``; as ``MiniBatchKMeans`` keeps its counts): from no sums, a first
-    batch of one row moved the heads it barely touched out of the data."""
+    batch of one row moved the heads it barely touched out of the data. After a fit whose
+    heads merged, lambda is the clusters' own, read on this batch of sample ``weights``
+    (:func:`_clusters_lambda`)."""
     plan = plan.with_clusters(len(est.cluster_centers_))
     rows = plan.working_rows(Xp, Communicator.local(Xp.shape[0]))
     one = rows.read(0, 1)
     heads = torch.as_tensor(rows.heads_in(est.cluster_centers_), dtype=one.dtype,
                             device=one.device)
-    lam = float(rows.inverse_temperature_in(est.inverse_temperature_))
+    lam = _clusters_lambda(rows, heads, plan, weights) if getattr(est, "merge_heads_", False) \
+        else float(rows.inverse_temperature_in(est.inverse_temperature_))
     labels = getattr(est, "labels_", None)          # -1: a noise row, in no cluster
     sizes = torch.as_tensor(np.ones(len(heads)) if labels is None else np.bincount(
         labels[labels >= 0], minlength=len(heads)), dtype=one.dtype, device=one.device)
@@ -128,6 +139,27 @@ def _resumed_state(est, plan: FitPlan, Xp: np.ndarray) -> StreamState:
                      chunk=rows.chunk)
     return StreamState(heads, lam, sums, float(sizes.sum()), rows.space, one.dtype,
                        str(plan.device), rows.chunk)
+
+
+def _clusters_lambda(rows: WorkingRows, heads: torch.Tensor, plan: FitPlan, weights) -> float:
+    """``lambda`` of one head per cluster after a fit whose heads merged: the ``"auto"``
+    rule's ``1 / s^2``, the boundary variance of the clusters' centres ``heads`` ``(K, d)``
+    on the batch ``rows`` (working space; ``weights``: its sample weights, in the stream's
+    units), as a first batch fixes it. The merged heads' ``lambda`` is theirs, many heads
+    a small distance apart (1,550 on two moons, where a stream's first batch reads 5:
+    every row's attention 0 or 1 and a score 180 times worse), and the ``K``-head fit's
+    before the merge may be a shaped fit's (tempered EM's 1, in no unit of the rows)."""
+    S = rows.read(0, rows.rows.shape[0])
+    # a batch of weight zero, which takes no step, reads its rows as they are
+    w = None if weights is None or not weights.max(initial=0.0) > 0 else \
+        torch.as_tensor(weights, dtype=S.dtype, device=S.device)
+    s2, floor = boundary_variance(S, heads, geometry=plan.geometry, weights=w)
+    lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
+    if s2 <= floor:
+        warn_capped(rows.inverse_temperature_out(lam), stacklevel=5,
+                    where=" of the first batch after the merged fit, which fixes lambda for "
+                          "the stream,")
+    return lam
 
 
 def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = None):
@@ -176,7 +208,7 @@ def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = 
     else:
         Xp = plan.preprocess(X, (est.mean_, est.scale_))
         if resumed:
-            state = _resumed_state(est, plan, Xp)
+            state = _resumed_state(est, plan, Xp, None if weights is None else weights / unit)
             state.weight_unit = unit
             est.loss_curve_ = np.zeros(0)
         if weights is not None:
