@@ -82,3 +82,15 @@ def test_auto_keeps_separated_gaussian_clusters():
     est = ac.AttentionClustering("auto", max_clusters=8, random_state=0).fit(X)
     assert est.n_clusters_ == est.k_choice_.best == 4
     assert "modes" not in est.n_clusters_reason_
+
+
+def test_a_covariance_not_positive_definite_counts_no_modes(monkeypatch):
+    # rounding can leave a full covariance singular: the components are then the count
+    import attnclust.cluster.choice.k_choice as k_choice
+
+    def singular(means, covariances, weights):
+        np.linalg.cholesky(np.zeros((2, 2)))
+    monkeypatch.setattr(k_choice, "mixture_modes", singular)
+    X, _ = _peaked(4, 500, 40.0, np.random.default_rng(0))
+    choice = k_choice.choose_n_clusters(X, 10, random_state=0)
+    assert choice.n_clusters == choice.best > 2

@@ -433,7 +433,10 @@ def _mode_count(Z, labels, best, shape, log_volume, s: FitSettings) -> int:
     ``labels`` (:func:`mixture_bic`'s) has (:mod:`~attnclust.cluster.choice.modes`)."""
     fit = _mixture_em(Z, labels, best, as_covariance(shape), log_volume, s.em_steps,
                       floor=resolution_floor(Z)).result()
-    return int(mixture_modes(fit.means, fit.covariances, fit.weights[:best]).max()) + 1
+    try:            # a covariance that rounding left not positive definite: no count
+        return int(mixture_modes(fit.means, fit.covariances, fit.weights[:best]).max()) + 1
+    except np.linalg.LinAlgError:
+        return best
 
 
 def _few_rows_doubts(labels: np.ndarray, best: int, floored: bool, s: FitSettings
