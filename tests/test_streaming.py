@@ -532,6 +532,17 @@ def test_a_batch_of_weight_zero_takes_no_step():
     assert est.labels_.shape == (100,) and est.inertia_ == 0.0
 
 
+def test_a_batch_of_weight_zero_after_a_fit_changes_nothing():
+    """It raised AttributeError (no stream_state_: no stream had started)."""
+    est = AttentionClustering(3, random_state=0, merge_heads=False).fit(X[:1000])
+    centres = est.cluster_centers_.copy()
+    est.partial_fit(X[1000:1100], sample_weight=np.zeros(100))
+    np.testing.assert_array_equal(est.cluster_centers_, centres)
+    assert est.labels_.shape == (100,) and est.inertia_ == 0.0
+    est.partial_fit(X[1000:1100])                  # the stream then starts from the fit
+    assert est.n_steps_ == 1
+
+
 def test_inertia_of_a_batch_is_in_the_weights_own_scale():
     """Weights of 1e308 overflowed the batch's inertia (refused after the step); float32
     rows with weights of 1e39 gave inf. The stream's unit keeps them finite."""

@@ -515,10 +515,13 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
                 partial_fit(self, self._plan, X, weights)
                 # the last batch's (float64, as the running state compares), in the weights'
                 # own scale from the stream's units; none at weight zero
-                unit = 1.0 if weights is None else self.stream_state_.weight_unit
-                Xp = self._plan.preprocess(X, (self.mean_, self.scale_))
-                self.inertia_ = 0.0 if weights is not None and not weights.max() > 0 else \
-                    unit * inertia(self._plan.working_rows(
+                # (a batch of weight zero after a fit starts no stream: no stream_state_)
+                if weights is not None and not weights.max() > 0:
+                    self.inertia_ = 0.0
+                else:
+                    unit = 1.0 if weights is None else self.stream_state_.weight_unit
+                    Xp = self._plan.preprocess(X, (self.mean_, self.scale_))
+                    self.inertia_ = unit * inertia(self._plan.working_rows(
                         Xp, Communicator.local(len(X)), weights=None if weights is None
                         else weights / unit), self.cluster_centers_, self.labels_)
         except BaseException:
