@@ -2,7 +2,9 @@
 
 ``real-like``: families generated like the public benchmark sets (unequal feature
 scales, elongated clusters, touching clusters, 10-20% uniform noise, unbalanced sizes,
-2-D shape sets of 8-15 clusters, SIPU G2 pairs in d = 2-64, and all of these mixed),
+2-D shape sets of 8-15 clusters, SIPU G2 pairs in d = 2-64, two clusters of rows at a
+Gaussian-distributed distance from their centres (``bench_collapse.radial_pair``, 2,000
+rows, d = 2-32, centres 1.5-3 spreads apart), and all of these mixed),
 ``SEEDS`` draws each, and scikit-learn's iris, wine, breast cancer and digits (its 10
 leading principal components). With ``max_clusters = max(10, 2K)`` for every method:
 exact-K hits and mean ARI (noise rows not scored) of ``AttentionClustering(
@@ -69,6 +71,7 @@ from attnclust.cluster.choice.path_choice import choose_from_path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_battery import _fit, datasets  # noqa: E402
+from bench_collapse import radial_pair  # noqa: E402
 from bench_peers import GMM_MAX_D, data_folder  # noqa: E402
 from bench_peers import datasets as dev_datasets  # noqa: E402
 
@@ -183,7 +186,7 @@ def _noise(X, y, fraction, rng):
 
 
 FAMILIES = ("scales", "elongated", "touching", "noise", "unbalanced", "shapes 2-D", "G2",
-            "mixed")
+            "cores and tails", "mixed")
 
 
 def family(name: str, seed: int):
@@ -212,6 +215,8 @@ def family(name: str, seed: int):
         d, sd = int(rng.choice([2, 8, 16, 32, 64])), rng.uniform(15, 45)
         return (np.r_[rng.normal(500, sd, (1024, d)), rng.normal(600, sd, (1024, d))],
                 np.repeat([0, 1], 1024))
+    if name == "cores and tails":            # two clusters peaked at their centres
+        return radial_pair(2000, int(rng.choice([2, 4, 8, 32])), rng.uniform(1.5, 3.0), rng)
     k, d = int(rng.integers(3, 6)), int(rng.integers(3, 7))            # "mixed"
     sizes = np.r_[rng.integers(300, 600), rng.integers(60, 300, k - 1)]
     X, y = _gaussians(k, d, rng, sizes, rng.uniform(5, 7), 3.0)
