@@ -202,9 +202,12 @@ def test_data_and_model_swapped_says_which_comes_first(blobs, capsys):
 
 
 @pytest.mark.parametrize("suffix", [".npy", ".csv"])
-def test_predict_finds_the_columns_of_a_file_without_header_by_position(tmp_path, suffix):
-    """fit on column 1 of a file without header (its name: x1): predict on the same file
-    reads that column back, as it does by name for a header, and gives fit's labels."""
+def test_the_columns_fit_chose_in_a_file_without_header_are_chosen_again_by_position(
+        tmp_path, capsys, suffix):
+    """fit on column 1 of a file without header (its name: x1): predict on the same file,
+    2 columns for a model of 1, is refused (a file without header is read whole, by
+    position), and the error gives the --columns that reads column 1 again, which gives
+    fit's labels."""
     rng = np.random.default_rng(0)
     X = np.c_[rng.normal(size=200), np.r_[rng.normal(0, 1, 100), rng.normal(9, 1, 100)]]
     data = tmp_path / f"x{suffix}"
@@ -214,10 +217,81 @@ def test_predict_finds_the_columns_of_a_file_without_header_by_position(tmp_path
         np.savetxt(data, X, delimiter=",")
     assert main(["fit", str(data), "-k", "2", "--columns", "1", "--out", str(tmp_path / "r"),
                  "--quiet"]) == 0
-    assert main(["predict", str(tmp_path / "r.model.npz"), str(data), "--out",
-                 str(tmp_path / "p"), "--quiet"]) == 0
+    predict = ["predict", str(tmp_path / "r.model.npz"), str(data), "--out",
+               str(tmp_path / "p"), "--quiet"]
+    err = fails(capsys, predict)
+    assert f"{data} has no header and 2 columns, the model was fitted on 1 (x1)" in err
+    assert "(--columns 1 reads the positions the model was fitted on)" in err
+    assert main([*predict, "--columns", "1"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"),
                                   np.load(tmp_path / "r.labels.npy"))
+
+
+def _three_blobs(d: int, rng) -> np.ndarray:
+    centers = np.eye(d) * 3
+    return np.concatenate([rng.normal(c, 0.3, (100, d)) for c in centers])
+
+
+@pytest.mark.parametrize("header", ["0,1,2", "x1,x2,x3", None])
+def test_a_wider_file_without_header_is_refused_whatever_the_model_columns_are_named(
+        tmp_path, capsys, header):
+    """A model fitted on pandas' header 0,1,2 or on a header x1,x2,x3 read a wider file
+    without a header in part, without a word (its columns 0..2 or 1..3 of 4): the names
+    matched the reader's x0, x1, ... or the 0-based positions. Now, as for a model fitted
+    on a .npy, the width must be the model's; --columns chooses by position."""
+    rng = np.random.default_rng(0)
+    Y = _three_blobs(3, rng)
+    if header is None:
+        np.save(tmp_path / "train.npy", Y)
+        train = tmp_path / "train.npy"
+    else:
+        train = tmp_path / "train.csv"
+        np.savetxt(train, Y, delimiter=",", header=header, comments="")
+    wide = tmp_path / "wide.csv"
+    np.savetxt(wide, np.c_[rng.normal(size=(300, 1)) * 100, Y], delimiter=",")
+    assert main(["fit", str(train), "-k", "3", "--out", str(tmp_path / "m"), "--quiet"]) == 0
+    err = fails(capsys, ["predict", str(tmp_path / "m.model.npz"), str(wide), "--out",
+                         str(tmp_path / "p")])
+    names = header.replace(",", ", ") if header else "x0, x1, x2"
+    assert f"{wide} has no header and 4 columns, the model was fitted on 3 ({names})" in err
+    assert not (tmp_path / "p.labels.npy").exists()
+    assert main(["predict", str(tmp_path / "m.model.npz"), str(wide), "--columns", "1,2,3",
+                 "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"),
+                                  np.load(tmp_path / "m.labels.npy"))
+
+
+def test_a_header_naming_the_model_columns_is_still_read_by_name(tmp_path):
+    """pandas' header 0,1,2 in the training file and a header 2,0,1,label in the new one
+    (--header yes: a line of numbers and a name reads as data): read by name (the names of
+    a header match a header's), not by position."""
+    rng = np.random.default_rng(1)
+    Y = _three_blobs(3, rng)
+    np.savetxt(tmp_path / "train.csv", Y, delimiter=",", header="0,1,2", comments="")
+    np.savetxt(tmp_path / "new.csv", np.c_[Y[:, [2, 0, 1]], np.arange(300) % 3],
+               delimiter=",", header="2,0,1,label", comments="")
+    assert main(["fit", str(tmp_path / "train.csv"), "-k", "3", "--out", str(tmp_path / "m"),
+                 "--quiet"]) == 0
+    assert main(["predict", str(tmp_path / "m.model.npz"), str(tmp_path / "new.csv"),
+                 "--header", "yes", "--out", str(tmp_path / "p"), "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"),
+                                  np.load(tmp_path / "m.labels.npy"))
+
+
+def test_a_header_lacking_a_model_column_is_one_error_and_no_warning(blobs, capsys):
+    """Fewer named columns than the model's: a warning "read by position" came before the
+    error that refused the file; now one line, naming the column missing."""
+    X, z, tmp = blobs
+    _iris_like(X, z, tmp / "train.csv")
+    assert main(["fit", str(tmp / "train.csv"), "-k", "3", "--drop-columns", "species",
+                 "--out", str(tmp / "r"), "--quiet"]) == 0
+    (tmp / "fewer.csv").write_text("a,b\n" + "\n".join(
+        ",".join(repr(float(v)) for v in row) for row in X[:, :2]) + "\n")
+    err = fails(capsys, ["predict", str(tmp / "r.model.npz"), str(tmp / "fewer.csv")])
+    assert err == (f"attnclust predict: error: {tmp / 'fewer.csv'} has 2 columns (a, b) and "
+                   "none named c; the model was fitted on 3 (a, b, c): choose them with "
+                   "--columns or --drop-columns")
+    assert "warning" not in err
 
 
 def test_columns_named_like_generated_ones_are_read_by_name(blobs, capsys):

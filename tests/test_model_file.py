@@ -121,17 +121,42 @@ def test_a_path_that_cannot_be_written_is_one_line_and_writes_nothing(rows, tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npy"]
 
 
-def test_a_truncated_file_is_refused_and_closed(rows, tmp_path):
+def test_a_truncated_file_is_refused_as_damaged_and_closed(rows, tmp_path):
+    """A model file cut short was "not an attnclust model file (File is not a zip
+    file)": it is one, damaged."""
     est = ac.AttentionClustering(2, random_state=0).fit(rows)
     ac.save_model(est, tmp_path / "m.npz")
     data = (tmp_path / "m.npz").read_bytes()
     (tmp_path / "m.npz").write_bytes(data[:len(data) // 2])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
-        with pytest.raises(ValueError, match="not an attnclust model file"):
+        with pytest.raises(ValueError) as exc:
             ac.load_model(tmp_path / "m.npz")
         gc.collect()               # a file left open warns when it is collected
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert _one_line(exc).startswith(f"{tmp_path / 'm.npz'}: the model file is damaged or "
+                                     "truncated (")
+    assert "not an attnclust model file" not in _one_line(exc)
+
+
+def test_a_model_file_that_cannot_be_read_says_so(rows, tmp_path, monkeypatch):
+    """A model file without read permission was "not an attnclust model file ([Errno 13]
+    Permission denied ...)" (patched: as root, chmod 000 still reads)."""
+    import errno
+
+    from attnclust.cluster import model_file
+
+    est = ac.AttentionClustering(2, random_state=0).fit(rows)
+    ac.save_model(est, tmp_path / "m.npz")
+
+    def denied(path, *args, **kwargs):
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(model_file, "open", denied, raising=False)
+    with pytest.raises(ValueError) as exc:
+        ac.load_model(tmp_path / "m.npz")
+    assert _one_line(exc) == (f"{tmp_path / 'm.npz'}: cannot read the model file "
+                              "(Permission denied)")
 
 
 def _rewrite(path, change) -> None:

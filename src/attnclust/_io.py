@@ -98,16 +98,19 @@ def _numeric_header(path: Path, first: list[str], rows: list[tuple[int, list[str
         return False
     raise ValueError(f"{path}: cannot tell whether the first line ({','.join(first)[:40]}) "
                      "is a header of column numbers or a row of data; pass --header yes "
-                     "or --header no (header=True or False)")
+                     "or --header no")
 
 
 class Table(NamedTuple):
-    """A data matrix as read: the rows, the names of its columns, and what the reader did
-    that the user should hear about (a pandas index left out, say)."""
+    """A data matrix as read: the rows, the names of its columns, what the reader did
+    that the user should hear about (a pandas index left out, say), and whether the names
+    are the file's own (a header line, parquet's names), not the ``x0, x1, ...`` made up
+    for a file without them."""
 
     X: np.ndarray
     columns: list[str]
     notes: list[str]
+    header: bool = False
 
 
 # suffixes read, by kind: text tables (their delimiter, and whether gzip-compressed), .npy,
@@ -206,10 +209,11 @@ def _parse_text(path: Path, header: bool | None, delimiter: str | None, gz: bool
                      "write the file without it (to_csv(index=False), write.csv(row.names = "
                      "FALSE)) to skip this note")
         names, rows = names[1:], [(n, r[1:]) for n, r in rows]
+    named = bool(header) and len(cells) == width      # else x0, x1, ... made up
     names = [name or f"x{j}" for j, name in enumerate(names)]
-    keep = selection(names)
+    keep = selection(names, named)
     return Table(_numbers(path, rows, keep, names, detected and not header),
-                 [names[j] for j in keep], notes)
+                 [names[j] for j in keep], notes, named)
 
 
 def _detect_header(path: Path, cells: list[str], rest: list[tuple[int, list[str]]]) -> bool:
@@ -311,23 +315,30 @@ class ColumnError(ValueError):
     """A column named in ``columns`` or ``drop_columns`` that the file does not have."""
 
 
-def _selection(path: Path, columns, drop_columns):
-    """The function that picks the kept columns' indices from the names: ``columns``
-    (names or 0-based indices; all when None), less ``drop_columns``."""
-    def pick(names: list[str]) -> list[int]:
+def _selection(path: Path, columns, drop_columns, *, by_name: bool = False):
+    """The function that picks the kept columns' indices from the names (and whether
+    they are the file's own, see :class:`Table`): ``columns`` (names or 0-based indices;
+    all when None), less ``drop_columns``; with ``by_name``, names of the file's own only
+    (a ``ColumnError`` for an index, or for a file without names)."""
+    def pick(names: list[str], named: bool) -> list[int]:
+        if by_name and not named:
+            raise ColumnError(f"{path}: no header, so no column names to select by")
+
         def index(item, option: str) -> int:
             item = str(item).strip()
             if item in names:
                 return names.index(item)
-            if _is_integer(item) and 0 <= int(item) < len(names):
+            if not by_name and _is_integer(item) and 0 <= int(item) < len(names):
                 return int(item)
             shown = ", ".join(repr(n) for n in names[:12]) + (", ..." if len(names) > 12 else "")
             raise ColumnError(f"{path}: {option} {item!r} is neither a column name nor a "
                              f"0-based index below {len(names)} (columns: {shown})")
         keep = (list(range(len(names))) if columns is None
                 else [index(c, "--columns") for c in columns])
-        if len(set(keep)) != len(keep):
-            raise ValueError(f"{path}: --columns names a column twice")
+        twice = next((j for n, j in enumerate(keep) if j in keep[:n]), None)
+        if twice is not None:
+            raise ValueError(f"{path}: --columns names the column {names[twice]!r} (0-based "
+                             f"index {twice}) twice; list each column once")
         drop = {index(c, "--drop-columns") for c in drop_columns or ()}
         keep = [j for j in keep if j not in drop]
         if not keep:
@@ -358,7 +369,7 @@ def _parquet(path: Path, selection) -> Table:
     index += [n for n in names if n.startswith("__index_level_") and n not in index]
     notes = [f"{path}: left out {', '.join(index)}, a pandas index"] if index else []
     names = [n for n in names if n not in index]
-    keep = selection(names)
+    keep = selection(names, True)
     out = np.empty((table.num_rows, len(keep)))
     for jj, j in enumerate(keep):
         column = table.column(names[j])
@@ -375,11 +386,12 @@ def _parquet(path: Path, selection) -> Table:
             raise ValueError(f"{path}: column {names[j]!r} is not numeric ({column.type}); "
                              "select the numeric columns with --columns, or leave this one "
                              f"out with --drop-columns {names[j]}") from None
-    return Table(out, [names[j] for j in keep], notes)
+    return Table(out, [names[j] for j in keep], notes, True)
 
 
 def load_table(path: str | os.PathLike, *, min_columns: int = 1, mmap: bool = False,
-               header: bool | None = None, columns=None, drop_columns=None) -> Table:
+               header: bool | None = None, columns=None, drop_columns=None,
+               by_name: bool = False) -> Table:
     r"""Read a data matrix, one point per row, with its column names: ``.npy``, ``.csv``,
     ``.tsv`` (either gzip-compressed, ``.csv.gz``, ``.tsv.gz``) or parquet.
 
@@ -408,6 +420,10 @@ def load_table(path: str | os.PathLike, *, min_columns: int = 1, mmap: bool = Fa
         The columns kept (names, or 0-based indices counted without a left-out index),
         and those left out of them (a label column, say); before any value is read as a
         number, so a column of text can be left out.
+    by_name : bool, default=False
+        Select ``columns`` and ``drop_columns`` by the file's own names only: no 0-based
+        indices, and a file without names (a ``.npy``, a text file without a header) has
+        none to select (``ColumnError``).
 
     Raises
     ------
@@ -432,19 +448,20 @@ def load_table(path: str | os.PathLike, *, min_columns: int = 1, mmap: bool = Fa
     path = Path(path)
     _check_file(path)
     suffix = _suffix(path)
-    pick = _selection(path, columns, drop_columns)
+    pick = _selection(path, columns, drop_columns, by_name=by_name)
     notes: list[str] = []
+    named = suffix in _PARQUET
     if suffix == ".npy":
         X = open_npy(path)
         names = [f"x{j}" for j in range(X.shape[1])] if X.ndim == 2 else []
         if X.ndim == 2 and (columns is not None or drop_columns):
-            keep = pick(names)
+            keep = pick(names, False)
             X, names = np.asarray(X[:, keep]), [names[j] for j in keep]
     elif suffix in _TEXT:
         delimiter, gz = _TEXT[suffix]
-        X, names, notes = _parse_text(path, header, delimiter, gz, pick)
+        X, names, notes, named = _parse_text(path, header, delimiter, gz, pick)
     elif suffix in _PARQUET:
-        X, names, notes = _parquet(path, pick)
+        X, names, notes, _ = _parquet(path, pick)
     else:
         raise ValueError(f"{path}: unsupported file type {suffix or '(none)'!r}; use "
                          ".npy, .csv, .tsv, .csv.gz, .tsv.gz or .parquet")
@@ -453,7 +470,7 @@ def load_table(path: str | os.PathLike, *, min_columns: int = 1, mmap: bool = Fa
     if not (mmap and X.dtype in (np.float32, np.float64)):
         X = (np.array(X, dtype=np.float64) if isinstance(X, np.memmap)  # the file let go
              else X.astype(np.float64, copy=False))
-    return Table(X, names, notes)
+    return Table(X, names, notes, named)
 
 
 def load_matrix(path: str | os.PathLike, *, min_columns: int = 1,

@@ -22,7 +22,7 @@ import os
 import signal
 
 from . import bench, fit, path, predict, quantize, reproduce
-from ._common import EXIT_USAGE, CommandError, StdoutError, as_fit_flags, say
+from ._common import EXIT_USAGE, CommandError, StdoutError, as_options, say
 from ._runtime import (
     EXIT_SIGNAL,
     Interrupted,
@@ -67,12 +67,15 @@ def _build_parser() -> argparse.ArgumentParser:
 def _run(args) -> int:
     """The command's handler, with every expected failure turned into one line."""
     try:
+        for name in ("model", "data"):      # "" would be the current folder
+            if name in vars(args) and not str(getattr(args, name)).strip():
+                raise CommandError(f"{name.upper()} must not be empty: give a "
+                                   f"{'model' if name == 'model' else 'data'} file")
         with stdout_named():
             return args.handler(args)
     except (CommandError, ValueError, OSError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
-        if args.command == "fit":       # the estimator's words, in the command's flags
-            message = as_fit_flags(message)
+        message = as_options(message, args.command)    # the library's words, as options
         say(f"attnclust {args.command}: error: {message}")
         return EXIT_USAGE
     except (MemoryError, RuntimeError) as exc:   # not the input's fault: status 1
@@ -112,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     # under torchrun every rank runs this: one copy of each warning (rank 0's) is enough
     quiet = getattr(args, "quiet", False) or (
         getattr(args, "distributed", False) and os.environ.get("RANK", "0") != "0")
+    if quiet and hasattr(args, "quiet"):
+        args.quiet = True               # the notes too (a pandas index, --weight-column)
     try:
         with signals_raise_interrupted(), warnings_as_lines(args.command, quiet):
             return _run(args)

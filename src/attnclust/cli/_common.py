@@ -1,8 +1,20 @@
 """What every command shares: its one-line errors, common arguments, progress, outputs.
 
 A :class:`CommandError` (or a ``ValueError``/``OSError``) raised by a command becomes one
-line on stderr and exit status 2 in :func:`attnclust.cli.main`; :func:`write_all` writes a
-command's outputs all or nothing, after its summary is printed.
+line on stderr and exit status 2 in :func:`attnclust.cli.main`, in the command line's words
+(:func:`as_options`: ``--max-clusters``, not the library's ``max_clusters``);
+:func:`write_all` writes a command's outputs all or nothing, after its summary is printed.
+
+==========================  =================================================
+library's words             command line's (:func:`as_options`)
+==========================  =================================================
+``name='value'``            ``--option value`` (``'a' or 'b'``: ``a or b``)
+``noise_head=True/False``   ``--noise-head`` / ``no --noise-head``
+raise/lower/pass ``name``   raise/lower/pass ``--option``
+``(name)``                  ``(--option)``
+``name must be``            ``--option must be``
+``'auto' name``             ``--option auto``
+==========================  =================================================
 """
 
 from __future__ import annotations
@@ -28,47 +40,126 @@ class StdoutError(CommandError):
         super().__init__(f"could not write to stdout ({self.reason})")
 
 
-# the estimator's parameters that attnclust fit sets from flags, and those flags
-_FIT_FLAGS = {"n_clusters": "--n-clusters", "max_clusters": "--max-clusters",
-              "inverse_temperature": "--inverse-temperature", "geometry": "--geometry",
-              "covariance_type": "--covariance-type", "noise_head": "--noise-head",
-              "normalize": "--normalize", "max_iter": "--max-iter", "random_state": "--seed",
-              "device": "--device"}
+# -- the library's words in a command's messages, written as the command line's --------------
+# The estimator and the functions behind a command speak of their parameters (max_clusters,
+# random_state, normalize='rows'); a user of the command line sets them with options
+# (--max-clusters, --seed, --normalize rows). Every line a command shows (errors, warnings,
+# the reasons it prints or writes to its JSON) goes through as_options: a parameter that
+# the command sets from an option is written as that option, and advice about parameters
+# the command line does not offer (tol, init, solver, penalty: always at the values it
+# needs) is dropped.
+
+# per command, the library's parameters it sets from options, and those options
+_FIT = {"n_clusters": "--n-clusters", "max_clusters": "--max-clusters",
+        "inverse_temperature": "--inverse-temperature", "geometry": "--geometry",
+        "covariance_type": "--covariance-type", "noise_head": "--noise-head",
+        "normalize": "--normalize", "max_iter": "--max-iter", "random_state": "--seed",
+        "device": "--device"}
+OPTIONS = {
+    "fit": _FIT,
+    "path": {"max_clusters": "--max-clusters", "geometry": "--geometry",
+             "objective": "--objective", "min_cluster_size": "--min-cluster-size"},
+    "quantize": {"inverse_temperature": "--inverse-temperature", "n_steps": "--n-steps",
+                 "exclude_self": "--exclude-self", "renormalize": "--renormalize",
+                 "backend": "--backend"},
+    "predict": {},
+}
+# names that stand for an option only as the object of advice ("lower lambda"), not in
+# "lambda=1e+12", the value a fit reached
+_ADVICE_ONLY = {"fit": {"lambda": "--inverse-temperature"},
+                "quantize": {"lambda": "--inverse-temperature"}}
+
+# parameters no command sets (always at the values the library's advice asks for): the
+# advice to change them is dropped, an item of a list of requirements ("needs
+# geometry='euclidean', solver='fixed-point' and penalty=None") left out
+_FIXED = ("solver", "init", "penalty", "tol")
+_VALUE = r"(?:'[^']*'(?: or '[^']*')*|[\w+-]+(?:\.[\w+-]+)*)"
+_ITEM = r"[a-z_]+=" + _VALUE
+_REQUIREMENTS = re.compile(r"(\bneeds )(" + _ITEM + r"(?:(?:, |,? and )" + _ITEM + r")*)")
+_DROPPED = [
+    (re.compile(r"\b(max_iter|random_state) or (?:tol|init)\b"), r"\1"),  # "increase max_iter"
+    # the default fit's description: what no option changes
+    (re.compile(r",? (?:the fixed-point solver|a k-means\+\+ or 'anneal' init|no penalty)\b"),
+     ""),
+    (re.compile(r"\brescale X\b"), "rescale the data"),
+]
 
 
-def as_fit_flags(message: str) -> str:
-    """The estimator's ``name='value'`` in a message, and a name after "raise", "lower" or
-    "pass" or in parentheses, written as ``attnclust fit``'s flags.
+def as_options(message: str, command: str) -> str:
+    """``message`` (of the library, shown by ``attnclust COMMAND``) in the command line's
+    words: the parameters the command sets from options written as those options, advice
+    about parameters it does not offer left out. Commands that set no parameter
+    (``reproduce``, ``bench``) keep the message as it is.
 
     Examples
     --------
-    >>> as_fit_flags("rescale the data or pass normalize='center-scale'")
+    >>> as_options("rescale the data or pass normalize='center-scale'", "fit")
     'rescale the data or pass --normalize center-scale'
-    >>> as_fit_flags("it needs geometry='euclidean' and noise_head=False, not normalize=None.")
+    >>> as_options("it needs geometry='euclidean' and noise_head=False, not normalize=None.",
+    ...            "fit")
     'it needs --geometry euclidean and no --noise-head, not --normalize none.'
-    >>> as_fit_flags("/data/geometry=sphere/x.csv: no such file; lambda=1e-3")
+    >>> as_options("/data/geometry=sphere/x.csv: no such file; lambda=1e-3", "fit")
     '/data/geometry=sphere/x.csv: no such file; lambda=1e-3'
-    >>> as_fit_flags("K = max_clusters = 3: raise max_clusters (n_clusters_reason_)")
+    >>> as_options("K = max_clusters = 3: raise max_clusters (n_clusters_reason_)", "path")
     'K = max_clusters = 3: raise --max-clusters (n_clusters_reason_)'
-    >>> as_fit_flags("inverse_temperature must be a positive number, got 'x'")
-    "--inverse-temperature must be a positive number, got 'x'"
-    >>> as_fit_flags("follow more heads (max_clusters) to measure it")
+    >>> as_options("follow more heads (max_clusters) to measure it", "path")
     'follow more heads (--max-clusters) to measure it'
+    >>> as_options("inverse_temperature must be a positive number, got 'x'", "fit")
+    "--inverse-temperature must be a positive number, got 'x'"
+    >>> as_options("did not converge in max_iter=1 steps; increase max_iter or tol", "fit")
+    'did not converge in --max-iter 1 steps; increase --max-iter'
+    >>> as_options("no row: try another random_state or init, or fewer clusters", "fit")
+    'no row: try another --seed, or fewer clusters'
+    >>> as_options("covariance_type='full' needs geometry='euclidean', solver='fixed-point' "
+    ...            "and penalty=None", "fit")
+    '--covariance-type full needs --geometry euclidean'
+    >>> as_options("pass normalize='rows' or 'center-scale'", "fit")
+    'pass --normalize rows or center-scale'
+    >>> as_options("overflow (lambda = 1e+308); rescale X or lower lambda", "quantize")
+    'overflow (lambda = 1e+308); rescale the data or lower --inverse-temperature'
     """
+    options = OPTIONS.get(command)
+    if options is None:
+        return message
+    message = _REQUIREMENTS.sub(_settable, message)
+    for pattern, replacement in _DROPPED:
+        message = pattern.sub(replacement, message)
+    if options:
+        names = "(" + "|".join(options) + ")"
+        message = _assignments(message, options, names)
+        message = re.sub(r"\(" + names + r"\)", lambda m: f"({options[m.group(1)]})", message)
+    advice = {**options, **_ADVICE_ONLY.get(command, {})}
+    if advice:
+        verbs = "(" + "|".join(advice) + ")"
+        message = re.sub(r"(\b(?:raise|lower|pass|increase|another) )" + verbs + r"(?![\w=])",
+                         lambda m: f"{m.group(1)}{advice[m.group(2)]}", message)
+    return message
+
+
+def _settable(match) -> str:
+    """A list of requirements without the parameters no command sets."""
+    items = [item for item in re.findall(_ITEM, match.group(2))
+             if item.split("=")[0] not in _FIXED]
+    if not items:
+        return match.group(0)
+    listed = items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+    return match.group(1) + listed
+
+
+def _assignments(message: str, options: dict, names: str) -> str:
+    """``name='value'``, ``'value' name`` and ``name must be`` written as options."""
     def flag(match) -> str:
-        name, value = match.group(1), match.group(2).strip("'")
+        name, value = match.group(1), match.group(2)
         if name == "noise_head" and value in ("True", "False"):
-            return _FIT_FLAGS[name] if value == "True" else f"no {_FIT_FLAGS[name]}"
-        return f"{_FIT_FLAGS[name]} {'none' if value == 'None' else value}"
-    # a name not inside a path or a word, and a value without a sentence's closing period;
-    # then a name alone after the advice's verb ("raise max_clusters")
-    names = "(" + "|".join(_FIT_FLAGS) + ")"
-    message = re.sub(r"(?<![\w/.=-])" + names + r"=('[^']*'|[\w+-]+(?:\.[\w+-]+)*)", flag,
-                     message)
-    message = re.sub(r"^" + names + r" must be", lambda m: f"{_FIT_FLAGS[m.group(1)]} must be",
-                     message)
-    return re.sub(r"(\b(?:raise|lower|pass) |\()" + names + r"(?![\w=])",
-                  lambda m: f"{m.group(1)}{_FIT_FLAGS[m.group(2)]}", message)
+            return options[name] if value == "True" else f"no {options[name]}"
+        values = [v.strip("'") for v in value.split(" or ")]
+        return f"{options[name]} " + " or ".join("none" if v == "None" else v for v in values)
+    # a name not inside a path or a word, and a value without a sentence's closing period
+    message = re.sub(r"(?<![\w/.=-])" + names + "=(" + _VALUE + ")", flag, message)
+    message = re.sub(r"'(\w+)' " + names + r"\b",
+                     lambda m: f"{options[m.group(2)]} {m.group(1)}", message)
+    return re.sub(r"^" + names + r" must be", lambda m: f"{options[m.group(1)]} must be",
+                  message)
 
 
 def say(line: str) -> None:

@@ -17,16 +17,17 @@ def min_columns(args) -> int:
     return 1 + (args.weight_column is not None)
 
 
-def read_table(args, *, min_columns: int = 1, mmap: bool = False):
+def read_table(args, *, min_columns: int = 1, mmap: bool = False, by_name=None):
     """DATA as a :class:`attnclust._io.Table` (rows, column names), read with ``--header``,
-    ``--columns`` and ``--drop-columns``; what the reader noted (a pandas index left
-    out) is said on stderr."""
+    ``--columns`` and ``--drop-columns`` (or, ``by_name``, those columns of its header:
+    :class:`attnclust._io.ColumnError` where it has not all of them); what the reader
+    noted (a pandas index left out) is said on stderr."""
     from .._io import load_table
     from ._common import column_lists, say
 
-    columns, drop = column_lists(args)
+    columns, drop = column_lists(args) if by_name is None else (list(by_name), None)
     table = load_table(args.data, min_columns=min_columns, mmap=mmap, header=header(args),
-                       columns=columns, drop_columns=drop)
+                       columns=columns, drop_columns=drop, by_name=by_name is not None)
     if not getattr(args, "quiet", False):
         for note in table.notes:
             say(f"attnclust {args.command}: note: {note}")
@@ -53,22 +54,24 @@ def note_weight_column(args, columns: list[str]) -> None:
 
 
 def open_rows(args, open_npy):
-    """DATA, its rows read when indexed, and the names of the features among its columns
-    (:func:`feature_names`): a .npy opened by ``open_npy`` (a memory map, or
-    :class:`attnclust._io.NpyRows`) with its shape checked, anything else read whole by
-    :func:`read_table`."""
+    """DATA as a :class:`attnclust._io.Table`: its rows, read when indexed, and the names
+    of the features among its columns (:func:`feature_names`); a .npy opened by
+    ``open_npy`` (a memory map, or :class:`attnclust._io.NpyRows`) with its shape checked,
+    anything else read whole by :func:`read_table`. The note naming ``--weight-column``'s
+    column is said here (:func:`note_weight_column`)."""
     from pathlib import Path
 
-    from .._io import check_matrix_shape
+    from .._io import Table, check_matrix_shape
 
     path = Path(args.data)
     selected = getattr(args, "columns", None) or getattr(args, "drop_columns", None)
     if path.suffix.lower() == ".npy" and path.is_file() and not selected:
         X = open_npy(path)
         check_matrix_shape(X, path, min_columns=min_columns(args))
-        return X, feature_names(args, [f"x{j}" for j in range(X.shape[1])])
+        return Table(X, feature_names(args, [f"x{j}" for j in range(X.shape[1])]), [])
     table = read_table(args, min_columns=min_columns(args))
-    return table.X, feature_names(args, table.columns)
+    note_weight_column(args, table.columns)
+    return table._replace(columns=feature_names(args, table.columns))
 
 
 def feature_names(args, columns: list[str]) -> list[str]:

@@ -15,7 +15,7 @@ import sys
 import threading
 import warnings
 
-from ._common import StdoutError, as_fit_flags, say
+from ._common import StdoutError, as_options, say
 
 # the exit status of a command stopped by a signal: 128 + its number, as shells report it
 EXIT_SIGNAL = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -70,9 +70,7 @@ def warnings_as_lines(command: str, quiet: bool):
         if quiet:
             return
         text = " ".join(str(message).split())       # one line, whatever the message
-        if command == "fit":                        # the estimator's words, in its flags
-            text = as_fit_flags(text)
-        say(f"attnclust {command}: warning: {text}")
+        say(f"attnclust {command}: warning: {as_options(text, command)}")
 
     with warnings.catch_warnings():
         warnings.simplefilter("default")   # each distinct warning once per place

@@ -8,7 +8,7 @@ import json
 import math
 import os
 
-from ._common import same_file, write_all
+from ._common import as_options, same_file, write_all
 from ._fit_common import input_files
 
 # rows read for the table's attention and risk: all of them up to this many, else this
@@ -30,7 +30,8 @@ def write_fit(args, prefix: str, outputs: dict, head: list[str], sizes, conf_mea
     from ..cluster.model_file import write_model
 
     model, summary_path = Path(f"{prefix}.model.npz"), Path(f"{prefix}.summary.json")
-    info = {"data": str(args.data), "columns": record["input"]["columns"]}
+    info = {"data": str(args.data), "columns": record["input"]["columns"],
+            "header": record["input"]["header"]}
     outputs = {**outputs, model: lambda p: write_model(est, p, info=info)}
     record = {**record, "files": sorted(p.name for p in [*outputs, summary_path])}
     outputs[summary_path] = lambda p: Path(p).write_text(
@@ -86,10 +87,12 @@ def summary(head: list[str], sizes, conf_mean, outputs) -> str:
 
 def fit_record(args, est, *, n: int, d: int, features: list[str], notes: list[str],
                sizes, conf_mean, risk: float, seconds: float, rows_read: int, X=None,
-               weights=None) -> dict:
-    """The JSON summary of a fit (PREFIX.summary.json): the data, what the fit chose and
-    why, its figures, the clusters' sizes and weights; ``bic``, ``aic`` and ``inertia``
-    where the estimator has them (the criteria on every row of ``X``, when given)."""
+               weights=None, header: bool = False) -> dict:
+    """The JSON summary of a fit (PREFIX.summary.json): the data (``header``: whether the
+    ``features`` are names from DATA's header, not the ``x0, x1, ...`` of a file without
+    one), what the fit chose and why, its figures, the clusters' sizes and weights;
+    ``bic``, ``aic`` and ``inertia`` where the estimator has them (the criteria on every
+    row of ``X``, when given)."""
     import numpy as np
 
     from .. import __version__
@@ -102,15 +105,16 @@ def fit_record(args, est, *, n: int, d: int, features: list[str], notes: list[st
     total = float(sum(sizes))
     record = {
         "written_by": "attnclust fit", "attnclust_version": __version__,
-        "input": {"data": str(args.data), "columns": list(features), "notes": list(notes),
-                  "sample_weight": args.sample_weight, "weight_column": args.weight_column},
+        "input": {"data": str(args.data), "columns": list(features), "header": bool(header),
+                  "notes": list(notes), "sample_weight": args.sample_weight,
+                  "weight_column": args.weight_column},
         "n_rows": int(n), "n_features": int(d), "n_clusters": int(len(est.cluster_centers_)),
         "n_clusters_asked": args.n_clusters,
-        "n_clusters_reason": getattr(est, "n_clusters_reason_", None),
+        "n_clusters_reason": _reason(est, "n_clusters_reason_"),
         "covariance_type": getattr(est, "covariance_type_", "spherical"),
-        "covariance_type_reason": getattr(est, "covariance_type_reason_", None),
+        "covariance_type_reason": _reason(est, "covariance_type_reason_"),
         "merge_heads": bool(getattr(est, "merge_heads_", False)),
-        "merge_heads_reason": getattr(est, "merge_heads_reason_", None),
+        "merge_heads_reason": _reason(est, "merge_heads_reason_"),
         "n_heads": int(len(getattr(est, "heads_", est.cluster_centers_))),
         "inverse_temperature": float(est.inverse_temperature_),
         "converged": bool(est.converged_), "n_iter": int(est.n_iter_),
@@ -130,6 +134,13 @@ def fit_record(args, est, *, n: int, d: int, features: list[str], notes: list[st
     }
     record.update(_criteria(est, X, weights))
     return record
+
+
+def _reason(est, name: str) -> str | None:
+    """The estimator's reason ``name`` (None where it has none), in the options of
+    ``attnclust fit`` (``raise --max-clusters``, not ``raise max_clusters``)."""
+    reason = getattr(est, name, None)
+    return as_options(reason, "fit") if isinstance(reason, str) else reason
 
 
 def _criteria(est, X, weights) -> dict:
@@ -166,14 +177,18 @@ def head_line(n: int, d: int, n_clusters: int, *, weights, inverse_temperature: 
 
 def choice_lines(est) -> str:
     """What the fit chose, a line each: ``K`` with ``-k auto``, the heads' shape with
-    ``--covariance-type auto`` (or heads merged into clusters), and why."""
+    ``--covariance-type auto`` (``covariance_type_``, as PREFIX.summary.json has it: the
+    clusters' shape where heads merged into clusters), and why."""
     from ..cluster.mixture.covariance import as_covariance_type
 
     lines = ""
     if est.n_clusters == "auto" and getattr(est, "n_clusters_reason_", None) is not None:
-        lines += f"chose K={est.n_clusters_}: {est.n_clusters_reason_}\n"
+        lines += f"chose K={est.n_clusters_}: {_reason(est, 'n_clusters_reason_')}\n"
     if as_covariance_type(est.covariance_type).automatic:
-        lines += f"chose covariance_type={est.covariance_type_reason_}\n"
+        shape = getattr(est, "covariance_type_", "spherical")
+        # the reason names the shape first ("diag: lowest ICL ..."), unless heads merged
+        reason = str(_reason(est, "covariance_type_reason_")).removeprefix(f"{shape}: ")
+        lines += f"chose covariance_type={shape}: {reason}\n"
     if hasattr(est, "noise_weight_"):
         lines += (f"noise head: weight {est.noise_weight_:.4g}, "
                   f"{int((est.labels_ < 0).sum()):,} rows labelled -1 (not in the clusters "

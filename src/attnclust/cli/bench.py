@@ -25,8 +25,14 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Run each benchmark file; a failing one is one line on stderr, the others still run."""
+    from pathlib import Path
+
     from .._bench import describe_failure, find_benchmarks, format_table, run_benchmarks
 
+    if args.dir is not None and not Path(args.dir).is_dir():
+        raise CommandError(f"--dir {args.dir}: " + ("not a folder" if Path(args.dir).exists()
+                                                    else "no such folder")
+                           + "; give the benchmarks/ folder of an attnclust checkout")
     files = find_benchmarks(args.dir)
     names = [path.stem.removeprefix("bench_") for path in files]
     chosen = [path for path, name in zip(files, names, strict=True)

@@ -184,8 +184,8 @@ def run(args) -> int:
             head += (f"\n(risk and mean max attention of {rows_read:,} rows drawn at random "
                      f"of the {X.shape[0]:,})")
         record = fit_record(args, est, n=X.shape[0], d=X.shape[1], features=features,
-                            notes=table.notes, sizes=sizes, conf_mean=conf_mean, risk=risk,
-                            seconds=seconds, rows_read=rows_read,
+                            notes=table.notes, header=table.header, sizes=sizes,
+                            conf_mean=conf_mean, risk=risk, seconds=seconds, rows_read=rows_read,
                             X=X if X.shape[0] <= CRITERIA_ROWS else None, weights=weights)
         write_fit(args, prefix, outputs, [head], sizes, conf_mean, est=est, record=record)
     return 0

@@ -45,9 +45,8 @@ def run(args) -> int:
         return 1
     try:
         with contextlib.ExitStack() as rank0_folder:
-            X, weights, features = _checked_shard(args, rank, world, prefix, rank0_folder,
-                                                  ddp)
-            _fit_shard(args, X, rank, world, prefix, params, ddp, weights, features)
+            X, weights, rows = _checked_shard(args, rank, world, prefix, rank0_folder, ddp)
+            _fit_shard(args, X, rank, world, prefix, params, ddp, weights, rows)
         return 0
     except ddp.DistributedError as exc:
         say(f"attnclust fit: error: {exc}")
@@ -57,8 +56,9 @@ def run(args) -> int:
 
 
 def load_shard(args, rank: int, world_size: int):
-    """This rank's rows and their sample weights (or None), checked like one process
-    checks the whole file.
+    """This rank's rows, their sample weights (or None), and DATA as
+    :func:`~attnclust.cli._data.open_rows` opened it (the features' names), checked like
+    one process checks the whole file.
 
     A ``.npy`` is memory-mapped (only this rank's block is read); a ``.csv`` is read whole,
     then sliced. Errors name rows by their index in the file. Every rank sees the row
@@ -70,13 +70,14 @@ def load_shard(args, rank: int, world_size: int):
     from ..cluster.distributed import shard_bounds
 
     path = Path(args.data)
-    X, features = open_rows(args, open_npy)
+    rows = open_rows(args, open_npy)
+    X = rows.X
     n = X.shape[0]
     if n < world_size:
         raise ValueError(f"{path}: {n} rows, fewer rows than ranks ({world_size}); run at most "
                          f"{n} processes")
     start, stop = shard_bounds(n, rank, world_size)
-    return *checked_block(args, X[start:stop], path, start, n), features
+    return *checked_block(args, X[start:stop], path, start, n), rows
 
 
 def _agree_on_errors(error: str | None, ddp) -> None:
@@ -115,8 +116,9 @@ def _checked_shard(args, rank: int, world: int, prefix: str, rank0_folder, ddp):
 
 
 def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
-               weights=None, features=None) -> None:
-    """Fit on every rank; sum the summary's statistics; rank 0 prints and writes."""
+               weights=None, rows=None) -> None:
+    """Fit on every rank; sum the summary's statistics; rank 0 prints and writes
+    (``rows``: DATA as :func:`load_shard` opened it, its features' names)."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -150,11 +152,11 @@ def _fit_shard(args, X, rank: int, world: int, prefix: str, params: dict, ddp,
             f"communicated per rank: {stats.bytes} bytes in {stats.calls} all-reduces, of "
             f"which {stats.by_size.get(per_pass, 0)} passes of {per_pass} bytes"]
     outputs = output_files(args, prefix, data_units(est)[0], labels, proba=lambda: proba,
-                           features=features)
+                           features=rows.columns)
     with np.errstate(invalid="ignore", divide="ignore"):
         conf_mean = conf_sum / sizes
     record = fit_record(args, est, n=est.n_samples_total_, d=X.shape[1],
-                        features=features, notes=[], sizes=sizes,
-                        conf_mean=conf_mean, risk=risk, seconds=seconds,
+                        features=rows.columns, notes=rows.notes, header=rows.header,
+                        sizes=sizes, conf_mean=conf_mean, risk=risk, seconds=seconds,
                         rows_read=est.n_samples_total_)
     write_fit(args, prefix, outputs, head, sizes, conf_mean, est=est, record=record)

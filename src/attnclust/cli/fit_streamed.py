@@ -22,7 +22,8 @@ def run(args) -> int:
     params, prefix = prepare(args)
     # a .npy read block by block with plain reads (its values checked as they are read; a
     # memory map would keep every page it touched resident)
-    X, features = open_rows(args, NpyRows)
+    rows = open_rows(args, NpyRows)
+    X, features = rows.X, rows.columns
     check_plot_columns(args, len(features))
     # a weight file is read whole (n numbers); a weight column chunk by chunk
     weights = None if args.sample_weight is None else file_weights(args, X.shape[0])
@@ -47,7 +48,7 @@ def run(args) -> int:
                                    "--weight-column): no row has a positive weight")
             return model
         est, seconds = run_fit(fit, bar)
-        _write_outputs(args, prefix, est, X, weights, seconds, features)
+        _write_outputs(args, prefix, est, X, weights, seconds, rows)
     return 0
 
 
@@ -61,10 +62,13 @@ def _chunks(args, X, weights):
         yield checked_block(args, block, args.data, start, X.shape[0], weights)
 
 
-def _write_outputs(args, prefix, est, X, weights, seconds, features) -> None:
+def _write_outputs(args, prefix, est, X, weights, seconds, rows) -> None:
     """Print the summary, from one more pass over the chunks, and write the outputs (labels
-    and attention written chunk by chunk; ``features``: the clustered columns' names)."""
+    and attention written chunk by chunk; ``rows``: DATA as :func:`open_rows` read it, the
+    clustered columns' names among it)."""
     import numpy as np
+
+    features = rows.columns
 
     K = args.n_clusters
     sizes, conf_sum, sq_err, total = np.zeros(K), np.zeros(K), 0.0, 0.0
@@ -94,7 +98,8 @@ def _write_outputs(args, prefix, est, X, weights, seconds, features) -> None:
                      risk=sq_err / total, seconds=seconds)
     with np.errstate(invalid="ignore", divide="ignore"):
         conf_mean = conf_sum / sizes
-    record = fit_record(args, est, n=n, d=est.n_features_in_, features=features, notes=[],
+    record = fit_record(args, est, n=n, d=est.n_features_in_, features=features,
+                        notes=rows.notes, header=rows.header,
                         sizes=sizes, conf_mean=conf_mean, risk=sq_err / total,
                         seconds=seconds, rows_read=n)
     write_fit(args, prefix, outputs, [head], sizes, conf_mean, est=est, record=record)

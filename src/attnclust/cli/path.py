@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ._common import (
     CommandError,
-    as_fit_flags,
+    as_options,
     progress_bar,
     reading_options,
     refuse_overwriting_input,
@@ -24,7 +24,8 @@ def add_parser(sub) -> None:
                         "all apart)")
     p.add_argument("--out", default=None, metavar="PREFIX",
                    help="output prefix: PREFIX.png and PREFIX.json (default: DATA without its "
-                        "suffix, plus .path; a folder ending in / gets that name inside)")
+                        "suffix, plus .path; a folder ending in / gets that name inside; "
+                        "a PREFIX ending in .json or .png is taken without it)")
     p.add_argument("--geometry", default="euclidean", choices=["euclidean", "sphere"],
                    help="euclidean (default), or sphere (rows scaled onto the unit sphere)")
     p.add_argument("--objective", default="free_energy", choices=["free_energy", "risk"],
@@ -54,6 +55,8 @@ def run(args) -> int:
     from ._fit_common import output_prefix
 
     prefix = output_prefix(args, suffix=".path")
+    if Path(prefix).suffix.lower() in (".json", ".png") and Path(prefix).stem:
+        prefix = prefix[:-len(Path(prefix).suffix)]     # --out p/x.json: not p/x.json.json
     outputs = [Path(f"{prefix}.png"), Path(f"{prefix}.json")]
     refuse_overwriting_input(args.data, outputs)
     X = read_table(args, min_columns=2).X
@@ -67,7 +70,10 @@ def run(args) -> int:
         check_nonzero_rows(X, args.data)
         X = X / np.linalg.norm(X, axis=1, keepdims=True)
     with writable_folder(Path(prefix).parent):     # fails now, not after the path
-        grid = path_grid(X, geometry=args.geometry)
+        try:
+            grid = path_grid(X, geometry=args.geometry)
+        except ValueError as exc:
+            raise CommandError(_of_data(args.data, exc)) from None
         bar = progress_bar(len(grid), args.quiet, desc="path", unit="lambda")
 
         def callback(i, lam, k):
@@ -78,12 +84,15 @@ def run(args) -> int:
             path = temperature_path(X, args.max_clusters, geometry=args.geometry,
                                     objective=args.objective, inverse_temperatures=grid,
                                     min_cluster_size=args.min_cluster_size, callback=callback)
+        except ValueError as exc:       # the library's X: the rows of DATA
+            raise CommandError(_of_data(args.data, exc)) from None
         finally:
             if bar is not None:
                 bar.close()
         choice = path.choose_n_clusters()
-        choice = choice._replace(reason=as_fit_flags(choice.reason))
+        choice = choice._replace(reason=as_options(choice.reason, "path"))
         auto = _fit_auto_choice(X, args.max_clusters, args.geometry)
+        auto = auto[0], as_options(auto[1], "path")
         summary = {"data": str(args.data), "n": int(X.shape[0]), "d": int(X.shape[1]),
                    "max_clusters": args.max_clusters, "chosen_n_clusters": choice.n_clusters,
                    "reason": choice.reason, "fit_auto_n_clusters": auto[0],
@@ -101,6 +110,15 @@ def run(args) -> int:
         finally:
             plt.close(fig)
     return 0
+
+
+def _of_data(data: str, exc: ValueError) -> str:
+    """The library's error about its ``X``, said of DATA's rows and naming the file."""
+    import re
+
+    message = re.sub(r"^X has\b", "the rows have", str(exc))
+    message = re.sub(r"^X's\b", "the rows'", message)
+    return message if message.startswith(f"{data}:") else f"{data}: {message}"
 
 
 def _fit_auto_choice(X, max_clusters: int, geometry: str) -> tuple[int, str]:

@@ -46,16 +46,17 @@ def run(args) -> int:
         raise CommandError(f"{exc}; attnclust predict takes MODEL first, then DATA"
                            if swapped else str(exc)) from None
     info = model_info(args.model)       # a file written by save_model: any info at all
-    fitted_on = info.get("columns") if isinstance(info, dict) else None
-    if not (isinstance(fitted_on, list) and all(isinstance(c, str) for c in fitted_on)):
+    info = info if isinstance(info, dict) else {}
+    fitted_on = info.get("columns")
+    if not (isinstance(fitted_on, list) and fitted_on
+            and all(isinstance(c, str) for c in fitted_on)):
         fitted_on = None
-    table = _read(args, fitted_on)
-    X = table.X
+    # whether the model's names are a header's (None: a file of an older attnclust, which
+    # did not say)
+    named = info.get("header") if isinstance(info.get("header"), bool) else None
     d = est.n_features_in_
-    if X.shape[1] != d:
-        named = f" ({', '.join(fitted_on)})" if fitted_on else ""
-        raise CommandError(f"{args.data} has {X.shape[1]} columns, the model was fitted on "
-                           f"{d}{named}; choose them with --columns or --drop-columns")
+    X = _read(args, fitted_on if fitted_on is not None and len(fitted_on) == d else None,
+              named, d).X
     with writable_folder(Path(prefix).parent):
         labels = est.predict(X)
         values = {outputs[0]: labels, outputs[1]: WithHeader(labels, ["label"])}
@@ -75,39 +76,68 @@ def run(args) -> int:
     return 0
 
 
-def _read(args, fitted_on):
-    """DATA, its columns those the model was fitted on where neither column option is
-    given and DATA has them all by name (a label column beside them is left out; without a
-    header, columns that fit chose by the names ``x0, x1, ...`` it gave them), else as the
-    options say; read by position under other names, with a warning."""
+def _made_up(name: str) -> bool:
+    """Whether a column name is one of the ``x0, x1, ...`` the reader makes up for a file
+    without a header (the 0-based position of the column in it)."""
+    return name.startswith("x") and name[1:].isdigit()
+
+
+def _read(args, fitted_on, named: bool | None, d: int):
+    """DATA as the model reads it (``fitted_on``: the names of the model's ``d`` columns,
+    or None; ``named``: whether they are a header's, None when the model does not say).
+
+    Without ``--columns`` or ``--drop-columns``, a header (or parquet's names) that names
+    every column the model was fitted on gives those columns, in the model's order (a
+    label column beside them is left out); else every column is read, by position, and
+    there must be ``d`` of them: a file without a header, and a ``.npy``, has no names, so
+    a wider one is refused whatever the model's columns are called, never read in part.
+    Other names than the model's, as many, are read by position with a warning. With
+    either option, the columns they keep, ``d`` of them.
+    """
     import warnings
 
     from .._io import ColumnError
     from ._data import read_table
 
-    def named(columns) -> bool:        # names of a header, not the x1, x2, ... of none
-        return bool(columns) and not all(n.startswith("x") and n[1:].isdigit()
-                                         for n in columns)
     chosen = args.columns is not None or args.drop_columns is not None
-    # columns of a file without header that fit chose (not its first ones, in order: those
-    # stay read by position, and a wider DATA is refused, not read in part)
-    chosen_at_fit = bool(fitted_on) and not named(fitted_on) and \
-        fitted_on != [f"x{j}" for j in range(len(fitted_on))]
-    if not chosen and (named(fitted_on) or chosen_at_fit) and \
-            not any("," in n for n in fitted_on):
-        args.columns = ",".join(fitted_on)
+    if not chosen and fitted_on and named is not False:
         try:
-            return read_table(args)
-        except ColumnError:
-            args.columns = None
+            return read_table(args, by_name=fitted_on)
+        except ColumnError:         # not all of them by name (or no header): by position
+            pass
     table = read_table(args)
-    if not chosen and fitted_on and list(table.columns) != list(fitted_on) and \
-            sorted(table.columns) == sorted(fitted_on) and not any("," in n for n in fitted_on):
-        args.columns = ",".join(fitted_on)      # the same names in another order: a header's
-        return read_table(args)                 # (x0, x1, ... too), read by name
-    if not chosen and named(fitted_on) and named(table.columns) and \
-            list(table.columns) != list(fitted_on):
-        warnings.warn(f"{args.data}'s columns ({', '.join(table.columns)}) are not those the "
-                      f"model was fitted on ({', '.join(fitted_on)}): read by position; "
-                      "choose them with --columns", UserWarning, stacklevel=2)
+    if named is None and fitted_on:     # names like x0, x1, ...: maybe made up, not compared
+        named = not all(_made_up(name) for name in fitted_on)
+    if table.X.shape[1] != d:
+        raise CommandError(_width_error(args, table, fitted_on, named, d, chosen))
+    if not chosen and fitted_on and named and table.header and table.columns != fitted_on:
+        warnings.warn(f"{args.data}'s columns ({_names(table.columns)}) are not those the "
+                      f"model was fitted on ({_names(fitted_on)}): read by position; choose "
+                      "them with --columns", UserWarning, stacklevel=2)
     return table
+
+
+def _names(names: list[str], most: int = 12) -> str:
+    return ", ".join(names[:most]) + (", ..." if len(names) > most else "")
+
+
+def _width_error(args, table, fitted_on, named: bool | None, d: int, chosen: bool) -> str:
+    """Why DATA's columns (``table``) cannot be the model's ``d``, and what to pass (the
+    names of the model's it lacks, when they are a header's: ``named``)."""
+    width = table.X.shape[1]
+    model = f"the model was fitted on {d}" + (f" ({_names(fitted_on)})" if fitted_on else "")
+    if chosen:
+        options = " and ".join(option for option, value in (("--columns", args.columns),
+                               ("--drop-columns", args.drop_columns)) if value is not None)
+        return (f"{options} {'keep' if ' and ' in options else 'keeps'} {width} columns of "
+                f"{args.data} ({_names(table.columns)}), {model}")
+    if table.header:
+        missing = [n for n in fitted_on or () if n not in table.columns] if named else []
+        lacks = f" and none named {_names(missing)}" if missing else ""
+        return (f"{args.data} has {width} columns ({_names(table.columns)}){lacks}; {model}: "
+                "choose them with --columns or --drop-columns")
+    advice = "choose them by 0-based position with --columns or --drop-columns"
+    if fitted_on and named is False and all(_made_up(n) and int(n[1:]) < width for n in fitted_on):
+        advice += (f" (--columns {','.join(n[1:] for n in fitted_on)} reads the positions "
+                   "the model was fitted on)")
+    return (f"{args.data} has no header and {width} columns, {model}; {advice}")

@@ -198,6 +198,11 @@ def write_model(estimator, path: str | os.PathLike, *, info: dict | None = None)
         np.savez(f, **{_META: np.array(json.dumps(meta))}, **arrays)
 
 
+# the first bytes of a zip archive (an .npz): a file that starts so and cannot be read is
+# a damaged model file, not some other file
+_ZIP = b"PK\x03\x04"
+
+
 def _refuse(path, why: str) -> ValueError:
     return ValueError(f"{path}: not an attnclust model file ({why}); write one with "
                       "attnclust fit or attnclust.cluster.model_file.save_model")
@@ -213,20 +218,39 @@ def _unread(exc: Exception) -> str:
     return why
 
 
-def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
-    """The metadata and the arrays of the file, checked against its digest."""
+def _open(path: Path):
+    """What NumPy reads from the file (an ``NpzFile``, closed, or an array) and the
+    arrays of an archive; one line where it cannot be read, saying whether the file may
+    not be read, is a damaged archive or is no archive at all."""
     if path.is_dir():
         raise ValueError(f"{path}: is a folder, not a model file")
     try:
-        with open(path, "rb") as f:    # closed here also when NumPy cannot read the archive
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except OSError as exc:          # a model, maybe, that may not be read (no permission)
+        raise ValueError(f"{path}: cannot read the model file "
+                         f"({exc.strerror or exc})") from None
+    entries: dict[str, np.ndarray] = {}
+    with f:                         # closed here also when NumPy cannot read the archive
+        try:
             archive = np.load(f, allow_pickle=False)
             if isinstance(archive, np.lib.npyio.NpzFile):
                 with archive:
                     entries = {name: archive[name] for name in archive.files}
-    except FileNotFoundError:
-        raise ValueError(f"{path}: no such file") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        raise _refuse(path, _unread(exc)) from None
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+            f.seek(0)
+            if f.read(4) == _ZIP:       # an archive cut short or damaged, not another file
+                raise ValueError(f"{path}: the model file is damaged or truncated "
+                                 f"({_unread(exc)}); write it again with attnclust fit or "
+                                 "save_model") from None
+            raise _refuse(path, _unread(exc)) from None
+    return archive, entries
+
+
+def _read(path: Path) -> tuple[dict, dict[str, np.ndarray]]:
+    """The metadata and the arrays of the file, checked against its digest."""
+    archive, entries = _open(path)
     if not isinstance(archive, np.lib.npyio.NpzFile):          # a .npy: one array
         raise _refuse(path, "one array, not an archive")
     if any(not isinstance(v, np.ndarray) for v in entries.values()):
@@ -273,7 +297,8 @@ def load_model(path: str | os.PathLike):
     Raises
     ------
     ValueError
-        One line: no such file, not a model file, a file of another format version, a
+        One line: no such file, a file that cannot be read (no permission), a damaged
+        or truncated model file, not a model file, a file of another format version, a
         file changed since it was written (its digest does not match), or one whose
         fitted attributes disagree (a file edited by hand, its digest written again).
 
