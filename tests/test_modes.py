@@ -71,7 +71,7 @@ def test_auto_counts_two_peaked_clusters_that_take_many_components():
         warnings.simplefilter("ignore", ac.WeakChoiceWarning)
         est = ac.AttentionClustering("auto", max_clusters=10, random_state=0).fit(X)
     assert est.k_choice_.best > 2                  # the BIC's count of components
-    assert est.n_clusters_ == 2
+    assert est.k_choice_.n_clusters == est.n_clusters_ == 2
     assert "modes of their density" in est.n_clusters_reason_
     assert adjusted_rand_score(y, est.labels_) > 0.9
 
@@ -94,3 +94,15 @@ def test_a_covariance_not_positive_definite_counts_no_modes(monkeypatch):
     X, _ = _peaked(4, 500, 40.0, np.random.default_rng(0))
     choice = k_choice.choose_n_clusters(X, 10, random_state=0)
     assert choice.n_clusters == choice.best > 2
+
+
+def test_one_mode_is_said_and_doubted(monkeypatch):
+    """Where the components climb to one mode, the reason gives that count (it gave the
+    2 chosen) and the choice is weak."""
+    import attnclust.cluster.choice.k_choice as k_choice
+
+    monkeypatch.setattr(k_choice, "mixture_modes", lambda means, covs, w: np.zeros(len(means), int))
+    X, _ = _peaked(4, 500, 40.0, np.random.default_rng(0))
+    choice = k_choice.choose_n_clusters(X, 10, random_state=0)
+    assert choice.n_clusters == 2 < choice.best and choice.weak
+    assert "climb to 1 mode of" in choice.reason and "one mode: K = 2" in choice.reason

@@ -377,3 +377,33 @@ def test_a_warm_start_sample_without_weight_is_a_clear_error():
     keep = w > 0
     est = ac.AttentionClustering(3, random_state=0).fit(X[keep], sample_weight=w[keep])
     assert est.cluster_centers_.shape == (3, 2)
+
+
+def test_weights_of_any_scale_merge_alike():
+    """Integer-valued weights near 1e308, whose sum overflows, are no copies of rows: the
+    merge reads them as the same weights near 1e-6 (exactly, scaled by a power of two),
+    where it drew every sample on the last row and skipped the merge."""
+    from sklearn.datasets import make_moons
+
+    X, _ = make_moons(600, noise=0.06, random_state=0)
+    w = np.random.default_rng(0).choice([1.0, 2.0, 4.0], 600)
+    big, small = (AttentionClustering(2, random_state=0).fit(X, sample_weight=w * scale)
+                  for scale in (2.0 ** 1020, 2.0 ** -20))
+    assert big.merge_heads_ and small.merge_heads_
+    np.testing.assert_array_equal(big.labels_, small.labels_)
+
+
+def test_the_merge_tiles_rows_weighed_as_probabilities():
+    """Weights summing to one (below a row each) are a draw of the pool too: all 3,000
+    rows made a 3,000 x 3,000 matrix, and merge_heads saw one row and tiled nothing."""
+    from attnclust.cluster.merge import merge_heads
+
+    rng = np.random.default_rng(0)
+    t = rng.uniform(0, 2 * np.pi, 3000)
+    r = np.repeat([1.0, 4.0], 1500)
+    X = np.c_[r * np.cos(t), r * np.sin(t)] + rng.normal(0, 0.1, (3000, 2))
+    p = rng.uniform(0.5, 1.5, 3000)
+    p /= p.sum()
+    res = merge_heads(X, (X[:, 0] > 0).astype(int), 2, rng=np.random.default_rng(0),
+                      weights=p)
+    assert res.merged and len(res.heads) > 2

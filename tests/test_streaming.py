@@ -543,6 +543,27 @@ def test_a_batch_of_weight_zero_after_a_fit_changes_nothing():
     assert est.n_steps_ == 1
 
 
+def test_a_batch_of_weight_zero_after_a_merged_fit_keeps_the_merge():
+    """It dropped the merged heads (merge_heads_ False), so that the next batch streamed
+    at the merged heads' lambda (score -339 on two moons, -1.9 streamed directly)."""
+    from sklearn.datasets import make_moons
+
+    M, _ = make_moons(600, noise=0.05, random_state=0)
+    direct, est = (AttentionClustering(2, random_state=0).fit(M) for _ in range(2))
+    assert est.merge_heads_
+    heads, lam = est.heads_.copy(), est.inverse_temperature_
+    est.partial_fit(M[100:200], sample_weight=np.zeros(100))
+    assert est.merge_heads_ and not hasattr(est, "stream_state_")
+    np.testing.assert_array_equal(est.heads_, heads)
+    assert est.inverse_temperature_ == lam
+    np.testing.assert_array_equal(est.labels_, est.predict(M[100:200]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)       # the merged heads are dropped
+        direct.partial_fit(M[:100])
+        est.partial_fit(M[:100])
+    assert est.inverse_temperature_ == direct.inverse_temperature_
+
+
 def test_inertia_of_a_batch_is_in_the_weights_own_scale():
     """Weights of 1e308 overflowed the batch's inertia (refused after the step); float32
     rows with weights of 1e39 gave inf. The stream's unit keeps them finite."""

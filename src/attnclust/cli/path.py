@@ -123,7 +123,7 @@ def _of_data(data: str, exc: ValueError) -> str:
 
 def _fit_auto_choice(X, max_clusters: int, geometry: str) -> tuple[int, str]:
     """What ``attnclust fit -k auto --max-clusters N --geometry G`` (seed 0) answers on the
-    same rows: the fit's ``n_clusters_`` and ``n_clusters_reason_`` (the BIC's Gaussian
+    same rows: the fit's ``n_clusters_`` and ``n_clusters_reason_`` (the modes of the BIC's Gaussian
     components, and the clusters their heads hold)."""
     import warnings
 

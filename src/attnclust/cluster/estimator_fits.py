@@ -451,7 +451,7 @@ def merge_into(est, rows: WorkingRows, gen: np.random.Generator, setting,
     count = len(fitted.cluster_centers_)
     if count != len(est.cluster_centers_):          # n_clusters="auto": the heads' count
         est.n_clusters_reason_ = (f"{count} clusters of the heads ({merge.reason}), from "
-                                  f"the choice of Gaussian components: "
+                                  f"the choice of K: "
                                   f"{est.n_clusters_reason_}")
         est._plan = est._plan.with_clusters(count)
     est.__dict__.update(fitted._asdict())

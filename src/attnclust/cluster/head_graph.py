@@ -47,7 +47,7 @@ def squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
 
 # integer weights summing to less than this are drawn as copies of rows (the
 # multivariate hypergeometric's "marginals" method loses precision above 1e9 items)
-_MOST_COPIES = 10**9
+MOST_COPIES = 10**9
 
 
 def draw_copies(weights: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
@@ -70,7 +70,7 @@ def draw_copies(weights: np.ndarray, size: int, rng: np.random.Generator) -> np.
     4
     """
     w = np.asarray(weights, dtype=np.float64)
-    if np.array_equal(w, np.round(w)) and w.sum() < _MOST_COPIES:
+    if np.array_equal(w, np.round(w)) and w.sum() < MOST_COPIES:
         return rng.multivariate_hypergeometric(w.astype(np.int64), int(size))
     return rng.multinomial(int(size), w / w.sum())
 
@@ -107,7 +107,8 @@ def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_ite
     copies = None                                           # the pool's weights
     if weights is None:
         P = X[np.sort(rng.choice(n, pool * m, replace=False))] if pool * m < n else X
-    elif pool * m < weights.sum():
+    elif pool * m < (weights.sum() if np.array_equal(weights, np.round(weights))
+                     else np.count_nonzero(weights)):   # copies of rows, or rows weighed
         drawn = draw_copies(weights, pool * m, rng)
         P, copies = X[drawn > 0], drawn[drawn > 0].astype(np.float64)
     else:

@@ -39,14 +39,14 @@ components says that the ``K`` clusters are not Gaussian. The merge is kept
 
 The first rule holds there too: separated shapes, one of them in pieces with a gap
 between, can have a fit whose cells cut nothing and join a piece to the wrong shape,
-where the merged cut is lower still (three zigzags of 250 rows, the fit's cut 2e-5, the
-merged 0: ARI 0.51 -> 1.00; one-off probe on 494 fits of the development battery, the
-generated families and an imitation of the public suites, seeds 0-1: 3 fits moved, each
-to 1.00, mean ARI 0.7693 -> 0.7721). No merge on rows of one feature: there a cluster
-of heads is an interval, which the fit's cells draw too, so merging only moves their
-ends to where the heads thin out (on two
-overlapping Gaussians in 1-D, rounded or not, 0.014-0.057 mean ARI below the fit over
-16 draws; one-off probes).
+where the merged cut is lower still (three thin zigzags of 84 rows each, the fit's cut
+2e-5, the merged 0: ARI 0.51 -> 1.00, ``tests/test_merge.py``; one-off probe on 494 fits
+of the development battery, the generated families and an imitation of the public
+suites, seeds 0-1: 3 fits moved, each to 1.00, mean ARI 0.7693 -> 0.7721). No merge on
+rows of one feature: there a cluster of heads is an interval, which the fit's cells draw
+too, so merging only moves their ends to where the heads thin out (on two overlapping
+Gaussians in 1-D, rounded or not, 0.014-0.057 mean ARI below the fit over 16 draws;
+one-off probes).
 On Gaussian clusters the ``K``-head fit already cuts the overlap graph where it is thin,
 and ``2 K`` components gain nothing (``g < 0`` on blobs and elongated sticks); on shapes
 the fit's convex cells cut through dense chains of heads, and ``2 K`` components trace
@@ -72,7 +72,8 @@ Rand index of at least ``min_redraw`` (default 0.6; shapes 0.66-1, wine 0.02-0.5
 
 Where it is below ``skip_cut`` (default 0.03) the clusters barely share a row: skipped.
 
-**How many clusters** (``n_clusters="auto"``, whose ``K`` counts Gaussian components):
+**How many clusters** (``n_clusters="auto"``, whose ``K`` counts the modes of Gaussian
+components):
 the heads may hold another count of clusters, read on their graph at a wider attention
 (:mod:`attnclust.cluster.head_count`).
 
@@ -112,6 +113,7 @@ import numpy as np
 from .choice.k_choice import bic_gain
 from .head_count import HeadCount, HeadTiles, cluster_count, counted_clusters
 from .head_graph import (
+    MOST_COPIES,
     adjusted_rand,
     draw_copies,
     gini_index,
@@ -172,8 +174,8 @@ def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSetting
 def weights_in_rows(weights: np.ndarray) -> np.ndarray | None:
     """Positive sample weights ``(n,)`` as the merge counts rows (module docstring,
     *Sample weights*): ``None`` where they are all equal (the rows, unweighted: scaling
-    the weights changes nothing), integer weights as they are (copies of the rows), other
-    weights scaled to a mean of one row.
+    the weights changes nothing), integer weights as they are (copies of the rows; up to
+    a total of a billion rows), other weights scaled to a mean of one row.
 
     Examples
     --------
@@ -183,11 +185,13 @@ def weights_in_rows(weights: np.ndarray) -> np.ndarray | None:
     [0.5, 1.0, 1.5]
     >>> weights_in_rows(np.array([1e-300, 3e-300])).tolist()
     [0.5, 1.5]
+    >>> weights_in_rows(np.array([1e308, 7.5e307])).round(3).tolist()   # no copies: inf
+    [1.143, 0.857]
     """
     w = np.asarray(weights, dtype=np.float64)
     if not len(w) or np.ptp(w) == 0:
         return None
-    if np.array_equal(w, np.round(w)):
+    if np.array_equal(w, np.round(w)) and w.sum() < MOST_COPIES:   # (inf: not copies)
         return w
     w = w / w.max()                         # no overflow of the sum of weights of 1e308
     return w * (len(w) / w.sum())
@@ -255,7 +259,8 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     fit's posterior on the rows ``(n, K)``; when given (and not ``force``), the merge is
     skipped before any head is tiled, and ``rng`` is not drawn from, if
     :func:`posterior_cut` is below ``settings.skip_cut`` (module docstring). ``count_up_to``
-    (``n_clusters="auto"``, whose ``K`` counts Gaussian components: its ``max_clusters``):
+    (``n_clusters="auto"``, whose ``K`` counts the modes of Gaussian components: its
+    ``max_clusters``):
     the heads may hold from 2 to ``max(K, count_up_to)`` clusters
     (:mod:`~attnclust.cluster.head_count`; not with ``force``; tiled for one component,
     ``K = 1``, too); 0: ``K`` clusters.
@@ -296,7 +301,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     """
     n, K = X.shape[0], int(n_clusters)
     counts = count_up_to > 0 and not force
-    weights = None if weights is None else np.asarray(weights, dtype=np.float64)
+    weights = None if weights is None else weights_in_rows(weights)
     units = n if weights is None else int(round(float(weights.sum())))   # rows they count
 
     def not_tiled(reason: str, cut_kept: float = np.nan) -> HeadMerge:

@@ -190,6 +190,9 @@ def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = 
     fitted = hasattr(est, "cluster_centers_")
     resumed = fitted and (state is None or not np.array_equal(
         est.cluster_centers_, _centers(est, state)))
+    if resumed and weights is not None and not weights.max(initial=0.0) > 0:
+        est.labels_ = est.predict(X)        # no row: no stream starts, the fit stays whole
+        return est
     # weights count relative to each other, across batches too: the first batch's largest
     # weight is the unit of every batch (float32 holds weights of 1e39 or 1e-46 then)
     unit = 1.0 if weights is None or not weights.max(initial=0.0) > 0 else \

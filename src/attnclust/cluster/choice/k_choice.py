@@ -104,7 +104,8 @@ depend on the units; the likelihoods themselves do not, up to a constant).
   component each. ``K = 2`` where the mixture has one mode: one cluster is the test's.
 
 The choice is **weak** (a :class:`WeakChoiceWarning` at ``fit``) when ``weight < 0.9``,
-when ``K* = max_clusters`` (the rows may hold more), when one of ``K*``'s k-means cells
+when ``K = K* = max_clusters`` (the rows may hold more), when ``K*``'s mixture has one
+mode, when one of ``K*``'s k-means cells
 holds fewer than ``settings.thin_rows`` rows (a Gaussian on a row or two wins the BIC
 without bound: 30 rows of three blobs gave six "clusters", one of one row), when the
 structure is only marginal (``3 < z < 5``), or when the gap test found none and the BIC alone chose
@@ -439,6 +440,16 @@ def _mode_count(Z, labels, best, shape, log_volume, s: FitSettings) -> int:
         return best
 
 
+def _clusters_of_modes(modes: int, best: int) -> tuple[int, str, list[str]]:
+    """``K`` from the ``modes`` of ``K*``'s mixture (module docstring, *Clusters, not
+    components*), what the reason adds, and the doubt of one mode."""
+    K = max(2, min(best, modes))
+    said = (f"; its {best} components climb to {modes} mode{'s' * (modes > 1)} of their "
+            "density (modal EM)") if K < best else ""
+    return K, said, ["one mode: K = 2, the fewest clusters above one (one cluster is the "
+                     "structure test's)"] if modes == 1 < best else []
+
+
 def _few_rows_doubts(labels: np.ndarray, best: int, floored: bool, s: FitSettings
                      ) -> list[str]:
     """The doubts of clusters on a row or two: a cell of ``K*`` with fewer than
@@ -536,9 +547,9 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                        f"no structure: the {best} k-means cells remove no more scatter than "
                        f"in uniform rows (z = {z:.1f} <= {s.structure_z:g}) and {bic_one}; "
                        f"{said}{few}", shape)
-    K = max(2, min(best, _mode_count(Z, cells[best - 1][0], best, shape, log_volume, s)))
-    if K < best:
-        said += f"; its {best} components climb to {K} modes of their density (modal EM)"
+    K, more, one_mode = _clusters_of_modes(
+        _mode_count(Z, cells[best - 1][0], best, shape, log_volume, s), best)
+    said += more
     doubts = ([f"other K are close (BIC weight {weight:.2f} < {s.confident:g})"]
               if weight < s.confident else [])
     if z <= s.structure_z:
@@ -547,7 +558,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
                       f"choice by {evidence:g} (BIC(1) {one:+.1f} from the least of "
                       "K >= 2: one cluster of a non-Gaussian shape, clusters nested or "
                       "touching, or too few rows to tell)")
-    doubts += _few_rows_doubts(cells[best - 1][0], best, floored, s)
+    doubts += _few_rows_doubts(cells[best - 1][0], best, floored, s) + one_mode
     if K == best == top < n - 1:           # (the scan reached top: it had not stopped)
         doubts.append(f"K = max_clusters = {top}: the rows may hold more, raise max_clusters")
     if s.structure_z < z < s.marginal_z:
@@ -563,6 +574,6 @@ def warn_if_weak(choice: KChoice, *, clusters: int | None = None, stacklevel: in
     the fit's count of clusters where its heads joined the components into fewer."""
     if choice.weak:
         K = choice.n_clusters if clusters in (None, choice.n_clusters) else \
-            f"{clusters} (the heads' clusters of {choice.n_clusters} Gaussian components)"
+            f"{clusters} (the heads' clusters; the mixture's choice was {choice.n_clusters})"
         warnings.warn(f"n_clusters='auto' chose K = {K} on weak evidence: {choice.reason}",
                       WeakChoiceWarning, stacklevel=stacklevel + 1)

@@ -69,6 +69,13 @@ def mixture_modes(means: np.ndarray, covariances: np.ndarray, weights: np.ndarra
     >>> mixture_modes(means, np.array([0.1, 2.0, 1.0]), np.array([0.3, 0.4, 0.3])).tolist()
     [0, 0, 1]
 
+    A light component midway between two heavy ones sits at a density minimum, and its
+    climb goes to one of them:
+
+    >>> means = np.array([[-3.0], [0.0], [3.0], [20.0]])
+    >>> mixture_modes(means, np.ones(4), np.array([0.32, 0.02, 0.32, 0.34])).tolist()
+    [0, 0, 1, 2]
+
     Two equal Gaussians 3 spreads apart have two modes, 1.5 spreads apart one:
 
     >>> mixture_modes(np.array([[0.0], [3.0]]), np.ones(2), np.ones(2) / 2).tolist()
@@ -84,16 +91,24 @@ def mixture_modes(means: np.ndarray, covariances: np.ndarray, weights: np.ndarra
     with np.errstate(divide="ignore"):
         log_w = np.log(np.asarray(weights, dtype=np.float64))
     pm = np.einsum("kij,kj->ki", precisions, means)                      # Sigma_k^-1 mu_k
-    x = means.copy()
     scale = float(np.sqrt(np.linalg.eigvalsh(covs).min()))
-    for _ in range(int(max_iter)):
-        lj = _log_joint(x, means, chol, log_w)
-        p = np.exp(lj - logsumexp(lj, axis=1, keepdims=True))          # (K starts, K)
-        new = np.linalg.solve(np.einsum("sk,kij->sij", p, precisions), (p @ pm)[..., None])[..., 0]
-        moved = float(np.abs(new - x).max())
-        x = new
-        if moved <= 1e-10 * scale:
-            break
+
+    def climb(x):
+        for _ in range(int(max_iter)):
+            lj = _log_joint(x, means, chol, log_w)
+            p = np.exp(lj - logsumexp(lj, axis=1, keepdims=True))      # (K starts, K)
+            new = np.linalg.solve(np.einsum("sk,kij->sij", p, precisions),
+                                  (p @ pm)[..., None])[..., 0]
+            moved = float(np.abs(new - x).max())
+            x = new
+            if moved <= 1e-10 * scale:
+                break
+        return x
+    # a climb that starts on a saddle (a light component midway between two) stays there:
+    # each end, nudged by 1e-3 of the least spread in a fixed random direction, climbs on
+    x = climb(means.copy())
+    nudge = np.random.default_rng(0).standard_normal(x.shape)
+    x = climb(x + 1e-3 * scale * nudge / np.linalg.norm(nudge, axis=1, keepdims=True))
 
     def log_density(points):
         return logsumexp(_log_joint(points, means, chol, log_w), axis=1)
@@ -110,6 +125,7 @@ def mixture_modes(means: np.ndarray, covariances: np.ndarray, weights: np.ndarra
                 continue
             between = log_density(x[a] + _SEGMENT[:, None] * (x[b] - x[a]))
             if between.min() >= min(ends[a], ends[b]) + np.log1p(-flat):
-                parent[root(b)] = root(a)
+                low, high = sorted((root(a), root(b)))
+                parent[high] = low                     # each mode numbered by its first
     roots = [root(k) for k in range(K)]
     return np.unique(roots, return_inverse=True)[1].reshape(K)
