@@ -47,11 +47,11 @@ def _full(covariances: np.ndarray, K: int, d: int) -> np.ndarray:
     return c.reshape(K, d, d)
 
 
-def _log_joint(x, means, chol, log_w):
-    """``log pi_k + log N(x; mu_k, Sigma_k)`` of points ``(s, d)``: ``(s, K)``."""
-    diff = x[:, None, :] - means[None]                                   # (s, K, d)
-    white = np.linalg.solve(chol[None], diff[..., None])[..., 0]         # L^-1 (x - mu)
-    log_det = 2.0 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1)
+def _log_joint(x, means, whiten, log_det, log_w):
+    """``log pi_k + log N(x; mu_k, Sigma_k)`` of points ``(s, d)``: ``(s, K)``
+    (``whiten``: ``L_k^-1`` of ``Sigma_k = L_k L_k^T``, ``(K, d, d)``; ``log_det``: ``log
+    |Sigma_k|``)."""
+    white = np.einsum("ked,skd->ske", whiten, x[:, None, :] - means[None])   # L^-1 (x - mu)
     return log_w - 0.5 * ((white ** 2).sum(-1) + log_det + means.shape[1] * np.log(2 * np.pi))
 
 
@@ -87,6 +87,8 @@ def mixture_modes(means: np.ndarray, covariances: np.ndarray, weights: np.ndarra
     K, d = means.shape
     covs = _full(covariances, K, d)
     chol = np.linalg.cholesky(covs)
+    whiten = np.linalg.inv(chol)
+    log_det = 2.0 * np.log(np.diagonal(chol, axis1=1, axis2=2)).sum(1)
     precisions = np.linalg.inv(covs)
     with np.errstate(divide="ignore"):
         log_w = np.log(np.asarray(weights, dtype=np.float64))
@@ -95,7 +97,7 @@ def mixture_modes(means: np.ndarray, covariances: np.ndarray, weights: np.ndarra
 
     def climb(x):
         for _ in range(int(max_iter)):
-            lj = _log_joint(x, means, chol, log_w)
+            lj = _log_joint(x, means, whiten, log_det, log_w)
             p = np.exp(lj - logsumexp(lj, axis=1, keepdims=True))      # (K starts, K)
             new = np.linalg.solve(np.einsum("sk,kij->sij", p, precisions),
                                   (p @ pm)[..., None])[..., 0]
@@ -111,7 +113,7 @@ def mixture_modes(means: np.ndarray, covariances: np.ndarray, weights: np.ndarra
     x = climb(x + 1e-3 * scale * nudge / np.linalg.norm(nudge, axis=1, keepdims=True))
 
     def log_density(points):
-        return logsumexp(_log_joint(points, means, chol, log_w), axis=1)
+        return logsumexp(_log_joint(points, means, whiten, log_det, log_w), axis=1)
     ends = log_density(x)
     parent = list(range(K))
 
