@@ -966,12 +966,16 @@ def test_few_rows_of_noise_are_one_cluster(n, d):
 
 
 def test_two_blobs_of_five_rows_in_30_dimensions_are_a_weak_choice():
+    """10 rows span 9 of the 30 axes: the principal box had 21 sides of no width (their
+    background's density without bound, K = 1 'too few rows to tell'); at the heads'
+    least width it is the two blobs, on weak evidence."""
     from attnclust.cluster.choice.k_choice import WeakChoiceWarning
 
     rng = np.random.default_rng(0)
     X = np.vstack([rng.normal(size=(5, 30)), rng.normal(size=(5, 30)) + 3])
-    with pytest.warns(WeakChoiceWarning, match="too few rows to tell"):
-        ac.AttentionClustering("auto", random_state=0).fit(X)
+    with pytest.warns(WeakChoiceWarning, match="weak evidence"):
+        est = ac.AttentionClustering("auto", random_state=0).fit(X)
+    assert est.n_clusters_ == 2
 
 
 def test_the_estimator_chooses_k_with_its_settings():
@@ -1016,3 +1020,17 @@ def test_sklearn_compatible(estimator, check):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check(estimator)
+
+
+@pytest.mark.parametrize("extra", ["copy", "sum", "copy and noise"])
+def test_a_column_that_repeats_others_changes_no_choice(extra):
+    """A copy of a column, or a sum of two, left the principal box no width along one
+    axis: a uniform background denser than any head took every row (K = 2 for three
+    blobs). Its side is now at least that of a uniform of the heads' least variance."""
+    from attnclust.cluster.choice.k_choice import choose_n_clusters
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(c, 1, (150, 2)) for c in ((0, 0), (8, 0), (0, 8))])
+    column = {"copy": X[:, 0], "sum": 2 * X[:, 0] + X[:, 1] + 3,
+              "copy and noise": X[:, 0] + 1e-6 * rng.normal(size=450)}[extra]
+    assert choose_n_clusters(np.c_[X, column], 10, random_state=0).n_clusters == 3

@@ -206,10 +206,13 @@ def standardized(rows: np.ndarray, max_dim: int = FitSettings.max_dim) -> np.nda
 
 
 def _principal_log_volume(Z: np.ndarray) -> float:
-    """The log-volume of the rows' principal box (each side at least 1e-12): the uniform
-    background's density is its opposite."""
+    """The log-volume of the rows' principal box: the uniform background's density is its
+    opposite. Each side is at least ``sqrt(12 * 1e-6)``, the width of a uniform of the
+    heads' least covariance: along a column that repeats others (a sum, a copy) the box
+    has no width, and a background denser than any head took every row (three blobs
+    beside a copy of a column were two clusters)."""
     _, lo, hi = principal_box(Z)
-    return float(np.log(np.maximum(hi - lo, 1e-12)).sum())
+    return float(np.log(np.maximum(hi - lo, math.sqrt(12.0 * _REG))).sum())
 
 
 def resolution_floor(Z: np.ndarray, reg: float = _REG) -> np.ndarray:
