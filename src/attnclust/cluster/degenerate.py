@@ -32,7 +32,7 @@ import warnings
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["DegenerateFitWarning", "warn_capped", "warn_if_degenerate"]
+__all__ = ["DegenerateFitWarning", "warn_capped", "warn_if_degenerate", "warn_if_empty"]
 
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
 
@@ -50,14 +50,23 @@ def warn_capped(inverse_temperature: float, *, where: str = "", stacklevel: int 
                   "float32); duplicated rows?", DegenerateFitWarning, stacklevel=stacklevel + 1)
 
 
+def warn_if_empty(sizes: np.ndarray, *, what: str = "head(s)", stacklevel: int = 2) -> None:
+    """A :class:`DegenerateFitWarning` where an item of ``sizes`` ``(K,)`` (the rows, or
+    their weights, each head or cluster wins: ``what``) wins no row."""
+    dead = np.flatnonzero(sizes == 0)
+    if dead.size:
+        warnings.warn(f"{what} {dead.tolist()} win no row: the fit found fewer than "
+                      f"{len(sizes)} clusters; try another random_state or init, or fewer "
+                      "clusters", DegenerateFitWarning, stacklevel=stacklevel + 1)
+
+
 def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
-                       inverse_temperature: float, what: str = "head(s)",
-                       stacklevel: int = 2) -> None:
+                       inverse_temperature: float, stacklevel: int = 2) -> None:
     """A :class:`DegenerateFitWarning` for each check of the module docstring that fails.
 
     ``sizes`` are the rows won by each head ``(K,)`` (or their weights), ``sharpness`` the
     (weighted) sum over rows of the largest attention weight, ``capped`` whether ``lambda``
-    is at its cap; ``what``: the items ``sizes`` count (``"cluster(s)"``: of merged heads).
+    is at its cap.
 
     Examples
     --------
@@ -71,11 +80,7 @@ def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
     """
     K, n = len(sizes), float(sizes.sum())
     shown = f"lambda={inverse_temperature:.3g}"
-    dead = np.flatnonzero(sizes == 0)
-    if dead.size:
-        warnings.warn(f"{what} {dead.tolist()} win no row: the fit found fewer than "
-                      f"{K} clusters; try another random_state or init, or fewer clusters",
-                      DegenerateFitWarning, stacklevel=stacklevel + 1)
+    warn_if_empty(sizes, stacklevel=stacklevel + 1)
     if capped:
         warn_capped(inverse_temperature, stacklevel=stacklevel + 1)
     # at the cap the attention is as sharp as it gets: heads that share their rows

@@ -69,7 +69,7 @@ from ..layer.heads import softmax_heads
 from ..layer.results import History, SolverResult
 from ..layer.schedules import Stages
 from ..study.descent import pgd
-from .degenerate import warn_if_degenerate
+from .degenerate import warn_if_empty
 from .fixed_point import fixed_point_fit
 from .head_graph import squared_distances
 from .kmeans.ending import fit_to_hard_limit
@@ -464,9 +464,7 @@ def merge_into(est, rows: WorkingRows, gen: np.random.Generator, setting,
     # the clusters' rows (sums of weights): one of no row is a cluster the fit did not find
     sizes = np.bincount(fitted.labels_, minlength=count, weights=None if rows.weights is None
                         else rows.weights.cpu().double().numpy()).astype(np.float64)
-    warn_if_degenerate(sizes, float(sizes.sum()), capped=False,   # their attention is sharp
-                       inverse_temperature=est.inverse_temperature_, what="cluster(s)",
-                       stacklevel=4)
+    warn_if_empty(sizes, what="cluster(s)", stacklevel=4)
 
 
 def in_data_dtype(est, names, dtype) -> None:

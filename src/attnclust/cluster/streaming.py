@@ -75,7 +75,7 @@ from .degenerate import warn_capped
 from .fixed_point import forget_heads, pass_sums, step_from_sums
 from .kmeans.swap import single_swap
 from .rows import WorkingRows, WorkingSpace
-from .warm_start import boundary_variance
+from .warm_start import auto_lambda
 
 if TYPE_CHECKING:
     from .plan import FitPlan
@@ -142,20 +142,18 @@ def _resumed_state(est, plan: FitPlan, Xp: np.ndarray, weights=None) -> StreamSt
 
 
 def _clusters_lambda(rows: WorkingRows, heads: torch.Tensor, plan: FitPlan, weights) -> float:
-    """``lambda`` of one head per cluster after a fit whose heads merged: the ``"auto"``
-    rule's ``1 / s^2``, the boundary variance of the clusters' centres ``heads`` ``(K, d)``
-    on the batch ``rows`` (working space; ``weights``: its sample weights, in the stream's
-    units), as a first batch fixes it. The merged heads' ``lambda`` is theirs, many heads
-    a small distance apart (1,550 on two moons, where a stream's first batch reads 5:
-    every row's attention 0 or 1 and a score 180 times worse), and the ``K``-head fit's
-    before the merge may be a shaped fit's (tempered EM's 1, in no unit of the rows)."""
+    """``lambda`` of one head per cluster after a fit whose heads merged: the ``"auto"`` rule's
+    ``1 / s^2`` (:func:`~attnclust.cluster.warm_start.auto_lambda`), the boundary
+    variance of the clusters' centres ``heads`` ``(K, d)`` on the batch ``rows``
+    (working space; ``weights``: its sample weights, in the stream's units), as a first
+    batch fixes it. The merged heads' ``lambda`` is theirs, many heads a small distance
+    apart (1,550 on two moons, where a stream's first batch reads 5: every row's
+    attention 0 or 1 and a score 180 times worse), and the ``K``-head fit's before the
+    merge may be a shaped fit's (tempered EM's 1, in no unit of the rows)."""
     S = rows.read(0, rows.rows.shape[0])
-    # a batch of weight zero, which takes no step, reads its rows as they are
-    w = None if weights is None or not weights.max(initial=0.0) > 0 else \
-        torch.as_tensor(weights, dtype=S.dtype, device=S.device)
-    s2, floor = boundary_variance(S, heads, geometry=plan.geometry, weights=w)
-    lam = 1.0 / max(s2, floor, torch.finfo(S.dtype).tiny)
-    if s2 <= floor:
+    w = None if weights is None else torch.as_tensor(weights, dtype=S.dtype, device=S.device)
+    lam, capped = auto_lambda(S, heads, plan.geometry, w)
+    if capped:
         warn_capped(rows.inverse_temperature_out(lam), stacklevel=5,
                     where=" of the first batch after the merged fit, which fixes lambda for "
                           "the stream,")

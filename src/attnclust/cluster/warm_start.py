@@ -57,7 +57,8 @@ from .kmeans.seeding import kmeanspp_batch
 from .rows import WorkingRows
 
 __all__ = ["BoundaryVariance", "LloydResult", "WarmStart", "auto_inverse_temperature",
-           "boundary_variance", "kmeans_lambda", "hard_labels", "hard_lloyd", "warm_start"]
+           "auto_lambda", "boundary_variance", "kmeans_lambda", "hard_labels", "hard_lloyd",
+           "warm_start"]
 
 _CHUNK = 16_384  # rows per chunk: bounds the (chunk, K) blocks below
 # least s^2, relative to the rows' mean squared norm: below it a variance computed from
@@ -176,7 +177,7 @@ def auto_inverse_temperature(X: torch.Tensor, heads: torch.Tensor, *,
     >>> round(auto_inverse_temperature(X, torch.as_tensor(mix.centroids), geometry="euclidean"), -1)
     100.0
     """
-    return _auto_lambda(X, heads, geometry, weights)[0]
+    return auto_lambda(X, heads, geometry, weights)[0]
 
 
 # -- the estimator's warm start -------------------------------------------------------------
@@ -291,11 +292,11 @@ def warm_start(S: torch.Tensor, rows: WorkingRows, *, init, n_clusters: int, n_i
     if not auto:
         return WarmStart(heads, None, False)
     lloyd = hard_lloyd(S, heads, _LLOYD_STEPS, geometry=geometry, weights=weights).heads
-    lam, capped = _auto_lambda(S, lloyd, geometry, weights)
+    lam, capped = auto_lambda(S, lloyd, geometry, weights)
     return WarmStart(lloyd if isinstance(init, str) else heads, lam, capped)
 
 
-def _auto_lambda(S, heads, geometry, weights, labels=None) -> tuple[float, bool]:
+def auto_lambda(S, heads, geometry, weights, labels=None) -> tuple[float, bool]:
     """``1 / s^2`` of the heads' partition of ``S`` (``labels``: its cells, when known), and
     whether ``s^2`` is at its floor."""
     s2, floor = boundary_variance(S, heads, geometry=geometry, weights=weights, labels=labels)
@@ -316,12 +317,12 @@ def _kmeans_start(S, rows, n_clusters, n_init, geometry, gen, auto, weights, hea
 def kmeans_lambda(S: torch.Tensor, Sw: torch.Tensor | None, start: WarmStart,
                   geometry: Geometry) -> WarmStart:
     """The warm ``start`` of the sample ``S`` (weights ``Sw``) with the ``"auto"`` inverse
-    temperature of its k-means partition (:func:`_auto_lambda` of its heads and cells):
+    temperature of its k-means partition (:func:`auto_lambda` of its heads and cells):
     read by the warm start, or, in a fit that chooses its shape, only once the spherical
     heads are chosen (:func:`~attnclust.cluster.plan.estimator_warm_start` leaves it to
     then: a fit of shaped heads has no use for it, and on a small set it is a noticeable
     share of the fit)."""
     km = start.kmeans
-    lam, capped = _auto_lambda(S, km.heads, geometry, Sw,
+    lam, capped = auto_lambda(S, km.heads, geometry, Sw,
                                torch.as_tensor(km.labels, device=S.device))
     return start._replace(inverse_temperature=lam, capped=capped)
