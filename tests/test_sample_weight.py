@@ -255,14 +255,15 @@ def test_zero_weights_are_absent_rows_when_the_heads_merge(kind):
 
 def test_integer_weights_merge_as_the_repeated_rows_in_distribution():
     """Integer weights are copies of rows in the merge: as many heads as for the repeated
-    rows (150 for 923 copies of 600 rows; 91 before, from the 600 rows), samples drawn
-    with the repeated rows' law (not their draws), so that the merged lambda over eight
-    seeds has the repeated rows' mean, within 4 standard errors of the difference of
-    the two means (it was half of it: 1,015 against 2,227)."""
+    rows (one per 5 distinct rows, a repeated row being one place: 91 for 923 copies of
+    456 rows), samples drawn with the repeated rows' law (not their draws), so that the
+    merged lambda over eight seeds has the repeated rows' mean, within 4 standard errors
+    of the difference of the two means (it was half of it: 1,015 against 2,227)."""
     w = np.random.default_rng(1).integers(0, 4, len(MOONS))
     weighted = [_merged(MOONS, w.astype(float), seed) for seed in range(8)]
     repeated = [_merged(np.repeat(MOONS, w, axis=0), seed=seed) for seed in range(8)]
-    assert {len(e.heads_) for e in weighted} == {len(e.heads_) for e in repeated} == {150}
+    assert {len(e.heads_) for e in weighted} == {len(e.heads_) for e in repeated} == \
+        {np.count_nonzero(w) // ac.MergeSettings().rows_per_head}
     a, b = (np.array([e.inverse_temperature_ for e in fits]) for fits in (weighted, repeated))
     assert abs(a.mean() - b.mean()) < 4 * np.sqrt(a.var(ddof=1) / 8 + b.var(ddof=1) / 8)
 

@@ -2,8 +2,9 @@
 
 A mixture of ``K`` Gaussian heads draws ``K`` convex cells; a ring, a crescent or a
 spiral is no such cell. Here ``m = max(6 K, 150) > K`` small spherical heads (at most
-one per 5 sampled rows) tile 14 sampled rows per head, and the heads whose attention
-overlaps are joined into ``K`` clusters, each a union of heads:
+one per 5 sampled rows, and one per 5 distinct ones: a repeated row is one place to tile)
+tile 14 sampled rows per head, and the heads whose attention overlaps are joined into
+``K`` clusters, each a union of heads:
 
     a_h(x)   = softmax_h( -||x - mu_h||^2 / (2 v) ),   v = t * mean_i min_h ||x_i - mu_h||^2
     O_hg     = sum_i w_i a_h(x_i) a_g(x_i)                       (head overlap, m x m)
@@ -131,7 +132,8 @@ from .kmeans.batch import best_of_seedings
 from .mixture.covariance import as_covariance
 from .settings import FitSettings, MergeSettings
 
-__all__ = ["MergeSettings", "HeadMerge", "HeadCount", "n_heads", "weights_in_rows", "sample_rows",
+__all__ = ["MergeSettings", "HeadMerge", "HeadCount", "n_heads", "distinct_rows",
+           "weights_in_rows", "sample_rows",
            "squared_distances", "tile_heads",
            "head_attention", "head_overlap", "head_similarity",
            "gini_index", "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
@@ -169,6 +171,17 @@ def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSetting
     """
     m = max(settings.heads_per_cluster * n_clusters, settings.min_heads)
     return int(min(m, n_rows // settings.rows_per_head))
+
+
+def distinct_rows(X: np.ndarray) -> int:
+    """The number of distinct rows of ``X`` ``(n, d)``.
+
+    Examples
+    --------
+    >>> distinct_rows(np.array([[0.0, 1.0], [0.0, 1.0], [2.0, 1.0]]))
+    2
+    """
+    return len(np.unique(X, axis=0))
 
 
 def weights_in_rows(weights: np.ndarray) -> np.ndarray | None:
@@ -322,14 +335,18 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
                          f"per parameter of {2 * K} full-covariance components (split gain)")
     take, w = sample_rows(n, weights, cap, rng)
     z = np.asarray(labels)[take]
-    tiles = _tiles(np.asarray(X[take], dtype=np.float64), w, m, rng, settings)
+    rows = np.asarray(X[take], dtype=np.float64)
+    places = distinct_rows(rows)                # repeated rows are one place to tile
+    tiles = _tiles(rows, w, max(1, min(m, n_heads(K, places, settings))), rng, settings)
     S, w, heads, d2, nearest, sizes = tiles
-    m = len(heads)
-    if m <= K:                                               # fewer distinct rows than heads
-        return not_tiled(f"{m} distinct rows give no more heads than clusters ({m} <= {K})")
+    m = len(heads)                  # (fewer where the seeds' pool holds fewer places)
+    if m <= K:
+        return not_tiled(f"{places} distinct sampled rows give no more heads than clusters "
+                         f"({m} <= {K})")
     spread = float(np.average(d2[np.arange(len(S)), nearest], weights=w))
-    # heads on every distinct row leave no spread: floored as the fit's lambda is, at
-    # 1e-12 times the rows' mean squared distance from their mean (1 when that is 0)
+    # rows_per_head distinct rows per head leave a spread; floored all the same, as the
+    # fit's lambda is, at 1e-12 times the rows' mean squared distance from their mean (1
+    # when that is 0), for rows that differ only in their last digits
     scatter = float(np.average(((S - np.average(S, 0, weights=w)) ** 2).sum(1), weights=w))
     variance = settings.temperature * max(spread, 1e-12 * (scatter if scatter > 0 else 1.0))
     A = head_attention(S, heads, variance, squared=d2)

@@ -7,7 +7,7 @@ the preprocessing), on rows preprocessed as in ``fit`` and read in blocks of abo
 
     a_h(x)  = softmax_h( logits_h(x) )          predict_proba (merged heads: summed per cluster)
     z(x)    = argmax_h logits_h(x)              predict (-1: the noise head's row)
-    T_mu(x) = sum_h a_h(x) mu_h                 layer_output
+    T_mu(x) = sum_h a_h(x) mu_h                 layer_output (merged: over the m heads)
     ||x - T_mu(x)||^2                           squared_errors (the empirical risk's terms)
     d_h(x)  = ||x - mu_h||                      transform (KMeans.transform's)
 
@@ -65,6 +65,19 @@ class MergedHeadsMixin:
         labels, top = cluster_argmax(logits.cpu().numpy(), np.bincount(
             self.head_labels_, minlength=len(self.cluster_centers_)))
         return torch.from_numpy(top), torch.from_numpy(labels)
+
+    def _outputs(self, Xp) -> torch.Tensor:
+        """``T_mu(x)`` of the preprocessed rows ``Xp``; merged: of the ``m`` heads, the
+        layer the fit merged (the clusters' centres are their rows' means: a ring's is its
+        middle, which no row is near)."""
+        if not self._heads_merged:
+            return super()._outputs(Xp)
+        X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64),
+                            device=self._plan.device)
+        heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64), device=X.device)
+        with fit_threads(self._plan.device):
+            logits = self._plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+            return softmax_heads(logits) @ heads
 
     def _log_density(self, X: torch.Tensor) -> torch.Tensor:
         """``log p(x)`` of preprocessed rows; merged: the equal-weight mixture of

@@ -250,7 +250,9 @@ class MergeSettings:
     ----------
     heads_per_cluster, min_heads, rows_per_head : int
         ``m = min(max(heads_per_cluster * K, min_heads), min(n, max_rows) // rows_per_head)``
-        (defaults 6, 150 and 5); no merge when that is not more than ``K``. Finer heads
+        (defaults 6, 150 and 5), and at most one per ``rows_per_head`` distinct sampled
+        rows (heads on repeated rows, counts or grades, attend to one row each and every
+        cut of theirs is near 0); no merge when that is not more than ``K``. Finer heads
         trace shapes more closely (the guide, *Clusters of any shape*).
     sample_per_head, max_rows : int
         The heads and their overlap are fitted on at most ``min(sample_per_head * m,
