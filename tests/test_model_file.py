@@ -276,19 +276,67 @@ def test_a_file_edited_by_hand_with_its_digest_written_again_is_refused(rows, tm
     """The digest guards against changes, not against a file rewritten with one: centres
     of another width, or none, are one line (they were a torch error or an
     AttributeError at predict)."""
-    from attnclust.cluster import model_file
-
     path = tmp_path / "m.npz"
     ac.save_model(ac.AttentionClustering(3, covariance_type="spherical", random_state=0)
                   .fit(rows), path)
+    _redigest(path, lambda arrays, attributes: edit(arrays))
+    with pytest.raises(ValueError, match=message):
+        ac.load_model(path)
+
+
+def _redigest(path, edit):
+    """``edit(arrays, attributes)`` the saved model at ``path``, its digest written again."""
+    from attnclust.cluster import model_file
+
     with np.load(path) as f:
         arrays = {name: f[name] for name in f.files}
     meta = json.loads(str(arrays.pop(model_file._META)))
-    edit(arrays)
+    edit(arrays, meta["attributes"])
     meta["sha256"] = model_file._digest(meta, arrays)
     with open(path, "wb") as f:
         np.savez(f, **{model_file._META: np.array(json.dumps(meta))}, **arrays)
-    with pytest.raises(ValueError, match=message):
+
+
+def _two_rings():
+    rng = np.random.default_rng(0)
+    t, r = rng.uniform(0, 2 * np.pi, 600), np.repeat([1.0, 3.0], 300)
+    return np.c_[r * np.cos(t), r * np.sin(t)] + rng.normal(0, 0.08, (600, 2))
+
+
+def _set(name, value):
+    return lambda arrays, attributes: arrays.update({f"attr.{name}": value})
+
+
+@pytest.mark.parametrize("edit, message", [
+    (_set("head_labels_", np.full(120, 7)), r"head_labels_ of shape \(120,\) and dtype int"),
+    (_set("head_labels_", np.zeros(115, np.int64)), r"shape \(115,\).*each of the 120 heads_"),
+    (_set("head_labels_", np.r_[np.zeros(60), np.ones(60)]), "dtype float64"),
+    (_set("head_labels_", np.r_[-np.ones(60), np.ones(60)].astype(np.int64)), "0..1, each"),
+    (lambda arrays, attributes: arrays.pop("attr.heads_"), "without heads_ and head_labels_"),
+    (lambda arrays, attributes: attributes.update(n_clusters_=5),
+     "n_clusters_ = 5 for 2 cluster_centers_"),
+])
+def test_a_merged_fit_edited_by_hand_is_refused(tmp_path, edit, message):
+    """A merged fit's heads, edited with the digest written again: label 7 of 2 clusters
+    came out of predict, other edits gave an IndexError, a TypeError or an AttributeError
+    at predict (they were not checked)."""
+    path = tmp_path / "m.npz"
+    est = ac.AttentionClustering(2, random_state=0).fit(_two_rings())
+    assert est.merge_heads_ and len(est.heads_) == 120
+    ac.save_model(est, path)
+    _redigest(path, edit)
+    with pytest.raises(ValueError, match="its fitted attributes disagree: .*" + message):
+        ac.load_model(path)
+
+
+@pytest.mark.parametrize("name", ["precisions_cholesky_", "weights_"])
+def test_a_shaped_fit_without_its_arrays_is_refused(rows, tmp_path, name):
+    path = tmp_path / "m.npz"
+    ac.save_model(ac.AttentionClustering(3, covariance_type="full", random_state=0).fit(rows),
+                  path)
+    _redigest(path, lambda arrays, attributes: arrays.pop(f"attr.{name}"))
+    with pytest.raises(ValueError, match=f"a full fit without K = 3 precisions_cholesky_ "
+                                         f"and weights_ \\(lacking: {name}\\)"):
         ac.load_model(path)
 
 

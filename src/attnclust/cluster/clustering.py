@@ -239,7 +239,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     max_clusters : int, default=10
         With ``n_clusters="auto"``: the largest ``K`` scored (the scan stops once the BIC
         has risen for three ``K`` in a row, no shape catching up) and counted by the
-        heads. Set it above the largest ``K`` expected; ``K = max_clusters`` warns.
+        heads. Set it above the largest ``K`` expected; ``K = max_clusters`` warns (but
+        for ``max_clusters=1``, which asks for one cluster).
     noise_head : bool, default=False
         With ``covariance_type="auto"``: a head more, a uniform background over the rows'
         box beside the shaped heads, takes the rows no cluster explains (noise,

@@ -370,6 +370,30 @@ def _disagreement(est) -> str:
     lam = getattr(est, "inverse_temperature_", 1.0)
     if not (isinstance(lam, (int, float, np.floating)) and 0 < lam < np.inf):
         return f"inverse_temperature_ = {lam!r}, not a finite number > 0"
+    K = len(centers)
+    if getattr(est, "n_clusters_", K) != K:
+        return f"n_clusters_ = {est.n_clusters_!r} for {K} cluster_centers_"
+    if getattr(est, "merge_heads_", False):
+        return _merged_disagreement(est, K)
+    if est._plan.covariance.shaped:
+        lacking = [name for name in ("precisions_cholesky_", "weights_", "covariance_floor_")
+                   if getattr(est, name, None) is None]
+        if lacking or len(est.precisions_cholesky_) != K or len(est.weights_) != K:
+            return (f"a {est._plan.covariance.name} fit without K = {K} "
+                    f"precisions_cholesky_ and weights_ (lacking: {', '.join(lacking)})")
+    return ""
+
+
+def _merged_disagreement(est, K: int) -> str:
+    """Where a merged fit's heads (``heads_``, ``head_labels_``) disagree, or ``""``."""
+    heads, labels = getattr(est, "heads_", None), getattr(est, "head_labels_", None)
+    if heads is None or labels is None:
+        return "merge_heads_ is True without heads_ and head_labels_"
+    labels = np.asarray(labels)
+    if (labels.dtype.kind not in "iu" or labels.shape != (len(heads),)
+            or not np.array_equal(np.unique(labels), np.arange(K))):
+        return (f"head_labels_ of shape {labels.shape} and dtype {labels.dtype}, not the "
+                f"cluster (0..{K - 1}, each one's) of each of the {len(heads)} heads_")
     return ""
 
 
