@@ -131,7 +131,30 @@ def test_far_outliers_are_noise_not_a_head(far, n_far):
     est = AttentionClustering(3, noise_head=True, random_state=0).fit(np.r_[X, outliers])
     assert np.all(est.labels_[600:] == NOISE_LABEL)
     assert ac.adjusted_rand_index(y, est.labels_[:600]) == 1.0
-    assert "for the background to take their rows" in est.covariance_type_reason_
+    assert "for the background to take them" in est.covariance_type_reason_
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_far_rows_apart_are_noise_and_the_blobs_keep_their_heads(seed):
+    """Three rows about 1,000 sd away, each in its own direction: the default fit's cells
+    gave two of them a head each and kept the third in a blob's cell, whose 2-means halves
+    then cut it off again (ARI 0 on every seed, the three blobs in one head). Now k-means
+    of the other rows starts the heads: the three rows are noise, and the blobs score as
+    a Gaussian mixture fitted to them alone (an independent reference), within 0.05."""
+    from sklearn.mixture import GaussianMixture
+
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 5, (3, 3))
+    X = np.vstack([c + rng.normal(0, 1, (250, 3)) for c in centres])
+    y = np.repeat([0, 1, 2], 250)
+    far = rng.choice(750, 3, replace=False)
+    X[far] += rng.normal(0, 1e3, (3, 3))
+    inliers = np.setdiff1d(np.arange(750), far)
+    est = AttentionClustering(3, noise_head=True, random_state=seed).fit(X)
+    assert np.all(est.labels_[far] == NOISE_LABEL)
+    reference = GaussianMixture(3, random_state=0).fit(X[inliers]).predict(X[inliers])
+    assert ac.adjusted_rand_index(y[inliers], est.labels_[inliers]) >= \
+        ac.adjusted_rand_index(y[inliers], reference) - 0.05
 
 def test_without_noise_the_background_takes_almost_nothing():
     rng = np.random.default_rng(0)

@@ -114,8 +114,9 @@ def fit_noise_head(rows: WorkingRows, end: Ending, plan: FitPlan, *,
                    if _chosen(choice).eligible else "the run from the default fit's cells "
                    "stopped early")
             choice, run = again._replace(reason=again.reason + (
-                f"; started with the default fit's cells of fewer than {d + 2} rows joined to "
-                f"their nearest cells, for the background to take their rows ({why})")), rerun
+                f"; started with the rows of the default fit's cells of fewer than {d + 2} "
+                f"rows joined to the nearest of k-means cells of the others, for the "
+                f"background to take them ({why})")), rerun
     choice = choice._replace(reason=choice.reason + "; each beside a uniform background "
                              "head (noise_head=True)")
     if crows is not rows:       # all rows, with their box, from the sample's fit
@@ -156,36 +157,41 @@ def _without_tiny_cells(X: np.ndarray, labels: np.ndarray, K: int, min_rows: int
     """A start partition of the rows ``X`` ``(n, d)`` where the cells of ``labels`` with
     fewer than ``min_rows`` rows (a head on a far outlier, at the covariance floor) give
     their rows to the nearest other cell (whose head the background then relieves of
-    them) and their heads to halves of the largest cells (2-means of the cell's own rows);
-    ``None`` where no cell is that small, or every one is.
+    them), the ``K`` cells being k-means' of the other rows; where k-means cuts off a few
+    far rows again (a far row a cell held), they join the nearest cell too and k-means
+    runs again (at most ``K`` times). ``None`` where no cell is that small, every one is,
+    or the other rows leave none but small cells.
 
     Examples
     --------
-    >>> X = np.r_[np.zeros((5, 1)), np.ones((5, 1)), [[100.0]]]
-    >>> start = _without_tiny_cells(X, np.r_[[0] * 10, 1], 2, 3, np.random.default_rng(0))
-    >>> start[-1], sorted(start[:5].tolist() + start[5:10].tolist()) == [0] * 5 + [1] * 5
-    (np.int64(0), True)
+    >>> X = np.r_[np.zeros((5, 1)), np.ones((5, 1)), [[100.0]], [[-90.0]]]
+    >>> start = _without_tiny_cells(X, np.r_[[0] * 10, 1, 0], 2, 3, np.random.default_rng(0))
+    >>> len(set(start[:5])), len(set(start[5:10])), bool(start[5] != start[0])
+    (1, 1, True)
+    >>> bool(start[10] == start[5] and start[11] == start[0])    # each to its nearest cell
+    True
     """
     from ..kmeans.batch import best_of_seedings
 
     counts = np.bincount(labels, minlength=K)
-    tiny, kept = np.flatnonzero(counts < min_rows), np.flatnonzero(counts >= min_rows)
-    if not len(tiny) or not len(kept):
+    if not (counts < min_rows).any() or (counts < min_rows).all():
         return None
-    means = np.stack([X[labels == k].mean(0) for k in kept])
-    start = labels.copy()
-    moved = np.flatnonzero(np.isin(labels, tiny))
-    start[moved] = kept[((X[moved, None] - means[None]) ** 2).sum(-1).argmin(1)]
-    own = np.ones(len(X), dtype=bool)
-    own[moved] = False                  # the far rows split no cell
-    for head in tiny:                   # the widest cell (by its own rows' scatter) splits
-        scatter = [float(((X[r] - X[r].mean(0)) ** 2).sum()) if len(r) else 0.0
-                   for r in (np.flatnonzero(own & (start == k)) for k in range(K))]
-        if not max(scatter) > 0:
-            return None                 # repeated points only: no half for the head
-        widest = np.flatnonzero(own & (start == int(np.argmax(scatter))))
-        halves = np.asarray(best_of_seedings(X[widest], 2, 3, gen).labels)
-        start[widest[halves == 1]] = head
+    own = ~np.isin(labels, np.flatnonzero(counts < min_rows))     # the rows the cells split
+    for _ in range(K):
+        if own.sum() < K * min_rows or len(np.unique(X[own], axis=0)) < K:
+            return None
+        cells = np.asarray(best_of_seedings(X[own], K, 3, gen).labels)
+        small = np.bincount(cells, minlength=K) < min_rows
+        if not small.any():
+            break
+        own[np.flatnonzero(own)[small[cells]]] = False
+    else:
+        return None
+    start = np.empty(len(X), dtype=np.int64)
+    start[own] = cells
+    means = np.stack([X[own][cells == k].mean(0) for k in range(K)])
+    far = np.flatnonzero(~own)
+    start[far] = ((X[far, None] - means[None]) ** 2).sum(-1).argmin(1)
     return start
 
 
