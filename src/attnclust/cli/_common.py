@@ -204,7 +204,7 @@ def reading_options(parser) -> None:
     """How DATA is read: ``--header``, ``--columns``, ``--drop-columns``."""
     header_option(parser)
     parser.add_argument("--columns", default=None, metavar="LIST",
-                        help="the columns to cluster, by name or 0-based index, separated "
+                        help="the columns to read, by name or 0-based index, separated "
                              "by commas (e.g. sepal_length,petal_length or 0,2); default: "
                              "all")
     parser.add_argument("--drop-columns", default=None, metavar="LIST",

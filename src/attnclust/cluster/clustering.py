@@ -145,7 +145,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         (:mod:`attnclust.cluster.mixture.shape_choice`; ``covariance_type_`` and
         ``covariance_type_reason_`` say which and why). Shapes are chosen for the fit with
         Euclidean heads, ``"auto"`` lambda, the fixed-point solver and no penalty; any
-        other fit, and ``partial_fit``, is ``"spherical"``. ``"diag"``, ``"full"``: each
+        other fit (a given or ``"sphere"`` ``init`` too), and ``partial_fit``, is
+        ``"spherical"``. ``"diag"``, ``"full"``: each
         head learns its own precision ``P_h`` and weight ``pi_h``
         (:mod:`attnclust.cluster.mixture.shaped`), fitted by tempered EM on the likelihood of the
         Gaussian mixture they describe (:mod:`attnclust.cluster.mixture.tempered`; Euclidean
@@ -240,7 +241,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         With ``n_clusters="auto"``: the largest ``K`` scored (the scan stops once the BIC
         has risen for three ``K`` in a row, no shape catching up) and counted by the
         heads. Set it above the largest ``K`` expected; ``K = max_clusters`` warns (but
-        for ``max_clusters=1``, which asks for one cluster).
+        for ``max_clusters=1``, which asks for one cluster, and where the heads count
+        fewer clusters than the components: ``n_clusters_reason_`` still says so).
     noise_head : bool, default=False
         With ``covariance_type="auto"``: a head more, a uniform background over the rows'
         box beside the shaped heads, takes the rows no cluster explains (noise,
@@ -265,12 +267,14 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
     ----------
     n_clusters_ : int
         The number of clusters (``n_clusters``, or ``"auto"``'s: components or heads).
-    k_choice_ : KChoice
-        With ``n_clusters="auto"``: the scores ``K`` was chosen by (BIC per ``K``, the
-        weight and shape of the chosen one, the structure test's ``z``); ``n_clusters_reason_``
-        says it in words, with how sure the choice is.
+    n_clusters_reason_, k_choice_ : str, KChoice
+        With ``n_clusters="auto"``: why ``K``, in words, with how sure the choice is, and
+        the scores it was chosen by (BIC per ``K``, the weight and shape of the chosen
+        one, the structure test's ``z``).
     cluster_centers_ : ndarray of shape (n_clusters, n_features)
-        Heads, in the preprocessed space (unit norm on the sphere).
+        Heads, in the preprocessed space (unit norm on the sphere). The fitted arrays and
+        ``predict_proba``, ``transform``, ``layer_output`` have the dtype of the rows
+        given to ``fit`` (float32 or float64; ``partial_fit`` keeps float64).
     labels_ : ndarray of shape (n_samples,)
         ``argmax_h a_h(x)`` of the training rows.
     inverse_temperature_ : float
@@ -284,19 +288,22 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         there (the k-means objective per row) of the sample's partition where the sample
         holds every row, else after each step over all rows.
     inverse_temperature_curve_ : ndarray
+        The inverse temperature of each step (``inf``: a Lloyd step, the hard limit).
     converged_ : bool
+        Whether the last stage met its tolerance within ``max_iter`` (``partial_fit``:
+        ``False``).
     inertia_ : float
         Sum of the squared distances of the training rows to their cluster's centre
         (preprocessed space), weighted by ``sample_weight``, as ``KMeans.inertia_``;
         noise rows (``-1``) left out. After ``partial_fit``: of the last batch.
-    n_features_in_ : int
-    n_steps_, stream_state_ : with ``partial_fit``, the batches taken and the running sums
-    mean_, scale_ : preprocessing of ``normalize="center-scale"`` (None otherwise)
+    n_features_in_, feature_names_in_ : int, ndarray of str
+        The features seen by ``fit`` (their names: a DataFrame's columns, as scikit-learn).
+    n_steps_, stream_state_ : int, object
+        With ``partial_fit``: the batches taken and the running sums.
+    mean_, scale_ : ndarray, float
+        The preprocessing of ``normalize="center-scale"`` (``None`` otherwise).
     covariances_, precisions_, precisions_cholesky_, weights_ : ndarray
         Shaped heads only (names and shapes as in ``sklearn.mixture.GaussianMixture``).
-
-    The fitted arrays and ``predict_proba``, ``transform``, ``layer_output`` have the dtype
-    of the rows given to ``fit`` (float32 or float64; ``partial_fit`` keeps float64).
     covariance_floor_ : ndarray of shape (n_features,)
         Shaped heads only: the floor added to every covariance's diagonal.
     heads_, head_labels_ : ndarray of shape (n_heads, n_features) and (n_heads,)
