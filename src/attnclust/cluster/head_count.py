@@ -24,14 +24,14 @@ clusters, seeds 0-4, gave the same counts for ``r`` = 1, 1.5, 2 and 3, while 5 k
 concentric rings, ``dartboard1``, whose rise is 3.5-4.6 on 3 seeds, at one cluster), and:
 
 More clusters than components, ``C* > K``, only where they are a shape convex cells cut
-through: ``N(C*)`` below ``cut_ratio`` times the cut of ``C*`` k-means cells of the rows
+through: ``N(C*)`` below ``count_cut_ratio`` times the cut of ``C*`` k-means cells of the rows
 read on the heads (concentric rings), and the last condition below holds.
 
 Fewer clusters than components, ``C* < K``, only where
 
-- ``N(C*)`` is below ``cut_ratio`` times the cut of the ``K`` components read on the
+- ``N(C*)`` is below ``count_cut_ratio`` times the cut of the ``K`` components read on the
   same heads (merging them must remove what they cut);
-- the merged clusters are what convex cells cannot draw: ``N(C*)`` below ``cut_ratio``
+- the merged clusters are what convex cells cannot draw: ``N(C*)`` below ``count_cut_ratio``
   times the cut of ``C*`` k-means cells of the rows read on the heads (a shape), or both
   below ``f`` (clusters apart, each of several Gaussian components: two long crescents);
 - and the components each cluster joins share their rows as pieces of one body do: in
@@ -158,19 +158,19 @@ def counted_clusters(tiles: HeadTiles, variance: float, kept: np.ndarray, K: int
         return (f"the heads' cut rises most from {count} to {count + 1} clusters, x{rise:.3g} "
                 f"< {settings.min_rise:g}")
     components = normalized_cut(overlap, kept) if count < K else np.nan
-    if count < K and not cuts[count] < settings.cut_ratio * components:
+    if count < K and not cuts[count] < settings.count_cut_ratio * components:
         return (f"{count} clusters of the heads cut {cuts[count]:.4g}, not below "
-                f"{settings.cut_ratio:g} times the {K} components' {components:.4g}")
+                f"{settings.count_cut_ratio:g} times the {K} components' {components:.4g}")
     cells = best_of_seedings(S, count, 3, rng, weights=w)
     convex = normalized_cut(overlap, majority_labels(nearest, np.asarray(cells.labels), len(
         overlap), count, w))
     merged = cuts[count]
-    shape = merged < settings.cut_ratio * convex
+    shape = merged < settings.count_cut_ratio * convex
     if count > K and not shape:
         return (f"{count} clusters of the heads cut {merged:.4g}, not below "
-                f"{settings.cut_ratio:g} times that of {count} k-means cells, {convex:.4g}")
+                f"{settings.count_cut_ratio:g} times that of {count} k-means cells, {convex:.4g}")
     if shape:
-        why = (f"below {settings.cut_ratio:g} times that of {count} k-means cells, "
+        why = (f"below {settings.count_cut_ratio:g} times that of {count} k-means cells, "
                f"{convex:.4g}: a shape convex cells cut through")
     elif max(merged, convex) < floor:
         why = (f"below {floor:g}, as is that of {count} k-means cells, {convex:.4g}: "

@@ -231,8 +231,8 @@ _LINKAGES = ("single", "average")
 _MERGE_COUNTS = ("heads_per_cluster", "min_heads", "rows_per_head", "sample_per_head",
                  "max_rows", "max_iter")
 _MERGE_CHECKS = (
-    (("temperature", "cut_ratio", "count_temperature", "cut_floor", "min_rise", "min_shared",
-      "split_rows"), "a positive number", lambda v: v > 0),
+    (("temperature", "cut_ratio", "count_cut_ratio", "count_temperature", "cut_floor",
+      "min_rise", "min_shared", "split_rows"), "a positive number", lambda v: v > 0),
     (("gini_threshold",), "in [0, 1]", lambda v: 0 <= v <= 1),
     (("skip_cut",), "a number >= 0", lambda v: v >= 0),
     (("min_redraw",), "in [-1, 1]", lambda v: -1 <= v <= 1),
@@ -271,10 +271,12 @@ class MergeSettings:
         pairs of heads.
     cut_ratio : float
         The merge is kept when its normalized cut is below ``cut_ratio`` times the
-        ``K``-head fit's (default 0.05) and the split gain is above ``split_gain_floor``,
-        or when its cut is below the fit's and the split gain above ``min_split_gain``;
-        with ``n_clusters="auto"``, the heads' count is a shape where its cut is below
-        ``cut_ratio`` times that of as many k-means cells.
+        ``K``-head fit's (default 0.1) and the split gain is above ``split_gain_floor``,
+        or when its cut is below the fit's and the split gain above ``min_split_gain``.
+    count_cut_ratio : float
+        With ``n_clusters="auto"``: the heads' count is a shape where its cut is below
+        ``count_cut_ratio`` times that of as many k-means cells, and fewer clusters than
+        the components only where it is below that times the components' (default 0.05).
     min_split_gain, split_gain_floor, split_rows : float
         The per-row BIC gain of ``2 K`` Gaussian components over ``K``
         (:func:`~attnclust.cluster.merge.split_gain`)
@@ -321,7 +323,8 @@ class MergeSettings:
     temperature: float = 0.5
     gini_threshold: float = 0.3
     linkage: str = "single"
-    cut_ratio: float = 0.05
+    cut_ratio: float = 0.1
+    count_cut_ratio: float = 0.05
     min_redraw: float = 0.6
     skip_cut: float = 0.03
     count_temperature: float = 4.0
