@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("reproduce",
                        help="reproduce the paper's figures (names: attnclust list; or all)")
     p.add_argument("figures", nargs="+", metavar="FIG", help="figure names, or 'all'")
-    p.add_argument("--quick", action="store_true", help="small configs (under a minute, not hours)")
+    p.add_argument("--quick", action="store_true", help="small configs (under a minute)")
     p.add_argument("--out", default="results", help="output folder (default: results)")
     p.add_argument("--seed", type=int, default=0, help="root seed (default: 0)")
     p.add_argument("--recompute", action="store_true", help="ignore cached results")
