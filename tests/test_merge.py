@@ -721,6 +721,27 @@ def test_repeated_rows_are_one_place_to_tile():
     assert not res.merged and res.reason.startswith("not merged: 3 distinct sampled rows")
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_seeds_stop_at_the_pools_distinct_rows(seed):
+    """1,700 copies of one row and 300 others: once every distinct row of the pool was a
+    head, the distances' rounding (4e-16, not 0) had k-means++ seed the repeated row again
+    (60 heads on 26 places on seed 1). Heads on one place are one head."""
+    rng = np.random.default_rng(0)
+    X = np.r_[np.zeros((1700, 2)), rng.normal(0, 1, (150, 2)), rng.normal(5, 1, (150, 2))]
+    heads = tile_heads(X, 60, np.random.default_rng(seed), max_iter=0)
+    assert len(np.unique(heads, axis=0)) == len(heads)
+
+
+def test_one_feature_under_auto_skips_clusters_that_barely_overlap():
+    """Under n_clusters="auto" the heads may count clusters on one feature, but clusters
+    that barely overlap are still not tiled at all (the skip came after the rule of one
+    feature, and tiled them)."""
+    rng = np.random.default_rng(0)
+    X = np.r_[rng.normal(0, 1, 300), rng.normal(20, 1, 300), rng.normal(40, 1, 300)][:, None]
+    est = _fit(X, "auto", 0)
+    assert est.n_clusters_ == 3 and "barely overlap" in est.merge_heads_reason_
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_counts_are_not_merged_into_a_corner(seed):
     """Two blobs of Poisson counts (156 distinct rows among 1,000): 150 heads sat on the

@@ -329,14 +329,28 @@ def test_a_merged_fit_edited_by_hand_is_refused(tmp_path, edit, message):
         ac.load_model(path)
 
 
-@pytest.mark.parametrize("name", ["precisions_cholesky_", "weights_"])
-def test_a_shaped_fit_without_its_arrays_is_refused(rows, tmp_path, name):
+@pytest.mark.parametrize("edit, message", [
+    (lambda a: a.pop("attr.precisions_cholesky_"),
+     r"a full fit's precisions_cholesky_ of shape None, not \(3, 3, 3\) finite numbers"),
+    (lambda a: a.pop("attr.weights_"), r"weights_ of shape None, not \(3,\)"),
+    (lambda a: a.update({"attr.weights_": np.full(2, 0.5)}), r"weights_ of shape \(2,\)"),
+    (lambda a: a.update({"attr.precisions_cholesky_": np.ones((3, 2, 2))}),
+     r"precisions_cholesky_ of shape \(3, 2, 2\), not \(3, 3, 3\)"),
+    (lambda a: a.update({"attr.covariance_floor_": np.ones(1)}),
+     r"covariance_floor_ of shape \(1,\), not \(3,\)"),
+    (lambda a: a.update({"attr.precisions_cholesky_": np.full((3, 3, 3), np.nan)}),
+     "precisions_cholesky_ of shape .* finite numbers"),
+    (lambda a: a.update({"attr.weights_": np.array([0.5, 0.6, -0.1])}),
+     "weights_ not all > 0"),
+])
+def test_a_shaped_fit_whose_arrays_disagree_is_refused(rows, tmp_path, edit, message):
+    """A full fit's arrays edited with the digest written again: they loaded, and predict
+    raised a size mismatch or called a row too far from the heads."""
     path = tmp_path / "m.npz"
     ac.save_model(ac.AttentionClustering(3, covariance_type="full", random_state=0).fit(rows),
                   path)
-    _redigest(path, lambda arrays, attributes: arrays.pop(f"attr.{name}"))
-    with pytest.raises(ValueError, match=f"a full fit without K = 3 precisions_cholesky_ "
-                                         f"and weights_ \\(lacking: {name}\\)"):
+    _redigest(path, lambda arrays, attributes: edit(arrays))
+    with pytest.raises(ValueError, match="its fitted attributes disagree: .*" + message):
         ac.load_model(path)
 
 

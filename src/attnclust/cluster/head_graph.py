@@ -118,10 +118,12 @@ def tile_heads(X: np.ndarray, n_heads: int, rng: np.random.Generator, *, max_ite
         int(np.searchsorted(np.cumsum(copies), rng.random() * copies.sum(), side="right"))
     pick = [min(first, len(P) - 1)]
     nearest = D[pick[0]].copy()
+    start = None
     for u in rng.random(m - 1):                              # k-means++: D^2 draws
         total = np.cumsum(nearest if copies is None else nearest * copies)
-        if total[-1] <= 0:                                   # fewer distinct rows than heads
-            break
+        start = total[-1] if start is None else start
+        if total[-1] <= 1e-12 * start:      # every distinct row of the pool is a head: what
+            break                           # is left is the distances' rounding
         pick.append(min(int(np.searchsorted(total, u * total[-1])), len(P) - 1))
         np.minimum(nearest, D[pick[-1]], out=nearest)
     heads = P[pick].copy()

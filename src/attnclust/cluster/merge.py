@@ -92,7 +92,8 @@ a_h(x)``, and a row's label is the cluster of largest membership.
 where the rows of positive weight weigh the same, they are read unweighted, with the
 draws of the rows alone (all ones, or all sevens, are no weights); an integer weight is
 that many copies of its row; other weights are scaled to a mean of one row. The number
-of heads and the sample sizes are of the weights' total, and every sample is a draw of
+of heads and the sample sizes are of the weights' total (the heads at most one per 5
+distinct sampled rows of positive weight), and every sample is a draw of
 that many rows (:func:`~attnclust.cluster.head_graph.draw_copies`): for integer weights
 the counts of a draw without replacement from the rows repeated, so that the merge of
 weighted rows is the merge of the repeated rows in distribution over the random draws
@@ -181,14 +182,17 @@ def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSetting
 
 
 def distinct_rows(X: np.ndarray) -> int:
-    """The number of distinct rows of ``X`` ``(n, d)``.
+    """The number of distinct rows of ``X`` ``(n, d)`` (each row's bytes compared at once:
+    ``np.unique(axis=0)`` sorts by one column at a time, ten times slower on wide rows;
+    ``-0.0`` is ``0.0``).
 
     Examples
     --------
-    >>> distinct_rows(np.array([[0.0, 1.0], [0.0, 1.0], [2.0, 1.0]]))
+    >>> distinct_rows(np.array([[0.0, 1.0], [-0.0, 1.0], [2.0, 1.0]]))
     2
     """
-    return len(np.unique(X, axis=0))
+    rows = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
+    return len(np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1])))))
 
 
 def weights_in_rows(weights: np.ndarray) -> np.ndarray | None:
@@ -283,7 +287,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     ``max_clusters``):
     the heads may hold from 2 to ``max(K, count_up_to)`` clusters
     (:mod:`~attnclust.cluster.head_count`; not with ``force``; tiled for one component,
-    ``K = 1``, too); 0: ``K`` clusters.
+    ``K = 1``, and on one feature too); 0: ``K`` clusters.
 
     Returns
     -------
@@ -331,24 +335,21 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     if m <= K:
         return not_tiled(f"{units} rows give no more heads than clusters ({m} <= {K})")
     barely = None if force else _no_merge_at(K, X.shape[1], proba, weights, settings)
-    if barely is not None and not (counts and (K == 1 or X.shape[1] == 1)):
-        return not_tiled(*barely)       # (one cluster, or one feature: the count may tile)
+    if barely is not None and not (counts and barely[2]):
+        return not_tiled(*barely[:2])
     cap = min(settings.max_rows, settings.sample_per_head * m)
     sampled = min(units, cap)
     splits = _splits(sampled, X.shape[1], K, settings.split_rows)
     if not (splits or counts or force):
         return not_tiled(f"{sampled} sampled rows are fewer than {settings.split_rows:g} "
                          f"per parameter of {2 * K} full-covariance components (split gain)")
-    take, w = sample_rows(n, weights, cap, rng)
-    z = np.asarray(labels)[take]
-    rows = np.asarray(X[take], dtype=np.float64)
-    places = distinct_rows(rows)                # repeated rows are one place to tile
-    tiles = _tiles(rows, w, max(1, min(m, n_heads(K, places, settings))), rng, settings)
-    S, w, heads, d2, nearest, sizes = tiles
-    m = len(heads)                  # (fewer where the seeds' pool holds fewer places)
+    take, places, tiles = _sampled_tiles(X, weights, cap, K, rng, settings)
+    m = n_heads(K, places, settings) if tiles is None else len(tiles.heads)
     if m <= K:
         return not_tiled(f"{places} distinct sampled rows give no more heads than clusters "
                          f"({m} <= {K})")
+    S, w, heads, d2, nearest, sizes = tiles
+    z = np.asarray(labels)[take]
     spread = float(np.average(d2[np.arange(len(S)), nearest], weights=w))
     # rows_per_head distinct rows per head leave a spread; floored all the same, as the
     # fit's lambda is, at 1e-12 times the rows' mean squared distance from their mean (1
@@ -379,7 +380,7 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
     unseen = (f"; the heads redraw the {K}-head fit's partition at ARI {redraw:.2f}, below "
               f"{settings.min_redraw:g}: they do not see what it sees")
     if barely is not None:
-        why, cut = barely
+        why, cut = barely[:2]
         why += (f"; no other count of clusters: {found}" if found is not None else
                 unseen if counts else "")
         return not_tiled(why, cut)
@@ -423,23 +424,36 @@ def sample_rows(n: int, weights: np.ndarray | None, cap: int,
 
 
 def _no_merge_at(K: int, d: int, proba: np.ndarray | None, weights: np.ndarray | None,
-                 settings: MergeSettings) -> tuple[str, float] | None:
-    """Why no merge into ``K`` clusters is taken on rows of ``d`` features, and the fit's
-    cut, or ``None``: one cluster has no two to merge; on one feature a cluster of heads
-    is an interval (module docstring); the ``K`` clusters barely overlap (the
-    :func:`posterior_cut` of their posterior ``proba`` ``(n, K)``)."""
+                 settings: MergeSettings) -> tuple[str, float, bool] | None:
+    """Why no merge into ``K`` clusters is taken on rows of ``d`` features, the fit's cut,
+    and whether the heads may still count clusters; or ``None``: one cluster has no two
+    to merge (they may); the ``K`` clusters barely overlap (the :func:`posterior_cut` of
+    their posterior ``proba`` ``(n, K)``: no head is tiled); on one feature a cluster of
+    heads is an interval (module docstring; they may)."""
     if K == 1:
-        return "one cluster, no two to merge", 0.0
+        return "one cluster, no two to merge", 0.0, True
+    if proba is not None and settings.skip_cut > 0:
+        cut = posterior_cut(proba, weights)
+        if cut < settings.skip_cut:
+            return (f"the {K} clusters barely overlap (normalized cut of their posterior "
+                    f"{cut:.3g} < {settings.skip_cut:g})", cut, False)
     if d == 1:
         return (f"one feature: a cluster of heads on a line is an interval, which the "
-                f"{K}-head fit's cells draw too", np.nan)
-    if proba is None or settings.skip_cut <= 0:
-        return None
-    cut = posterior_cut(proba, weights)
-    if cut >= settings.skip_cut:
-        return None
-    return (f"the {K} clusters barely overlap (normalized cut of their posterior {cut:.3g} "
-            f"< {settings.skip_cut:g})", cut)
+                f"{K}-head fit's cells draw too", np.nan, True)
+    return None
+
+
+def _sampled_tiles(X, weights, cap: int, K: int, rng: np.random.Generator,
+                   settings: MergeSettings) -> tuple[np.ndarray, int, HeadTiles | None]:
+    """The merge's sample of at most ``cap`` rows of ``X`` (:func:`sample_rows`): its
+    rows' indices, its count of distinct rows of positive weight (a repeated row is one
+    place to tile) and the heads tiled on it, one per ``rows_per_head`` places (``None``
+    where that is not more than ``K``; fewer heads where the seeds' pool holds fewer)."""
+    take, w = sample_rows(X.shape[0], weights, cap, rng)
+    rows = np.asarray(X[take], dtype=np.float64)
+    places = distinct_rows(rows if w is None else rows[w > 0])
+    m = n_heads(K, places, settings)
+    return take, places, _tiles(rows, w, m, rng, settings) if m > K else None
 
 
 def _tiles(S: np.ndarray, w: np.ndarray | None, m: int, rng: np.random.Generator,

@@ -376,11 +376,24 @@ def _disagreement(est) -> str:
     if getattr(est, "merge_heads_", False):
         return _merged_disagreement(est, K)
     if est._plan.covariance.shaped:
-        lacking = [name for name in ("precisions_cholesky_", "weights_", "covariance_floor_")
-                   if getattr(est, name, None) is None]
-        if lacking or len(est.precisions_cholesky_) != K or len(est.weights_) != K:
-            return (f"a {est._plan.covariance.name} fit without K = {K} "
-                    f"precisions_cholesky_ and weights_ (lacking: {', '.join(lacking)})")
+        return _shaped_disagreement(est, K, d)
+    return ""
+
+
+def _shaped_disagreement(est, K: int, d: int) -> str:
+    """Where a shaped fit's arrays disagree with its ``K`` heads of ``d`` features, or
+    ``""``."""
+    full = est._plan.covariance.joint
+    shapes = {"precisions_cholesky_": (K, d, d) if full else (K, d), "weights_": (K,),
+              "covariance_floor_": (d,)}
+    for name, shape in shapes.items():
+        value = getattr(est, name, None)
+        if value is None or np.shape(value) != shape or not np.all(np.isfinite(value)):
+            return (f"a {est._plan.covariance.name} fit's {name} of shape "
+                    f"{np.shape(value) if value is not None else None}, not {shape} finite "
+                    "numbers")
+    if not np.all(np.asarray(est.weights_) > 0):
+        return "a shaped fit's weights_ not all > 0"
     return ""
 
 

@@ -45,11 +45,17 @@ class MergedHeadsMixin:
         """Whether the fit merged its heads into clusters (``merge_heads_``)."""
         return bool(getattr(self, "merge_heads_", False))
 
+    def _heads_and_logits(self, X: torch.Tensor, order=slice(None)):
+        """The merged heads ``(m, d)`` (in ``order``) and their logits of the preprocessed
+        rows ``X`` ``(n, m)``."""
+        heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64)[order],
+                                device=X.device)
+        return heads, self._plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+
     def _merged_logits(self, X: torch.Tensor) -> torch.Tensor:
         """A cluster's logit: the log-sum-exp of its heads' logits, so that its attention
         is the sum of theirs."""
-        heads = torch.as_tensor(self.heads_, dtype=torch.float64, device=X.device)
-        logits = self._plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+        logits = self._heads_and_logits(X)[1]
         labels = torch.as_tensor(self.head_labels_, device=X.device)
         return torch.stack([torch.logsumexp(logits[:, labels == c], 1)
                             for c in range(len(self.cluster_centers_))], 1)
@@ -59,9 +65,7 @@ class MergedHeadsMixin:
         attention (the argmax of :meth:`_merged_logits`, with no exponential on most rows:
         :func:`~attnclust.cluster.merge.cluster_argmax`), both ``(n,)``."""
         order = np.argsort(self.head_labels_, kind="stable")     # heads grouped by cluster
-        heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64)[order],
-                                device=X.device)
-        logits = self._plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+        logits = self._heads_and_logits(X, order)[1]
         labels, top = cluster_argmax(logits.cpu().numpy(), np.bincount(
             self.head_labels_, minlength=len(self.cluster_centers_)))
         return torch.from_numpy(top), torch.from_numpy(labels)
@@ -74,9 +78,8 @@ class MergedHeadsMixin:
             return super()._outputs(Xp)
         X = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64),
                             device=self._plan.device)
-        heads = torch.as_tensor(np.asarray(self.heads_, dtype=np.float64), device=X.device)
         with fit_threads(self._plan.device):
-            logits = self._plan.geometry.precise_logits(X, heads, self.inverse_temperature_)
+            heads, logits = self._heads_and_logits(X)
             return softmax_heads(logits) @ heads
 
     def _log_density(self, X: torch.Tensor) -> torch.Tensor:
