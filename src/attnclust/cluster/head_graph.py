@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["squared_distances", "draw_copies", "tile_heads", "head_attention", "head_overlap",
+__all__ = ["squared_distances", "distinct_rows", "draw_copies", "tile_heads",
+           "head_attention", "head_overlap",
            "head_similarity", "gini_index",
            "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
            "posterior_cut"]
@@ -43,6 +44,20 @@ def squared_distances(X: np.ndarray, heads: np.ndarray) -> np.ndarray:
     d2 += np.einsum("nd,nd->n", X, X)[:, None]
     d2 += np.einsum("md,md->m", heads, heads)[None]
     return np.maximum(d2, 0.0, out=d2)
+
+
+def distinct_rows(X: np.ndarray) -> int:
+    """The number of distinct rows of ``X`` ``(n, d)`` (each row's bytes compared at once:
+    ``np.unique(axis=0)`` sorts by one column at a time, ten times slower on wide rows;
+    ``-0.0`` is ``0.0``).
+
+    Examples
+    --------
+    >>> distinct_rows(np.array([[0.0, 1.0], [-0.0, 1.0], [2.0, 1.0]]))
+    2
+    """
+    rows = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
+    return len(np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1])))))
 
 
 # integer weights summing to less than this are drawn as copies of rows (the

@@ -124,6 +124,7 @@ from .head_count import HeadCount, HeadTiles, cluster_count, counted_clusters
 from .head_graph import (
     MOST_COPIES,
     adjusted_rand,
+    distinct_rows,
     draw_copies,
     gini_index,
     gini_linkage,
@@ -179,20 +180,6 @@ def n_heads(n_clusters: int, n_rows: int, settings: MergeSettings = MergeSetting
     """
     m = max(settings.heads_per_cluster * n_clusters, settings.min_heads)
     return int(min(m, n_rows // settings.rows_per_head))
-
-
-def distinct_rows(X: np.ndarray) -> int:
-    """The number of distinct rows of ``X`` ``(n, d)`` (each row's bytes compared at once:
-    ``np.unique(axis=0)`` sorts by one column at a time, ten times slower on wide rows;
-    ``-0.0`` is ``0.0``).
-
-    Examples
-    --------
-    >>> distinct_rows(np.array([[0.0, 1.0], [-0.0, 1.0], [2.0, 1.0]]))
-    2
-    """
-    rows = np.ascontiguousarray(np.asarray(X, dtype=np.float64) + 0.0)
-    return len(np.unique(rows.view(np.dtype((np.void, rows.itemsize * rows.shape[1])))))
 
 
 def weights_in_rows(weights: np.ndarray) -> np.ndarray | None:

@@ -324,5 +324,5 @@ def kmeans_lambda(S: torch.Tensor, Sw: torch.Tensor | None, start: WarmStart,
     share of the fit)."""
     km = start.kmeans
     lam, capped = auto_lambda(S, km.heads, geometry, Sw,
-                               torch.as_tensor(km.labels, device=S.device))
+                              torch.as_tensor(km.labels, device=S.device))
     return start._replace(inverse_temperature=lam, capped=capped)

@@ -137,6 +137,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._validation import as_generator
+from ..head_graph import distinct_rows
 from ..mixture.candidates import heads_at_floor, score_lean
 from ..mixture.covariance import as_covariance
 from ..mixture.em import LeanEM, RowProducts
@@ -541,7 +542,7 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
         bic_one = (f"one component has the least BIC (BIC(1) {one:+.1f} from the least of "
                    f"K >= 2)" if not thin else f"K = {best} leaves fewer than {s.thin_rows} "
                    f"rows per cluster, too few for its BIC")
-        distinct = len(np.unique(rows, axis=0))   # a few points, repeated: say so
+        distinct = distinct_rows(rows)            # a few points, repeated: say so
         few = (f"; weak: the rows take only {distinct} distinct values, which the test reads "
                f"at the data's resolution (pass n_clusters={distinct} to keep them apart)"
                if distinct <= top else "; weak: too few rows to tell" if thin or

@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from ..head_graph import distinct_rows
 from ..rows import WorkingRows
 from ..settings import FitSettings
 from .candidates import LeanRows, LeanRun, lean_attributes, lean_run
@@ -178,7 +179,7 @@ def _without_tiny_cells(X: np.ndarray, labels: np.ndarray, K: int, min_rows: int
         return None
     own = ~np.isin(labels, np.flatnonzero(counts < min_rows))     # the rows the cells split
     for _ in range(K):
-        if own.sum() < K * min_rows or len(np.unique(X[own], axis=0)) < K:
+        if own.sum() < K * min_rows or distinct_rows(X[own]) < K:
             return None
         cells = np.asarray(best_of_seedings(X[own], K, 3, gen).labels)
         small = np.bincount(cells, minlength=K) < min_rows
