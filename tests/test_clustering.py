@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from functools import partial
 
@@ -488,15 +489,26 @@ def test_far_rows_go_to_the_head_farthest_along_their_direction(far):
     np.testing.assert_array_equal(est.predict_proba(far * u), np.eye(3)[nearest])
 
 
-@pytest.mark.parametrize("method", ["transform", "score_samples"])
-def test_a_distance_that_overflows_names_the_row(method):
-    """Distances and densities of a row at 1e155 (its squared distance overflows
-    float64): an error naming the row, where they returned inf; at 1e100, finite."""
+def test_a_density_that_overflows_names_the_row():
+    """Densities of a row at 1e155 (its squared distance overflows float64): an error
+    naming the row, where they returned inf; at 1e100, finite."""
     est = ac.AttentionClustering(3, random_state=0).fit(np.random.RandomState(0).randn(300, 2))
     far = np.array([[0.0, 1.0], [1e100, 0.0], [1e155, 0.0]])
     with pytest.raises(ValueError, match="row 2 of X is too far from the fitted heads"):
-        getattr(est, method)(far)
-    assert np.all(np.isfinite(getattr(est, method)(far[:2])))
+        est.score_samples(far)
+    assert np.all(np.isfinite(est.score_samples(far[:2])))
+
+
+def test_a_distance_whose_square_overflows_is_still_a_distance():
+    """transform of rows at 1e155 and 1e300 (their squares overflow float64) is their
+    distance (``math.dist`` scales as it sums: the reference), within a few roundings
+    of its size; refused, naming the row, only where the distance itself overflows."""
+    est = ac.AttentionClustering(3, random_state=0).fit(np.random.RandomState(0).randn(300, 2))
+    far = np.array([[0.0, 1.0], [1e155, -3e154], [-1e300, 1e300]])
+    reference = [[math.dist(x, mu) for mu in est.cluster_centers_] for x in far]
+    np.testing.assert_allclose(est.transform(far), reference, rtol=8 * eps(), atol=0)
+    with pytest.raises(ValueError, match="row 1 of X is too far from the fitted heads"):
+        est.transform([[0.0, 0.0], [1.5e308, 1.5e308]])
 
 
 def test_a_label_whose_logits_overflow_is_refused_not_head_0():
@@ -902,10 +914,17 @@ def test_an_outlier_does_not_cap_the_inverse_temperature():
 
 
 def test_warnings_point_at_the_callers_line():
+    """Also the checks run many frames deep (a shaped fit's floor, the noise head's), and
+    through fit_predict."""
     X, _ = _blobs([[3.0, 0.0], [-3.0, 0.0]], n=100)
-    with pytest.warns(DegenerateFitWarning) as record:
-        AttentionClustering(2, inverse_temperature=1e-9, random_state=0).fit(X)
-    assert {w.filename for w in record} == {__file__}
+    cells = np.c_[np.repeat([0.0, 1.0], 100), np.zeros(200)]    # a shaped head at the floor
+    cases = [(X, dict(inverse_temperature=1e-9)), (cells, dict(covariance_type="diag")),
+             (cells, dict(noise_head=True))]
+    for rows, kw in cases:
+        for call in ("fit", "fit_predict"):
+            with pytest.warns(DegenerateFitWarning) as record:
+                getattr(AttentionClustering(2, random_state=0, **kw), call)(rows)
+            assert {w.filename for w in record} == {__file__}, (kw, call)
 
 
 def test_more_rows_than_the_sample_fit_all_rows():

@@ -86,7 +86,7 @@ from .._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keyword
 from .._validation import as_flag, as_generator, as_numpy_input, check_sample_weight
 from .choice.k_choice import choose_n_clusters, warn_if_weak
 from .communicator import Communicator
-from .degenerate import DegenerateFitWarning, warn_if_degenerate
+from .degenerate import DegenerateFitWarning, warn_if_degenerate, warnings_at_caller
 from .endings import ending_for
 from .estimator_fits import SHAPED_ARRAYS, Reporter, in_data_dtype, merge_into
 from .estimator_params import check_params, param_names, parameters
@@ -424,6 +424,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         return plan
 
     # -- fitting ----------------------------------------------------------------------------
+    @warnings_at_caller()
     def fit(self, X, y=None, sample_weight=None, *, comm: Communicator | None = None):
         """Fit the heads to ``X`` (n_samples, n_features); ``y`` is ignored.
 

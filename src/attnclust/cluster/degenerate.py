@@ -27,12 +27,15 @@ paper          code            meaning
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import warnings
 
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-__all__ = ["DegenerateFitWarning", "warn_capped", "warn_if_degenerate", "warn_if_empty"]
+__all__ = ["DegenerateFitWarning", "warn_capped", "warn_if_degenerate", "warn_if_empty",
+           "warnings_at_caller"]
 
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
 
@@ -90,3 +93,35 @@ def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
                       f"{sharpness / n:.3f}, uniform {1 / K:.3f}): the risk then pins down "
                       "only the mean of the heads; raise inverse_temperature or use 'auto'",
                       DegenerateFitWarning, stacklevel=stacklevel + 1)
+
+
+@contextlib.contextmanager
+def warnings_at_caller():
+    """Warnings raised inside, shown at the line that called into the package: its first
+    caller outside ``attnclust`` (a fit's checks run many frames deep, and ``fit_predict``
+    adds one). They are held until the block ends, then warned again there, under the
+    caller's filters.
+
+    Examples
+    --------
+    >>> @warnings_at_caller()
+    ... def fit():
+    ...     warnings.warn("deep inside", UserWarning)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     fit()
+    >>> caught[0].filename.endswith("degenerate.py")      # shown here, not in the package
+    False
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            held = list(caught)
+    level, frame = 1, sys._getframe()
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in (
+            "attnclust", "contextlib"):
+        frame, level = frame.f_back, level + 1
+    for w in held:
+        warnings.warn(w.message, w.category, stacklevel=level)

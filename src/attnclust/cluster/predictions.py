@@ -230,11 +230,19 @@ class LayerPredictionsMixin(TransformerMixin):
     def transform(self, X) -> np.ndarray:
         """Euclidean distances ``||x - mu_h||`` of the preprocessed rows to the cluster
         centres, shape (n_samples, n_clusters), in the dtype of ``X`` (``KMeans.transform``'s
-        space; the layer's output is :meth:`layer_output`)."""
+        space; the layer's output is :meth:`layer_output`); a row refused only where a
+        distance itself overflows float64, not its square."""
         def distances(Xp):
             X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64),
                                   device=self._plan.device)
-            return squared_distances(X64, self._heads64()).sqrt().cpu().numpy()
+            heads = self._heads64()
+            out = squared_distances(X64, heads).sqrt()
+            far = ~torch.isfinite(out).all(1)    # a square overflows, the distance may not:
+            if bool(far.any()):                  # the differences scaled to at most one first
+                diff = X64[far, None] - heads
+                scale = diff.abs().amax(-1).clamp_min(torch.finfo(torch.float64).tiny)
+                out[far] = scale * (diff / scale[..., None]).square().sum(-1).sqrt()
+            return out.cpu().numpy()
         return self._by_chunks(X, distances, keep_dtype=True)
 
     @property
