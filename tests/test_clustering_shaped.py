@@ -250,9 +250,9 @@ def test_callback_reports_the_data_units():
     np.testing.assert_array_equal(infos[-1].heads.numpy(), est.cluster_centers_)
 
 
-def test_constant_column_warns_through_the_estimator():
-    X, _ = _anisotropic()
-    X = np.column_stack([X, np.full(len(X), 3.0)])
+def test_a_column_constant_within_clusters_warns_through_the_estimator():
+    X, y = _anisotropic()
+    X = np.column_stack([X, y.astype(float)])
     with pytest.warns(DegenerateFitWarning, match="no spread in some direction"):
         est = AttentionClustering(3, covariance_type="full", random_state=0).fit(X)
     assert np.all(np.isfinite(est.predict_proba(X))) and np.isfinite(est.score(X))

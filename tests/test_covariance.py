@@ -21,8 +21,8 @@ from attnclust.cluster.mixture.covariance import (
     Full,
     Spherical,
     as_covariance,
-    covariance_floor,
 )
+from attnclust.cluster.mixture.floor import covariance_floor
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "attnclust"
 

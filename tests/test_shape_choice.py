@@ -16,8 +16,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 import attnclust.cluster.mixture.shape_choice as shape_choice
 from _tolerance import assert_labels_off_ties, eps, sum_tol
 from attnclust import AttentionClustering
-from attnclust.cluster.mixture.covariance import Diag, Full, Spherical, covariance_floor
+from attnclust.cluster.degenerate import DegenerateFitWarning
+from attnclust.cluster.mixture.covariance import Diag, Full, Spherical
 from attnclust.cluster.mixture.em import lean_em
+from attnclust.cluster.mixture.floor import covariance_floor
 from attnclust.cluster.mixture.tempered import shaped_fit
 from attnclust.cluster.settings import FitSettings
 
@@ -340,6 +342,34 @@ def test_a_candidate_at_the_floor_is_left_out():
     assert est.covariance_type_ == "spherical"
     assert "left out" in est.covariance_type_reason_
     del rng
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_column_without_spread_changes_no_choice(seed):
+    """A column constant over all rows, or below the floor's resolution, puts every head
+    at the floor along it as it puts the rows: no head's degeneracy, and no likelihood a
+    spherical head can match. The choice reads the other features: the shape, and the
+    partition, of the rows without it (elongated sticks: full; round blobs: spherical),
+    where it left diag and full out, or chose them on any data."""
+    rng = np.random.default_rng(seed)
+    for (X, _), K in ((_elongated(seed), 3),
+                      (make_blobs(600, centers=3, cluster_std=1.0, random_state=seed), 3)):
+        plain = _fit(X, K, seed)
+        for column in (np.full(len(X), 7.0), 1e-9 * rng.standard_normal(len(X))):
+            est = _fit(np.column_stack([X, column]), K, seed)
+            assert est.covariance_type_ == plain.covariance_type_, est.covariance_type_reason_
+            assert adjusted_rand_score(plain.labels_, est.labels_) == 1.0
+            assert not any(c["at_floor"] for c in est.covariance_type_criteria_.values())
+
+
+def test_a_given_shape_does_not_warn_of_a_column_without_spread():
+    """Diag or full heads given, beside a constant column: no head is degenerate."""
+    X, _ = _elongated(0)
+    X = np.column_stack([X, np.full(len(X), 7.0)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DegenerateFitWarning)
+        for shape in ("diag", "full"):
+            AttentionClustering(3, covariance_type=shape, random_state=0).fit(X)
 
 
 def test_predictions_follow_the_chosen_shape():

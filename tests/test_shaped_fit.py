@@ -207,17 +207,20 @@ def test_full_labels_are_invariant_under_an_affine_map():
 
 
 @pytest.mark.parametrize("cov_type", TYPES)
-def test_constant_column_warns_and_stays_finite(cov_type):
-    # full and diag heads have no spread along the column: a warning; a spherical head's
-    # variance is the mean over the columns, which the constant one does not make zero
+@pytest.mark.parametrize("within", [False, True])
+def test_a_column_without_spread_stays_finite_and_warns_only_within_clusters(cov_type, within):
+    # a column constant within each cluster: full and diag heads have no spread along it
+    # where the rows do, a warning; constant over all rows (within=False), every head sits
+    # at the floor as the rows do: none. A spherical head's variance is the mean over the
+    # columns, which the constant one does not make zero: never.
     X = _data(seed=6)
-    X[:, 1] = 7.0
+    X[:, 1] = np.repeat([7.0, 8.0, 9.0], [150, 150, 75]) if within else 7.0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = shaped_fit(torch.as_tensor(X), torch.as_tensor(X[[0, 200, 330]]),
                          covariance_type=cov_type)
     said = [str(w.message) for w in caught if issubclass(w.category, DegenerateFitWarning)]
-    if cov_type == "spherical":
+    if cov_type == "spherical" or not within:
         assert said == []
     else:
         assert len(said) == 1 and "no spread in some direction" in said[0]

@@ -86,7 +86,7 @@ from .._deprecation import RenamedAttribute, RenamedParamsMixin, renamed_keyword
 from .._validation import as_flag, as_generator, as_numpy_input, check_sample_weight
 from .choice.k_choice import choose_n_clusters, warn_if_weak
 from .communicator import Communicator
-from .degenerate import DegenerateFitWarning, warn_if_degenerate, warnings_at_caller
+from .degenerate import DegenerateFitWarning, user_stacklevel, warn_if_degenerate
 from .endings import ending_for
 from .estimator_fits import SHAPED_ARRAYS, Reporter, in_data_dtype, merge_into
 from .estimator_params import check_params, param_names, parameters
@@ -424,7 +424,6 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         return plan
 
     # -- fitting ----------------------------------------------------------------------------
-    @warnings_at_caller()
     def fit(self, X, y=None, sample_weight=None, *, comm: Communicator | None = None):
         """Fit the heads to ``X`` (n_samples, n_features); ``y`` is ignored.
 
@@ -468,7 +467,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         # the heads' count: fewer than the components keep only doubts about structure
         if plan.n_clusters is None and (self.n_clusters_ == K or (
                 self.n_clusters_ < K and self.k_choice_.structure_z < plan.settings.marginal_z)):
-            warn_if_weak(self.k_choice_, clusters=self.n_clusters_, stacklevel=2)
+            warn_if_weak(self.k_choice_, clusters=self.n_clusters_)
         in_data_dtype(self, _FITTED_ARRAYS, X.dtype)   # as KMeans and GaussianMixture
         return self
 
@@ -561,7 +560,7 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
         self._store(outcome.fitted)
         self.__dict__.update(outcome.extra)
         if outcome.degeneracy is not None:
-            warn_if_degenerate(**outcome.degeneracy, stacklevel=3)
+            warn_if_degenerate(**outcome.degeneracy)
         merge = as_flag(self.merge_heads)
         self.merge_heads_, self.merge_heads_reason_ = False, "not merged: " + (
             "merge_heads=False" if merge is False else "only the default fit, given K, on "
@@ -584,7 +583,8 @@ class AttentionClustering(RenamedParamsMixin, MergedHeadsMixin, LayerPredictions
             setattr(self, name, value)
         if not self.converged_:
             warnings.warn(f"AttentionClustering did not converge in max_iter={self.max_iter} "
-                          "steps; increase max_iter or tol", ConvergenceWarning, stacklevel=4)
+                          "steps; increase max_iter or tol", ConvergenceWarning,
+                          stacklevel=user_stacklevel())
         return self
 
     def __sklearn_tags__(self):

@@ -27,7 +27,6 @@ paper          code            meaning
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import warnings
 
@@ -35,7 +34,7 @@ import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
 __all__ = ["DegenerateFitWarning", "warn_capped", "warn_if_degenerate", "warn_if_empty",
-           "warnings_at_caller"]
+           "user_stacklevel"]
 
 _UNIFORM = 0.1            # mean max attention below 1/K + _UNIFORM (1 - 1/K): "uniform"
 
@@ -44,27 +43,27 @@ class DegenerateFitWarning(ConvergenceWarning):
     """A fit ended somewhere its clusters cannot be trusted (dead head, degenerate lambda)."""
 
 
-def warn_capped(inverse_temperature: float, *, where: str = "", stacklevel: int = 2) -> None:
+def warn_capped(inverse_temperature: float, *, where: str = "") -> None:
     """The :class:`DegenerateFitWarning` of a ``lambda`` at its cap (``where``: which rows
     set it, when not all of them)."""
     warnings.warn(f"the clusters{where} have (nearly) no spread, so "
                   f"lambda={inverse_temperature:.3g} is at its cap (1e12 over the data's "
                   "mean squared spread, or 1e12 when the rows are all equal; 1e6 in "
-                  "float32); duplicated rows?", DegenerateFitWarning, stacklevel=stacklevel + 1)
+                  "float32); duplicated rows?", DegenerateFitWarning, stacklevel=user_stacklevel())
 
 
-def warn_if_empty(sizes: np.ndarray, *, what: str = "head(s)", stacklevel: int = 2) -> None:
+def warn_if_empty(sizes: np.ndarray, *, what: str = "head(s)") -> None:
     """A :class:`DegenerateFitWarning` where an item of ``sizes`` ``(K,)`` (the rows, or
     their weights, each head or cluster wins: ``what``) wins no row."""
     dead = np.flatnonzero(sizes == 0)
     if dead.size:
         warnings.warn(f"{what} {dead.tolist()} win no row: the fit found fewer than "
                       f"{len(sizes)} clusters; try another random_state or init, or fewer "
-                      "clusters", DegenerateFitWarning, stacklevel=stacklevel + 1)
+                      "clusters", DegenerateFitWarning, stacklevel=user_stacklevel())
 
 
 def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
-                       inverse_temperature: float, stacklevel: int = 2) -> None:
+                       inverse_temperature: float) -> None:
     """A :class:`DegenerateFitWarning` for each check of the module docstring that fails.
 
     ``sizes`` are the rows won by each head ``(K,)`` (or their weights), ``sharpness`` the
@@ -83,45 +82,37 @@ def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
     """
     K, n = len(sizes), float(sizes.sum())
     shown = f"lambda={inverse_temperature:.3g}"
-    warn_if_empty(sizes, stacklevel=stacklevel + 1)
+    warn_if_empty(sizes)
     if capped:
-        warn_capped(inverse_temperature, stacklevel=stacklevel + 1)
+        warn_capped(inverse_temperature)
     # at the cap the attention is as sharp as it gets: heads that share their rows
     # (reported above as winning none) are the cause, not a small lambda
     if not capped and K > 1 and sharpness / n < 1.0 / K + _UNIFORM * (1.0 - 1.0 / K):
         warnings.warn(f"the attention is nearly uniform at {shown} (mean largest weight "
                       f"{sharpness / n:.3f}, uniform {1 / K:.3f}): the risk then pins down "
                       "only the mean of the heads; raise inverse_temperature or use 'auto'",
-                      DegenerateFitWarning, stacklevel=stacklevel + 1)
+                      DegenerateFitWarning, stacklevel=user_stacklevel())
 
 
-@contextlib.contextmanager
-def warnings_at_caller():
-    """Warnings raised inside, shown at the line that called into the package: its first
-    caller outside ``attnclust`` (a fit's checks run many frames deep, and ``fit_predict``
-    adds one). They are held until the block ends, then warned again there, under the
-    caller's filters.
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` that shows a warning, warned by the caller of this function, at
+    the line that called into the package: its first caller outside ``attnclust`` (a fit's
+    checks run many frames deep, and ``fit_predict`` adds one). Read from the stack, not
+    held in a ``catch_warnings`` block, which threads (ranks of a fit) would share.
 
     Examples
     --------
-    >>> @warnings_at_caller()
-    ... def fit():
-    ...     warnings.warn("deep inside", UserWarning)
+    >>> def fit():
+    ...     warnings.warn("deep inside", UserWarning, stacklevel=user_stacklevel())
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
     ...     fit()
     >>> caught[0].filename.endswith("degenerate.py")      # shown here, not in the package
     False
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        try:
-            yield
-        finally:
-            held = list(caught)
-    level, frame = 1, sys._getframe()
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in (
-            "attnclust", "contextlib"):
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == \
+            "attnclust":
         frame, level = frame.f_back, level + 1
-    for w in held:
-        warnings.warn(w.message, w.category, stacklevel=level)
+    return level

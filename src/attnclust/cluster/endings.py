@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .degenerate import DegenerateFitWarning
+from .degenerate import DegenerateFitWarning, user_stacklevel
 from .estimator_fits import Reporter, fit_shaped, risk_attributes, solve, with_deferred_lambda
 from .mixture.noise_head import fit_noise_head
 from .mixture.shape_choice import ShapeChoice, fit_chosen_shape, given_shape
@@ -128,7 +128,7 @@ class _NoiseHead(FitEnding):
             warnings.warn(f"noise_head=True: the background took {share:.0%} of the rows; "
                           "clusters that are not Gaussian (crescents, rows on a grid) read "
                           "as noise to it: fit without noise_head", DegenerateFitWarning,
-                          stacklevel=4)
+                          stacklevel=user_stacklevel())
         return Outcome(noise.fitted, noise.choice, {
             "noise_weight_": noise.noise_weight, "noise_log_density_": noise.noise_log_density})
 

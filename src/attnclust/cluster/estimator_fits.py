@@ -464,7 +464,7 @@ def merge_into(est, rows: WorkingRows, gen: np.random.Generator, setting,
     # the clusters' rows (sums of weights): one of no row is a cluster the fit did not find
     sizes = np.bincount(fitted.labels_, minlength=count, weights=None if rows.weights is None
                         else rows.weights.cpu().double().numpy()).astype(np.float64)
-    warn_if_empty(sizes, what="cluster(s)", stacklevel=4)
+    warn_if_empty(sizes, what="cluster(s)")
 
 
 def in_data_dtype(est, names, dtype) -> None:

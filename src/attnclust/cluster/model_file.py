@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .degenerate import user_stacklevel
 from .settings import FitSettings, MergeSettings
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "load_model", "model_info", "save_model", "write_model"]
@@ -350,7 +351,7 @@ def _portable(est, path: Path) -> None:
     except ValueError:
         warnings.warn(f"{path}: fitted with device={est.device!r}, which this machine does "
                       "not have; it predicts on the CPU (device='cpu')", UserWarning,
-                      stacklevel=3)
+                      stacklevel=user_stacklevel())
         est.set_params(device="cpu")
 
 

@@ -63,6 +63,7 @@ from .._deprecation import REMOVED_IN
 from .._validation import check_inverse_temperature
 from ..layer.geometry import Geometry, as_geometry
 from .communicator import Communicator
+from .degenerate import user_stacklevel
 from .kmeans import SWAP_HEADS
 from .kmeans.batch import KMEANS_TOL
 from .mixture.covariance import Covariance, as_covariance_type
@@ -351,7 +352,8 @@ def _rows_per_chunk(p: dict) -> int | None:
         return p["chunk_size"]
     warnings.warn("batch_size as the rows per chunk of the fixed-point solver is "
                   f"deprecated and will be removed in {REMOVED_IN}: pass chunk_size "
-                  "(batch_size is the mini-batch of solver='pgd')", FutureWarning, stacklevel=5)
+                  "(batch_size is the mini-batch of solver='pgd')", FutureWarning,
+                  stacklevel=user_stacklevel())
     return p["batch_size"] if p["chunk_size"] is None else p["chunk_size"]
 
 

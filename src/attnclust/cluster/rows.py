@@ -59,6 +59,7 @@ from ..layer.geometry import Geometry
 from ..layer.heads import softmax_heads
 from ..layer.results import IterationInfo
 from .communicator import Communicator
+from .degenerate import user_stacklevel
 
 __all__ = ["WorkingRows", "WorkingSpace", "center_scale", "chunk_rows", "computation_dtype",
            "fit_threads", "normalize_rows", "preprocess", "residual_copies", "squared_norms"]
@@ -328,7 +329,8 @@ def preprocess(X: np.ndarray, how: str | None, *, unit_heads: bool, comm=None,
                 warnings.warn(
                     f"normalize=None but the rows' mean squared norm is {msq:.3g}, far from "
                     "1: the heads have unit norm; pass normalize='rows' or 'center-scale' "
-                    "to bring the data to the sphere's scale", UserWarning, stacklevel=5)
+                    "to bring the data to the sphere's scale", UserWarning,
+                    stacklevel=user_stacklevel())
     return X
 
 

@@ -71,7 +71,7 @@ import torch
 
 from .._validation import as_generator
 from .communicator import Communicator
-from .degenerate import warn_capped
+from .degenerate import user_stacklevel, warn_capped
 from .fixed_point import forget_heads, pass_sums, step_from_sums
 from .kmeans.swap import single_swap
 from .rows import WorkingRows, WorkingSpace
@@ -112,8 +112,7 @@ def _first_state(plan: FitPlan, Xp: np.ndarray, weights, gen) -> StreamState:
     S, _, start, lam = plan.warm_start(rows, gen, hard=False)
     if start.capped:            # every later batch keeps it: say so now, as fit does
         warn_capped(rows.inverse_temperature_out(float(lam)),
-                    where=" of the first batch, which fixes lambda for the stream,",
-                    stacklevel=4)
+                    where=" of the first batch, which fixes lambda for the stream,")
     return StreamState(start.heads, float(lam), start.heads.new_zeros(0), 0.0, rows.space,
                        S.dtype, str(plan.device), rows.chunk)
 
@@ -154,7 +153,7 @@ def _clusters_lambda(rows: WorkingRows, heads: torch.Tensor, plan: FitPlan, weig
     w = None if weights is None else torch.as_tensor(weights, dtype=S.dtype, device=S.device)
     lam, capped = auto_lambda(S, heads, plan.geometry, w)
     if capped:
-        warn_capped(rows.inverse_temperature_out(lam), stacklevel=5,
+        warn_capped(rows.inverse_temperature_out(lam),
                     where=" of the first batch after the merged fit, which fixes lambda for "
                           "the stream,")
     return lam
@@ -223,7 +222,8 @@ def partial_fit(est, plan: FitPlan, X: np.ndarray, weights: np.ndarray | None = 
         warnings.warn(f"partial_fit after a fit whose {len(est.heads_)} heads merged into "
                       f"{len(est.cluster_centers_)} clusters streams one head per cluster "
                       "(cluster_centers_): the merged heads, which drew the clusters' shapes, "
-                      "are dropped; fit again to keep them", UserWarning, stacklevel=3)
+                      "are dropped; fit again to keep them", UserWarning,
+                      stacklevel=user_stacklevel())
     if merged:
         est.merge_heads_ = False        # the step's own predictions: one head per cluster
     _step(est, state, state.to_working(Xp), weights, plan.geometry)

@@ -137,6 +137,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..._validation import as_generator
+from ..degenerate import user_stacklevel
 from ..head_graph import distinct_rows
 from ..mixture.candidates import heads_at_floor, score_lean
 from ..mixture.covariance import as_covariance
@@ -573,11 +574,11 @@ def choose_n_clusters(rows: np.ndarray, max_clusters: int, *, random_state=None,
     return KChoice(K, best, bic, weight, z, bool(doubts), reason, shape)
 
 
-def warn_if_weak(choice: KChoice, *, clusters: int | None = None, stacklevel: int = 2) -> None:
+def warn_if_weak(choice: KChoice, *, clusters: int | None = None) -> None:
     """A :class:`WeakChoiceWarning` with the reason when ``choice`` is weak; ``clusters``:
     the fit's count of clusters where its heads joined the components into fewer."""
     if choice.weak:
         K = choice.n_clusters if clusters in (None, choice.n_clusters) else \
             f"{clusters} (the heads' clusters; the mixture's choice was {choice.n_clusters})"
         warnings.warn(f"n_clusters='auto' chose K = {K} on weak evidence: {choice.reason}",
-                      WeakChoiceWarning, stacklevel=stacklevel + 1)
+                      WeakChoiceWarning, stacklevel=user_stacklevel())

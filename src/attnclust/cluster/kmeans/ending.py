@@ -55,6 +55,7 @@ import torch
 
 from ...layer.geometry import Geometry
 from ...layer.results import IterationInfo
+from ..degenerate import user_stacklevel
 from ..rows import WorkingRows
 from .batch import KMEANS_TOL
 from .lloyd import sample_kmeans
@@ -154,7 +155,7 @@ def _can_gather(rows: WorkingRows) -> bool:
     warnings.warn("the far-row repair of the hard limit's end does not run: the "
                   "communicator holds a share of the rows but does not give its ranks "
                   "(Communicator.world); the fit may keep a head on a cluster's far rows",
-                  RuntimeWarning, stacklevel=4)
+                  RuntimeWarning, stacklevel=user_stacklevel())
     return False
 
 

@@ -79,8 +79,9 @@ import torch
 
 from ..rows import WorkingRows
 from ..settings import FitSettings
-from .covariance import Covariance, Diag, Spherical, covariance_floor, positive_factors
+from .covariance import Covariance, Diag, Spherical, positive_factors
 from .em import LeanEM, RowProducts, log_joint, log_sum_heads, m_step
+from .floor import covariance_floor, spread_features
 from .tempered import ShapedFitted, check_degenerate
 
 if TYPE_CHECKING:
@@ -175,6 +176,10 @@ class LeanRows:
         self.variances = np.maximum(variances, 0.0)
         self.floor_t = covariance_floor(torch.from_numpy(self.variances), REG_COVAR)
         self.floor = self.floor_t.numpy()
+        # the criteria read the features with spread: along a constant column every shaped
+        # head sits at the floor (a likelihood set by it), which a spherical head cannot
+        self.spread = spread_features(self.floor)
+        self.Xs = X if self.spread.all() else np.ascontiguousarray(X[:, self.spread])
 
     def background_log_density(self) -> float:
         """``-log V`` of a uniform background head over the box of the rows of positive
@@ -198,18 +203,29 @@ class LeanRows:
 
     def spherical_score(self, labels: np.ndarray, n_clusters: int, log_scale: float
                         ) -> ShapeScore:
-        """The criteria of the one-variance-per-head mixture of the partition ``labels``."""
-        X, w, K = self.X, self.w, n_clusters
+        """The criteria of the one-variance-per-head mixture of the partition ``labels``
+        (on the features with spread)."""
+        X, w, K, floor = self.Xs, self.w, n_clusters, self.floor[self.spread]
         n, d = X.shape
         sph = Spherical()
         onehot = np.zeros((K, n))
         onehot[labels, np.arange(n)] = 1.0
-        moments = self.products.moments(sph)
-        means, covs, log_w = m_step(X, onehot if w is None else onehot * w, sph, self.floor,
+        moments = self.products.moments(sph) if X is self.X else sph.row_moments(X, K)
+        means, covs, log_w = m_step(X, onehot if w is None else onehot * w, sph, floor,
                                     np.ones(K), self.total, moments)
-        top, lse, _, _ = log_sum_heads(log_joint(X, means, covs, log_w, sph, self.floor,
-                                                 moments, self.products.XT))
+        top, lse, _, _ = log_sum_heads(log_joint(X, means, covs, log_w, sph, floor, moments))
         return score_lean(lse, top, w, sph, sph.n_parameters(K, d), d, log_scale)
+
+    def spread_log_sums(self, cov: Covariance, fit) -> tuple[np.ndarray, np.ndarray]:
+        """``max_h l~_h`` and ``log sum_h exp l~_h`` of the rows under the mixture ``fit``
+        (:class:`~attnclust.cluster.mixture.em.LeanFit`) read on the features with spread
+        (its marginal)."""
+        keep = self.spread
+        lj = log_joint(self.Xs, fit.means[:, keep], cov.marginal(fit.covariances, keep),
+                       np.log(fit.weights), cov, self.floor[keep],
+                       cov.row_moments(self.Xs, len(fit.weights)))
+        top, lse, _, _ = log_sum_heads(lj)
+        return top, lse
 
 
 class LeanRun(NamedTuple):
@@ -255,9 +271,14 @@ def lean_run(lr: LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | N
     em = lr.em(cov, plan, start, params, log_background)
     n_parameters = cov.n_parameters(K, d) + (log_background is not None)
     penalty = n_parameters * math.log(n) + 2.0 * n * d * log_scale
+    # (the early stop reads all features: a constant one only lowers a shaped ICL there)
     stopped = run_or_stop(em, plan.max_iter, penalty, least, settings=plan.settings)
     fit = em.result()
-    score = score_lean(fit.log_sum, fit.top, lr.w, cov, n_parameters, d, log_scale,
+    top, lse = fit.top, fit.log_sum
+    if log_background is None and lr.Xs is not lr.X:   # as the spherical one: with spread
+        (top, lse), d = lr.spread_log_sums(cov, fit), lr.Xs.shape[1]
+        n_parameters = cov.n_parameters(K, d)
+    score = score_lean(lse, top, lr.w, cov, n_parameters, d, log_scale,
                        head_at_floor(cov, fit.covariances, lr.floor))
     return LeanRun(em, lr), score._replace(stopped=stopped)
 

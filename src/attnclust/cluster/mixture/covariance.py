@@ -54,15 +54,14 @@ import numpy as np
 import torch
 
 from ...layer.geometry import Stateless
-from ..degenerate import DegenerateFitWarning
+from ..degenerate import DegenerateFitWarning, user_stacklevel
+from .floor import spread_features
 
 __all__ = ["AUTO", "COVARIANCE_TYPES", "Covariance", "Diag", "Full", "ShapeChoiceMarker",
-           "Spherical", "as_covariance", "as_covariance_type", "covariance_floor",
-           "positive_factors"]
+           "Spherical", "as_covariance", "as_covariance_type", "positive_factors"]
 
 _LOG_2PI = math.log(2.0 * math.pi)
 MOMENT_NUMBERS = 2_000_000   # full covariances: rows x d (d + 1) / 2 moments kept, at most
-FLOOR_RANGE = 1e-10   # a feature's variance counts down to this fraction of the mean's
 
 
 def _lib(a):
@@ -73,21 +72,6 @@ def _lib(a):
 def _nonnegative(a):
     """``max(a, 0)`` of a tensor or an array (cheaper than ``np.clip``)."""
     return a.clamp_min(0.0) if isinstance(a, torch.Tensor) else np.maximum(a, 0.0)
-
-
-def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
-    """The floor ``r_j = reg_covar * max(v_j, FLOOR_RANGE * v)``, ``v`` the mean of the
-    data's variances ``v_j`` (1 if 0): relative to each feature's scale (scikit-learn's
-    ``reg_covar`` is absolute), so that a feature on a scale far below the others keeps a
-    floor below its clusters' spread; a constant feature gets a floor from the others.
-
-    Examples
-    --------
-    >>> covariance_floor(torch.tensor([4.0, 1e-6, 0.0], dtype=torch.float64), 0.5)
-    tensor([2.0000e+00, 5.0000e-07, 6.6667e-11], dtype=torch.float64)
-    """
-    mean = float(variances.mean()) if float(variances.mean()) > 0 else 1.0
-    return float(reg_covar) * variances.clamp_min(FLOOR_RANGE * mean)
 
 
 class Covariance(Stateless, ABC):
@@ -210,8 +194,14 @@ class Covariance(Stateless, ABC):
         the floor; a head not ``alive`` keeps its ``previous`` covariance."""
 
     @abstractmethod
+    def marginal(self, covariances, keep):
+        """The covariances of the features ``keep`` ``(d,)`` bool: a Gaussian's marginal."""
+
+    @abstractmethod
     def floor_ratio(self, covariances, floor):
-        """Each head's smallest covariance in units of the floor, ``(K,)`` (``>= 1``)."""
+        """Each head's smallest covariance in units of the floor, ``(K,)`` (``>= 1``), in
+        the features with spread in the data
+        (:func:`~attnclust.cluster.mixture.floor.spread_features`)."""
 
     # -- rows read whole (NumPy) -------------------------------------------------------------
     @abstractmethod
@@ -310,6 +300,9 @@ class Spherical(_Axes):
         covs = _nonnegative(spread) / shift.shape[1] + floor.mean()
         return _lib(second).where(alive, covs, previous)
 
+    def marginal(self, covariances, keep):
+        return covariances
+
     def floor_ratio(self, covariances, floor):
         return covariances / floor.mean()
 
@@ -360,8 +353,11 @@ class Diag(_Axes):
         covs = _nonnegative(spread) + floor
         return _lib(second).where(alive[:, None], covs, previous)
 
+    def marginal(self, covariances, keep):
+        return covariances[:, keep]
+
     def floor_ratio(self, covariances, floor):
-        return _lib(covariances).amin(covariances / floor, -1)
+        return _lib(covariances).amin((covariances / floor)[..., spread_features(floor)], -1)
 
     def row_moments(self, X, n_heads):
         return X * X
@@ -430,10 +426,15 @@ class Full(Covariance):
         covs = spread + lib.diag(floor)
         return lib.where(alive[:, None, None], covs, previous)
 
+    def marginal(self, covariances, keep):
+        return covariances[:, keep][:, :, keep]
+
     def floor_ratio(self, covariances, floor):
         lib = _lib(covariances)
         root = 1.0 / lib.sqrt(floor)  # the covariance in units of the floor: eigenvalues >= 1
-        return lib.linalg.eigvalsh(covariances * root[:, None] * root)[:, 0]
+        spread = spread_features(floor)
+        scaled = (covariances * root[:, None] * root)[:, spread][:, :, spread]
+        return lib.linalg.eigvalsh(scaled)[:, 0]
 
     def row_moments(self, X, n_heads):
         """``x_j x_k`` for ``j <= k`` (``np.triu_indices(d)``'s order), kept where ``d (d +
@@ -510,7 +511,7 @@ def positive_factors(covs: torch.Tensor, cov: Covariance) -> torch.Tensor:
     except ValueError:
         warnings.warn("a covariance lost positive definiteness (floor reg_covar too small "
                       "for this data); added 1e-10 of its largest entry to its diagonal",
-                      DegenerateFitWarning, stacklevel=4)
+                      DegenerateFitWarning, stacklevel=user_stacklevel())
         scale = covs.reshape(covs.shape[0], -1).abs().amax(-1).clamp_min(1e-300) * 1e-10
         return cov.factors(cov.jittered(covs, scale))
 

@@ -110,7 +110,8 @@ from .candidates import (
     lean_run,
     merges_cells,
 )
-from .covariance import AUTO, Covariance, Spherical, covariance_floor
+from .covariance import AUTO, Covariance, Spherical
+from .floor import covariance_floor
 from .tempered import data_variance
 from .valley import cores_from_tails
 
@@ -369,7 +370,7 @@ def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale
     and no spherical one."""
     K, settings = plan.n_clusters, plan.settings
     lr = LeanRows(crows, K)
-    n, d = lr.X.shape
+    n, d = lr.Xs.shape                  # the features with spread: the criteria's
     log_background = lr.background_log_density() if noise else None
     scores = {} if noise else {Spherical(): lr.spherical_score(labels, K, log_scale)}
     least = min((score.icl for score in scores.values()), default=math.inf)

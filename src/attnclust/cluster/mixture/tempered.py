@@ -68,9 +68,10 @@ import torch
 
 from ...layer.results import IterationInfo
 from ...layer.schedules import Schedule, as_schedule
-from ..degenerate import DegenerateFitWarning
-from .covariance import Covariance, as_covariance, covariance_floor, positive_factors
+from ..degenerate import DegenerateFitWarning, user_stacklevel
+from .covariance import Covariance, as_covariance, positive_factors
 from .em import EMSteps
+from .floor import covariance_floor
 
 __all__ = ["ShapedFitResult", "ShapedFitted", "shaped_fit", "tempered_objective",
            "tempered_log_joint", "precisions_cholesky_of", "check_degenerate",
@@ -307,7 +308,7 @@ def check_degenerate(covariances: torch.Tensor, counts: torch.Tensor, cov: Covar
     if dead:
         warnings.warn(f"head(s) {dead} hold less than one row's weight: the fit found fewer "
                       "clusters than heads; try another start or fewer clusters",
-                      DegenerateFitWarning, stacklevel=3)
+                      DegenerateFitWarning, stacklevel=user_stacklevel())
     if not bool((floor > 0).all()):
         return
     ratio = cov.floor_ratio(covariances, floor)
@@ -315,8 +316,9 @@ def check_degenerate(covariances: torch.Tensor, counts: torch.Tensor, cov: Covar
     if flat:
         warnings.warn(f"head(s) {flat} have (nearly) no spread in some direction: their "
                       "covariance there is held at the floor (reg_covar times the data's "
-                      "variance along it); a constant column or repeated rows?",
-                      DegenerateFitWarning, stacklevel=3)
+                      "variance along it); a column constant within a cluster, or repeated "
+                      "rows?",
+                      DegenerateFitWarning, stacklevel=user_stacklevel())
 
 
 class ShapedFitted(NamedTuple):
