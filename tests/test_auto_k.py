@@ -900,6 +900,24 @@ def test_a_constant_column_changes_no_choice(extra):
     assert ac.adjusted_rand_index(est.labels_, np.repeat([0, 1, 2], 150)) == 1.0
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_column_constant_up_to_rounding_changes_no_choice(seed):
+    """A column computed as a constant (5 within a few roundings, or 0.1 within one):
+    standardized, its rounding became unit noise beside the blobs (K = 2 or 4)."""
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(600, centers=3, random_state=seed)
+    rng = np.random.default_rng(seed)
+    plain = ac.AttentionClustering("auto", random_state=seed).fit(X)
+    assert plain.n_clusters_ == 3
+    for column in (5.0 + 16 * np.finfo(float).eps * rng.standard_normal(600),
+                   np.full(600, 0.1) * np.linspace(1.0, 1.0 + 1e-15, 600)):
+        assert np.ptp(column) > 0
+        est = ac.AttentionClustering("auto", random_state=seed).fit(np.c_[X, column])
+        assert est.n_clusters_ == 3, est.n_clusters_reason_
+        assert ac.adjusted_rand_index(est.labels_, plain.labels_) == 1.0
+
+
 def _dense_disk_in_a_sparse_one(seed):
     """A dense disk of radius 0.5 inside a sparse disk of radius 3, 500 rows each: two
     clusters that a user sees, nested, with no convex cut between them."""

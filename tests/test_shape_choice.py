@@ -282,16 +282,20 @@ def test_costly_candidates_are_not_tried():
     assert "not tried (full)" in est.covariance_type_reason_
 
 
-def test_the_chunked_choice_agrees_with_the_lean_one():
+@pytest.mark.parametrize("constant", [False, True])
+def test_the_chunked_choice_agrees_with_the_lean_one(constant):
     """Rows on several ranks or a device take the chunked solver: the same choice, the
     same criteria to the EM's tolerance (both stop where a step gains less than ``tol``
-    per row, so their log-likelihoods differ by less than ``tol`` per row)."""
+    per row, so their log-likelihoods differ by less than ``tol`` per row); beside a
+    constant column too, which both leave out of the criteria (full on the sticks)."""
     from attnclust.cluster.communicator import Communicator
     from attnclust.cluster.plan import resolve
     from attnclust.cluster.rows import WorkingRows
     from attnclust.layer.geometry import as_geometry
 
     X, _ = _elongated(4)
+    if constant:
+        X = np.column_stack([X, np.full(len(X), 7.0)])
     rows = WorkingRows.prepare(X, geometry=as_geometry("euclidean"),
                                comm=Communicator.local(len(X)))
     plan = resolve(AttentionClustering(3, covariance_type="auto").get_params()).with_clusters(3)
@@ -303,7 +307,8 @@ def test_the_chunked_choice_agrees_with_the_lean_one():
         lean, _ = shape_choice.choose_lean(rows, labels, plan, log_scale, len(X))
         chunked, _ = shape_choice._choose_chunked(rows, labels, heads, plan, log_scale,
                                                   len(X))
-    assert lean.covariance == chunked.covariance
+    assert lean.covariance == chunked.covariance == Full()
+    assert not any(score.at_floor for score in chunked.scores)
     for a, b in zip(lean.scores, chunked.scores, strict=True):
         assert a.covariance == b.covariance
         tol = 1e-3 * len(X) if a.covariance.shaped else sum_tol(len(X)) * abs(a.log_likelihood)
@@ -360,6 +365,18 @@ def test_a_column_without_spread_changes_no_choice(seed):
             assert est.covariance_type_ == plain.covariance_type_, est.covariance_type_reason_
             assert adjusted_rand_score(plain.labels_, est.labels_) == 1.0
             assert not any(c["at_floor"] for c in est.covariance_type_criteria_.values())
+
+
+def test_a_column_without_spread_stops_no_candidate_early():
+    """The early stop reads every feature; beside a constant column it would compare an
+    ICL with the column against the spherical one without: on sticks in units of 1e9
+    (the column's term then raises a shaped ICL) full was stopped and spherical chosen."""
+    X, _ = _elongated(0)
+    X = X * 1e9
+    plain = _fit(X, 3, 0)
+    est = _fit(np.column_stack([X, np.full(len(X), 7.0)]), 3, 0)
+    assert plain.covariance_type_ == est.covariance_type_ == "full"
+    assert not any(c["stopped"] for c in est.covariance_type_criteria_.values())
 
 
 def test_a_given_shape_does_not_warn_of_a_column_without_spread():

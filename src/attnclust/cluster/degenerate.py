@@ -1,4 +1,5 @@
-"""When a fit's clusters cannot be trusted: :class:`DegenerateFitWarning` and its checks.
+"""When a fit's clusters cannot be trusted: :class:`DegenerateFitWarning` and its checks,
+and where a fit's warnings are shown (:func:`user_stacklevel`: at the user's line).
 
 A fit of :class:`~attnclust.AttentionClustering` ends with three checks, on statistics
 summed over every rank's rows (so that every rank warns alike):
@@ -94,25 +95,26 @@ def warn_if_degenerate(sizes: np.ndarray, sharpness: float, *, capped: bool,
                       DegenerateFitWarning, stacklevel=user_stacklevel())
 
 
-
 def user_stacklevel() -> int:
     """The ``stacklevel`` that shows a warning, warned by the caller of this function, at
-    the line that called into the package: its first caller outside ``attnclust`` (a fit's
-    checks run many frames deep, and ``fit_predict`` adds one). Read from the stack, not
-    held in a ``catch_warnings`` block, which threads (ranks of a fit) would share.
+    the line that called into the package: its first caller outside ``attnclust`` and
+    scikit-learn (a fit's checks run many frames deep, ``fit_predict`` adds one, and
+    scikit-learn's ``fit_transform`` calls ``fit``). Read from the stack, not held in a
+    ``catch_warnings`` block, which threads (ranks of a fit) would share.
 
     Examples
     --------
-    >>> def fit():
-    ...     warnings.warn("deep inside", UserWarning, stacklevel=user_stacklevel())
-    >>> with warnings.catch_warnings(record=True) as caught:
-    ...     warnings.simplefilter("always")
-    ...     fit()
-    >>> caught[0].filename.endswith("degenerate.py")      # shown here, not in the package
-    False
+    Called from code outside the package, the warning is shown at that code's own line:
+
+    >>> user = {"__name__": "user_code", "user_stacklevel": user_stacklevel}
+    >>> exec("def level(): return user_stacklevel()", user)
+    >>> user["level"]()
+    1
+
+    (``tests/test_clustering.py`` checks a fit's warnings against the test's own file.)
     """
     level, frame = 1, sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == \
-            "attnclust":
+    while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] in (
+            "attnclust", "sklearn"):
         frame, level = frame.f_back, level + 1
     return level

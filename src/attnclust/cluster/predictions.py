@@ -161,7 +161,8 @@ class LayerPredictionsMixin(TransformerMixin):
         if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
             i = int(np.flatnonzero(~np.isfinite(out.reshape(len(out), -1)).all(1))[0])
             raise ValueError(f"row {offset + i} of X is too far from the fitted heads to "
-                             "score: its squared distance to them, or its logits, overflow "
+                             "score: its distance to them (or its square), or its logits, "
+                             "overflow "
                              f"float64 (entries up to {float(np.abs(X[offset + i]).max()):.3g})")
         return out
 

@@ -184,7 +184,9 @@ class KChoice(NamedTuple):
 def standardized(rows: np.ndarray, max_dim: int = FitSettings.max_dim) -> np.ndarray:
     """Rows with each feature centred and scaled to unit variance, the constant features
     left out (they separate no clusters, and a zero-width side of the background's box
-    would give it an infinite density); wider than ``max_dim`` features: their leading
+    would give it an infinite density), and those constant up to rounding (a range within
+    1024 roundings of the feature's magnitude, which scaling would make unit noise: a
+    column computed as a constant); wider than ``max_dim`` features: their leading
     ``max_dim`` principal components. Each feature is first divided by its largest
     magnitude, so that its squares neither overflow nor underflow (rows of ``1e170`` or
     ``1e-170``); the result does not depend on that scale.
@@ -196,7 +198,7 @@ def standardized(rows: np.ndarray, max_dim: int = FitSettings.max_dim) -> np.nda
     ((3, 2), [1.0, 1.0], [0.0, 0.0])
     """
     X = np.asarray(rows, dtype=np.float64)
-    varies = X.min(0) < X.max(0)
+    varies = X.max(0) - X.min(0) > 1024 * np.finfo(np.float64).eps * np.abs(X).max(0)
     X = X[:, varies]
     X = X / np.abs(X).max(0)
     X = X - X.mean(0)

@@ -179,7 +179,9 @@ class LeanRows:
         # the criteria read the features with spread: along a constant column every shaped
         # head sits at the floor (a likelihood set by it), which a spherical head cannot
         self.spread = spread_features(self.floor)
-        self.Xs = X if self.spread.all() else np.ascontiguousarray(X[:, self.spread])
+        self.spread_products = self.products if self.spread.all() else \
+            RowProducts(np.ascontiguousarray(X[:, self.spread]), n_clusters)
+        self.Xs = self.spread_products.X
 
     def background_log_density(self) -> float:
         """``-log V`` of a uniform background head over the box of the rows of positive
@@ -210,10 +212,11 @@ class LeanRows:
         sph = Spherical()
         onehot = np.zeros((K, n))
         onehot[labels, np.arange(n)] = 1.0
-        moments = self.products.moments(sph) if X is self.X else sph.row_moments(X, K)
+        moments = self.spread_products.moments(sph)
         means, covs, log_w = m_step(X, onehot if w is None else onehot * w, sph, floor,
                                     np.ones(K), self.total, moments)
-        top, lse, _, _ = log_sum_heads(log_joint(X, means, covs, log_w, sph, floor, moments))
+        top, lse, _, _ = log_sum_heads(log_joint(X, means, covs, log_w, sph, floor, moments,
+                                                 self.spread_products.XT))
         return score_lean(lse, top, w, sph, sph.n_parameters(K, d), d, log_scale)
 
     def spread_log_sums(self, cov: Covariance, fit) -> tuple[np.ndarray, np.ndarray]:
@@ -223,7 +226,7 @@ class LeanRows:
         keep = self.spread
         lj = log_joint(self.Xs, fit.means[:, keep], cov.marginal(fit.covariances, keep),
                        np.log(fit.weights), cov, self.floor[keep],
-                       cov.row_moments(self.Xs, len(fit.weights)))
+                       self.spread_products.moments(cov), self.spread_products.XT)
         top, lse, _, _ = log_sum_heads(lj)
         return top, lse
 
@@ -271,11 +274,14 @@ def lean_run(lr: LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | N
     em = lr.em(cov, plan, start, params, log_background)
     n_parameters = cov.n_parameters(K, d) + (log_background is not None)
     penalty = n_parameters * math.log(n) + 2.0 * n * d * log_scale
-    # (the early stop reads all features: a constant one only lowers a shaped ICL there)
-    stopped = run_or_stop(em, plan.max_iter, penalty, least, settings=plan.settings)
+    # the criteria read the features with spread as the spherical one does (not with a
+    # background, which no spherical one is beside); the early stop reads all: none then
+    spread = log_background is None and lr.Xs is not lr.X
+    stopped = run_or_stop(em, plan.max_iter, penalty, math.inf if spread else least,
+                          settings=plan.settings)
     fit = em.result()
     top, lse = fit.top, fit.log_sum
-    if log_background is None and lr.Xs is not lr.X:   # as the spherical one: with spread
+    if spread:
         (top, lse), d = lr.spread_log_sums(cov, fit), lr.Xs.shape[1]
         n_parameters = cov.n_parameters(K, d)
     score = score_lean(lse, top, lr.w, cov, n_parameters, d, log_scale,

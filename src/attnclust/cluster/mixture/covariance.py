@@ -199,9 +199,10 @@ class Covariance(Stateless, ABC):
 
     @abstractmethod
     def floor_ratio(self, covariances, floor):
-        """Each head's smallest covariance in units of the floor, ``(K,)`` (``>= 1``), in
-        the features with spread in the data
-        (:func:`~attnclust.cluster.mixture.floor.spread_features`)."""
+        """Each head's smallest covariance in units of the floor, ``(K,)`` (``>= 1``): for
+        diag and full heads in the features with spread in the data
+        (:func:`~attnclust.cluster.mixture.floor.spread_features`), for spherical ones
+        their one variance over the floor's mean."""
 
     # -- rows read whole (NumPy) -------------------------------------------------------------
     @abstractmethod

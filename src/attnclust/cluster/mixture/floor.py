@@ -34,7 +34,7 @@ def covariance_floor(variances: torch.Tensor, reg_covar: float) -> torch.Tensor:
 
 
 def spread_features(floor):
-    """Which features the floor ``floor`` ``(d,)`` (:func:`covariance_floor`) was not
+    """Which features the float64 floor ``floor`` ``(d,)`` (:func:`covariance_floor`) was not
     raised on, ``(d,)`` bool: those whose variance in the data is above ``FLOOR_RANGE``
     times the mean's (up to ``FLOOR_RANGE`` relative), every feature where none is. On the
     others (a constant column, or one below the floor's resolution) every head sits at the

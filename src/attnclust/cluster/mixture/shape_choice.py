@@ -110,8 +110,8 @@ from .candidates import (
     lean_run,
     merges_cells,
 )
-from .covariance import AUTO, Covariance, Spherical
-from .floor import covariance_floor
+from .covariance import AUTO, Covariance, Spherical, positive_factors
+from .floor import covariance_floor, spread_features
 from .tempered import data_variance
 from .valley import cores_from_tails
 
@@ -183,14 +183,15 @@ def given_shape(plan: FitPlan) -> ShapeChoice:
 
 
 def score_log_joint(rows: WorkingRows, log_joint, covariance: Covariance, n_clusters: int,
-                    *, log_scale: float = 0.0) -> ShapeScore:
+                    *, log_scale: float = 0.0, keep=None) -> ShapeScore:
     """The :class:`ShapeScore` of a mixture whose log-joint of working rows ``(n, d) ->
     (n, K)`` is ``log_joint``; ``log_scale``: ``log s`` of the working space (data = ``s``
-    x working), so that the log-likelihood is the data's."""
+    x working), so that the log-likelihood is the data's; ``keep`` ``(d,)`` bool: the
+    features the mixture reads (``log_joint`` gets those columns), all when ``None``."""
     w = rows.weights
 
     def sums(start: int, chunk: torch.Tensor) -> np.ndarray:
-        lj = log_joint(chunk).double()                                       # (n_c, K)
+        lj = log_joint(chunk if keep is None else chunk[:, keep]).double()   # (n_c, K)
         lse = torch.logsumexp(lj, dim=1)
         ent = lse - lj.max(1).values
         if w is not None:
@@ -198,7 +199,7 @@ def score_log_joint(rows: WorkingRows, log_joint, covariance: Covariance, n_clus
             return np.array([float(wc.sum()), float(wc @ lse), float(wc @ ent)])
         return np.array([float(chunk.shape[0]), float(lse.sum()), float(ent.sum())])
     total, ll, ent = rows.comm.sum_array(np.sum(rows.map_chunks(sums), axis=0))
-    n, d = rows.n_total, rows.rows.shape[1]
+    n, d = rows.n_total, rows.rows.shape[1] if keep is None else int(keep.sum())
     ll, ent = n * ll / total, n * ent / total   # with weights: the weighted means times n
     return ShapeScore(covariance, ll - n * d * log_scale, ent,
                       covariance.n_parameters(n_clusters, d), n)
@@ -213,14 +214,14 @@ def _floor(rows: WorkingRows, center: torch.Tensor) -> torch.Tensor:
 
 
 def _partition_mixture(rows: WorkingRows, labels: np.ndarray, n_clusters: int,
-                       floor: torch.Tensor):
+                       floor: torch.Tensor, keep: torch.Tensor):
     """``(means, factors, log_weights)`` of the one-variance-per-head mixture of a hard
-    partition (working space, float64)."""
-    K, d = n_clusters, rows.rows.shape[1]
+    partition on the features ``keep`` (working space, float64)."""
+    K, d = n_clusters, int(keep.sum())
     w = rows.weights
 
     def sums(start: int, chunk: torch.Tensor) -> torch.Tensor:
-        x = chunk.double()
+        x = chunk.double()[:, keep]
         z = torch.as_tensor(labels[start:start + x.shape[0]], device=x.device)
         wc = torch.ones(x.shape[0], dtype=torch.float64, device=x.device) if w is None \
             else w[start:start + x.shape[0]].double()
@@ -233,7 +234,7 @@ def _partition_mixture(rows: WorkingRows, labels: np.ndarray, n_clusters: int,
     n = counts.clamp_min(torch.finfo(torch.float64).tiny)
     means = acc[:, 1:d + 1] / n[:, None]
     spread = (acc[:, d + 1] / n - (means * means).sum(1)).clamp_min(0.0) / d
-    variances = spread + floor.mean()
+    variances = spread + floor[keep].mean()
     return means, Spherical().factors(variances), counts.log() - math.log(float(counts.sum()))
 
 
@@ -370,7 +371,7 @@ def choose_lean(crows: WorkingRows, labels: np.ndarray, plan: FitPlan, log_scale
     and no spherical one."""
     K, settings = plan.n_clusters, plan.settings
     lr = LeanRows(crows, K)
-    n, d = lr.Xs.shape                  # the features with spread: the criteria's
+    n, d = (lr.X if noise else lr.Xs).shape      # the features the criteria read
     log_background = lr.background_log_density() if noise else None
     scores = {} if noise else {Spherical(): lr.spherical_score(labels, K, log_scale)}
     least = min((score.icl for score in scores.values()), default=math.inf)
@@ -433,15 +434,17 @@ def _score_fitted(crows: WorkingRows, fitted, cov: Covariance, K: int, log_scale
     def tensor(a):
         return torch.as_tensor(a, dtype=torch.float64, device=crows.rows.device)
     s = crows.scale
-    means = tensor(crows.heads_in(fitted.cluster_centers_))
-    factors = tensor(fitted.precisions_cholesky_) * s
-    log_w = tensor(fitted.weights_).log()
     floor = tensor(fitted.covariance_floor_) / (s * s)
+    keep = spread_features(floor)                  # the features the criteria read
+    means = tensor(crows.heads_in(fitted.cluster_centers_))[:, keep]
+    factors = tensor(fitted.precisions_cholesky_) * s if bool(keep.all()) else \
+        positive_factors(cov.marginal(tensor(fitted.covariances_) / (s * s), keep), cov)
+    log_w = tensor(fitted.weights_).log()
     at_floor = head_at_floor(cov, fitted.covariances_ / (s * s),
                              fitted.covariance_floor_ / (s * s))
     return score_log_joint(
-        crows, lambda c: cov.log_joint(c.double(), means, factors, log_w, 1.0, floor), cov, K,
-        log_scale=log_scale)._replace(at_floor=at_floor)
+        crows, lambda c: cov.log_joint(c.double(), means, factors, log_w, 1.0, floor[keep]),
+        cov, K, log_scale=log_scale, keep=keep)._replace(at_floor=at_floor)
 
 
 def _partition_score(rows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, K: int,
@@ -449,8 +452,9 @@ def _partition_score(rows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
     """The criteria of the one-variance-per-head mixture of the partition ``labels``, by
     passes over the rows (:meth:`LeanRows.spherical_score` on rows read whole)."""
     floor = _floor(rows, heads.double().mean(0))
-    means, factors, log_w = _partition_mixture(rows, labels, K, floor)
+    keep = spread_features(floor)                  # the features the criteria read
+    means, factors, log_w = _partition_mixture(rows, labels, K, floor, keep)
     sph = Spherical()
     return score_log_joint(
-        rows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor), sph, K,
-        log_scale=log_scale)
+        rows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor[keep]),
+        sph, K, log_scale=log_scale, keep=keep)
