@@ -61,6 +61,25 @@ def test_bad_input_is_one_line_exit_2_and_no_file(tmp_path, capsys, content, arg
     assert _files(tmp_path) == ["d.csv"]
 
 
+@pytest.mark.parametrize("huge", ["rows at 1e155", "one at the largest"])
+def test_a_covariance_that_overflows_is_one_line(tmp_path, capsys, huge):
+    """Three blobs in 3-D at 1e155, or one entry at float64's largest: the covariance of
+    the first split overflows; read in units of the largest entry, the path's inverse
+    temperatures are out of float64's range and say so (it was eigh's traceback)."""
+    rng = np.random.default_rng(0)
+    X = np.vstack([rng.normal(c, 0.3, (100, 3)) for c in ([0, 0, 0], [3, 3, 0], [0, 3, 3])])
+    if huge == "one at the largest":
+        X[10, 0] = np.finfo(np.float64).max
+    else:
+        X = X * 1e155
+    np.save(tmp_path / "x.npy", X)
+    assert main(["path", str(tmp_path / "x.npy"), "--max-clusters", "3", "--out",
+                 str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "out of float64's range; rescale the data" in err[0]
+    assert _files(tmp_path) == ["x.npy"]
+
+
 def test_missing_or_unsupported_file(tmp_path, capsys):
     assert main(["path", str(tmp_path / "none.npy"), "--max-clusters", "2"]) == 2
     assert "no such file" in capsys.readouterr().err

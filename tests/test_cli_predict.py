@@ -85,6 +85,32 @@ def test_other_column_names_are_read_by_position_with_a_warning(blobs, capsys):
     np.testing.assert_array_equal(np.load(tmp / "p.labels.npy"), np.load(tmp / "r.labels.npy"))
 
 
+@pytest.mark.parametrize("option", [["--drop-columns", "species"],
+                                    ["--columns", "c,a,b"]])
+def test_chosen_columns_named_as_the_model_s_are_read_in_its_order(blobs, capsys, option):
+    """The model's columns, chosen by an option from a table that holds them in another
+    order: read by name in the model's order (they were read by position, every label
+    wrong and no word said); other names chosen so: by position, with the warning."""
+    X, z, tmp = blobs
+    _iris_like(X, z, tmp / "train.csv")
+    assert main(["fit", str(tmp / "train.csv"), "-k", "3", "--drop-columns", "species",
+                 "--out", str(tmp / "r"), "--quiet"]) == 0
+    (tmp / "turned.csv").write_text("species,c,a,b\n" + "\n".join(
+        f"{label}," + ",".join(repr(float(v)) for v in row[[2, 0, 1]])
+        for row, label in zip(X, z, strict=True)) + "\n")
+    assert main(["predict", str(tmp / "r.model.npz"), str(tmp / "turned.csv"), *option,
+                 "--out", str(tmp / "p")]) == 0
+    assert "warning" not in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(tmp / "p.labels.npy"), np.load(tmp / "r.labels.npy"))
+    (tmp / "other.csv").write_text("species,u,v,w\n" + "\n".join(
+        f"{label}," + ",".join(repr(float(v)) for v in row)
+        for row, label in zip(X, z, strict=True)) + "\n")
+    assert main(["predict", str(tmp / "r.model.npz"), str(tmp / "other.csv"),
+                 "--drop-columns", "species", "--out", str(tmp / "q")]) == 0
+    assert "read by position" in capsys.readouterr().err
+    np.testing.assert_array_equal(np.load(tmp / "q.labels.npy"), np.load(tmp / "r.labels.npy"))
+
+
 def test_predict_refuses_a_file_that_is_not_a_model(blobs, capsys):
     X, _, tmp = blobs
     np.save(tmp / "x.npy", X)

@@ -266,17 +266,23 @@ def test_the_fixed_point_on_distinct_heads_is_the_map_on_all_heads():
     assert not converged                             # tol = 0: it ran all 25
 
 
-@pytest.mark.parametrize("scale", [1e160, 1e-155, 1e-300])
+@pytest.mark.parametrize("scale", [1e155, 1e160, 1e-155, 1e-300, "one at the largest"])
 def test_a_spread_beyond_float64s_lambdas_says_so(scale):
-    """Rows of spread 1e160 or 1e-155 (distinct rows, 1e-300 included) put the path's
-    inverse temperatures ``~ 1 / spread^2`` out of float64's range: the error says so
-    (it was eigh failing to converge, 'inverse_temperatures must be positive' that the
-    caller never passed, or 'no spread')."""
+    """Rows of spread 1e155 to 1e160 or 1e-155 (distinct rows, 1e-300 included), or one
+    entry at float64's largest, put the path's inverse temperatures ``~ 1 / spread^2`` out
+    of float64's range: the error says so (it was eigh failing to converge on a covariance
+    that overflowed, 'inverse_temperatures must be positive' that the caller never
+    passed, or 'no spread')."""
+    X = _two_blobs(n=50)
+    if scale == "one at the largest":
+        X[3, 0] = np.finfo(np.float64).max
+    else:
+        X = X * scale
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         with pytest.raises(ValueError, match=r"X's spread \(.*\) puts the path's inverse "
                            "temperatures out of float64's range; rescale the data"):
-            temperature_path(_two_blobs(n=50) * scale, 2)
+            temperature_path(X, 2)
     with pytest.raises(ValueError, match="100 decades from .* leave float64's range"):
         temperature_path(_two_blobs(n=50) * 1e-140, 2, n_decades=100)
 

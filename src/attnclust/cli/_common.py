@@ -115,6 +115,8 @@ def as_options(message: str, command: str) -> str:
     '--covariance-type full needs --geometry euclidean'
     >>> as_options("pass normalize='rows' or 'center-scale'", "fit")
     'pass --normalize rows or center-scale'
+    >>> as_options("rows read as noise to it: fit without noise_head", "fit")
+    'rows read as noise to it: fit without --noise-head'
     >>> as_options("overflow (lambda = 1e+308); rescale X or lower lambda", "quantize")
     'overflow (lambda = 1e+308); rescale the data or lower --inverse-temperature'
     """
@@ -131,7 +133,8 @@ def as_options(message: str, command: str) -> str:
     advice = {**options, **_ADVICE_ONLY.get(command, {})}
     if advice:
         verbs = "(" + "|".join(advice) + ")"
-        message = re.sub(r"(\b(?:raise|lower|pass|increase|another) )" + verbs + r"(?![\w=])",
+        message = re.sub(r"(\b(?:raise|lower|pass|increase|another|without) )" + verbs +
+                         r"(?![\w=])",
                          lambda m: f"{m.group(1)}{advice[m.group(2)]}", message)
     return message
 

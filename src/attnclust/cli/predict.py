@@ -92,7 +92,9 @@ def _read(args, fitted_on, named: bool | None, d: int):
     there must be ``d`` of them: a file without a header, and a ``.npy``, has no names, so
     a wider one is refused whatever the model's columns are called, never read in part.
     Other names than the model's, as many, are read by position with a warning. With
-    either option, the columns they keep, ``d`` of them.
+    either option, the columns they keep, ``d`` of them: in the model's order where their
+    names are the model's (a file whose columns come in another order), else by position
+    with the same warning.
     """
     import warnings
 
@@ -110,10 +112,14 @@ def _read(args, fitted_on, named: bool | None, d: int):
         named = not all(_made_up(name) for name in fitted_on)
     if table.X.shape[1] != d:
         raise CommandError(_width_error(args, table, fitted_on, named, d, chosen))
-    if not chosen and fitted_on and named and table.header and table.columns != fitted_on:
-        warnings.warn(f"{args.data}'s columns ({_names(table.columns)}) are not those the "
-                      f"model was fitted on ({_names(fitted_on)}): read by position; choose "
-                      "them with --columns", UserWarning, stacklevel=2)
+    if not (fitted_on and named and table.header) or table.columns == fitted_on:
+        return table
+    if chosen and sorted(table.columns) == sorted(fitted_on):   # the model's, in its order
+        order = [table.columns.index(name) for name in fitted_on]
+        return table._replace(X=table.X[:, order], columns=list(fitted_on))
+    warnings.warn(f"{args.data}'s columns ({_names(table.columns)}) are not those the "
+                  f"model was fitted on ({_names(fitted_on)}): read by position; choose "
+                  "them with --columns", UserWarning, stacklevel=2)
     return table
 
 

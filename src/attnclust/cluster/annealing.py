@@ -208,6 +208,9 @@ def predicted_first_split(X, *, geometry: str = "euclidean",
     if _check_objective(objective) == "risk":
         return 0.0
     start, Xc = _center(Xt, as_geometry(geometry).name)
+    # the spread in units of the largest entry: squares of rows at 1e155 overflow
+    scale = float(Xc.abs().max()) if bool(torch.isfinite(Xc).all()) else 1.0
+    Xc = Xc / (scale or 1.0)
     if Xt.shape[1] > DENSE_FEATURES:      # wide rows: no d x d matrix (attnclust._spectral)
         Y = (Xc - Xc.mean(0)).detach().cpu().numpy()
         if unit_heads(geometry):
@@ -219,6 +222,7 @@ def predicted_first_split(X, *, geometry: str = "euclidean",
         top = float(torch.linalg.eigvalsh(_tangent_cov(cov, start, geometry))[-1])
     if not top > 0:
         return math.inf
+    top = top * scale * scale                 # inf past float64's range: lambda_c is 0
     return (float(torch.linalg.vector_norm(Xt.mean(0))) if unit_heads(geometry) else 1.0) / top
 
 
