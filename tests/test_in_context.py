@@ -87,6 +87,19 @@ def test_backends_agree_with_dense(mix, dtype, exclude_self, batched, backend, c
     torch.testing.assert_close(out, ref, rtol=0, atol=_tol(X, LAM, dtype=dtype))
 
 
+def test_the_fused_kernel_over_blocks_of_queries_is_each_row_s_attention(mix):
+    """9,000 tokens: the fused backend calls the kernel on blocks of queries against all
+    keys (an interrupt is handled between calls); every row's attention is the chunked
+    online softmax's, to the same rounding bound as the backends' agreement above."""
+    from attnclust.study.in_context import _FUSED_SCORES
+
+    X = torch.as_tensor(mix.sample(9000, rng=4), dtype=torch.float64)
+    assert _FUSED_SCORES // len(X) < len(X)              # more than one call
+    out = identity_attention(X, LAM, backend="fused")
+    ref = identity_attention(X, LAM, backend="chunked")
+    torch.testing.assert_close(out, ref, rtol=0, atol=_tol(X, LAM))
+
+
 @pytest.mark.parametrize("backend", ["fused", "chunked"])
 def test_repeated_steps_and_renormalization_agree(mix, backend):
     X = mix.sample(120, rng=3)

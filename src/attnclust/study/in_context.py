@@ -85,6 +85,7 @@ BACKENDS = ("auto", "dense", "fused", "chunked")
 # reach 0.27 of the matmul rate, 1024 x 1024 blocks 0.15, 512 x 512 blocks 0.22.
 _BLOCK_ELEMENTS = 2**19
 _KEY_BLOCK = 1024
+_FUSED_SCORES = 2**26     # query-key scores per call of the fused kernel
 # Below this many score elements per batch (B * L * L) ``auto`` uses the dense
 # reference for exclude_self: fewer kernel launches than the blocked loop.
 _DENSE_AUTO_ELEMENTS = 2**22
@@ -346,11 +347,18 @@ def _fused(x: torch.Tensor, lam: float, exclude_self: bool) -> torch.Tensor:
     allowed = [SDPBackend.FLASH_ATTENTION]
     if q.device.type == "cuda":
         allowed.append(SDPBackend.EFFICIENT_ATTENTION)
+    # the queries a block of rows at a time, each against every key: one kernel call
+    # returns in a fraction of a second, so an interrupt (Ctrl-C) is handled between calls
+    # (a single call on 300,000 tokens held it for minutes); each row's attention is the same
+    L = q.shape[-2]
+    rows = max(1, _FUSED_SCORES // (q.shape[0] * L))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # torch explains each refusal
             with sdpa_kernel(allowed):
-                out = F.scaled_dot_product_attention(q, q, q, scale=lam)
+                out = torch.cat([F.scaled_dot_product_attention(q[:, :, s:s + rows], q, q,
+                                                                scale=lam)
+                                 for s in range(0, L, rows)], dim=2)
     except RuntimeError as exc:
         raise ValueError(f"backend='fused' found no O(L d) attention kernel for "
                          f"{q.dtype} on {q.device.type}: {exc}") from exc
