@@ -511,6 +511,12 @@ def test_a_distance_whose_square_overflows_is_still_a_distance():
     np.testing.assert_allclose(est.transform(far), reference, rtol=7 * eps(), atol=0)
     with pytest.raises(ValueError, match="row 1 of X is too far from the fitted heads"):
         est.transform([[0.0, 0.0], [1.5e308, 1.5e308]])
+    # kept in float32, a distance past its range is refused alike (it was inf, with
+    # NumPy's cast warning)
+    est32 = ac.AttentionClustering(3, random_state=0).fit(
+        np.random.RandomState(0).randn(300, 2).astype(np.float32))
+    with pytest.raises(ValueError, match="overflow float64 or X's float32"):
+        est32.transform(np.array([[0.0, 0.0], [3e38, 3e38]], dtype=np.float32))
 
 
 def test_a_label_whose_logits_overflow_is_refused_not_head_0():

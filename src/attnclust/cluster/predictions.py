@@ -147,23 +147,29 @@ class LayerPredictionsMixin(TransformerMixin):
         X = self._validate(X, reset=False)
         step = chunk_rows(None, X.shape[1], len(self.cluster_centers_))
         center = (self.mean_, self.scale_)
-        out = np.concatenate([self._finite(fn(self._plan.preprocess(X[s:s + step], center,
-                                                                   offset=s)), X, s)
-                              for s in range(0, X.shape[0], step)])
-        return out.astype(X.dtype, copy=False) if keep_dtype else out
+
+        def block(s: int) -> np.ndarray:
+            out = fn(self._plan.preprocess(X[s:s + step], center, offset=s))
+            if keep_dtype:              # a float32 distance past its range: refused too
+                with np.errstate(over="ignore"):
+                    out = out.astype(X.dtype, copy=False)
+            return self._finite(out, X, s)
+        return np.concatenate([block(s) for s in range(0, X.shape[0], step)])
 
     @staticmethod
     def _finite(out: np.ndarray, X: np.ndarray, offset: int) -> np.ndarray:
         """A block's outputs ``out``, unless a row's are not finite (a row so far from the
-        heads that its squared distance or its logits overflow float64: a distance, a
-        density, an attention or, from :meth:`predict`, a label of NaN or inf): then a
-        ``ValueError`` naming the row (``offset``: the block's first row in ``X``)."""
+        heads that its distance or its logits overflow float64, or ``X``'s float32 where
+        the outputs are kept in it: a distance, a density, an attention or, from
+        :meth:`predict`, a label of NaN or inf): then a ``ValueError`` naming the row
+        (``offset``: the block's first row in ``X``)."""
         if out.dtype.kind == "f" and not np.all(np.isfinite(out)):
             i = int(np.flatnonzero(~np.isfinite(out.reshape(len(out), -1)).all(1))[0])
+            kept = "" if X.dtype == np.float64 else f" or X's {X.dtype}"
             raise ValueError(f"row {offset + i} of X is too far from the fitted heads to "
                              "score: its distance to them (or its square), or its logits, "
-                             "overflow "
-                             f"float64 (entries up to {float(np.abs(X[offset + i]).max()):.3g})")
+                             f"overflow float64{kept} (entries up to "
+                             f"{float(np.abs(X[offset + i]).max()):.3g})")
         return out
 
     def predict_proba(self, X) -> np.ndarray:
