@@ -238,7 +238,7 @@ class LayerPredictionsMixin(TransformerMixin):
         """Euclidean distances ``||x - mu_h||`` of the preprocessed rows to the cluster
         centres, shape (n_samples, n_clusters), in the dtype of ``X`` (``KMeans.transform``'s
         space; the layer's output is :meth:`layer_output`); a row refused only where a
-        distance itself overflows float64, not its square."""
+        distance itself overflows float64 (or the float32 of ``X``), not its square."""
         def distances(Xp):
             X64 = torch.as_tensor(np.ascontiguousarray(Xp, dtype=np.float64),
                                   device=self._plan.device)

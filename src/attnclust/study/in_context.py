@@ -356,9 +356,9 @@ def _fused(x: torch.Tensor, lam: float, exclude_self: bool) -> torch.Tensor:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # torch explains each refusal
             with sdpa_kernel(allowed):
-                out = torch.cat([F.scaled_dot_product_attention(q[:, :, s:s + rows], q, q,
-                                                                scale=lam)
-                                 for s in range(0, L, rows)], dim=2)
+                blocks = [F.scaled_dot_product_attention(q[:, :, s:s + rows], q, q, scale=lam)
+                          for s in range(0, L, rows)]
+            out = blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
     except RuntimeError as exc:
         raise ValueError(f"backend='fused' found no O(L d) attention kernel for "
                          f"{q.dtype} on {q.device.type}: {exc}") from exc

@@ -276,7 +276,7 @@ def lean_run(lr: LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | N
     penalty = n_parameters * math.log(n) + 2.0 * n * d * log_scale
     # the criteria read the features with spread as the spherical one does (not with a
     # background, which no spherical one is beside); the early stop reads all: none then
-    spread = log_background is None and lr.Xs is not lr.X
+    spread = log_background is None and not lr.spread.all()
     stopped = run_or_stop(em, plan.max_iter, penalty, math.inf if spread else least,
                           settings=plan.settings)
     fit = em.result()

@@ -47,5 +47,5 @@ def spread_features(floor):
     >>> spread_features(floor).tolist()
     [True, False, True]
     """
-    raised = floor <= FLOOR_RANGE * floor.mean()
-    return ~raised if not bool(raised.all()) else raised
+    spread = floor > FLOOR_RANGE * floor.mean()
+    return spread if bool(spread.any()) else ~spread
