@@ -4,6 +4,7 @@ import ast
 import dataclasses
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from sklearn.base import clone
 import attnclust as ac
 from attnclust.cluster import warm_start
 from attnclust.cluster.plan import resolve
-from attnclust.cluster.settings import FitSettings
+from attnclust.cluster.settings import FitSettings, MergeSettings
 
 
 def _documented_defaults(doc: str = FitSettings.__doc__) -> dict:
@@ -131,3 +132,33 @@ def test_merge_settings_are_one_class_under_every_name():
 
     assert attnclust.MergeSettings is cluster.MergeSettings is merge.MergeSettings \
         is settings.MergeSettings
+
+
+_QUOTED = re.compile(r"``(\w+)``\s+\(default\s+(-?[0-9][0-9_.e+-]*)")
+
+
+def _quoted_defaults(text: str) -> list[tuple[str, float]]:
+    """``name`` (default VALUE) in the text, for the names of settings' fields."""
+    names = {f.name for cls in (FitSettings, MergeSettings) for f in dataclasses.fields(cls)}
+    return [(name, float(value.rstrip(".").replace("_", "")))
+            for name, value in _QUOTED.findall(text) if name in names]
+
+
+def test_docstrings_that_quote_a_setting_quote_its_default():
+    """The module docstrings explain a rule with its settings' defaults in words; those
+    values are checked here against the settings, so that a changed default cannot leave a
+    docstring behind."""
+    defaults = {f.name: f.default for cls in (FitSettings, MergeSettings)
+                for f in dataclasses.fields(cls)}
+    quoted = [(path.name, name, value)
+              for path in sorted(Path(ac.__file__).parent.rglob("*.py"))
+              for name, value in _quoted_defaults(path.read_text(encoding="utf-8"))]
+    assert len(quoted) >= 6               # merge.py and head_count.py quote several
+    assert [q for q in quoted if q[2] != defaults[q[1]]] == []
+
+
+def test_the_quoted_default_check_can_fail():
+    text = ("kept where it is below ``cut_ratio``\n  (default 0.2: ...) and ``skip_cut`` "
+            "(default 0.03)")
+    assert _quoted_defaults(text) == [("cut_ratio", 0.2), ("skip_cut", 0.03)]
+    assert MergeSettings().cut_ratio != 0.2
