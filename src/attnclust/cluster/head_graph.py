@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["squared_distances", "distinct_rows", "draw_copies", "tile_heads",
+__all__ = ["squared_distances", "distinct_rows", "dequantized", "draw_copies", "tile_heads",
            "head_attention", "head_overlap",
            "head_similarity", "gini_index",
            "gini_linkage", "normalized_cut", "majority_labels", "adjusted_rand",
@@ -63,6 +63,41 @@ def distinct_rows(X: np.ndarray) -> int:
 # integer weights summing to less than this are drawn as copies of rows (the
 # multivariate hypergeometric's "marginals" method loses precision above 1e9 items)
 MOST_COPIES = 10**9
+
+
+def dequantized(rows: np.ndarray, rng: np.random.Generator, level: float) -> np.ndarray:
+    """The rows ``(n, d)`` with each column on a coarse grid spread over its cells, ``x_j +
+    u h_j`` with ``u ~ U(-1/2, 1/2)`` drawn from ``rng`` and ``h_j`` the least gap between
+    the column's distinct values: a column whose rounding variance ``h_j^2 / 12`` is at
+    least ``level`` times its variance (a binary, count or graded column). Between two
+    neighbouring values of a grid there is no row, which is no gap between clusters: a
+    yes/no column cuts the rows into two slabs whose heads share no attention. Spread
+    over its cells, a grid's neighbouring values touch, and only gaps of more than one
+    step stay. Other columns are kept, and where no column is on such a grid the rows are
+    returned as they are, with no draw from ``rng``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = np.c_[rng.normal(size=200), rng.integers(0, 2, 200)]     # a yes/no column
+    >>> Z = dequantized(X, rng, 1e-4)
+    >>> bool(np.array_equal(Z[:, 0], X[:, 0])), bool(np.abs(Z[:, 1] - X[:, 1]).max() <= 0.5)
+    (True, True)
+    >>> float(np.diff(np.sort(Z[:, 1])).max()) < 0.1                # no gap between 0 and 1
+    True
+    >>> Y = X[:, :1]
+    >>> dequantized(Y, rng, 1e-4) is Y                                 # no grid: as given
+    True
+    """
+    ordered = np.sort(rows, axis=0)
+    gaps = np.diff(ordered, axis=0)
+    step = np.where(gaps > 0, gaps, np.inf).min(axis=0, initial=np.inf)
+    grid = np.isfinite(step) & (step * step / 12.0 >= level * rows.var(axis=0))
+    if not grid.any():
+        return rows
+    spread = rows.copy()
+    spread[:, grid] += rng.uniform(-0.5, 0.5, (len(rows), int(grid.sum()))) * step[grid]
+    return spread
 
 
 def draw_copies(weights: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:

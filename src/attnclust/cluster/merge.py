@@ -73,6 +73,13 @@ fit's partition: each row's label read through the heads (the cluster of largest
 attention, heads labelled by majority) must agree with the fit's labels at an adjusted
 Rand index of at least ``min_redraw`` (default 0.6; shapes 0.66-1, wine 0.02-0.5).
 
+**Rows on a grid.** Between two neighbouring values of a binary, count or graded column
+there is no row, and the heads on either side share no attention: a yes/no column beside
+three blobs cut them into slabs whose cut was near 0, and the merge took the slabs for
+clusters. The heads tile the sample with such columns spread over their cells
+(:func:`~attnclust.cluster.head_graph.dequantized`, ``grid_variance``), so that only gaps
+of more than one step of a grid stay.
+
 **Not when the K clusters barely overlap.** Before any head is tiled, the fit's posterior
 ``P`` ``(n, K)`` on the sampled rows gives the normalized cut of ``Q = P^T W P``:
 
@@ -124,6 +131,7 @@ from .head_count import HeadCount, HeadTiles, cluster_count, counted_clusters
 from .head_graph import (
     MOST_COPIES,
     adjusted_rand,
+    dequantized,
     distinct_rows,
     draw_copies,
     gini_index,
@@ -373,7 +381,8 @@ def merge_heads(X: np.ndarray, labels: np.ndarray, n_clusters: int, *,
         return not_tiled(why, cut)
     gain = np.nan                                       # read only where it can decide
     if seen and (cutting or lower) and cut_merged < cut_kept and not force:
-        gain = split_gain(S, w, z, heads, nearest, K, rng) if splits else -np.inf
+        rows = np.asarray(X[take], dtype=np.float64)      # on their grid, as the fit's
+        gain = split_gain(rows, w, z, heads, nearest, K, rng) if splits else -np.inf
     merged, reason = _verdict(force, seen, lower, gain, settings, m, K, cut_merged, cut_kept)
     if not (force or seen):
         reason += unseen
@@ -435,12 +444,17 @@ def _sampled_tiles(X, weights, cap: int, K: int, rng: np.random.Generator,
     """The merge's sample of at most ``cap`` rows of ``X`` (:func:`sample_rows`): its
     rows' indices, its count of distinct rows of positive weight (a repeated row is one
     place to tile) and the heads tiled on it, one per ``rows_per_head`` places (``None``
-    where that is not more than ``K``; fewer heads where the seeds' pool holds fewer)."""
+    where that is not more than ``K``; fewer heads where the seeds' pool holds fewer),
+    its columns on a coarse grid spread over their cells
+    (:func:`~attnclust.cluster.head_graph.dequantized`)."""
     take, w = sample_rows(X.shape[0], weights, cap, rng)
     rows = np.asarray(X[take], dtype=np.float64)
     places = distinct_rows(rows if w is None else rows[w > 0])
     m = n_heads(K, places, settings)
-    return take, places, _tiles(rows, w, m, rng, settings) if m > K else None
+    if m <= K:
+        return take, places, None
+    return take, places, _tiles(dequantized(rows, rng, settings.grid_variance), w, m, rng,
+                                settings)
 
 
 def _tiles(S: np.ndarray, w: np.ndarray | None, m: int, rng: np.random.Generator,

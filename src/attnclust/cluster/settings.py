@@ -234,7 +234,7 @@ _MERGE_CHECKS = (
     (("temperature", "cut_ratio", "count_cut_ratio", "count_temperature", "cut_floor",
       "min_rise", "min_shared", "split_rows"), "a positive number", lambda v: v > 0),
     (("gini_threshold",), "in [0, 1]", lambda v: 0 <= v <= 1),
-    (("skip_cut",), "a number >= 0", lambda v: v >= 0),
+    (("skip_cut", "grid_variance"), "a number >= 0", lambda v: v >= 0),
     (("min_redraw",), "in [-1, 1]", lambda v: -1 <= v <= 1),
     (("min_split_gain", "split_gain_floor"), "a finite number",
      lambda v: math.isfinite(v)),
@@ -293,6 +293,13 @@ class MergeSettings:
         ``K``-head fit's own posterior overlap
         (:func:`~attnclust.cluster.head_graph.posterior_cut`) is below ``skip_cut`` (default
         0.03; 0 turns the check off).
+    grid_variance : float
+        The heads tile the sampled rows with each column on a coarse grid spread over its
+        cells (:func:`~attnclust.cluster.head_graph.dequantized`): a column whose rounding
+        variance ``h^2 / 12`` (``h`` the least gap between its values) is at least
+        ``grid_variance`` times its variance (default 1e-4: a binary, count or graded
+        column; ``inf`` spreads none). Between neighbouring values of a grid there is no
+        row, which is no gap between clusters.
     count_temperature, cut_floor, min_rise, min_shared : float
         With ``n_clusters="auto"`` (:mod:`attnclust.cluster.head_count`): the heads'
         count of clusters reads their overlap at ``t = count_temperature`` (default 4: a
@@ -327,6 +334,7 @@ class MergeSettings:
     count_cut_ratio: float = 0.05
     min_redraw: float = 0.6
     skip_cut: float = 0.03
+    grid_variance: float = 1e-4
     count_temperature: float = 4.0
     cut_floor: float = 3e-4
     min_rise: float = 2.0
