@@ -134,6 +134,17 @@ def test_quick_headlines_hold_fig4(quick_fig4):
     assert _summary(quick_fig4, "fig4")["within_cluster_spread_ratio"] < 0.1
 
 
+def test_figures_3_and_4_pass_the_same_prompt():
+    """Figure 4 is figure 3's prompt through identity attention, as the study compares the
+    two spreads; it drew another prompt from the seed (cluster sizes 223/277 against
+    262/238), and the comparison read from which prompt was drawn."""
+    fig3, fig4 = FIGURES["fig3"], FIGURES["fig4"]
+    trained = fig3.run({**fig3.QUICK, "n_steps": 1}, np.random.default_rng(0))
+    identity = fig4.run(fig4.QUICK, np.random.default_rng(0))
+    np.testing.assert_array_equal(trained.arrays["labels"], identity.arrays["labels"])
+    np.testing.assert_array_equal(trained.arrays["inputs_2d"], identity.arrays["inputs_2d"])
+
+
 # figure 8: the distance to the infinite-prompt limit decays like L^(-1/2)
 @pytest.mark.slow
 def test_quick_headlines_hold_fig8(quick_fig8):
@@ -262,6 +273,35 @@ def test_a_run_stopped_before_its_json_leaves_no_cache_of_another_seed(tmp_path,
     reproduce("fig4", out=tmp_path, quick=True, seed=0)
     again = json.loads((tmp_path / "fig4-quick.json").read_text())
     assert again["seed"] == 0 and again["plotted"] == seed0      # recomputed: seed 0's
+
+
+def test_arrays_of_another_run_beside_a_json_are_recomputed(tmp_path):
+    """Two runs into one folder can leave one run's JSON beside the other's arrays (or a
+    user copies a .npz in): the JSON, which lists every plotted array, vouched for them by
+    their names alone, and the figure was re-plotted from another seed's arrays. Now the
+    arrays must be the JSON's, value for value."""
+    import attnclust.study.experiments._runner as runner
+
+    other = tmp_path / "other"
+    reproduce("fig4", out=other, quick=True, seed=1)
+    reproduce("fig4", out=tmp_path, quick=True, seed=0)
+    stem = tmp_path / "fig4-quick"
+    assert runner._load_cached(stem, FIGURES["fig4"].QUICK, 0) is not None
+    (other / "fig4-quick.npz").replace(stem.with_suffix(".npz"))     # seed 1's arrays
+    assert runner._load_cached(stem, FIGURES["fig4"].QUICK, 0) is None
+    reproduce("fig4", out=tmp_path, quick=True, seed=0)
+    meta = json.loads(stem.with_suffix(".json").read_text())
+    with np.load(stem.with_suffix(".npz")) as arrays:
+        assert all(runner._same_array(meta["plotted"][k], arrays[k]) for k in arrays.files)
+
+
+def test_the_cached_arrays_check_reads_non_finite_numbers():
+    from attnclust.study.experiments._runner import _jsonable, _same_array
+
+    a = np.array([[1.5, np.nan], [np.inf, -2.0]], dtype=np.float32)
+    assert _same_array(_jsonable(a), a)
+    assert not _same_array(_jsonable(a), a[::-1]) and not _same_array([[1.5, None]], a)
+    assert _same_array(_jsonable(np.arange(3)), np.arange(3))
 
 
 def test_reproduce_all_runs_every_figure_in_order(tmp_path, monkeypatch, capsys):

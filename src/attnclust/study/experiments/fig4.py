@@ -26,7 +26,8 @@ QUICK = dict(CONFIG)
 
 def run(config: dict, rng: np.random.Generator) -> FigureResult:
     lam = inverse_temperature_of(config)
-    mix, X, z = prompt(config, rng)
+    _, data_rng = rng.spawn(2)          # figure 3's prompt: its draw from the same seed
+    mix, X, z = prompt(config, data_rng)
     Y = identity_attention(X, lam, backend="dense")
     arrays = {**projected(X, Y), "labels": z}
     summary = {
