@@ -94,10 +94,30 @@ def _load_cached(stem: Path, config: dict, seed: int) -> FigureResult | None:
     if meta.get("seed") != seed or meta.get("config") != _jsonable(config):
         return None
     plotted = meta.get("plotted")
-    # the JSON, written last, lists every array; a .npz that lost one is incomplete
+    # the JSON, written last, holds every array: a .npz that lost one is incomplete, and
+    # one that differs is another run's (two runs into one folder, a file copied in)
     if not isinstance(plotted, dict) or set(plotted) != set(cached.arrays):
         return None
+    if not all(_same_array(plotted[k], a) for k, a in cached.arrays.items()):
+        return None
     return cached
+
+
+def _same_array(listed, array: np.ndarray) -> bool:
+    """Whether the JSON's ``listed`` values are ``array``'s (:func:`_jsonable` wrote its
+    non-finite numbers as ``null``)."""
+    floats = array.dtype.kind == "f"
+    try:
+        values = np.asarray(listed, dtype=np.float64 if floats else array.dtype)
+    except (TypeError, ValueError):
+        return False
+    if values.shape != array.shape:
+        return False
+    if not floats:
+        return bool(np.array_equal(values, array))
+    finite = np.isfinite(array)
+    return bool(np.array_equal(np.isfinite(values), finite)
+                and np.array_equal(values[finite], array[finite].astype(np.float64)))
 
 
 def _save(result: FigureResult, stem: Path, meta: dict) -> None:
