@@ -511,3 +511,43 @@ def test_a_mistyped_option_is_named_by_its_command(blobs, capsys):
     assert line == ("attnclust fit: error: unrecognized arguments: --outt x (see attnclust "
                     "fit --help)")
     assert not list(blobs.parent.glob("x.*.npy"))
+
+
+class _Finalized:
+    """An object whose weakref callback runs Python code when it is collected."""
+
+
+def test_an_interrupt_handled_inside_a_weakref_callback_is_not_lost(capsys):
+    """A signal handled while a weakref callback or finalizer runs raises there, where
+    Python prints the exception ("Exception ignored in ...") and carries on; later signals
+    were ignored, so the command ran to its end and exited 0. The interrupt is raised
+    again where the command runs."""
+    import weakref
+
+    from attnclust.cli._runtime import Interrupted, signals_raise_interrupted
+
+    ran_on = []
+    with pytest.raises(Interrupted):
+        with signals_raise_interrupted():
+            thing = _Finalized()
+            ref = weakref.ref(thing, lambda _: signal.getsignal(signal.SIGINT)(
+                signal.SIGINT, None))                       # the handler runs in the callback
+            del thing                                       # the callback runs here
+            start = time.monotonic()
+            while time.monotonic() < start + 5.0:           # the command going on
+                ran_on.append(time.monotonic() - start)
+    assert ref() is None and ran_on[-1] < 1.0
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_an_interrupt_that_never_came_through_stops_the_command_at_its_end():
+    from attnclust.cli._runtime import Interrupted, signals_raise_interrupted
+
+    with pytest.raises(Interrupted) as raised:
+        with signals_raise_interrupted():
+            handler = signal.getsignal(signal.SIGTERM)
+            try:
+                handler(signal.SIGTERM, None)
+            except Interrupted:
+                pass                            # swallowed by code the command ran
+    assert raised.value.signum == signal.SIGTERM

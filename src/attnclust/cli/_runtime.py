@@ -8,6 +8,7 @@ file's error.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
@@ -36,8 +37,11 @@ def signals_raise_interrupted():
     The exception unwinds through the ``finally`` blocks that remove temporary files
     (a signal that arrives while outputs are being renamed takes effect once they all
     are, see :func:`attnclust._io.deferred_interrupts`). Later signals are ignored, so a
-    second Ctrl-C cannot cut that cleanup short. Outside the main thread (an embedding
-    program), handlers cannot be installed and nothing changes.
+    second Ctrl-C cannot cut that cleanup short. A signal handled while a finalizer or a
+    weakref callback runs raises there, where Python prints the exception and drops it:
+    it is raised again where the command runs, and at the latest when the command
+    returns. Outside the main thread (an embedding program), handlers cannot be installed
+    and nothing changes.
     """
     from .. import _io
 
@@ -55,12 +59,30 @@ def signals_raise_interrupted():
             raise Interrupted(signum)
         _io.interrupt(stop)
 
+    outer_hook, again = sys.unraisablehook, []
+
+    def dropped(report):                # an exception Python cannot raise (a finalizer's)
+        if isinstance(report.exc_value, Interrupted):
+            fired.clear()               # the signal again, once this hook has returned
+            timer = threading.Timer(0.05, _thread.interrupt_main, (report.exc_value.signum,))
+            timer.daemon = True
+            again.append(timer)
+            timer.start()
+        else:
+            outer_hook(report)
+
     previous = {sig: signal.signal(sig, handler) for sig in EXIT_SIGNAL}
+    sys.unraisablehook = dropped
     try:
         yield
     finally:
+        for timer in again:
+            timer.cancel()
+        sys.unraisablehook = outer_hook
         for sig, old in previous.items():
             signal.signal(sig, old)
+    if fired or again:                  # handled, but its exception never came through
+        raise Interrupted(fired[0] if fired else again[-1].args[0])
 
 
 @contextlib.contextmanager
