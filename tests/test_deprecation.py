@@ -84,6 +84,17 @@ def test_fitted_attributes_under_their_old_names():
     assert not hasattr(ac.AttentionClustering(2), "temperature_")
 
 
+def test_an_old_attribute_name_warns_at_the_readers_line():
+    """The warning of a renamed attribute pointed inside the package (the descriptor's
+    line): it points at the line that reads the old name."""
+    layer = ac.AttentionHeads(HEADS, inverse_temperature=4.0)
+    q = ac.AttentionQuantizer().fit(X)
+    with pytest.warns(FutureWarning) as caught:
+        read = (layer.temperature, q.temperature_)
+    assert read == (4.0, q.inverse_temperature_)
+    assert [w.filename for w in caught] == [__file__] * 2
+
+
 def test_callback_info_under_the_old_name():
     seen = []
     ac.AttentionClustering(2, random_state=0, callback=seen.append).fit(X)

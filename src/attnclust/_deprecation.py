@@ -98,7 +98,7 @@ class RenamedAttribute:
         if obj is None:
             return self
         value = getattr(obj, self.new)      # AttributeError first, e.g. when not fitted
-        _warn(self.old, self.new, type(obj).__name__, stacklevel=1)
+        _warn(self.old, self.new, type(obj).__name__, stacklevel=2)   # the reader's line
         return value
 
 
