@@ -8,7 +8,7 @@ import torch
 
 import attnclust as ac
 from _tolerance import attention_risk_tol, balance_tol, eps, sum_tol
-from attnclust.layer.schedules import Anneal, Decay, Stages
+from attnclust.layer.schedules import Anneal, Decay, Schedule, Stages
 from attnclust.study import _population, _quadrature
 from attnclust.study.objectives import EmpiricalRisk
 
@@ -570,6 +570,29 @@ def test_one_schedule_type_for_both_solvers():
                                   [2.0] * 5 + [8.0] * 5 + [30.0])
     assert lam.stages(20) == [(2.0, 5), (8.0, 5), (30.0, 10)] and lam.finished_at == 10
     assert Anneal(10.0, ratio=4.0, steps=2).stages(4) == [(2.5, 1), (5.0, 1), (10.0, 2)]
+
+
+@pytest.mark.parametrize("n_steps", [0, 1, 4, 5, 8, 200])
+def test_stages_past_their_sum_keep_the_last_value_for_both_solvers(n_steps):
+    """``Stages`` keeps its last value (the docs, and pgd's reading step by step); the
+    fixed-point solver's stages stopped at the stages' sum: ``n_steps=200`` ran 5 steps
+    and reported no convergence. Its stages are now the step-by-step values, in runs."""
+    lam = Stages([1.0, 4.0], [2, 3])
+    generic = [(v, c) for v, c in Schedule.stages(lam, n_steps)]
+    assert lam.stages(n_steps) == generic
+    assert sum(c for _, c in lam.stages(n_steps)) == n_steps
+
+
+def test_the_fixed_point_solver_runs_a_stages_schedule_as_a_function_of_it():
+    mix = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.3)
+    X = torch.as_tensor(mix.sample(500, rng=0))
+    h0 = ac.init_on_sphere(2, 4, rng=1)
+    from attnclust.cluster.fixed_point import fixed_point_fit
+
+    fit = [fixed_point_fit(X, h0, inverse_temperature=lam, n_steps=200, tol=1e-12)
+           for lam in (Stages([1.0, 4.0], [2, 3]), lambda t: 1.0 if t < 2 else 4.0)]
+    assert fit[0].converged and fit[0].n_iter == fit[1].n_iter
+    torch.testing.assert_close(fit[0].heads, fit[1].heads, rtol=0, atol=0)
 
 
 def test_mixtures_or_data_sets_are_one_or_one_per_run():

@@ -171,12 +171,22 @@ class Stages(Schedule):
         return self.values[min(s, len(self.values) - 1)]
 
     def stages(self, n_steps: int) -> list[tuple[float, int]]:
+        """The stages of ``n_steps`` steps (a stage of no step kept as it is), the last
+        value kept past the stages' sum, as every solver reads it.
+
+        Examples
+        --------
+        >>> Stages([1.0, 4.0], [2, 3]).stages(8)
+        [(1.0, 2), (4.0, 6)]
+        """
         out, left = [], int(n_steps)
         for value, count in zip(self.values, self.steps, strict=True):
             if left <= 0:
                 break
             out.append((value, min(count, left)))
             left -= count
+        if left > 0:                    # past the last stage: its value, kept
+            out[-1] = (out[-1][0], out[-1][1] + left)
         return out
 
 
