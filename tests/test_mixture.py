@@ -67,6 +67,23 @@ def test_posterior_matches_bayes_rule():
                                rtol=2 * ((2 + 2) * (1 + E) + 2 + 1) * eps())
 
 
+@pytest.mark.parametrize("sigma", [1e-160, 1e-3, 0.3, 1e150])
+def test_an_empty_cluster_nearest_the_token_takes_no_posterior(sigma):
+    """The logits were shifted by the nearest centroid's score, an empty cluster's too:
+    at sigma = 1e-160 every logit underflowed to -inf, the posterior was NaN and predict
+    chose the empty cluster. An empty cluster's posterior is 0 at every sigma."""
+    mix = GaussianMixture(np.eye(2), sigma=sigma, weights=[0.0, 1.0])
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [-5.0, 3.0]])
+    np.testing.assert_array_equal(mix.posterior(x), [[0.0, 1.0]] * 3)
+    np.testing.assert_array_equal(mix.predict(x), [1, 1, 1])
+
+
+def test_a_token_that_is_not_finite_has_no_posterior():
+    mix = GaussianMixture(np.eye(2), sigma=0.3)
+    with pytest.raises(ValueError, match=r"NaN or inf \(first in row 1\)"):
+        mix.predict([[0.0, 1.0], [np.nan, 0.0]])
+
+
 def test_dirac_posterior_ignores_empty_clusters_and_breaks_ties_by_weight():
     mix = GaussianMixture(np.eye(3), sigma=0.0, weights=[0.0, 0.3, 0.7])
     # the nearest centroid is e_0, whose weight is zero: it can never be the cluster

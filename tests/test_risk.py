@@ -341,6 +341,13 @@ def test_bad_inputs():
     good = torch.tensor(mix.centroids)
     with pytest.raises(ValueError, match="heads"):
         ac.population_risk(good[0], mix, inverse_temperature=1.0)
+    for target in ([np.nan, 1.0], [5.0, 5.0], [1.5, -0.5]):     # taken as they were
+        with pytest.raises(ValueError, match="target must be proportions"):
+            ac.balance(good, mix, inverse_temperature=1.0, target=target)
+    for grad in (False, True):      # NaN heads were let through when they required grad
+        with pytest.raises(ValueError, match=r"heads contains NaN or inf"):
+            ac.population_risk((good * np.nan).requires_grad_(grad), mix,
+                               inverse_temperature=1.0)
     with pytest.raises(ValueError, match="d=10"):
         ac.population_risk(good[:, :5], mix, inverse_temperature=1.0)
     with pytest.raises(ValueError, match="inverse_temperature"):

@@ -56,6 +56,9 @@ def test_normalize_rejects_zero_rows_naming_the_first():
     y[1, 2] = 0
     with pytest.raises(ValueError, match=r"row \(1, 2\) is zero"):
         normalize(y)
+    # with a gradient to follow too (it returned NaN rows)
+    with pytest.raises(ValueError, match="row 2 is zero"):
+        normalize(x.clone().requires_grad_())
 
 
 def test_random_sphere_is_uniform_enough():

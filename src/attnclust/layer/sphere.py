@@ -49,7 +49,7 @@ def normalize(x: torch.Tensor, *, eps: float = 0.0) -> torch.Tensor:
     if not bool(off.any()):                             # the common case: nothing to mend
         return x / norm
     norm = torch.where(off, row_norms(x)[..., None], norm)    # squares out of range
-    if eps == 0.0 and not x.requires_grad:
+    if eps == 0.0:
         zero = norm[..., 0] == 0
         if bool(zero.any()):
             index = tuple(int(i) for i in torch.nonzero(zero)[0])

@@ -284,6 +284,10 @@ class GaussianMixture:
         X = np.asarray(X, dtype=np.float64)
         if X.ndim != 2 or X.shape[1] != self.d:
             raise ValueError(f"X must have shape (n, {self.d}), got {X.shape}")
+        if not np.isfinite(X).all():
+            row = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
+            raise ValueError(f"X contains NaN or inf (first in row {row}): such a token has "
+                             "no posterior")
         scores = X @ self.centroids.T  # (n, k)
         with np.errstate(divide="ignore"):
             log_w = np.log(self.weights)  # -inf for an empty cluster
@@ -295,10 +299,14 @@ class GaussianMixture:
             post = np.zeros_like(scores)
             post[np.arange(len(X)), best] = 1.0
             return post
-        # shifted, then divided by sigma twice: sigma^2 under- or overflows beyond 1e+-154
-        shifted = scores - scores.max(axis=1, keepdims=True)
-        with np.errstate(over="ignore"):                # -inf: a cluster out of reach
-            logits = log_w + (shifted / self.sigma) / self.sigma
+        # shifted by the nearest cluster of positive weight (an empty one's -inf weight
+        # would not offset its score), then divided by sigma twice: sigma^2 under- or
+        # overflows beyond 1e+-154
+        held = np.where(self.weights > 0, scores, -np.inf)
+        shifted = scores - held.max(axis=1, keepdims=True)
+        with np.errstate(over="ignore", invalid="ignore"):   # -inf: a cluster out of reach
+            logits = np.where(self.weights > 0, log_w + (shifted / self.sigma) / self.sigma,
+                              -np.inf)
         logits -= logits.max(axis=1, keepdims=True)
         post = np.exp(logits)
         return post / post.sum(axis=1, keepdims=True)

@@ -118,8 +118,7 @@ def _check_heads(heads, d: int | None = None) -> torch.Tensor:
     if d is not None and heads.shape[1] != d:
         raise ValueError(f"heads must have d={d} columns to match the data, got "
                          f"{heads.shape[1]}")
-    if not heads.requires_grad:
-        check_finite(heads, "heads")
+    check_finite(heads.detach(), "heads")       # with or without a gradient to follow
     return heads
 
 
@@ -503,4 +502,9 @@ def balance(
         tgt = as_tensor(target, name="target", dtype=mean_a.dtype, device=mean_a.device)
         if tgt.shape != (K,):
             raise ValueError(f"target must have shape ({K},), got {tuple(tgt.shape)}")
+        total = float(tgt.sum())                # proportions: the mean attention's kind
+        if not (bool(torch.isfinite(tgt).all()) and bool((tgt >= 0).all())
+                and abs(total - 1.0) <= K * torch.finfo(tgt.dtype).eps):
+            raise ValueError(f"target must be proportions (finite, >= 0, summing to 1), got "
+                             f"{tgt.tolist()}")
     return ((mean_a - tgt) ** 2).sum(-1)
