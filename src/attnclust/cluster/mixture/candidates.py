@@ -81,7 +81,7 @@ from ..rows import WorkingRows
 from ..settings import FitSettings
 from .covariance import Covariance, Diag, Spherical, positive_factors
 from .em import LeanEM, RowProducts, log_joint, log_sum_heads, m_step
-from .floor import covariance_floor, spread_features
+from .floor import covariance_floor, full_rank_features, spread_features
 from .tempered import ShapedFitted, check_degenerate
 
 if TYPE_CHECKING:
@@ -176,9 +176,12 @@ class LeanRows:
         self.variances = np.maximum(variances, 0.0)
         self.floor_t = covariance_floor(torch.from_numpy(self.variances), REG_COVAR)
         self.floor = self.floor_t.numpy()
-        # the criteria read the features with spread: along a constant column every shaped
-        # head sits at the floor (a likelihood set by it), which a spherical head cannot
-        self.spread = spread_features(self.floor)
+        # the criteria read the features with spread beyond the others': along a constant
+        # column every shaped head sits at the floor (a likelihood set by it), and along a
+        # column the others determine every full head does, which no other head can
+        Xc = X - center
+        covariance = (Xc.T @ Xc if w is None else (Xc.T * w) @ Xc) / total
+        self.spread = full_rank_features(covariance, spread_features(self.floor), REG_COVAR)
         self.spread_products = self.products if self.spread.all() else \
             RowProducts(np.ascontiguousarray(X[:, self.spread]), n_clusters)
         self.Xs = self.spread_products.X
@@ -285,20 +288,24 @@ def lean_run(lr: LeanRows, cov: Covariance, plan: FitPlan, start: np.ndarray | N
         (top, lse), d = lr.spread_log_sums(cov, fit), lr.Xs.shape[1]
         n_parameters = cov.n_parameters(K, d)
     score = score_lean(lse, top, lr.w, cov, n_parameters, d, log_scale,
-                       head_at_floor(cov, fit.covariances, lr.floor))
+                       head_at_floor(cov, fit.covariances, lr.floor,
+                                     None if log_background is not None else lr.spread))
     return LeanRun(em, lr), score._replace(stopped=stopped)
 
 
-def head_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray) -> bool:
-    """Whether a head's covariance sits at the floor in some direction (the degeneracy
+def head_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray,
+                  features=None) -> bool:
+    """Whether a head's covariance sits at the floor in some direction of the ``features``
+    (:meth:`~attnclust.cluster.mixture.covariance.Covariance.floor_ratio`; the degeneracy
     :func:`~attnclust.cluster.mixture.tempered.shaped_fit` warns of): its likelihood is then the
     floor's."""
-    return bool(heads_at_floor(cov, covariances, floor).any())
+    return bool(heads_at_floor(cov, covariances, floor, features).any())
 
 
-def heads_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray) -> np.ndarray:
+def heads_at_floor(cov: Covariance, covariances: np.ndarray, floor: np.ndarray,
+                   features=None) -> np.ndarray:
     """Which heads' covariances sit at the floor in some direction, ``(K,)``."""
-    return cov.floor_ratio(np.asarray(covariances), floor) <= AT_FLOOR
+    return cov.floor_ratio(np.asarray(covariances), floor, features) <= AT_FLOOR
 
 
 def score_lean(lse: np.ndarray, top: np.ndarray, w, cov: Covariance, n_parameters: int,
@@ -322,7 +329,7 @@ def lean_attributes(crows: WorkingRows, fit, cov: Covariance, floor: torch.Tenso
     covs_t = torch.from_numpy(np.ascontiguousarray(fit.covariances))
     factors_t = positive_factors(covs_t, cov)
     check_degenerate(covs_t, torch.from_numpy(fit.counts), cov, floor.cpu(), total,
-                     crows.n_total)
+                     crows.n_total, torch.from_numpy(fit.means), REG_COVAR)
     factors = factors_t.numpy() / s
     return ShapedFitted(
         cluster_centers_=crows.heads_out(torch.from_numpy(fit.means)),

@@ -198,11 +198,11 @@ class Covariance(Stateless, ABC):
         """The covariances of the features ``keep`` ``(d,)`` bool: a Gaussian's marginal."""
 
     @abstractmethod
-    def floor_ratio(self, covariances, floor):
+    def floor_ratio(self, covariances, floor, features=None):
         """Each head's smallest covariance in units of the floor, ``(K,)`` (``>= 1``): for
-        diag and full heads in the features with spread in the data
-        (:func:`~attnclust.cluster.mixture.floor.spread_features`), for spherical ones
-        their one variance over the floor's mean."""
+        diag and full heads in the ``features`` ``(d,)`` bool (``None``: those with spread
+        in the data, :func:`~attnclust.cluster.mixture.floor.spread_features`), for
+        spherical ones their one variance over the floor's mean."""
 
     # -- rows read whole (NumPy) -------------------------------------------------------------
     @abstractmethod
@@ -304,7 +304,7 @@ class Spherical(_Axes):
     def marginal(self, covariances, keep):
         return covariances
 
-    def floor_ratio(self, covariances, floor):
+    def floor_ratio(self, covariances, floor, features=None):
         return covariances / floor.mean()
 
     def row_moments(self, X, n_heads):
@@ -357,8 +357,9 @@ class Diag(_Axes):
     def marginal(self, covariances, keep):
         return covariances[:, keep]
 
-    def floor_ratio(self, covariances, floor):
-        return _lib(covariances).amin((covariances / floor)[..., spread_features(floor)], -1)
+    def floor_ratio(self, covariances, floor, features=None):
+        read = spread_features(floor) if features is None else features
+        return _lib(covariances).amin((covariances / floor)[..., read], -1)
 
     def row_moments(self, X, n_heads):
         return X * X
@@ -430,11 +431,11 @@ class Full(Covariance):
     def marginal(self, covariances, keep):
         return covariances[:, keep][:, :, keep]
 
-    def floor_ratio(self, covariances, floor):
+    def floor_ratio(self, covariances, floor, features=None):
         lib = _lib(covariances)
         root = 1.0 / lib.sqrt(floor)  # the covariance in units of the floor: eigenvalues >= 1
-        spread = spread_features(floor)
-        scaled = (covariances * root[:, None] * root)[:, spread][:, :, spread]
+        read = spread_features(floor) if features is None else features
+        scaled = (covariances * root[:, None] * root)[:, read][:, :, read]
         return lib.linalg.eigvalsh(scaled)[:, 0]
 
     def row_moments(self, X, n_heads):

@@ -6,14 +6,18 @@ feature's variance in the data (:func:`covariance_floor`). A head whose covarian
 the floor in some direction has a likelihood set by the floor, not by its rows
 (:meth:`~attnclust.cluster.mixture.covariance.Covariance.floor_ratio`), except along a
 feature the rows themselves do not spread on (:func:`spread_features`: a constant
-column, where every head sits at the floor as the rows do).
+column, where every head sits at the floor as the rows do), or along a feature the others
+determine (:func:`full_rank_features`: a copy, a sum or a total of other columns, rows
+embedded in more dimensions than they span), where every full head does.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-__all__ = ["FLOOR_RANGE", "covariance_floor", "spread_features"]
+__all__ = ["FLOOR_RANGE", "covariance_floor", "spread_features", "full_rank_features",
+           "spanned_features"]
 
 FLOOR_RANGE = 1e-10   # a feature's variance counts down to this fraction of the mean's
 
@@ -49,3 +53,55 @@ def spread_features(floor):
     """
     spread = floor > FLOOR_RANGE * floor.mean()
     return spread if bool(spread.any()) else ~spread
+
+
+def full_rank_features(covariance, features, level: float) -> np.ndarray:
+    """Of the ``features`` ``(d,)`` bool, those the rows spread on beyond the features
+    before them: in order, a feature is kept where its variance left after a regression on
+    the features kept so far is above ``level`` times its variance (``level``: the floor's
+    ``reg_covar``: below, every full head sits at the floor along that combination of
+    features, as the rows do). ``covariance`` ``(d, d)``: the rows' (NumPy or torch,
+    read as float64). Returns ``(d,)`` bool (NumPy); the ``features`` as given where the rows
+    spread on none (one row), as :func:`spread_features` then reads every feature.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> X = rng.normal(size=(200, 3))
+    >>> X = np.c_[X, X[:, 0] + X[:, 2], X[:, 1]]             # a sum and a copy
+    >>> full_rank_features(np.cov(X.T), np.ones(5, bool), 1e-6).tolist()
+    [True, True, True, False, False]
+    >>> full_rank_features(np.cov(X.T), np.array([1, 1, 0, 1, 1], bool), 1e-6).tolist()
+    [True, True, False, True, False]
+    """
+    C = np.asarray(covariance.cpu() if isinstance(covariance, torch.Tensor) else covariance,
+                   dtype=np.float64)
+    given = np.asarray(features.cpu() if isinstance(features, torch.Tensor) else features,
+                       dtype=bool)
+    kept = np.zeros(len(C), dtype=bool)
+    order: list[int] = []
+    L = np.zeros((0, 0))                       # Cholesky factor of the kept features' block
+    for j in np.flatnonzero(given):
+        y = np.linalg.solve(L, C[order, j]) if order else np.zeros(0)   # L y = C_kj
+        left = C[j, j] - float(y @ y)          # the variance the kept features leave
+        if left > level * C[j, j]:
+            L = np.block([[L, np.zeros((len(order), 1))], [y[None], np.sqrt(left)]])
+            order.append(j)
+            kept[j] = True
+    return kept if kept.any() else given      # no spread at all (one row): every feature
+
+
+def spanned_features(means, covariances, counts, floor, level: float) -> np.ndarray:
+    """:func:`full_rank_features` of the rows a mixture of full heads was fitted on, read
+    from the mixture: the heads' covariances less the floor, and their means' spread,
+    weighted by their rows ``counts`` ``(K,)``, sum to the rows' covariance (after any
+    M-step), so no other pass over the rows is needed. ``means`` ``(K, d)``,
+    ``covariances`` ``(K, d, d)``, ``floor`` ``(d,)``; NumPy or torch."""
+    def array(a):
+        return np.asarray(a.detach().cpu() if isinstance(a, torch.Tensor) else a,
+                          dtype=np.float64)
+    m, C, c, r = array(means), array(covariances), array(counts), array(floor)
+    c = c[:len(m)] / c[:len(m)].sum()
+    shift = m - c @ m
+    covariance = np.einsum("k,kij->ij", c, C - np.diag(r)) + (shift.T * c) @ shift
+    return full_rank_features(covariance, spread_features(r), level)

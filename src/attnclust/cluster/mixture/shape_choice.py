@@ -111,7 +111,7 @@ from .candidates import (
     merges_cells,
 )
 from .covariance import AUTO, Covariance, Spherical, positive_factors
-from .floor import covariance_floor, spread_features
+from .floor import covariance_floor, full_rank_features, spread_features
 from .tempered import data_variance
 from .valley import cores_from_tails
 
@@ -334,8 +334,9 @@ def fit_chosen_shape(rows: WorkingRows, end: Ending, plan: FitPlan, *,
         fitted = fit_shaped(rows, heads, plan.with_covariance(choice.covariance), report=report,
                             start=None if start is None else
                             (start[0], start[1], np.exp(start[2])))
-        shaped = _score_fitted(rows, fitted, choice.covariance, K, log_scale)
-        spherical = _partition_score(rows, end.labels, heads, K, log_scale)
+        floor, read = _criteria_basis(rows, heads)
+        shaped = _score_fitted(rows, fitted, choice.covariance, read, K, log_scale)
+        spherical = _partition_score(rows, end.labels, floor, read, K, log_scale)
     return _confirmed(fitted, choice, shaped, spherical)
 
 
@@ -414,47 +415,77 @@ def _choose_chunked(crows: WorkingRows, labels: np.ndarray, heads: torch.Tensor,
     """The choice on rows shared by ranks or on a device (the chunked
     :func:`~attnclust.cluster.estimator_fits.fit_shaped`, criteria by passes over the rows)."""
     K = plan.n_clusters
-    scores = [_partition_score(crows, labels, heads, K, log_scale)]
+    floor, read = _criteria_basis(crows, heads)
+    scores = [_partition_score(crows, labels, floor, read, K, log_scale)]
     fits = {}
     tried, skipped = shaped_candidates(n_total, crows.rows.shape[1], K,
                                        settings=plan.settings)
     for cov in tried:
         fitted = fit_shaped(crows, heads, plan.with_covariance(cov), report=Reporter(None, 0))
         fits[cov] = fitted
-        scores.append(_score_fitted(crows, fitted, cov, K, log_scale))
+        scores.append(_score_fitted(crows, fitted, cov, read, K, log_scale))
     choice = choose_shape(scores, skipped, settings=plan.settings)
     return choice, fits.get(choice.covariance)
 
 
-def _score_fitted(crows: WorkingRows, fitted, cov: Covariance, K: int, log_scale: float
-                  ) -> ShapeScore:
+def _score_fitted(crows: WorkingRows, fitted, cov: Covariance, read: torch.Tensor, K: int,
+                  log_scale: float) -> ShapeScore:
     """The :class:`ShapeScore` of shaped heads fitted on ``crows`` (their attributes in the
-    units of ``crows``' preprocessed rows), evaluated in the working space, and whether a
-    head is at the floor."""
+    units of ``crows``' preprocessed rows), evaluated in the working space on the features
+    ``read`` (:func:`_criteria_features`), and whether a head is at the floor along them."""
     def tensor(a):
         return torch.as_tensor(a, dtype=torch.float64, device=crows.rows.device)
     s = crows.scale
     floor = tensor(fitted.covariance_floor_) / (s * s)
-    keep = spread_features(floor)                  # the features the criteria read
-    means = tensor(crows.heads_in(fitted.cluster_centers_))[:, keep]
-    factors = tensor(fitted.precisions_cholesky_) * s if bool(keep.all()) else \
-        positive_factors(cov.marginal(tensor(fitted.covariances_) / (s * s), keep), cov)
+    means = tensor(crows.heads_in(fitted.cluster_centers_))[:, read]
+    factors = tensor(fitted.precisions_cholesky_) * s if bool(read.all()) else \
+        positive_factors(cov.marginal(tensor(fitted.covariances_) / (s * s), read), cov)
     log_w = tensor(fitted.weights_).log()
     at_floor = head_at_floor(cov, fitted.covariances_ / (s * s),
-                             fitted.covariance_floor_ / (s * s))
+                             fitted.covariance_floor_ / (s * s), read.cpu().numpy())
     return score_log_joint(
-        crows, lambda c: cov.log_joint(c.double(), means, factors, log_w, 1.0, floor[keep]),
-        cov, K, log_scale=log_scale, keep=keep)._replace(at_floor=at_floor)
+        crows, lambda c: cov.log_joint(c.double(), means, factors, log_w, 1.0, floor[read]),
+        cov, K, log_scale=log_scale, keep=read)._replace(at_floor=at_floor)
 
 
-def _partition_score(rows: WorkingRows, labels: np.ndarray, heads: torch.Tensor, K: int,
-                     log_scale: float) -> ShapeScore:
-    """The criteria of the one-variance-per-head mixture of the partition ``labels``, by
-    passes over the rows (:meth:`LeanRows.spherical_score` on rows read whole)."""
-    floor = _floor(rows, heads.double().mean(0))
-    keep = spread_features(floor)                  # the features the criteria read
-    means, factors, log_w = _partition_mixture(rows, labels, K, floor, keep)
+def _partition_score(rows: WorkingRows, labels: np.ndarray, floor: torch.Tensor,
+                     read: torch.Tensor, K: int, log_scale: float) -> ShapeScore:
+    """The criteria of the one-variance-per-head mixture of the partition ``labels`` on the
+    features ``read``, by passes over the rows (:meth:`LeanRows.spherical_score` on rows
+    read whole); ``floor``: the shaped fits' (:func:`_floor`)."""
+    means, factors, log_w = _partition_mixture(rows, labels, K, floor, read)
     sph = Spherical()
     return score_log_joint(
-        rows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor[keep]),
-        sph, K, log_scale=log_scale, keep=keep)
+        rows, lambda c: sph.log_joint(c.double(), means, factors, log_w, 1.0, floor[read]),
+        sph, K, log_scale=log_scale, keep=read)
+
+
+def _criteria_basis(rows: WorkingRows, heads: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The shaped fits' floor of the rows (:func:`_floor`) and the features every criterion
+    reads (:func:`_criteria_features`), about the heads' mean."""
+    center = heads.double().mean(0)
+    floor = _floor(rows, center)
+    return floor, _criteria_features(rows, floor, center)
+
+
+def _criteria_features(rows: WorkingRows, floor: torch.Tensor, center: torch.Tensor
+                       ) -> torch.Tensor:
+    """The features the criteria read, ``(d,)`` bool on the floor's device: those the rows
+    spread on (:func:`~attnclust.cluster.mixture.floor.spread_features`), less those the
+    others determine (:func:`~attnclust.cluster.mixture.floor.full_rank_features`, from the
+    rows' covariance about ``center``, summed over ranks by passes)."""
+    w, d = rows.weights, rows.rows.shape[1]
+    c = center.double()
+
+    def sums(start: int, chunk: torch.Tensor) -> np.ndarray:
+        x = chunk.double() - c.to(chunk.device)
+        wc = torch.ones(x.shape[0], dtype=torch.float64, device=x.device) if w is None \
+            else w[start:start + x.shape[0]].double()
+        wx = wc[:, None] * x
+        return torch.cat([wc.sum()[None], wx.sum(0), (wx.T @ x).reshape(-1)]).cpu().numpy()
+    acc = rows.comm.sum_array(np.sum(rows.map_chunks(sums), axis=0))
+    mean = acc[1:d + 1] / acc[0]
+    covariance = acc[d + 1:].reshape(d, d) / acc[0] - np.outer(mean, mean)
+    kept = full_rank_features(covariance, spread_features(floor).cpu().numpy(), REG_COVAR)
+    return torch.as_tensor(kept, device=floor.device)

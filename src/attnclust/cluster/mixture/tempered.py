@@ -71,7 +71,7 @@ from ...layer.schedules import Schedule, as_schedule
 from ..degenerate import DegenerateFitWarning, user_stacklevel
 from .covariance import Covariance, as_covariance, positive_factors
 from .em import EMSteps
-from .floor import covariance_floor
+from .floor import covariance_floor, spanned_features
 
 __all__ = ["ShapedFitResult", "ShapedFitted", "shaped_fit", "tempered_objective",
            "tempered_log_joint", "precisions_cholesky_of", "check_degenerate",
@@ -301,8 +301,12 @@ class _ChunkedEM(EMSteps):
 
 
 def check_degenerate(covariances: torch.Tensor, counts: torch.Tensor, cov: Covariance,
-                     floor: torch.Tensor, total: float, n_rows: int) -> None:
-    """Warn for heads with (almost) no weight, or at the floor in some direction."""
+                     floor: torch.Tensor, total: float, n_rows: int,
+                     means: torch.Tensor | None = None, reg_covar: float = 1e-6) -> None:
+    """Warn for heads with (almost) no weight, or at the floor in some direction; for full
+    heads with their ``means``, not along the directions the rows do not spread in
+    (:func:`~attnclust.cluster.mixture.floor.spanned_features`: a column the others
+    determine), where every head is, as the rows are."""
     per_row = total / max(n_rows, 1)
     dead = torch.nonzero(counts < 0.5 * per_row).flatten().tolist()
     if dead:
@@ -311,7 +315,11 @@ def check_degenerate(covariances: torch.Tensor, counts: torch.Tensor, cov: Covar
                       DegenerateFitWarning, stacklevel=user_stacklevel())
     if not bool((floor > 0).all()):
         return
-    ratio = cov.floor_ratio(covariances, floor)
+    features = None
+    if cov.joint and means is not None:
+        features = torch.as_tensor(spanned_features(means, covariances, counts, floor,
+                                                    reg_covar), device=floor.device)
+    ratio = cov.floor_ratio(covariances, floor, features)
     flat = [h for h in torch.nonzero(ratio <= 2.0).flatten().tolist() if h not in dead]
     if flat:
         warnings.warn(f"head(s) {flat} have (nearly) no spread in some direction: their "
@@ -451,7 +459,8 @@ def shaped_fit(
                 break
     converged = em.converged          # of the last stage's steps
     params = em.params
-    check_degenerate(params.covariances, em.state.counts, cov, floor, total, _rows(X, reduce))
+    check_degenerate(params.covariances, em.state.counts, cov, floor, total, _rows(X, reduce),
+                     params.means, reg_covar)
     dtype = X.dtype
     return ShapedFitResult(params.means.to(dtype), params.covariances.to(dtype),
                            params.factors.to(dtype), params.log_weights.exp().to(dtype), floor,
