@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from scipy.linalg.lapack import dpstrf
 
 __all__ = ["FLOOR_RANGE", "covariance_floor", "spread_features", "full_rank_features",
            "spanned_features"]
@@ -56,38 +57,37 @@ def spread_features(floor):
 
 
 def full_rank_features(covariance, features, level: float) -> np.ndarray:
-    """Of the ``features`` ``(d,)`` bool, those the rows spread on beyond the features
-    before them: in order, a feature is kept where its variance left after a regression on
-    the features kept so far is above ``level`` times its variance (``level``: the floor's
-    ``reg_covar``: below, every full head sits at the floor along that combination of
-    features, as the rows do). ``covariance`` ``(d, d)``: the rows' (NumPy or torch,
-    read as float64). Returns ``(d,)`` bool (NumPy); the ``features`` as given where the rows
-    spread on none (one row), as :func:`spread_features` then reads every feature.
+    """Of the ``features`` ``(d,)`` bool, a set the rows spread on beyond the others': the
+    pivots of a Cholesky factorization of their correlation matrix with the largest
+    variance left first (LAPACK's ``dpstrf``), stopped where the variance any of the others
+    has left after a regression on the kept ones is at most ``level`` times its own
+    (``level``: the floor's ``reg_covar``: below, every full head sits at the floor along
+    that combination of features, as the rows do). ``covariance`` ``(d, d)``: the rows'
+    (NumPy or torch, read as float64). Returns ``(d,)`` bool (NumPy); the ``features`` as
+    given where the rows spread on none (one row), as :func:`spread_features` then reads
+    every feature.
 
     Examples
     --------
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(200, 3))
     >>> X = np.c_[X, X[:, 0] + X[:, 2], X[:, 1]]             # a sum and a copy
-    >>> full_rank_features(np.cov(X.T), np.ones(5, bool), 1e-6).tolist()
-    [True, True, True, False, False]
-    >>> full_rank_features(np.cov(X.T), np.array([1, 1, 0, 1, 1], bool), 1e-6).tolist()
-    [True, True, False, True, False]
+    >>> int(full_rank_features(np.cov(X.T), np.ones(5, bool), 1e-6).sum())
+    3
+    >>> full_rank_features(np.cov(X.T), np.array([1, 0, 1, 0, 0], bool), 1e-6).tolist()
+    [True, False, True, False, False]
     """
     C = np.asarray(covariance.cpu() if isinstance(covariance, torch.Tensor) else covariance,
                    dtype=np.float64)
     given = np.asarray(features.cpu() if isinstance(features, torch.Tensor) else features,
                        dtype=bool)
+    read = np.flatnonzero(given & (np.diag(C) > 0))
     kept = np.zeros(len(C), dtype=bool)
-    order: list[int] = []
-    L = np.zeros((0, 0))                       # Cholesky factor of the kept features' block
-    for j in np.flatnonzero(given):
-        y = np.linalg.solve(L, C[order, j]) if order else np.zeros(0)   # L y = C_kj
-        left = C[j, j] - float(y @ y)          # the variance the kept features leave
-        if left > level * C[j, j]:
-            L = np.block([[L, np.zeros((len(order), 1))], [y[None], np.sqrt(left)]])
-            order.append(j)
-            kept[j] = True
+    if len(read):
+        sub = C[np.ix_(read, read)]
+        root = np.sqrt(np.diag(sub))
+        _, pivots, rank, _ = dpstrf(sub / root[:, None] / root, tol=level, lower=1)
+        kept[read[pivots[:rank] - 1]] = True           # LAPACK's pivots count from 1
     return kept if kept.any() else given      # no spread at all (one row): every feature
 
 
