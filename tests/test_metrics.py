@@ -148,8 +148,9 @@ def test_metric_inputs_are_checked(mix):
         limit_distance([[np.nan] * 10], [[0.0] * 10], mix, inverse_temperature=LAM)
     with pytest.raises(ValueError, match="same tokens"):
         spread_ratio(np.ones((3, 2)), np.ones((3, 2)), [0, 1])
-    with pytest.raises(ValueError, match="tol"):
-        count_clusters(np.ones((3, 2)), tol=0.0)
+    for tol in (0.0, "1", True):        # a string gave NumPy's TypeError
+        with pytest.raises(ValueError, match="tol must be a positive number"):
+            count_clusters(np.ones((3, 2)), tol=tol)
 
 
 def test_centroid_distance_needs_a_centroid():

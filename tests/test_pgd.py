@@ -622,6 +622,18 @@ def test_booleans_and_strings_are_no_numbers(kwargs):
         ac.pgd(mix, heads, n_steps=1, **({"inverse_temperature": 5.0} | kwargs))
 
 
+def test_riemannian_is_a_flag():
+    """``riemannian="no"`` ran as True (any object is truthy); identity attention refuses
+    such flags, and so does pgd."""
+    mix = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2)
+    heads = ac.init_on_sphere(2, 4, rng=0)
+    for flag in ("no", 0, None):
+        with pytest.raises(ValueError, match="riemannian must be True or False"):
+            ac.pgd(mix, heads, inverse_temperature=3.0, riemannian=flag, n_steps=1)
+    assert ac.pgd(mix, heads, inverse_temperature=3.0, riemannian=np.bool_(False),
+                  n_steps=1).n_iter == 1
+
+
 def test_batched_risks_check_their_inverse_temperatures():
     mix = ac.GaussianMixture.orthogonal(d=4, k=2, sigma=0.2)
     X = torch.as_tensor(mix.sample(50, rng=0))

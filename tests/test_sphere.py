@@ -66,3 +66,12 @@ def test_random_sphere_is_uniform_enough():
     np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, rtol=0, atol=(3 + 2) * eps())
     np.testing.assert_allclose(x.mean(axis=0), 0.0, atol=0.02)
     np.testing.assert_allclose(x.T @ x / len(x), np.eye(3) / 3, atol=0.01)
+
+
+def test_points_on_a_sphere_need_a_dimension():
+    """``random_sphere(2, 0)`` returned a (2, 0) tensor: points on S^-1."""
+    from attnclust.layer.sphere import random_sphere
+
+    with pytest.raises(ValueError, match="d must be an integer >= 1"):
+        random_sphere(2, 0)
+    assert random_sphere(0, 3).shape == (0, 3)

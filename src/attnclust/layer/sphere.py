@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import as_generator
+from .._validation import as_generator, check_int
 
 __all__ = ["normalize", "row_norms", "tangent", "riemannian_gradient", "retract",
            "random_sphere"]
@@ -120,6 +120,7 @@ def random_sphere(n: int, d: int, *, rng=None, dtype=torch.float64) -> torch.Ten
     >>> bool(torch.allclose(x.norm(dim=1), torch.ones(5, dtype=x.dtype)))
     True
     """
+    n, d = check_int(n, "n", 0), check_int(d, "d", 1)      # S^{d-1} needs d >= 1
     gen = as_generator(rng)
     g = gen.standard_normal((n, d))
     g /= np.linalg.norm(g, axis=1, keepdims=True)

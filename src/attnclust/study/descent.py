@@ -235,6 +235,8 @@ def pgd(
     True
     """
     tol = check_options(method, tol, reduce)
+    if not isinstance(riemannian, (bool, np.bool_)):
+        raise ValueError(f"riemannian must be True or False, got {riemannian!r}")
     gen = as_generator(rng)
     qmc_seed = int(rng) if isinstance(rng, (int, np.integer)) else int(gen.integers(2**31))
     geometry = as_geometry(geometry)

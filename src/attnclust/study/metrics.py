@@ -354,7 +354,8 @@ def count_clusters(Y, *, tol: float = 1e-3) -> ClusterCount:
     y = _rows(Y, "Y")
     if np.ndim(Y) != 2:
         raise ValueError(f"Y must be one prompt of shape (L, d), got shape {np.shape(Y)}")
-    if not (np.isfinite(tol) and tol > 0):
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)) \
+            or not (np.isfinite(tol) and tol > 0):
         raise ValueError(f"tol must be a positive number, got {tol!r}")
     labels = np.full(len(y), -1, dtype=np.int64)
     left = np.arange(len(y))
