@@ -369,3 +369,17 @@ def test_partial_fit_refuses_shaped_heads():
     X, _ = _anisotropic()
     with pytest.raises(ValueError, match="covariance_type='full' is fitted by fit"):
         AttentionClustering(3, covariance_type="full").partial_fit(X)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_float32_rows_beside_dummies_fit_full_heads(seed):
+    """Two float32 columns beside a category one-hot encoded without dropping a level (the
+    dummies sum to 1: a direction without spread): the full heads' second moments, summed
+    in float32, erred by the floor's own size there, and the fit raised "not positive
+    definite" on these seeds. They are summed in float64."""
+    X, y = make_blobs(900, 2, centers=3, random_state=seed + 170)
+    level = np.random.default_rng(seed).integers(0, 3, 900)
+    A = np.c_[X @ np.array([[0.6, -0.64], [-0.41, 0.85]]), np.eye(3)[level]]
+    est = AttentionClustering(3, covariance_type="full", random_state=seed).fit(
+        A.astype(np.float32))
+    assert np.isfinite(est.covariances_).all() and len(np.unique(est.labels_)) == 3

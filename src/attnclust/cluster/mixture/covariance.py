@@ -179,9 +179,10 @@ class Covariance(Stateless, ABC):
     def moments(self, diff: torch.Tensor, qw: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         """First and second moments ``sum_i qw_hi (x_i - mu_h)(...)`` of a chunk's
-        differences ``(K, n, d)`` (float64): ``(K, d)`` and the shape of the covariances."""
-        weighted = qw[..., None] * diff                                         # (K, n, d)
-        return weighted.sum(1).double(), self._second(weighted, diff).double()
+        differences ``(K, n, d)``, in float64 (float32's err by the floor's size: a full
+        head lost positive definiteness): ``(K, d)`` and the shape of the covariances."""
+        weighted = qw.double()[..., None] * diff.double()                       # (K, n, d)
+        return weighted.sum(1), self._second(weighted, diff.double())
 
     @abstractmethod
     def _second(self, weighted: torch.Tensor, diff: torch.Tensor) -> torch.Tensor:
