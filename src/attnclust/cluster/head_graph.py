@@ -73,8 +73,8 @@ def dequantized(rows: np.ndarray, rng: np.random.Generator, level: float) -> np.
     neighbouring values of a grid there is no row, which is no gap between clusters: a
     yes/no column cuts the rows into two slabs whose heads share no attention. Spread
     over its cells, a grid's neighbouring values touch, and only gaps of more than one
-    step stay. Other columns are kept, and where no column is on such a grid the rows are
-    returned as they are, with no draw from ``rng``.
+    step stay. Other columns are kept, and where no column is on such a grid (or ``level``
+    is ``inf``) the rows are returned as they are, with no draw from ``rng``.
 
     Examples
     --------
@@ -89,6 +89,8 @@ def dequantized(rows: np.ndarray, rng: np.random.Generator, level: float) -> np.
     >>> dequantized(Y, rng, 1e-4) is Y                                 # no grid: as given
     True
     """
+    if not np.isfinite(level):                          # (the merge's default: off)
+        return rows
     ordered = np.sort(rows, axis=0)
     gaps = np.diff(ordered, axis=0)
     step = np.where(gaps > 0, gaps, np.inf).min(axis=0, initial=np.inf)

@@ -294,12 +294,16 @@ class MergeSettings:
         (:func:`~attnclust.cluster.head_graph.posterior_cut`) is below ``skip_cut`` (default
         0.03; 0 turns the check off).
     grid_variance : float
-        The heads tile the sampled rows with each column on a coarse grid spread over its
-        cells (:func:`~attnclust.cluster.head_graph.dequantized`): a column whose rounding
-        variance ``h^2 / 12`` (``h`` the least gap between its values) is at least
-        ``grid_variance`` times its variance (default 1e-4: a binary, count or graded
-        column; ``inf`` spreads none). Between neighbouring values of a grid there is no
-        row, which is no gap between clusters.
+        With a finite value, the heads tile the sampled rows with each column on a coarse
+        grid spread over its cells (:func:`~attnclust.cluster.head_graph.dequantized`): a
+        column whose rounding variance ``h^2 / 12`` (``h`` the least gap between its values)
+        is at least ``grid_variance`` times its variance (``1e-4``: a binary, count or
+        graded column). Between neighbouring values of a grid there is no row, and the
+        merge can cut along a categorical column unrelated to the clusters (three blobs
+        beside a yes/no column: 3 of 10 seeds); spread, it does not. Off by default
+        (``inf``): where such a column carries the clusters, that cut finds them when the
+        ``K``-head fit cannot (the guide, *Categorical columns*). Exact grids only: a value
+        off the grid by one rounding makes the least gap that rounding.
     count_temperature, cut_floor, min_rise, min_shared : float
         With ``n_clusters="auto"`` (:mod:`attnclust.cluster.head_count`): the heads'
         count of clusters reads their overlap at ``t = count_temperature`` (default 4: a
@@ -334,7 +338,7 @@ class MergeSettings:
     count_cut_ratio: float = 0.05
     min_redraw: float = 0.6
     skip_cut: float = 0.03
-    grid_variance: float = 1e-4
+    grid_variance: float = math.inf
     count_temperature: float = 4.0
     cut_floor: float = 3e-4
     min_rise: float = 2.0
