@@ -425,3 +425,15 @@ def test_a_header_naming_two_columns_alike_is_refused(tmp_path, capsys):
                  "--out", str(tmp_path / "p"), "--quiet"]) == 0
     np.testing.assert_array_equal(np.load(tmp_path / "p.labels.npy"),
                                   np.load(tmp_path / "r.labels.npy"))
+
+
+def test_a_csv_of_get_dummies_reads_true_and_false_as_one_and_zero(tmp_path):
+    """``pd.get_dummies(df).to_csv()`` writes its columns as True and False: the command
+    line refused them as text, where the library takes the DataFrame itself (NumPy reads
+    booleans as 1 and 0)."""
+    from attnclust._io import load_matrix
+
+    path = tmp_path / "dummies.csv"
+    path.write_text("x,c_a,c_b\n0.5,True,False\n1.5,false,TRUE\n2.5,True,False\n")
+    np.testing.assert_array_equal(load_matrix(path),
+                                  [[0.5, 1.0, 0.0], [1.5, 0.0, 1.0], [2.5, 1.0, 0.0]])

@@ -38,16 +38,24 @@ __all__ = ["SUFFIXES", "ColumnError", "NpyRows", "Table", "atomic_path", "check_
            "save_matrix", "save_matrices", "writable_folder"]
 
 
+# pandas writes a boolean column (``get_dummies``' columns) as True and False
+_BOOLEANS = {"true": 1.0, "false": 0.0}
+
+
 def _float(cell: str) -> float:
-    """A cell's number; ``ValueError`` for text, and for Python's ``1_000`` too."""
+    """A cell's number (``True`` and ``False`` are 1 and 0, as NumPy reads booleans);
+    ``ValueError`` for text, and for Python's ``1_000`` too."""
     if "_" in cell:
         raise ValueError(cell)
-    return float(cell)
+    boolean = _BOOLEANS.get(cell.strip().lower())
+    return float(cell) if boolean is None else boolean
 
 
 def _is_number(cell: str) -> bool:
     """Whether a cell reads as a number (``1_000`` too: a line of them is a row of data,
-    refused when read, not a header)."""
+    refused when read, not a header; ``True`` and ``False``)."""
+    if cell.strip().lower() in _BOOLEANS:
+        return True
     try:
         float(cell)
     except ValueError:
