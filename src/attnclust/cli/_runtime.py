@@ -48,10 +48,19 @@ def signals_raise_interrupted():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    fired = []
+    fired, again, inside = [], [], []
+
+    def resend(signum):                 # the signal again, from a thread, a moment later
+        timer = threading.Timer(0.001, _thread.interrupt_main, (signum,))
+        timer.daemon = True
+        again.append(timer)
+        timer.start()
 
     def handler(signum, frame):
         if fired:
+            return
+        if inside:                      # in the hook below: raised here, it would be dropped
+            resend(signum)
             return
         fired.append(signum)
 
@@ -59,15 +68,16 @@ def signals_raise_interrupted():
             raise Interrupted(signum)
         _io.interrupt(stop)
 
-    outer_hook, again = sys.unraisablehook, []
+    outer_hook = sys.unraisablehook
 
     def dropped(report):                # an exception Python cannot raise (a finalizer's)
         if isinstance(report.exc_value, Interrupted):
-            fired.clear()               # the signal again, once this hook has returned
-            timer = threading.Timer(0.05, _thread.interrupt_main, (report.exc_value.signum,))
-            timer.daemon = True
-            again.append(timer)
-            timer.start()
+            inside.append(True)
+            try:
+                fired.clear()
+                resend(report.exc_value.signum)
+            finally:
+                inside.clear()
         else:
             outer_hook(report)
 
