@@ -332,6 +332,25 @@ def test_writable_folder_removes_the_folders_it_made_on_failure(tmp_path):
     assert os.listdir(tmp_path / "keep" / "new") == ["someone.txt"]
 
 
+def test_writable_folder_removes_its_folders_with_a_temporary_staged_in_them(tmp_path):
+    """An interrupt can unwind through ``writable_folder`` while an output is staged in
+    the folder it made (the command removes the temporaries only after): the folder was
+    not empty, stayed, and was left empty (a CI run of the write-phase signal test). The
+    temporaries in it go first; someone else's file keeps its folder."""
+    with pytest.raises(KeyboardInterrupt):
+        with _atomic.writable_folder(tmp_path / "new" / "deeper"):
+            staged = _atomic._temp_next_to(tmp_path / "new" / "deeper" / "labels.csv")
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == [] and staged not in _atomic._LIVE_TEMPS
+    (tmp_path / "keep").mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        with _atomic.writable_folder(tmp_path / "keep" / "new"):
+            _atomic._temp_next_to(tmp_path / "keep" / "new" / "labels.csv")
+            (tmp_path / "keep" / "new" / "someone.txt").write_text("not ours to remove")
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path / "keep" / "new") == ["someone.txt"]
+
+
 def test_remove_temporaries_removes_what_an_interrupt_left(tmp_path):
     tmp = _atomic._temp_next_to(tmp_path / "out.npy")
     assert tmp.exists() and tmp in _atomic._LIVE_TEMPS

@@ -187,6 +187,12 @@ def writable_folder(folder: str | os.PathLike) -> Iterator[Path]:
         yield folder
     except BaseException:
         with deferred_interrupts():
+            # this process's temporary files in them go first (an interrupt can leave one
+            # staged there, which the command removes only after this): else a folder made
+            # here stays, empty once they are gone
+            for tmp in [t for t in _LIVE_TEMPS if any(f in t.parents for f in created)]:
+                with contextlib.suppress(OSError):
+                    _discard(tmp)
             for f in reversed(created):
                 with contextlib.suppress(OSError):
                     f.rmdir()   # only if empty: never removes what someone else put there
